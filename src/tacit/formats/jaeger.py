@@ -1,0 +1,174 @@
+"""Jaeger JSON: read and write.
+
+Reads one trace per file (``{"traceID", "spans", "processes"}``), the API/UI export
+(``{"data": [trace, ...]}``), a list of traces, or a directory of such files, gzip or not.
+Writes the API/UI export form, which Jaeger's UI loads with "JSON File".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tacit.errors import InputError
+from tacit.formats.common import HOST_TAGS as _HOST_TAGS
+from tacit.formats.common import PEER_TAGS as _PEER_TAGS
+from tacit.formats.common import hex_id as _hex_id
+from tacit.formats.common import kind_code as _kind
+from tacit.formats.common import tag as _tag
+from tacit.formats.common import thread_id as _thread
+from tacit.formats.fields import RecordReader
+from tacit.formats.textio import expand_inputs, load_json, write_json
+from tacit.model.spans import KIND_NAMES, NONE, UNKNOWN, SpanTable, SpanTableBuilder, concat
+
+SUFFIXES = (".json", ".json.gz")
+
+
+def read_jaeger(paths: str | Path | list[str | Path]) -> SpanTable:
+    """Read Jaeger JSON files (or directories of them) into one span table."""
+    files = expand_inputs(paths if isinstance(paths, list) else [paths], SUFFIXES)
+    return concat([_read_file(f) for f in files])
+
+
+def _traces_of(doc: Any, path: str) -> list:
+    if isinstance(doc, dict) and "data" in doc:
+        doc = doc["data"]
+    if isinstance(doc, dict) and "spans" in doc:
+        return [doc]
+    if isinstance(doc, list):
+        return doc
+    raise InputError("not a Jaeger document: expected {'data': [...]}, a trace or a list", path=path)
+
+
+def _tag_map(r: RecordReader, tags: Any) -> dict[str, Any]:
+    if tags is None:
+        return {}
+    if not isinstance(tags, list):
+        raise r.fail("tags must be a list")
+    out = {}
+    for t in tags:
+        t = r.obj(t, "tag")
+        out[r.string(t, "key")] = t.get("value")
+    return out
+
+
+def _read_file(path: Path) -> SpanTable:
+    src = str(path)
+    builder = SpanTableBuilder(src)
+    record = 0
+    for ti, trace in enumerate(_traces_of(load_json(path), src)):
+        tr = RecordReader(src, f"trace {ti}")
+        trace = tr.obj(trace, "trace")
+        spans = tr.get(trace, "spans", list)
+        processes = tr.get(trace, "processes", dict, default={})
+        for span in spans:
+            record += 1
+            r = RecordReader(src, record)
+            span = r.obj(span, "span")
+            trace_id = r.string(span, "traceID", default=trace.get("traceID"))
+            span_id = r.string(span, "spanID")
+            r.record = f"{record} (trace {trace_id} span {span_id})"
+            proc = span.get("process")
+            if proc is None:
+                pid = r.string(span, "processID")
+                if pid not in processes:
+                    raise r.fail(f"unknown process {pid!r}")
+                proc = processes[pid]
+            proc = r.obj(proc, "process")
+            service = r.string(proc, "serviceName")
+            ptags = _tag_map(r, proc.get("tags"))
+            tags = _tag_map(r, span.get("tags"))
+            start = r.integer(span, "startTime")
+            duration = r.integer(span, "duration")
+            if duration < 0:
+                raise r.fail(f"negative duration {duration}")
+            builder.add(
+                service=service,
+                instance=next((str(ptags[k]) for k in _HOST_TAGS if k in ptags), service),
+                endpoint=r.string(span, "operationName"),
+                kind=_kind(tags.get("span.kind")),
+                start=start * 1000,
+                end=(start + duration) * 1000,
+                record=record,
+                peer=next((str(tags[k]) for k in _PEER_TAGS if k in tags), None),
+                thread=_thread(tags),
+                trace=trace_id,
+                span_id=span_id,
+                parent_id=_parent(r, span),
+            )
+    return builder.build()
+
+
+def _parent(r: RecordReader, span: dict) -> str | None:
+    refs = span.get("references") or []
+    if not isinstance(refs, list):
+        raise r.fail("references must be a list")
+    for ref in refs:
+        ref = r.obj(ref, "reference")
+        if ref.get("refType", "CHILD_OF") in ("CHILD_OF", "FOLLOWS_FROM"):
+            return r.string(ref, "spanID")
+    return r.string(span, "parentSpanID", default=None) or None
+
+
+def jaeger_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | None = None) -> dict:
+    """The Jaeger API/UI export of ``spans``, grouped by their ``trace`` column.
+
+    ``tags`` adds tags to individual rows. Spans with no span id get one made from their row.
+    """
+    tags = tags or {}
+    s = spans.strings
+    span_ids = [_hex_id(s[int(c)], row) for row, c in enumerate(spans.span_id)]
+    traces: dict[int, list[int]] = {}
+    for row, t in enumerate(spans.trace):
+        traces.setdefault(int(t), []).append(row)
+    data = []
+    for t, rows in traces.items():
+        trace_id = _hex_id(s[t], rows[0], width=32) if t != NONE else _hex_id(None, rows[0], 32)
+        processes: dict[tuple[int, int], str] = {}
+        out = []
+        for row in sorted(rows, key=lambda r: spans.start[r]):
+            pkey = (int(spans.service[row]), int(spans.instance[row]))
+            pid = processes.setdefault(pkey, f"p{len(processes) + 1}")
+            kind = int(spans.kind[row])
+            span_tags = [] if kind == UNKNOWN else [_tag("span.kind", KIND_NAMES[kind])]
+            if spans.thread[row] != NONE:
+                span_tags.append(_tag("thread.id", int(spans.thread[row])))
+            if spans.peer[row] != NONE:
+                span_tags.append(_tag("peer.service", s[int(spans.peer[row])]))
+            span_tags.extend(_tag(k, v) for k, v in tags.get(row, {}).items())
+            parent = int(spans.parent[row])
+            refs = []
+            if parent != NONE:
+                refs = [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": span_ids[parent]}]
+            start_us = int(spans.start[row]) // 1000
+            out.append(
+                {
+                    "traceID": trace_id,
+                    "spanID": span_ids[row],
+                    "operationName": s[int(spans.endpoint[row])],
+                    "references": refs,
+                    "startTime": start_us,
+                    "duration": max(0, -(-int(spans.end[row]) // 1000) - start_us),
+                    "tags": span_tags,
+                    "logs": [],
+                    "processID": pid,
+                    "warnings": None,
+                }
+            )
+        procs = {
+            pid: {
+                "serviceName": s[svc],
+                "tags": [_tag("hostname", s[inst])] if s[inst] != s[svc] else [],
+            }
+            for (svc, inst), pid in processes.items()
+        }
+        data.append({"traceID": trace_id, "spans": out, "processes": procs, "warnings": None})
+    return {"data": data, "total": 0, "limit": 0, "offset": 0, "errors": None}
+
+
+def write_jaeger(
+    path: str | Path, spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | None = None
+) -> None:
+    """Write ``spans`` as a Jaeger API/UI export (gzip when the name ends in .gz)."""
+    write_json(path, jaeger_document(spans, tags))

@@ -1,0 +1,96 @@
+"""Opening inputs: gzip transparently, directories expanded, errors named by file.
+
+Every reader goes through these helpers so that a truncated gzip stream or malformed JSON
+becomes one :class:`~tacit.errors.InputError` naming the file (and, for JSON, line and column).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tacit.errors import InputError
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """The content of ``path``, decompressed when it is gzip (detected by magic, not by name)."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise InputError("no such file", path=str(p)) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a file", path=str(p)) from None
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror}", path=str(p)) from None
+    if raw[:2] == GZIP_MAGIC:
+        try:
+            return gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as e:
+            raise InputError(f"corrupt or truncated gzip stream ({e})", path=str(p)) from None
+    return raw
+
+
+def read_text(path: str | Path) -> str:
+    data = read_bytes(path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"not UTF-8 text (byte {e.start})", path=str(path)) from None
+
+
+def load_json(path: str | Path) -> Any:
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(
+            f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}", path=str(path)
+        ) from None
+
+
+def iter_json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """(line number, object) for every non-blank line of a JSON-lines file."""
+    for lineno, line in enumerate(read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"malformed JSON: {e.msg}", path=str(path), record=f"line {lineno}") from None
+
+
+def expand_inputs(paths: list[str | Path], suffixes: tuple[str, ...]) -> list[Path]:
+    """Files named directly, plus the files with one of ``suffixes`` inside named directories."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(
+                f for f in p.iterdir() if f.is_file() and any(f.name.endswith(s) for s in suffixes)
+            )
+            if not found:
+                raise InputError(f"directory holds no {'/'.join(suffixes)} files", path=str(p))
+            out.extend(found)
+        elif p.exists():
+            out.append(p)
+        else:
+            raise InputError("no such file or directory", path=str(p))
+    return out
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data``, gzip-compressed when the name ends in ``.gz``."""
+    p = Path(path)
+    if p.parent and not p.parent.exists():
+        p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(gzip.compress(data, compresslevel=6) if p.name.endswith(".gz") else data)
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    write_bytes(path, json.dumps(obj, separators=(",", ":")).encode())

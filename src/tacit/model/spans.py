@@ -1,0 +1,250 @@
+"""Spans as numpy column batches.
+
+A span is (service, instance, endpoint, kind, start, end, peer, thread), optionally with the
+identifiers a tracer assigned (trace, span, parent). Strings are interned into one
+:class:`StringPool` per table and stored as int32 codes, so that grouping and sorting are
+numpy operations rather than loops over objects. Times are int64 nanoseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tacit.errors import InputError
+
+SERVER = 0
+"""An incoming request handled by the span's instance."""
+CLIENT = 1
+"""An outgoing request made by the span's instance."""
+INTERNAL = 2
+"""In-process work: invisible to a collector outside the process."""
+UNKNOWN = -1
+"""Kind not recorded; :func:`tacit.model.roles.infer_roles` decides it."""
+
+KIND_NAMES = {SERVER: "server", CLIENT: "client", INTERNAL: "internal", UNKNOWN: "unknown"}
+KIND_CODES = {v: k for k, v in KIND_NAMES.items()}
+
+NONE = -1
+"""The code of an absent string or row."""
+
+
+class StringPool:
+    """Interns strings to dense int32 codes (code -1 is "absent")."""
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self._codes: dict[str, int] = {}
+        self.values: list[str] = []
+        for v in values:
+            self.code(v)
+
+    def code(self, value: str | None) -> int:
+        if value is None:
+            return NONE
+        c = self._codes.get(value)
+        if c is None:
+            c = len(self.values)
+            self._codes[value] = c
+            self.values.append(value)
+        return c
+
+    def find(self, value: str) -> int:
+        """The code of ``value`` or -1 when it was never interned."""
+        return self._codes.get(value, NONE)
+
+    def __getitem__(self, code: int) -> str | None:
+        return None if code < 0 else self.values[code]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+_COLUMNS = {
+    "service": np.int32,
+    "instance": np.int32,
+    "endpoint": np.int32,
+    "kind": np.int8,
+    "start": np.int64,
+    "end": np.int64,
+    "peer": np.int32,
+    "thread": np.int64,
+    "trace": np.int32,
+    "span_id": np.int32,
+    "parent": np.int64,
+    "link": np.int64,
+    "record": np.int64,
+}
+
+
+@dataclass
+class SpanTable:
+    """A batch of spans, one numpy column per field.
+
+    ``service``, ``instance``, ``endpoint``, ``peer`` (the service on the other side of an RPC),
+    ``trace`` and ``span_id`` are codes into ``strings``. ``parent`` is the row of the parent span
+    (the tracer's ground truth, -1 for roots or when unknown). ``link`` pairs the two sides of one
+    RPC: the row of the callee's server span for a client span, and the caller's client span for a
+    server span (-1 when the other side was not observed). ``record`` is the position of the span
+    in its input, for error messages and accounting; ``sources`` names the input files.
+    """
+
+    strings: StringPool
+    service: np.ndarray
+    instance: np.ndarray
+    endpoint: np.ndarray
+    kind: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    peer: np.ndarray
+    thread: np.ndarray
+    trace: np.ndarray
+    span_id: np.ndarray
+    parent: np.ndarray
+    link: np.ndarray
+    record: np.ndarray
+    sources: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        n = len(self.start)
+        for name, dtype in _COLUMNS.items():
+            col = np.asarray(getattr(self, name), dtype=dtype)
+            if len(col) != n:
+                raise ValueError(f"column {name} has {len(col)} rows, expected {n}")
+            setattr(self, name, col)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    @classmethod
+    def empty(cls, strings: StringPool | None = None) -> SpanTable:
+        return cls(strings or StringPool(), **{k: np.empty(0, v) for k, v in _COLUMNS.items()})
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {k: getattr(self, k) for k in _COLUMNS}
+
+    def take(self, rows: np.ndarray) -> SpanTable:
+        """The spans at ``rows`` (an index array or mask), with row references remapped.
+
+        ``parent`` and ``link`` that point outside the selection become -1.
+        """
+        rows = np.flatnonzero(rows) if rows.dtype == bool else np.asarray(rows, dtype=np.int64)
+        remap = np.full(len(self) + 1, NONE, dtype=np.int64)
+        remap[rows] = np.arange(len(rows))
+        cols = {k: v[rows] for k, v in self.columns().items()}
+        cols["parent"] = remap[cols["parent"]]  # -1 indexes the sentinel slot, which stays -1
+        cols["link"] = remap[cols["link"]]
+        return SpanTable(self.strings, **cols, sources=self.sources)
+
+    def name(self, column: str, row: int) -> str | None:
+        return self.strings[int(getattr(self, column)[row])]
+
+    def describe(self, row: int) -> str:
+        """A short human description of one span, for messages."""
+        return (
+            f"{self.name('service', row)}/{self.name('endpoint', row)} "
+            f"({KIND_NAMES[int(self.kind[row])]}, record {int(self.record[row])})"
+        )
+
+
+def concat(tables: Sequence[SpanTable]) -> SpanTable:
+    """Concatenate tables, re-interning strings into one pool and offsetting row references."""
+    if not tables:
+        return SpanTable.empty()
+    pool = StringPool()
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in _COLUMNS}
+    offset = 0
+    sources: list[str] = []
+    for t in tables:
+        recode = np.array([pool.code(v) for v in t.strings.values] + [NONE], dtype=np.int32)
+        for k, v in t.columns().items():
+            if k in ("service", "instance", "endpoint", "peer", "trace", "span_id"):
+                v = recode[v]
+            elif k in ("parent", "link"):
+                v = np.where(v >= 0, v + offset, NONE)
+            parts[k].append(v)
+        offset += len(t)
+        sources.extend(s for s in t.sources if s not in sources)
+    return SpanTable(pool, **{k: np.concatenate(v) for k, v in parts.items()}, sources=sources)
+
+
+class SpanTableBuilder:
+    """Accumulates spans one by one (as parsers produce them) and builds a :class:`SpanTable`.
+
+    Parents are given as span-id strings and resolved to rows within the same trace at
+    :meth:`build`; a parent that is not in the input leaves the span a root of its fragment and
+    is counted in :attr:`missing_parents`.
+    """
+
+    def __init__(self, source: str = "") -> None:
+        self.strings = StringPool()
+        self.source = source
+        self._cols: dict[str, list] = {k: [] for k in _COLUMNS}
+        self._parent_ids: list[int] = []
+        self.missing_parents = 0
+
+    def add(
+        self,
+        *,
+        service: str,
+        instance: str | None,
+        endpoint: str,
+        kind: int,
+        start: int,
+        end: int,
+        record: int,
+        peer: str | None = None,
+        thread: int = NONE,
+        trace: str | None = None,
+        span_id: str | None = None,
+        parent_id: str | None = None,
+    ) -> None:
+        if end < start:
+            raise InputError(
+                f"span ends before it starts ({end} < {start} ns)", path=self.source, record=record
+            )
+        s = self.strings
+        c = self._cols
+        c["service"].append(s.code(service))
+        c["instance"].append(s.code(instance if instance is not None else service))
+        c["endpoint"].append(s.code(endpoint))
+        c["kind"].append(kind)
+        c["start"].append(start)
+        c["end"].append(end)
+        c["peer"].append(s.code(peer))
+        c["thread"].append(thread)
+        c["trace"].append(s.code(trace))
+        c["span_id"].append(s.code(span_id))
+        c["parent"].append(NONE)
+        c["link"].append(NONE)
+        c["record"].append(record)
+        self._parent_ids.append(s.code(parent_id))
+
+    def __len__(self) -> int:
+        return len(self._cols["start"])
+
+    def build(self) -> SpanTable:
+        c = self._cols
+        key_of_row: dict[tuple[int, int], int] = {}
+        for row, key in enumerate(zip(c["trace"], c["span_id"], strict=True)):
+            if key[1] == NONE:
+                continue
+            if key in key_of_row:
+                raise InputError(
+                    f"duplicate span id {self.strings[key[1]]} in trace {self.strings[key[0]]}",
+                    path=self.source,
+                    record=c["record"][row],
+                )
+            key_of_row[key] = row
+        parents = c["parent"]
+        for row, (trace, pid) in enumerate(zip(c["trace"], self._parent_ids, strict=True)):
+            if pid == NONE:
+                continue
+            p = key_of_row.get((trace, pid))
+            if p is None:
+                self.missing_parents += 1
+            else:
+                parents[row] = p
+        cols = {k: np.asarray(v, dtype=_COLUMNS[k]) for k, v in c.items()}
+        return SpanTable(self.strings, **cols, sources=[self.source] if self.source else [])

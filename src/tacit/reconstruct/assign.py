@@ -1,0 +1,175 @@
+"""Joint assignment of candidate mappings: batching and maximum-weight independent set.
+
+TraceWeaver (SIGCOMM '24, §4.1 and Appendix A): candidates conflict when they belong to the
+same incoming span or share an outgoing span; the best consistent mapping of a batch is a
+maximum-weight independent set of that conflict graph. We solve it exactly as the equivalent
+integer program (one binary per candidate; at most one per incoming span; at most one per
+outgoing span; skipped calls within the batch's quota) with HiGHS through ``scipy.optimize.milp``
+under a time budget. When HiGHS finds no feasible point in time, a greedy pass by weight is the
+documented fallback.
+
+Batches follow Appendix A.2: a *perfect cut* separates incoming spans whose candidates share no
+outgoing span, so batches are the connected components of the incoming/outgoing sharing graph,
+taken in time order. A component larger than the maximum batch size is cut into chunks of that
+size in time order, solved one after the other, each chunk's chosen spans removed from the next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import coo_matrix, csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+
+@dataclass
+class Candidates:
+    """Flat candidates of one instance: incoming index, weight, used outgoing spans and skips.
+
+    ``outs`` is CSR-like: candidate ``c`` uses ``out_rows[out_ptr[c]:out_ptr[c+1]]``; ``skips``
+    is a (candidates x keys) count of skipped calls per callee key.
+    """
+
+    incoming: np.ndarray
+    weight: np.ndarray
+    out_ptr: np.ndarray
+    out_rows: np.ndarray
+    skips: np.ndarray
+
+    def outs(self, c: int) -> np.ndarray:
+        return self.out_rows[self.out_ptr[c] : self.out_ptr[c + 1]]
+
+
+@dataclass
+class SolveStats:
+    batches: int = 0
+    solver_calls: int = 0
+    fallbacks: int = 0
+
+
+def batches(cands: Candidates, order_key: np.ndarray, max_batch: int) -> list[np.ndarray]:
+    """Incoming indices per batch: connected components, cut into chunks of ``max_batch``.
+
+    ``order_key[i]`` orders incoming spans in time (their start).
+    """
+    n_in = len(order_key)
+    if len(cands.incoming) == 0:
+        return []
+    uniq, out_idx = np.unique(cands.out_rows, return_inverse=True)
+    per_cand = np.diff(cands.out_ptr)
+    rows = np.repeat(cands.incoming, per_cand)
+    graph = coo_matrix(
+        (np.ones(len(rows)), (rows, n_in + out_idx)), shape=(n_in + len(uniq), n_in + len(uniq))
+    )
+    _, label = connected_components(graph, directed=False)
+    present = np.unique(cands.incoming)
+    lab = label[present]
+    order = np.lexsort((order_key[present], lab))
+    present, lab = present[order], lab[order]
+    cut = np.flatnonzero(np.diff(lab)) + 1
+    comps = np.split(present, cut)
+    comps.sort(key=lambda c: order_key[c[0]])
+    out: list[np.ndarray] = []
+    for c in comps:
+        out.extend(c[a : a + max_batch] for a in range(0, len(c), max_batch))
+    return out
+
+
+def water_fill(existing: np.ndarray, capacity: np.ndarray, budget: int) -> np.ndarray:
+    """Spread ``budget`` skips over windows, filling the emptiest first (TraceWeaver §4.2).
+
+    Window ``w`` has ``existing[w]`` observed calls and room for ``capacity[w]`` skips; the
+    level λ rises until the budget is spent, each window getting ``min(cap, max(0, λ - existing))``.
+    """
+    quota = np.zeros(len(existing), dtype=np.int64)
+    budget = int(min(budget, capacity.sum()))
+    if budget <= 0:
+        return quota
+    lo, hi = float(existing.min()), float((existing + capacity).max())
+    for _ in range(60):
+        lam = (lo + hi) / 2
+        if np.minimum(capacity, np.maximum(0, lam - existing)).sum() > budget:
+            hi = lam
+        else:
+            lo = lam
+    quota = np.minimum(capacity, np.floor(np.maximum(0, lo - existing))).astype(np.int64)
+    rest = budget - int(quota.sum())
+    for w in np.argsort(existing + quota, kind="stable"):
+        if rest <= 0:
+            break
+        if quota[w] < capacity[w]:
+            quota[w] += 1
+            rest -= 1
+    return quota
+
+
+def solve_batch(
+    cands: Candidates, members: np.ndarray, quota: np.ndarray, time_limit: float, stats: SolveStats
+) -> np.ndarray:
+    """Indices of the chosen candidates among ``members`` (candidate indices)."""
+    stats.batches += 1
+    if len(members) == 0:
+        return members
+    inc = cands.incoming[members]
+    w = cands.weight[members]
+    # Fast path: every incoming span's best candidate, if they do not conflict, is optimal.
+    order = np.lexsort((-w, inc))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = inc[order][1:] != inc[order][:-1]
+    best = members[order[first]]
+    used = np.concatenate([cands.outs(c) for c in best]) if len(best) else np.empty(0)
+    skips = cands.skips[best].sum(axis=0) if len(best) else 0
+    if len(np.unique(used)) == len(used) and np.all(skips <= quota):
+        return best
+    stats.solver_calls += 1
+    n = len(members)
+    _, in_idx = np.unique(inc, return_inverse=True)
+    per = np.diff(cands.out_ptr)[members]
+    outs = np.concatenate([cands.outs(c) for c in members])
+    _, out_idx = np.unique(outs, return_inverse=True)
+    n_in, n_out = in_idx.max() + 1, out_idx.max() + 1 if len(outs) else 0
+    sk = cands.skips[members]
+    keys = np.flatnonzero(sk.sum(axis=0) > 0)
+    rows = [in_idx, n_in + out_idx]
+    cols = [np.arange(n), np.repeat(np.arange(n), per)]
+    data = [np.ones(n), np.ones(len(outs))]
+    for q, k in enumerate(keys):
+        nz = np.flatnonzero(sk[:, k])
+        rows.append(np.full(len(nz), n_in + n_out + q))
+        cols.append(nz)
+        data.append(sk[nz, k].astype(float))
+    a = csr_matrix(
+        (np.concatenate(data), (np.concatenate(rows), np.concatenate(cols))),
+        shape=(n_in + n_out + len(keys), n),
+    )
+    ub = np.concatenate([np.ones(n_in + n_out), quota[keys].astype(float)])
+    res = milp(
+        c=-w,
+        constraints=LinearConstraint(a, -np.inf, ub),
+        integrality=np.ones(n),
+        bounds=Bounds(0, 1),
+        options={"time_limit": time_limit, "mip_rel_gap": 1e-9},
+    )
+    if res.x is not None:
+        return members[res.x > 0.5]
+    stats.fallbacks += 1
+    return _greedy(cands, members, quota)
+
+
+def _greedy(cands: Candidates, members: np.ndarray, quota: np.ndarray) -> np.ndarray:
+    taken_in: set[int] = set()
+    taken_out: set[int] = set()
+    left = quota.astype(np.int64).copy()
+    chosen = []
+    for c in members[np.argsort(-cands.weight[members], kind="stable")]:
+        outs = set(cands.outs(c).tolist())
+        sk = cands.skips[c]
+        if cands.incoming[c] in taken_in or outs & taken_out or np.any(sk > left):
+            continue
+        chosen.append(c)
+        taken_in.add(int(cands.incoming[c]))
+        taken_out |= outs
+        left -= sk
+    return np.array(chosen, dtype=np.int64)

@@ -1,0 +1,134 @@
+"""Candidate mappings of an incoming span to outgoing spans.
+
+TraceWeaver (SIGCOMM '24, §4.1): a candidate mapping picks one outgoing span for every call slot
+of the incoming span's endpoint such that the timing agrees with the call graph: every call lies
+within the incoming span, and a call starts only after its predecessors in the dependency order
+have ended. Calls of the same instance share one clock, so the constraints are exact. With
+dynamism (§4.2) an optional slot may be skipped (a cache hit makes no call); the number of skips a
+batch may use is bounded later by the assignment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tacit.model.spans import NONE, SpanTable
+from tacit.reconstruct.callgraph import EndpointGraph
+
+SKIP = -2
+"""Marks a skipped slot in a candidate (the request made no such call)."""
+
+
+@dataclass
+class CandidateSet:
+    """All candidates of the incoming spans of one endpoint at one instance.
+
+    ``incoming[c]`` is the row of candidate ``c``'s incoming span; ``calls[c, j]`` the row of the
+    outgoing span in slot ``j`` (:data:`SKIP` when skipped). ``truncated`` counts incoming spans
+    whose enumeration stopped at the cap.
+    """
+
+    graph: EndpointGraph
+    incoming: np.ndarray
+    calls: np.ndarray
+    truncated: int = 0
+
+    def __len__(self) -> int:
+        return len(self.incoming)
+
+
+class CallPools:
+    """Outgoing spans of one instance grouped by callee (service, endpoint), sorted by start."""
+
+    def __init__(self, spans: SpanTable, rows: np.ndarray) -> None:
+        self.spans = spans
+        keys = (spans.peer[rows].astype(np.int64) << 32) | spans.endpoint[rows].astype(np.int64)
+        order = np.lexsort((spans.start[rows], keys))
+        rows, keys = rows[order], keys[order]
+        cut = np.flatnonzero(np.diff(keys)) + 1
+        self.pools: dict[int, np.ndarray] = {
+            int(k[0]): r for k, r in zip(np.split(keys, cut), np.split(rows, cut), strict=True) if len(k)
+        }
+        self.starts = {k: spans.start[r] for k, r in self.pools.items()}
+
+    def key(self, service: str, endpoint: str) -> int:
+        s = self.spans.strings
+        return (s.find(service) << 32) | s.find(endpoint)
+
+    def within(self, key: int, lo: int, hi: int) -> np.ndarray:
+        """Rows of calls to ``key`` that start and end inside [lo, hi]."""
+        rows = self.pools.get(key)
+        if rows is None:
+            return np.empty(0, np.int64)
+        st = self.starts[key]
+        a, b = np.searchsorted(st, lo, "left"), np.searchsorted(st, hi, "right")
+        rows = rows[a:b]
+        return rows[self.spans.end[rows] <= hi]
+
+
+def enumerate_candidates(
+    spans: SpanTable,
+    incoming: np.ndarray,
+    graph: EndpointGraph,
+    pools: CallPools,
+    *,
+    allow_skip: np.ndarray,
+    max_candidates: int,
+) -> CandidateSet:
+    """Every timing-consistent mapping for each incoming span of ``graph``'s endpoint.
+
+    ``allow_skip[j]`` says whether slot ``j`` may be left empty. Same-callee slots that may run
+    in parallel take their spans in row order, so that no mapping is listed twice.
+    """
+    order = graph.order
+    keys = [pools.key(*graph.slots[j].callee) for j in range(len(graph.slots))]
+    preds = graph.preds
+    twin_before = [
+        [i for i in order[:pos] if keys[i] == keys[j]] for pos, j in enumerate(order)
+    ]
+    start, end = spans.start, spans.end
+    n_slots = len(order)
+    out_in: list[int] = []
+    out_calls: list[list[int]] = []
+    truncated = 0
+    for r in incoming:
+        s, e = int(start[r]), int(end[r])
+        eligible = [pools.within(k, s, e) for k in keys]
+        chosen = [NONE] * n_slots
+        ready = [s] * n_slots
+        found = 0
+
+        def dfs(pos: int) -> bool:
+            nonlocal found
+            if pos == n_slots:
+                out_in.append(int(r))
+                out_calls.append(list(chosen))
+                found += 1
+                return found < max_candidates
+            j = order[pos]
+            t = max((ready[p] for p in preds[j]), default=s)
+            twins = [chosen[i] for i in twin_before[pos] if chosen[i] >= 0]
+            floor = max(twins, default=-1)
+            for o in eligible[j]:
+                if start[o] < t or o in twins:
+                    continue
+                if floor >= 0 and o < floor and not any(i in preds[j] for i in twin_before[pos]):
+                    continue  # parallel twins: row order breaks the symmetry
+                chosen[j] = int(o)
+                ready[j] = int(end[o])
+                if not dfs(pos + 1):
+                    return False
+            if allow_skip[j]:
+                chosen[j] = SKIP
+                ready[j] = t
+                if not dfs(pos + 1):
+                    return False
+            chosen[j] = NONE
+            return True
+
+        if not dfs(0):
+            truncated += 1
+    calls = np.array(out_calls, dtype=np.int64).reshape(len(out_calls), n_slots)
+    return CandidateSet(graph, np.array(out_in, dtype=np.int64), calls, truncated)

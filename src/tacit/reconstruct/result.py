@@ -1,0 +1,42 @@
+"""What every reconstruction algorithm returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
+
+
+@dataclass
+class Reconstruction:
+    """A parent for every span, with the evidence behind it.
+
+    ``parent[r]``: for a client span, the server span of the same instance chosen as its cause
+    (-1: unmapped, reason in ``unmapped``); for a server span, the caller's client span (the
+    RPC's other side, known to the collector). ``score``: log-likelihood of the chosen mapping
+    (NaN where the algorithm has none). ``alternatives[r]``: top-K (parent row, score) for a
+    client span. ``top_candidates[i]``: for an incoming span, the child sets of its top-K
+    candidate mappings in rank order. ``confidence``: per service, in percent (§6.3.2).
+    """
+
+    algorithm: str
+    parent: np.ndarray
+    score: np.ndarray
+    unmapped: dict[int, str] = field(default_factory=dict)
+    alternatives: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    top_candidates: dict[int, list[frozenset[int]]] = field(default_factory=dict)
+    confidence: dict[str, float] = field(default_factory=dict)
+    info: dict[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, algorithm: str, spans: SpanTable) -> Reconstruction:
+        """An empty result: server spans linked to their callers, client spans unmapped."""
+        parent = np.where(spans.kind == SERVER, spans.link, NONE)
+        return cls(algorithm, parent, np.full(len(spans), np.nan))
+
+    def finish_unmapped(self, spans: SpanTable, reason: str) -> None:
+        """Give every client span still without parent or reason the default ``reason``."""
+        for r in np.flatnonzero((spans.kind == CLIENT) & (self.parent == NONE)):
+            self.unmapped.setdefault(int(r), reason)

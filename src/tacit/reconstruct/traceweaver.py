@@ -1,0 +1,356 @@
+"""TraceWeaver: request trace reconstruction from timing alone (SIGCOMM '24, §4 and Appendix A).
+
+For every service instance, each incoming span is mapped to the outgoing spans it caused:
+
+1. candidates from the call graph's timing constraints (:mod:`.candidates`, §4.1);
+2. gap distributions seeded from differences of means, then refit as BIC-chosen Gaussian
+   mixtures from the previous mapping (:mod:`.delays`, §4.1);
+3. candidates scored by log-likelihood, the top K kept (§4.1);
+4. batches at perfect cuts, each solved as a maximum-weight independent set (:mod:`.assign`,
+   Appendix A);
+5. dynamism (§4.2): when an instance makes fewer calls than its call graph predicts, the
+   difference is a skip budget spread over batches by water-filling;
+6. 2-5 repeated until the mapping stops changing;
+7. a per-service confidence score (§6.3.2): the share of incoming spans whose chosen mapping is
+   their own best-scored candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
+from tacit.model.roles import process_key
+from tacit.reconstruct.assign import Candidates, SolveStats, batches, solve_batch, water_fill
+from tacit.reconstruct.callgraph import CallGraph
+from tacit.reconstruct.candidates import CallPools, CandidateSet, enumerate_candidates
+from tacit.reconstruct.delays import (
+    GapModel,
+    candidate_gaps,
+    fit_mixture,
+    moment_gaussian,
+    score_candidates,
+    seed_gaussian,
+)
+from tacit.reconstruct.result import Reconstruction
+
+
+@dataclass
+class TraceWeaverParams:
+    """Parameters; defaults are the paper's (the artifact's where the paper gives none)."""
+
+    top_k: int = 5
+    """Candidates kept per incoming span after scoring (§4.1; artifact ``topK = 5``)."""
+    max_batch: int = 30
+    """Largest MWIS batch in incoming spans (Appendix A.2; artifact ``batch_size_mis = 30``)."""
+    seed_window: int = 100
+    """Requests per window of the seed distributions (§4.1; artifact ``batch_size = 100``)."""
+    seed_buckets: int = 10
+    """Buckets per seed window whose means give the variance (artifact ``nbatches = 10``)."""
+    max_components: int = 5
+    """Largest Gaussian mixture tried under BIC (artifact: up to 5)."""
+    max_iterations: int = 10
+    """Cap on score-assign-refit rounds; the loop stops earlier once the mapping is stable."""
+    max_candidates: int = 2000
+    """Cap on enumerated candidates per incoming span (guards against combinatorial blow-up)."""
+    max_fit_samples: int = 4000
+    """Gaps per mixture fit (a seeded subsample beyond this)."""
+    solver_time_limit: float = 5.0
+    """Seconds HiGHS may spend on one batch before the greedy fallback."""
+    seed: int = 0
+
+
+Progress = Callable[[int], None]
+
+
+def reconstruct_traceweaver(
+    spans: SpanTable,
+    callgraph: CallGraph,
+    params: TraceWeaverParams | None = None,
+    progress: Progress | None = None,
+) -> Reconstruction:
+    """Map every outgoing span of ``spans`` (a blind view: kinds and links, no parents)."""
+    params = params or TraceWeaverParams()
+    result = Reconstruction.start("traceweaver", spans)
+    stats = SolveStats()
+    proc = process_key(spans)
+    iterations = []
+    not_best: dict[str, list[int]] = {}
+    for key in np.unique(proc):
+        rows = np.flatnonzero(proc == key)
+        inst = _Instance(spans, rows, callgraph, params)
+        iterations.append(inst.run(result, stats))
+        svc = spans.strings[int(spans.service[rows[0]])] or "?"
+        nb = not_best.setdefault(svc, [0, 0])
+        nb[0] += inst.not_best
+        nb[1] += inst.n_incoming
+        if progress:
+            progress(len(rows))
+    result.confidence = {s: 100.0 * (1 - a / b) for s, (a, b) in not_best.items() if b}
+    result.info = {
+        "iterations": max(iterations, default=0),
+        "batches": stats.batches,
+        "solver_calls": stats.solver_calls,
+        "solver_fallbacks": stats.fallbacks,
+    }
+    result.finish_unmapped(spans, "no incoming span at this instance can have caused it")
+    return result
+
+
+class _Instance:
+    """The reconstruction problem of one service instance."""
+
+    def __init__(
+        self, spans: SpanTable, rows: np.ndarray, callgraph: CallGraph, params: TraceWeaverParams
+    ) -> None:
+        self.spans = spans
+        self.params = params
+        s = spans.strings
+        incoming = rows[spans.kind[rows] == SERVER]
+        self.outgoing = rows[spans.kind[rows] == CLIENT]
+        self.pools = CallPools(spans, self.outgoing)
+        svc = s[int(spans.service[rows[0]])] or ""
+        groups: dict[int, np.ndarray] = {}
+        for ep in np.unique(spans.endpoint[incoming]):
+            g = callgraph.get(svc, s[int(ep)] or "")
+            if g is not None and g.slots:
+                groups[int(ep)] = incoming[spans.endpoint[incoming] == ep]
+        self.graphs = [callgraph.get(svc, s[ep] or "") for ep in groups]
+        self.requests = [r[np.argsort(spans.start[r], kind="stable")] for r in groups.values()]
+        self.n_incoming = sum(len(r) for r in self.requests)
+        self.not_best = 0
+        # Dynamism (§4.2): calls expected by the call graphs versus calls observed.
+        expected: dict[int, int] = {}
+        for g, reqs in zip(self.graphs, self.requests, strict=True):
+            for sl in g.slots:
+                k = self.pools.key(*sl.callee)
+                expected[k] = expected.get(k, 0) + len(reqs)
+        self.expected = expected
+        observed = {k: len(self.pools.pools.get(k, ())) for k in expected}
+        self.budget = {k: expected[k] - observed[k] for k in expected if expected[k] > observed[k]}
+        self.skip_keys = sorted(self.budget)
+        self.sets: list[CandidateSet] = []
+        self.slot_prob: list[np.ndarray] = []
+        for g, reqs in zip(self.graphs, self.requests, strict=True):
+            keys = [self.pools.key(*sl.callee) for sl in g.slots]
+            allow = np.array([k in self.budget for k in keys])
+            self.sets.append(
+                enumerate_candidates(
+                    spans, reqs, g, self.pools, allow_skip=allow, max_candidates=params.max_candidates
+                )
+            )
+            self.slot_prob.append(
+                np.array([min(1.0, observed[k] / expected[k]) if expected[k] else 1.0 for k in keys])
+            )
+        self.gaps = [candidate_gaps(spans, cs) for cs in self.sets]
+        self.windows = []  # seed window of each candidate: its request's rank in time
+        for cs, reqs in zip(self.sets, self.requests, strict=True):
+            by_row = np.argsort(reqs)
+            rank = by_row[np.searchsorted(reqs, cs.incoming, sorter=by_row)]
+            self.windows.append(rank // params.seed_window)
+
+    # -- distributions -------------------------------------------------------------------------
+    def _seed_models(self) -> list[list[GapModel]]:
+        """§4.1 seed: difference of means where the event series pair up one to one, otherwise
+        the moments of all candidate gaps, each candidate weighted 1/(candidates of its span)."""
+        spans, p = self.spans, self.params
+        uses: dict[int, int] = {}
+        for g in self.graphs:
+            for sl in g.slots:
+                k = self.pools.key(*sl.callee)
+                uses[k] = uses.get(k, 0) + 1
+        models = []
+        for g, reqs, cs, gaps in zip(self.graphs, self.requests, self.sets, self.gaps, strict=True):
+            keys = [self.pools.key(*sl.callee) for sl in g.slots]
+
+            def series(j: int, field: str, g=g, keys=keys, reqs=reqs) -> np.ndarray | None:
+                k = keys[j]
+                rows = self.pools.pools.get(k)
+                if rows is None or uses[k] != 1 or len(rows) != len(reqs):
+                    return None
+                return getattr(spans, field)[rows]
+
+            _, counts = np.unique(cs.incoming, return_inverse=False, return_counts=True)
+            weight = 1.0 / np.repeat(counts, counts) if len(cs) else np.empty(0)
+            per_col: list[GapModel] = []
+            sinks = [j for j in range(len(g.slots)) if not any(j in q for q in g.preds)]
+            for j in range(len(g.slots) + 1):
+                if j < len(g.slots):
+                    t2 = series(j, "start")
+                    pr = g.preds[j]
+                    t1 = spans.start[reqs] if not pr else (series(pr[-1], "end") if len(pr) == 1 else None)
+                else:
+                    t2 = spans.end[reqs]
+                    t1 = series(sinks[0], "end") if len(sinks) == 1 else None
+                if t1 is not None and t2 is not None and len(t1) > 1:
+                    per_col.append(seed_gaussian(t1, t2, p.seed_window, p.seed_buckets))
+                else:
+                    per_col.append(moment_gaussian(gaps[:, j], weight))
+            models.append(per_col)
+        return models
+
+    def _refit(self, models: list[list[GapModel]], chosen: list[np.ndarray]) -> None:
+        p = self.params
+        for s, (gaps, pick) in enumerate(zip(self.gaps, chosen, strict=True)):
+            for j in range(gaps.shape[1]):
+                m = fit_mixture(gaps[pick, j], p.max_components, p.max_fit_samples, p.seed)
+                if m is not None:
+                    models[s][j] = m
+
+    # -- one round -----------------------------------------------------------------------------
+    def _flat(self, scores: list[np.ndarray]) -> tuple[Candidates, np.ndarray, list[tuple[int, int]]]:
+        """Top-K candidates of every incoming span as flat arrays, with their (set, index)."""
+        k = self.params.top_k
+        inc, wts, ptr, outs, skips, origin = [], [], [0], [], [], []
+        key_col = {key: i for i, key in enumerate(self.skip_keys)}
+        for s, (cs, sc) in enumerate(zip(self.sets, scores, strict=True)):
+            if not len(cs):
+                continue
+            order = np.lexsort((-sc, cs.incoming))
+            grp = cs.incoming[order]
+            first = np.r_[0, np.flatnonzero(np.diff(grp)) + 1]
+            rank = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+            keep = order[rank < k]
+            keys = [self.pools.key(*sl.callee) for sl in cs.graph.slots]
+            for c in keep:
+                calls = cs.calls[c]
+                outs.extend(int(o) for o in calls if o >= 0)
+                ptr.append(len(outs))
+                row = np.zeros(len(self.skip_keys), dtype=np.int64)
+                for j in np.flatnonzero(calls < 0):
+                    row[key_col[keys[j]]] += 1
+                skips.append(row)
+                inc.append(int(cs.incoming[c]))
+                wts.append(float(sc[c]))
+                origin.append((s, int(c)))
+        w = np.array(wts)
+        if len(w):
+            # Weights must be positive and favour assigning one more span over any score gain.
+            w = w - w.min() + 1.0
+            w += w.max()
+        cands = Candidates(
+            np.array(inc, dtype=np.int64),
+            w,
+            np.array(ptr, dtype=np.int64),
+            np.array(outs, dtype=np.int64),
+            np.array(skips, dtype=np.int64).reshape(len(inc), len(self.skip_keys)),
+        )
+        return cands, np.array(wts), origin
+
+    def _assign(self, cands: Candidates, stats: SolveStats) -> np.ndarray:
+        spans = self.spans
+        # Incoming spans are addressed by row; batches need a dense index.
+        uniq, dense = np.unique(cands.incoming, return_inverse=True)
+        local = Candidates(dense, cands.weight, cands.out_ptr, cands.out_rows, cands.skips)
+        parts = batches(local, spans.start[uniq], self.params.max_batch)
+        by_in = np.argsort(dense, kind="stable")
+        bounds = np.searchsorted(dense[by_in], np.arange(len(uniq) + 1))
+        members = [np.concatenate([by_in[bounds[i] : bounds[i + 1]] for i in part]) for part in parts]
+        quotas = self._quotas(local, members)
+        chosen: list[np.ndarray] = []
+        taken = np.zeros(0, dtype=np.int64)
+        for m, q in zip(members, quotas, strict=True):
+            if len(taken):
+                m = np.array([c for c in m if not np.isin(local.outs(c), taken).any()], dtype=np.int64)
+            pick = solve_batch(local, m, q, self.params.solver_time_limit, stats)
+            chosen.append(pick)
+            if len(pick):
+                taken = np.concatenate([taken, *[local.outs(c) for c in pick]])
+        return np.concatenate(chosen) if chosen else np.empty(0, dtype=np.int64)
+
+    def _quotas(self, cands: Candidates, members: list[np.ndarray]) -> list[np.ndarray]:
+        nk = len(self.skip_keys)
+        quota = np.zeros((len(members), nk), dtype=np.int64)
+        if not nk:
+            return list(quota)
+        spans = self.spans
+        for q, key in enumerate(self.skip_keys):
+            existing = np.zeros(len(members), dtype=np.int64)
+            capacity = np.zeros(len(members), dtype=np.int64)
+            for b, m in enumerate(members):
+                incoming = np.unique(cands.incoming[m])
+                outs = np.unique(np.concatenate([cands.outs(c) for c in m]) if len(m) else [])
+                okeys = (spans.peer[outs].astype(np.int64) << 32) | spans.endpoint[outs]
+                existing[b] = int((okeys == key).sum())
+                need = int(cands.skips[m, q].max(initial=0)) * len(incoming)
+                capacity[b] = max(0, min(need, len(incoming) * self._per_request(key) - existing[b]))
+            quota[:, q] = water_fill(existing, capacity, self.budget[key])
+        return list(quota)
+
+    def _per_request(self, key: int) -> int:
+        return max(
+            (sum(self.pools.key(*sl.callee) == key for sl in g.slots) for g in self.graphs), default=1
+        )
+
+    def run(self, result: Reconstruction, stats: SolveStats) -> int:
+        if not self.sets:
+            return 0
+        models = self._seed_models()
+        previous = None
+        it = 0
+        for it in range(1, self.params.max_iterations + 1):
+            scores = [
+                score_candidates(gaps, mdl, win, prob)
+                for gaps, mdl, win, prob in zip(
+                    self.gaps, models, self.windows, self.slot_prob, strict=True
+                )
+            ]
+            cands, raw, origin = self._flat(scores)
+            picked = self._assign(cands, stats)
+            mapping = {int(cands.incoming[c]): origin[c] for c in picked}
+            if mapping == previous:
+                break
+            previous = mapping
+            chosen = [[] for _ in self.sets]
+            for s, c in mapping.values():
+                chosen[s].append(c)
+            if it < self.params.max_iterations:
+                self._refit(models, [np.array(c, dtype=np.int64) for c in chosen])
+        self._record(result, cands, raw, picked)
+        return it
+
+    def _record(
+        self, result: Reconstruction, cands: Candidates, raw: np.ndarray, picked: np.ndarray
+    ) -> None:
+        """Write the mapping, scores, top-K alternatives and confidence counts into ``result``."""
+        best: dict[int, int] = {}
+        for c in np.argsort(-raw, kind="stable"):
+            best.setdefault(int(cands.incoming[c]), int(c))
+        top: dict[int, list[frozenset[int]]] = {}
+        alts: dict[int, list[tuple[int, float]]] = {}
+        for c in np.argsort(-raw, kind="stable"):
+            i = int(cands.incoming[c])
+            outs = cands.outs(c)
+            top.setdefault(i, []).append(frozenset(int(o) for o in outs))
+            for o in outs:
+                lst = alts.setdefault(int(o), [])
+                if all(p != i for p, _ in lst) and len(lst) < self.params.top_k:
+                    lst.append((i, float(raw[c])))
+        result.top_candidates.update(top)
+        result.alternatives.update(alts)
+        assigned = set()
+        for c in picked:
+            i = int(cands.incoming[c])
+            assigned.add(i)
+            if best.get(i) != int(c):
+                self.not_best += 1
+            for o in cands.outs(c):
+                result.parent[o] = i
+                result.score[o] = raw[c]
+        self.not_best += self.n_incoming - len(assigned)
+        in_candidates = set(cands.out_rows.tolist())
+        callee_keys = set(self.expected)
+        for o in self.outgoing:
+            if result.parent[o] != NONE:
+                continue
+            key = (int(self.spans.peer[o]) << 32) | int(self.spans.endpoint[o])
+            if key not in callee_keys:
+                reason = "no call graph entry of this service makes this call"
+            elif int(o) in in_candidates:
+                reason = "every candidate parent was given another span in the joint assignment"
+            else:
+                reason = "no incoming span satisfies the timing constraints for it"
+            result.unmapped[int(o)] = reason
