@@ -53,8 +53,10 @@ def score_reconstruction(
     servers = np.flatnonzero(truth.kind == SERVER)
     true_kids = _children(truth.parent, client)
     pred_kids = _children(rec.parent, client)
-    exact = np.array([true_kids.get(int(i), frozenset()) == pred_kids.get(int(i), frozenset())
-                      for i in servers], dtype=bool)
+    exact = np.array(
+        [true_kids.get(int(i), frozenset()) == pred_kids.get(int(i), frozenset()) for i in servers],
+        dtype=bool,
+    )
     top5 = None
     if rec.top_candidates:
         ok = exact.copy()
@@ -94,12 +96,14 @@ def score_reconstruction(
         which = np.clip(np.searchsorted(edges, latency, side="right") - 1, 0, latency_bins - 1)
         for b in range(latency_bins):
             m = has & (which == b)
-            bins.append({
-                "percentile": [100 * b / latency_bins, 100 * (b + 1) / latency_bins],
-                "latency_ms": [float(edges[b]) / 1e6, float(edges[b + 1]) / 1e6],
-                "traces": int(m.sum()),
-                "accuracy": float(1 - bad[m].mean()) if m.any() else None,
-            })
+            bins.append(
+                {
+                    "percentile": [100 * b / latency_bins, 100 * (b + 1) / latency_bins],
+                    "latency_ms": [float(edges[b]) / 1e6, float(edges[b + 1]) / 1e6],
+                    "traces": int(m.sum()),
+                    "accuracy": float(1 - bad[m].mean()) if m.any() else None,
+                }
+            )
     return TraceScore(
         traces=n_traces,
         spans=len(truth),

@@ -38,7 +38,9 @@ def _traces_of(doc: Any, path: str) -> list:
         return [doc]
     if isinstance(doc, list):
         return doc
-    raise InputError("not a Jaeger document: expected {'data': [...]}, a trace or a list", path=path)
+    raise InputError(
+        "not a Jaeger document: expected {'data': [...]}, a trace or a list", path=path
+    )
 
 
 def _tag_map(r: RecordReader, tags: Any) -> dict[str, Any]:

@@ -63,7 +63,9 @@ def iter_json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
         try:
             yield lineno, json.loads(line)
         except json.JSONDecodeError as e:
-            raise InputError(f"malformed JSON: {e.msg}", path=str(path), record=f"line {lineno}") from None
+            raise InputError(
+                f"malformed JSON: {e.msg}", path=str(path), record=f"line {lineno}"
+            ) from None
 
 
 def expand_inputs(paths: list[str | Path], suffixes: tuple[str, ...]) -> list[Path]:

@@ -137,7 +137,10 @@ def infer_roles(spans: SpanTable) -> Observed:
     keep = np.flatnonzero((kind == SERVER) | (kind == CLIENT))
     m = len(keep)
     k = len(needs_client)
-    cols = {name: np.concatenate([col[keep], col[needs_client]]) for name, col in spans.columns().items()}
+    cols = {
+        name: np.concatenate([col[keep], col[needs_client]])
+        for name, col in spans.columns().items()
+    }
     out_kind = np.concatenate([kind[keep], np.full(k, CLIENT, dtype=np.int8)])
     pos = np.full(n, NONE, dtype=np.int64)
     pos[keep] = np.arange(m)

@@ -12,6 +12,7 @@ the immediate predecessors (the transitive reduction).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -67,7 +68,7 @@ class EndpointGraph:
     def is_sequential(self) -> bool:
         """True when the calls form one chain (no two run in parallel)."""
         order = self.order
-        return all(self.preds[b] == [a] for a, b in zip(order, order[1:], strict=False))
+        return all(self.preds[b] == [a] for a, b in pairwise(order))
 
 
 @dataclass

@@ -49,7 +49,9 @@ class CallPools:
         rows, keys = rows[order], keys[order]
         cut = np.flatnonzero(np.diff(keys)) + 1
         self.pools: dict[int, np.ndarray] = {
-            int(k[0]): r for k, r in zip(np.split(keys, cut), np.split(rows, cut), strict=True) if len(k)
+            int(k[0]): r
+            for k, r in zip(np.split(keys, cut), np.split(rows, cut), strict=True)
+            if len(k)
         }
         self.starts = {k: spans.start[r] for k, r in self.pools.items()}
 
@@ -84,51 +86,74 @@ def enumerate_candidates(
     """
     order = graph.order
     keys = [pools.key(*graph.slots[j].callee) for j in range(len(graph.slots))]
-    preds = graph.preds
-    twin_before = [
-        [i for i in order[:pos] if keys[i] == keys[j]] for pos, j in enumerate(order)
-    ]
-    start, end = spans.start, spans.end
-    n_slots = len(order)
-    out_in: list[int] = []
-    out_calls: list[list[int]] = []
-    truncated = 0
+    walk = _Walk(spans, graph, keys, allow_skip, max_candidates)
     for r in incoming:
-        s, e = int(start[r]), int(end[r])
-        eligible = [pools.within(k, s, e) for k in keys]
-        chosen = [NONE] * n_slots
-        ready = [s] * n_slots
-        found = 0
-
-        def dfs(pos: int) -> bool:
-            nonlocal found
-            if pos == n_slots:
-                out_in.append(int(r))
-                out_calls.append(list(chosen))
-                found += 1
-                return found < max_candidates
-            j = order[pos]
-            t = max((ready[p] for p in preds[j]), default=s)
-            twins = [chosen[i] for i in twin_before[pos] if chosen[i] >= 0]
-            floor = max(twins, default=-1)
-            for o in eligible[j]:
-                if start[o] < t or o in twins:
-                    continue
-                if floor >= 0 and o < floor and not any(i in preds[j] for i in twin_before[pos]):
-                    continue  # parallel twins: row order breaks the symmetry
-                chosen[j] = int(o)
-                ready[j] = int(end[o])
-                if not dfs(pos + 1):
-                    return False
-            if allow_skip[j]:
-                chosen[j] = SKIP
-                ready[j] = t
-                if not dfs(pos + 1):
-                    return False
-            chosen[j] = NONE
-            return True
-
-        if not dfs(0):
-            truncated += 1
+        walk.run(int(r), [pools.within(k, int(spans.start[r]), int(spans.end[r])) for k in keys])
+    n_slots = len(order)
+    out_in, out_calls, truncated = walk.found_in, walk.found_calls, walk.truncated
     calls = np.array(out_calls, dtype=np.int64).reshape(len(out_calls), n_slots)
     return CandidateSet(graph, np.array(out_in, dtype=np.int64), calls, truncated)
+
+
+class _Walk:
+    """Depth-first search over slots in topological order, one incoming span at a time."""
+
+    def __init__(
+        self,
+        spans: SpanTable,
+        graph: EndpointGraph,
+        keys: list[int],
+        allow_skip: np.ndarray,
+        max_candidates: int,
+    ) -> None:
+        self.start, self.end = spans.start, spans.end
+        self.order = graph.order
+        self.preds = graph.preds
+        self.allow_skip = allow_skip
+        self.max_candidates = max_candidates
+        # Earlier slots calling the same backend, and whether they are ordered before this one.
+        self.twins = [
+            [i for i in self.order[:pos] if keys[i] == keys[j]] for pos, j in enumerate(self.order)
+        ]
+        self.found_in: list[int] = []
+        self.found_calls: list[list[int]] = []
+        self.truncated = 0
+
+    def run(self, row: int, eligible: list[np.ndarray]) -> None:
+        n = len(self.order)
+        self.row, self.eligible = row, eligible
+        self.chosen = [NONE] * n
+        self.ready = [int(self.start[row])] * n
+        self.count = 0
+        if not self._dfs(0):
+            self.truncated += 1
+
+    def _dfs(self, pos: int) -> bool:
+        """Extend the partial mapping at slot ``order[pos]``; False once the cap is reached."""
+        chosen, ready = self.chosen, self.ready
+        if pos == len(self.order):
+            self.found_in.append(self.row)
+            self.found_calls.append(list(chosen))
+            self.count += 1
+            return self.count < self.max_candidates
+        j = self.order[pos]
+        t = max((ready[p] for p in self.preds[j]), default=int(self.start[self.row]))
+        twins = [chosen[i] for i in self.twins[pos] if chosen[i] >= 0]
+        unordered_twin = any(i not in self.preds[j] for i in self.twins[pos])
+        floor = max(twins, default=-1)
+        for o in self.eligible[j]:
+            if self.start[o] < t or o in twins:
+                continue
+            if unordered_twin and o < floor:
+                continue  # parallel twins: row order breaks the symmetry
+            chosen[j] = int(o)
+            ready[j] = int(self.end[o])
+            if not self._dfs(pos + 1):
+                return False
+        if self.allow_skip[j]:
+            chosen[j] = SKIP
+            ready[j] = t
+            if not self._dfs(pos + 1):
+                return False
+        chosen[j] = NONE
+        return True

@@ -29,7 +29,7 @@ _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def candidate_gaps(spans: SpanTable, cs: CandidateSet) -> np.ndarray:
-    """Gaps in µs, one column per slot plus a last column for call end -> response (NaN: skipped)."""
+    """Gaps in µs: a column per slot, then one for last call end -> response (NaN: skipped)."""
     g = cs.graph
     n, m = cs.calls.shape
     in_start = spans.start[cs.incoming]
@@ -150,7 +150,9 @@ def score_candidates(
         col = gaps[:, j]
         present = ~np.isnan(col)
         if j < len(slot_prob):
-            total += np.where(present, math.log(p[j]) if slot_prob[j] < 1 else 0.0, math.log(1 - p[j]))
+            total += np.where(
+                present, math.log(p[j]) if slot_prob[j] < 1 else 0.0, math.log(1 - p[j])
+            )
         if present.any():
             total[present] += model.logpdf(col[present], window[present])
     return total

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.model.roles import process_key
+from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.reconstruct.assign import Candidates, SolveStats, batches, solve_batch, water_fill
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.candidates import CallPools, CandidateSet, enumerate_candidates
@@ -139,11 +139,18 @@ class _Instance:
             allow = np.array([k in self.budget for k in keys])
             self.sets.append(
                 enumerate_candidates(
-                    spans, reqs, g, self.pools, allow_skip=allow, max_candidates=params.max_candidates
+                    spans,
+                    reqs,
+                    g,
+                    self.pools,
+                    allow_skip=allow,
+                    max_candidates=params.max_candidates,
                 )
             )
             self.slot_prob.append(
-                np.array([min(1.0, observed[k] / expected[k]) if expected[k] else 1.0 for k in keys])
+                np.array(
+                    [min(1.0, observed[k] / expected[k]) if expected[k] else 1.0 for k in keys]
+                )
             )
         self.gaps = [candidate_gaps(spans, cs) for cs in self.sets]
         self.windows = []  # seed window of each candidate: its request's rank in time
@@ -181,7 +188,11 @@ class _Instance:
                 if j < len(g.slots):
                     t2 = series(j, "start")
                     pr = g.preds[j]
-                    t1 = spans.start[reqs] if not pr else (series(pr[-1], "end") if len(pr) == 1 else None)
+                    t1 = (
+                        spans.start[reqs]
+                        if not pr
+                        else (series(pr[-1], "end") if len(pr) == 1 else None)
+                    )
                 else:
                     t2 = spans.end[reqs]
                     t1 = series(sinks[0], "end") if len(sinks) == 1 else None
@@ -201,7 +212,9 @@ class _Instance:
                     models[s][j] = m
 
     # -- one round -----------------------------------------------------------------------------
-    def _flat(self, scores: list[np.ndarray]) -> tuple[Candidates, np.ndarray, list[tuple[int, int]]]:
+    def _flat(
+        self, scores: list[np.ndarray]
+    ) -> tuple[Candidates, np.ndarray, list[tuple[int, int]]]:
         """Top-K candidates of every incoming span as flat arrays, with their (set, index)."""
         k = self.params.top_k
         inc, wts, ptr, outs, skips, origin = [], [], [0], [], [], []
@@ -248,13 +261,17 @@ class _Instance:
         parts = batches(local, spans.start[uniq], self.params.max_batch)
         by_in = np.argsort(dense, kind="stable")
         bounds = np.searchsorted(dense[by_in], np.arange(len(uniq) + 1))
-        members = [np.concatenate([by_in[bounds[i] : bounds[i + 1]] for i in part]) for part in parts]
+        members = [
+            np.concatenate([by_in[bounds[i] : bounds[i + 1]] for i in part]) for part in parts
+        ]
         quotas = self._quotas(local, members)
         chosen: list[np.ndarray] = []
         taken = np.zeros(0, dtype=np.int64)
         for m, q in zip(members, quotas, strict=True):
             if len(taken):
-                m = np.array([c for c in m if not np.isin(local.outs(c), taken).any()], dtype=np.int64)
+                m = np.array(
+                    [c for c in m if not np.isin(local.outs(c), taken).any()], dtype=np.int64
+                )
             pick = solve_batch(local, m, q, self.params.solver_time_limit, stats)
             chosen.append(pick)
             if len(pick):
@@ -276,13 +293,16 @@ class _Instance:
                 okeys = (spans.peer[outs].astype(np.int64) << 32) | spans.endpoint[outs]
                 existing[b] = int((okeys == key).sum())
                 need = int(cands.skips[m, q].max(initial=0)) * len(incoming)
-                capacity[b] = max(0, min(need, len(incoming) * self._per_request(key) - existing[b]))
+                capacity[b] = max(
+                    0, min(need, len(incoming) * self._per_request(key) - existing[b])
+                )
             quota[:, q] = water_fill(existing, capacity, self.budget[key])
         return list(quota)
 
     def _per_request(self, key: int) -> int:
         return max(
-            (sum(self.pools.key(*sl.callee) == key for sl in g.slots) for g in self.graphs), default=1
+            (sum(self.pools.key(*sl.callee) == key for sl in g.slots) for g in self.graphs),
+            default=1,
         )
 
     def run(self, result: Reconstruction, stats: SolveStats) -> int:

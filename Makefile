@@ -1,0 +1,30 @@
+# tacit — make install | demo | test | bench | lint
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/tacit demo --out demo-output
+
+lint: install
+	$(BIN)/ruff check src tests bench
+
+test: lint
+	$(BIN)/pytest -n 2 -q
+
+bench: install
+	@for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) demo-output .pytest_cache .ruff_cache

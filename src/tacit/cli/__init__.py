@@ -1,0 +1,1 @@
+"""The tacit command line."""

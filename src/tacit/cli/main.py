@@ -1,0 +1,50 @@
+"""The ``tacit`` command line: one typer app, one module per command group.
+
+Every :class:`~tacit.errors.TacitError` becomes one line on stderr and exit code 2; ``--debug``
+shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from tacit.cli import traces
+from tacit.errors import TacitError
+
+app = typer.Typer(
+    name="tacit",
+    help="Observability without instrumentation: traces and latencies inferred from what is "
+    "visible anyway.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+traces.register(app)
+
+
+def main() -> None:
+    """Entry point: run the app, turning tacit's errors into one line and exit code 2."""
+    debug = "--debug" in sys.argv
+    if debug:
+        sys.argv.remove("--debug")
+    try:
+        app(standalone_mode=False)
+    except TacitError as e:
+        if debug:
+            raise
+        print(f"tacit: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except (typer.Exit, SystemExit) as e:
+        sys.exit(getattr(e, "exit_code", getattr(e, "code", 0)))
+    except typer.Abort:
+        print("tacit: aborted", file=sys.stderr)
+        sys.exit(1)
+    except Exception as e:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(2)
+        raise

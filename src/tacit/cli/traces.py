@@ -1,0 +1,229 @@
+"""Commands for request traces: evaluate, reconstruct, blind, callgraph, demo."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tacit.errors import ConfigError
+
+console = Console(stderr=True)
+out = Console()
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+
+
+@contextmanager
+def progress_bar(total: int, label: str, enabled: bool):
+    """A rich progress bar on stderr advanced by a callback taking a count (quiet if disabled)."""
+    if not enabled:
+        yield None
+        return
+    with Progress(
+        TextColumn(label),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as p:
+        task = p.add_task(label, total=total)
+        yield lambda n: p.advance(task, n)
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def _load_callgraph(spec: str):
+    from tacit.reconstruct.callgraph import CallGraph
+
+    if spec == "learn":
+        return None
+    if not Path(spec).exists():
+        raise ConfigError(f"{spec}: no such call graph file (or say 'learn')")
+    return CallGraph.load(spec)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def evaluate(
+        traces: Annotated[list[Path], typer.Argument(help="Trace files or directories.")],
+        algorithm: Annotated[
+            str, typer.Option(help="Comma-separated: traceweaver,wap5,fcfs,vpath.")
+        ] = "traceweaver,wap5,fcfs,vpath",
+        callgraph: Annotated[
+            str, typer.Option(help="'learn' (from the input's ground truth) or a YAML file.")
+        ] = "learn",
+        sample: Annotated[
+            float, typer.Option(help="Fraction of traces the call graph is learned from.")
+        ] = 1.0,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Blind ground-truth traces, reconstruct them with each algorithm, and score them."""
+        from tacit.reconstruct.pipeline import evaluate as run
+
+        algos = [a.strip() for a in algorithm.split(",") if a.strip()]
+        ev = run(list(traces), algos, callgraph=_load_callgraph(callgraph), callgraph_sample=sample)
+        if json_out:
+            out.print_json(json.dumps(ev.as_dict()))
+            return
+        t = Table(title=f"{ev.traces} traces, {ev.spans} spans; call graph {ev.callgraph}")
+        for col in ("algorithm", "accuracy", "link accuracy", "top-5", "seconds", "spans/s"):
+            t.add_column(col, justify="right" if col != "algorithm" else "left")
+        for r in ev.results:
+            t.add_row(
+                r["algorithm"],
+                _pct(r["accuracy"]),
+                _pct(r["link_accuracy"]),
+                _pct(r["top5_accuracy"]),
+                f"{r['seconds']:.2f}",
+                f"{r['spans_per_second']:.0f}",
+            )
+        out.print(t)
+        tw = next((r for r in ev.results if r["per_service"]), None)
+        if tw:
+            s = Table(title=f"per service ({tw['algorithm']})")
+            for col in ("service", "incoming", "accuracy", "confidence"):
+                s.add_column(col)
+            for name, v in tw["per_service"].items():
+                conf = v["confidence"]
+                s.add_row(
+                    name,
+                    str(v["incoming"]),
+                    _pct(v["accuracy"]),
+                    "–" if conf is None else f"{conf:.1f}%",
+                )
+            out.print(s)
+
+    @app.command()
+    def reconstruct(
+        spans: Annotated[
+            list[Path], typer.Argument(help="Blind spans (or traces) to reconstruct.")
+        ],
+        out_path: Annotated[Path, typer.Option("--out", help="Output file (.json[.gz]).")],
+        callgraph: Annotated[
+            str, typer.Option(help="'learn' (from the input, needs ground truth) or a YAML file.")
+        ] = "learn",
+        algorithm: Annotated[str, typer.Option(help="traceweaver, wap5, fcfs or vpath.")] = (
+            "traceweaver"
+        ),
+        output_format: Annotated[str, typer.Option("--format", help="jaeger or otlp.")] = "jaeger",
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Reconstruct traces from spans without identifiers and write them out."""
+        from tacit.formats import write_traces
+        from tacit.model.traces import assemble
+        from tacit.reconstruct.callgraph import learn_callgraph
+        from tacit.reconstruct.pipeline import observe, run_algorithm
+
+        observed, _ = observe(list(spans))
+        cg = _load_callgraph(callgraph)
+        if cg is None:
+            if (observed.spans.parent < 0).all():
+                raise ConfigError(
+                    "blind spans carry no ground truth to learn a call graph from: "
+                    "pass --callgraph FILE (see 'tacit callgraph')"
+                )
+            cg = learn_callgraph(observed.spans)
+        blind = observed.without_truth()
+        with progress_bar(len(blind), "reconstructing", not json_out) as cb:
+            rec = run_algorithm(algorithm, blind, cg, progress=cb)
+        traces, tags = assemble(blind, rec)
+        write_traces(out_path, traces, tags, format=output_format)
+        reasons: dict[str, int] = {}
+        for r in rec.unmapped.values():
+            reasons[r] = reasons.get(r, 0) + 1
+        summary = {
+            "spans": len(blind),
+            "traces": len(set(traces.trace.tolist())),
+            "mapped": int(((blind.kind == 1) & (rec.parent >= 0)).sum()),
+            "unmapped": reasons,
+            "accounting": observed.accounting,
+            "confidence": rec.confidence,
+            "out": str(out_path),
+        }
+        if json_out:
+            out.print_json(json.dumps(summary))
+        else:
+            out.print(f"{summary['spans']} spans -> {summary['traces']} traces in {out_path}")
+            for r, n in reasons.items():
+                out.print(f"  unmapped: {n} ({r})")
+
+    @app.command()
+    def blind(
+        traces: Annotated[list[Path], typer.Argument(help="Trace files or directories.")],
+        out_path: Annotated[Path, typer.Option("--out", help="Blind spans (.jsonl[.gz]).")],
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Write what a non-intrusive collector sees: spans per instance, no identifiers."""
+        from tacit.formats.blind import write_blind
+        from tacit.reconstruct.pipeline import observe
+
+        observed, _ = observe(list(traces))
+        write_blind(out_path, observed.without_truth())
+        summary = {
+            "spans": len(observed.spans),
+            "accounting": observed.accounting,
+            "out": str(out_path),
+        }
+        if json_out:
+            out.print_json(json.dumps(summary))
+        else:
+            out.print(f"{summary['spans']} blind spans in {out_path}")
+            for k, v in observed.accounting.items():
+                out.print(f"  {k}: {v}")
+
+    @app.command(name="callgraph")
+    def callgraph_cmd(
+        traces: Annotated[list[Path], typer.Argument(help="Test traces with ground truth.")],
+        out_path: Annotated[Path | None, typer.Option("--out", help="YAML file.")] = None,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Learn call graphs and dependency order from isolated test traces (§5.2.2)."""
+        from tacit.reconstruct.callgraph import learn_callgraph
+        from tacit.reconstruct.pipeline import observe
+
+        observed, _ = observe(list(traces))
+        cg = learn_callgraph(observed.spans)
+        if out_path:
+            cg.save(out_path)
+        if json_out:
+            import yaml
+
+            out.print_json(json.dumps(yaml.safe_load(cg.to_yaml())))
+        elif not out_path:
+            out.print(cg.to_yaml(), end="")
+
+    @app.command()
+    def demo(
+        out_dir: Annotated[Path, typer.Option("--out", help="Where traces and report go.")] = Path(
+            "demo-output"
+        ),
+        requests: Annotated[int, typer.Option(help="Requests per load level.")] = 400,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Simulate a small app under rising load, reconstruct, score every algorithm, report."""
+        from tacit.evaluation.demo import run_demo
+
+        res = run_demo(out_dir, requests=requests)
+        if json_out:
+            out.print_json(json.dumps(res))
+            return
+        t = Table(
+            title=f"End-to-end accuracy, simulated app '{res['app']}', {requests} requests/load"
+        )
+        t.add_column("load (req/s)", justify="right")
+        for a in res["algorithms"]:
+            t.add_column(a, justify="right")
+        for row in res["loads"]:
+            t.add_row(str(row["rate"]), *[_pct(row["accuracy"][a]) for a in res["algorithms"]])
+        out.print(t)
+        out.print(f"traces: {res['traces']}\nreport: {res['report']}")

@@ -1,0 +1,1 @@
+"""Ground-truth metrics shared by every algorithm."""

@@ -1,0 +1,121 @@
+"""Span files in every supported format, behind one reader and one writer.
+
+:func:`read_spans` reads Jaeger JSON, Zipkin v2 JSON, OTLP JSON, CSV span tables and JSON-lines
+"blind" spans, telling them apart by content (after gzip) rather than by file name, since all the
+JSON formats share the ``.json`` suffix. :func:`write_traces` writes Jaeger, OTLP or Zipkin.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from tacit.errors import ConfigError, InputError
+from tacit.formats.common import Paths, input_files
+from tacit.formats.jaeger import read_jaeger, write_jaeger
+from tacit.formats.otlp import read_otlp, write_otlp
+from tacit.formats.spancsv import COLUMNS, read_span_csv
+from tacit.formats.textio import load_json, read_text
+from tacit.formats.zipkin import read_zipkin, write_zipkin
+from tacit.model.spans import SpanTable, concat
+
+SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz", ".csv", ".csv.gz")
+"""The files :func:`read_spans` takes from a directory when the format is detected."""
+
+_READERS: dict[str, Callable[[Paths], SpanTable]] = {
+    "jaeger": read_jaeger,
+    "zipkin": read_zipkin,
+    "otlp": read_otlp,
+    "csv": read_span_csv,
+}
+_WRITERS = {"jaeger": write_jaeger, "otlp": write_otlp, "zipkin": write_zipkin}
+READ_FORMATS = ("auto", *_READERS, "blind")
+WRITE_FORMATS = tuple(_WRITERS)
+
+
+def read_spans(paths: Paths, format: str = "auto") -> SpanTable:
+    """Read span files (or directories of them) into one table.
+
+    ``format`` is one of :data:`READ_FORMATS`; with ``auto`` each file's format is detected by
+    :func:`detect_format`, so one call may mix formats.
+    """
+    if format not in READ_FORMATS:
+        raise ConfigError(f"unknown trace format {format!r}: expected one of {READ_FORMATS}")
+    if format != "auto":
+        return _reader(format)(paths)
+    files = input_files(paths, SUFFIXES)
+    return concat([_reader(detect_format(f), f)([f]) for f in files])
+
+
+def detect_format(path: str | Path) -> str:
+    """The format of one span file, from its content: csv, blind, otlp, jaeger or zipkin.
+
+    A CSV span table starts with its header; a blind-spans JSON-lines file with an object that
+    has ``rpc`` and ``kind`` but no ``traceID``. A JSON document is OTLP if it is an object with
+    ``resourceSpans``, Jaeger if it is an object with ``data``, ``spans`` or ``traceID`` or a list
+    of traces (objects with ``spans``), and Zipkin if it is a list of spans (objects with
+    ``traceId``) or of such lists.
+    """
+    text = read_text(path)
+    first = text.split("\n", 1)[0].strip()
+    if first.startswith("TraceID,") or set(COLUMNS) <= set(first.split(",")):
+        return "csv"
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            head = json.loads(first)
+        except ValueError:
+            head = None
+        if isinstance(head, dict) and {"rpc", "kind"} <= head.keys() and "traceID" not in head:
+            return "blind"
+        fmt = _json_format(head if head is not None and first == text.strip() else load_json(path))
+        if fmt is not None:
+            return fmt
+    raise InputError(
+        "unknown span format: expected a CSV span table, blind-span JSON lines, "
+        "or a Jaeger, Zipkin v2 or OTLP JSON document",
+        path=str(path),
+    )
+
+
+def _json_format(doc: Any) -> str | None:
+    if isinstance(doc, dict):
+        if "resourceSpans" in doc:
+            return "otlp"
+        if doc.keys() & {"data", "spans", "traceID"}:
+            return "jaeger"
+    elif isinstance(doc, list):
+        item = doc[0] if doc else None
+        if isinstance(item, list):  # Zipkin's query API: a list of traces, each a list of spans
+            item = item[0] if item else None
+        if item is None or (isinstance(item, dict) and "traceId" in item):
+            return "zipkin"
+        if isinstance(item, dict) and "spans" in item:
+            return "jaeger"
+    return None
+
+
+def _reader(format: str, path: Path | None = None) -> Callable[[Paths], SpanTable]:
+    if format != "blind":
+        return _READERS[format]
+    try:  # written separately; imported on demand so that the other formats work without it
+        from tacit.formats.blind import read_blind
+    except ImportError as e:
+        raise InputError(
+            f"blind-span JSON lines cannot be read: {e}", path=None if path is None else str(path)
+        ) from None
+    return read_blind
+
+
+def write_traces(
+    path: str | Path,
+    spans: SpanTable,
+    tags: Mapping[int, Mapping[str, Any]] | None = None,
+    format: str = "jaeger",
+) -> None:
+    """Write ``spans`` as ``format`` (one of :data:`WRITE_FORMATS`), gzip when ``.gz``."""
+    writer = _WRITERS.get(format)
+    if writer is None:
+        raise ConfigError(f"unknown trace format {format!r}: expected one of {WRITE_FORMATS}")
+    writer(path, spans, tags)

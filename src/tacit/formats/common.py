@@ -1,0 +1,97 @@
+"""Helpers shared by the trace formats (Jaeger, Zipkin, OTLP).
+
+The formats differ in layout but agree on conventions: hex identifiers, OpenTracing/OpenTelemetry
+tag names for the host, the peer service and the thread, and the span kinds client/server with
+producer/consumer folded into them (a message send is an outgoing request, its delivery an
+incoming one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tacit.formats.textio import expand_inputs
+from tacit.model.spans import CLIENT, KIND_CODES, NONE, SERVER, UNKNOWN, SpanTable
+
+Paths = str | Path | list[str | Path]
+"""One input file or directory, or a list of them."""
+
+HOST_TAGS = ("hostname", "host.name", "k8s.pod.name", "ip")
+"""Tags naming the instance a span ran on; the first one present wins."""
+THREAD_TAGS = ("thread.id", "thread_id", "thread")
+PEER_TAGS = ("peer.service",)
+KIND_ALIASES = {"producer": CLIENT, "consumer": SERVER}
+
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def input_files(paths: Paths, suffixes: tuple[str, ...]) -> list[Path]:
+    """The files named by ``paths``, directories expanded to their files with ``suffixes``."""
+    return expand_inputs(paths if isinstance(paths, list) else [paths], suffixes)
+
+
+def hex_id(value: str | None, row: int, width: int = 16) -> str:
+    """``value`` as a lowercase hex id of ``width`` digits, or one made from ``row``.
+
+    The formats need fixed-width hex ids (OTLP: 16-byte trace and 8-byte span ids; Jaeger and
+    Zipkin: 64- or 128-bit). Hex ids that fit are zero-padded; other ids (not hex, such as the
+    ``:server`` side of a shared Zipkin span, or too long) are replaced by the row number.
+    """
+    if value and len(value) <= width and _HEX_DIGITS.issuperset(value):
+        return value.lower().rjust(width, "0")
+    return f"{row + 1:0{width}x}"
+
+
+def kind_code(value: Any) -> int:
+    """The span kind code of a kind name (case-insensitive); UNKNOWN for anything else."""
+    if not isinstance(value, str):
+        return UNKNOWN
+    v = value.lower()
+    return KIND_CODES.get(v, KIND_ALIASES.get(v, UNKNOWN))
+
+
+def thread_id(tags: Mapping[str, Any]) -> int:
+    """The thread id from the first thread tag holding an integer (or digit string)."""
+    for k in THREAD_TAGS:
+        v = tags.get(k)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        if isinstance(v, str) and v.isdigit():
+            return int(v)
+    return NONE
+
+
+def first_tag(tags: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
+    """The value of the first of ``keys`` present in ``tags``, as a string."""
+    return next((str(tags[k]) for k in keys if k in tags), None)
+
+
+def tag(key: str, value: Any) -> dict[str, Any]:
+    """A typed tag ``{"key", "type", "value"}`` (Jaeger's JSON model; OTLP maps the types)."""
+    if isinstance(value, bool):
+        return {"key": key, "type": "bool", "value": value}
+    if isinstance(value, (int, np.integer)):
+        return {"key": key, "type": "int64", "value": int(value)}
+    if isinstance(value, (float, np.floating)):
+        return {"key": key, "type": "float64", "value": float(value)}
+    return {"key": key, "type": "string", "value": str(value)}
+
+
+def hex_ids(spans: SpanTable) -> tuple[list[str], list[str]]:
+    """The (trace id, span id) of every row as 32- and 16-digit hex, for writers.
+
+    A trace id that is not hex is made from the first row of its trace, so that all its spans
+    still share one id.
+    """
+    s = spans.strings
+    by_trace: dict[int, str] = {}
+    traces = []
+    for row, t in enumerate(spans.trace.tolist()):
+        if t not in by_trace:
+            by_trace[t] = hex_id(s[t], row, width=32)
+        traces.append(by_trace[t])
+    return traces, [hex_id(s[c], row) for row, c in enumerate(spans.span_id.tolist())]

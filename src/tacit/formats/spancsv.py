@@ -1,0 +1,101 @@
+"""CSV span tables, as published with the Nezha and similar microservice benchmark datasets.
+
+One span per line under the header ``TraceID,SpanID,ParentID,PodName,OperationName,
+StartTimeUnixNano,EndTimeUnixNano`` (other columns, such as ``Duration``, are ignored). A
+``ParentID`` of ``root`` or empty marks a root span. The files record neither the span kind nor
+the service, only the Kubernetes pod: the kind is left UNKNOWN for
+:func:`tacit.model.roles.infer_roles` to decide, and the service is the pod's workload name
+(:func:`workload_name`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+
+from tacit.errors import InputError
+from tacit.formats.common import Paths, input_files
+from tacit.formats.fields import RecordReader
+from tacit.formats.textio import read_text
+from tacit.model.spans import UNKNOWN, SpanTable, SpanTableBuilder, concat
+
+SUFFIXES = (".csv", ".csv.gz")
+COLUMNS = (
+    "TraceID",
+    "SpanID",
+    "ParentID",
+    "PodName",
+    "OperationName",
+    "StartTimeUnixNano",
+    "EndTimeUnixNano",
+)
+ROOT_PARENTS = ("", "root")
+
+_DEPLOYMENT_POD = re.compile(r"(?P<workload>.+)-(?=[0-9a-z]*[0-9])[0-9a-z]{6,10}-[0-9a-z]{5}")
+"""``<deployment>-<pod-template-hash>-<pod suffix>``; the hash has a digit (see workload_name)."""
+
+
+def workload_name(pod: str) -> str:
+    """The Deployment a pod belongs to, from the pod's name; other names unchanged.
+
+    Kubernetes names a Deployment's pods ``<deployment>-<pod-template-hash>-<suffix>``: the
+    ReplicaSet appends a hash of the pod template (the decimal digits of a 32-bit hash, each mapped
+    into ``bcdfghjklmnpqrstvwxz2456789`` in current releases and left as digits in old ones: in
+    practice 6 to 10 characters) and the pod a 5-character random suffix. Both are stripped, so
+    ``frontend-579b9bff58-t2dbm`` is ``frontend``. To keep ordinary hyphenated names intact
+    (``my-redis-master-cache``), the hash must contain a digit, which real hashes practically always
+    do. Other pods keep their whole name: StatefulSet pods (``redis-0``), whose ordinal names a
+    distinct member, and DaemonSet or bare ReplicaSet pods (``<name>-<suffix>``), whose lone suffix
+    cannot be told apart from an ordinary last word.
+    """
+    m = _DEPLOYMENT_POD.fullmatch(pod)
+    return m["workload"] if m else pod
+
+
+def read_span_csv(paths: Paths) -> SpanTable:
+    """Read CSV span tables (or directories of .csv/.csv.gz files) into one table.
+
+    Records are numbered by CSV line (the header is line 1).
+    """
+    return concat([_read_file(f) for f in input_files(paths, SUFFIXES)])
+
+
+def _read_file(path: Path) -> SpanTable:
+    src = str(path)
+    rows = csv.reader(io.StringIO(read_text(path), newline=""))
+    header = next(rows, None)
+    missing = [c for c in COLUMNS if c not in (header or [])]
+    if missing:
+        raise InputError(f"not a span CSV: missing column(s) {', '.join(missing)}", path=src)
+    builder = SpanTableBuilder(src)
+    for row in rows:
+        if not row:
+            continue
+        line = rows.line_num
+        r = RecordReader(src, f"line {line}")
+        if len(row) != len(header):
+            raise r.fail(f"{len(row)} fields, but the header has {len(header)}")
+        rec = dict(zip(header, row, strict=True))
+        pod = r.string(rec, "PodName")
+        if not pod:
+            raise r.fail("empty PodName")
+        parent = r.string(rec, "ParentID")
+        span = {
+            "service": workload_name(pod),
+            "instance": pod,
+            "endpoint": r.string(rec, "OperationName"),
+            "kind": UNKNOWN,
+            "start": r.integer(rec, "StartTimeUnixNano"),
+            "end": r.integer(rec, "EndTimeUnixNano"),
+            "record": line,
+            "trace": r.string(rec, "TraceID"),
+            "span_id": r.string(rec, "SpanID"),
+            "parent_id": None if parent in ROOT_PARENTS else parent,
+        }
+        try:
+            builder.add(**span)
+        except InputError as e:  # the builder numbers records; name the line like the rest
+            raise r.fail(e.message) from None
+    return builder.build()

@@ -1,0 +1,1 @@
+"""Request trace reconstruction from spans without trace identifiers (TraceWeaver and baselines)."""

@@ -1,0 +1,161 @@
+"""Baselines that TraceWeaver is compared with (SIGCOMM '24, §6), implemented faithfully.
+
+All three see the same blind spans and call graph as TraceWeaver and map each outgoing span of
+an instance to one of its incoming spans:
+
+* **FCFS** — first come, first served: outgoing spans in start order go to the earliest-arrived
+  incoming span that is still open (it started before and ends after the call) and still owes a
+  call to that backend according to its call graph.
+* **WAP5** — nearest parent (Aguilera et al. / WAP5, WWW '06 §5.1 as the TraceWeaver artifact
+  applies it): an exponential delay model; each outgoing span is linked to the most recent
+  not-yet-linked incoming span before it, unless that gap exceeds 4x the mean delay, in which
+  case it is left spontaneous (unmapped).
+* **vPath** (and DeepFlow) — thread-based: an outgoing request belongs to the request the same
+  thread is currently serving, i.e. the latest incoming request on that thread that is still
+  open. Without thread ids every instance is one thread.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+import numpy as np
+
+from tacit.model.roles import process_key
+from tacit.model.spans import CLIENT, SERVER, SpanTable
+from tacit.reconstruct.callgraph import CallGraph
+from tacit.reconstruct.result import Reconstruction
+
+WAP5_CUTOFF = 4.0
+"""WAP5's spontaneous alternative: a gap beyond this many mean delays is not causal (§5.1)."""
+
+
+def _call_key(spans: SpanTable, rows: np.ndarray) -> np.ndarray:
+    return (spans.peer[rows].astype(np.int64) << 32) | spans.endpoint[rows].astype(np.int64)
+
+
+def _owed(spans: SpanTable, incoming: np.ndarray, callgraph: CallGraph) -> list[dict[int, int]]:
+    """Calls each incoming span owes per callee key, from its endpoint's call graph."""
+    s = spans.strings
+    out = []
+    for r in incoming:
+        g = callgraph.get(s[int(spans.service[r])] or "", s[int(spans.endpoint[r])] or "")
+        owed: dict[int, int] = {}
+        for sl in g.slots if g else []:
+            k = (s.find(sl.service) << 32) | s.find(sl.endpoint)
+            owed[k] = owed.get(k, 0) + 1
+        out.append(owed)
+    return out
+
+
+def _per_instance(
+    spans: SpanTable,
+    algorithm: str,
+    assign: Callable[[np.ndarray, np.ndarray, Reconstruction], None],
+) -> Reconstruction:
+    result = Reconstruction.start(algorithm, spans)
+    proc = process_key(spans)
+    for key in np.unique(proc):
+        rows = np.flatnonzero(proc == key)
+        incoming = rows[spans.kind[rows] == SERVER]
+        outgoing = rows[spans.kind[rows] == CLIENT]
+        incoming = incoming[np.lexsort((spans.end[incoming], spans.start[incoming]))]
+        outgoing = outgoing[np.lexsort((spans.end[outgoing], spans.start[outgoing]))]
+        if len(outgoing):
+            assign(incoming, outgoing, result)
+    return result
+
+
+def reconstruct_fcfs(spans: SpanTable, callgraph: CallGraph) -> Reconstruction:
+    """First come, first served (see module docstring)."""
+
+    def assign(incoming: np.ndarray, outgoing: np.ndarray, result: Reconstruction) -> None:
+        owed = _owed(spans, incoming, callgraph)
+        queues: dict[int, list[int]] = {}  # callee key -> incoming indices owing it, by arrival
+        for idx, d in enumerate(owed):
+            for k in d:
+                queues.setdefault(k, []).append(idx)
+        heads = dict.fromkeys(queues, 0)
+        start_in, end_in = spans.start[incoming], spans.end[incoming]
+        for o, k in zip(outgoing, _call_key(spans, outgoing), strict=True):
+            q = queues.get(int(k))
+            if q is None:
+                continue
+            h = heads[k]
+            # Spans that are served, or ended before this call began, never take a later call.
+            while h < len(q) and (owed[q[h]][k] == 0 or end_in[q[h]] < spans.start[o]):
+                h += 1
+            heads[k] = h
+            for idx in q[h:]:
+                if start_in[idx] > spans.start[o]:
+                    break
+                if owed[idx][k] > 0 and end_in[idx] >= spans.end[o]:
+                    owed[idx][k] -= 1
+                    result.parent[o] = incoming[idx]
+                    break
+
+    result = _per_instance(spans, "fcfs", assign)
+    result.finish_unmapped(spans, "no open incoming span owes this call")
+    return result
+
+
+def reconstruct_wap5(spans: SpanTable, callgraph: CallGraph) -> Reconstruction:
+    """WAP5-style nearest unlinked parent with the spontaneous cutoff (see module docstring)."""
+
+    def assign(incoming: np.ndarray, outgoing: np.ndarray, result: Reconstruction) -> None:
+        owed = _owed(spans, incoming, callgraph)
+        keys = _call_key(spans, outgoing)
+        start_in = spans.start[incoming]
+        # Mean causal delay: from the latest preceding incoming span to each outgoing span.
+        hi = np.searchsorted(start_in, spans.start[outgoing], "right")
+        ok = hi > 0
+        gaps = spans.start[outgoing[ok]] - start_in[hi[ok] - 1]
+        mean = float(gaps.mean()) if len(gaps) else 0.0
+        for o, k, h in zip(outgoing, keys, hi, strict=True):
+            for idx in range(h - 1, -1, -1):
+                if spans.start[o] - start_in[idx] > WAP5_CUTOFF * mean:
+                    break
+                if owed[idx].get(k, 0) > 0:
+                    owed[idx][k] -= 1
+                    result.parent[o] = incoming[idx]
+                    break
+
+    result = _per_instance(spans, "wap5", assign)
+    result.finish_unmapped(spans, "spontaneous: no unlinked incoming span within 4x the mean delay")
+    return result
+
+
+def reconstruct_vpath(spans: SpanTable, callgraph: CallGraph | None = None) -> Reconstruction:
+    """Thread-based mapping (vPath/DeepFlow); one thread per instance without thread ids."""
+
+    def assign(incoming: np.ndarray, outgoing: np.ndarray, result: Reconstruction) -> None:
+        thread_in = spans.thread[incoming]
+        thread_out = spans.thread[outgoing]
+        # Events in time order: incoming request (0), outgoing request (1), incoming response (2).
+        events: list[tuple[int, int, int]] = []
+        events += [(int(spans.start[r]), 0, i) for i, r in enumerate(incoming)]
+        events += [(int(spans.start[r]), 1, i) for i, r in enumerate(outgoing)]
+        events += [(int(spans.end[r]), 2, i) for i, r in enumerate(incoming)]
+        events.sort()
+        current: dict[int, list[tuple[int, int]]] = {}  # thread -> heap of (-start, incoming idx)
+        done = np.zeros(len(incoming), dtype=bool)
+        for _, kind, i in events:
+            if kind == 0:
+                heapq.heappush(current.setdefault(int(thread_in[i]), []), (-i, i))
+            elif kind == 2:
+                done[i] = True
+            else:
+                heap = current.get(int(thread_out[i]), [])
+                while heap and done[heap[0][1]]:
+                    heapq.heappop(heap)
+                if heap:
+                    result.parent[outgoing[i]] = incoming[heap[0][1]]
+
+    result = _per_instance(spans, "vpath", assign)
+    result.finish_unmapped(spans, "its thread was serving no request when it was sent")
+    return result
+
+
+ALGORITHMS = {"fcfs": reconstruct_fcfs, "wap5": reconstruct_wap5, "vpath": reconstruct_vpath}
+"""Baselines by name; every one takes (spans, callgraph)."""

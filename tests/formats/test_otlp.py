@@ -1,0 +1,223 @@
+"""OTLP JSON: resources, kinds, AnyValue attributes, written documents, errors located."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from tacit.errors import InputError
+from tacit.formats.otlp import otlp_document, read_otlp
+from tacit.model.spans import CLIENT, INTERNAL, NONE, SERVER, UNKNOWN
+
+T0 = 1_661_140_374_351_773_094
+TRACE = "0087f677c0a2cf3f80a551987167911b"
+
+
+def attr(key: str, **value) -> dict:
+    return {"key": key, "value": value}
+
+
+def otlp_span(sid: str, parent: str = "", kind: object = 2, **fields) -> dict:
+    return {
+        "traceId": TRACE,
+        "spanId": sid,
+        "parentSpanId": parent,
+        "name": f"op-{sid}",
+        "kind": kind,
+        "startTimeUnixNano": str(T0),
+        "endTimeUnixNano": str(T0 + 1000),
+        **fields,
+    }
+
+
+def resource(attrs: list[dict], spans: list[dict], key: str = "scopeSpans") -> dict:
+    return {"resource": {"attributes": attrs}, key: [{"scope": {"name": "x"}, "spans": spans}]}
+
+
+def shop_document() -> dict:
+    return {
+        "resourceSpans": [
+            resource(
+                [
+                    attr("service.name", stringValue="frontend"),
+                    attr("host.name", stringValue="node-3"),
+                    attr("k8s.pod.name", stringValue="frontend-579b9bff58-t2dbm"),
+                ],
+                [
+                    otlp_span("a1", kind="SPAN_KIND_SERVER"),
+                    otlp_span(
+                        "a2",
+                        "a1",
+                        3,
+                        startTimeUnixNano=T0 + 10,
+                        endTimeUnixNano=T0 + 500,
+                        attributes=[
+                            attr("peer.service", stringValue="cart"),
+                            attr("thread.id", intValue="12"),
+                            attr("retry", boolValue=False),
+                            attr("weight", doubleValue=0.5),
+                            attr("tags", arrayValue={"values": [{"intValue": 1}]}),
+                            attr("ctx", kvlistValue={"values": [attr("k", stringValue="v")]}),
+                            attr("raw", bytesValue="AAE="),
+                            attr("empty"),
+                        ],
+                    ),
+                    otlp_span("a3", "a1", "SPAN_KIND_INTERNAL"),
+                ],
+            ),
+            resource(
+                [
+                    attr("service.name", stringValue="cart"),
+                    attr("service.instance.id", stringValue="cart-1"),
+                ],
+                [
+                    otlp_span("b1", "a2", kind=5),
+                    otlp_span("b2", "b1", kind=4),
+                    otlp_span("b3", "b1", kind="SPAN_KIND_CONSUMER"),
+                    otlp_span("b4", "b1", kind="SPAN_KIND_PRODUCER"),
+                ],
+                key="instrumentationLibrarySpans",  # OTLP before 0.15
+            ),
+            resource(
+                [attr("service.name", stringValue="redis")],
+                [otlp_span("c1", "b2", kind=0), otlp_span("c2", "b2", kind=1)],
+            ),
+            resource([attr("service.name", stringValue="mail")], [otlp_span("d1", "b9")]),
+        ]
+    }
+
+
+def write(tmp_path: Path, doc: object, name: str = "otlp.json") -> Path:
+    path = tmp_path / name
+    data = json.dumps(doc).encode()
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    return path
+
+
+@pytest.mark.parametrize("name", ["otlp.json", "otlp.json.gz"])
+def test_every_field_is_read(tmp_path: Path, name: str) -> None:
+    t = read_otlp(write(tmp_path, shop_document(), name))
+    rows = {t.name("span_id", r): r for r in range(len(t))}
+    assert {k: int(t.kind[r]) for k, r in rows.items()} == {
+        "a1": SERVER,
+        "a2": CLIENT,
+        "a3": INTERNAL,
+        "b1": SERVER,  # 5 = consumer
+        "b2": CLIENT,  # 4 = producer
+        "b3": SERVER,
+        "b4": CLIENT,
+        "c1": UNKNOWN,  # 0 = unspecified
+        "c2": INTERNAL,
+        "d1": SERVER,
+    }
+    instance = {k: t.name("instance", r) for k, r in rows.items()}
+    assert instance["a1"] == "frontend-579b9bff58-t2dbm"  # k8s.pod.name before host.name
+    assert instance["b1"] == "cart-1" and instance["c1"] == "redis"
+    assert t.name("service", rows["b2"]) == "cart"
+    assert t.name("endpoint", rows["b2"]) == "op-b2"
+    a2 = rows["a2"]
+    assert int(t.start[a2]) == T0 + 10 and int(t.end[a2]) == T0 + 500
+    assert t.start.dtype.name == "int64"
+    assert t.name("peer", a2) == "cart" and t.peer[rows["a1"]] == NONE
+    assert int(t.thread[a2]) == 12 and t.thread[rows["a1"]] == NONE
+    assert t.name("trace", a2) == TRACE
+    parents = {
+        k: t.name("span_id", p) if (p := int(t.parent[r])) != NONE else None
+        for k, r in rows.items()
+    }
+    assert parents == {
+        "a1": None,
+        "a2": "a1",
+        "a3": "a1",
+        "b1": "a2",
+        "b2": "b1",
+        "b3": "b1",
+        "b4": "b1",
+        "c1": "b2",
+        "c2": "b2",
+        "d1": None,  # parent b9 is not in the file
+    }
+    assert list(t.record) == list(range(1, 11))
+
+
+def test_written_document_follows_the_model(tmp_path: Path) -> None:
+    t = read_otlp(write(tmp_path, shop_document()))
+    a2 = next(r for r in range(len(t)) if t.name("span_id", r) == "a2")
+    doc = otlp_document(t, tags={a2: {"ok": True, "n": 3, "x": 0.25, "s": "y"}})
+    resources = doc["resourceSpans"]
+    assert len(resources) == 4
+    assert resources[0]["resource"]["attributes"] == [
+        attr("service.name", stringValue="frontend"),
+        attr("service.instance.id", stringValue="frontend-579b9bff58-t2dbm"),
+    ]
+    assert resources[2]["resource"]["attributes"] == [attr("service.name", stringValue="redis")]
+    spans = {s["name"]: s for r in resources for sc in r["scopeSpans"] for s in sc["spans"]}
+    assert all(len(s["traceId"]) == 32 and len(s["spanId"]) == 16 for s in spans.values())
+    client = spans["op-a2"]
+    assert client["parentSpanId"] == spans["op-a1"]["spanId"]
+    assert "parentSpanId" not in spans["op-a1"]
+    assert client["startTimeUnixNano"] == str(T0 + 10)
+    assert client["endTimeUnixNano"] == str(T0 + 500)
+    assert [spans[f"op-{k}"]["kind"] for k in ("a1", "a2", "a3", "c1")] == [2, 3, 1, 0]
+    assert client["attributes"] == [
+        attr("peer.service", stringValue="cart"),
+        attr("thread.id", intValue="12"),
+        attr("ok", boolValue=True),
+        attr("n", intValue="3"),
+        attr("x", doubleValue=0.25),
+        attr("s", stringValue="y"),
+    ]
+
+
+def error_of(tmp_path: Path, doc: object) -> str:
+    path = write(tmp_path, doc)
+    with pytest.raises(InputError) as e:
+        read_otlp(path)
+    assert str(e.value).startswith(str(path))
+    return str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"spanId": None}, "record 2: missing field 'spanId'"),
+        ({"name": 7}, "field 'name' must be str, got int"),
+        ({"startTimeUnixNano": True}, "field 'startTimeUnixNano' must be int or str, got bool"),
+        ({"endTimeUnixNano": "later"}, "field 'endTimeUnixNano' must be an integer, got 'later'"),
+        ({"kind": 9}, "unknown span kind 9"),
+        ({"kind": "SPAN_KIND_SIDEWAYS"}, "unknown span kind 'SPAN_KIND_SIDEWAYS'"),
+        ({"attributes": {"a": 1}}, "attributes must be a list"),
+        ({"attributes": [attr("n", intValue="x")]}, "field 'intValue' must be an integer"),
+        ({"attributes": [attr("n", boolValue="yes")]}, "field 'boolValue' must be bool, got str"),
+    ],
+)
+def test_bad_span_names_file_and_record(tmp_path: Path, bad: dict, message: str) -> None:
+    spans = [otlp_span("e1"), {**otlp_span("e2"), **bad}]
+    doc = {"resourceSpans": [resource([attr("service.name", stringValue="web")], spans)]}
+    text = error_of(tmp_path, doc)
+    assert "record 2" in text and message in text
+
+
+def test_end_before_start_names_the_record(tmp_path: Path) -> None:
+    spans = [otlp_span("e1"), otlp_span("e2", endTimeUnixNano=str(T0 - 1))]
+    doc = {"resourceSpans": [resource([attr("service.name", stringValue="web")], spans)]}
+    assert "record 2: span ends before it starts" in error_of(tmp_path, doc)
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ([], "document: OTLP document must be an object, got list"),
+        ({"resourceSpans": {}}, "document: field 'resourceSpans' must be list, got dict"),
+        ({"resourceSpans": [resource([], [])]}, "resourceSpans 0: resource has no string"),
+        (
+            {"resourceSpans": [resource([attr("service.name", intValue="1")], [])]},
+            "resource has no string 'service.name' attribute",
+        ),
+    ],
+)
+def test_bad_document_names_file_and_place(tmp_path: Path, doc: object, message: str) -> None:
+    assert message in error_of(tmp_path, doc)
