@@ -25,26 +25,17 @@ traces.register(app)
 
 
 def main() -> None:
-    """Entry point: run the app, turning tacit's errors into one line and exit code 2."""
+    """Entry point: run the app, turning tacit's errors into one line and exit code 2.
+
+    Usage errors are typer's own (exit code 2 with the usage text).
+    """
     debug = "--debug" in sys.argv
     if debug:
         sys.argv.remove("--debug")
     try:
-        app(standalone_mode=False)
+        app()
     except TacitError as e:
         if debug:
             raise
         print(f"tacit: error: {e}", file=sys.stderr)
         sys.exit(2)
-    except (typer.Exit, SystemExit) as e:
-        sys.exit(getattr(e, "exit_code", getattr(e, "code", 0)))
-    except typer.Abort:
-        print("tacit: aborted", file=sys.stderr)
-        sys.exit(1)
-    except Exception as e:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(2)
-        raise

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from tacit.errors import ConfigError
+from tacit.model.spans import CLIENT
 
 console = Console(stderr=True)
 out = Console()
@@ -127,7 +128,8 @@ def register(app: typer.Typer) -> None:
         observed, _ = observe(list(spans))
         cg = _load_callgraph(callgraph)
         if cg is None:
-            if (observed.spans.parent < 0).all():
+            truth = observed.spans.parent[observed.spans.kind == CLIENT]
+            if (truth < 0).all():
                 raise ConfigError(
                     "blind spans carry no ground truth to learn a call graph from: "
                     "pass --callgraph FILE (see 'tacit callgraph')"
@@ -144,7 +146,7 @@ def register(app: typer.Typer) -> None:
         summary = {
             "spans": len(blind),
             "traces": len(set(traces.trace.tolist())),
-            "mapped": int(((blind.kind == 1) & (rec.parent >= 0)).sum()),
+            "mapped": int(((blind.kind == CLIENT) & (rec.parent >= 0)).sum()),
             "unmapped": reasons,
             "accounting": observed.accounting,
             "confidence": rec.confidence,

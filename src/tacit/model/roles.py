@@ -24,7 +24,7 @@ from tacit.model.spans import CLIENT, INTERNAL, NONE, SERVER, UNKNOWN, SpanTable
 
 DATABASE_NAME = re.compile(
     r"^(sql\.|select\b|insert\b|update\b|delete\b|redis|memcache|mongo|mysql|postgres|"
-    r"cassandra|hget|hset|get\b|set\b|db\.)",
+    r"cassandra|hget|hset|db\.)",
     re.IGNORECASE,
 )
 """Operation names of leaf spans that are calls to an untraced database or cache."""
@@ -100,6 +100,8 @@ def infer_roles(spans: SpanTable) -> Observed:
     link[linked[first]] = caller[by_client][first]
     link[caller[by_client][first]] = linked[first]
     needs_client = np.setdiff1d(server_rows, linked[first], assume_unique=True)
+    # Links the input already has (blind spans: the collector's RPC pairing) are kept.
+    link = np.where(link == NONE, spans.link, link)
 
     # Causal parent of a client span: nearest server ancestor in the same process.
     cause = np.full(n, NONE, dtype=np.int64)

@@ -112,9 +112,14 @@ class CallGraph:
             raise ConfigError(f"{path}: a call graph is a mapping service -> endpoint -> calls")
         graphs = {}
         for svc, eps in doc.items():
+            if not isinstance(eps or {}, dict):
+                raise ConfigError(f"{path}: {svc}: expected a mapping endpoint -> calls")
             for ep, spec in (eps or {}).items():
                 where = f"{path}: {svc} {ep}"
-                calls = (spec or {}).get("calls", [])
+                spec = spec or {}
+                calls = spec.get("calls", []) if isinstance(spec, dict) else None
+                if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+                    raise ConfigError(f"{where}: 'calls' must be a list of mappings")
                 ids = [c.get("id", j) for j, c in enumerate(calls)]
                 slots, preds = [], []
                 seen: dict[tuple[str, str], int] = {}
@@ -125,8 +130,11 @@ class CallGraph:
                     occ = seen.get(key, 0)
                     seen[key] = occ + 1
                     slots.append(Slot(*key, occ, float(c.get("probability", 1.0))))
+                    after = c.get("after", [])
+                    if not isinstance(after, list):
+                        raise ConfigError(f"{where}: 'after' must be a list of call ids")
                     try:
-                        preds.append([ids.index(a) for a in c.get("after", [])])
+                        preds.append([ids.index(a) for a in after])
                     except ValueError:
                         raise ConfigError(f"{where}: 'after' names an unknown call id") from None
                 g = EndpointGraph(str(svc), str(ep), slots, preds, int(spec.get("requests", 0)))

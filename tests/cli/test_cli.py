@@ -1,0 +1,219 @@
+"""The ``tacit`` console script end to end, run as subprocesses.
+
+Every run pays for importing numpy, scipy and scikit-learn (a few seconds), so the independent
+commands are started together by one module fixture and the tests only inspect their results.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tacit.formats.blind import write_blind
+from tacit.formats.jaeger import read_jaeger, write_jaeger
+from tacit.model.roles import infer_roles
+from tacit.simulate.microservices import load_app, simulate
+
+TACIT = Path(sys.executable).parent / "tacit"
+REQUESTS = 20
+TIMEOUT = 240
+
+
+def start(*args: str | Path, cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.Popen(
+        [str(TACIT), *map(str, args)],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def finish(procs: dict[str, subprocess.Popen]) -> dict[str, subprocess.CompletedProcess]:
+    out = {}
+    for name, p in procs.items():
+        stdout, stderr = p.communicate(timeout=TIMEOUT)
+        out[name] = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
+    return out
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("cli")
+    sim = simulate(load_app(None), 80, n_requests=REQUESTS, seed=11)
+    write_jaeger(d / "traces.json", sim)
+    write_blind(d / "inproc.jsonl", infer_roles(sim).without_truth())
+    data = gzip.compress((d / "traces.json").read_bytes())
+    (d / "cut.json.gz").write_bytes(data[: len(data) // 2])
+    (d / "broken.json").write_text('{"data": [{"traceID": "t1", "spans": [')
+    assert TACIT.exists(), TACIT
+    return d
+
+
+@pytest.fixture(scope="module")
+def runs(work: Path) -> dict[str, subprocess.CompletedProcess]:
+    """Every command, the independent ones in parallel; blind+callgraph before reconstruct."""
+    first = {
+        "evaluate": start(
+            "evaluate", "traces.json", "--algorithm", "traceweaver,fcfs", "--json", cwd=work
+        ),
+        "blind": start("blind", "traces.json", "--out", "b.jsonl", cwd=work),
+        "callgraph": start("callgraph", "traces.json", "--out", "cg.yaml", cwd=work),
+        "no_callgraph": start("reconstruct", "inproc.jsonl", "--out", "t0.json", cwd=work),
+        "cut_gzip": start("evaluate", "cut.json.gz", "--json", cwd=work),
+        "malformed": start("blind", "broken.json", "--out", "x.jsonl", cwd=work),
+        "missing": start("callgraph", "missing.json", cwd=work),
+        "debug": start("blind", "broken.json", "--out", "y.jsonl", "--debug", cwd=work),
+    }
+    res = finish(first)
+    second = {}
+    if res["blind"].returncode == 0 and res["callgraph"].returncode == 0:
+        second["reconstruct"] = start(
+            "reconstruct",
+            "b.jsonl",
+            "--callgraph",
+            "cg.yaml",
+            "--out",
+            "t.json",
+            "--json",
+            cwd=work,
+        )
+    res.update(finish(second))
+    return res
+
+
+def ok(run: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert run.returncode == 0, (
+        f"exit {run.returncode}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    )
+    assert "Traceback" not in run.stderr
+    return run
+
+
+def one_error_line(run: subprocess.CompletedProcess, names: str) -> str:
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    assert lines[0].startswith("tacit: error: "), lines[0]
+    assert names in lines[0]
+    assert "Traceback" not in run.stderr and "Traceback" not in run.stdout
+    return lines[0]
+
+
+def test_evaluate_json(runs) -> None:
+    run = ok(runs["evaluate"])
+    res = json.loads(run.stdout)
+    assert res["traces"] == REQUESTS
+    assert isinstance(res["spans"], int) and res["spans"] > REQUESTS
+    assert [r["algorithm"] for r in res["results"]] == ["traceweaver", "fcfs"]
+    for r in res["results"]:
+        for k in ("accuracy", "link_accuracy"):
+            assert 0.0 <= r[k] <= 1.0, (r["algorithm"], k, r[k])
+        # top-5 needs ranked alternatives, which only traceweaver gives
+        assert r["top5_accuracy"] is None or 0.0 <= r["top5_accuracy"] <= 1.0
+        assert r["seconds"] > 0
+        assert r["spans_per_second"] > 0
+    tw = res["results"][0]
+    assert tw["top5_accuracy"] is not None and tw["top5_accuracy"] >= tw["accuracy"]
+    assert tw["accuracy"] >= 0.5  # light load: traceweaver gets most traces right
+
+
+def test_blind_writes_one_line_per_observed_span(runs, work: Path) -> None:
+    ok(runs["blind"])
+    lines = (work / "b.jsonl").read_text().splitlines()
+    truth = infer_roles(read_jaeger(work / "traces.json")).spans
+    assert len(lines) == len(truth)
+    assert "traceID" not in (work / "b.jsonl").read_text()
+    assert str(len(lines)) in runs["blind"].stdout
+
+
+def test_callgraph_file(runs, work: Path) -> None:
+    ok(runs["callgraph"])
+    import yaml
+
+    assert yaml.safe_load((work / "cg.yaml").read_text())
+
+
+def test_reconstruct_with_callgraph(runs, work: Path) -> None:
+    run = ok(runs["reconstruct"])
+    n_blind = len((work / "b.jsonl").read_text().splitlines())
+    summary = json.loads(run.stdout)
+    assert summary["spans"] == n_blind
+    back = read_jaeger(work / "t.json")
+    assert len(back) == n_blind
+    doc = json.loads((work / "t.json").read_text())
+    spans = [s for t in doc["data"] for s in t["spans"]]
+    assert len(spans) == n_blind
+    clients = 0
+    for s in spans:
+        tags = {t["key"]: t["value"] for t in s["tags"]}
+        assert tags.get("tacit.algorithm") == "traceweaver"
+        if tags.get("span.kind") == "client":
+            clients += 1
+            assert "tacit.score" in tags or "tacit.unmapped" in tags, s
+    assert clients > 0
+    # client spans are parented inside their own trace
+    assert all(p == -1 or back.trace[p] == back.trace[r] for r, p in enumerate(back.parent))
+
+
+def test_reconstruct_joins_rpcs_into_one_trace_per_request(runs, work: Path) -> None:
+    ok(runs["reconstruct"])
+    back = read_jaeger(work / "t.json")
+    assert len(np.unique(back.trace)) == REQUESTS
+
+
+def test_reconstruct_without_callgraph_fails(runs, work: Path) -> None:
+    line = one_error_line(runs["no_callgraph"], "--callgraph")
+    assert "ground truth" in line
+    assert not (work / "t0.json").exists()
+
+
+def test_truncated_gzip(runs) -> None:
+    line = one_error_line(runs["cut_gzip"], "cut.json.gz")
+    assert "gzip" in line
+
+
+def test_malformed_json(runs) -> None:
+    line = one_error_line(runs["malformed"], "broken.json")
+    assert "malformed JSON" in line
+
+
+def test_nonexistent_file(runs) -> None:
+    line = one_error_line(runs["missing"], "missing.json")
+    assert "no such file" in line
+
+
+def test_debug_shows_traceback(runs) -> None:
+    run = runs["debug"]
+    assert run.returncode not in (0, 2)
+    assert "Traceback (most recent call last)" in run.stderr
+    assert "InputError" in run.stderr and "broken.json" in run.stderr
+
+
+def test_usage_error_exit_code(work: Path) -> None:
+    run = finish({"x": start("evaluate", cwd=work)})["x"]
+    assert run.returncode == 2
+    assert "Traceback" not in run.stderr
+
+
+# ~30 s: the demo runs every algorithm at several load levels
+def test_demo(tmp_path: Path) -> None:
+    proc = start("demo", "--requests", "60", "--out", "out", "--json", cwd=tmp_path)
+    run = ok(finish({"demo": proc})["demo"])
+    res = json.loads(run.stdout)
+    out = tmp_path / "out"
+    assert (out / "report.html").stat().st_size > 0
+    assert len(read_jaeger(out / "traces.jaeger.json")) > 0
+    assert res["loads"] and res["algorithms"]
+    for row in res["loads"]:
+        for a in res["algorithms"]:
+            assert 0.0 <= row["accuracy"][a] <= 1.0

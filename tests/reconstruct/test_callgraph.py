@@ -1,0 +1,243 @@
+"""Call graphs learned from simulated ground truth, and their YAML form."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tacit.errors import ConfigError
+from tacit.model.roles import infer_roles
+from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, StringPool
+from tacit.reconstruct.callgraph import CallGraph, EndpointGraph, Slot, learn_callgraph
+from tacit.simulate import load_app, simulate
+
+N_REQUESTS = 600
+
+
+@pytest.fixture(scope="module")
+def learned() -> CallGraph:
+    spans = infer_roles(simulate(load_app(None), 20, n_requests=N_REQUESTS, seed=11)).spans
+    return learn_callgraph(spans)
+
+
+def slot_index(g: EndpointGraph, service: str, endpoint: str, occurrence: int = 0) -> int:
+    hits = [
+        j
+        for j, s in enumerate(g.slots)
+        if (s.service, s.endpoint, s.occurrence) == (service, endpoint, occurrence)
+    ]
+    assert len(hits) == 1, (service, endpoint, occurrence, g.slots)
+    return hits[0]
+
+
+def ancestors(g: EndpointGraph, j: int) -> set[int]:
+    out: set[int] = set()
+    todo = list(g.preds[j])
+    while todo:
+        p = todo.pop()
+        if p not in out:
+            out.add(p)
+            todo.extend(g.preds[p])
+    return out
+
+
+def close_to(p_hat: float, p: float, n: int) -> bool:
+    return abs(p_hat - p) <= 4.5 * math.sqrt(p * (1 - p) / n)
+
+
+def test_learns_every_endpoint_of_the_default_app(learned):
+    assert set(learned.endpoints) == {
+        ("frontend", "GET /product"),
+        ("frontend", "POST /checkout"),
+        ("catalog", "Get"),
+        ("pricing", "Quote"),
+        ("reviews", "List"),
+        ("cache", "Get"),
+        ("cache", "Put"),
+        ("db", "Query"),
+        ("db", "Write"),
+    }
+    for leaf in [("cache", "Get"), ("cache", "Put"), ("db", "Query"), ("db", "Write")]:
+        assert learned.endpoints[leaf].slots == []
+    front = learned.get("frontend", "GET /product").requests
+    checkout = learned.get("frontend", "POST /checkout").requests
+    assert front + checkout == N_REQUESTS
+    assert close_to(front / N_REQUESTS, 0.8, N_REQUESTS)
+
+
+def test_product_page_has_catalog_first_then_parallel_pricing_and_reviews(learned):
+    g = learned.get("frontend", "GET /product")
+    assert sorted((s.service, s.endpoint, s.occurrence) for s in g.slots) == [
+        ("cache", "Put", 0),
+        ("catalog", "Get", 0),
+        ("pricing", "Quote", 0),
+        ("reviews", "List", 0),
+    ]
+    cat = slot_index(g, "catalog", "Get")
+    pri = slot_index(g, "pricing", "Quote")
+    rev = slot_index(g, "reviews", "List")
+    put = slot_index(g, "cache", "Put")
+    assert g.preds[cat] == []
+    assert g.preds[pri] == [cat]
+    assert g.preds[rev] == [cat]
+    # pricing and reviews run in parallel: neither is before the other.
+    assert pri not in ancestors(g, rev) and rev not in ancestors(g, pri)
+    assert sorted(g.preds[put]) == sorted([pri, rev])  # transitive catalog edge removed
+    assert not g.is_sequential()
+    order = g.order
+    assert order.index(cat) < order.index(pri) < order.index(put)
+    assert order.index(rev) < order.index(put)
+
+
+def test_repeated_calls_are_two_sequential_slots(learned):
+    g = learned.get("frontend", "POST /checkout")
+    c0 = slot_index(g, "catalog", "Get", 0)
+    c1 = slot_index(g, "catalog", "Get", 1)
+    q = slot_index(g, "pricing", "Quote")
+    w = slot_index(g, "db", "Write")
+    assert g.preds[c0] == [] and g.preds[c1] == [c0] and g.preds[q] == [c1] and g.preds[w] == [q]
+    assert g.is_sequential()
+    assert len(g.slots) == 4
+
+    r = learned.get("reviews", "List")
+    q0 = slot_index(r, "db", "Query", 0)
+    q1 = slot_index(r, "db", "Query", 1)
+    assert r.preds[q0] == [] and r.preds[q1] == [q0]
+    assert r.is_sequential()
+    assert all(s.probability == 1.0 for s in r.slots)
+
+
+def test_probabilistic_calls_get_their_configured_probability(learned):
+    g = learned.get("frontend", "GET /product")
+    put = g.slots[slot_index(g, "cache", "Put")]
+    assert close_to(put.probability, 0.3, g.requests), put
+    for name in [("catalog", "Get"), ("pricing", "Quote"), ("reviews", "List")]:
+        assert g.slots[slot_index(g, *name)].probability == 1.0
+    c = learned.get("catalog", "Get")
+    q = c.slots[slot_index(c, "db", "Query")]
+    assert close_to(q.probability, 0.3, c.requests), q
+    assert c.slots[slot_index(c, "cache", "Get")].probability == 1.0
+    assert c.preds[slot_index(c, "db", "Query")] == [slot_index(c, "cache", "Get")]
+
+
+def _table(rows: list[tuple]) -> SpanTable:
+    """rows: (service, endpoint, kind, start, end, peer, parent row)."""
+    s = StringPool()
+    n = len(rows)
+    return SpanTable(
+        s,
+        service=[s.code(r[0]) for r in rows],
+        instance=[s.code(r[0]) for r in rows],
+        endpoint=[s.code(r[1]) for r in rows],
+        kind=[r[2] for r in rows],
+        start=[r[3] for r in rows],
+        end=[r[4] for r in rows],
+        peer=[s.code(r[5]) for r in rows],
+        thread=[NONE] * n,
+        trace=[NONE] * n,
+        span_id=[NONE] * n,
+        parent=[r[6] for r in rows],
+        link=[NONE] * n,
+        record=list(range(n)),
+    )
+
+
+def test_one_overlapping_request_makes_calls_parallel():
+    # Two requests of a.E calling b.X then b.Y; the second overlaps them: the order is eliminated.
+    spans = _table(
+        [
+            ("a", "E", SERVER, 0, 100, None, NONE),
+            ("a", "X", CLIENT, 10, 20, "b", 0),
+            ("a", "Y", CLIENT, 30, 40, "b", 0),
+            ("a", "E", SERVER, 200, 300, None, NONE),
+            ("a", "X", CLIENT, 210, 250, "b", 3),
+            ("a", "Y", CLIENT, 240, 260, "b", 3),
+        ]
+    )
+    g = learn_callgraph(spans).get("a", "E")
+    assert g.requests == 2 and g.preds == [[], []] and not g.is_sequential()
+    # Without the overlap, X -> Y survives.
+    seq = learn_callgraph(spans.take(np.arange(3))).get("a", "E")
+    assert seq.preds == [[], [0]] and seq.is_sequential()
+
+
+def test_yaml_round_trip_preserves_graph(learned, tmp_path):
+    path = tmp_path / "cg.yaml"
+    learned.save(path)
+    back = CallGraph.load(path)
+    assert set(back.endpoints) == set(learned.endpoints)
+    for key, g in learned.endpoints.items():
+        h = back.endpoints[key]
+        assert (h.service, h.endpoint, h.requests) == (g.service, g.endpoint, g.requests)
+        assert h.preds == g.preds
+        assert [(s.service, s.endpoint, s.occurrence) for s in h.slots] == [
+            (s.service, s.endpoint, s.occurrence) for s in g.slots
+        ]
+        for a, b in zip(h.slots, g.slots, strict=True):
+            assert a.probability == pytest.approx(b.probability, abs=1e-6)
+        assert h.order == g.order
+    assert back.to_yaml() == learned.to_yaml()
+
+
+def test_hand_written_yaml_with_ids(tmp_path):
+    path = tmp_path / "cg.yaml"
+    path.write_text(
+        "svc:\n"
+        "  E:\n"
+        "    calls:\n"
+        "      - {id: a, service: b, endpoint: X}\n"
+        "      - {id: c, service: b, endpoint: X, after: [a], probability: 0.5}\n"
+        "      - {id: d, service: z, endpoint: Y, after: [a]}\n"
+    )
+    g = CallGraph.load(path).get("svc", "E")
+    assert g.slots == [Slot("b", "X", 0), Slot("b", "X", 1, 0.5), Slot("z", "Y", 0)]
+    assert g.preds == [[], [0], [0]]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a cycle
+        "s:\n  E:\n    calls:\n"
+        "      - {id: 0, service: b, endpoint: X, after: [1]}\n"
+        "      - {id: 1, service: b, endpoint: Y, after: [0]}\n",
+        # a self loop
+        "s:\n  E:\n    calls:\n      - {id: 0, service: b, endpoint: X, after: [0]}\n",
+        # unknown id in after
+        "s:\n  E:\n    calls:\n      - {id: 0, service: b, endpoint: X, after: [7]}\n",
+        # missing endpoint
+        "s:\n  E:\n    calls:\n      - {service: b}\n",
+        # not a mapping at the top
+        "- s\n- t\n",
+        # not YAML
+        "s: [unclosed\n",
+    ],
+)
+def test_bad_yaml_raises_config_error(tmp_path, text):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError):
+        CallGraph.load(path)
+
+
+def test_missing_file_raises_config_error(tmp_path):
+    with pytest.raises(ConfigError):
+        CallGraph.load(tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "s:\n  E:\n    calls:\n      - foo\n",  # a call that is not a mapping
+        "s:\n  - E\n",  # endpoints given as a list
+        "s:\n  E:\n    calls: 3\n",  # calls not a list
+        "s:\n  E:\n    calls:\n      - {service: b, endpoint: X, after: 0}\n",  # after not a list
+    ],
+)
+def test_malformed_structure_raises_config_error(tmp_path, text):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError):
+        CallGraph.load(path)

@@ -1,0 +1,154 @@
+"""TraceWeaver and the baselines on simulated applications, scored against ground truth."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tacit.evaluation.trace_accuracy import score_reconstruction
+from tacit.model.roles import infer_roles, process_key
+from tacit.model.spans import CLIENT, NONE, SERVER
+from tacit.reconstruct.baselines import (
+    reconstruct_fcfs,
+    reconstruct_vpath,
+    reconstruct_wap5,
+)
+from tacit.reconstruct.callgraph import learn_callgraph
+from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
+from tacit.simulate import load_app, parse_app, simulate
+
+N = 100
+"""Root requests per simulated run."""
+BASELINES = {"fcfs": reconstruct_fcfs, "wap5": reconstruct_wap5, "vpath": reconstruct_vpath}
+
+
+@pytest.fixture(scope="module")
+def shop_graph():
+    app = load_app(None)
+    return learn_callgraph(infer_roles(simulate(app, 20, n_requests=400, seed=7)).spans)
+
+
+@pytest.fixture(scope="module", params=[100, 500])
+def shop_run(request, shop_graph):
+    obs = infer_roles(
+        simulate(load_app(None), request.param, n_requests=N, seed=3, record_threads=False)
+    )
+    blind = obs.without_truth()
+    # Fewer mixture components and rounds than the defaults keep the test fast.
+    rec = reconstruct_traceweaver(
+        blind, shop_graph, TraceWeaverParams(max_components=2, max_iterations=4)
+    )
+    return obs, blind, rec
+
+
+def test_traceweaver_at_least_as_accurate_as_baselines(shop_run, shop_graph):
+    obs, blind, rec = shop_run
+    score = score_reconstruction(obs.spans, rec)
+    assert score.traces == N
+    assert score.accuracy > 0.5
+    for name, algo in BASELINES.items():
+        base = score_reconstruction(obs.spans, algo(blind, shop_graph))
+        assert score.accuracy >= base.accuracy - 0.005, (name, score.accuracy, base.accuracy)
+    assert score.top5_accuracy is not None
+    assert score.top5_accuracy >= score.accuracy
+
+
+def test_traceweaver_maps_within_the_instance_or_says_why(shop_run):
+    _, blind, rec = shop_run
+    t = blind
+    proc = process_key(t)
+    client = np.flatnonzero(t.kind == CLIENT)
+    assert len(rec.parent) == len(t)
+    for c in client:
+        p = int(rec.parent[c])
+        if p == NONE:
+            assert rec.unmapped.get(int(c)), c
+        else:
+            assert int(c) not in rec.unmapped
+            assert t.kind[p] == SERVER
+            assert proc[p] == proc[c]
+            assert t.start[p] <= t.start[c] and t.end[c] <= t.end[p]
+    assert set(rec.unmapped) <= set(client.tolist())
+    server = t.kind == SERVER
+    assert np.array_equal(rec.parent[server], t.link[server])
+    # Top candidates are child sets within the incoming span's instance.
+    for i, cands in rec.top_candidates.items():
+        assert t.kind[i] == SERVER and len(cands) >= 1
+        for kids in cands:
+            assert all(proc[k] == proc[i] and t.kind[k] == CLIENT for k in kids)
+
+
+def test_confidence_is_a_percentage_per_calling_service(shop_run):
+    _, _, rec = shop_run
+    assert set(rec.confidence) == {"frontend", "catalog", "pricing", "reviews"}
+    for svc, c in rec.confidence.items():
+        assert 0.0 <= c <= 100.0, (svc, c)
+
+
+SERIAL_APP = {
+    "name": "serial",
+    "roots": [{"service": "front", "endpoint": "Do"}],
+    "services": {
+        "front": {
+            "workers": 1,
+            "endpoints": {
+                "Do": {
+                    "median_ms": 1.0,
+                    "sigma": 0.3,
+                    "calls": [
+                        {"service": "back", "endpoint": "A"},
+                        {"service": "back", "endpoint": "B", "repeat": 2},
+                    ],
+                }
+            },
+        },
+        "back": {
+            "workers": 8,
+            "endpoints": {
+                "A": {"median_ms": 0.3, "sigma": 0.3},
+                "B": {"median_ms": 0.2, "sigma": 0.3},
+            },
+        },
+    },
+}
+"""One single-worker service: requests queue and are served strictly one after the other."""
+
+
+@pytest.fixture(scope="module")
+def serial():
+    app = parse_app(SERIAL_APP, "serial")
+    graph = learn_callgraph(infer_roles(simulate(app, 50, n_requests=100, seed=1)).spans)
+    return app, graph
+
+
+def queued(obs) -> bool:
+    """Whether some front server spans overlap (requests waited in the queue)."""
+    t = obs.spans
+    front = np.flatnonzero((t.kind == SERVER) & (t.service == t.strings.find("front")))
+    front = front[np.argsort(t.start[front])]
+    return bool(np.any(t.start[front][1:] < t.end[front][:-1]))
+
+
+@pytest.mark.parametrize("rate", [200, 1500])
+def test_fcfs_is_exact_on_a_single_worker_service(serial, rate):
+    app, graph = serial
+    obs = infer_roles(simulate(app, rate, n_requests=200, seed=2, record_threads=False))
+    assert queued(obs)
+    rec = reconstruct_fcfs(obs.without_truth(), graph)
+    assert score_reconstruction(obs.spans, rec).accuracy == 1.0
+
+
+def test_vpath_with_threads_is_exact_without_queueing(serial):
+    app, graph = serial
+    obs = infer_roles(simulate(app, 20, n_requests=60, seed=4, record_threads=True))
+    t = obs.spans
+    front = np.flatnonzero((t.kind == SERVER) & (t.service == t.strings.find("front")))
+    front = front[np.argsort(t.start[front])]
+    keep = np.r_[True, t.start[front][1:] >= t.end[front][:-1]]  # sanity: overlaps are rare
+    assert keep.mean() > 0.8
+    rec = reconstruct_vpath(obs.without_truth(), graph)
+    score = score_reconstruction(obs.spans, rec)
+    if not queued(obs):
+        assert score.accuracy == 1.0
+    else:  # an overlap breaks exactness only for the traces involved
+        assert score.accuracy >= keep.mean() - 0.1
