@@ -21,7 +21,7 @@ lint: install
 	$(BIN)/ruff check src tests bench
 
 test: lint
-	$(BIN)/pytest -n 2 -q
+	$(BIN)/pytest -n 2
 
 bench: install
 	@for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
