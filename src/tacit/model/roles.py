@@ -106,35 +106,10 @@ def infer_roles(spans: SpanTable) -> Observed:
     # Causal parent of a client span: nearest server ancestor in the same process.
     cause = np.full(n, NONE, dtype=np.int64)
     client_rows = np.flatnonzero(kind == CLIENT)
-    cur = parent[client_rows]
-    pending = np.ones(len(client_rows), dtype=bool)
-    while pending.any():
-        idx = np.flatnonzero(pending)
-        anc = cur[idx]
-        stop = anc == NONE
-        pending[idx[stop]] = False
-        idx, anc = idx[~stop], anc[~stop]
-        same = proc[anc] == proc[client_rows[idx]]
-        pending[idx[~same]] = False  # crossed processes without a server span: no cause
-        idx, anc = idx[same], anc[same]
-        found = kind[anc] == SERVER
-        cause[client_rows[idx[found]]] = anc[found]
-        pending[idx[found]] = False
-        cur[idx[~found]] = parent[anc[~found]]
+    cause[client_rows] = _nearest_server(parent[client_rows], proc[client_rows], parent, proc, kind)
     # Causal parent of a synthesized client span: the caller's nearest server span.
-    synth_cause = np.full(len(needs_client), NONE, dtype=np.int64)
-    cur = parent[needs_client]
-    for _ in range(n):
-        open_ = (cur != NONE) & (synth_cause == NONE)
-        if not open_.any():
-            break
-        is_server = open_ & (kind[np.maximum(cur, 0)] == SERVER)
-        synth_cause[is_server] = cur[is_server]
-        step = open_ & ~is_server
-        nxt = parent[cur[step]]
-        same = nxt != NONE
-        same[same] = proc[nxt[same]] == proc[cur[step][same]]
-        cur[step] = np.where(same, nxt, NONE)
+    caller = parent[needs_client]
+    synth_cause = _nearest_server(caller, proc[caller], parent, proc, kind)
 
     keep = np.flatnonzero((kind == SERVER) | (kind == CLIENT))
     m = len(keep)
@@ -181,3 +156,22 @@ def infer_roles(spans: SpanTable) -> Observed:
         "client spans synthesized for RPCs the caller did not record": k,
     }
     return Observed(table, synthesized, accounting)
+
+
+def _nearest_server(
+    start: np.ndarray, process: np.ndarray, parent: np.ndarray, proc: np.ndarray, kind: np.ndarray
+) -> np.ndarray:
+    """Per start row: the first server span on its way up the parent chain (itself included)
+    while the chain stays in ``process``; -1 when it leaves the process or ends first."""
+    found = np.full(len(start), NONE, dtype=np.int64)
+    cur = start.copy()
+    open_ = cur != NONE
+    while open_.any():
+        idx = np.flatnonzero(open_)
+        anc = cur[idx]
+        inside = proc[anc] == process[idx]
+        server = inside & (kind[anc] == SERVER)
+        found[idx[server]] = anc[server]
+        cur[idx] = np.where(inside & ~server, parent[anc], NONE)
+        open_ = cur != NONE
+    return found

@@ -25,14 +25,11 @@ import numpy as np
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, SERVER, SpanTable
 from tacit.reconstruct.callgraph import CallGraph
+from tacit.reconstruct.candidates import call_keys, callee_key
 from tacit.reconstruct.result import Reconstruction
 
 WAP5_CUTOFF = 4.0
 """WAP5's spontaneous alternative: a gap beyond this many mean delays is not causal (§5.1)."""
-
-
-def _call_key(spans: SpanTable, rows: np.ndarray) -> np.ndarray:
-    return (spans.peer[rows].astype(np.int64) << 32) | spans.endpoint[rows].astype(np.int64)
 
 
 def _owed(spans: SpanTable, incoming: np.ndarray, callgraph: CallGraph) -> list[dict[int, int]]:
@@ -43,7 +40,7 @@ def _owed(spans: SpanTable, incoming: np.ndarray, callgraph: CallGraph) -> list[
         g = callgraph.get(s[int(spans.service[r])] or "", s[int(spans.endpoint[r])] or "")
         owed: dict[int, int] = {}
         for sl in g.slots if g else []:
-            k = (s.find(sl.service) << 32) | s.find(sl.endpoint)
+            k = callee_key(s, *sl.callee)
             owed[k] = owed.get(k, 0) + 1
         out.append(owed)
     return out
@@ -78,7 +75,7 @@ def reconstruct_fcfs(spans: SpanTable, callgraph: CallGraph) -> Reconstruction:
                 queues.setdefault(k, []).append(idx)
         heads = dict.fromkeys(queues, 0)
         start_in, end_in = spans.start[incoming], spans.end[incoming]
-        for o, k in zip(outgoing, _call_key(spans, outgoing), strict=True):
+        for o, k in zip(outgoing, call_keys(spans, outgoing), strict=True):
             q = queues.get(int(k))
             if q is None:
                 continue
@@ -105,7 +102,7 @@ def reconstruct_wap5(spans: SpanTable, callgraph: CallGraph) -> Reconstruction:
 
     def assign(incoming: np.ndarray, outgoing: np.ndarray, result: Reconstruction) -> None:
         owed = _owed(spans, incoming, callgraph)
-        keys = _call_key(spans, outgoing)
+        keys = call_keys(spans, outgoing)
         start_in = spans.start[incoming]
         # Mean causal delay: from the latest preceding incoming span to each outgoing span.
         hi = np.searchsorted(start_in, spans.start[outgoing], "right")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tacit.model.spans import NONE, SpanTable
+from tacit.model.spans import NONE, SpanTable, StringPool
 from tacit.reconstruct.callgraph import EndpointGraph
 
 SKIP = -2
@@ -39,12 +39,22 @@ class CandidateSet:
         return len(self.incoming)
 
 
+def call_keys(spans: SpanTable, rows: np.ndarray) -> np.ndarray:
+    """The callee (peer service, endpoint) of each outgoing span at ``rows``, as one int64."""
+    return (spans.peer[rows].astype(np.int64) << 32) | spans.endpoint[rows].astype(np.int64)
+
+
+def callee_key(strings: StringPool, service: str, endpoint: str) -> int:
+    """The :func:`call_keys` value of calls to ``service``'s ``endpoint``."""
+    return (strings.find(service) << 32) | strings.find(endpoint)
+
+
 class CallPools:
     """Outgoing spans of one instance grouped by callee (service, endpoint), sorted by start."""
 
     def __init__(self, spans: SpanTable, rows: np.ndarray) -> None:
         self.spans = spans
-        keys = (spans.peer[rows].astype(np.int64) << 32) | spans.endpoint[rows].astype(np.int64)
+        keys = call_keys(spans, rows)
         order = np.lexsort((spans.start[rows], keys))
         rows, keys = rows[order], keys[order]
         cut = np.flatnonzero(np.diff(keys)) + 1
@@ -56,8 +66,7 @@ class CallPools:
         self.starts = {k: spans.start[r] for k, r in self.pools.items()}
 
     def key(self, service: str, endpoint: str) -> int:
-        s = self.spans.strings
-        return (s.find(service) << 32) | s.find(endpoint)
+        return callee_key(self.spans.strings, service, endpoint)
 
     def within(self, key: int, lo: int, hi: int) -> np.ndarray:
         """Rows of calls to ``key`` that start and end inside [lo, hi]."""

@@ -36,11 +36,16 @@ def run_algorithm(
     progress: Progress | None = None,
 ) -> Reconstruction:
     """Reconstruct blind ``spans`` with the algorithm called ``name``."""
+    check_algorithm(name)
     if name == "traceweaver":
         return reconstruct_traceweaver(spans, callgraph, params, progress)
-    if name not in BASELINES:
-        raise ConfigError(f"unknown algorithm {name!r}: expected one of {', '.join(ALGORITHMS)}")
     return BASELINES[name](spans, callgraph)
+
+
+def check_algorithm(name: str) -> None:
+    """Raise :class:`ConfigError` unless ``name`` is one of :data:`ALGORITHMS`."""
+    if name not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {name!r}: expected one of {', '.join(ALGORITHMS)}")
 
 
 @dataclass
@@ -83,9 +88,8 @@ def evaluate(
     Without ``callgraph`` it is learned from the input's own ground truth (standing in for a
     test environment), from a random ``callgraph_sample`` fraction of its traces.
     """
-    for a in algorithms:
-        if a not in ALGORITHMS:
-            raise ConfigError(f"unknown algorithm {a!r}: expected one of {', '.join(ALGORITHMS)}")
+    for a in algorithms:  # fail before the (long) read
+        check_algorithm(a)
     observed, read_seconds = observe(source)
     truth = observed.spans
     how = "given"

@@ -25,8 +25,13 @@ import numpy as np
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.reconstruct.assign import Candidates, SolveStats, batches, solve_batch, water_fill
-from tacit.reconstruct.callgraph import CallGraph
-from tacit.reconstruct.candidates import CallPools, CandidateSet, enumerate_candidates
+from tacit.reconstruct.callgraph import CallGraph, EndpointGraph
+from tacit.reconstruct.candidates import (
+    CallPools,
+    CandidateSet,
+    call_keys,
+    enumerate_candidates,
+)
 from tacit.reconstruct.delays import (
     GapModel,
     candidate_gaps,
@@ -113,20 +118,21 @@ class _Instance:
         self.outgoing = rows[spans.kind[rows] == CLIENT]
         self.pools = CallPools(spans, self.outgoing)
         svc = s[int(spans.service[rows[0]])] or ""
-        groups: dict[int, np.ndarray] = {}
+        self.graphs: list[EndpointGraph] = []
+        self.requests: list[np.ndarray] = []  # per graph, its incoming spans by start
         for ep in np.unique(spans.endpoint[incoming]):
             g = callgraph.get(svc, s[int(ep)] or "")
             if g is not None and g.slots:
-                groups[int(ep)] = incoming[spans.endpoint[incoming] == ep]
-        self.graphs = [callgraph.get(svc, s[ep] or "") for ep in groups]
-        self.requests = [r[np.argsort(spans.start[r], kind="stable")] for r in groups.values()]
+                reqs = incoming[spans.endpoint[incoming] == ep]
+                self.graphs.append(g)
+                self.requests.append(reqs[np.argsort(spans.start[reqs], kind="stable")])
+        self.slot_keys = [[self.pools.key(*sl.callee) for sl in g.slots] for g in self.graphs]
         self.n_incoming = sum(len(r) for r in self.requests)
         self.not_best = 0
         # Dynamism (§4.2): calls expected by the call graphs versus calls observed.
         expected: dict[int, int] = {}
-        for g, reqs in zip(self.graphs, self.requests, strict=True):
-            for sl in g.slots:
-                k = self.pools.key(*sl.callee)
+        for keys, reqs in zip(self.slot_keys, self.requests, strict=True):
+            for k in keys:
                 expected[k] = expected.get(k, 0) + len(reqs)
         self.expected = expected
         observed = {k: len(self.pools.pools.get(k, ())) for k in expected}
@@ -134,8 +140,7 @@ class _Instance:
         self.skip_keys = sorted(self.budget)
         self.sets: list[CandidateSet] = []
         self.slot_prob: list[np.ndarray] = []
-        for g, reqs in zip(self.graphs, self.requests, strict=True):
-            keys = [self.pools.key(*sl.callee) for sl in g.slots]
+        for g, keys, reqs in zip(self.graphs, self.slot_keys, self.requests, strict=True):
             allow = np.array([k in self.budget for k in keys])
             self.sets.append(
                 enumerate_candidates(
@@ -165,23 +170,23 @@ class _Instance:
         the moments of all candidate gaps, each candidate weighted 1/(candidates of its span)."""
         spans, p = self.spans, self.params
         uses: dict[int, int] = {}
-        for g in self.graphs:
-            for sl in g.slots:
-                k = self.pools.key(*sl.callee)
+        for keys in self.slot_keys:
+            for k in keys:
                 uses[k] = uses.get(k, 0) + 1
         models = []
-        for g, reqs, cs, gaps in zip(self.graphs, self.requests, self.sets, self.gaps, strict=True):
-            keys = [self.pools.key(*sl.callee) for sl in g.slots]
+        for g, keys, reqs, cs, gaps in zip(
+            self.graphs, self.slot_keys, self.requests, self.sets, self.gaps, strict=True
+        ):
 
-            def series(j: int, field: str, g=g, keys=keys, reqs=reqs) -> np.ndarray | None:
+            def series(j: int, field: str, keys=keys, reqs=reqs) -> np.ndarray | None:
                 k = keys[j]
                 rows = self.pools.pools.get(k)
                 if rows is None or uses[k] != 1 or len(rows) != len(reqs):
                     return None
                 return getattr(spans, field)[rows]
 
-            _, counts = np.unique(cs.incoming, return_inverse=False, return_counts=True)
-            weight = 1.0 / np.repeat(counts, counts) if len(cs) else np.empty(0)
+            _, per_span, counts = np.unique(cs.incoming, return_inverse=True, return_counts=True)
+            weight = 1.0 / counts[per_span]
             per_col: list[GapModel] = []
             sinks = [j for j in range(len(g.slots)) if not any(j in q for q in g.preds)]
             for j in range(len(g.slots) + 1):
@@ -227,7 +232,7 @@ class _Instance:
             first = np.r_[0, np.flatnonzero(np.diff(grp)) + 1]
             rank = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
             keep = order[rank < k]
-            keys = [self.pools.key(*sl.callee) for sl in cs.graph.slots]
+            keys = self.slot_keys[s]
             for c in keep:
                 calls = cs.calls[c]
                 outs.extend(int(o) for o in calls if o >= 0)
@@ -290,7 +295,7 @@ class _Instance:
             for b, m in enumerate(members):
                 incoming = np.unique(cands.incoming[m])
                 outs = np.unique(np.concatenate([cands.outs(c) for c in m]) if len(m) else [])
-                okeys = (spans.peer[outs].astype(np.int64) << 32) | spans.endpoint[outs]
+                okeys = call_keys(spans, outs)
                 existing[b] = int((okeys == key).sum())
                 need = int(cands.skips[m, q].max(initial=0)) * len(incoming)
                 capacity[b] = max(
@@ -301,7 +306,7 @@ class _Instance:
 
     def _per_request(self, key: int) -> int:
         return max(
-            (sum(self.pools.key(*sl.callee) == key for sl in g.slots) for g in self.graphs),
+            (keys.count(key) for keys in self.slot_keys),
             default=1,
         )
 
@@ -366,7 +371,7 @@ class _Instance:
         for o in self.outgoing:
             if result.parent[o] != NONE:
                 continue
-            key = (int(self.spans.peer[o]) << 32) | int(self.spans.endpoint[o])
+            key = int(call_keys(self.spans, o))
             if key not in callee_keys:
                 reason = "no call graph entry of this service makes this call"
             elif int(o) in in_candidates:
