@@ -1,6 +1,6 @@
 """The ``tacit`` console script end to end, run as subprocesses.
 
-Every run pays for importing numpy, scipy and scikit-learn (a few seconds), so the independent
+Every run pays for importing numpy and scipy (a few seconds), so the independent
 commands are started together by one module fixture and the tests only inspect their results.
 """
 

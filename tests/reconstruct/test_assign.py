@@ -129,17 +129,19 @@ def brute_force(cands: Candidates, members: np.ndarray, quota: np.ndarray) -> fl
     return best
 
 
+@pytest.mark.parametrize("node_limit", [20_000, 0], ids=["branch-and-bound", "highs"])
 @pytest.mark.parametrize("seed", range(60))
-def test_solve_batch_matches_brute_force(seed):
+def test_solve_batch_matches_brute_force(seed, node_limit):
     rng = np.random.default_rng(seed)
     cands, quota = random_instance(rng)
     members = np.arange(len(cands.incoming))
     stats = SolveStats()
-    chosen = solve_batch(cands, members, quota, 5.0, stats)
+    chosen = solve_batch(cands, members, quota, 5.0, stats, node_limit)
     chosen = [int(c) for c in chosen]
     assert set(chosen) <= set(members.tolist())
     assert feasible(cands, chosen, quota)
     assert stats.batches == 1 and stats.fallbacks == 0
+    assert stats.solver_calls == (1 if node_limit == 0 else 0)
     opt = brute_force(cands, members, quota)
     assert float(cands.weight[chosen].sum()) == pytest.approx(opt, rel=1e-9, abs=1e-9)
 

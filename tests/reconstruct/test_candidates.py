@@ -7,7 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, StringPool
+from spanrows import table
+from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.reconstruct.callgraph import EndpointGraph, Slot
 from tacit.reconstruct.candidates import SKIP, CallPools, enumerate_candidates
 
@@ -19,28 +20,6 @@ PARALLEL = EndpointGraph(
     "a", "E", [Slot("b", "X", 0), Slot("c", "Y", 0), Slot("d", "Z", 0)], [[], [], [0, 1]]
 )
 """a.E -> (b.X || c.Y) -> d.Z"""
-
-
-def table(rows: list[tuple]) -> SpanTable:
-    """rows: (kind, endpoint, peer, start, end, true parent row); all at instance a/a-0."""
-    s = StringPool()
-    n = len(rows)
-    return SpanTable(
-        s,
-        service=[s.code("a")] * n,
-        instance=[s.code("a-0")] * n,
-        endpoint=[s.code(r[1]) for r in rows],
-        kind=[r[0] for r in rows],
-        start=[r[3] for r in rows],
-        end=[r[4] for r in rows],
-        peer=[s.code(r[2]) for r in rows],
-        thread=[NONE] * n,
-        trace=[NONE] * n,
-        span_id=[NONE] * n,
-        parent=[r[5] for r in rows],
-        link=[NONE] * n,
-        record=list(range(n)),
-    )
 
 
 def simulate_instance(graph: EndpointGraph, rng: np.random.Generator, n_in: int, noise: int):

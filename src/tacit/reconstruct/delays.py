@@ -18,7 +18,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.mixture import GaussianMixture
 
 from tacit.model.spans import SpanTable
 from tacit.reconstruct.candidates import CandidateSet
@@ -28,24 +27,39 @@ MIN_STD_US = 1.0
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
-def candidate_gaps(spans: SpanTable, cs: CandidateSet) -> np.ndarray:
-    """Gaps in µs: a column per slot, then one for last call end -> response (NaN: skipped)."""
+def slot_ready(spans: SpanTable, cs: CandidateSet) -> np.ndarray:
+    """When each slot of each candidate could start (ns): the request's arrival or, when later,
+    the end of its predecessor calls in the dependency order (a skipped call passes its own
+    ready time on)."""
     g = cs.graph
     n, m = cs.calls.shape
     in_start = spans.start[cs.incoming]
     ready = np.empty((n, m), dtype=np.int64)
-    gaps = np.full((n, m + 1), np.nan)
     for j in g.order:
         t = in_start.copy()
         for p in g.preds[j]:
-            np.maximum(t, ready[:, p], out=t)
-        rows = cs.calls[:, j]
-        present = rows >= 0
-        safe = np.where(present, rows, 0)
-        gaps[:, j] = np.where(present, (spans.start[safe] - t) / 1000.0, np.nan)
-        ready[:, j] = np.where(present, spans.end[safe], t)
-    last = ready.max(axis=1) if m else in_start
-    gaps[:, m] = (spans.end[cs.incoming] - np.maximum(last, in_start)) / 1000.0
+            np.maximum(t, _done(spans, cs.calls[:, p], ready[:, p]), out=t)
+        ready[:, j] = t
+    return ready
+
+
+def _done(spans: SpanTable, calls: np.ndarray, ready: np.ndarray) -> np.ndarray:
+    """When a slot is over: its call's end, or its ready time when skipped."""
+    return np.where(calls >= 0, spans.end[np.maximum(calls, 0)], ready)
+
+
+def candidate_gaps(spans: SpanTable, cs: CandidateSet, ready: np.ndarray) -> np.ndarray:
+    """Gaps in µs: a column per slot (call start - :func:`slot_ready`), then one for last call
+    end -> response; NaN where the call is skipped."""
+    n, m = cs.calls.shape
+    gaps = np.full((n, m + 1), np.nan)
+    last = spans.start[cs.incoming]
+    for j in range(m):
+        calls = cs.calls[:, j]
+        made = calls >= 0
+        gaps[made, j] = (spans.start[calls[made]] - ready[made, j]) / 1000.0
+        last = np.maximum(last, _done(spans, calls, ready[:, j]))
+    gaps[:, m] = (spans.end[cs.incoming] - last) / 1000.0
     return gaps
 
 
@@ -64,18 +78,33 @@ class Gaussian:
 
 @dataclass
 class Mixture:
-    """A Gaussian mixture fitted with scikit-learn, its size chosen by BIC."""
+    """A one-dimensional Gaussian mixture: weights, means and standard deviations."""
 
-    model: GaussianMixture
+    weight: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
 
     def logpdf(self, x: np.ndarray, window: np.ndarray) -> np.ndarray:
-        return self.model.score_samples(x.reshape(-1, 1))
+        """Log density at ``x``; one mixture serves every window."""
+        return _logsumexp(self._joint(x))
+
+    def _joint(self, x: np.ndarray) -> np.ndarray:
+        """log(weight_k) + log N(x; mean_k, std_k), one column per component."""
+        z = (x[:, None] - self.mean) / self.std
+        return -0.5 * z * z - np.log(self.std) - _LOG_SQRT_2PI + np.log(self.weight)
+
+
+def _logsumexp(a: np.ndarray) -> np.ndarray:
+    top = a.max(axis=1)
+    return top + np.log(np.exp(a - top[:, None]).sum(axis=1))
 
 
 GapModel = Gaussian | Mixture
 
 
-def seed_gaussian(t1: np.ndarray, t2: np.ndarray, window: int, buckets: int) -> Gaussian:
+def seed_gaussian(
+    t1: np.ndarray, t2: np.ndarray, window: int, buckets: int, min_std: float = MIN_STD_US
+) -> Gaussian:
     """Seed from two event series of equal length (§4.1): difference of means, bucket variance.
 
     ``t1`` are the reference events (request arrivals or predecessor ends), ``t2`` the events
@@ -93,46 +122,98 @@ def seed_gaussian(t1: np.ndarray, t2: np.ndarray, window: int, buckets: int) -> 
         means.append(d2.mean() - d1.mean())
         sd = math.sqrt(size) * float(np.std(bm, ddof=1)) if len(bm) > 1 else 0.0
         stds.append(sd)
-    std = np.maximum(np.nan_to_num(np.array(stds)), MIN_STD_US)
+    std = np.maximum(np.nan_to_num(np.array(stds)), min_std)
     return Gaussian(np.array(means), std)
 
 
-def moment_gaussian(values: np.ndarray, weights: np.ndarray) -> Gaussian:
+def moment_gaussian(
+    values: np.ndarray, weights: np.ndarray, min_std: float = MIN_STD_US
+) -> Gaussian:
     """A single Gaussian with the weighted mean and variance of ``values``."""
     ok = ~np.isnan(values)
     v, w = values[ok], weights[ok]
     if w.sum() <= 0:
-        return Gaussian(np.zeros(1), np.full(1, MIN_STD_US))
+        return Gaussian(np.zeros(1), np.full(1, min_std))
     mean = np.average(v, weights=w)
     std = math.sqrt(np.average((v - mean) ** 2, weights=w))
-    return Gaussian(np.array([mean]), np.array([max(std, MIN_STD_US)]))
+    return Gaussian(np.array([mean]), np.array([max(std, min_std)]))
 
 
 def fit_mixture(
-    values: np.ndarray, max_components: int, max_samples: int, seed: int
+    values: np.ndarray,
+    max_components: int,
+    max_samples: int,
+    seed: int,
+    min_std: float = MIN_STD_US,
 ) -> GapModel | None:
-    """The Gaussian mixture with the lowest BIC over 1..max_components components.
+    """The Gaussian mixture with the lowest BIC over 1..max_components components (§4.1).
 
-    Fits on at most ``max_samples`` values (a seeded subsample) to bound the cost per iteration.
-    Returns None when there are fewer than two values to fit.
+    Fits by expectation-maximisation on at most ``max_samples`` values (a seeded subsample, to
+    bound the cost per iteration); equal values are fitted once, weighted by their count. No
+    component is narrower than ``min_std``: on coarse timestamps (see :func:`gap_floor`) a
+    narrower one would only model the rounding. Returns None with fewer than two values.
     """
     v = values[~np.isnan(values)]
     if len(v) < 2:
         return None
     if len(v) > max_samples:
         v = np.random.default_rng(seed).choice(v, max_samples, replace=False)
-    distinct = len(np.unique(v))
-    if distinct < 2:
-        return Gaussian(np.array([v[0]]), np.array([MIN_STD_US]))
-    x = v.reshape(-1, 1)
+    x, count = np.unique(v, return_counts=True)
+    if len(x) < 2:
+        return Gaussian(x[:1], np.array([min_std]))
     best, best_bic = None, math.inf
-    for k in range(1, min(max_components, distinct) + 1):
-        gm = GaussianMixture(k, covariance_type="diag", reg_covar=MIN_STD_US**2, random_state=seed)
-        gm.fit(x)
-        bic = gm.bic(x)
+    for k in range(1, min(max_components, len(x)) + 1):
+        model, loglik = _em(x, count.astype(np.float64), k, min_std)
+        bic = -2.0 * loglik + (3 * k - 1) * math.log(len(v))
         if bic < best_bic:
-            best, best_bic = gm, bic
-    return Mixture(best)
+            best, best_bic = model, bic
+    return best
+
+
+def _em(
+    x: np.ndarray, count: np.ndarray, k: int, min_std: float, max_iter: int = 100, tol: float = 1e-3
+) -> tuple[Mixture, float]:
+    """EM for a k-component mixture of sorted distinct ``x`` with multiplicities ``count``.
+
+    Starts from k groups of equal total count (a one-dimensional k-means seed); stops when the
+    mean log-likelihood per value improves by less than ``tol`` (scikit-learn's defaults).
+    Returns the mixture and its total log-likelihood.
+    """
+    n = count.sum()
+    group = np.minimum((np.cumsum(count) - count) * k // n, k - 1).astype(np.int64)
+    resp = np.zeros((len(x), k))
+    resp[np.arange(len(x)), group] = 1.0
+    min_var = min_std * min_std
+    loglik = -math.inf
+    model = None
+    for _ in range(max_iter):
+        wr = resp * count[:, None]
+        nk = wr.sum(axis=0) + 1e-12
+        mean = (wr * x[:, None]).sum(axis=0) / nk
+        var = (wr * (x[:, None] - mean) ** 2).sum(axis=0) / nk
+        model = Mixture(nk / n, mean, np.sqrt(np.maximum(var, min_var)))
+        joint = model._joint(x)
+        per_x = _logsumexp(joint)
+        new = float((per_x * count).sum())
+        resp = np.exp(joint - per_x[:, None])
+        if new - loglik < tol * n:
+            loglik = new
+            break
+        loglik = new
+    return model, loglik
+
+
+def gap_floor(times: np.ndarray) -> float:
+    """Smallest standard deviation (µs) a gap between two of these timestamps (ns) can have.
+
+    Timestamps recorded at a resolution q carry rounding noise of variance q²/12 each, so a
+    difference of two carries q²/6: q is the coarsest power of ten (from 1 µs to 1 s) that
+    divides every timestamp. The floor is never below :data:`MIN_STD_US`.
+    """
+    q = 1000
+    while q < 10**9 and len(times) and not np.any(times % (q * 10)):
+        q *= 10
+    return max(MIN_STD_US, q / 1000.0 / math.sqrt(6.0))
 
 
 def score_candidates(
@@ -144,15 +225,23 @@ def score_candidates(
     The call-probability terms make candidates with different numbers of calls comparable (the
     artifact ignores skipped slots, which favours skipping); p comes from the call graph.
     """
-    total = np.zeros(len(gaps))
+    total = log_likelihood(gaps, models, window)
     p = np.clip(slot_prob, 1e-3, 1 - 1e-3)
+    for j in range(len(slot_prob)):
+        present = ~np.isnan(gaps[:, j])
+        total += np.where(present, math.log(p[j]) if slot_prob[j] < 1 else 0.0, math.log(1 - p[j]))
+    return total
+
+
+def log_likelihood(
+    values: np.ndarray, models: list[GapModel | None], window: np.ndarray
+) -> np.ndarray:
+    """Σ over columns j of log f_j(values[:, j]) per row; NaN entries (skipped calls) and
+    columns without a model (None: too few values to fit) add nothing."""
+    total = np.zeros(len(values))
     for j, model in enumerate(models):
-        col = gaps[:, j]
+        col = values[:, j]
         present = ~np.isnan(col)
-        if j < len(slot_prob):
-            total += np.where(
-                present, math.log(p[j]) if slot_prob[j] < 1 else 0.0, math.log(1 - p[j])
-            )
-        if present.any():
+        if model is not None and present.any():
             total[present] += model.logpdf(col[present], window[present])
     return total

@@ -36,10 +36,14 @@ from tacit.reconstruct.delays import (
     GapModel,
     candidate_gaps,
     fit_mixture,
+    gap_floor,
+    log_likelihood,
     moment_gaussian,
     score_candidates,
     seed_gaussian,
+    slot_ready,
 )
+from tacit.reconstruct.order import RANK_MIN_STD, ArrivalOrder
 from tacit.reconstruct.result import Reconstruction
 
 
@@ -65,6 +69,9 @@ class TraceWeaverParams:
     """Gaps per mixture fit (a seeded subsample beyond this)."""
     solver_time_limit: float = 5.0
     """Seconds HiGHS may spend on one batch before the greedy fallback."""
+    arrival_order: bool = True
+    """Also score the rank displacement of each call (:mod:`.order`; a tacit extension, off
+    reproduces the paper's scoring)."""
     seed: int = 0
 
 
@@ -116,6 +123,7 @@ class _Instance:
         s = spans.strings
         incoming = rows[spans.kind[rows] == SERVER]
         self.outgoing = rows[spans.kind[rows] == CLIENT]
+        self.min_std = gap_floor(np.concatenate([spans.start[rows], spans.end[rows]]))
         self.pools = CallPools(spans, self.outgoing)
         svc = s[int(spans.service[rows[0]])] or ""
         self.graphs: list[EndpointGraph] = []
@@ -157,7 +165,10 @@ class _Instance:
                     [min(1.0, observed[k] / expected[k]) if expected[k] else 1.0 for k in keys]
                 )
             )
-        self.gaps = [candidate_gaps(spans, cs) for cs in self.sets]
+        self.ready = [slot_ready(spans, cs) for cs in self.sets]
+        self.gaps = [
+            candidate_gaps(spans, cs, r) for cs, r in zip(self.sets, self.ready, strict=True)
+        ]
         self.windows = []  # seed window of each candidate: its request's rank in time
         for cs, reqs in zip(self.sets, self.requests, strict=True):
             by_row = np.argsort(reqs)
@@ -202,17 +213,26 @@ class _Instance:
                     t2 = spans.end[reqs]
                     t1 = series(sinks[0], "end") if len(sinks) == 1 else None
                 if t1 is not None and t2 is not None and len(t1) > 1:
-                    per_col.append(seed_gaussian(t1, t2, p.seed_window, p.seed_buckets))
+                    per_col.append(
+                        seed_gaussian(t1, t2, p.seed_window, p.seed_buckets, self.min_std)
+                    )
                 else:
-                    per_col.append(moment_gaussian(gaps[:, j], weight))
+                    per_col.append(moment_gaussian(gaps[:, j], weight, self.min_std))
             models.append(per_col)
         return models
 
-    def _refit(self, models: list[list[GapModel]], chosen: list[np.ndarray]) -> None:
+    def _refit(
+        self,
+        models: list[list[GapModel | None]],
+        values: list[np.ndarray],
+        chosen: list[np.ndarray],
+        min_std: float,
+    ) -> None:
+        """Refit every column's model on the values of the chosen candidates (§4.1)."""
         p = self.params
-        for s, (gaps, pick) in enumerate(zip(self.gaps, chosen, strict=True)):
-            for j in range(gaps.shape[1]):
-                m = fit_mixture(gaps[pick, j], p.max_components, p.max_fit_samples, p.seed)
+        for s, (vals, pick) in enumerate(zip(values, chosen, strict=True)):
+            for j in range(vals.shape[1]):
+                m = fit_mixture(vals[pick, j], p.max_components, p.max_fit_samples, p.seed, min_std)
                 if m is not None:
                     models[s][j] = m
 
@@ -313,16 +333,27 @@ class _Instance:
     def run(self, result: Reconstruction, stats: SolveStats) -> int:
         if not self.sets:
             return 0
+        p = self.params
         models = self._seed_models()
+        order = (
+            ArrivalOrder(self.spans, self.sets, self.slot_keys, self.pools, self.ready)
+            if p.arrival_order
+            else None
+        )
+        ranks: list[np.ndarray] = []
+        rank_models: list[list[GapModel | None]] = []
         previous = None
         it = 0
-        for it in range(1, self.params.max_iterations + 1):
+        for it in range(1, p.max_iterations + 1):
             scores = [
                 score_candidates(gaps, mdl, win, prob)
                 for gaps, mdl, win, prob in zip(
                     self.gaps, models, self.windows, self.slot_prob, strict=True
                 )
             ]
+            if ranks:  # from the second iteration on
+                for sc, d, mdl, win in zip(scores, ranks, rank_models, self.windows, strict=True):
+                    sc += log_likelihood(d, mdl, win)
             cands, raw, origin = self._flat(scores)
             picked = self._assign(cands, stats)
             mapping = {int(cands.incoming[c]): origin[c] for c in picked}
@@ -332,8 +363,13 @@ class _Instance:
             chosen = [[] for _ in self.sets]
             for s, c in mapping.values():
                 chosen[s].append(c)
-            if it < self.params.max_iterations:
-                self._refit(models, [np.array(c, dtype=np.int64) for c in chosen])
+            chosen = [np.array(c, dtype=np.int64) for c in chosen]
+            if it < p.max_iterations:
+                self._refit(models, self.gaps, chosen, self.min_std)
+                if order is not None:
+                    ranks = order.displacement(chosen)
+                    rank_models = [[None] * d.shape[1] for d in ranks]
+                    self._refit(rank_models, ranks, chosen, RANK_MIN_STD)
         self._record(result, cands, raw, picked)
         return it
 
