@@ -197,9 +197,9 @@ def test_batches_are_sharing_components(seed):
     rng = np.random.default_rng(seed)
     cands, order_key = _random_batching_instance(rng)
     if len(cands.incoming) == 0:
-        assert batches(cands, order_key, 1000) == []
+        assert batches(cands, order_key, 1000)[0] == []
         return
-    parts = batches(cands, order_key, 1000)
+    parts, _ = batches(cands, order_key, 1000)
     flat = np.concatenate(parts)
     assert sorted(flat.tolist()) == sorted(set(cands.incoming.tolist()))
     batch_of = {int(i): b for b, p in enumerate(parts) for i in p}
@@ -239,7 +239,7 @@ def test_batches_respect_max_batch(max_batch):
     inc = list(range(12))
     outs = [[i, i + 1] for i in range(12)]
     order_key = np.array([5, 3, 8, 1, 9, 0, 2, 7, 4, 6, 11, 10], dtype=np.int64)
-    parts = batches(make_candidates(inc, [1.0] * 12, outs), order_key, max_batch)
+    parts, _ = batches(make_candidates(inc, [1.0] * 12, outs), order_key, max_batch)
     assert all(1 <= len(p) <= max_batch for p in parts)
     flat = np.concatenate(parts)
     assert sorted(flat.tolist()) == inc

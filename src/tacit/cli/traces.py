@@ -58,7 +58,8 @@ def register(app: typer.Typer) -> None:
     def evaluate(
         traces: Annotated[list[Path], typer.Argument(help="Trace files or directories.")],
         algorithm: Annotated[
-            str, typer.Option(help="Comma-separated: traceweaver,wap5,fcfs,vpath.")
+            str,
+            typer.Option(help="Comma-separated: traceweaver,wap5,fcfs,vpath,traceweaver-online."),
         ] = "traceweaver,wap5,fcfs,vpath",
         callgraph: Annotated[
             str, typer.Option(help="'learn' (from the input's ground truth) or a YAML file.")
@@ -113,9 +114,9 @@ def register(app: typer.Typer) -> None:
         callgraph: Annotated[
             str, typer.Option(help="'learn' (from the input, needs ground truth) or a YAML file.")
         ] = "learn",
-        algorithm: Annotated[str, typer.Option(help="traceweaver, wap5, fcfs or vpath.")] = (
-            "traceweaver"
-        ),
+        algorithm: Annotated[
+            str, typer.Option(help="traceweaver, wap5, fcfs, vpath or traceweaver-online.")
+        ] = ("traceweaver"),
         output_format: Annotated[str, typer.Option("--format", help="jaeger or otlp.")] = "jaeger",
         json_out: JsonOpt = False,
     ) -> None:

@@ -7,17 +7,17 @@ JSON formats share the ``.json`` suffix. :func:`write_traces` writes Jaeger, OTL
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tacit.errors import ConfigError, InputError
+from tacit.formats import jaeger, otlp, zipkin
 from tacit.formats.common import Paths, input_files
 from tacit.formats.jaeger import read_jaeger, write_jaeger
 from tacit.formats.otlp import read_otlp, write_otlp
 from tacit.formats.spancsv import COLUMNS, read_span_csv
-from tacit.formats.textio import load_json, read_text
+from tacit.formats.textio import load_json, parse_json, read_text
 from tacit.formats.zipkin import read_zipkin, write_zipkin
 from tacit.model.spans import SpanTable, concat
 
@@ -30,6 +30,11 @@ _READERS: dict[str, Callable[[Paths], SpanTable]] = {
     "otlp": read_otlp,
     "csv": read_span_csv,
 }
+_DOCUMENT_READERS: dict[str, Callable[[Path, Any], SpanTable]] = {
+    "jaeger": jaeger.read_document,
+    "zipkin": zipkin.read_document,
+    "otlp": otlp.read_document,
+}
 _WRITERS = {"jaeger": write_jaeger, "otlp": write_otlp, "zipkin": write_zipkin}
 READ_FORMATS = ("auto", *_READERS, "blind")
 WRITE_FORMATS = tuple(_WRITERS)
@@ -39,14 +44,17 @@ def read_spans(paths: Paths, format: str = "auto") -> SpanTable:
     """Read span files (or directories of them) into one table.
 
     ``format`` is one of :data:`READ_FORMATS`; with ``auto`` each file's format is detected by
-    :func:`detect_format`, so one call may mix formats.
+    :func:`detect_format`, so one call may mix formats. A JSON document is parsed only once.
     """
     if format not in READ_FORMATS:
         raise ConfigError(f"unknown trace format {format!r}: expected one of {READ_FORMATS}")
     if format != "auto":
         return _reader(format)(paths)
-    files = input_files(paths, SUFFIXES)
-    return concat([_reader(detect_format(f), f)([f]) for f in files])
+    tables = []
+    for f in input_files(paths, SUFFIXES):
+        fmt, doc = _detect(f)
+        tables.append(_DOCUMENT_READERS[fmt](f, doc) if doc is not None else _reader(fmt, f)([f]))
+    return concat(tables)
 
 
 def detect_format(path: str | Path) -> str:
@@ -58,20 +66,26 @@ def detect_format(path: str | Path) -> str:
     of traces (objects with ``spans``), and Zipkin if it is a list of spans (objects with
     ``traceId``) or of such lists.
     """
+    return _detect(path)[0]
+
+
+def _detect(path: str | Path) -> tuple[str, Any]:
+    """The format, and for a JSON document its parsed content (None otherwise)."""
     text = read_text(path)
     first = text.split("\n", 1)[0].strip()
     if first.startswith("TraceID,") or set(COLUMNS) <= set(first.split(",")):
-        return "csv"
+        return "csv", None
     if text.lstrip()[:1] in ("{", "["):
         try:
-            head = json.loads(first)
+            head = parse_json(first)
         except ValueError:
             head = None
         if isinstance(head, dict) and {"rpc", "kind"} <= head.keys() and "traceID" not in head:
-            return "blind"
-        fmt = _json_format(head if head is not None and first == text.strip() else load_json(path))
+            return "blind", None
+        doc = head if head is not None and first == text.strip() else load_json(path, text)
+        fmt = _json_format(doc)
         if fmt is not None:
-            return fmt
+            return fmt, doc
     raise InputError(
         "unknown span format: expected a CSV span table, blind-span JSON lines, "
         "or a Jaeger, Zipkin v2 or OTLP JSON document",

@@ -28,7 +28,7 @@ SUFFIXES = (".json", ".json.gz")
 def read_jaeger(paths: str | Path | list[str | Path]) -> SpanTable:
     """Read Jaeger JSON files (or directories of them) into one span table."""
     files = expand_inputs(paths if isinstance(paths, list) else [paths], SUFFIXES)
-    return concat([_read_file(f) for f in files])
+    return concat([read_document(f) for f in files])
 
 
 def _traces_of(doc: Any, path: str) -> list:
@@ -55,11 +55,12 @@ def _tag_map(r: RecordReader, tags: Any) -> dict[str, Any]:
     return out
 
 
-def _read_file(path: Path) -> SpanTable:
+def read_document(path: Path, doc: Any = None) -> SpanTable:
+    """One file's spans; ``doc``: its already parsed JSON, if at hand."""
     src = str(path)
     builder = SpanTableBuilder(src)
     record = 0
-    for ti, trace in enumerate(_traces_of(load_json(path), src)):
+    for ti, trace in enumerate(_traces_of(load_json(path) if doc is None else doc, src)):
         tr = RecordReader(src, f"trace {ti}")
         trace = tr.obj(trace, "trace")
         spans = tr.get(trace, "spans", list)

@@ -64,14 +64,15 @@ _ANY_VALUE_KEYS = {
 
 def read_otlp(paths: Paths) -> SpanTable:
     """Read OTLP JSON trace exports (or directories of .json/.json.gz files) into one table."""
-    return concat([_read_file(f) for f in input_files(paths, SUFFIXES)])
+    return concat([read_document(f) for f in input_files(paths, SUFFIXES)])
 
 
-def _read_file(path: Path) -> SpanTable:
+def read_document(path: Path, doc: Any = None) -> SpanTable:
+    """One file's spans; ``doc``: its already parsed JSON, if at hand."""
     src = str(path)
     builder = SpanTableBuilder(src)
     top = RecordReader(src, "document")
-    doc = top.obj(load_json(path), "OTLP document")
+    doc = top.obj(load_json(path) if doc is None else doc, "OTLP document")
     record = 0
     for ri, rs in enumerate(top.get(doc, "resourceSpans", list)):
         rr = RecordReader(src, f"resourceSpans {ri}")

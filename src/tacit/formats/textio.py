@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from tacit.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -45,11 +47,17 @@ def read_text(path: str | Path) -> str:
         raise InputError(f"not UTF-8 text (byte {e.start})", path=str(path)) from None
 
 
-def load_json(path: str | Path) -> Any:
-    text = read_text(path)
+def parse_json(text: str | bytes) -> Any:
+    """Parse one JSON document (orjson: several times faster than the standard library)."""
+    return orjson.loads(text)
+
+
+def load_json(path: str | Path, text: str | None = None) -> Any:
+    """The JSON document in ``path`` (``text``: its content, when already read)."""
+    data = read_bytes(path) if text is None else text
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as e:
         raise InputError(
             f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}", path=str(path)
         ) from None
@@ -61,8 +69,8 @@ def iter_json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
         if not line.strip():
             continue
         try:
-            yield lineno, json.loads(line)
-        except json.JSONDecodeError as e:
+            yield lineno, orjson.loads(line)
+        except orjson.JSONDecodeError as e:
             raise InputError(
                 f"malformed JSON: {e.msg}", path=str(path), record=f"line {lineno}"
             ) from None

@@ -59,12 +59,13 @@ _KIND_NAMES = {SERVER: "SERVER", CLIENT: "CLIENT"}
 
 def read_zipkin(paths: Paths) -> SpanTable:
     """Read Zipkin v2 JSON files (or directories of .json/.json.gz files) into one table."""
-    return concat([_read_file(f) for f in input_files(paths, SUFFIXES)])
+    return concat([read_document(f) for f in input_files(paths, SUFFIXES)])
 
 
-def _read_file(path: Path) -> SpanTable:
+def read_document(path: Path, doc: Any = None) -> SpanTable:
+    """One file's spans; ``doc``: its already parsed JSON, if at hand."""
     src = str(path)
-    doc = load_json(path)
+    doc = load_json(path) if doc is None else doc
     if not isinstance(doc, list):
         raise InputError("not a Zipkin v2 document: expected a list of spans", path=src)
     spans = [s for item in doc for s in (item if isinstance(item, list) else [item])]

@@ -42,6 +42,16 @@ class Candidates:
     def outs(self, c: int) -> np.ndarray:
         return self.out_rows[self.out_ptr[c] : self.out_ptr[c + 1]]
 
+    def outs_of(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The outgoing spans of all ``members`` at once, and the position in ``members`` of
+        the candidate each belongs to."""
+        per = np.diff(self.out_ptr)[members]
+        ends = np.cumsum(per)
+        index = np.repeat(self.out_ptr[members] - (ends - per), per) + np.arange(
+            ends[-1] if len(ends) else 0
+        )
+        return self.out_rows[index], np.repeat(np.arange(len(members)), per)
+
 
 BRANCH_AND_BOUND_NODES = 20_000
 """Search nodes the in-process branch and bound may visit before a batch goes to HiGHS."""
@@ -54,14 +64,17 @@ class SolveStats:
     fallbacks: int = 0
 
 
-def batches(cands: Candidates, order_key: np.ndarray, max_batch: int) -> list[np.ndarray]:
+def batches(
+    cands: Candidates, order_key: np.ndarray, max_batch: int
+) -> tuple[list[np.ndarray], np.ndarray]:
     """Incoming indices per batch: connected components, cut into chunks of ``max_batch``.
 
-    ``order_key[i]`` orders incoming spans in time (their start).
+    ``order_key[i]`` orders incoming spans in time (their start). Also returns, per batch,
+    whether it continues the component of the batch before it (a later chunk).
     """
     n_in = len(order_key)
     if len(cands.incoming) == 0:
-        return []
+        return [], np.zeros(0, dtype=bool)
     uniq, out_idx = np.unique(cands.out_rows, return_inverse=True)
     per_cand = np.diff(cands.out_ptr)
     rows = np.repeat(cands.incoming, per_cand)
@@ -77,9 +90,69 @@ def batches(cands: Candidates, order_key: np.ndarray, max_batch: int) -> list[np
     comps = np.split(present, cut)
     comps.sort(key=lambda c: order_key[c[0]])
     out: list[np.ndarray] = []
+    continued: list[bool] = []
     for c in comps:
         out.extend(c[a : a + max_batch] for a in range(0, len(c), max_batch))
-    return out
+        continued.extend(a > 0 for a in range(0, len(c), max_batch))
+    return out, np.array(continued, dtype=bool)
+
+
+def solve_all(
+    cands: Candidates,
+    members: list[np.ndarray],
+    continued: np.ndarray,
+    quotas: np.ndarray,
+    time_limit: float,
+    stats: SolveStats,
+) -> np.ndarray:
+    """The chosen candidates of every batch (``members[b]``: candidate indices; ``quotas[b]``:
+    its skip quota per key), batches solved in time order.
+
+    A chunk that continues a component loses the candidates using spans the chunks before it
+    took. Every other batch whose incoming spans' best candidates share no outgoing span and
+    stay within the quota is solved by them (that choice is optimal); this is checked for all
+    batches at once, and only the rest go through :func:`solve_batch` one by one.
+    """
+    nb = len(members)
+    if nb == 0:
+        return np.empty(0, dtype=np.int64)
+    stats.batches += nb
+    sizes = np.array([len(m) for m in members])
+    flat = np.concatenate(members)
+    label = np.repeat(np.arange(nb), sizes)
+    order = np.lexsort((-cands.weight[flat], cands.incoming[flat]))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = cands.incoming[flat[order[1:]]] != cands.incoming[flat[order[:-1]]]
+    best, best_label = flat[order[first]], label[order[first]]
+    outs, owner = cands.outs_of(best)
+    _, inverse, counts = np.unique(outs, return_inverse=True, return_counts=True)
+    out_label = best_label[owner]
+    hard = continued.copy()
+    hard[out_label[counts[inverse] > 1]] = True
+    if cands.skips.shape[1]:
+        used = np.zeros((nb, cands.skips.shape[1]), dtype=np.int64)
+        np.add.at(used, best_label, cands.skips[best])
+        hard |= np.any(used > quotas, axis=1)
+    chosen = [best[~hard[best_label]]]
+    taken = np.empty(0, dtype=np.int64)  # spans taken so far in the current component
+    for b in np.flatnonzero(hard):
+        m = members[b]
+        if not continued[b]:
+            taken = np.empty(0, dtype=np.int64)
+        else:
+            if not hard[b - 1]:  # a first chunk solved by the fast path
+                taken = outs[out_label == b - 1]
+            m = m[_uses_none(cands, m, taken)]
+        pick = solve_batch(cands, m, quotas[b], time_limit, stats, count=False)
+        chosen.append(pick)
+        taken = np.concatenate([taken, *(cands.outs(c) for c in pick)])
+    return np.concatenate(chosen).astype(np.int64)
+
+
+def _uses_none(cands: Candidates, members: np.ndarray, taken: np.ndarray) -> np.ndarray:
+    """For each candidate in ``members``: True unless it uses one of the ``taken`` spans."""
+    outs, owner = cands.outs_of(members)
+    return np.bincount(owner[np.isin(outs, taken)], minlength=len(members)) == 0
 
 
 def water_fill(existing: np.ndarray, capacity: np.ndarray, budget: int) -> np.ndarray:
@@ -117,10 +190,13 @@ def solve_batch(
     time_limit: float,
     stats: SolveStats,
     node_limit: int = BRANCH_AND_BOUND_NODES,
+    count: bool = True,
 ) -> np.ndarray:
     """Indices of the chosen candidates among ``members`` (candidate indices): a maximum-weight
-    consistent choice, by branch and bound within ``node_limit`` search nodes, else by HiGHS."""
-    stats.batches += 1
+    consistent choice, by branch and bound within ``node_limit`` search nodes, else by HiGHS.
+    ``count``: add the batch to ``stats.batches`` (:func:`solve_all` counts its own)."""
+    if count:
+        stats.batches += 1
     if len(members) == 0:
         return members
     exact = _branch_and_bound(cands, members, quota, node_limit)

@@ -21,10 +21,14 @@ from tacit.model.roles import Observed, infer_roles
 from tacit.model.spans import SpanTable
 from tacit.reconstruct.baselines import ALGORITHMS as BASELINES
 from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
+from tacit.reconstruct.online import reconstruct_streamed
 from tacit.reconstruct.result import Reconstruction
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 
 ALGORITHMS = ("traceweaver", *BASELINES)
+"""What ``evaluate`` runs by default."""
+ONLINE = "traceweaver-online"
+"""TraceWeaver over the input streamed in order of span end (:mod:`.online`), on request."""
 Progress = Callable[[int], None]
 
 
@@ -39,13 +43,17 @@ def run_algorithm(
     check_algorithm(name)
     if name == "traceweaver":
         return reconstruct_traceweaver(spans, callgraph, params, progress)
+    if name == ONLINE:
+        return reconstruct_streamed(spans, callgraph, params)
     return BASELINES[name](spans, callgraph)
 
 
 def check_algorithm(name: str) -> None:
-    """Raise :class:`ConfigError` unless ``name`` is one of :data:`ALGORITHMS`."""
-    if name not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm {name!r}: expected one of {', '.join(ALGORITHMS)}")
+    """Raise :class:`ConfigError` unless ``name`` is one of :data:`ALGORITHMS` or :data:`ONLINE`."""
+    if name not in (*ALGORITHMS, ONLINE):
+        raise ConfigError(
+            f"unknown algorithm {name!r}: expected one of {', '.join((*ALGORITHMS, ONLINE))}"
+        )
 
 
 @dataclass

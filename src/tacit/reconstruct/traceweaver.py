@@ -24,7 +24,7 @@ import numpy as np
 
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
-from tacit.reconstruct.assign import Candidates, SolveStats, batches, solve_batch, water_fill
+from tacit.reconstruct.assign import Candidates, SolveStats, batches, solve_all, water_fill
 from tacit.reconstruct.callgraph import CallGraph, EndpointGraph
 from tacit.reconstruct.candidates import (
     CallPools,
@@ -237,92 +237,82 @@ class _Instance:
                     models[s][j] = m
 
     # -- one round -----------------------------------------------------------------------------
-    def _flat(
-        self, scores: list[np.ndarray]
-    ) -> tuple[Candidates, np.ndarray, list[tuple[int, int]]]:
-        """Top-K candidates of every incoming span as flat arrays, with their (set, index)."""
+    def _flat(self, scores: list[np.ndarray]) -> tuple[Candidates, np.ndarray, np.ndarray]:
+        """Top-K candidates of every incoming span as flat arrays, with their raw scores and
+        their (set, index) in rows."""
         k = self.params.top_k
-        inc, wts, ptr, outs, skips, origin = [], [], [0], [], [], []
+        nk = len(self.skip_keys)
         key_col = {key: i for i, key in enumerate(self.skip_keys)}
+        inc, wts, outs, counts, skips, origin = [], [], [], [], [], []
         for s, (cs, sc) in enumerate(zip(self.sets, scores, strict=True)):
-            if not len(cs):
-                continue
             order = np.lexsort((-sc, cs.incoming))
             grp = cs.incoming[order]
             first = np.r_[0, np.flatnonzero(np.diff(grp)) + 1]
             rank = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
             keep = order[rank < k]
-            keys = self.slot_keys[s]
-            for c in keep:
-                calls = cs.calls[c]
-                outs.extend(int(o) for o in calls if o >= 0)
-                ptr.append(len(outs))
-                row = np.zeros(len(self.skip_keys), dtype=np.int64)
-                for j in np.flatnonzero(calls < 0):
-                    row[key_col[keys[j]]] += 1
-                skips.append(row)
-                inc.append(int(cs.incoming[c]))
-                wts.append(float(sc[c]))
-                origin.append((s, int(c)))
-        w = np.array(wts)
-        if len(w):
-            # Weights must be positive and favour assigning one more span over any score gain.
-            w = w - w.min() + 1.0
-            w += w.max()
+            calls = cs.calls[keep]
+            made = calls >= 0
+            outs.append(calls[made])  # row-major: each candidate's calls in slot order
+            counts.append(made.sum(axis=1))
+            sk = np.zeros((len(keep), nk), dtype=np.int64)
+            for j, key in enumerate(self.slot_keys[s]):
+                if key in key_col:
+                    sk[:, key_col[key]] += ~made[:, j]
+            skips.append(sk)
+            inc.append(cs.incoming[keep])
+            wts.append(sc[keep])
+            origin.append(np.stack([np.full(len(keep), s), keep], axis=1))
+        wts = np.concatenate(wts)
+        # Weights must be positive and favour assigning one more span over any score gain.
+        w = wts - (wts.min() if len(wts) else 0.0) + 1.0
+        w += w.max(initial=0.0)
         cands = Candidates(
-            np.array(inc, dtype=np.int64),
+            np.concatenate(inc),
             w,
-            np.array(ptr, dtype=np.int64),
-            np.array(outs, dtype=np.int64),
-            np.array(skips, dtype=np.int64).reshape(len(inc), len(self.skip_keys)),
+            np.r_[0, np.cumsum(np.concatenate(counts))].astype(np.int64),
+            np.concatenate(outs).astype(np.int64),
+            np.concatenate(skips),
         )
-        return cands, np.array(wts), origin
+        return cands, wts, np.concatenate(origin)
 
     def _assign(self, cands: Candidates, stats: SolveStats) -> np.ndarray:
         spans = self.spans
         # Incoming spans are addressed by row; batches need a dense index.
         uniq, dense = np.unique(cands.incoming, return_inverse=True)
         local = Candidates(dense, cands.weight, cands.out_ptr, cands.out_rows, cands.skips)
-        parts = batches(local, spans.start[uniq], self.params.max_batch)
+        parts, continued = batches(local, spans.start[uniq], self.params.max_batch)
         by_in = np.argsort(dense, kind="stable")
         bounds = np.searchsorted(dense[by_in], np.arange(len(uniq) + 1))
         members = [
             np.concatenate([by_in[bounds[i] : bounds[i + 1]] for i in part]) for part in parts
         ]
         quotas = self._quotas(local, members)
-        chosen: list[np.ndarray] = []
-        taken = np.zeros(0, dtype=np.int64)
-        for m, q in zip(members, quotas, strict=True):
-            if len(taken):
-                m = np.array(
-                    [c for c in m if not np.isin(local.outs(c), taken).any()], dtype=np.int64
-                )
-            pick = solve_batch(local, m, q, self.params.solver_time_limit, stats)
-            chosen.append(pick)
-            if len(pick):
-                taken = np.concatenate([taken, *[local.outs(c) for c in pick]])
-        return np.concatenate(chosen) if chosen else np.empty(0, dtype=np.int64)
+        return solve_all(local, members, continued, quotas, self.params.solver_time_limit, stats)
 
-    def _quotas(self, cands: Candidates, members: list[np.ndarray]) -> list[np.ndarray]:
-        nk = len(self.skip_keys)
-        quota = np.zeros((len(members), nk), dtype=np.int64)
-        if not nk:
-            return list(quota)
-        spans = self.spans
+    def _quotas(self, cands: Candidates, members: list[np.ndarray]) -> np.ndarray:
+        """Skips each batch may use per callee key: the budget water-filled over batches (§4.2)
+        by the calls each batch already has and the room it has for more."""
+        nb, nk = len(members), len(self.skip_keys)
+        quota = np.zeros((nb, nk), dtype=np.int64)
+        if not nk or not nb:
+            return quota
+        flat = np.concatenate(members)
+        label = np.repeat(np.arange(nb), [len(m) for m in members])
+        # Each incoming span is in one batch; an outgoing span may be a candidate in several.
+        first = np.unique(cands.incoming[flat], return_index=True)[1]
+        n_in = np.bincount(label[first], minlength=nb)
+        outs, owner = cands.outs_of(flat)
+        base = int(outs.max(initial=0)) + 1
+        pair = np.unique(label[owner] * base + outs)
+        out_batch, out_key = pair // base, call_keys(self.spans, pair % base)
         for q, key in enumerate(self.skip_keys):
-            existing = np.zeros(len(members), dtype=np.int64)
-            capacity = np.zeros(len(members), dtype=np.int64)
-            for b, m in enumerate(members):
-                incoming = np.unique(cands.incoming[m])
-                outs = np.unique(np.concatenate([cands.outs(c) for c in m]) if len(m) else [])
-                okeys = call_keys(spans, outs)
-                existing[b] = int((okeys == key).sum())
-                need = int(cands.skips[m, q].max(initial=0)) * len(incoming)
-                capacity[b] = max(
-                    0, min(need, len(incoming) * self._per_request(key) - existing[b])
-                )
+            existing = np.bincount(out_batch[out_key == key], minlength=nb)
+            most = np.zeros(nb, dtype=np.int64)
+            np.maximum.at(most, label, cands.skips[flat, q])
+            room = n_in * self._per_request(key) - existing
+            capacity = np.maximum(0, np.minimum(most * n_in, room))
             quota[:, q] = water_fill(existing, capacity, self.budget[key])
-        return list(quota)
+        return quota
 
     def _per_request(self, key: int) -> int:
         return max(
@@ -356,7 +346,7 @@ class _Instance:
                     sc += log_likelihood(d, mdl, win)
             cands, raw, origin = self._flat(scores)
             picked = self._assign(cands, stats)
-            mapping = {int(cands.incoming[c]): origin[c] for c in picked}
+            mapping = {int(cands.incoming[c]): tuple(origin[c].tolist()) for c in picked}
             if mapping == previous:
                 break
             previous = mapping

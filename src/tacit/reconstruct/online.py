@@ -1,0 +1,295 @@
+"""Online reconstruction over an unbounded span stream (TraceWeaver, SIGCOMM '24, §5.3).
+
+A collector hands spans over as they end, so a stream arrives roughly in order of span end,
+late by at most ``lateness_s``. The stream is cut into windows of ``window_s``. When the
+watermark (latest end seen minus the lateness) passes a window's boundary B by ``lookahead_s``,
+every span not yet final is reconstructed with the offline algorithm, and then
+
+* every incoming span that ended by B is final, with the outgoing spans chosen for it: a span
+  that ends later has not arrived or arrived after B, and the lookahead gives the joint
+  assignment the spans just after B as context;
+* an outgoing span still without parent that started before B - ``max_request_s`` is final and
+  unmapped (with its reason): no request longer than ``max_request_s`` could still claim it.
+
+Spans that are not final are reconstructed again with the next window. A trace is emitted once
+its root and every span under it are final (no later span can change it), and then forgotten,
+so memory is bounded by the spans of about ``window_s + lookahead_s + max_request_s`` of
+traffic, whatever the length of the stream.
+
+Input chunks are :class:`~tacit.model.spans.SpanTable` slices of the stream (a blind view:
+kinds, no parents) whose ``link`` column holds *stream positions* (the n-th span pushed is
+position n), so that an RPC's two sides may arrive in different chunks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tacit.errors import InputError
+from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, concat
+from tacit.reconstruct.callgraph import CallGraph
+from tacit.reconstruct.result import Reconstruction
+from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
+
+NS = 1_000_000_000
+
+
+@dataclass
+class OnlineParams:
+    """Windowing of the stream; times in seconds."""
+
+    window_s: float = 10.0
+    """How far the final boundary advances per reconstruction round."""
+    lookahead_s: float = 10.0
+    """Spans after the boundary reconstructed with it as context but not yet final."""
+    max_request_s: float = 10.0
+    """The longest a request may take: an unclaimed outgoing span older than this is final."""
+    lateness_s: float = 1.0
+    """How late a span may arrive after the span that ended last before it."""
+
+
+@dataclass
+class Finished:
+    """Traces that no later span can change: their spans, with a parent for each.
+
+    ``position[r]``: the stream position of row ``r``; ``parent[r]``: the position of its parent
+    (-1 for a root); ``score``, ``alternatives`` (position -> [(parent position, score)]) and
+    ``unmapped`` (position -> reason) as in :class:`~tacit.reconstruct.result.Reconstruction`.
+    """
+
+    spans: SpanTable
+    position: np.ndarray
+    parent: np.ndarray
+    score: np.ndarray
+    alternatives: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    unmapped: dict[int, str] = field(default_factory=dict)
+
+    def reconstruction(self, algorithm: str = "traceweaver-online") -> Reconstruction:
+        """This batch as a row-indexed :class:`Reconstruction` (parents as rows)."""
+        row = {int(p): r for r, p in enumerate(self.position)}
+        parent = np.array([row.get(int(p), NONE) for p in self.parent], dtype=np.int64)
+        return Reconstruction(
+            algorithm,
+            parent,
+            self.score.copy(),
+            unmapped={row[p]: why for p, why in self.unmapped.items()},
+            alternatives={
+                row[p]: [(row.get(q, NONE), s) for q, s in alts]
+                for p, alts in self.alternatives.items()
+            },
+        )
+
+
+class OnlineTraceWeaver:
+    """Feed chunks with :meth:`push`, then :meth:`close`; both return the finished traces."""
+
+    def __init__(
+        self,
+        callgraph: CallGraph,
+        params: TraceWeaverParams | None = None,
+        online: OnlineParams | None = None,
+    ) -> None:
+        self.callgraph = callgraph
+        self.params = params
+        self.online = online or OnlineParams()
+        self.spans = SpanTable.empty()
+        self.position = np.empty(0, dtype=np.int64)
+        self.link = np.empty(0, dtype=np.int64)  # stream position of the RPC's other side
+        self.final = np.empty(0, dtype=bool)
+        self.parent = np.empty(0, dtype=np.int64)  # position; for clients set when final
+        self.score = np.empty(0)
+        self.alternatives: dict[int, list[tuple[int, float]]] = {}
+        self.unmapped: dict[int, str] = {}
+        self.pushed = 0
+        self.latest_end = -math.inf
+        self.boundary: float | None = None
+        self.rounds = 0
+        self.peak_pending = 0
+
+    # -- input ------------------------------------------------------------------------------
+    def push(self, chunk: SpanTable) -> list[Finished]:
+        """Add the next spans of the stream; returns the traces this made final."""
+        if not len(chunk):
+            return []
+        bad = np.flatnonzero((chunk.kind != SERVER) & (chunk.kind != CLIENT))
+        if len(bad):
+            raise InputError(
+                "online reconstruction needs server or client spans, got "
+                + chunk.describe(int(bad[0])),
+                path=chunk.sources[0] if chunk.sources else None,
+                record=int(chunk.record[bad[0]]),
+            )
+        o = self.online
+        last_allowed = self.latest_end - o.lateness_s * NS
+        late = np.flatnonzero(chunk.end < last_allowed)
+        if len(late):
+            raise InputError(
+                f"span ends {(last_allowed - chunk.end[late[0]]) / NS:.3f} s later than the "
+                f"allowed lateness ({o.lateness_s} s): raise lateness_s",
+                path=chunk.sources[0] if chunk.sources else None,
+                record=int(chunk.record[late[0]]),
+            )
+        n = len(chunk)
+        positions = np.arange(self.pushed, self.pushed + n)
+        self.pushed += n
+        cols = chunk.columns() | {"link": np.full(n, NONE), "parent": np.full(n, NONE)}
+        self.spans = concat([self.spans, SpanTable(chunk.strings, **cols, sources=chunk.sources)])
+        self.position = np.concatenate([self.position, positions])
+        self.link = np.concatenate([self.link, chunk.link.astype(np.int64)])
+        self.final = np.concatenate([self.final, np.zeros(n, dtype=bool)])
+        self.parent = np.concatenate(
+            [self.parent, np.where(chunk.kind == SERVER, chunk.link, NONE).astype(np.int64)]
+        )
+        self.score = np.concatenate([self.score, np.full(n, np.nan)])
+        # The RPC's other side arrived earlier: it learns this span's position too.
+        for p, q in zip(positions, chunk.link.tolist(), strict=True):
+            if NONE < q < p:
+                i = int(np.searchsorted(self.position, q))
+                if i < len(self.position) and self.position[i] == q:
+                    self.link[i] = p
+                    if self.spans.kind[i] == SERVER:
+                        self.parent[i] = p
+        self.latest_end = max(self.latest_end, float(chunk.end.max()))
+        if self.boundary is None:
+            self.boundary = float(chunk.start.min()) + o.window_s * NS
+        self.peak_pending = max(self.peak_pending, len(self.spans))
+        done: list[Finished] = []
+        watermark = self.latest_end - o.lateness_s * NS
+        while watermark >= self.boundary + o.lookahead_s * NS:
+            done.extend(self._round(self.boundary))
+            self.boundary += o.window_s * NS
+        return done
+
+    def close(self) -> list[Finished]:
+        """End of stream: everything left becomes final."""
+        if self.boundary is None:
+            return []
+        return self._round(math.inf)
+
+    # -- one round ----------------------------------------------------------------------------
+    def _round(self, boundary: float) -> list[Finished]:
+        self.rounds += 1
+        work = np.flatnonzero(~self.final)
+        if len(work):
+            self._reconstruct(work, boundary)
+        return self._emit()
+
+    def _reconstruct(self, work: np.ndarray, boundary: float) -> None:
+        spans = self.spans.take(work)
+        rec = reconstruct_traceweaver(spans, self.callgraph, self.params)
+        kind = spans.kind
+        final_in = (kind == SERVER) & (spans.end <= boundary)
+        chosen = (kind == CLIENT) & (rec.parent != NONE)
+        chosen[chosen] = final_in[rec.parent[chosen]]
+        given_up = (kind == CLIENT) & ~chosen
+        given_up &= spans.start < boundary - self.online.max_request_s * NS
+        rows = work[final_in | chosen | given_up]
+        self.final[rows] = True
+        for r in np.flatnonzero(chosen):
+            row = work[r]
+            self.parent[row] = self.position[work[rec.parent[r]]]
+            self.score[row] = rec.score[r]
+            self.alternatives[int(self.position[row])] = [
+                (int(self.position[work[p]]), s) for p, s in rec.alternatives.get(int(r), [])
+            ]
+        for r in np.flatnonzero(given_up):
+            self.unmapped[int(self.position[work[r]])] = rec.unmapped.get(
+                int(r), "no incoming span at this instance can have caused it"
+            )
+
+    def _emit(self) -> list[Finished]:
+        """Finish the traces whose spans are all final; forget them."""
+        n = len(self.spans)
+        index = {int(p): i for i, p in enumerate(self.position)}
+        up = np.array([index.get(int(p), NONE) for p in self.parent], dtype=np.int64)
+        # A span is held back while a parent or RPC partner it names has not arrived yet.
+        waiting = ((self.parent != NONE) & (up == NONE)) | ~self.final
+        partner_missing = (self.link != NONE) & np.array(
+            [int(p) not in index for p in self.link], dtype=bool
+        )
+        waiting |= partner_missing & (self.link >= self.pushed)
+        root = np.arange(n)
+        for _ in range(64):
+            step = up[root]
+            more = step != NONE
+            if not more.any():
+                break
+            root = np.where(more, step, root)
+        blocked = np.zeros(n, dtype=bool)
+        blocked[root[waiting]] = True
+        done = ~blocked[root]
+        if not done.any():
+            return []
+        rows = np.flatnonzero(done)
+        positions = self.position[rows]
+        finished = Finished(
+            self.spans.take(rows),
+            positions,
+            self.parent[rows].copy(),
+            self.score[rows].copy(),
+            {int(p): self.alternatives.pop(int(p)) for p in positions if p in self.alternatives},
+            {int(p): self.unmapped.pop(int(p)) for p in positions if p in self.unmapped},
+        )
+        keep = ~done
+        self.spans = self.spans.take(keep)
+        for name in ("position", "link", "final", "parent", "score"):
+            setattr(self, name, getattr(self, name)[keep])
+        return [finished]
+
+
+def stream_chunks(spans: SpanTable, chunk_size: int) -> Iterator[SpanTable]:
+    """Slices of ``spans`` in order of span end, as a collector would hand them over, with
+    ``link`` rewritten to stream positions (see the module docstring)."""
+    order = np.argsort(spans.end, kind="stable")
+    position = np.empty(len(spans), dtype=np.int64)
+    position[order] = np.arange(len(spans))
+    for a in range(0, len(spans), chunk_size):
+        rows = order[a : a + chunk_size]
+        chunk = spans.take(rows)
+        chunk.link = np.where(spans.link[rows] >= 0, position[spans.link[rows]], NONE)
+        yield chunk
+
+
+def reconstruct_online(
+    chunks: Iterable[SpanTable],
+    callgraph: CallGraph,
+    params: TraceWeaverParams | None = None,
+    online: OnlineParams | None = None,
+) -> Iterator[Finished]:
+    """Run :class:`OnlineTraceWeaver` over ``chunks``, yielding traces as they finish."""
+    tw = OnlineTraceWeaver(callgraph, params, online)
+    for chunk in chunks:
+        yield from tw.push(chunk)
+    yield from tw.close()
+
+
+def reconstruct_streamed(
+    spans: SpanTable,
+    callgraph: CallGraph,
+    params: TraceWeaverParams | None = None,
+    online: OnlineParams | None = None,
+    chunk_size: int = 1000,
+) -> Reconstruction:
+    """Reconstruct a table by streaming it (in order of span end) through the online mode, and
+    gather the result as one row-indexed :class:`Reconstruction`, comparable with offline."""
+    order = np.argsort(spans.end, kind="stable")
+    result = Reconstruction.start("traceweaver-online", spans)
+    tw = OnlineTraceWeaver(callgraph, params, online)
+    for chunk in [*stream_chunks(spans, chunk_size), None]:
+        for f in tw.push(chunk) if chunk is not None else tw.close():
+            rows = order[f.position]
+            client = f.spans.kind == CLIENT
+            mapped = client & (f.parent != NONE)
+            result.parent[rows[mapped]] = order[f.parent[mapped]]
+            result.score[rows] = f.score
+            for p, alts in f.alternatives.items():
+                result.alternatives[int(order[p])] = [(int(order[q]), s) for q, s in alts]
+            for p, why in f.unmapped.items():
+                result.unmapped[int(order[p])] = why
+    result.info = {"rounds": tw.rounds, "peak_pending_spans": tw.peak_pending}
+    result.finish_unmapped(spans, "never final: the stream ended first")
+    return result

@@ -1,0 +1,108 @@
+"""Online reconstruction (TraceWeaver §5.3) against offline and ground truth, simulated."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tacit.errors import InputError
+from tacit.evaluation.trace_accuracy import score_reconstruction
+from tacit.model.roles import infer_roles
+from tacit.model.spans import CLIENT, NONE, SERVER
+from tacit.reconstruct.callgraph import learn_callgraph
+from tacit.reconstruct.online import (
+    OnlineParams,
+    OnlineTraceWeaver,
+    reconstruct_streamed,
+    stream_chunks,
+)
+from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
+from tacit.simulate import load_app, simulate
+
+WINDOWS = OnlineParams(window_s=0.5, lookahead_s=0.5, max_request_s=0.5, lateness_s=0.05)
+"""Short windows so that a few seconds of traffic take many rounds."""
+FAST = TraceWeaverParams(max_components=2, max_iterations=4)
+
+
+@pytest.fixture(scope="module")
+def stream():
+    app = load_app(None)
+    graph = learn_callgraph(infer_roles(simulate(app, 20, n_requests=400, seed=7)).spans)
+    obs = infer_roles(simulate(app, 300, duration_s=4.0, seed=11, record_threads=False))
+    return obs, obs.without_truth(), graph
+
+
+def test_online_is_as_accurate_as_offline(stream):
+    obs, blind, graph = stream
+    offline = score_reconstruction(obs.spans, reconstruct_traceweaver(blind, graph, FAST))
+    online_rec = reconstruct_streamed(blind, graph, FAST, WINDOWS, chunk_size=200)
+    online = score_reconstruction(obs.spans, online_rec)
+    assert online_rec.info["rounds"] >= 6
+    assert online.accuracy >= offline.accuracy - 0.01, (online.accuracy, offline.accuracy)
+    assert online.accuracy > 0.8
+
+
+def test_every_span_is_emitted_once_in_a_whole_trace(stream):
+    _, blind, graph = stream
+    tw = OnlineTraceWeaver(graph, FAST, WINDOWS)
+    seen: list[np.ndarray] = []
+    emitted_before_close = 0
+    for chunk in stream_chunks(blind, 200):
+        for f in tw.push(chunk):
+            emitted_before_close += len(f.position)
+            seen.append(f.position)
+            _check_closed(f)
+    for f in tw.close():
+        seen.append(f.position)
+        _check_closed(f)
+    positions = np.concatenate(seen)
+    assert sorted(positions.tolist()) == list(range(len(blind)))
+    assert emitted_before_close > 0.7 * len(blind)  # traces leave while the stream goes on
+    assert len(tw.spans) == 0
+
+
+def _check_closed(f):
+    """Every parent of a finished span is in the same batch; client spans are mapped or say why."""
+    inside = set(f.position.tolist())
+    assert all(p == NONE or p in inside for p in f.parent.tolist())
+    client = f.spans.kind == CLIENT
+    for p, parent in zip(f.position[client].tolist(), f.parent[client].tolist(), strict=True):
+        assert parent != NONE or p in f.unmapped
+
+
+def test_pending_spans_stay_bounded_on_a_long_stream(stream):
+    _, _, graph = stream
+    app = load_app(None)
+    long = infer_roles(simulate(app, 200, duration_s=12.0, seed=5, record_threads=False))
+    blind = long.without_truth()
+    rec = reconstruct_streamed(blind, graph, FAST, WINDOWS, chunk_size=200)
+    # About window + lookahead + max request of traffic is held, not the whole stream.
+    per_second = len(blind) / 12.0
+    assert rec.info["peak_pending_spans"] < 3.0 * per_second
+    assert rec.info["peak_pending_spans"] < 0.3 * len(blind)
+
+
+def test_a_server_span_whose_caller_arrives_later_waits_for_it(stream):
+    obs, blind, graph = stream
+    # Only the later side of each RPC names the other, as a stream reader pairing RPC ids would.
+    chunks = []
+    for c, chunk in enumerate(stream_chunks(blind, 200)):
+        position = np.arange(c * 200, c * 200 + len(chunk))
+        chunk.link = np.where(chunk.link < position, chunk.link, NONE)
+        chunks.append(chunk)
+    tw = OnlineTraceWeaver(graph, FAST, WINDOWS)
+    roots = 0
+    for f in [x for ch in chunks for x in tw.push(ch)] + tw.close():
+        server = f.spans.kind == SERVER
+        roots += int((server & (f.parent == NONE)).sum())
+    truth_roots = int(((obs.spans.kind == SERVER) & (obs.spans.link == NONE)).sum())
+    assert roots == truth_roots
+
+
+def test_a_span_later_than_the_allowed_lateness_is_an_input_error(stream):
+    _, blind, graph = stream
+    chunks = list(stream_chunks(blind, 500))
+    tw = OnlineTraceWeaver(graph, FAST, WINDOWS)
+    tw.push(chunks[1])
+    with pytest.raises(InputError, match="lateness"):
+        tw.push(chunks[0])
