@@ -13,6 +13,10 @@ For every service instance, each incoming span is mapped to the outgoing spans i
 6. 2-5 repeated until the mapping stops changing;
 7. a per-service confidence score (§6.3.2): the share of incoming spans whose chosen mapping is
    their own best-scored candidate.
+
+Beyond the paper, from the second iteration each call's rank displacement (:mod:`.order`) is
+scored with the gaps, so that in-order services are not out-scored by swapped mappings
+(``arrival_order``; off gives the paper's scoring).
 """
 
 from __future__ import annotations
