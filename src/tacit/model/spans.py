@@ -148,6 +148,9 @@ class SpanTable:
         )
 
 
+_STRING_COLUMNS = ("service", "instance", "endpoint", "peer", "trace", "span_id")
+
+
 def concat(tables: Sequence[SpanTable]) -> SpanTable:
     """Concatenate tables, re-interning strings into one pool and offsetting row references."""
     if not tables:
@@ -157,9 +160,13 @@ def concat(tables: Sequence[SpanTable]) -> SpanTable:
     offset = 0
     sources: list[str] = []
     for t in tables:
-        recode = np.array([pool.code(v) for v in t.strings.values] + [NONE], dtype=np.int32)
+        # Only the strings the rows use: a slice of a big table shares its whole pool.
+        used = np.unique(np.concatenate([getattr(t, k) for k in _STRING_COLUMNS]))
+        used = used[used >= 0]
+        recode = np.full(len(t.strings) + 1, NONE, dtype=np.int32)  # the last slot is for -1
+        recode[used] = [pool.code(t.strings.values[c]) for c in used.tolist()]
         for k, v in t.columns().items():
-            if k in ("service", "instance", "endpoint", "peer", "trace", "span_id"):
+            if k in _STRING_COLUMNS:
                 v = recode[v]
             elif k in ("parent", "link"):
                 v = np.where(v >= 0, v + offset, NONE)
