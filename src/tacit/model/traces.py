@@ -10,6 +10,18 @@ from tacit.model.spans import NONE, SpanTable
 from tacit.reconstruct.result import Reconstruction
 
 
+def roots(parent: np.ndarray) -> np.ndarray:
+    """The row of each row's topmost ancestor along ``parent`` rows (-1: none; itself if so)."""
+    root = np.arange(len(parent))
+    for _ in range(64):  # climb one level a round; traces are far shallower than 64
+        up = parent[root]
+        more = up != NONE
+        if not more.any():
+            break
+        root = np.where(more, up, root)
+    return root
+
+
 def assemble(spans: SpanTable, rec: Reconstruction) -> tuple[SpanTable, dict[int, dict]]:
     """``spans`` with ``parent`` from ``rec`` and a trace per root, plus tags per row.
 
@@ -19,14 +31,7 @@ def assemble(spans: SpanTable, rec: Reconstruction) -> tuple[SpanTable, dict[int
     """
     out = spans.take(np.arange(len(spans)))
     out.parent[:] = rec.parent
-    root = np.arange(len(spans))
-    parent = rec.parent
-    for _ in range(64):  # climb one level a round; traces are far shallower than 64
-        up = parent[root]
-        more = up != NONE
-        if not more.any():
-            break
-        root = np.where(more, up, root)
+    root = roots(rec.parent)
     ids = np.array([out.strings.code(f"{r + 1:032x}") for r in range(len(spans))], dtype=np.int32)
     out.trace[:] = ids[root]
     out.span_id[:] = NONE

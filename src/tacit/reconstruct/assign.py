@@ -116,7 +116,6 @@ def solve_all(
     nb = len(members)
     if nb == 0:
         return np.empty(0, dtype=np.int64)
-    stats.batches += nb
     sizes = np.array([len(m) for m in members])
     flat = np.concatenate(members)
     label = np.repeat(np.arange(nb), sizes)
@@ -133,6 +132,7 @@ def solve_all(
         used = np.zeros((nb, cands.skips.shape[1]), dtype=np.int64)
         np.add.at(used, best_label, cands.skips[best])
         hard |= np.any(used > quotas, axis=1)
+    stats.batches += int((~hard).sum())  # solve_batch counts the others
     chosen = [best[~hard[best_label]]]
     taken = np.empty(0, dtype=np.int64)  # spans taken so far in the current component
     for b in np.flatnonzero(hard):
@@ -143,7 +143,7 @@ def solve_all(
             if not hard[b - 1]:  # a first chunk solved by the fast path
                 taken = outs[out_label == b - 1]
             m = m[_uses_none(cands, m, taken)]
-        pick = solve_batch(cands, m, quotas[b], time_limit, stats, count=False)
+        pick = solve_batch(cands, m, quotas[b], time_limit, stats)
         chosen.append(pick)
         taken = np.concatenate([taken, *(cands.outs(c) for c in pick)])
     return np.concatenate(chosen).astype(np.int64)
@@ -190,13 +190,10 @@ def solve_batch(
     time_limit: float,
     stats: SolveStats,
     node_limit: int = BRANCH_AND_BOUND_NODES,
-    count: bool = True,
 ) -> np.ndarray:
     """Indices of the chosen candidates among ``members`` (candidate indices): a maximum-weight
-    consistent choice, by branch and bound within ``node_limit`` search nodes, else by HiGHS.
-    ``count``: add the batch to ``stats.batches`` (:func:`solve_all` counts its own)."""
-    if count:
-        stats.batches += 1
+    consistent choice, by branch and bound within ``node_limit`` search nodes, else by HiGHS."""
+    stats.batches += 1
     if len(members) == 0:
         return members
     exact = _branch_and_bound(cands, members, quota, node_limit)

@@ -31,6 +31,7 @@ import numpy as np
 
 from tacit.errors import InputError
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, concat
+from tacit.model.traces import roots
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.result import Reconstruction
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
@@ -67,21 +68,6 @@ class Finished:
     score: np.ndarray
     alternatives: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
     unmapped: dict[int, str] = field(default_factory=dict)
-
-    def reconstruction(self, algorithm: str = "traceweaver-online") -> Reconstruction:
-        """This batch as a row-indexed :class:`Reconstruction` (parents as rows)."""
-        row = {int(p): r for r, p in enumerate(self.position)}
-        parent = np.array([row.get(int(p), NONE) for p in self.parent], dtype=np.int64)
-        return Reconstruction(
-            algorithm,
-            parent,
-            self.score.copy(),
-            unmapped={row[p]: why for p, why in self.unmapped.items()},
-            alternatives={
-                row[p]: [(row.get(q, NONE), s) for q, s in alts]
-                for p, alts in self.alternatives.items()
-            },
-        )
 
 
 class OnlineTraceWeaver:
@@ -212,13 +198,7 @@ class OnlineTraceWeaver:
             [int(p) not in index for p in self.link], dtype=bool
         )
         waiting |= partner_missing & (self.link >= self.pushed)
-        root = np.arange(n)
-        for _ in range(64):
-            step = up[root]
-            more = step != NONE
-            if not more.any():
-                break
-            root = np.where(more, step, root)
+        root = roots(up)
         blocked = np.zeros(n, dtype=bool)
         blocked[root[waiting]] = True
         done = ~blocked[root]
