@@ -66,7 +66,8 @@ class TraceWeaverParams:
     max_components: int = 5
     """Largest Gaussian mixture tried under BIC (artifact: up to 5)."""
     max_iterations: int = 10
-    """Cap on score-assign-refit rounds; the loop stops earlier once the mapping is stable."""
+    """Cap on score-assign-refit rounds; the loop stops earlier once the mapping repeats an
+    earlier one (stable, or a cycle that further rounds would only go round)."""
     max_candidates: int = 2000
     """Cap on enumerated candidates per incoming span (guards against combinatorial blow-up)."""
     max_fit_samples: int = 4000
@@ -336,7 +337,7 @@ class _Instance:
         )
         ranks: list[np.ndarray] = []
         rank_models: list[list[GapModel | None]] = []
-        previous = None
+        seen: set[frozenset] = set()
         it = 0
         for it in range(1, p.max_iterations + 1):
             scores = [
@@ -351,9 +352,10 @@ class _Instance:
             cands, raw, origin = self._flat(scores)
             picked = self._assign(cands, stats)
             mapping = {int(cands.incoming[c]): tuple(origin[c].tolist()) for c in picked}
-            if mapping == previous:
+            state = frozenset(mapping.items())
+            if state in seen:  # stable, or cycling: further rounds only repeat earlier ones
                 break
-            previous = mapping
+            seen.add(state)
             chosen = [[] for _ in self.sets]
             for s, c in mapping.values():
                 chosen[s].append(c)
