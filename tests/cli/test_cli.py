@@ -8,42 +8,19 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from clirun import TACIT, finish, start
 from tacit.formats.blind import write_blind
 from tacit.formats.jaeger import read_jaeger, write_jaeger
 from tacit.model.roles import infer_roles
 from tacit.simulate.microservices import load_app, simulate
 
-TACIT = Path(sys.executable).parent / "tacit"
 REQUESTS = 20
-TIMEOUT = 240
-
-
-def start(*args: str | Path, cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.Popen(
-        [str(TACIT), *map(str, args)],
-        cwd=cwd,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
-def finish(procs: dict[str, subprocess.Popen]) -> dict[str, subprocess.CompletedProcess]:
-    out = {}
-    for name, p in procs.items():
-        stdout, stderr = p.communicate(timeout=TIMEOUT)
-        out[name] = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
-    return out
 
 
 @pytest.fixture(scope="module")

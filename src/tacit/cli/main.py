@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from tacit.cli import traces
+from tacit.cli import paths, traces
 from tacit.errors import TacitError
 
 app = typer.Typer(
@@ -22,6 +22,7 @@ app = typer.Typer(
     add_completion=False,
 )
 traces.register(app)
+paths.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,158 @@
+"""Commands for causal paths (WAP5): ``tacit paths link`` and ``tacit paths evaluate``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from tacit.cli.traces import JsonOpt, console, out
+from tacit.errors import ConfigError
+
+paths_app = typer.Typer(help="Causal path patterns from black-box message traces (WAP5).")
+
+UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+def parse_duration(text: str) -> int:
+    """``5s``, ``250ms``, ``100us``, ``10ns`` or plain seconds → nanoseconds."""
+    t = text.strip().lower()
+    for unit in sorted(UNITS_NS, key=len, reverse=True):
+        if t.endswith(unit):
+            number, scale = t[: -len(unit)], UNITS_NS[unit]
+            break
+    else:
+        number, scale = t, UNITS_NS["s"]
+    try:
+        value = float(number)
+    except ValueError:
+        raise ConfigError(f"not a duration: {text!r} (e.g. 5s, 250ms)") from None
+    if value < 0:
+        raise ConfigError(f"a duration cannot be negative: {text!r}")
+    return round(value * scale)
+
+
+def _ms(ns: float | None) -> str:
+    return "–" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(paths_app, name="paths")
+
+
+@paths_app.command()
+def link(
+    inputs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="strace logs, socket-event JSON lines, message tables (CSV/JSONL/Parquet), "
+            "or traces/blind spans (each RPC a request and a response message)."
+        ),
+    ],
+    input_format: Annotated[
+        str, typer.Option("--input-format", help="auto, strace, events, table or spans.")
+    ] = "auto",
+    host: Annotated[
+        str | None, typer.Option(help="Host of a single strace log (default: from its name).")
+    ] = None,
+    top: Annotated[int, typer.Option(help="Patterns to show (and to draw).")] = 10,
+    rank: Annotated[
+        str, typer.Option(help="count, expected, max_probability, total_time or mean_latency.")
+    ] = "count",
+    timeline: Annotated[
+        Path | None, typer.Option("--timeline", help="Directory for timeline pictures.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Link messages to their causes and list the causal path patterns."""
+    from tacit.causal_paths.analysis import analyze_paths
+    from tacit.formats.message_sources import read_any_messages
+
+    messages, accounting = read_any_messages(list(inputs), input_format, host=host)
+    analysis = analyze_paths(messages)
+    ranked = analysis.patterns.ranked(rank)
+    drawn = []
+    if timeline is not None:
+        from tacit.causal_paths.timeline import draw_timelines
+
+        drawn = [str(p) for p in draw_timelines(ranked, timeline, top=top)]
+    if json_out:
+        doc = {
+            "messages": len(messages),
+            "accounting": {**accounting, **analysis.accounting},
+            "clock_offsets_ns": analysis.offsets.offset,
+            "clock_reference": analysis.offsets.reference,
+            "mean_causal_delay_ns": {
+                f"{a} -> {b} -> {c}": v for (a, b, c), v in analysis.links.mean_delay.items()
+            },
+            "patterns": [p.as_dict() for p in ranked[:top]],
+            "pattern_total": len(ranked),
+            "timelines": drawn,
+            "seconds": analysis.seconds,
+        }
+        out.print_json(json.dumps(doc))
+        return
+    t = Table(title=f"{len(messages)} messages, {len(ranked)} patterns (by {rank})")
+    for col in ("#", "count", "expected", "max p", "latency ms", "hops", "root"):
+        t.add_column(col, justify="right" if col not in ("root",) else "left")
+    for i, p in enumerate(ranked[:top], start=1):
+        root = p.hops[0]
+        t.add_row(
+            str(i),
+            str(p.count),
+            f"{p.expected:.1f}",
+            f"{p.max_probability:.3f}",
+            _ms(p.mean_latency_ns),
+            str(len(p.hops)),
+            f"{root.src} -> {root.dst}",
+        )
+    out.print(t)
+    for i, p in enumerate(ranked[: min(top, 3)], start=1):
+        out.print(f"\npattern {i} (count {p.count}):")
+        out.print(p.text_tree(), markup=False, highlight=False)
+    if drawn:
+        console.print(f"timelines: {', '.join(drawn)}")
+
+
+@paths_app.command()
+def evaluate(
+    traces: Annotated[list[Path], typer.Argument(help="Trace files or directories.")],
+    clock_offset_max: Annotated[
+        str, typer.Option("--clock-offset-max", help="Bound of each host's random clock offset.")
+    ] = "5s",
+    seed: Annotated[int, typer.Option(help="Seed of the clock offsets.")] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Turn real traces into message traces, link them and score them against the truth."""
+    from tacit.causal_paths.analysis import evaluate_paths
+    from tacit.reconstruct.pipeline import observe
+
+    observed, read_seconds = observe(list(traces))
+    ev = evaluate_paths(observed.spans, parse_duration(clock_offset_max), seed=seed)
+    ev.seconds += read_seconds
+    if json_out:
+        out.print_json(json.dumps(ev.as_dict()))
+        return
+    t = Table(title=f"{ev.messages} messages from {len(traces)} input(s)")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    rows = [
+        ("parent accuracy", f"{100 * ev.parent_accuracy:.1f}%"),
+        ("pattern precision", f"{100 * ev.pattern_precision:.1f}%"),
+        ("pattern recall (counts within 10%)", f"{100 * ev.pattern_recall:.1f}%"),
+        ("true patterns found (any count)", f"{100 * ev.patterns_found:.1f}%"),
+        ("true / found patterns", f"{ev.true_patterns} / {ev.found_patterns}"),
+        (
+            "clock offset error",
+            "–" if ev.clock_offset_error_ms is None else f"{ev.clock_offset_error_ms:.3f} ms",
+        ),
+        ("hosts with estimated offsets", str(ev.hosts_estimated)),
+        ("seconds", f"{ev.seconds:.2f}"),
+        ("messages/s", f"{ev.messages_per_second or 0:.0f}"),
+    ]
+    for r in rows:
+        t.add_row(*r)
+    out.print(t)

@@ -1,0 +1,140 @@
+"""Messages from any input that carries them, behind one reader.
+
+:func:`read_messages` takes strace logs (:mod:`tacit.formats.strace`), socket-event JSON lines
+(:mod:`tacit.formats.socketevents`) and message tables (:mod:`tacit.formats.messagetable`:
+CSV, JSON lines, Parquet), tells them apart by content (after gzip) or suffix, reconciles all
+the socket-level inputs together (WAP5, Reynolds et al., WWW '06, §4: the two ends of a
+connection are usually in different logs) with :func:`tacit.causal_paths.reconcile.reconcile`,
+and appends the rows of the message tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tacit.causal_paths.reconcile import ReconcileParams, reconcile
+from tacit.errors import ConfigError, InputError
+from tacit.formats import messagetable, socketevents, strace
+from tacit.formats.textio import expand_inputs, read_bytes
+from tacit.model.messages import MessageTable, concat_messages
+
+INPUT_FORMATS = ("auto", "strace", "events", "table")
+SUFFIXES = tuple(
+    dict.fromkeys(
+        (*strace.SUFFIXES, *socketevents.SUFFIXES, *messagetable.SUFFIXES, ".log", ".log.gz")
+    )
+)
+"""The files taken from a directory."""
+
+
+def detect_message_input(path: str | Path) -> str:
+    """``strace``, ``events`` (socket-event JSON lines) or ``table`` (a message table).
+
+    A ``.strace`` or ``.parquet`` suffix decides; otherwise the content: Parquet's magic, a
+    first JSON object with ``call`` and ``fd`` (events) or ``sender`` and ``receiver`` (table),
+    a timestamped strace line, or a CSV header naming ``sender`` and ``receiver``.
+    """
+    return _detect(path)[0]
+
+
+def _detect(path: str | Path) -> tuple[str, str | None]:
+    """The input kind, and the decoded text when it was read to decide."""
+    name = Path(path).name.lower()
+    if name.endswith(strace.SUFFIXES):
+        return "strace", None
+    if name.endswith(".parquet"):
+        return "table", None
+    raw = read_bytes(path)
+    if raw.startswith(messagetable.PARQUET_MAGIC):
+        return "table", None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"not UTF-8 text (byte {e.start})", path=str(path)) from None
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if first.startswith("{"):
+        try:
+            head = orjson.loads(first)
+        except orjson.JSONDecodeError:
+            head = None
+        if isinstance(head, dict):
+            if {"call", "fd"} <= head.keys():
+                return "events", None
+            if {"sender", "receiver"} <= head.keys():
+                return "table", None
+    elif strace.looks_like_strace(text):
+        return "strace", text
+    elif {"sender", "receiver"} <= {h.strip() for h in first.split(",")}:
+        return "table", None
+    raise InputError(
+        "unknown message input: expected an strace log, socket-event JSON lines, or a message "
+        "table (CSV, JSON lines or Parquet with sender and receiver columns)",
+        path=str(path),
+    )
+
+
+def read_messages(
+    paths: str | Path | list[str | Path],
+    *,
+    format: str = "auto",
+    host: str | None = None,
+    date: Any = None,
+    utc_offset_s: int = 0,
+    program: str | None = None,
+    names: Mapping[int, str] | None = None,
+    node_per_pid: bool = False,
+    params: ReconcileParams | None = None,
+) -> tuple[MessageTable, dict[str, int]]:
+    """Messages from strace logs, socket-event JSON lines and message tables (or directories).
+
+    ``format`` forces one kind for every file (:data:`INPUT_FORMATS`). ``host``, ``date``,
+    ``utc_offset_s``, ``program``, ``names`` and ``node_per_pid`` go to
+    :func:`~tacit.formats.strace.read_strace` (``host`` names every log given, so pass it
+    only with one log, or name logs ``HOST.PID.strace``); ``params`` to the reconciliation.
+
+    The accounting holds ``files``, the readers' line counts under ``input ...``, the
+    reconciliation's counts, ``message table rows`` and the total ``messages``.
+    """
+    if format not in INPUT_FORMATS:
+        raise ConfigError(f"unknown message input format {format!r}: expected {INPUT_FORMATS}")
+    files = expand_inputs(paths if isinstance(paths, list) else [paths], SUFFIXES)
+    event_tables = []
+    tables = []
+    acc: dict[str, int] = {"files": len(files)}
+    for f in files:
+        kind, text = _detect(f) if format == "auto" else (format, None)
+        if kind == "strace":
+            event_tables.append(
+                strace.read_strace(
+                    f,
+                    host=host,
+                    date=date,
+                    utc_offset_s=utc_offset_s,
+                    program=program,
+                    names=names,
+                    node_per_pid=node_per_pid,
+                    text=text,
+                )
+            )
+        elif kind == "events":
+            event_tables.append(
+                socketevents.read_event_lines(f, host=host, node_per_pid=node_per_pid)
+            )
+        else:
+            t = messagetable.read_message_table(f)
+            acc["message table rows"] = acc.get("message table rows", 0) + len(t)
+            tables.append(t)
+    if event_tables:
+        events = socketevents.concat_events(event_tables)
+        for k, n in events.accounting.items():
+            acc[f"input {k}"] = n
+        result = reconcile(events, params)
+        acc.update(result.accounting)
+        tables.insert(0, result.messages)
+    messages = concat_messages(tables) if len(tables) != 1 else tables[0]
+    acc["messages"] = len(messages)
+    return messages, acc
