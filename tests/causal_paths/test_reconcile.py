@@ -521,3 +521,181 @@ def test_unaligned_ends_keep_the_senders_view(tmp_path):
     assert acc["tcp connections not aligned"] == 1
     assert acc["skipped: receive on an unaligned connection"] == 2
     assert_accounted(acc)
+
+
+# --- real strace 6.1 output ---------------------------------------------------------------------
+# A threaded Python HTTP server (traced with -f -tt -T -yy) and a keep-alive client (-f -tt -T,
+# no -yy) on one host over loopback: 3 requests of 28 bytes, responses of 40 + 100 bytes written
+# in two sends and read in 37-byte pieces; then 3 UDP queries and answers. The tail of each log
+# from just before the first socket: the Python start-up before it reads files only.
+
+REAL_SERVER = (
+    "26644 22:20:54.018162 read(3</root/.pyenv/versions/3.11.7/lib/python3.11/lib-dynload/arr"
+    'ay.cpython-311-x86_64-linux-gnu.so>, "\\177ELF\\2\\1\\1\\0\\0\\0\\0\\0\\0\\0\\0\\0\\3\\0'
+    '>\\0\\1\\0\\0\\0\\0\\0\\0\\0\\0\\0\\0\\0"..., 832) = 832 <0.000015>\n'
+    "26644 22:20:54.018428 close(3</root/.pyenv/versions/3.11.7/lib/python3.11/lib-dynload/ar"
+    "ray.cpython-311-x86_64-linux-gnu.so>) = 0 <0.000012>\n"
+    "26644 22:20:54.018747 socket(AF_INET, SOCK_STREAM|SOCK_CLOEXEC, IPPROTO_IP) ="
+    " 3<TCP:[28105]> <0.000026>\n"
+    "26644 22:20:54.021960 setsockopt(3<TCP:[28105]>, SOL_SOCKET, SO_REUSEADDR, [1], 4) = 0"
+    " <0.000021>\n"
+    "26644 22:20:54.022770 bind(3<TCP:[28105]>, {sa_family=AF_INET, sin_port=htons(18081),"
+    ' sin_addr=inet_addr("127.0.0.1")}, 16) = 0 <0.000024>\n'
+    "26644 22:20:54.023412 listen(3<TCP:[127.0.0.1:18081]>, 128) = 0 <0.000020>\n"
+    "26644 22:20:54.024020 accept4(3<TCP:[127.0.0.1:18081]>, {sa_family=AF_INET,"
+    ' sin_port=htons(36584), sin_addr=inet_addr("127.0.0.1")}, [16], SOCK_CLOEXEC) ='
+    " 4<TCP:[127.0.0.1:18081->127.0.0.1:36584]> <0.935689>\n"
+    "26644 22:20:54.960494 getsockname(4<TCP:[127.0.0.1:18081->127.0.0.1:36584]>,"
+    ' {sa_family=AF_INET, sin_port=htons(18081), sin_addr=inet_addr("127.0.0.1")}, [128 =>'
+    " 16]) = 0 <0.000014>\n"
+    '26729 22:20:54.961242 recvfrom(4<TCP:[127.0.0.1:18081->127.0.0.1:36584]>, "GET /0'
+    ' HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n", 4096, 0, NULL, NULL) = 28 <0.000016>\n'
+    '26729 22:20:54.961324 sendto(4<TCP:[127.0.0.1:18081->127.0.0.1:36584]>, "HTTP/1.1 200'
+    ' OK\\r\\nContent-Length:"..., 40, 0, NULL, 0) = 40 <0.000028>\n'
+    "26729 22:20:54.961371 sendto(4<TCP:[127.0.0.1:18081->127.0.0.1:36584]>,"
+    ' "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"..., 100, 0, NULL, 0) = 100 <0.000010>\n'
+    '26729 22:20:54.961397 recvfrom(4<TCP:[127.0.0.1:18081->127.0.0.1:36584]>, "GET /1'
+    ' HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n", 4096, 0, NULL, NULL) = 28 <0.000153>\n'
+    '26729 22:20:54.961576 sendto(4<TCP:[127.0.0.1:18081->127.0.0.1:36584]>, "HTTP/1.1 200'
+    ' OK\\r\\nContent-Length:"..., 40, 0, NULL, 0) = 40 <0.000012>\n'
+    "26729 22:20:54.961605 sendto(4<TCP:[127.0.0.1:18081->127.0.0.1:36584]>,"
+    ' "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"..., 100, 0, NULL, 0) = 100 <0.000005>\n'
+    '26729 22:20:54.961625 recvfrom(4<TCP:[127.0.0.1:18081->127.0.0.1:36584]>, "GET /2'
+    ' HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n", 4096, 0, NULL, NULL) = 28 <0.040733>\n'
+    '26729 22:20:55.002470 sendto(4<TCP:[127.0.0.1:18081->127.0.0.1:36584]>, "HTTP/1.1 200'
+    ' OK\\r\\nContent-Length:"..., 40, 0, NULL, 0) = 40 <0.000021>\n'
+    "26729 22:20:55.002534 sendto(4<TCP:[127.0.0.1:18081->127.0.0.1:36584]>,"
+    ' "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"..., 100, 0, NULL, 0) = 100 <0.000008>\n'
+    '26729 22:20:55.002570 recvfrom(4<TCP:[127.0.0.1:18081->127.0.0.1:36584]>, "", 4096, 0,'
+    " NULL, NULL) = 0 <0.043773>\n"
+    "26729 22:20:55.046461 close(4<TCP:[127.0.0.1:18081->127.0.0.1:36584]>) = 0 <0.000030>\n"
+    "26644 22:20:55.046739 socket(AF_INET, SOCK_DGRAM|SOCK_CLOEXEC, IPPROTO_IP) ="
+    " 4<UDP:[29067]> <0.000034>\n"
+    "26644 22:20:55.046880 bind(4<UDP:[29067]>, {sa_family=AF_INET, sin_port=htons(18081),"
+    ' sin_addr=inet_addr("127.0.0.1")}, 16) = 0 <0.000012>\n'
+    "26644 22:20:55.046980 recvfrom(4<UDP:[127.0.0.1:18081]>,  <unfinished ...>\n"
+    "26729 22:20:55.047015 +++ exited with 0 +++\n"
+    '26644 22:20:55.246863 <... recvfrom resumed>"query 0", 512, 0, {sa_family=AF_INET,'
+    ' sin_port=htons(46057), sin_addr=inet_addr("127.0.0.1")}, [16]) = 7 <0.199837>\n'
+    '26644 22:20:55.247028 sendto(4<UDP:[127.0.0.1:18081]>, "answer:query 0", 14, 0,'
+    ' {sa_family=AF_INET, sin_port=htons(46057), sin_addr=inet_addr("127.0.0.1")}, 16) = 14'
+    " <0.000049>\n"
+    '26644 22:20:55.247122 recvfrom(4<UDP:[127.0.0.1:18081]>, "query 1", 512, 0,'
+    ' {sa_family=AF_INET, sin_port=htons(46057), sin_addr=inet_addr("127.0.0.1")}, [16]) = 7'
+    " <0.000040>\n"
+    '26644 22:20:55.247235 sendto(4<UDP:[127.0.0.1:18081]>, "answer:query 1", 14, 0,'
+    ' {sa_family=AF_INET, sin_port=htons(46057), sin_addr=inet_addr("127.0.0.1")}, 16) = 14'
+    " <0.000013>\n"
+    '26644 22:20:55.247283 recvfrom(4<UDP:[127.0.0.1:18081]>, "query 2", 512, 0,'
+    ' {sa_family=AF_INET, sin_port=htons(46057), sin_addr=inet_addr("127.0.0.1")}, [16]) = 7'
+    " <0.000047>\n"
+    '26644 22:20:55.247370 sendto(4<UDP:[127.0.0.1:18081]>, "answer:query 2", 14, 0,'
+    ' {sa_family=AF_INET, sin_port=htons(46057), sin_addr=inet_addr("127.0.0.1")}, 16) = 14'
+    " <0.000013>\n"
+    "26644 22:20:55.253998 getsockname(3<TCP:[127.0.0.1:18081]>, {sa_family=AF_INET,"
+    ' sin_port=htons(18081), sin_addr=inet_addr("127.0.0.1")}, [16]) = 0 <0.000009>\n'
+    "26644 22:20:55.257993 getpeername(3<TCP:[127.0.0.1:18081]>, 0x7fff296e1b30, [16]) = -1"
+    " ENOTCONN (Transport endpoint is not connected) <0.000009>\n"
+    "26644 22:20:55.258102 close(3<TCP:[127.0.0.1:18081]>) = 0 <0.000024>\n"
+    "26644 22:20:55.258181 getsockname(4<UDP:[127.0.0.1:18081]>, {sa_family=AF_INET,"
+    ' sin_port=htons(18081), sin_addr=inet_addr("127.0.0.1")}, [16]) = 0 <0.000005>\n'
+    "26644 22:20:55.258217 getpeername(4<UDP:[127.0.0.1:18081]>, 0x7fff296e1b30, [16]) = -1"
+    " ENOTCONN (Transport endpoint is not connected) <0.000004>\n"
+    "26644 22:20:55.258248 close(4<UDP:[127.0.0.1:18081]>) = 0 <0.000008>\n"
+    "26644 22:20:55.263706 +++ exited with 0 +++\n"
+)
+
+
+REAL_CLIENT = (
+    '26688 22:20:54.958545 read(3, "\\177ELF\\2\\1\\1\\0\\0\\0\\0\\0\\0\\0\\0\\0\\3\\0>\\0\\1'
+    '\\0\\0\\0\\0\\0\\0\\0\\0\\0\\0\\0"..., 832) = 832 <0.000005>\n'
+    "26688 22:20:54.958649 close(3)          = 0 <0.000004>\n"
+    "26688 22:20:54.959504 socket(AF_INET, SOCK_STREAM|SOCK_CLOEXEC, IPPROTO_TCP) = 3"
+    " <0.000019>\n"
+    "26688 22:20:54.959567 connect(3, {sa_family=AF_INET, sin_port=htons(18081),"
+    ' sin_addr=inet_addr("127.0.0.1")}, 16) = 0 <0.000127>\n'
+    '26688 22:20:54.959743 sendto(3, "GET /0 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n", 28, 0,'
+    " NULL, 0) = 28 <0.000024>\n"
+    '26688 22:20:54.959867 recvfrom(3, "HTTP/1.1 200 OK\\r\\nContent-Length:"..., 37, 0,'
+    " NULL, NULL) = 37 <0.001500>\n"
+    '26688 22:20:54.961436 recvfrom(3, "\\n\\r\\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"..., 37, 0,'
+    " NULL, NULL) = 37 <0.000007>\n"
+    '26688 22:20:54.961469 recvfrom(3, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"..., 37, 0, NULL,'
+    " NULL) = 37 <0.000006>\n"
+    '26688 22:20:54.961492 recvfrom(3, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 37, 0, NULL, NULL) ='
+    " 29 <0.000006>\n"
+    '26688 22:20:54.961522 sendto(3, "GET /1 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n", 28, 0,'
+    " NULL, 0) = 28 <0.000025>\n"
+    '26688 22:20:54.961567 recvfrom(3, "HTTP/1.1 200 OK\\r\\nContent-Length:"..., 37, 0,'
+    " NULL, NULL) = 37 <0.000032>\n"
+    '26688 22:20:54.961619 recvfrom(3, "\\n\\r\\n", 37, 0, NULL, NULL) = 3 <0.000006>\n'
+    '26688 22:20:54.961655 recvfrom(3, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"..., 37, 0, NULL,'
+    " NULL) = 37 <0.040385>\n"
+    '26688 22:20:55.002167 recvfrom(3, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"..., 37, 0, NULL,'
+    " NULL) = 37 <0.000010>\n"
+    '26688 22:20:55.002219 recvfrom(3, "xxxxxxxxxxxxxxxxxxxxxxxxxx", 37, 0, NULL, NULL) = 26'
+    " <0.000006>\n"
+    '26688 22:20:55.002258 sendto(3, "GET /2 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n", 28, 0,'
+    " NULL, 0) = 28 <0.000043>\n"
+    '26688 22:20:55.002343 recvfrom(3, "HTTP/1.1 200 OK\\r\\nContent-Length:"..., 37, 0,'
+    " NULL, NULL) = 37 <0.000182>\n"
+    '26688 22:20:55.002553 recvfrom(3, "\\n\\r\\n", 37, 0, NULL, NULL) = 3 <0.000007>\n'
+    '26688 22:20:55.002582 recvfrom(3, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"..., 37, 0, NULL,'
+    " NULL) = 37 <0.043440>\n"
+    '26688 22:20:55.046158 recvfrom(3, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"..., 37, 0, NULL,'
+    " NULL) = 37 <0.000015>\n"
+    '26688 22:20:55.046222 recvfrom(3, "xxxxxxxxxxxxxxxxxxxxxxxxxx", 37, 0, NULL, NULL) = 26'
+    " <0.000013>\n"
+    "26688 22:20:55.046294 close(3)          = 0 <0.000032>\n"
+    "26688 22:20:55.246584 socket(AF_INET, SOCK_DGRAM|SOCK_CLOEXEC, IPPROTO_IP) = 3"
+    " <0.000030>\n"
+    '26688 22:20:55.246713 sendto(3, "query 0", 7, 0, {sa_family=AF_INET,'
+    ' sin_port=htons(18081), sin_addr=inet_addr("127.0.0.1")}, 16) = 7 <0.000059>\n'
+    '26688 22:20:55.246976 recvfrom(3, "answer:query 0", 512, 0, {sa_family=AF_INET,'
+    ' sin_port=htons(18081), sin_addr=inet_addr("127.0.0.1")}, [16]) = 14 <0.000120>\n'
+    '26688 22:20:55.247150 sendto(3, "query 1", 7, 0, {sa_family=AF_INET,'
+    ' sin_port=htons(18081), sin_addr=inet_addr("127.0.0.1")}, 16) = 7 <0.000019>\n'
+    '26688 22:20:55.247222 recvfrom(3, "answer:query 1", 512, 0, {sa_family=AF_INET,'
+    ' sin_port=htons(18081), sin_addr=inet_addr("127.0.0.1")}, [16]) = 14 <0.000050>\n'
+    '26688 22:20:55.247310 sendto(3, "query 2", 7, 0, {sa_family=AF_INET,'
+    ' sin_port=htons(18081), sin_addr=inet_addr("127.0.0.1")}, 16) = 7 <0.000017>\n'
+    '26688 22:20:55.247365 recvfrom(3, "answer:query 2", 512, 0, {sa_family=AF_INET,'
+    ' sin_port=htons(18081), sin_addr=inet_addr("127.0.0.1")}, [16]) = 14 <0.000035>\n'
+    "26688 22:20:55.252758 getsockname(3, {sa_family=AF_INET, sin_port=htons(46057),"
+    ' sin_addr=inet_addr("0.0.0.0")}, [16]) = 0 <0.001164>\n'
+    "26688 22:20:55.254062 getpeername(3, 0x7fff3bcbf5d0, [16]) = -1 ENOTCONN (Transport"
+    " endpoint is not connected) <0.000016>\n"
+    "26688 22:20:55.254166 close(3)          = 0 <0.000027>\n"
+    "26688 22:20:55.265658 +++ exited with 0 +++\n"
+)
+
+
+def test_real_strace_output(tmp_path):
+    (tmp_path / "h.200.strace").write_text(REAL_SERVER)
+    (tmp_path / "h.100.strace").write_text(REAL_CLIENT)
+    messages, acc = read_messages([tmp_path], date=DATE)
+    day = (1_714_521_600 + 22 * 3600 + 20 * 60) * 10**9  # 22:20 on the date
+
+    def t(seconds: str) -> int:
+        whole, frac = seconds.split(".")
+        return day + int(whole) * 10**9 + int(frac) * 1000
+
+    got = rows(messages)
+    assert got[:2] == [
+        ("h:100", "h:200", t("54.959743"), t("54.961258"), 28),  # 54.961242 + 16 us (-T)
+        ("h:200", "h:100", t("54.961324"), t("54.961498"), 140),  # the 4th read: 54.961492 + 6
+    ]
+    assert [r[4] for r in got] == [28, 140] * 3 + [7, 14] * 3
+    assert all(r[2] <= r[3] for r in got)  # one clock: every message arrives after it leaves
+    assert acc["tcp connections matched by time"] == 1
+    assert acc["tcp listening sockets"] == 1
+    assert "unmatched sends" not in acc and "unmatched receives" not in acc
+    flows = messages.flow.tolist()
+    assert len(set(flows[:6])) == 1 and len(set(flows[6:])) == 1 and flows[0] != flows[6]
+    eps = {(messages.name("src_endpoint", i), messages.name("dst_endpoint", i)) for i in range(6)}
+    assert eps == {
+        ("127.0.0.1:36584", "127.0.0.1:18081"),
+        ("127.0.0.1:18081", "127.0.0.1:36584"),
+    }
+    assert acc["input not a socket"] == 4  # the shared-library reads and closes
+    assert_accounted(acc)

@@ -91,7 +91,7 @@ def test_client_log_with_every_kind_of_line(tmp_path):
     assert summary(ev) == [
         (t + 200_000, 42, 3, "connect", 0, local, remote, 2),  # local filled in from line 3
         (t + 1_000_000, 42, 3, "send", 18, local, remote, 5),
-        (t + 2_000_000, 42, 3, "recv", 19, local, remote, 7),
+        (t + 2_012_000, 42, 3, "recv", 19, local, remote, 7),  # returned after -T's 12 us
         (t + 2_100_000, 42, 3, "shutdown", 1, local, remote, 8),
         (t + 2_300_000, 42, 3, "close", 0, local, remote, 10),
     ]

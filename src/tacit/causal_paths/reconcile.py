@@ -11,13 +11,15 @@ where that end was not traced).
 - *Pairing the ends of a connection.* Two traced sockets are the two ends of one connection
   when each one's remote address is the other's local address. Addresses come from ``-yy``,
   ``getsockname``/``getpeername``, ``connect`` and ``accept``; an unknown or wildcard IP is
-  compatible with any IP its host is known to own (or any IP when none is known). When all four
-  ports are known the match is exact (``tcp connections matched exactly``). Otherwise a client
-  ``connect(remote=S)`` is paired with a server ``accept`` on port S whose peer is compatible
-  with the client, in time order: for each connect in order, the first unpaired accept within
-  ``connect_tolerance_ns`` of it (either way: the tolerance covers clock offset plus network
-  delay, 1 s by default), preferring one whose byte counts agree when both ends were seen to
-  close (``tcp connections matched by time``).
+  compatible with any IP its host is known to own (or any IP when none is known); a loopback
+  IP only with sockets of the same host (logs of one machine must carry one host name). When
+  all four ports are known the match is exact (``tcp connections matched exactly``), provided
+  the two ends' traced lifetimes are within ``connect_tolerance_ns`` (ports get reused).
+  Otherwise a client ``connect(remote=S)`` is paired with a server ``accept`` on port S whose
+  peer is compatible with the client, in time order: for each connect in order, the first
+  unpaired accept within ``connect_tolerance_ns`` of it (either way: the tolerance covers clock
+  offset plus network delay, 1 s by default), preferring one whose byte counts agree when both
+  ends were seen to close (``tcp connections matched by time``).
 - *Messages* (§2.3, "fat messages"): a maximal run of bytes in one direction. On each end, a
   run of writes not interrupted by a read on the same socket is one message, and so is a run of
   reads not interrupted by a write. With both ends traced, the two ends' runs are aligned by
@@ -52,8 +54,10 @@ address: a server (the peer of a ``connect``; for datagrams and unopened connect
 below ``ephemeral_port_min`` or one seen listening, bound, or connected to anywhere in the
 input) is the node ``ip:port``; an untraced client (the peer of an ``accept``, or an ephemeral
 port) is aggregated as WAP5 does: one node per IP (``client_aggregation="ip"``, the default),
-one node ``clients`` for all (``"all"``), or not at all (``"none"``: ``ip:port``). Endpoints are
-``ip:port``. Hosts are the traced log's host; for an untraced peer, its IP.
+one node ``clients`` for all (``"all"``), or not at all (``"none"``: ``ip:port``). A peer
+whose address no event shows is the node ``unknown``. Endpoints are ``ip:port`` (a wildcard
+local IP is replaced by the address the peer saw, or the host's only known IP). Hosts are the
+traced log's host; for an untraced peer, its IP.
 
 Every input event is accounted for in :attr:`Reconciliation.accounting`: ``events`` equals
 ``events used`` (sends and receives that are part of a message) plus ``lifecycle events``

@@ -3,7 +3,7 @@
 WAP5 (Reynolds et al., WWW '06, §4) intercepts each traced process's socket calls; strace gives
 the same record without touching the program::
 
-    strace -f -tt -yy -e trace=network,read,write,close -o HOST.PID.strace -p PID
+    strace -f -tt -T -yy -e trace=network,read,write,close -o HOST.PID.strace -p PID
 
 What is read:
 
@@ -12,18 +12,20 @@ What is read:
   then a ``-tt`` wall-clock time ``HH:MM:SS.ffffff`` of a day the log does not record (``date``
   gives it, in the log's local time ``utc_offset_s`` ahead of UTC; without it times count from
   midnight; a time more than 12 h earlier than the previous one starts the next day), or a
-  ``-ttt`` epoch time ``1714557600.000123``, or a ``-t`` time without fraction. A ``-T``
-  duration after the result is ignored.
+  ``-ttt`` epoch time ``1714557600.000123``, or a ``-t`` time without fraction.
 - **Calls.** ``socket``, ``connect`` (a non-blocking ``EINPROGRESS`` counts as connected),
   ``accept``/``accept4``, ``bind``, ``listen``, ``getsockname``/``getpeername`` (addresses only),
   ``read``/``recv``/``recvfrom``/``recvmsg``/``readv``, ``write``/``send``/``sendto``/
   ``sendmsg``/``writev``/``sendfile``, ``sendmmsg``/``recvmmsg`` (one event per datagram),
   ``close``, ``shutdown``. A call split by another process's
   output (``read(5, <unfinished ...>`` ... ``<... read resumed>"..", 4096) = 34``) is joined.
-- **Times of events.** Sends, connects, binds, listens, shutdowns and closes are stamped when the
-  call starts (the ``<unfinished ...>`` line of a split call); receives and accepts when the call
-  returns (the ``resumed`` line): the bytes leave when the write is issued and have arrived when
-  the read returns. ``record`` is the line of that stamp.
+- **Times of events.** strace stamps a line with the time the call *started*. Sends,
+  connects, binds, listens, shutdowns and closes keep that stamp (the bytes leave when the write
+  is issued). Receives and accepts are stamped when the call *returned* (the data had arrived):
+  the start plus the ``-T`` duration when the log has one, else the time of the ``resumed``
+  line of a split call, else the start, which for a read that blocked is early by its wait:
+  trace with ``-T`` (``-tt -T``) for exact receive times. ``record`` is the line of the stamp
+  (the ``resumed`` line for receives).
 - **Which fds are sockets.** With ``-yy`` every fd says what it is (``3<TCP:[a:1->b:2]>``,
   ``5<UDP:[a:1]>``, ``7</etc/passwd>``), and sockets opened before strace attached are picked
   up. Without it, sockets are those created by ``socket``/``accept`` (or addressed by
@@ -94,7 +96,7 @@ _RESUMED = re.compile(r"<\.\.\. (\w+) resumed>\s?")
 _UNFINISHED = "<unfinished ...>"
 _RESULT = re.compile(
     r"(-?\d+|0x[0-9a-fA-F]+)(?:<(\S*)>)?"
-    r"(?:\s+(E[A-Z0-9_]+)(?:\s+\(.*\))?)?(?:\s+\(.*\))?(?:\s+<\d+(?:\.\d+)?>)?\s*$"
+    r"(?:\s+(E[A-Z0-9_]+)(?:\s+\(.*\))?)?(?:\s+\(.*\))?(?:\s+<(\d+)(?:\.(\d{1,9}))?>)?\s*$"
 )
 _FD = re.compile(r"\s*(-?\d+)(?:<(.*?)>(?=\s*,|\s*$))?")
 _STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
@@ -317,6 +319,8 @@ class _Parser:
         if ret < 0 and not (name == "connect" and errno == "EINPROGRESS"):
             count("failed call")
             return
+        if rm.group(4) is not None:  # -T: the call returned this long after it started
+            t1 = t0 + int(rm.group(4)) * _NS + int((rm.group(5) or "0").ljust(9, "0"))
         handler(self, name, args, ret, rm.group(2), pid, t0, line0, t1, line1)
 
     def _fd(self, args: str, name: str) -> tuple[int, str | None, str]:
