@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import orjson
@@ -51,7 +51,7 @@ import orjson
 from tacit.errors import InputError
 from tacit.formats.fields import RecordReader
 from tacit.formats.textio import iter_json_lines, write_bytes
-from tacit.model.spans import NONE, StringPool
+from tacit.model.columns import NONE, ColumnTable, StringPool, recode
 
 CONNECT, ACCEPT, SEND, RECV, CLOSE, BIND, LISTEN, SHUTDOWN = range(8)
 """Event kinds. Only SEND and RECV carry bytes; the others mark a socket's life."""
@@ -107,7 +107,7 @@ _STRING_COLUMNS = ("host", "node", "local", "remote")
 
 
 @dataclass
-class SocketEvents:
+class SocketEvents(ColumnTable):
     """Socket calls of traced processes, one numpy column per field.
 
     ``time`` is int64 ns on the clock of ``host``. ``host`` and ``node`` (the traced process, as
@@ -136,27 +136,7 @@ class SocketEvents:
     source: np.ndarray
     sources: list[str] = field(default_factory=list)
     accounting: dict[str, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        n = len(self.time)
-        for name, dtype in _COLUMNS.items():
-            col = np.asarray(getattr(self, name), dtype=dtype)
-            if len(col) != n:
-                raise ValueError(f"column {name} has {len(col)} rows, expected {n}")
-            setattr(self, name, col)
-
-    def __len__(self) -> int:
-        return len(self.time)
-
-    @classmethod
-    def empty(cls) -> SocketEvents:
-        return cls(StringPool(), **{k: np.empty(0, v) for k, v in _COLUMNS.items()})
-
-    def columns(self) -> dict[str, np.ndarray]:
-        return {k: getattr(self, k) for k in _COLUMNS}
-
-    def name(self, column: str, row: int) -> str | None:
-        return self.strings[int(getattr(self, column)[row])]
+    COLUMNS: ClassVar[dict[str, type]] = _COLUMNS
 
     def where(self, row: int) -> str:
         """``FILE line N`` of one event, for messages."""
@@ -175,11 +155,10 @@ def concat_events(tables: Sequence[SocketEvents]) -> SocketEvents:
     accounting: dict[str, int] = {}
     sock_offset = 0
     for t in tables:
-        recode = np.full(len(t.strings) + 1, NONE, dtype=np.int32)  # the last slot is for -1
-        recode[: len(t.strings)] = [pool.code(v) for v in t.strings.values]
+        table = recode(pool, t.strings)
         for k, v in t.columns().items():
             if k in _STRING_COLUMNS:
-                v = recode[v]
+                v = table[v]
             elif k == "sock":
                 v = v + sock_offset
             elif k == "source":

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-from tacit.model.spans import NONE, StringPool
+from tacit.model.columns import ColumnTable, StringPool, recode
 
 MISSING = np.iinfo(np.int64).min
 """The timestamp of an end that was not traced."""
@@ -41,7 +42,7 @@ _STRING_COLUMNS = ("src", "dst", "src_host", "dst_host", "src_endpoint", "dst_en
 
 
 @dataclass
-class MessageTable:
+class MessageTable(ColumnTable):
     """A batch of messages, one numpy column per field.
 
     ``src``/``dst`` (nodes), ``src_host``/``dst_host`` (the hosts whose clocks stamped ``send``
@@ -65,24 +66,7 @@ class MessageTable:
     flow: np.ndarray
     record: np.ndarray
     sources: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        n = len(self.send)
-        for name, dtype in _COLUMNS.items():
-            col = np.asarray(getattr(self, name), dtype=dtype)
-            if len(col) != n:
-                raise ValueError(f"column {name} has {len(col)} rows, expected {n}")
-            setattr(self, name, col)
-
-    def __len__(self) -> int:
-        return len(self.send)
-
-    @classmethod
-    def empty(cls, strings: StringPool | None = None) -> MessageTable:
-        return cls(strings or StringPool(), **{k: np.empty(0, v) for k, v in _COLUMNS.items()})
-
-    def columns(self) -> dict[str, np.ndarray]:
-        return {k: getattr(self, k) for k in _COLUMNS}
+    COLUMNS: ClassVar[dict[str, type]] = _COLUMNS
 
     def take(self, rows: np.ndarray) -> MessageTable:
         """The messages at ``rows`` (an index array or mask)."""
@@ -90,9 +74,6 @@ class MessageTable:
         return MessageTable(
             self.strings, **{k: v[rows] for k, v in self.columns().items()}, sources=self.sources
         )
-
-    def name(self, column: str, row: int) -> str | None:
-        return self.strings[int(getattr(self, column)[row])]
 
     def describe(self, row: int) -> str:
         """A short human description of one message, for errors and reports."""
@@ -114,10 +95,9 @@ def concat_messages(tables: Sequence[MessageTable]) -> MessageTable:
     parts: dict[str, list[np.ndarray]] = {k: [] for k in _COLUMNS}
     sources: list[str] = []
     for t in tables:
-        recode = np.full(len(t.strings) + 1, NONE, dtype=np.int32)  # the last slot is for -1
-        recode[: len(t.strings)] = [pool.code(v) for v in t.strings.values]
+        table = recode(pool, t.strings)
         for k, v in t.columns().items():
-            parts[k].append(recode[v] if k in _STRING_COLUMNS else v)
+            parts[k].append(table[v] if k in _STRING_COLUMNS else v)
         sources.extend(s for s in t.sources if s not in sources)
     return MessageTable(pool, **{k: np.concatenate(v) for k, v in parts.items()}, sources=sources)
 

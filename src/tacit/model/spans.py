@@ -8,12 +8,16 @@ numpy operations rather than loops over objects. Times are int64 nanoseconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from tacit.errors import InputError
+from tacit.model.columns import NONE, ColumnTable, StringPool, recode
+
+__all__ = ["NONE", "StringPool"]  # re-exported: where spans' users have always found them
 
 SERVER = 0
 """An incoming request handled by the span's instance."""
@@ -26,40 +30,6 @@ UNKNOWN = -1
 
 KIND_NAMES = {SERVER: "server", CLIENT: "client", INTERNAL: "internal", UNKNOWN: "unknown"}
 KIND_CODES = {v: k for k, v in KIND_NAMES.items()}
-
-NONE = -1
-"""The code of an absent string or row."""
-
-
-class StringPool:
-    """Interns strings to dense int32 codes (code -1 is "absent")."""
-
-    def __init__(self, values: Iterable[str] = ()) -> None:
-        self._codes: dict[str, int] = {}
-        self.values: list[str] = []
-        for v in values:
-            self.code(v)
-
-    def code(self, value: str | None) -> int:
-        if value is None:
-            return NONE
-        c = self._codes.get(value)
-        if c is None:
-            c = len(self.values)
-            self._codes[value] = c
-            self.values.append(value)
-        return c
-
-    def find(self, value: str) -> int:
-        """The code of ``value`` or -1 when it was never interned."""
-        return self._codes.get(value, NONE)
-
-    def __getitem__(self, code: int) -> str | None:
-        return None if code < 0 else self.values[code]
-
-    def __len__(self) -> int:
-        return len(self.values)
-
 
 _COLUMNS = {
     "service": np.int32,
@@ -76,10 +46,11 @@ _COLUMNS = {
     "link": np.int64,
     "record": np.int64,
 }
+_STRING_COLUMNS = ("service", "instance", "endpoint", "peer", "trace", "span_id")
 
 
 @dataclass
-class SpanTable:
+class SpanTable(ColumnTable):
     """A batch of spans, one numpy column per field.
 
     ``service``, ``instance``, ``endpoint``, ``peer`` (the service on the other side of an RPC),
@@ -105,24 +76,7 @@ class SpanTable:
     link: np.ndarray
     record: np.ndarray
     sources: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        n = len(self.start)
-        for name, dtype in _COLUMNS.items():
-            col = np.asarray(getattr(self, name), dtype=dtype)
-            if len(col) != n:
-                raise ValueError(f"column {name} has {len(col)} rows, expected {n}")
-            setattr(self, name, col)
-
-    def __len__(self) -> int:
-        return len(self.start)
-
-    @classmethod
-    def empty(cls, strings: StringPool | None = None) -> SpanTable:
-        return cls(strings or StringPool(), **{k: np.empty(0, v) for k, v in _COLUMNS.items()})
-
-    def columns(self) -> dict[str, np.ndarray]:
-        return {k: getattr(self, k) for k in _COLUMNS}
+    COLUMNS: ClassVar[dict[str, type]] = _COLUMNS
 
     def take(self, rows: np.ndarray) -> SpanTable:
         """The spans at ``rows`` (an index array or mask), with row references remapped.
@@ -137,18 +91,12 @@ class SpanTable:
         cols["link"] = remap[cols["link"]]
         return SpanTable(self.strings, **cols, sources=self.sources)
 
-    def name(self, column: str, row: int) -> str | None:
-        return self.strings[int(getattr(self, column)[row])]
-
     def describe(self, row: int) -> str:
         """A short human description of one span, for messages."""
         return (
             f"{self.name('service', row)}/{self.name('endpoint', row)} "
             f"({KIND_NAMES[int(self.kind[row])]}, record {int(self.record[row])})"
         )
-
-
-_STRING_COLUMNS = ("service", "instance", "endpoint", "peer", "trace", "span_id")
 
 
 def concat(tables: Sequence[SpanTable]) -> SpanTable:
@@ -162,12 +110,10 @@ def concat(tables: Sequence[SpanTable]) -> SpanTable:
     for t in tables:
         # Only the strings the rows use: a slice of a big table shares its whole pool.
         used = np.unique(np.concatenate([getattr(t, k) for k in _STRING_COLUMNS]))
-        used = used[used >= 0]
-        recode = np.full(len(t.strings) + 1, NONE, dtype=np.int32)  # the last slot is for -1
-        recode[used] = [pool.code(t.strings.values[c]) for c in used.tolist()]
+        table = recode(pool, t.strings, used)
         for k, v in t.columns().items():
             if k in _STRING_COLUMNS:
-                v = recode[v]
+                v = table[v]
             elif k in ("parent", "link"):
                 v = np.where(v >= 0, v + offset, NONE)
             parts[k].append(v)

@@ -1,0 +1,82 @@
+"""What every column batch of tacit shares: typed numpy columns over one string pool."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar, Self
+
+import numpy as np
+
+NONE = -1
+"""The code of an absent string or row."""
+
+
+class StringPool:
+    """Interns strings to dense int32 codes (code -1 is "absent")."""
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self._codes: dict[str, int] = {}
+        self.values: list[str] = []
+        for v in values:
+            self.code(v)
+
+    def code(self, value: str | None) -> int:
+        if value is None:
+            return NONE
+        c = self._codes.get(value)
+        if c is None:
+            c = len(self.values)
+            self._codes[value] = c
+            self.values.append(value)
+        return c
+
+    def find(self, value: str) -> int:
+        """The code of ``value`` or -1 when it was never interned."""
+        return self._codes.get(value, NONE)
+
+    def __getitem__(self, code: int) -> str | None:
+        return None if code < 0 else self.values[code]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+class ColumnTable:
+    """Base of the column-batch dataclasses (spans, messages, socket events).
+
+    A subclass is a dataclass with a ``strings`` pool and one field per entry of ``COLUMNS``
+    (name → numpy dtype).
+    """
+
+    COLUMNS: ClassVar[dict[str, type]]
+    strings: StringPool
+
+    def __post_init__(self) -> None:
+        n = len(getattr(self, next(iter(self.COLUMNS))))
+        for name, dtype in self.COLUMNS.items():
+            col = np.asarray(getattr(self, name), dtype=dtype)
+            if len(col) != n:
+                raise ValueError(f"column {name} has {len(col)} rows, expected {n}")
+            setattr(self, name, col)
+
+    def __len__(self) -> int:
+        return len(getattr(self, next(iter(self.COLUMNS))))
+
+    @classmethod
+    def empty(cls, strings: StringPool | None = None) -> Self:
+        return cls(strings or StringPool(), **{k: np.empty(0, v) for k, v in cls.COLUMNS.items()})
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {k: getattr(self, k) for k in self.COLUMNS}
+
+    def name(self, column: str, row: int) -> str | None:
+        return self.strings[int(getattr(self, column)[row])]
+
+
+def recode(pool: StringPool, strings: StringPool, used: np.ndarray | None = None) -> np.ndarray:
+    """A lookup array from codes of ``strings`` to codes of ``pool`` (interning them there), its
+    last slot -1 so that absent codes stay absent; only the ``used`` codes when given."""
+    table = np.full(len(strings) + 1, NONE, dtype=np.int32)
+    codes = np.arange(len(strings)) if used is None else used[used >= 0]
+    table[codes] = [pool.code(strings.values[c]) for c in codes.tolist()]
+    return table
