@@ -519,7 +519,10 @@ def _on_accept(p: _Parser, name, args, ret, ret_ann, pid, t0, line0, t1, line1) 
     p._emit(t1, pid, ret, sock, ACCEPT, line1)
 
 
-def _on_bind(p: _Parser, name, args, ret, ret_ann, pid, t0, line0, t1, line1) -> None:
+def _addressed_socket(p: _Parser, name, args, pid) -> tuple[int, int | None, str | None]:
+    """The fd, socket and address of a call naming one (bind, getsockname, getpeername): an fd
+    not known as a socket that comes with an IP address is one opened before tracing began.
+    The socket is None (and the reason counted) when the fd is no IP socket."""
     fd, ann, rest = p._fd(args, name)
     _, addr = _sockaddr(rest)
     sock = p._socket_of(pid, fd, ann)
@@ -527,6 +530,13 @@ def _on_bind(p: _Parser, name, args, ret, ret_ann, pid, t0, line0, t1, line1) ->
         sock = p._new_ip_socket(pid, fd, UNKNOWN_PROTO)
     if isinstance(sock, str):
         p.b.count(sock)
+        return fd, None, addr
+    return fd, sock, addr
+
+
+def _on_bind(p: _Parser, name, args, ret, ret_ann, pid, t0, line0, t1, line1) -> None:
+    fd, sock, addr = _addressed_socket(p, name, args, pid)
+    if sock is None:
         return
     if addr is not None:
         p.b.set_address(sock, local=addr)
@@ -544,13 +554,8 @@ def _on_listen(p: _Parser, name, args, ret, ret_ann, pid, t0, line0, t1, line1) 
 
 
 def _on_sockname(p: _Parser, name, args, ret, ret_ann, pid, t0, line0, t1, line1) -> None:
-    fd, ann, rest = p._fd(args, name)
-    _, addr = _sockaddr(rest)
-    sock = p._socket_of(pid, fd, ann)
-    if sock == NOT_A_SOCKET and addr is not None:
-        sock = p._new_ip_socket(pid, fd, UNKNOWN_PROTO)
-    if isinstance(sock, str):
-        p.b.count(sock)
+    _, sock, addr = _addressed_socket(p, name, args, pid)
+    if sock is None:
         return
     p.b.count("address lookup")
     if addr is not None:
