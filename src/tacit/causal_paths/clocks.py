@@ -43,10 +43,6 @@ class ClockOffsets:
                 table[code] = off
         return table[getattr(messages, column)]
 
-    def correction(self, messages: MessageTable) -> np.ndarray:
-        """Per message: ``θ_recv − θ_send`` to subtract from ``recv − send`` (0 where unknown)."""
-        return self.of_hosts(messages, "dst_host") - self.of_hosts(messages, "src_host")
-
 
 def estimate_offsets(
     messages: MessageTable, statistic: Statistic = "min", reference: str | None = None

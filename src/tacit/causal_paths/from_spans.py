@@ -33,8 +33,6 @@ class DerivedMessages:
 
     messages: MessageTable
     truth: MessageTruth | None
-    rpc_of: np.ndarray
-    """Per message: the row of the span (client side when present) of the RPC it belongs to."""
 
 
 def messages_from_spans(spans: SpanTable, with_truth: bool = True) -> DerivedMessages:
@@ -109,13 +107,12 @@ def messages_from_spans(spans: SpanTable, with_truth: bool = True) -> DerivedMes
         record=np.tile(np.where(has_client, spans.record[cr], spans.record[sr]), 2),
         sources=spans.sources,
     )
-    rpc_of = np.tile(np.where(has_client, client_row, server_row), 2)
     truth = None
     if with_truth:
         trace = np.where(has_client, spans.trace[cr], spans.trace[sr]).astype(np.int64)
         request = np.tile(trace, 2)
         truth = MessageTruth(parent=latest_received(msgs, request), request=request)
-    return DerivedMessages(msgs, truth, rpc_of)
+    return DerivedMessages(msgs, truth)
 
 
 def latest_received(messages: MessageTable, request: np.ndarray) -> np.ndarray:

@@ -183,9 +183,11 @@ def find_patterns(
     net = np.full(n_pos, np.nan)
     net[rtt] = messages.recv[msg[rtt]] - messages.send[pm[rtt]]
     both = (messages.send[msg] != MISSING) & (messages.recv[msg] != MISSING)
-    corr = offsets.correction(messages)[msg] if offsets else np.zeros(n_pos)
-    net[both] = messages.recv[msg[both]] - messages.send[msg[both]] - corr[both]
-    latency = _latency(messages, msg, inst_of, len(instances), offsets)
+    # Each position's sender and receiver clock offsets (0 where unknown).
+    src_off = offsets.of_hosts(messages, "src_host")[msg] if offsets else np.zeros(n_pos)
+    dst_off = offsets.of_hosts(messages, "dst_host")[msg] if offsets else np.zeros(n_pos)
+    net[both] = messages.recv[msg[both]] - messages.send[msg[both]] - (dst_off - src_off)[both]
+    latency = _latency(messages, msg, inst_of, len(instances), src_off, dst_off)
     return PatternSet(
         _aggregate(
             messages,
@@ -208,15 +210,13 @@ def _latency(
     msg: np.ndarray,
     inst_of: np.ndarray,
     n: int,
-    offsets: ClockOffsets | None,
+    src_off: np.ndarray,
+    dst_off: np.ndarray,
 ) -> np.ndarray:
     """Per instance: from its first to its last known event (send or receipt), on the reference
     host's timeline (each host's estimated offset removed); NaN when no time is known."""
-    send = messages.send[msg].astype(float)
-    recv = messages.recv[msg].astype(float)
-    if offsets is not None:
-        send -= offsets.of_hosts(messages, "src_host")[msg]
-        recv -= offsets.of_hosts(messages, "dst_host")[msg]
+    send = messages.send[msg].astype(float) - src_off
+    recv = messages.recv[msg].astype(float) - dst_off
     first = np.full(n, np.inf)
     last = np.full(n, -np.inf)
     for t, known in ((send, messages.send[msg] != MISSING), (recv, messages.recv[msg] != MISSING)):
