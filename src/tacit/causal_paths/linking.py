@@ -19,17 +19,21 @@ message from A to B, at the delay ``recv_i − send_j`` (both on A's clock). Whe
 (``flow``) is known, the cause must be the previous message of the same connection, and a
 message that opens a connection from an untraced node (a client's request) is spontaneous.
 
-Everything is vectorized over candidate pairs; candidates per message are capped at the
-``max_causes`` most recent (a guard: with exponential weights, older candidates carry
-negligible probability).
+Candidates are gathered per message as a range of one time-sorted array of events (numpy);
+weighing, normalizing and choosing run in one compiled pass over them (numba), so the pairs are
+never materialized: per message at most ``max_causes`` most recent candidates are weighed (a
+guard: with exponential weights older ones carry negligible probability), and only links at
+least ``keep_probability`` likely are kept (path building drops the less likely ones anyway).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
+from tacit.compiled import grown
 from tacit.model.messages import MISSING, MessageTable
 
 NS = 1_000_000_000
@@ -40,7 +44,7 @@ class LinkParams:
     """Parameters of message linking.
 
     The WAP5 paper names these parameters (x, y, and the thresholds and k of path building in
-    :mod:`.patterns`); the values here are tacit's, chosen for traces of RPC systems and stated
+    :mod:`.instances`); the values here are tacit's, chosen for traces of RPC systems and stated
     with their reasons, because the paper's text was not available to check its defaults.
     """
 
@@ -51,25 +55,31 @@ class LinkParams:
     """y: spontaneity weighs as a cause ``y`` mean delays back. Under the exponential model a
     true cause is that late with probability exp(−5) < 1%."""
     max_causes: int = 64
-    """Most recent candidate causes kept per message (a guard; see the module docstring)."""
+    """Most recent candidate causes weighed per message (a guard; see the module docstring)."""
     min_mean_delay_ns: int = 1_000
     """Floor of a mean causal delay (1 µs), so that coarse timestamps (many zero delays) still
     give a finite rate."""
+    keep_probability: float = 0.01
+    """Links less likely than this are not kept. Path building drops every link up to its
+    probably-false threshold (0.1), so this must stay below that."""
 
 
 @dataclass
 class Links:
     """Possible causes of every message, with probabilities.
 
-    Pairs ``cause[k] → effect[k]`` with ``prob[k]`` and ``delay[k]`` (ns), sorted by effect.
-    ``spontaneous[i]`` is the probability that message ``i`` had no cause among the traced
-    messages; ``best[i]`` the most likely cause (-1: spontaneous).
+    Pairs ``cause[k] → effect[k]`` with ``prob[k]`` and ``delay[k]`` (ns), sorted by effect and,
+    within an effect, from the most recent cause; only pairs at least ``keep_probability``
+    likely. ``candidates[i]`` counts every possible cause weighed for message ``i``;
+    ``spontaneous[i]`` is the probability that it had no cause among the traced messages;
+    ``best[i]`` the most likely cause (-1: spontaneous).
     """
 
     cause: np.ndarray
     effect: np.ndarray
     prob: np.ndarray
     delay: np.ndarray
+    candidates: np.ndarray
     spontaneous: np.ndarray
     best: np.ndarray
     mean_delay: dict[tuple[str, str, str], float]
@@ -79,85 +89,92 @@ class Links:
 def link_messages(messages: MessageTable, params: LinkParams | None = None) -> Links:
     """Link every message to its possible causes (WAP5 §5.1); see the module docstring."""
     p = params or LinkParams()
-    n = len(messages)
     window = int(p.window_s * NS)
-    cause, effect, delay = _traced_candidates(messages, window, p.max_causes)
-    c2, e2, d2 = _untraced_candidates(messages, window, p.max_causes)
-    cause = np.concatenate([cause, c2])
-    effect = np.concatenate([effect, e2])
-    delay = np.concatenate([delay, d2])
-    order = np.lexsort((delay, effect))
-    cause, effect, delay = cause[order], effect[order], delay[order]
-
-    src, dst = messages.src.astype(np.int64), messages.dst.astype(np.int64)
+    ev_msg, ev_time, lo, hi, t_eff = _candidates(messages, window)
+    src, dst = messages.src, messages.dst  # int32; products widen to int64 where it matters
+    ev_from = src[ev_msg]
     m = max(int(max(src.max(initial=0), dst.max(initial=0))) + 1, 1)
-    triple = (src[cause] * m + src[effect]) * m + dst[effect]
 
     # Mean delay per triple (A, B, C): over the B→C sends whose latest preceding receipt came
     # from A, the delay from that receipt.
-    latest = _first_of_groups(effect)  # sorted by delay within each effect
-    t_keys, t_inv = np.unique(triple[latest], return_inverse=True)
-    t_mean = np.bincount(t_inv, weights=delay[latest]) / np.bincount(t_inv)
+    latest, latest_delay = _latest(lo, hi, ev_msg, ev_time, t_eff)
+    has = latest >= 0
+    triple = (src[latest[has]].astype(np.int64) * m + src[has]) * m + dst[has]
+    t_keys, t_inv = np.unique(triple, return_inverse=True)
+    t_mean = np.bincount(t_inv, weights=latest_delay[has]) / np.maximum(np.bincount(t_inv), 1)
     t_mean = np.maximum(t_mean, p.min_mean_delay_ns)
-    # A triple never seen as the latest receipt: the window as its mean (the flattest weight).
-    at = np.minimum(np.searchsorted(t_keys, triple), max(len(t_keys) - 1, 0))
-    seen = t_keys[at] == triple if len(t_keys) else np.zeros(len(triple), bool)
-    mean = np.where(seen, t_mean[at] if len(t_keys) else 0.0, float(window))
-    log_w = -np.log(mean) - delay / mean
-    # Spontaneity: a cause ``y`` mean delays back, in the triple of the heaviest candidate.
-    log_s = np.zeros(n)  # messages without candidates: spontaneous with probability 1
-    if len(log_w):
-        heavy = np.lexsort((-log_w, effect))
-        heavy = heavy[_first_of_groups(effect[heavy])]
-        log_s[effect[heavy]] = -np.log(mean[heavy]) - p.spontaneous_factor
+    table_keys, table_mean = _hash_table(t_keys, t_mean)
 
-    # Normalize per effect over its causes and spontaneity (log-sum-exp).
-    top = log_s.copy()
-    np.maximum.at(top, effect, log_w)
-    total = np.exp(log_s - top)
-    np.add.at(total, effect, np.exp(log_w - top[effect]))
-    prob = np.exp(log_w - top[effect]) / total[effect]
-    spontaneous = np.exp(log_s - top) / total
-
-    best = np.full(n, -1, dtype=np.int64)
-    if len(prob):
-        by_prob = np.lexsort((-prob, effect))
-        lead = by_prob[_first_of_groups(effect[by_prob])]
-        win = prob[lead] > spontaneous[effect[lead]]
-        best[effect[lead[win]]] = cause[lead[win]]
-
+    cause, effect, prob, delay, candidates, spontaneous, best = _weigh(
+        lo, hi, ev_msg, ev_time, ev_from, t_eff, src, dst, m, table_keys, table_mean,
+        float(window), p.spontaneous_factor, p.max_causes, p.keep_probability,
+    )  # fmt: skip
     names = messages.strings.values
     mean_delay = {}
     for key, value in zip(t_keys.tolist(), t_mean.tolist(), strict=True):
         a, rest = divmod(key, m * m)
         b, c = divmod(rest, m)
         mean_delay[(names[a], names[b], names[c])] = value
-    return Links(cause, effect, prob, delay, spontaneous, best, mean_delay)
+    return Links(cause, effect, prob, delay, candidates, spontaneous, best, mean_delay)
 
 
-def _first_of_groups(keys: np.ndarray) -> np.ndarray:
-    """Index of the first element of each run of equal keys, for keys sorted by effect (and by
-    delay within an effect); a stable sort keeps that order inside each group."""
-    if not len(keys):
-        return np.empty(0, dtype=np.int64)
-    order = np.argsort(keys, kind="stable")
-    k = keys[order]
-    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
-    return order[starts]
+def _candidates(
+    messages: MessageTable, window: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every message's possible causes as a range ``lo[i]:hi[i]`` of one array of events
+    (``ev_msg``, at ``ev_time``), oldest first; and the time of each message on the clock its
+    causes' times are on (``t_eff``: the send, or the receipt when the sender is untraced)."""
+    n = len(messages)
+    send, recv = messages.send, messages.recv
+    src, dst = messages.src.astype(np.int64), messages.dst.astype(np.int64)
+    m = int(max(src.max(initial=0), dst.max(initial=0))) + 1
+    lo = np.zeros(n, dtype=np.int32)  # message indices and event positions fit in int32
+    hi = np.zeros(n, dtype=np.int32)
+    msgs, times = [], []
+    # Traced senders: the receipts at the sender within the window before the send.
+    got = np.flatnonzero(recv != MISSING)
+    sent = np.flatnonzero(send != MISSING)
+    order, a, b = _window_ranges(dst[got], recv[got], src[sent], send[sent], window)
+    msgs.append(got[order])
+    times.append(recv[got[order]])
+    lo[sent], hi[sent] = a, b
+    offset = len(order)
+    # Untraced senders B answering A: only earlier messages A→B.
+    back = np.flatnonzero((send == MISSING) & (recv != MISSING))
+    flowed = messages.flow[back] >= 0
+    # Known connections: the previous message of the same flow, when it went the other way; a
+    # message opening its flow (or following one the same way) is spontaneous.
+    f_rows = back[flowed]
+    prev = _previous_on_flow(messages, f_rows)
+    ok = prev >= 0
+    ok[ok] = (src[prev[ok]] == dst[f_rows[ok]]) & (dst[prev[ok]] == src[f_rows[ok]])
+    ok[ok] &= send[prev[ok]] != MISSING
+    msgs.append(prev[ok])
+    times.append(send[prev[ok]])
+    lo[f_rows[ok]] = offset + np.arange(ok.sum())
+    hi[f_rows[ok]] = lo[f_rows[ok]] + 1
+    offset += int(ok.sum())
+    # Unknown connections: every A→B message within the window before the receipt, on A's clock.
+    nf = back[~flowed]
+    order, a, b = _window_ranges(
+        src[sent] * m + dst[sent], send[sent], dst[nf] * m + src[nf], recv[nf], window
+    )
+    msgs.append(sent[order])
+    times.append(send[sent[order]])
+    lo[nf], hi[nf] = a + offset, b + offset
+    t_eff = np.where(send != MISSING, send, recv)
+    return np.concatenate(msgs).astype(np.int32), np.concatenate(times), lo, hi, t_eff
 
 
-def _window_pairs(
-    in_key: np.ndarray,
-    in_time: np.ndarray,
-    out_key: np.ndarray,
-    out_time: np.ndarray,
-    window: int,
-    max_causes: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """All (in, out) index pairs with equal key and ``out_time − window ≤ in_time ≤ out_time``,
-    at most ``max_causes`` per out (the latest)."""
+def _window_ranges(
+    in_key: np.ndarray, in_time: np.ndarray, out_key: np.ndarray, out_time: np.ndarray, window: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sort the in-events by (key, time); for each out-event, the range ``lo:hi`` of that order
+    holding the in-events of its key with ``out_time − window ≤ in_time ≤ out_time``."""
+    empty = np.empty(0, np.int64)
     if not len(in_key) or not len(out_key):
-        return np.empty(0, np.int64), np.empty(0, np.int64)
+        zeros = np.zeros(len(out_key), np.int64)
+        return empty, zeros, zeros
     # One sortable int64 per event: the key's rank, then the time from the earliest event.
     t0 = min(in_time.min(), out_time.min()) - window
     span = int(max(in_time.max(), out_time.max()) - t0) + 1
@@ -167,68 +184,10 @@ def _window_pairs(
     in_comp = np.searchsorted(keys, in_key) * span + (in_time - t0)
     order = np.argsort(in_comp, kind="stable")
     in_comp = in_comp[order]
-    out_base = np.searchsorted(keys, out_key) * span - t0
-    hi = np.searchsorted(in_comp, out_base + out_time, side="right")
-    lo = np.searchsorted(in_comp, out_base + out_time - window, side="left")
-    lo = np.maximum(lo, hi - max_causes)
-    counts = hi - lo
-    outs = np.repeat(np.arange(len(out_key)), counts)
-    offs = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-    ins = order[np.repeat(lo, counts) + offs]
-    return ins, outs
-
-
-def _traced_candidates(
-    messages: MessageTable, window: int, max_causes: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Causes of messages from traced senders: receipts at the sender within the window."""
-    got = np.flatnonzero(messages.recv != MISSING)
-    sent = np.flatnonzero(messages.send != MISSING)
-    ins, outs = _window_pairs(
-        messages.dst[got],
-        messages.recv[got],
-        messages.src[sent],
-        messages.send[sent],
-        window,
-        max_causes,
-    )
-    cause, effect = got[ins], sent[outs]
-    keep = cause != effect
-    cause, effect = cause[keep], effect[keep]
-    return cause, effect, messages.send[effect] - messages.recv[cause]
-
-
-def _untraced_candidates(
-    messages: MessageTable, window: int, max_causes: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Causes of messages from untraced senders B to A: earlier messages A→B (A→B→A only)."""
-    empty = np.empty(0, np.int64)
-    back = np.flatnonzero((messages.send == MISSING) & (messages.recv != MISSING))
-    if not len(back):
-        return empty, empty, empty
-    fwd = np.flatnonzero(messages.send != MISSING)
-    m = int(max(messages.src.max(), messages.dst.max())) + 1
-    pair_in = messages.src[fwd].astype(np.int64) * m + messages.dst[fwd]
-    pair_out = messages.dst[back].astype(np.int64) * m + messages.src[back]
-    flowed = messages.flow[back] >= 0
-    # Known connections: the cause is the previous message of the same flow, and it must go the
-    # other way; a message opening its flow is spontaneous.
-    f_rows = back[flowed]
-    prev = _previous_on_flow(messages, f_rows)
-    ok = prev >= 0
-    ok[ok] = (messages.src[prev[ok]] == messages.dst[f_rows[ok]]) & (
-        messages.dst[prev[ok]] == messages.src[f_rows[ok]]
-    )
-    ok[ok] &= messages.send[prev[ok]] != MISSING
-    c1, e1 = prev[ok], f_rows[ok]
-    # Unknown connections: every A→B message within the window on A's clock.
-    nf = ~flowed
-    ins, outs = _window_pairs(
-        pair_in, messages.send[fwd], pair_out[nf], messages.recv[back[nf]], window, max_causes
-    )
-    cause = np.concatenate([c1, fwd[ins]])
-    effect = np.concatenate([e1, back[nf][outs]])
-    return cause, effect, messages.recv[effect] - messages.send[cause]
+    out_at = np.searchsorted(keys, out_key) * span + (out_time - t0)
+    hi = np.searchsorted(in_comp, out_at, side="right")
+    lo = np.searchsorted(in_comp, out_at - window, side="left")
+    return order, lo, hi
 
 
 def _previous_on_flow(messages: MessageTable, rows: np.ndarray) -> np.ndarray:
@@ -246,3 +205,124 @@ def _previous_on_flow(messages: MessageTable, rows: np.ndarray) -> np.ndarray:
     same = prev >= 0
     same[same] = messages.flow[prev[same]] == messages.flow[rows[same]]
     return np.where(same, prev, -1)
+
+
+@numba.njit(cache=True)
+def _latest(lo, hi, ev_msg, ev_time, t_eff):  # pragma: no cover - compiled
+    """Per message: its most recent possible cause other than itself (-1: none), and the delay."""
+    n = len(lo)
+    latest = np.full(n, -1, np.int64)
+    delay = np.zeros(n, np.float64)
+    for e in range(n):
+        for k in range(hi[e] - 1, lo[e] - 1, -1):
+            if ev_msg[k] != e:
+                latest[e] = ev_msg[k]
+                delay[e] = t_eff[e] - ev_time[k]
+                break
+    return latest, delay
+
+
+def _hash_table(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An open-addressing table (linear probing, power-of-two size, -1 = empty) of the
+    non-negative int64 ``keys``, for O(1) look-ups from compiled code (:func:`_find`)."""
+    size = 1 << max(int(2 * len(keys)).bit_length(), 4)
+    table_keys = np.full(size, -1, np.int64)
+    table_values = np.zeros(size, np.float64)
+    _fill_table(keys, values, table_keys, table_values)
+    return table_keys, table_values
+
+
+@numba.njit(cache=True)
+def _slot(key, size):  # pragma: no cover - compiled
+    h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
+    return np.int64(h >> np.uint64(40)) & (size - 1)
+
+
+@numba.njit(cache=True)
+def _fill_table(keys, values, table_keys, table_values):  # pragma: no cover - compiled
+    size = len(table_keys)
+    for i in range(len(keys)):
+        s = _slot(keys[i], size)
+        while table_keys[s] != -1:
+            s = (s + 1) & (size - 1)
+        table_keys[s] = keys[i]
+        table_values[s] = values[i]
+
+
+@numba.njit(cache=True)
+def _find(key, table_keys, table_values, default):  # pragma: no cover - compiled
+    size = len(table_keys)
+    s = _slot(key, size)
+    while table_keys[s] != -1:
+        if table_keys[s] == key:
+            return table_values[s]
+        s = (s + 1) & (size - 1)
+    return default
+
+
+@numba.njit(cache=True)
+def _weigh(
+    lo, hi, ev_msg, ev_time, ev_from, t_eff, src, dst, m, table_keys, table_mean,
+    window, y, max_causes, keep,
+):  # pragma: no cover - compiled  # fmt: skip
+    """Weigh, normalize and choose every message's causes (see the module docstring)."""
+    n = len(lo)
+    candidates = np.zeros(n, np.int32)
+    spontaneous = np.ones(n, np.float64)
+    best = np.full(n, -1, np.int64)
+    cap = max(n, 16)
+    cause = np.empty(cap, np.int32)
+    effect = np.empty(cap, np.int32)
+    prob = np.empty(cap, np.float64)
+    delay = np.empty(cap, np.int64)
+    log_w = np.empty(max_causes, np.float64)
+    slot = np.empty(max_causes, np.int64)
+    out = 0
+    for e in range(n):
+        c = 0
+        top = -np.inf
+        heavy_mean = 0.0
+        base = src[e] * m + dst[e]
+        last_from, mean, log_mean = -1, 1.0, 0.0
+        for k in range(hi[e] - 1, lo[e] - 1, -1):  # most recent first
+            if c == max_causes:
+                break
+            if ev_msg[k] == e:
+                continue
+            if ev_from[k] != last_from:  # causes from one node often come in runs
+                last_from = ev_from[k]
+                mean = _find(last_from * m * m + base, table_keys, table_mean, window)
+                log_mean = np.log(mean)
+            w = -log_mean - (t_eff[e] - ev_time[k]) / mean
+            if w > top:
+                top, heavy_mean = w, mean
+            log_w[c] = w
+            slot[c] = k
+            c += 1
+        candidates[e] = c
+        if c == 0:
+            continue
+        log_s = -np.log(heavy_mean) - y
+        top = max(top, log_s)
+        total = np.exp(log_s - top)
+        for i in range(c):
+            log_w[i] = np.exp(log_w[i] - top)  # from here on: the unnormalized weight
+            total += log_w[i]
+        p_s = np.exp(log_s - top) / total
+        spontaneous[e] = p_s
+        if out + c > cap:
+            cap = 2 * (out + c)
+            cause, effect = grown(cause, cap), grown(effect, cap)
+            prob, delay = grown(prob, cap), grown(delay, cap)
+        lead = p_s
+        for i in range(c):
+            q = log_w[i] / total
+            k = slot[i]
+            if q > lead:
+                lead = q
+                best[e] = ev_msg[k]
+            if q >= keep:
+                cause[out], effect[out], prob[out] = ev_msg[k], e, q
+                delay[out] = t_eff[e] - ev_time[k]
+                out += 1
+    return cause[:out], effect[:out], prob[:out], delay[:out], candidates, spontaneous, best
