@@ -15,13 +15,13 @@ the trees with forks are enumerated one by one.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
-from itertools import product
 
+import numba
 import numpy as np
 
 from tacit.causal_paths.linking import Links
+from tacit.compiled import grown
 
 
 @dataclass(frozen=True)
@@ -59,47 +59,106 @@ class Instances:
         return self.message[a:b], self.parent[a:b]
 
 
-def build_instances(links: Links, n: int, params: InstanceParams | None = None) -> Instances:
-    """Path instances of ``n`` messages linked by ``links``; see the module docstring."""
-    p = params or InstanceParams()
-    is_best = links.best[links.effect] == links.cause
-    open_ = (links.prob > p.probably_false) & (links.prob < p.probably_true)
-    top = _tops(links.best)
-    roots = np.flatnonzero(links.best < 0)
-    forked = np.zeros(n, dtype=bool)
-    forked[top[links.cause[open_]]] = True  # trees with a try-both decision
+class InstanceBuilder:
+    """Path instances of ``n`` messages linked by ``links``, built for any batch of the trees
+    (given by their roots), so that a long trace need not hold every instance at once; see the
+    module docstring."""
 
-    # Simple trees: one instance each, every message under its most likely cause.
-    best_p = links.spontaneous.copy()
-    best_p[links.effect[is_best]] = links.prob[is_best]
-    parts = [_forest(links.best, best_p, roots[~forked[roots]], top)]
-    parts.append(_enumerate(links, roots[forked[roots]], open_ | is_best, is_best, p))
-    return _join(parts)
+    def __init__(self, links: Links, n: int, params: InstanceParams | None = None) -> None:
+        self.links = links
+        self.params = params or InstanceParams()
+        p = self.params
+        self.is_best = links.best[links.effect] == links.cause
+        open_ = (links.prob > p.probably_false) & (links.prob < p.probably_true)
+        self.usable = open_ | self.is_best
+        self.roots = np.flatnonzero(links.best < 0)
+        """Root of every tree, ascending."""
+        self.forest = _Forest(links.best)
+        self.forked = np.zeros(n, dtype=bool)  # trees with a try-both decision
+        self.forked[self.forest.top[links.cause[open_]]] = True
+        # Each message's chosen link in a simple tree: its most likely cause.
+        self.best_p = links.spontaneous.copy()
+        self.best_p[links.effect[self.is_best]] = links.prob[self.is_best]
+        # The usable links by cause (then as the links are), and the walks' scratch marks.
+        k = np.flatnonzero(self.usable)
+        by_cause = k[np.argsort(links.cause[k], kind="stable")]
+        self.child_start = np.searchsorted(links.cause[by_cause], np.arange(n + 1))
+        self.child_e = links.effect[by_cause].astype(np.int64)
+        self.child_q = links.prob[by_cause]
+        self.child_best = self.is_best[by_cause]
+        self.marks = _Marks(
+            seen=np.full(n, -1, np.int64),
+            placed=np.full(n, -1, np.int64),
+            where=np.zeros(n, np.int64),
+            fork_of=np.full(len(by_cause), -1, np.int64),
+        )
+
+    def build(self, roots: np.ndarray | None = None) -> Instances:
+        """The instances of the trees at ``roots`` (ascending; default: every tree)."""
+        roots = self.roots if roots is None else roots
+        forked = self.forked[roots]
+        simple = self.forest.trees(self.best_p, roots[~forked])
+        return _join([simple, self._enumerate(roots[forked])])
+
+    def _enumerate(self, roots: np.ndarray) -> tuple:
+        """The instances of trees with try-both decisions (compiled, one tree at a time)."""
+        p, marks = self.params, self.marks
+        *arrays, marks.walks, marks.stamps = _grow_all(
+            roots.astype(np.int64),
+            self.links.spontaneous[roots],
+            self.child_start,
+            self.child_e,
+            self.child_q,
+            self.child_best,
+            p.probably_false,
+            p.probably_true,
+            p.max_try_both,
+            marks.seen,
+            marks.placed,
+            marks.where,
+            marks.fork_of,
+            marks.walks,
+            marks.stamps,
+        )
+        return tuple(arrays)
+
+
+def build_instances(links: Links, n: int, params: InstanceParams | None = None) -> Instances:
+    """Every path instance of ``n`` messages linked by ``links``."""
+    return InstanceBuilder(links, n, params).build()
 
 
 def instances_from_parents(parent: np.ndarray) -> Instances:
     """One instance of probability 1 per tree of a forest given by parent pointers (-1: root),
     such as a ground truth."""
     parent = np.asarray(parent, dtype=np.int64)
-    return _join([_forest(parent, np.ones(len(parent)), np.flatnonzero(parent < 0))])
+    return _join([_Forest(parent).trees(np.ones(len(parent)), np.flatnonzero(parent < 0))])
 
 
-def _forest(parent: np.ndarray, prob: np.ndarray, roots: np.ndarray, top=None) -> tuple:
-    """The trees of the forest ``parent`` rooted at ``roots`` (sorted), as instance arrays whose
-    probability is the product of ``prob`` (each message's chosen link) over the tree."""
-    top = _tops(parent) if top is None else top
-    member = np.flatnonzero(np.isin(top, roots))
-    tree = top[member]
-    order = np.lexsort((member, tree))
-    member, tree = member[order], tree[order]
-    bounds = np.searchsorted(tree, roots)
-    pos = np.empty(len(parent), dtype=np.int64)
-    pos[member] = np.arange(len(member)) - np.repeat(bounds, np.diff(np.r_[bounds, len(member)]))
-    up = parent[member]
-    par = np.where(up >= 0, pos[np.maximum(up, 0)], -1)
-    log_p = np.log(np.maximum(prob[member], 1e-300))
-    tree_log = np.add.reduceat(log_p, bounds) if len(member) else np.empty(0)
-    return member, par, bounds, roots, np.exp(tree_log), np.ones(len(roots), dtype=bool)
+class _Forest:
+    """A forest given by parent pointers (-1: root), its members grouped by tree."""
+
+    def __init__(self, parent: np.ndarray) -> None:
+        self.parent = parent
+        self.top = _tops(parent)
+        self.by_tree = np.argsort(self.top, kind="stable")  # by tree, then by message
+        self.sorted_top = self.top[self.by_tree]
+
+    def trees(self, prob: np.ndarray, roots: np.ndarray) -> tuple:
+        """The trees rooted at ``roots`` (ascending) as instance arrays, each instance's
+        probability the product of ``prob`` (each message's chosen link) over its tree."""
+        lo = np.searchsorted(self.sorted_top, roots, "left")
+        size = np.searchsorted(self.sorted_top, roots, "right") - lo
+        bounds = np.cumsum(size) - size
+        local = np.arange(size.sum()) - np.repeat(bounds, size)
+        member = self.by_tree[np.repeat(lo, size) + local]
+        pos = np.empty(len(self.parent), dtype=np.int64)
+        pos[member] = local
+        up = self.parent[member]
+        par = np.where(up >= 0, pos[np.maximum(up, 0)], -1)
+        log_p = np.log(np.maximum(prob[member], 1e-300))
+        tree_log = np.add.reduceat(log_p, bounds) if len(member) else np.empty(0)
+        return member, par, bounds, roots, np.exp(tree_log), np.ones(len(roots), dtype=bool)
 
 
 def _tops(parent: np.ndarray) -> np.ndarray:
@@ -112,81 +171,126 @@ def _tops(parent: np.ndarray) -> np.ndarray:
         top = nxt
 
 
-def _enumerate(
-    links: Links, roots: np.ndarray, usable: np.ndarray, is_best: np.ndarray, p: InstanceParams
-) -> tuple:
-    """The instances of trees with try-both decisions, one tree at a time."""
-    children: dict[int, list[tuple[int, float, bool]]] = {}
-    for k in np.flatnonzero(usable).tolist():
-        children.setdefault(int(links.cause[k]), []).append(
-            (int(links.effect[k]), float(links.prob[k]), bool(is_best[k]))
-        )
-    members, parents, starts, tree_root, probs, first = [], [], [], [], [], []
-    for r in roots.tolist():
-        found = _grow(r, float(links.spontaneous[r]), children, p)
-        for i, (msgs, pars, prob) in enumerate(found):
-            starts.append(len(members))
-            members.extend(msgs)
-            parents.extend(pars)
-            tree_root.append(r)
-            probs.append(prob)
-            first.append(i == 0)
-    return (
-        np.array(members, dtype=np.int64),
-        np.array(parents, dtype=np.int64),
-        np.array(starts, dtype=np.int64),
-        np.array(tree_root, dtype=np.int64),
-        np.array(probs),
-        np.array(first, dtype=bool),
-    )
+@dataclass
+class _Marks:
+    """Scratch of the compiled walks, kept across batches: per message, the last walk that saw
+    it and the last instance that placed it (with its position there); per link, its try-both
+    decision in the current walk. Walks and instances are numbered on across batches, so the
+    marks never need clearing."""
+
+    seen: np.ndarray
+    placed: np.ndarray
+    where: np.ndarray
+    fork_of: np.ndarray
+    walks: int = 0
+    stamps: int = 0
 
 
-def _grow(
-    root: int,
-    root_prob: float,
-    children: dict[int, list[tuple[int, float, bool]]],
-    p: InstanceParams,
-) -> list[tuple[list[int], list[int], float]]:
-    """Every instance of the tree at ``root``: (messages, parent positions, probability).
+@numba.njit(cache=True)
+def _grow_all(
+    roots, root_prob, child_start, child_e, child_q, child_best, pf, pt, max_forks,
+    seen, placed, where, fork_of, walk0, stamp0,
+):  # pragma: no cover - compiled  # fmt: skip
+    """Every instance of the tree at each of ``roots`` (children of message ``c`` are
+    ``child_*[child_start[c]:child_start[c+1]]``): flat members, parent positions, starts,
+    roots, probabilities, and whether each instance is its tree's likeliest.
 
-    The try-both decisions are the first ``max_try_both`` open links met breadth first from the
-    root; every other link is taken when it is its message's most likely cause. The first
-    instance returned is the one that follows every most likely cause.
+    The try-both decisions are the first ``max_forks`` open links met breadth first from the
+    root; every other link is taken when it is its message's most likely cause. An instance
+    grows breadth first through the links it takes; a message reached twice (equal timestamps
+    can link two messages both ways) keeps its first parent.
     """
-    links: list[tuple[int, int, float, bool]] = []  # reachable links, breadth first
-    by_cause: dict[int, list[int]] = {}
-    seen, queue = {root}, deque([root])
-    while queue:
-        c = queue.popleft()
-        for e, q, best in children.get(c, ()):
-            by_cause.setdefault(c, []).append(len(links))
-            links.append((c, e, q, best))
-            if e not in seen:
-                seen.add(e)
-                queue.append(e)
-    forks = [i for i, (_, _, q, _) in enumerate(links) if p.probably_false < q < p.probably_true]
-    forks = forks[: p.max_try_both]
-    likely = tuple(links[i][3] for i in forks)
-    choices = sorted(product((True, False), repeat=len(forks)), key=lambda b: b != likely)
-    out = []
-    for bits in choices:
-        take = dict(zip(forks, bits, strict=True))
-        msgs, pars, pos, prob = [root], [-1], {root: 0}, root_prob
-        queue = deque([root])
-        while queue:
-            c = queue.popleft()
-            for i in by_cause.get(c, ()):
-                _, e, q, best = links[i]
-                if not take.get(i, best):
-                    prob *= 1 - q
-                elif e not in pos:  # equal timestamps can link two messages both ways
-                    pos[e] = len(msgs)
-                    msgs.append(e)
-                    pars.append(pos[c])
-                    prob *= q
-                    queue.append(e)
-        out.append((msgs, pars, prob))
-    return out
+    n = len(child_start) - 1
+    queue = np.empty(n + 1, np.int64)
+    forks = np.empty(max_forks, np.int64)
+    bits = np.empty(max_forks, np.bool_)
+    cap = 16 * max(len(roots), 1)
+    members = np.empty(cap, np.int64)
+    parents = np.empty(cap, np.int64)
+    icap = max(len(roots), 16)
+    starts = np.empty(icap, np.int64)
+    tree_root = np.empty(icap, np.int64)
+    probs = np.empty(icap, np.float64)
+    first = np.empty(icap, np.bool_)
+    out = 0
+    stamp = 0
+    for r in range(len(roots)):
+        root = roots[r]
+        # Walk 1: the links reachable from the root, and the forks among them.
+        seen[root] = walk0 + r
+        queue[0], head, tail, f = root, 0, 1, 0
+        while head < tail:
+            c = queue[head]
+            head += 1
+            for li in range(child_start[c], child_start[c + 1]):
+                q = child_q[li]
+                if f < max_forks and pf < q < pt:
+                    fork_of[li] = f
+                    forks[f] = li
+                    f += 1
+                e = child_e[li]
+                if seen[e] != walk0 + r:
+                    seen[e] = walk0 + r
+                    queue[tail] = e
+                    tail += 1
+        likely = 0
+        for j in range(f):  # bit j set: decision j goes against its link being the best
+            if not child_best[forks[j]]:
+                likely |= 1 << (f - 1 - j)
+        for x in range(-1, 1 << f):
+            if x == likely:
+                continue
+            combo = likely if x < 0 else x
+            for j in range(f):
+                bits[j] = ((combo >> (f - 1 - j)) & 1) == 0
+            # Walk 2: this instance.
+            if out + tail > cap:
+                cap = 2 * (out + tail)
+                members, parents = grown(members, cap), grown(parents, cap)
+            if stamp == icap:
+                icap *= 2
+                starts, tree_root = grown(starts, icap), grown(tree_root, icap)
+                probs, first = grown(probs, icap), grown(first, icap)
+            starts[stamp], tree_root[stamp], first[stamp] = out, root, x < 0
+            placed[root] = stamp0 + stamp
+            where[root] = 0
+            members[out], parents[out] = root, -1
+            size, prob = 1, root_prob[r]
+            queue[0], head, tail2 = root, 0, 1
+            while head < tail2:
+                c = queue[head]
+                head += 1
+                for li in range(child_start[c], child_start[c + 1]):
+                    q = child_q[li]
+                    fj = fork_of[li]
+                    take = bits[fj] if fj >= 0 else child_best[li]
+                    e = child_e[li]
+                    if not take:
+                        prob *= 1 - q
+                    elif placed[e] != stamp0 + stamp:
+                        placed[e] = stamp0 + stamp
+                        where[e] = size
+                        members[out + size] = e
+                        parents[out + size] = where[c]
+                        size += 1
+                        prob *= q
+                        queue[tail2] = e
+                        tail2 += 1
+            probs[stamp] = prob
+            out += size
+            stamp += 1
+        for j in range(f):
+            fork_of[forks[j]] = -1
+    return (
+        members[:out],
+        parents[:out],
+        starts[:stamp],
+        tree_root[:stamp],
+        probs[:stamp],
+        first[:stamp],
+        walk0 + len(roots),
+        stamp0 + stamp,
+    )
 
 
 def _join(parts: list[tuple]) -> Instances:

@@ -16,6 +16,7 @@ for all instances at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,19 +61,6 @@ class Pattern:
     max_probability: float
     mean_latency_ns: float | None
     hops: list[Hop]
-
-    @property
-    def total_time_ns(self) -> float:
-        return self.count * (self.mean_latency_ns or 0.0)
-
-    def rank_value(self, ranking: str) -> float:
-        return {
-            "count": self.count,
-            "expected": self.expected,
-            "max_probability": self.max_probability,
-            "total_time": self.total_time_ns,
-            "mean_latency": self.mean_latency_ns or 0.0,
-        }[ranking]
 
     def as_dict(self) -> dict:
         return {
@@ -126,23 +114,132 @@ def _levels(parent: np.ndarray) -> np.ndarray:
 
 
 @dataclass
+class PatternDetail:
+    """What spelling out the hops of some patterns takes, keyed by pattern key (sorted
+    ``keys``): each pattern's representative (most probable) instance, as
+    ``rep_message[rep_start[j]:rep_start[j+1]]`` with parent positions and position keys; per
+    group — a (pattern, position key), named by one hash (:func:`_group_id`) — weighted sums of
+    node and network delay; the node-delay histograms sparsely, as (group, bin, weight)."""
+
+    keys: np.ndarray
+    rep_prob: np.ndarray
+    rep_start: np.ndarray
+    rep_message: np.ndarray
+    rep_parent: np.ndarray
+    rep_where: np.ndarray
+    group_id: np.ndarray
+    group_sums: np.ndarray
+    """Rows: node-delay sum, its weight, network-delay sum, its weight."""
+    hist_group: np.ndarray
+    hist_bin: np.ndarray
+    hist_weight: np.ndarray
+
+    def covers(self, keys: np.ndarray) -> bool:
+        return bool(np.isin(keys, self.keys).all())
+
+    def hops(self, messages: MessageTable, key: int) -> list[Hop]:
+        """The hops of pattern ``key`` in breadth-first order, with their mean delays."""
+        names = messages.strings.values
+        j = int(np.searchsorted(self.keys, key))
+        a, b = self.rep_start[j], self.rep_start[j + 1]
+        gid = _group_id(np.full(b - a, key, dtype=np.uint64), self.rep_where[a:b])
+        g = np.searchsorted(self.group_id, gid)
+        h0 = np.searchsorted(self.hist_group, gid, "left")
+        h1 = np.searchsorted(self.hist_group, gid, "right")
+        nbins = len(HISTOGRAM_EDGES_NS) - 1
+        hops = []
+        for q in range(a, b):
+            m = self.rep_message[q]
+            node_sum, node_w, net_sum, net_w = self.group_sums[:, g[q - a]]
+            hist = np.zeros(nbins)
+            rows = slice(h0[q - a], h1[q - a])
+            hist[self.hist_bin[rows]] = self.hist_weight[rows]
+            hops.append(
+                Hop(
+                    position=q - a,
+                    parent=int(self.rep_parent[q]),
+                    src=names[messages.src[m]],
+                    dst=names[messages.dst[m]],
+                    src_traced=bool(messages.send[m] != MISSING),
+                    dst_traced=bool(messages.recv[m] != MISSING),
+                    node_delay_ns=float(node_sum / node_w) if node_w > 0 else None,
+                    network_delay_ns=float(net_sum / net_w) if net_w > 0 else None,
+                    node_delay_histogram=hist.round(6).tolist() if node_w > 0 else [],
+                )
+            )
+        return _breadth_first(hops)
+
+
+@dataclass
 class PatternSet:
-    """Every pattern found, with the hash of each instance's shape."""
+    """Patterns with the sums their statistics come from, so that the pattern sets of separate
+    batches of path instances merge into one (:func:`merge_patterns`): per pattern (sorted by
+    key) ``count``, ``expected``, ``max_probability``, and the probability-weighted latency sum
+    and weight. The hops come from ``detail``, which may cover only some patterns; ``refine``
+    computes it for others on demand (for long traces, whose detail is not kept for every
+    pattern)."""
 
-    patterns: list[Pattern]
-    instance_key: np.ndarray
-    """Per instance: its pattern's key."""
+    messages: MessageTable
+    keys: np.ndarray
+    count: np.ndarray
+    expected: np.ndarray
+    max_probability: np.ndarray
+    latency_sum: np.ndarray
+    latency_weight: np.ndarray
+    detail: PatternDetail
+    refine: Callable[[np.ndarray], PatternDetail] | None = None
 
-    def ranked(self, ranking: str = "count") -> list[Pattern]:
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def mean_latency_ns(self) -> np.ndarray:
+        """Per pattern; NaN where no instance has a known time."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.latency_weight > 0, self.latency_sum / self.latency_weight, np.nan)
+
+    def counts(self) -> dict[int, int]:
+        """Pattern key → count."""
+        return dict(zip(self.keys.tolist(), self.count.tolist(), strict=True))
+
+    def ranked(self, ranking: str = "count", top: int | None = None) -> list[Pattern]:
+        """The patterns in the order of ``ranking`` (ties by key), the first ``top`` only when
+        given, with their hops."""
         if ranking not in RANKINGS:
             raise ValueError(f"unknown ranking {ranking!r}; one of {', '.join(RANKINGS)}")
-        return sorted(self.patterns, key=lambda p: (-p.rank_value(ranking), p.key))
+        latency = np.nan_to_num(self.mean_latency_ns)
+        value = {
+            "count": self.count,
+            "expected": self.expected,
+            "max_probability": self.max_probability,
+            "total_time": self.count * latency,
+            "mean_latency": latency,
+        }[ranking]
+        chosen = np.lexsort((self.keys, -value))[:top]
+        if not self.detail.covers(self.keys[chosen]):
+            assert self.refine is not None, "pattern detail missing and no way to compute it"
+            self.detail = self.refine(np.sort(self.keys[chosen]))
+        return [
+            Pattern(
+                key=int(self.keys[j]),
+                count=int(self.count[j]),
+                expected=float(self.expected[j]),
+                max_probability=float(self.max_probability[j]),
+                mean_latency_ns=None if np.isnan(lat := self.mean_latency_ns[j]) else float(lat),
+                hops=self.detail.hops(self.messages, self.keys[j]),
+            )
+            for j in chosen.tolist()
+        ]
 
 
 def find_patterns(
-    messages: MessageTable, instances: Instances, offsets: ClockOffsets | None = None
+    messages: MessageTable,
+    instances: Instances,
+    offsets: ClockOffsets | None = None,
+    detail_for: np.ndarray | None = None,
 ) -> PatternSet:
-    """Aggregate path instances into patterns with delays; see the module docstring."""
+    """Aggregate path instances into patterns with delays; see the module docstring. The hops
+    of every pattern are kept, or only of those whose keys are in ``detail_for`` (sorted)."""
     n_pos = len(instances.message)
     inst_of = np.repeat(np.arange(len(instances)), np.diff(instances.start))
     base = instances.start[inst_of]
@@ -171,37 +268,41 @@ def find_patterns(
     instance_key = np.empty(len(instances), dtype=np.uint64)
     instance_key[inst_of[root_pos]] = shape[root_pos]
 
-    weight = instances.prob[inst_of]
-    node_delay = np.full(n_pos, np.nan)
-    has_par = gpar >= 0
-    pm = np.where(has_par, msg[np.maximum(gpar, 0)], 0)
-    ok = has_par & (messages.send[msg] != MISSING) & (messages.recv[pm] != MISSING)
-    node_delay[ok] = messages.send[msg[ok]] - messages.recv[pm[ok]]
-    # Untraced sender: the round trip from the caller's send of the parent to its receipt.
-    rtt = has_par & (messages.send[msg] == MISSING) & (messages.recv[msg] != MISSING)
-    rtt &= messages.send[pm] != MISSING
-    net = np.full(n_pos, np.nan)
-    net[rtt] = messages.recv[msg[rtt]] - messages.send[pm[rtt]]
-    both = (messages.send[msg] != MISSING) & (messages.recv[msg] != MISSING)
     # Each position's sender and receiver clock offsets (0 where unknown).
     src_off = offsets.of_hosts(messages, "src_host")[msg] if offsets else np.zeros(n_pos)
     dst_off = offsets.of_hosts(messages, "dst_host")[msg] if offsets else np.zeros(n_pos)
-    net[both] = messages.recv[msg[both]] - messages.send[msg[both]] - (dst_off - src_off)[both]
     latency = _latency(messages, msg, inst_of, len(instances), src_off, dst_off)
+    keys, inst_pattern = np.unique(instance_key, return_inverse=True)
+    k = len(keys)
+    lat_ok = ~np.isnan(latency)
+    mine = (
+        np.ones(len(instances), bool) if detail_for is None else np.isin(instance_key, detail_for)
+    )
+    pos = np.flatnonzero(mine[inst_of])
+    order = np.lexsort((-instances.prob, inst_pattern))
+    rep = order[_run_starts(inst_pattern[order])]
     return PatternSet(
-        _aggregate(
+        messages=messages,
+        keys=keys,
+        count=np.bincount(inst_pattern, weights=instances.likeliest, minlength=k).astype(np.int64),
+        expected=np.bincount(inst_pattern, weights=instances.prob, minlength=k),
+        max_probability=instances.prob[rep],
+        latency_sum=np.bincount(
+            inst_pattern, weights=np.where(lat_ok, latency, 0) * instances.prob, minlength=k
+        ),
+        latency_weight=np.bincount(inst_pattern, weights=instances.prob * lat_ok, minlength=k),
+        detail=_detail(
             messages,
             instances,
             instance_key,
             inst_of,
-            where,
             gpar,
-            weight,
-            node_delay,
-            net,
-            latency,
+            where,
+            rep[mine[rep]],
+            pos,
+            src_off[pos],
+            dst_off[pos],
         ),
-        instance_key,
     )
 
 
@@ -227,96 +328,148 @@ def _latency(
     return out
 
 
-def _aggregate(
-    messages, instances, instance_key, inst_of, where, gpar, weight, node_delay, net, latency
-) -> list[Pattern]:
-    keys, inst_pattern = np.unique(instance_key, return_inverse=True)
-    k = len(keys)
-    count = np.bincount(inst_pattern, weights=instances.likeliest, minlength=k).astype(int)
-    expected = np.bincount(inst_pattern, weights=instances.prob, minlength=k)
-    max_p = np.zeros(k)
-    np.maximum.at(max_p, inst_pattern, instances.prob)
-    lat_ok = ~np.isnan(latency)
-    w = instances.prob * lat_ok
-    lat_sum = np.bincount(
-        inst_pattern, weights=np.where(lat_ok, latency * instances.prob, 0), minlength=k
-    )
-    lat_w = np.bincount(inst_pattern, weights=w, minlength=k)
-    # The representative instance of a pattern: its most probable one.
-    rep = np.full(k, -1)
-    order = np.lexsort((-instances.prob, inst_pattern))
-    first = np.flatnonzero(np.r_[True, np.diff(inst_pattern[order]) != 0])
-    rep[inst_pattern[order[first]]] = order[first]
-    # Per (pattern, position) weighted sums of delays.
-    pos_pattern = inst_pattern[inst_of]
-    stats = _position_stats(pos_pattern, where, weight, node_delay, net)
-    names = messages.strings.values
-    out = []
-    for j in range(k):
-        i = rep[j]
-        a, b = instances.start[i], instances.start[i + 1]
-        hops = []
-        for q in range(a, b):
-            m = instances.message[q]
-            st = stats.get((j, int(where[q])), {})
-            hops.append(
-                Hop(
-                    position=q - a,
-                    parent=int(gpar[q] - a) if gpar[q] >= 0 else -1,
-                    src=names[messages.src[m]],
-                    dst=names[messages.dst[m]],
-                    src_traced=bool(messages.send[m] != MISSING),
-                    dst_traced=bool(messages.recv[m] != MISSING),
-                    node_delay_ns=st.get("node"),
-                    network_delay_ns=st.get("net"),
-                    node_delay_histogram=st.get("hist", []),
-                )
-            )
-        out.append(
-            Pattern(
-                key=int(keys[j]),
-                count=int(count[j]),
-                expected=float(expected[j]),
-                max_probability=float(max_p[j]),
-                mean_latency_ns=float(lat_sum[j] / lat_w[j]) if lat_w[j] > 0 else None,
-                hops=_breadth_first(hops),
-            )
-        )
-    return out
-
-
-def _position_stats(
-    pattern: np.ndarray, where: np.ndarray, weight: np.ndarray, node: np.ndarray, net: np.ndarray
-) -> dict[tuple[int, int], dict]:
-    """Probability-weighted mean node and network delay, and node-delay histogram, per
-    (pattern, position)."""
-    order = np.lexsort((where, pattern))
-    pat, wh = pattern[order], where[order]
-    start = np.flatnonzero(np.r_[True, (pat[1:] != pat[:-1]) | (wh[1:] != wh[:-1])])
-    group = np.repeat(np.arange(len(start)), np.diff(np.r_[start, len(order)]))
-    w = weight[order]
-    out: dict[tuple[int, int], dict] = {}
-    sums = {}
-    for name, values in (("node", node[order]), ("net", net[order])):
-        ok = ~np.isnan(values)
-        num = np.bincount(group, weights=np.where(ok, values * w, 0), minlength=len(start))
-        den = np.bincount(group, weights=np.where(ok, w, 0), minlength=len(start))
-        sums[name] = (num, den)
-    nodes = node[order]
-    ok = ~np.isnan(nodes)
+def _detail(
+    messages, instances, instance_key, inst_of, gpar, where, rep, pos, src_off, dst_off
+) -> PatternDetail:
+    """The detail of the patterns whose representative instances are ``rep`` (in key order),
+    from their positions ``pos`` (with those positions' clock offsets)."""
+    # The representative instances, flat, with local parent positions.
+    size = np.diff(instances.start)[rep]
+    rep_start = np.r_[0, np.cumsum(size)]
+    rows = np.repeat(instances.start[rep] - rep_start[:-1], size) + np.arange(rep_start[-1])
+    rep_parent = np.where(gpar[rows] >= 0, gpar[rows] - np.repeat(instances.start[rep], size), -1)
+    # Node delay: send minus the receipt of the parent, on the node's clock.
+    msg, par = instances.message[pos], gpar[pos]
+    send, recv = messages.send[msg], messages.recv[msg]
+    has_par = par >= 0
+    pm = np.where(has_par, instances.message[np.maximum(par, 0)], 0)
+    node_delay = np.full(len(pos), np.nan)
+    ok = has_par & (send != MISSING) & (messages.recv[pm] != MISSING)
+    node_delay[ok] = send[ok] - messages.recv[pm[ok]]
+    # Network delay: one way with the offsets removed; behind an untraced sender, the round
+    # trip from the caller's send of the parent to its receipt.
+    net = np.full(len(pos), np.nan)
+    rtt = has_par & (send == MISSING) & (recv != MISSING) & (messages.send[pm] != MISSING)
+    net[rtt] = recv[rtt] - messages.send[pm[rtt]]
+    both = (send != MISSING) & (recv != MISSING)
+    net[both] = recv[both] - send[both] - (dst_off - src_off)[both]
+    # Per group (pattern, position key): weighted sums of delays, and histograms.
+    weight = instances.prob[inst_of[pos]]
+    group = _group_id(instance_key[inst_of[pos]], where[pos])
+    sums = []
+    for values in (node_delay, net):
+        known = ~np.isnan(values)
+        sums += [np.where(known, values, 0) * weight, np.where(known, weight, 0)]
+    known = ~np.isnan(node_delay)
     nbins = len(HISTOGRAM_EDGES_NS) - 1
-    b = np.clip(np.searchsorted(HISTOGRAM_EDGES_NS, nodes[ok], side="right") - 1, 0, nbins - 1)
-    hist = np.bincount(group[ok] * nbins + b, weights=w[ok], minlength=len(start) * nbins)
-    hist = hist.reshape(len(start), nbins)
-    for g, st in enumerate(start.tolist()):
-        entry: dict = {}
-        for name, (num, den) in sums.items():
-            if den[g] > 0:
-                entry[name] = float(num[g] / den[g])
-        if "node" in entry:
-            entry["hist"] = hist[g].round(6).tolist()
-        out[(int(pat[st]), int(wh[st]))] = entry
-    return out
+    bins = np.searchsorted(HISTOGRAM_EDGES_NS, node_delay[known], side="right") - 1
+    group_id, group_sums = _sum_by(group, np.array(sums))
+    hist = _histogram_cells(group[known], np.clip(bins, 0, nbins - 1), weight[known])
+    return PatternDetail(
+        keys=instance_key[rep],
+        rep_prob=instances.prob[rep],
+        rep_start=rep_start,
+        rep_message=instances.message[rows],
+        rep_parent=rep_parent,
+        rep_where=where[rows],
+        group_id=group_id,
+        group_sums=group_sums,
+        hist_group=hist[0],
+        hist_bin=hist[1],
+        hist_weight=hist[2],
+    )
+
+
+def _run_starts(sorted_values: np.ndarray) -> np.ndarray:
+    """Where each run of equal values starts."""
+    return np.flatnonzero(np.diff(sorted_values, prepend=sorted_values[:1] - 1) != 0)
+
+
+def _group_id(key: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """One 64-bit name of the group (pattern ``key``, position key ``where``)."""
+    return _mix(_mix(key) ^ where)
+
+
+def _sum_by(group: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``group`` ids (sorted) and the sums of each row of ``values`` per id."""
+    ids, inv = np.unique(group, return_inverse=True)
+    sums = [np.bincount(inv, weights=v, minlength=len(ids)) for v in values]
+    return ids, np.array(sums).reshape(len(values), len(ids))
+
+
+def _histogram_cells(
+    group: np.ndarray, bins: np.ndarray, weight: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sparse histograms: ``weight`` summed per (group, bin), sorted by group then bin."""
+    nbins = len(HISTOGRAM_EDGES_NS) - 1
+    ids, inv = np.unique(group, return_inverse=True)
+    cells, at = np.unique(inv * nbins + bins, return_inverse=True)
+    weight = np.bincount(at, weights=weight, minlength=len(cells))
+    return ids[cells // nbins], cells % nbins, weight
+
+
+def merge_patterns(parts: list[PatternSet]) -> PatternSet:
+    """One pattern set from the sets of separate batches of instances (of the same messages)."""
+    if len(parts) == 1:
+        return parts[0]
+    keys, inv = np.unique(np.concatenate([p.keys for p in parts]), return_inverse=True)
+    k = len(keys)
+
+    def total(field: str) -> np.ndarray:
+        return np.bincount(
+            inv, weights=np.concatenate([getattr(p, field) for p in parts]), minlength=k
+        )
+
+    max_p = np.zeros(k)
+    np.maximum.at(max_p, inv, np.concatenate([p.max_probability for p in parts]))
+    return PatternSet(
+        messages=parts[0].messages,
+        keys=keys,
+        count=total("count").astype(np.int64),
+        expected=total("expected"),
+        max_probability=max_p,
+        latency_sum=total("latency_sum"),
+        latency_weight=total("latency_weight"),
+        detail=merge_details([p.detail for p in parts]),
+        refine=parts[0].refine,
+    )
+
+
+def merge_details(parts: list[PatternDetail]) -> PatternDetail:
+    """One detail from those of separate batches: the most probable representative per pattern,
+    delay sums and histograms added up."""
+    if len(parts) == 1:
+        return parts[0]
+    cat_keys = np.concatenate([d.keys for d in parts])
+    rep_prob = np.concatenate([d.rep_prob for d in parts])
+    keys, inv = np.unique(cat_keys, return_inverse=True)
+    order = np.lexsort((-rep_prob, inv))
+    best = order[_run_starts(inv[order])]
+    offsets = np.cumsum([0] + [d.rep_start[-1] for d in parts[:-1]])
+    starts = np.concatenate([d.rep_start[:-1] + o for d, o in zip(parts, offsets, strict=True)])
+    ends = np.concatenate([d.rep_start[1:] + o for d, o in zip(parts, offsets, strict=True)])
+    size = (ends - starts)[best]
+    rep_start = np.r_[0, np.cumsum(size)]
+    rows = np.repeat(starts[best] - rep_start[:-1], size) + np.arange(rep_start[-1])
+
+    def cat(field: str) -> np.ndarray:
+        return np.concatenate([getattr(d, field) for d in parts], axis=-1)
+
+    group_id, group_sums = _sum_by(cat("group_id"), cat("group_sums"))
+    hist = _histogram_cells(cat("hist_group"), cat("hist_bin"), cat("hist_weight"))
+    return PatternDetail(
+        keys=keys,
+        rep_prob=rep_prob[best],
+        rep_start=rep_start,
+        rep_message=cat("rep_message")[rows],
+        rep_parent=cat("rep_parent")[rows],
+        rep_where=cat("rep_where")[rows],
+        group_id=group_id,
+        group_sums=group_sums,
+        hist_group=hist[0],
+        hist_bin=hist[1],
+        hist_weight=hist[2],
+    )
 
 
 def _breadth_first(hops: list[Hop]) -> list[Hop]:
