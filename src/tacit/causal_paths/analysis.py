@@ -11,18 +11,22 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 
 from tacit.causal_paths.clocks import ClockOffsets, Statistic, estimate_offsets
 from tacit.causal_paths.from_spans import messages_from_spans, shift_clocks
-from tacit.causal_paths.instances import (
-    InstanceParams,
-    Instances,
-    build_instances,
-    instances_from_parents,
-)
+from tacit.causal_paths.instances import InstanceBuilder, InstanceParams, instances_from_parents
 from tacit.causal_paths.linking import LinkParams, Links, link_messages
-from tacit.causal_paths.patterns import PatternSet, find_patterns
+from tacit.causal_paths.nesting import CALL, nest_calls
+from tacit.causal_paths.patterns import (
+    PatternDetail,
+    PatternSet,
+    find_patterns,
+    merge_details,
+    merge_patterns,
+)
+from tacit.errors import ConfigError
 from tacit.model.messages import MISSING, MessageTable, MessageTruth
 from tacit.model.spans import SpanTable
 
@@ -37,6 +41,16 @@ class PathParams:
     link: LinkParams = field(default_factory=LinkParams)
     instances: InstanceParams = field(default_factory=InstanceParams)
     clock_statistic: Statistic = "min"
+    batch_trees: int = 20_000
+    """Path trees whose instances are built and aggregated at a time: bounds the memory that
+    instances take on long traces (patterns from every batch are merged)."""
+
+    def __post_init__(self) -> None:
+        if self.link.keep_probability > self.instances.probably_false:
+            raise ConfigError(
+                f"keep_probability {self.link.keep_probability} is above probably_false "
+                f"{self.instances.probably_false}: links path building may fork on are dropped"
+            )
 
 
 @dataclass
@@ -45,7 +59,6 @@ class PathAnalysis:
 
     messages: MessageTable
     links: Links
-    instances: Instances
     offsets: ClockOffsets
     patterns: PatternSet
     accounting: dict[str, int]
@@ -57,19 +70,38 @@ def analyze_paths(messages: MessageTable, params: PathParams | None = None) -> P
     p = params or PathParams()
     t0 = time.perf_counter()
     links = link_messages(messages, p.link)
-    instances = build_instances(links, len(messages), p.instances)
     offsets = estimate_offsets(messages, p.clock_statistic)
-    patterns = find_patterns(messages, instances, offsets)
+    patterns = _patterns(messages, InstanceBuilder(links, len(messages), p.instances), offsets, p)
     seconds = time.perf_counter() - t0
-    return PathAnalysis(
-        messages, links, instances, offsets, patterns, _accounting(messages, links), seconds
+    return PathAnalysis(messages, links, offsets, patterns, _accounting(messages, links), seconds)
+
+
+def _patterns(
+    messages: MessageTable, builder: InstanceBuilder, offsets: ClockOffsets, p: PathParams
+) -> PatternSet:
+    """Patterns of every tree, built ``batch_trees`` trees at a time. With more than one
+    batch, the hops of a pattern are spelled out only when asked for (a second pass over the
+    batches, for the patterns asked for), so that memory stays bounded on long traces."""
+    batches = np.array_split(builder.roots, max(1, -(-len(builder.roots) // p.batch_trees)))
+    if len(batches) == 1:
+        return find_patterns(messages, builder.build(), offsets)
+    nothing = np.empty(0, np.uint64)
+    patterns = merge_patterns(
+        [find_patterns(messages, builder.build(roots), offsets, nothing) for roots in batches]
     )
+
+    def refine(keys: np.ndarray) -> PatternDetail:
+        return merge_details(
+            [find_patterns(messages, builder.build(r), offsets, keys).detail for r in batches]
+        )
+
+    patterns.refine = refine
+    return patterns
 
 
 def _accounting(messages: MessageTable, links: Links) -> dict[str, int]:
     """Every message by what became of it (each in exactly one of the first three)."""
-    has_cause = np.zeros(len(messages), dtype=bool)
-    has_cause[links.effect] = True
+    has_cause = links.candidates > 0
     spontaneous = links.best < 0
     return {
         "messages": len(messages),
@@ -96,6 +128,12 @@ class PathEvaluation:
     hosts_estimated: int
     seconds: float
     accounting: dict[str, int]
+    call_parent_accuracy: float | None = None
+    """Over the calls of call-return pairs: the enclosing call found by following the most
+    likely causes is the true one (the measure Project 5's nesting is scored by too)."""
+    nesting: dict | None = None
+    """Project 5's nesting algorithm on the same messages: its call parent accuracy and
+    time."""
 
     @property
     def messages_per_second(self) -> float | None:
@@ -115,6 +153,8 @@ class PathEvaluation:
             "seconds": self.seconds,
             "messages_per_second": self.messages_per_second,
             "accounting": self.accounting,
+            "call_parent_accuracy": self.call_parent_accuracy,
+            "nesting": self.nesting,
         }
 
 
@@ -133,7 +173,44 @@ def evaluate_paths(
     derived.truth.host_offset = offsets
     analysis = analyze_paths(messages, params)
     analysis.seconds = time.perf_counter() - t0  # deriving the messages included
-    return score_paths(messages, derived.truth, analysis)
+    evaluation = score_paths(messages, derived.truth, analysis)
+    t0 = time.perf_counter()
+    nested = nest_calls(messages)
+    nesting_seconds = time.perf_counter() - t0
+    is_call = nested.role == CALL
+    truth = enclosing_calls(derived.truth.parent, messages, is_call)
+    if is_call.any():
+        evaluation.call_parent_accuracy = float(
+            (enclosing_calls(analysis.links.best, messages, is_call) == truth)[is_call].mean()
+        )
+        evaluation.nesting = {
+            "call_parent_accuracy": float((nested.parent_call == truth)[is_call].mean()),
+            "calls": int(is_call.sum()),
+            "seconds": nesting_seconds,
+        }
+    return evaluation
+
+
+def enclosing_calls(parent: np.ndarray, messages: MessageTable, is_call: np.ndarray) -> np.ndarray:
+    """Per call B→C: the call A→B it runs inside, found by following ``parent`` (each
+    message's cause) up to the first call into B; -1 when there is none (and for non-calls).
+    This turns message-level causes (WAP5) into the call nesting of Project 5."""
+    return _enclosing(parent.astype(np.int64), messages.src, messages.dst, is_call)
+
+
+@numba.njit(cache=True)
+def _enclosing(parent, src, dst, is_call):  # pragma: no cover - compiled
+    out = np.full(len(parent), -1, np.int64)
+    for c in range(len(parent)):
+        if not is_call[c]:
+            continue
+        a, steps = parent[c], 0
+        while a >= 0 and steps <= len(parent):  # the step bound guards against a cycle
+            if is_call[a] and dst[a] == src[c]:
+                out[c] = a
+                break
+            a, steps = parent[a], steps + 1
+    return out
 
 
 def score_paths(
@@ -151,9 +228,9 @@ def score_paths(
     """
     accuracy = float((analysis.links.best == truth.parent).mean()) if len(messages) else 1.0
     true_set = find_patterns(messages, instances_from_parents(truth.parent))
-    true_count = {p.key: p.count for p in true_set.patterns}
-    found = {p.key: p.count for p in analysis.patterns.patterns if p.count >= 1}
-    seen = {p.key for p in analysis.patterns.patterns}
+    true_count = true_set.counts()
+    found = {k: c for k, c in analysis.patterns.counts().items() if c >= 1}
+    seen = set(analysis.patterns.keys.tolist())
     matched = [
         k
         for k, c in found.items()

@@ -73,7 +73,7 @@ def link(
 
     messages, accounting = read_any_messages(list(inputs), input_format, host=host)
     analysis = analyze_paths(messages)
-    ranked = analysis.patterns.ranked(rank)
+    ranked = analysis.patterns.ranked(rank, top)
     drawn = []
     if timeline is not None:
         from tacit.causal_paths.timeline import draw_timelines
@@ -88,17 +88,17 @@ def link(
             "mean_causal_delay_ns": {
                 f"{a} -> {b} -> {c}": v for (a, b, c), v in analysis.links.mean_delay.items()
             },
-            "patterns": [p.as_dict() for p in ranked[:top]],
-            "pattern_total": len(ranked),
+            "patterns": [p.as_dict() for p in ranked],
+            "pattern_total": len(analysis.patterns),
             "timelines": drawn,
             "seconds": analysis.seconds,
         }
         out.print_json(json.dumps(doc))
         return
-    t = Table(title=f"{len(messages)} messages, {len(ranked)} patterns (by {rank})")
+    t = Table(title=f"{len(messages)} messages, {len(analysis.patterns)} patterns (by {rank})")
     for col in ("#", "count", "expected", "max p", "latency ms", "hops", "root"):
         t.add_column(col, justify="right" if col not in ("root",) else "left")
-    for i, p in enumerate(ranked[:top], start=1):
+    for i, p in enumerate(ranked, start=1):
         root = p.hops[0]
         t.add_row(
             str(i),
@@ -110,7 +110,7 @@ def link(
             f"{root.src} -> {root.dst}",
         )
     out.print(t)
-    for i, p in enumerate(ranked[: min(top, 3)], start=1):
+    for i, p in enumerate(ranked[:3], start=1):
         out.print(f"\npattern {i} (count {p.count}):")
         out.print(p.text_tree(), markup=False, highlight=False)
     if drawn:
@@ -153,6 +153,11 @@ def evaluate(
         ("seconds", f"{ev.seconds:.2f}"),
         ("messages/s", f"{ev.messages_per_second or 0:.0f}"),
     ]
+    if ev.nesting is not None and ev.call_parent_accuracy is not None:
+        rows += [
+            ("call parent accuracy: WAP5", f"{100 * ev.call_parent_accuracy:.1f}%"),
+            ("call parent accuracy: nesting", f"{100 * ev.nesting['call_parent_accuracy']:.1f}%"),
+        ]
     for r in rows:
         t.add_row(*r)
     out.print(t)
