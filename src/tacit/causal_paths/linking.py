@@ -37,6 +37,8 @@ from tacit.compiled import grown
 from tacit.model.messages import MISSING, MessageTable
 
 NS = 1_000_000_000
+WEIGH_BATCH = 1 << 18
+"""Messages whose links are weighed at a time (bounds the links' output buffers)."""
 
 
 @dataclass(frozen=True)
@@ -105,10 +107,19 @@ def link_messages(messages: MessageTable, params: LinkParams | None = None) -> L
     t_mean = np.maximum(t_mean, p.min_mean_delay_ns)
     table_keys, table_mean = _hash_table(t_keys, t_mean)
 
-    cause, effect, prob, delay, candidates, spontaneous, best = _weigh(
-        lo, hi, ev_msg, ev_time, ev_from, t_eff, src, dst, m, table_keys, table_mean,
-        float(window), p.spontaneous_factor, p.max_causes, p.keep_probability,
-    )  # fmt: skip
+    n = len(messages)
+    candidates = np.zeros(n, np.int32)
+    spontaneous = np.ones(n, np.float64)
+    best = np.full(n, -1, np.int64)
+    parts = []
+    for e0 in range(0, n, WEIGH_BATCH):  # the links of a batch are copied out at their size
+        found = _weigh(
+            e0, min(e0 + WEIGH_BATCH, n), lo, hi, ev_msg, ev_time, ev_from, t_eff, src, dst, m,
+            table_keys, table_mean, float(window), p.spontaneous_factor, p.max_causes,
+            p.keep_probability, candidates, spontaneous, best,
+        )  # fmt: skip
+        parts.append([a.copy() for a in found])
+    cause, effect, prob, delay = (np.concatenate(c) for c in zip(*parts, strict=True))
     names = messages.strings.values
     mean_delay = {}
     for key, value in zip(t_keys.tolist(), t_mean.tolist(), strict=True):
@@ -126,7 +137,7 @@ def _candidates(
     causes' times are on (``t_eff``: the send, or the receipt when the sender is untraced)."""
     n = len(messages)
     send, recv = messages.send, messages.recv
-    src, dst = messages.src.astype(np.int64), messages.dst.astype(np.int64)
+    src, dst = messages.src, messages.dst
     m = int(max(src.max(initial=0), dst.max(initial=0))) + 1
     lo = np.zeros(n, dtype=np.int32)  # message indices and event positions fit in int32
     hi = np.zeros(n, dtype=np.int32)
@@ -157,7 +168,11 @@ def _candidates(
     # Unknown connections: every A→B message within the window before the receipt, on A's clock.
     nf = back[~flowed]
     order, a, b = _window_ranges(
-        src[sent] * m + dst[sent], send[sent], dst[nf] * m + src[nf], recv[nf], window
+        src[sent].astype(np.int64) * m + dst[sent],
+        send[sent],
+        dst[nf].astype(np.int64) * m + src[nf],
+        recv[nf],
+        window,
     )
     msgs.append(sent[order])
     times.append(send[sent[order]])
@@ -262,15 +277,12 @@ def _find(key, table_keys, table_values, default):  # pragma: no cover - compile
 
 @numba.njit(cache=True)
 def _weigh(
-    lo, hi, ev_msg, ev_time, ev_from, t_eff, src, dst, m, table_keys, table_mean,
-    window, y, max_causes, keep,
+    e0, e1, lo, hi, ev_msg, ev_time, ev_from, t_eff, src, dst, m, table_keys, table_mean,
+    window, y, max_causes, keep, candidates, spontaneous, best,
 ):  # pragma: no cover - compiled  # fmt: skip
-    """Weigh, normalize and choose every message's causes (see the module docstring)."""
-    n = len(lo)
-    candidates = np.zeros(n, np.int32)
-    spontaneous = np.ones(n, np.float64)
-    best = np.full(n, -1, np.int64)
-    cap = max(n, 16)
+    """Weigh, normalize and choose the causes of messages ``e0:e1`` (see the module
+    docstring): fills their ``candidates``, ``spontaneous`` and ``best``; returns their links."""
+    cap = max(2 * (e1 - e0), 16)
     cause = np.empty(cap, np.int32)
     effect = np.empty(cap, np.int32)
     prob = np.empty(cap, np.float64)
@@ -278,7 +290,7 @@ def _weigh(
     log_w = np.empty(max_causes, np.float64)
     slot = np.empty(max_causes, np.int64)
     out = 0
-    for e in range(n):
+    for e in range(e0, e1):
         c = 0
         top = -np.inf
         heavy_mean = 0.0
@@ -325,4 +337,4 @@ def _weigh(
                 cause[out], effect[out], prob[out] = ev_msg[k], e, q
                 delay[out] = t_eff[e] - ev_time[k]
                 out += 1
-    return cause[:out], effect[:out], prob[:out], delay[:out], candidates, spontaneous, best
+    return cause[:out], effect[:out], prob[:out], delay[:out]

@@ -271,7 +271,7 @@ def find_patterns(
     # Each position's sender and receiver clock offsets (0 where unknown).
     src_off = offsets.of_hosts(messages, "src_host")[msg] if offsets else np.zeros(n_pos)
     dst_off = offsets.of_hosts(messages, "dst_host")[msg] if offsets else np.zeros(n_pos)
-    latency = _latency(messages, msg, inst_of, len(instances), src_off, dst_off)
+    latency = _latency(messages, msg, instances.start, src_off, dst_off)
     keys, inst_pattern = np.unique(instance_key, return_inverse=True)
     k = len(keys)
     lat_ok = ~np.isnan(latency)
@@ -309,23 +309,24 @@ def find_patterns(
 def _latency(
     messages: MessageTable,
     msg: np.ndarray,
-    inst_of: np.ndarray,
-    n: int,
+    start: np.ndarray,
     src_off: np.ndarray,
     dst_off: np.ndarray,
 ) -> np.ndarray:
-    """Per instance: from its first to its last known event (send or receipt), on the reference
-    host's timeline (each host's estimated offset removed); NaN when no time is known."""
-    send = messages.send[msg].astype(float) - src_off
-    recv = messages.recv[msg].astype(float) - dst_off
-    first = np.full(n, np.inf)
-    last = np.full(n, -np.inf)
-    for t, known in ((send, messages.send[msg] != MISSING), (recv, messages.recv[msg] != MISSING)):
-        np.minimum.at(first, inst_of[known], t[known])
-        np.maximum.at(last, inst_of[known], t[known])
-    out = last - first
-    out[~np.isfinite(out)] = np.nan
-    return out
+    """Per instance (positions ``start[i]:start[i+1]``, none empty): from its first to its last
+    known event (send or receipt), on the reference host's timeline (each host's estimated
+    offset removed); NaN when no time is known."""
+    send, recv = messages.send[msg], messages.recv[msg]
+    if not len(msg):
+        return np.empty(0)
+    # Times from a nearby origin first, so that float64 keeps nanoseconds.
+    t0 = max(send.max(), recv.max())  # a known time (MISSING is the smallest int64)
+    send_t = np.where(send != MISSING, (send - t0) - src_off, np.nan)
+    recv_t = np.where(recv != MISSING, (recv - t0) - dst_off, np.nan)
+    at = start[:-1]
+    first = np.fmin(np.fmin.reduceat(send_t, at), np.fmin.reduceat(recv_t, at))
+    last = np.fmax(np.fmax.reduceat(send_t, at), np.fmax.reduceat(recv_t, at))
+    return last - first
 
 
 def _detail(
