@@ -1,0 +1,61 @@
+"""MinHash (bottom-k) estimate of the set difference of two interval caches.
+
+RDA binds the size of its synopsis late (late binding): at the end of an interval both
+sides exchange a small MinHash signature of their caches, estimate how many packets differ, and
+only then build synopses with ``2 × estimate`` buckets per bank. The signature used here is the
+bottom-k sketch (Broder, "On the resemblance and containment of documents", SEQUENCES '97;
+Cohen and Kaplan, "Summarizing data using bottom-k sketches", PODC '07): the k smallest hash
+values of a set. The k smallest of ``A ∪ B`` are among the union of the two sketches, and the
+fraction of those present in both sketches is an unbiased estimate of the Jaccard similarity
+``J = |A ∩ B| / |A ∪ B|``, with standard error ≈ ``sqrt(J (1 − J) / k)``.
+
+Each side knows its own set size exactly, so the symmetric difference follows from J alone:
+``|A ∩ B| = J (|A| + |B|) / (1 + J)`` and ``|A Δ B| = (|A| + |B|) (1 − J) / (1 + J)``.
+The relative error of that estimate grows as the difference shrinks relative to the sets
+(about ``sqrt(J / (k (1 − J)))``), which is why RDA keeps a floor on the bucket count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tacit.errors import ConfigError
+from tacit.oneway_latency.identifiers import derive_seeds, hash64
+
+
+@dataclass(frozen=True)
+class BottomK:
+    """The k smallest distinct hash values of a set (sorted) and the set's exact size."""
+
+    values: np.ndarray
+    k: int
+    size: int
+
+
+def bottom_k(ident: np.ndarray, k: int, seed: int) -> BottomK:
+    """The bottom-k sketch of a set of packet identifiers."""
+    if k < 1:
+        raise ConfigError(f"a MinHash sketch needs k ≥ 1, got {k}")
+    h = hash64(ident, int(derive_seeds(seed, "minhash")[0]))
+    if len(h) > k:
+        h = np.partition(h, k - 1)[:k]
+    return BottomK(np.unique(h), k, len(ident))
+
+
+def jaccard(a: BottomK, b: BottomK) -> float:
+    """Estimated Jaccard similarity of the two sets behind ``a`` and ``b``."""
+    if a.k != b.k:
+        raise ConfigError(f"MinHash sketches of different sizes: {a.k} and {b.k}")
+    union = np.union1d(a.values, b.values)[: a.k]
+    if not len(union):
+        return 1.0
+    both = np.intersect1d(a.values, b.values, assume_unique=True)
+    return float(np.count_nonzero(np.isin(union, both, assume_unique=True))) / len(union)
+
+
+def set_difference(a: BottomK, b: BottomK) -> float:
+    """Estimated ``|A Δ B|`` from the two sketches and the exact set sizes."""
+    j = jaccard(a, b)
+    return (a.size + b.size) * (1.0 - j) / (1.0 + j)

@@ -1,0 +1,358 @@
+"""The invertible synopsis of RDA and sRDA: ID xor, TS sum and Δ per bucket, and its decoder.
+
+"Every Timestamp Counts: Accurate Tracking of Network Latencies using Reconcilable Difference
+Aggregator" (RDA) replaces LDA's (timestamp sum, count) buckets by buckets that can be
+*reconciled*: each holds the XOR of the identifiers of its packets, the sum of their timestamps
+and a count Δ, and every packet updates k buckets. Subtracting the receiver's synopsis from the
+sender's cancels every packet seen at both sides from the ID xor and Δ fields — leaving
+only its delay in the TS field — while a packet seen at one side only remains with Δ = +1 (sent,
+not received in this interval) or Δ = −1 (received, not sent in this interval). Such packets are
+listed by peeling (RDA Algorithm 1, the decoder of invertible Bloom lookup tables, Goodrich and
+Mitzenmacher, Allerton '11): a *pure* bucket holds exactly one of them, whose identifier is then
+its ID xor; removing it from its k buckets may make others pure.
+
+Two layouts, as compared in the RDA paper:
+
+* RDA: k banks of m buckets, one bucket per bank per packet. A bucket is pure iff Δ = ±1 and
+  its ID xor hashes, with that bank's hash, to this very bucket (the bank-hash purity test), so
+  no check field is needed: 20 bytes per bucket (8 ID xor, 8 TS sum, 4 Δ).
+* sRDA: one table, k distinct positions per packet anywhere in it (a packet twice in one bucket
+  would cancel itself there and let a mixed bucket pass as pure with the wrong sign, so a
+  position taken by an earlier hash moves to the next bucket); purity is tested with a field,
+  IDSH, the XOR of a 32-bit hash of each identifier (pure iff Δ = ±1 and IDSH equals the hash of
+  the ID xor): 24 bytes per bucket. The paper's IDSH width is not available to us; 32 bits is the
+  usual IBLT checksum and the narrowest that keeps false purity negligible, which favours sRDA
+  at equal memory.
+
+Timestamp sums are kept modulo 2^64 (uint64 arithmetic wraps); only differences of sums are
+ever read, and they are exact while the true sum of delays in a bucket is below 2^63 ns.
+Insertion and peeling are numba kernels: a packet is k scattered updates, which numpy cannot
+express without materializing k·n positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from tacit.errors import ConfigError
+from tacit.oneway_latency.identifiers import bank_hashes, bucket_of, check32, derive_seeds
+
+ID_BYTES = 8
+TS_BYTES = 8
+COUNT_BYTES = 4
+CHECK_BYTES = 4
+
+
+def bucket_bytes(banked: bool) -> int:
+    """Bytes per bucket: ID xor, TS sum, Δ, and IDSH in the unbanked (sRDA) layout."""
+    return ID_BYTES + TS_BYTES + COUNT_BYTES + (0 if banked else CHECK_BYTES)
+
+
+def buckets_fitting(memory_bytes: int, tables: int, size: int, least: int, what: str) -> int:
+    """How many buckets of ``size`` bytes per table ``tables`` tables get from
+    ``memory_bytes`` (equal memory is how the methods are compared); at least ``least``."""
+    per_table = memory_bytes // (tables * size)
+    if per_table < least:
+        raise ConfigError(f"{memory_bytes} bytes cannot hold {what}")
+    return per_table
+
+
+@dataclass(frozen=True)
+class SynopsisLayout:
+    """Shape of an invertible synopsis: ``buckets`` in total, ``k`` per packet; ``banked``
+    (k banks, RDA, bank-hash purity) or not (k positions in one table, sRDA, IDSH purity)."""
+
+    k: int
+    buckets: int
+    banked: bool
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.k < 1 or self.buckets < self.k:
+            raise ConfigError(f"a synopsis needs k ≥ 1 and at least k buckets: {self}")
+        if self.banked and self.buckets % self.k:
+            raise ConfigError(f"{self.buckets} buckets do not divide into {self.k} banks")
+
+    @property
+    def id_check(self) -> bool:
+        """Whether buckets carry IDSH (the unbanked layout needs it to test purity)."""
+        return not self.banked
+
+    @property
+    def bytes_per_bucket(self) -> int:
+        return bucket_bytes(self.banked)
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.buckets * self.bytes_per_bucket
+
+    @property
+    def modulus(self) -> int:
+        """The range of each of the k hashes: the bank size, or the whole table."""
+        return self.buckets // self.k if self.banked else self.buckets
+
+    def positions(self, ident: np.ndarray) -> np.ndarray:
+        """The k buckets of every identifier: shape ``(k, n)``. Banked: bank j's bucket is
+        ``j · m + bank_hashes(...)[j]``. Unbanked: the k hashes into the whole table, a
+        position already taken by an earlier hash moved to the next free bucket, so that the
+        k positions are distinct (a packet twice in one bucket would cancel itself there)."""
+        pos = bank_hashes(ident, self.k, self.modulus, self.seed)
+        if self.banked:
+            return pos + (np.arange(self.k, dtype=np.int64) * self.modulus)[:, None]
+        _make_distinct(pos, self.modulus)
+        return pos
+
+    def _seeds(self) -> tuple[np.ndarray, np.uint64]:
+        return derive_seeds(self.seed, "bank", self.k), derive_seeds(self.seed, "idsh")[0]
+
+
+class Synopsis:
+    """One side's synopsis of one interval (or the difference of two)."""
+
+    def __init__(
+        self,
+        layout: SynopsisLayout,
+        idx: np.ndarray,
+        ts: np.ndarray,
+        count: np.ndarray,
+        check: np.ndarray,
+    ) -> None:
+        self.layout = layout
+        self.idx = idx
+        self.ts = ts
+        self.count = count
+        self.check = check
+
+    @classmethod
+    def empty(cls, layout: SynopsisLayout) -> Synopsis:
+        n = layout.buckets
+        return cls(
+            layout,
+            np.zeros(n, np.uint64),
+            np.zeros(n, np.uint64),
+            np.zeros(n, np.int32),
+            np.zeros(n if layout.id_check else 0, np.uint32),
+        )
+
+    @classmethod
+    def build(cls, layout: SynopsisLayout, ident: np.ndarray, time: np.ndarray) -> Synopsis:
+        syn = cls.empty(layout)
+        syn.insert(ident, time)
+        return syn
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.layout.memory_bytes
+
+    def insert(self, ident: np.ndarray, time: np.ndarray) -> None:
+        """Add packets (identifier, timestamp ns) to their k buckets."""
+        self._update(ident, time, 1)
+
+    def delete(self, ident: np.ndarray, time: np.ndarray) -> None:
+        """Remove packets that were inserted (or insert them with Δ = −1)."""
+        self._update(ident, time, -1)
+
+    def _update(self, ident: np.ndarray, time: np.ndarray, sign: int) -> None:
+        seeds, check_seed = self.layout._seeds()
+        _update(
+            np.ascontiguousarray(ident, dtype=np.uint64),
+            np.ascontiguousarray(time, dtype=np.int64).view(np.uint64),
+            np.int32(sign),
+            seeds,
+            self.layout.modulus,
+            self.layout.banked,
+            check_seed,
+            self.idx,
+            self.ts,
+            self.count,
+            self.check,
+        )
+
+    def subtract(self, other: Synopsis) -> Synopsis:
+        """``self − other``, bucket by bucket (ID xor and IDSH by XOR)."""
+        if other.layout != self.layout:
+            raise ConfigError("cannot subtract synopses of different layouts")
+        return Synopsis(
+            self.layout,
+            self.idx ^ other.idx,
+            self.ts - other.ts,
+            self.count - other.count,
+            self.check ^ other.check,
+        )
+
+    def copy(self) -> Synopsis:
+        return Synopsis(
+            self.layout, self.idx.copy(), self.ts.copy(), self.count.copy(), self.check.copy()
+        )
+
+    def clean(self) -> np.ndarray:
+        """Buckets of a difference that hold no unmatched packet: Δ = 0 and ID xor = 0."""
+        mask = (self.count == 0) & (self.idx == 0)
+        if self.layout.id_check:
+            mask &= self.check == 0
+        return mask
+
+
+@dataclass(frozen=True)
+class PeelResult:
+    """What Algorithm 1 listed: distinct identifiers with Δ = +1 (sender only) or −1 (receiver
+    only), and those it listed more than once."""
+
+    ids: np.ndarray
+    signs: np.ndarray
+    complete: bool
+    """Every bucket ended with Δ = 0 and ID xor = 0 and nothing was listed twice: the whole
+    difference was listed."""
+    repeated: np.ndarray
+    """Identifiers listed more than once: garbage from false pure buckets, never a packet (a
+    packet is listed once). A false pure bucket can list garbage that then makes another
+    bucket falsely pure with the other sign, and so on back and forth."""
+
+
+def peel(difference: Synopsis, blocked: np.ndarray | None = None) -> PeelResult:
+    """RDA Algorithm 1: list the packets of a subtracted synopsis by peeling pure buckets.
+
+    Works on a copy. At most one identifier per bucket can be listed, so a difference larger
+    than that (or one the peeling cannot finish, its 2-core non-empty) ends incomplete; the
+    caller must then treat the residual as undecoded. A bucket whose ID xor is in ``blocked``
+    (identifiers already shown to be garbage from false pure buckets) is never taken as pure.
+    """
+    residual = difference.copy()
+    layout = difference.layout
+    seeds, check_seed = layout._seeds()
+    blocked = np.unique(np.asarray([] if blocked is None else blocked, dtype=np.uint64))
+    ids, signs, complete = _peel(
+        residual.idx,
+        residual.count,
+        residual.check,
+        seeds,
+        layout.modulus,
+        layout.banked,
+        check_seed,
+        layout.buckets,
+        blocked,
+    )
+    uniq, times = np.unique(ids, return_counts=True)
+    repeated = uniq[times > 1]
+    once = ~np.isin(ids, repeated)
+    return PeelResult(ids[once], signs[once], bool(complete) and not len(repeated), repeated)
+
+
+@njit(cache=True, inline="always")
+def _distinct(taken, j, p, modulus):
+    """``p`` moved forward (cyclically) past the positions ``taken[:j]``."""
+    t = 0
+    while t < j:
+        if taken[t] == p:
+            p = (p + 1) % modulus
+            t = 0
+        else:
+            t += 1
+    return p
+
+
+@njit(cache=True, inline="always")
+def _positions(x, seeds, modulus, banked, out):
+    """The k buckets of ``x`` into ``out`` (see :meth:`SynopsisLayout.positions`)."""
+    for j in range(seeds.size):
+        p = bucket_of(x, seeds[j], modulus)
+        out[j] = j * modulus + p if banked else _distinct(out, j, p, modulus)
+
+
+@njit(cache=True)
+def _make_distinct(pos, modulus):
+    """Columns of k hashes (``bank_hashes``) made distinct in place, as ``_positions`` does."""
+    for i in range(pos.shape[1]):
+        for j in range(pos.shape[0]):
+            pos[j, i] = _distinct(pos[:, i], j, pos[j, i], modulus)
+
+
+@njit(cache=True)
+def _update(ids, ts, sign, seeds, modulus, banked, check_seed, idx, tsum, count, check):
+    has_check = check.size > 0
+    pos = np.empty(seeds.size, dtype=np.int64)
+    for i in range(ids.size):
+        x = ids[i]
+        t = ts[i]
+        c = check32(x, check_seed) if has_check else np.uint32(0)
+        _positions(x, seeds, modulus, banked, pos)
+        for p in pos:
+            idx[p] ^= x
+            if sign > 0:
+                tsum[p] += t
+            else:
+                tsum[p] -= t
+            count[p] += sign
+            if has_check:
+                check[p] ^= c
+
+
+@njit(cache=True, inline="always")
+def _pure(b, idx, count, check, seeds, modulus, check_seed, blocked):
+    """RDA's bank-hash test (the ID xor hashes to this bucket in this bank), or sRDA's IDSH
+    test when the layout has the field; with Δ = ±1 and the ID xor not blocked."""
+    c = count[b]
+    if c != 1 and c != -1:
+        return False
+    x = idx[b]
+    if check.size > 0:
+        if check[b] != check32(x, check_seed):
+            return False
+    else:
+        j = b // modulus
+        if j * modulus + bucket_of(x, seeds[j], modulus) != b:
+            return False
+    if blocked.size > 0:
+        at = np.searchsorted(blocked, x)
+        if at < blocked.size and blocked[at] == x:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _peel(idx, count, check, seeds, modulus, banked, check_seed, max_listed, blocked):
+    k = seeds.size
+    has_check = check.size > 0
+    out_ids = np.empty(max_listed, dtype=np.uint64)
+    out_signs = np.empty(max_listed, dtype=np.int8)
+    stack = np.empty(idx.size + k * max_listed, dtype=np.int64)
+    pos = np.empty(k, dtype=np.int64)
+    top = 0
+    for b in range(idx.size):
+        if _pure(b, idx, count, check, seeds, modulus, check_seed, blocked):
+            stack[top] = b
+            top += 1
+    n = 0
+    overflow = False
+    while top > 0:
+        top -= 1
+        b = stack[top]
+        if not _pure(b, idx, count, check, seeds, modulus, check_seed, blocked):
+            continue
+        if n == max_listed:
+            overflow = True
+            break
+        x = idx[b]
+        s = count[b]
+        out_ids[n] = x
+        out_signs[n] = s
+        n += 1
+        c = check32(x, check_seed) if has_check else np.uint32(0)
+        _positions(x, seeds, modulus, banked, pos)
+        for p in pos:
+            idx[p] ^= x
+            count[p] -= s
+            if has_check:
+                check[p] ^= c
+            if _pure(p, idx, count, check, seeds, modulus, check_seed, blocked):
+                stack[top] = p
+                top += 1
+    complete = not overflow
+    for b in range(idx.size):
+        if count[b] != 0 or idx[b] != 0 or (has_check and check[b] != 0):
+            complete = False
+            break
+    return out_ids[:n], out_signs[:n], complete
