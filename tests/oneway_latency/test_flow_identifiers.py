@@ -9,11 +9,10 @@ from hypothesis import strategies as st
 from oneway_streams import random_ids
 
 from tacit.errors import ConfigError
+from tacit.hashing import hash64, mix64
 from tacit.oneway_latency.identifiers import (
     bank_hashes,
     derive_seeds,
-    hash64,
-    mix64,
     sample_mask,
     sampling_bank,
 )

@@ -23,6 +23,7 @@ import numpy as np
 
 from tacit.causal_paths.clocks import ClockOffsets
 from tacit.causal_paths.instances import Instances
+from tacit.hashing import hash64
 from tacit.model.messages import MISSING, MessageTable
 
 HISTOGRAM_EDGES_NS = np.r_[0, np.logspace(3, 11, 33)]
@@ -91,14 +92,6 @@ class Pattern:
         for root in kids.get(-1, []):
             walk(root, 0)
         return "\n".join(lines)
-
-
-def _mix(z: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer: a strong 64-bit mix (wrapping arithmetic)."""
-    z = z.astype(np.uint64)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
 
 
 def _levels(parent: np.ndarray) -> np.ndarray:
@@ -245,7 +238,7 @@ def find_patterns(
     base = instances.start[inst_of]
     gpar = np.where(instances.parent >= 0, base + instances.parent, -1)
     msg = instances.message
-    label = _mix(
+    label = hash64(
         (messages.src[msg].astype(np.uint64) << np.uint64(32)) | messages.dst[msg].astype(np.uint64)
     )
     depth = _levels(gpar)
@@ -254,15 +247,15 @@ def find_patterns(
     shape = np.zeros(n_pos, dtype=np.uint64)
     acc = np.zeros(n_pos, dtype=np.uint64)
     for level in np.split(by_depth, cuts):  # deepest first
-        shape[level] = _mix(label[level] + acc[level])
+        shape[level] = hash64(label[level] + acc[level])
         up = level[gpar[level] >= 0]
-        np.add.at(acc, gpar[up], _mix(shape[up] ^ np.uint64(0x9E3779B97F4A7C15)))
+        np.add.at(acc, gpar[up], hash64(shape[up] ^ np.uint64(0x9E3779B97F4A7C15)))
     # Position keys, top down: the parent's position and the hop's own subtree shape.
     where = np.zeros(n_pos, dtype=np.uint64)
     for level in reversed(np.split(by_depth, cuts)):
         has = gpar[level] >= 0
         where[level] = np.where(
-            has, _mix(where[gpar[level]] * np.uint64(31) + shape[level]), shape[level]
+            has, hash64(where[gpar[level]] * np.uint64(31) + shape[level]), shape[level]
         )
     root_pos = np.flatnonzero(gpar < 0)
     instance_key = np.empty(len(instances), dtype=np.uint64)
@@ -388,7 +381,7 @@ def _run_starts(sorted_values: np.ndarray) -> np.ndarray:
 
 def _group_id(key: np.ndarray, where: np.ndarray) -> np.ndarray:
     """One 64-bit name of the group (pattern ``key``, position key ``where``)."""
-    return _mix(_mix(key) ^ where)
+    return hash64(hash64(key) ^ where)
 
 
 def _sum_by(group: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -5,12 +5,9 @@ other: whether to sample it (LDA, Kompella et al., SIGCOMM '09, samples by hashi
 so that both sides sample the same packets) and which buckets it updates (LDA, FineComb, RDA).
 Every hash here is therefore a pure function of ``(ident, seed)`` with no per-process state.
 
-The hash is the splitmix64 finalizer (Steele, Lea and Flood, "Fast Splittable Pseudorandom Number
-Generators", OOPSLA '14) of ``ident XOR seed``: a bijection of 64-bit words with full avalanche.
-It is written here rather than taken from a library because the synopses' kernels call it from
-numba, and no maintained library offers a seeded 64-bit hash callable there. Hash functions that
-must be independent (the k bank hashes, the sampling hash, the digest hash) use seeds derived
-from the user's seed and a role name by :func:`derive_seeds`.
+The hash is :func:`tacit.hashing.mix64`, the splitmix64 finalizer of ``ident XOR seed``. Hash
+functions that must be independent (the k bank hashes, the sampling hash, the digest hash) use
+seeds derived from the user's seed and a role name by :func:`derive_seeds`.
 
 Sampling compares the hash with ``rate · 2^64``. The comparison is made on the top 63 bits
 (``hash >> 1 < rate · 2^63``) so that rate 1 is representable in a uint64; the decisions differ
@@ -26,25 +23,12 @@ import numpy as np
 from numba import njit
 
 from tacit.errors import ConfigError
+from tacit.hashing import ids64, mix64
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _S1 = np.uint64(1)
-_S27 = np.uint64(27)
-_S30 = np.uint64(30)
-_S31 = np.uint64(31)
 _S32 = np.uint64(32)
 _HALF = 2**63
-
-
-@njit(cache=True, inline="always")
-def mix64(x: np.uint64, seed: np.uint64) -> np.uint64:
-    """The seeded 64-bit hash of one identifier (splitmix64 finalizer of ``x ^ seed``)."""
-    z = x ^ seed
-    z = (z ^ (z >> _S30)) * _M1
-    z = (z ^ (z >> _S27)) * _M2
-    return z ^ (z >> _S31)
 
 
 @njit(cache=True, inline="always")
@@ -84,19 +68,6 @@ def _derive(base: np.uint64, count: int) -> np.ndarray:
     return out
 
 
-def hash64(ident: np.ndarray, seed: int) -> np.ndarray:
-    """The 64-bit hash of every identifier with one seed (vectorized)."""
-    return _hash_all(_ids(ident), np.uint64(seed))
-
-
-@njit(cache=True)
-def _hash_all(ids: np.ndarray, seed: np.uint64) -> np.ndarray:
-    out = np.empty(ids.size, dtype=np.uint64)
-    for i in range(ids.size):
-        out[i] = mix64(ids[i], seed)
-    return out
-
-
 def rate_thresholds(rates: Sequence[float]) -> np.ndarray:
     """Cumulative sampling rates as uint64 thresholds on ``hash >> 1`` (see the module doc)."""
     cumulative = np.cumsum(np.asarray(rates, dtype=np.float64))
@@ -109,7 +80,7 @@ def sampling_bank(ident: np.ndarray, rates: Sequence[float], seed: int) -> np.nd
     """Flow-hash sampling into disjoint banks: packet → bank ``j`` with probability
     ``rates[j]``, or -1 (not sampled); identical at both capture points."""
     thresholds = rate_thresholds(rates)
-    return _banks(_ids(ident), derive_seeds(seed, "sample")[0], thresholds)
+    return _banks(ids64(ident), derive_seeds(seed, "sample")[0], thresholds)
 
 
 @njit(cache=True)
@@ -129,7 +100,7 @@ def bank_hashes(ident: np.ndarray, k: int, m: int, seed: int) -> np.ndarray:
     """k independent seeded hashes of every identifier to ``[0, m)``: shape ``(k, n)``."""
     if k < 1 or m < 1:
         raise ConfigError(f"need at least one hash and one bucket, got k={k}, m={m}")
-    return _bank_hashes(_ids(ident), derive_seeds(seed, "bank", k), m)
+    return _bank_hashes(ids64(ident), derive_seeds(seed, "bank", k), m)
 
 
 @njit(cache=True)
@@ -139,7 +110,3 @@ def _bank_hashes(ids: np.ndarray, seeds: np.ndarray, m: int) -> np.ndarray:
         for j in range(seeds.size):
             out[j, i] = bucket_of(ids[i], seeds[j], m)
     return out
-
-
-def _ids(ident: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(ident, dtype=np.uint64)

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tacit.errors import ConfigError
-from tacit.oneway_latency.identifiers import derive_seeds, hash64
+from tacit.hashing import hash64
+from tacit.oneway_latency.identifiers import derive_seeds
 
 
 @dataclass(frozen=True)

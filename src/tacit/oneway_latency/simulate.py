@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tacit.errors import ConfigError
-from tacit.oneway_latency.identifiers import hash64
+from tacit.hashing import hash64
 from tacit.oneway_latency.intervals import IntervalParams
 from tacit.oneway_latency.stream import PacketStream
 from tacit.oneway_latency.truth import IntervalTruth, latency_truth
