@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from tacit.cli import paths, traces
+from tacit.cli import experiment, latency, paths, traces
 from tacit.errors import TacitError
 
 app = typer.Typer(
@@ -23,6 +23,8 @@ app = typer.Typer(
 )
 traces.register(app)
 paths.register(app)
+latency.register(app)
+experiment.register(app)
 
 
 def main() -> None:

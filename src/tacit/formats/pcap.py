@@ -255,8 +255,19 @@ def read_packets(path: str | Path, *, chunk_records: int | None = None) -> Packe
         table = concat_packets([p.packets for p in parts])
         table.sources = [str(path)]
         return PacketRead(table, accounting, fmt)
-    buf = _file_array(str(path))
-    walk = _Walk(str(path), bytes(buf[:24]))
+    return read_packet_buffer(_file_array(str(path)), str(path))
+
+
+def read_packet_buffer(buf: np.ndarray | bytes, source: str) -> PacketRead:
+    """Every IP packet of a whole pcap or pcapng capture held in memory (``buf``: its bytes, not
+    compressed); ``source`` names it in errors and in :attr:`PacketTable.sources`.
+
+    This is what :func:`read_packets` does after opening the file, and what a live capture
+    (:mod:`tacit.formats.live`) does with each batch of frames it wraps as a pcap.
+    """
+    if isinstance(buf, bytes | bytearray | memoryview):
+        buf = np.frombuffer(buf, dtype=np.uint8)
+    walk = _Walk(source, bytes(buf[:24]))
     capacity = walk.count(buf) + 1  # one more: the walk then stops at a cut or bad record itself
     table, rows, records, pos = PacketTable.allocate(capacity), 0, 0, walk.start
     counters = _Counters()
@@ -270,7 +281,7 @@ def read_packets(path: str | Path, *, chunk_records: int | None = None) -> Packe
     cut = int(pos < len(buf))
     accounting = counters.accounting(records + cut, cut)
     walk.check_decoded(accounting)
-    return PacketRead(_rows(table, rows, str(path)), accounting, walk.format)
+    return PacketRead(_rows(table, rows, source), accounting, walk.format)
 
 
 def iter_packet_chunks(path: str | Path, chunk_records: int) -> Iterator[PacketRead]:
