@@ -18,6 +18,7 @@ from typing import Literal
 import numpy as np
 
 from tacit.model.messages import MISSING, MessageTable
+from tacit.runs import run_bounds
 
 Statistic = Literal["min", "median", "mean"]
 
@@ -73,8 +74,7 @@ def estimate_offsets(
 def _grouped(a: np.ndarray, b: np.ndarray, d: np.ndarray):
     order = np.lexsort((d, b, a))
     a, b, d = a[order], b[order], d[order]
-    start = np.flatnonzero(np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])])
-    count = np.diff(np.r_[start, len(a)])
+    start, count = run_bounds(a, b)
     return (a[start].tolist(), b[start].tolist()), d, start, count
 
 

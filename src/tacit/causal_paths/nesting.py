@@ -67,6 +67,7 @@ import numpy as np
 
 from tacit.errors import ConfigError
 from tacit.model.messages import MISSING, MessageTable
+from tacit.runs import run_bounds, run_heads, run_starts
 
 CALL = 0
 """Role of a message that is a call with a return."""
@@ -210,8 +211,8 @@ def _unique(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     int64 timestamps where sorting takes 25 ms.
     """
     s = np.sort(x)
-    first = np.flatnonzero(np.r_[True, s[1:] != s[:-1]]) if len(s) else np.empty(0, np.int64)
-    return s[first], np.diff(np.r_[first, len(s)])
+    first, count = run_bounds(s)
+    return s[first], count
 
 
 # ---------------------------------------------------------------- step 1: pairing
@@ -238,8 +239,7 @@ def _pair(m: MessageTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     flow = m.flow[rows]
     order = np.lexsort((hi, lo, flow))
     f, a, b = flow[order], lo[order], hi[order]
-    new = np.ones(len(order), dtype=bool)
-    new[1:] = (f[1:] != f[:-1]) | (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    new = run_heads(f, a, b)
     conn = np.empty(len(order), dtype=np.int64)
     conn[order] = np.cumsum(new) - 1
     nconn = int(conn.max()) + 1 if len(conn) else 0
@@ -354,9 +354,7 @@ def _nest(
 
     # best candidate per child: highest score, then smallest delay, then lowest row
     order = np.lexsort((calls[pair_par], delay, -score, pair_kid))
-    k_sorted = pair_kid[order]
-    head = np.ones(len(order), dtype=bool)
-    head[1:] = k_sorted[1:] != k_sorted[:-1]
+    head = run_heads(pair_kid[order])
     best = order[head]
     parent[pair_kid[best]] = pair_par[best]
 
@@ -412,7 +410,7 @@ def _fd_widths(edge: np.ndarray, delay: np.ndarray, nedges: int, floor: int) -> 
         return width
     order = np.lexsort((delay, edge))
     e, d = edge[order], delay[order]
-    starts = np.flatnonzero(np.r_[True, e[1:] != e[:-1]])
+    starts = run_starts(e)
     ends = np.r_[starts[1:], len(e)]
     for s, t in zip(starts.tolist(), ends.tolist(), strict=True):
         k = t - s

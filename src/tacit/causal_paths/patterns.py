@@ -25,6 +25,7 @@ from tacit.causal_paths.clocks import ClockOffsets
 from tacit.causal_paths.instances import Instances
 from tacit.hashing import hash64
 from tacit.model.messages import MISSING, MessageTable
+from tacit.runs import run_starts
 
 HISTOGRAM_EDGES_NS = np.r_[0, np.logspace(3, 11, 33)]
 """Node-delay histogram bins: 0, then 1 µs to 100 s at four bins per decade."""
@@ -243,7 +244,7 @@ def find_patterns(
     )
     depth = _levels(gpar)
     by_depth = np.argsort(-depth, kind="stable")
-    cuts = np.flatnonzero(np.diff(depth[by_depth])) + 1
+    cuts = run_starts(depth[by_depth])[1:]
     shape = np.zeros(n_pos, dtype=np.uint64)
     acc = np.zeros(n_pos, dtype=np.uint64)
     for level in np.split(by_depth, cuts):  # deepest first
@@ -273,7 +274,7 @@ def find_patterns(
     )
     pos = np.flatnonzero(mine[inst_of])
     order = np.lexsort((-instances.prob, inst_pattern))
-    rep = order[_run_starts(inst_pattern[order])]
+    rep = order[run_starts(inst_pattern[order])]
     return PatternSet(
         messages=messages,
         keys=keys,
@@ -374,11 +375,6 @@ def _detail(
     )
 
 
-def _run_starts(sorted_values: np.ndarray) -> np.ndarray:
-    """Where each run of equal values starts."""
-    return np.flatnonzero(np.diff(sorted_values, prepend=sorted_values[:1] - 1) != 0)
-
-
 def _group_id(key: np.ndarray, where: np.ndarray) -> np.ndarray:
     """One 64-bit name of the group (pattern ``key``, position key ``where``)."""
     return hash64(hash64(key) ^ where)
@@ -438,7 +434,7 @@ def merge_details(parts: list[PatternDetail]) -> PatternDetail:
     rep_prob = np.concatenate([d.rep_prob for d in parts])
     keys, inv = np.unique(cat_keys, return_inverse=True)
     order = np.lexsort((-rep_prob, inv))
-    best = order[_run_starts(inv[order])]
+    best = order[run_starts(inv[order])]
     offsets = np.cumsum([0] + [d.rep_start[-1] for d in parts[:-1]])
     starts = np.concatenate([d.rep_start[:-1] + o for d, o in zip(parts, offsets, strict=True)])
     ends = np.concatenate([d.rep_start[1:] + o for d, o in zip(parts, offsets, strict=True)])

@@ -88,6 +88,7 @@ from tacit.formats.socketevents import (
 )
 from tacit.model.messages import MISSING, MessageTable
 from tacit.model.spans import NONE, StringPool
+from tacit.runs import run_heads, run_starts
 
 CLIENT_AGGREGATIONS = ("ip", "all", "none")
 _NAME_COLUMNS = ("src", "src_host", "src_endpoint", "dst", "dst_host", "dst_endpoint")
@@ -242,7 +243,7 @@ class _Reconciler:
         if not n:
             return []
         sock = ev.sock[order]
-        starts = np.flatnonzero(np.r_[True, sock[1:] != sock[:-1]])
+        starts = run_starts(sock)
         stops = np.r_[starts[1:], n]
         pos = np.arange(n)
         t = ev.time[order]
@@ -519,7 +520,7 @@ class _Reconciler:
         rows = rows[conn_of[ev.sock[rows]] >= 0]
         sock, kind, nbytes = ev.sock[rows], ev.kind[rows], ev.bytes[rows]
         # A run starts where the socket's previous call went the other way (or at its first).
-        new_run = np.r_[True, (sock[1:] != sock[:-1]) | (kind[1:] != kind[:-1])]
+        new_run = run_heads(sock, kind)
         keep = ~((kind == RECV) & drop_recv[sock])
         self.count("skipped: receive on an unaligned connection", int(np.count_nonzero(~keep)))
         rows, sock, kind, nbytes, new_run = (x[keep] for x in (rows, sock, kind, nbytes, new_run))
@@ -825,7 +826,7 @@ def _stream_offsets(sock: np.ndarray, kind: np.ndarray, nbytes: np.ndarray) -> n
     order = np.lexsort((np.arange(len(sock)), kind, sock))
     s, k = sock[order], kind[order]
     cum = np.cumsum(nbytes[order])
-    first = np.r_[True, (s[1:] != s[:-1]) | (k[1:] != k[:-1])]
+    first = run_heads(s, k)
     before = (cum - nbytes[order])[first]
     out = np.empty_like(cum)
     out[order] = cum - before[np.cumsum(first) - 1]

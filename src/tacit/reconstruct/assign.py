@@ -24,6 +24,8 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix, csr_matrix
 from scipy.sparse.csgraph import connected_components
 
+from tacit.runs import run_heads, run_starts
+
 
 @dataclass
 class Candidates:
@@ -86,7 +88,7 @@ def batches(
     lab = label[present]
     order = np.lexsort((order_key[present], lab))
     present, lab = present[order], lab[order]
-    cut = np.flatnonzero(np.diff(lab)) + 1
+    cut = run_starts(lab)[1:]
     comps = np.split(present, cut)
     comps.sort(key=lambda c: order_key[c[0]])
     out: list[np.ndarray] = []
@@ -120,8 +122,7 @@ def solve_all(
     flat = np.concatenate(members)
     label = np.repeat(np.arange(nb), sizes)
     order = np.lexsort((-cands.weight[flat], cands.incoming[flat]))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = cands.incoming[flat[order[1:]]] != cands.incoming[flat[order[:-1]]]
+    first = run_heads(cands.incoming[flat[order]])
     best, best_label = flat[order[first]], label[order[first]]
     outs, owner = cands.outs_of(best)
     _, inverse, counts = np.unique(outs, return_inverse=True, return_counts=True)

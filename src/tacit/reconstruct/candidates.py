@@ -16,6 +16,7 @@ import numpy as np
 
 from tacit.model.spans import NONE, SpanTable, StringPool
 from tacit.reconstruct.callgraph import EndpointGraph
+from tacit.runs import run_starts
 
 SKIP = -2
 """Marks a skipped slot in a candidate (the request made no such call)."""
@@ -57,7 +58,7 @@ class CallPools:
         keys = call_keys(spans, rows)
         order = np.lexsort((spans.start[rows], keys))
         rows, keys = rows[order], keys[order]
-        cut = np.flatnonzero(np.diff(keys)) + 1
+        cut = run_starts(keys)[1:]
         self.pools: dict[int, np.ndarray] = {
             int(k[0]): r
             for k, r in zip(np.split(keys, cut), np.split(rows, cut), strict=True)

@@ -49,6 +49,7 @@ from tacit.reconstruct.delays import (
 )
 from tacit.reconstruct.order import RANK_MIN_STD, ArrivalOrder
 from tacit.reconstruct.result import Reconstruction
+from tacit.runs import run_bounds
 
 
 @dataclass
@@ -252,8 +253,8 @@ class _Instance:
         for s, (cs, sc) in enumerate(zip(self.sets, scores, strict=True)):
             order = np.lexsort((-sc, cs.incoming))
             grp = cs.incoming[order]
-            first = np.r_[0, np.flatnonzero(np.diff(grp)) + 1]
-            rank = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+            first, size = run_bounds(grp)
+            rank = np.arange(len(order)) - np.repeat(first, size)
             keep = order[rank < k]
             calls = cs.calls[keep]
             made = calls >= 0

@@ -76,6 +76,7 @@ import numpy as np
 from tacit.errors import ConfigError
 from tacit.model.messages import MISSING, MessageTable, MessageTruth
 from tacit.model.spans import StringPool
+from tacit.runs import run_heads
 from tacit.simulate.microservices import EPOCH_NS
 
 SCENARIOS = ("cdn", "dht")
@@ -693,7 +694,7 @@ class _Simulation:
         by = eph[np.lexsort((flows["first"][eph], flows["init"][eph]))]
         host = flows["init"][by]
         pos = np.arange(len(by))
-        group_start = np.maximum.accumulate(np.where(np.r_[True, host[1:] != host[:-1]], pos, 0))
+        group_start = np.maximum.accumulate(np.where(run_heads(host), pos, 0))
         port[by] = _EPHEMERAL_LOW + (pos - group_start) % _EPHEMERAL_COUNT
         flow, response = cols["flow"][order], cols["response"][order]
         src, dst = src[order], dst[order]
