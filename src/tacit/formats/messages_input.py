@@ -10,6 +10,7 @@ and appends the rows of the message tables.
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import orjson
 from tacit.causal_paths.reconcile import ReconcileParams, reconcile
 from tacit.errors import ConfigError, InputError
 from tacit.formats import messagetable, socketevents, strace
-from tacit.formats.textio import expand_inputs, read_bytes
+from tacit.formats.textio import expand_inputs, read_head
 from tacit.model.messages import MessageTable, concat_messages
 
 INPUT_FORMATS = ("auto", "strace", "events", "table")
@@ -38,23 +39,20 @@ def detect_message_input(path: str | Path) -> str:
     first JSON object with ``call`` and ``fd`` (events) or ``sender`` and ``receiver`` (table),
     a timestamped strace line, or a CSV header naming ``sender`` and ``receiver``.
     """
-    return _detect(path)[0]
+    return _detect(path)
 
 
-def _detect(path: str | Path) -> tuple[str, str | None]:
-    """The input kind, and the decoded text when it was read to decide."""
+def _detect(path: str | Path) -> str:
     name = Path(path).name.lower()
     if name.endswith(strace.SUFFIXES):
-        return "strace", None
+        return "strace"
     if name.endswith(".parquet"):
-        return "table", None
-    raw = read_bytes(path)
+        return "table"
+    raw = read_head(path)
     if raw.startswith(messagetable.PARQUET_MAGIC):
-        return "table", None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"not UTF-8 text (byte {e.start})", path=str(path)) from None
+        return "table"
+    # the head may end inside a character: decode what is whole
+    text = codecs.getincrementaldecoder("utf-8")().decode(raw, final=False) if raw else ""
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     if first.startswith("{"):
         try:
@@ -63,13 +61,13 @@ def _detect(path: str | Path) -> tuple[str, str | None]:
             head = None
         if isinstance(head, dict):
             if {"call", "fd"} <= head.keys():
-                return "events", None
+                return "events"
             if {"sender", "receiver"} <= head.keys():
-                return "table", None
+                return "table"
     elif strace.looks_like_strace(text):
-        return "strace", text
+        return "strace"
     elif {"sender", "receiver"} <= {h.strip() for h in first.split(",")}:
-        return "table", None
+        return "table"
     raise InputError(
         "unknown message input: expected an strace log, socket-event JSON lines, or a message "
         "table (CSV, JSON lines or Parquet with sender and receiver columns)",
@@ -106,7 +104,7 @@ def read_messages(
     tables = []
     acc: dict[str, int] = {"files": len(files)}
     for f in files:
-        kind, text = _detect(f) if format == "auto" else (format, None)
+        kind = _detect(f) if format == "auto" else format
         if kind == "strace":
             event_tables.append(
                 strace.read_strace(
@@ -117,7 +115,6 @@ def read_messages(
                     program=program,
                     names=names,
                     node_per_pid=node_per_pid,
-                    text=text,
                 )
             )
         elif kind == "events":

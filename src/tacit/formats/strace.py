@@ -144,13 +144,11 @@ def read_strace(
     program: str | None = None,
     names: Mapping[int, str] | None = None,
     node_per_pid: bool = False,
-    text: str | None = None,
 ) -> SocketEvents:
     """Read one strace log (gzip or not) into socket events; see the module docstring.
 
     ``host`` names the machine (default: from the file name); ``date`` (``YYYY-MM-DD`` or a
     date) anchors ``-tt`` times; ``program``, ``names`` and ``node_per_pid`` name the nodes.
-    ``text`` is the log's content when already read.
     """
     file_host, file_pid = host_from_filename(path)
     parser = _Parser(
@@ -162,7 +160,7 @@ def read_strace(
         node_per_pid=node_per_pid,
         base_ns=midnight_ns(date, utc_offset_s),
     )
-    return parser.parse(read_text(path) if text is None else text)
+    return parser.parse(read_text(path))
 
 
 def looks_like_strace(text: str) -> bool:

@@ -20,23 +20,39 @@ from tacit.errors import InputError
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+HEAD_BYTES = 1 << 20
+"""How much of a file :func:`read_head` reads: enough for any first line a detector looks at."""
+
+
 def read_bytes(path: str | Path) -> bytes:
     """The content of ``path``, decompressed when it is gzip (detected by magic, not by name)."""
+    return _read(path, None)
+
+
+def read_head(path: str | Path, size: int = HEAD_BYTES) -> bytes:
+    """The first ``size`` bytes of ``path`` (decompressed when it is gzip): what a format
+    detector needs, without reading a large file whole."""
+    return _read(path, size)
+
+
+def _read(path: str | Path, size: int | None) -> bytes:
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        with p.open("rb") as f:
+            gzipped = f.read(2) == GZIP_MAGIC
+            f.seek(0)
+            if not gzipped:
+                return f.read() if size is None else f.read(size)
+            with gzip.GzipFile(fileobj=f) as z:
+                return z.read() if size is None else z.read(size)
     except FileNotFoundError:
         raise InputError("no such file", path=str(p)) from None
     except IsADirectoryError:
         raise InputError("is a directory, expected a file", path=str(p)) from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise InputError(f"corrupt or truncated gzip stream ({e})", path=str(p)) from None
     except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", path=str(p)) from None
-    if raw[:2] == GZIP_MAGIC:
-        try:
-            return gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as e:
-            raise InputError(f"corrupt or truncated gzip stream ({e})", path=str(p)) from None
-    return raw
+        raise InputError(f"cannot read: {e.strerror or e}", path=str(p)) from None
 
 
 def read_text(path: str | Path) -> str:
