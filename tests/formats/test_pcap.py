@@ -589,6 +589,66 @@ def test_chunks_equal_whole_read(tmp_path: Path, monkeypatch, chunk: int, block:
             assert np.array_equal(getattr(joined.packets, k), v), k
 
 
+def payload_frames() -> tuple[list[bytes], list[bytes]]:
+    """Frames of every kind that has a payload, and the payload each IP one carries."""
+    bodies = [bytes(range(i, i + 37 * i % 251)) for i in range(1, 9)] + [b"", b"z" * 300]
+    frames, payloads = [], []
+    for i, body in enumerate(bodies):
+        src, dst = V6 if i % 3 == 2 else V4
+        proto = UDP if i % 4 == 3 else TCP
+        opts = tcp_options(ts=(i, i)) if proto == TCP and i % 2 else b""
+        frames.append(
+            build_frame(src, dst, proto=proto, sport=i, dport=80, payload=body, options=opts)
+        )
+        payloads.append(body)
+        if i == 4:
+            frames.append(ARP)
+    frames.append(build_frame(*V4, flags=ACK, payload=b"ab") + bytes(4))  # Ethernet padding
+    payloads.append(b"ab")
+    return frames, payloads
+
+
+@pytest.mark.parametrize("ng", [False, True])
+@pytest.mark.parametrize("snaplen", [65535, 120])
+def test_payloads_are_the_captured_bytes(tmp_path: Path, ng: bool, snaplen: int) -> None:
+    frames, payloads = payload_frames()
+    path = tmp_path / ("p.pcapng" if ng else "p.pcap")
+    times = [T0 + i for i in range(len(frames))]
+    (write_pcapng if ng else write_pcap)(path, frames, times, snaplen=snaplen)
+    whole = read(path, payloads=True)
+    p = whole.packets
+    # What the capture holds of each payload: the frame cut at the snap length, less its headers
+    # (and less the Ethernet padding, which is not payload).
+    ip_frames = [f for f in frames if f is not ARP]
+    expected = []
+    for frame, body, plen in zip(ip_frames, payloads, p.payload_len.tolist(), strict=True):
+        assert plen == len(body)
+        padding = 4 if frame is frames[-1] else 0
+        lost = max(0, len(frame) - padding - snaplen)
+        expected.append(body[: max(0, len(body) - lost)])
+    assert [whole.payloads[i] for i in range(len(p))] == expected
+    assert whole.payloads.lengths().tolist() == [len(e) for e in expected]
+    if snaplen < 65535:
+        cut = p.truncated & (whole.payloads.lengths() < p.payload_len)
+        assert cut.sum() >= 3  # several payloads end early where the snap length cut them
+    assert whole.payloads.take(np.array([3, 0])).data.tobytes() == expected[3] + expected[0]
+    for chunk in (1, 3, 100):
+        joined = read(path, chunk_records=chunk, payloads=True)
+        assert np.array_equal(joined.payloads.offsets, whole.payloads.offsets)
+        assert np.array_equal(joined.payloads.data, whole.payloads.data)
+    assert read(path).payloads is None
+
+
+def test_payloads_across_read_blocks(tmp_path: Path, monkeypatch) -> None:
+    """A chunk whose records span several read blocks gathers each block's payloads before the
+    next block replaces it."""
+    monkeypatch.setattr(pcap, "_READ_BLOCK", 50)
+    frames, payloads = payload_frames()
+    path = pcap_file(tmp_path, frames)
+    joined = read(path, chunk_records=1000, payloads=True)
+    assert [joined.payloads[i] for i in range(len(joined.packets))] == payloads
+
+
 def test_accounting_adds_and_serialises() -> None:
     a = pcap.PacketAccounting(records=2, ip_packets=1, unsupported_link={9: 1})
     b = pcap.PacketAccounting(records=1, non_ip=1, reasons={"ethertype 0x0806 ARP": 1})

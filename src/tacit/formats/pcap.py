@@ -45,6 +45,7 @@ from tacit.model.packets import (
     IDENT_PAYLOAD,
     NO_TIME,
     V4_MAPPED,
+    PacketPayloads,
     PacketTable,
     concat_packets,
     ident_key,
@@ -88,6 +89,9 @@ _PROTO, _SPORT, _DPORT, _IPID, _TTL = _C["proto"], _C["sport"], _C["dport"], _C[
 _FLAGS, _SEQ, _ACK, _WIN = _C["tcp_flags"], _C["seq"], _C["ack"], _C["window"]
 _TSVAL, _TSECR, _HASTS = _C["ts_val"], _C["ts_ecr"], _C["has_ts"]
 _PAYLEN, _TRUNC, _IDENT = _C["payload_len"], _C["truncated"], _C["ident"]
+# Beside the columns in the scratch row: where the transport payload starts in the buffer and
+# how many of its bytes the capture holds (kept per row only when payloads are asked for).
+_PAYLOAD_AT, _PAYLOAD_HELD = len(_C), len(_C) + 1
 
 # What became of a record (index into the counters) and the accounting bucket of each.
 _IP, _NON_IP, _NOT_IP_FAMILY, _UNSUPPORTED_LINK, _LINK_CUT, _IP_CUT = range(6)
@@ -233,15 +237,20 @@ def _add_counts(a: dict, b: dict) -> dict:
 
 @dataclass
 class PacketRead:
-    """The packets of a capture, what became of every record, and the file format."""
+    """The packets of a capture, what became of every record, and the file format; with
+    ``payloads``, the captured payload bytes of every row."""
 
     packets: PacketTable
     accounting: PacketAccounting
     format: str
+    payloads: PacketPayloads | None = None
 
 
-def read_packets(path: str | Path, *, chunk_records: int | None = None) -> PacketRead:
-    """Every IP packet of a pcap or pcapng file (gzip or not) as one table.
+def read_packets(
+    path: str | Path, *, chunk_records: int | None = None, payloads: bool = False
+) -> PacketRead:
+    """Every IP packet of a pcap or pcapng file (gzip or not) as one table, and with
+    ``payloads`` the captured payload bytes of every row (:attr:`PacketRead.payloads`).
 
     The whole file is walked at once (mapped into memory, or decompressed); with
     ``chunk_records`` it is read in pieces of that many records instead
@@ -249,18 +258,22 @@ def read_packets(path: str | Path, *, chunk_records: int | None = None) -> Packe
     whole.
     """
     if chunk_records is not None:
-        parts = list(iter_packet_chunks(path, chunk_records))
+        parts = list(iter_packet_chunks(path, chunk_records, payloads=payloads))
         accounting = sum((p.accounting for p in parts), PacketAccounting())
         fmt = parts[0].format
         table = concat_packets([p.packets for p in parts])
         table.sources = [str(path)]
-        return PacketRead(table, accounting, fmt)
-    return read_packet_buffer(_file_array(str(path)), str(path))
+        held = PacketPayloads.concat([p.payloads for p in parts]) if payloads else None
+        return PacketRead(table, accounting, fmt, held)
+    return read_packet_buffer(_file_array(str(path)), str(path), payloads=payloads)
 
 
-def read_packet_buffer(buf: np.ndarray | bytes, source: str) -> PacketRead:
+def read_packet_buffer(
+    buf: np.ndarray | bytes, source: str, *, payloads: bool = False
+) -> PacketRead:
     """Every IP packet of a whole pcap or pcapng capture held in memory (``buf``: its bytes, not
-    compressed); ``source`` names it in errors and in :attr:`PacketTable.sources`.
+    compressed); ``source`` names it in errors and in :attr:`PacketTable.sources`. With
+    ``payloads``, the captured payload bytes of every row as well.
 
     This is what :func:`read_packets` does after opening the file, and what a live capture
     (:mod:`tacit.formats.live`) does with each batch of frames it wraps as a pcap.
@@ -270,23 +283,32 @@ def read_packet_buffer(buf: np.ndarray | bytes, source: str) -> PacketRead:
     walk = _Walk(source, bytes(buf[:24]))
     capacity = walk.count(buf) + 1  # one more: the walk then stops at a cut or bad record itself
     table, rows, records, pos = PacketTable.allocate(capacity), 0, 0, walk.start
+    spans = _spans(capacity if payloads else 0)
     counters = _Counters()
     while True:
-        status, pos, rows, done = walk.walk(buf, pos, table, rows, capacity - records, counters)
+        status, pos, rows, done = walk.walk(
+            buf, pos, table, spans, rows, capacity - records, counters
+        )
         records += done
         if status == _END:
             break
         capacity *= 2  # only when the count fell short of the walk
         table = _grow(table, capacity)
+        if payloads:
+            spans = np.concatenate([spans, _spans(capacity - len(spans))])
     cut = int(pos < len(buf))
     accounting = counters.accounting(records + cut, cut)
     walk.check_decoded(accounting)
-    return PacketRead(_rows(table, rows, source), accounting, walk.format)
+    held = _gather(buf, spans, 0, rows) if payloads else None
+    return PacketRead(_rows(table, rows, source), accounting, walk.format, held)
 
 
-def iter_packet_chunks(path: str | Path, chunk_records: int) -> Iterator[PacketRead]:
+def iter_packet_chunks(
+    path: str | Path, chunk_records: int, *, payloads: bool = False
+) -> Iterator[PacketRead]:
     """The packets of a capture in pieces of at most ``chunk_records`` records, reading the file
-    (gzip or not) a block at a time, so that files larger than memory can be processed.
+    (gzip or not) a block at a time, so that files larger than memory can be processed; with
+    ``payloads``, each piece carries its rows' captured payload bytes.
 
     Each piece carries the accounting of its own records; their sum is the file's.
     """
@@ -299,12 +321,17 @@ def iter_packet_chunks(path: str | Path, chunk_records: int) -> Iterator[PacketR
         pos, eof, finished, total = walk.start, False, False, PacketAccounting()
         while not finished:
             table, counters = PacketTable.allocate(chunk_records), _Counters()
+            spans = _spans(chunk_records if payloads else 0)
+            pieces: list[PacketPayloads] = []
             rows = records = 0
             while records < chunk_records:
                 buf = np.frombuffer(data, dtype=np.uint8)
                 room = chunk_records - records
-                status, pos, rows, done = walk.walk(buf, pos, table, rows, room, counters)
+                first = rows
+                status, pos, rows, done = walk.walk(buf, pos, table, spans, rows, room, counters)
                 records += done
+                if payloads:  # gathered now: the next buffer replaces this one
+                    pieces.append(_gather(buf, spans, first, rows))
                 if status == _LIMIT:
                     break
                 if eof:
@@ -319,13 +346,24 @@ def iter_packet_chunks(path: str | Path, chunk_records: int) -> Iterator[PacketR
             if finished:
                 walk.check_decoded(total)
             if records + cut or (finished and not total.records):
-                yield PacketRead(_rows(table, rows, name), accounting, walk.format)
+                held = PacketPayloads.concat(pieces) if payloads else None
+                yield PacketRead(_rows(table, rows, name), accounting, walk.format, held)
 
 
 def _rows(table: PacketTable, rows: int, source: str) -> PacketTable:
     out = PacketTable(table.strings, **{k: v[:rows] for k, v in table.columns().items()})
     out.sources = [source]
     return out
+
+
+def _spans(rows: int) -> np.ndarray:
+    """Per row, where its payload starts in the walked buffer and how many bytes it holds
+    (no rows when payloads are not wanted: the walk then keeps none)."""
+    return np.empty((rows, 2), dtype=np.int64)
+
+
+def _gather(buf: np.ndarray, spans: np.ndarray, first: int, end: int) -> PacketPayloads:
+    return PacketPayloads.gather(buf, spans[first:end, 0], spans[first:end, 1])
 
 
 def _grow(table: PacketTable, capacity: int) -> PacketTable:
@@ -464,20 +502,21 @@ class _Walk:
         buf: np.ndarray,
         pos: int,
         table: PacketTable,
+        spans: np.ndarray,
         row: int,
         max_records: int,
         counters: _Counters,
     ) -> tuple[int, int, int, int]:
-        """Decode up to ``max_records`` records of ``buf`` from ``pos`` into ``table`` from
-        ``row`` on; returns (how it stopped, position, next row, records walked)."""
+        """Decode up to ``max_records`` records of ``buf`` from ``pos`` into ``table`` (and the
+        payload spans into ``spans`` unless it has no rows) from ``row`` on; returns (how it
+        stopped, position, next row, records walked)."""
         cols = tuple(table.columns().values())
+        args = (self.state, cols, spans, counters.arrays, self.key)
         if self.format == "pcap":
-            status, end, rows, records, info = _walk_pcap(
-                buf, pos, row, max_records, self.state, cols, counters.arrays, self.key
-            )
+            status, end, rows, records, info = _walk_pcap(buf, pos, row, max_records, *args)
         else:
             status, end, rows, records, info = _walk_pcapng(
-                buf, pos, row, max_records, self.state, self.ifaces, cols, counters.arrays, self.key
+                buf, pos, row, max_records, self.ifaces, *args
             )
         if status not in (_END, _LIMIT):
             message = _ERRORS[status].format(info=info)
@@ -570,9 +609,9 @@ def _count_pcapng(buf, pos):
 
 
 @njit(cache=True)
-def _walk_pcap(buf, pos, row, max_records, state, cols, tallies, key):
+def _walk_pcap(buf, pos, row, max_records, state, cols, spans, tallies, key):
     counts, ethertypes, linktypes, _ = tallies
-    out = np.zeros(len(cols), dtype=np.int64)
+    out = np.zeros(len(cols) + 2, dtype=np.int64)
     big = state[_BIG] != 0
     unit = state[_UNIT]
     linktype = state[_LINK]
@@ -594,6 +633,8 @@ def _walk_pcap(buf, pos, row, max_records, state, cols, tallies, key):
             out[_RECORD] = state[_NEXT_RECORD]
             out[_IFACE] = 0
             _store(cols, row, out)
+            if spans.shape[0]:
+                _keep_span(spans, row, out)
             row += 1
         pos += 16 + incl
         records += 1
@@ -653,9 +694,9 @@ def _interface(buf, body, bend, big, state, ifaces):
 
 
 @njit(cache=True)
-def _walk_pcapng(buf, pos, row, max_records, state, ifaces, cols, tallies, key):
+def _walk_pcapng(buf, pos, row, max_records, ifaces, state, cols, spans, tallies, key):
     counts, ethertypes, linktypes, blocks = tallies
-    out = np.zeros(len(cols), dtype=np.int64)
+    out = np.zeros(len(cols) + 2, dtype=np.int64)
     records = 0
     while records < max_records:
         if pos + 12 > buf.size:
@@ -721,6 +762,8 @@ def _walk_pcapng(buf, pos, row, max_records, state, ifaces, cols, tallies, key):
                 out[_RECORD] = state[_NEXT_RECORD]
                 out[_IFACE] = k
                 _store(cols, row, out)
+                if spans.shape[0]:
+                    _keep_span(spans, row, out)
                 counts[_NO_TIME_ROW] += btype == _SPB
                 row += 1
             records += 1
@@ -915,9 +958,11 @@ def _decode(buf, o, caplen, wire, linktype, out, counts, ethertypes, linktypes, 
 
     ident_key(key, version, proto, src_hi, src_lo, dst_hi, dst_lo, sport, dport, ip_id, seq, ack)
     n = IDENT_HEADER
+    start = held = 0
     if header >= 0:
         start = th + header
-        for k in range(min(IDENT_PAYLOAD, cap_end - start, payload)):
+        held = max(0, min(cap_end - start, payload))
+        for k in range(min(IDENT_PAYLOAD, held)):
             key[n] = buf[start + k]
             n += 1
     truncated = end < ip_end
@@ -945,7 +990,16 @@ def _decode(buf, o, caplen, wire, linktype, out, counts, ethertypes, linktypes, 
     out[_PAYLEN] = payload
     out[_TRUNC] = truncated
     out[_IDENT] = xxh64_array(key, n, np.uint64(0))
+    out[_PAYLOAD_AT] = start
+    out[_PAYLOAD_HELD] = held
     return _IP
+
+
+@njit(cache=True)
+def _keep_span(spans, row, out):
+    """Keep the payload span of the scratch row ``out`` as ``row`` of ``spans``."""
+    spans[row, 0] = out[_PAYLOAD_AT]
+    spans[row, 1] = out[_PAYLOAD_HELD]
 
 
 @njit(cache=True)

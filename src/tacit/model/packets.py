@@ -156,6 +156,64 @@ class PacketTable(ColumnTable):
         return f"{self.src(row)} -> {self.dst(row)} proto {proto} (record {record})"
 
 
+@dataclass
+class PacketPayloads:
+    """The captured transport payload bytes of the rows of a :class:`PacketTable`.
+
+    Row ``i``'s bytes are ``data[offsets[i]:offsets[i + 1]]``: what the capture holds of its
+    payload, so shorter than ``payload_len`` when the snap length cut the packet, and empty when
+    the transport header was not decoded (``payload_len`` -1). ``data`` is one uint8 array of
+    every row's bytes end to end, ``offsets`` int64 with one entry more than there are rows.
+    """
+
+    data: np.ndarray
+    offsets: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.data = np.asarray(self.data, dtype=np.uint8)
+        self.offsets = np.asarray(self.offsets, dtype=np.int64)
+        if len(self.offsets) == 0 or self.offsets[0] != 0 or self.offsets[-1] != len(self.data):
+            raise ValueError("payload offsets must run from 0 to the length of the data")
+
+    @classmethod
+    def empty(cls) -> PacketPayloads:
+        return cls(np.empty(0, np.uint8), np.zeros(1, np.int64))
+
+    @classmethod
+    def gather(cls, buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> PacketPayloads:
+        """The payloads of ``lengths[i]`` bytes at ``buf[starts[i]:]``, copied out of ``buf``."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        shift = np.repeat(np.asarray(starts, dtype=np.int64) - offsets[:-1], lengths)
+        return cls(buf[np.arange(offsets[-1], dtype=np.int64) + shift], offsets)
+
+    @classmethod
+    def concat(cls, parts: Sequence[PacketPayloads]) -> PacketPayloads:
+        """The payloads of concatenated tables (see :func:`concat_packets`)."""
+        if not parts:
+            return cls.empty()
+        lengths = np.concatenate([p.lengths() for p in parts])
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return cls(np.concatenate([p.data for p in parts]), offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, row: int) -> bytes:
+        return self.data[self.offsets[row] : self.offsets[row + 1]].tobytes()
+
+    def lengths(self) -> np.ndarray:
+        """Captured payload bytes per row."""
+        return np.diff(self.offsets)
+
+    def take(self, rows: np.ndarray) -> PacketPayloads:
+        """The payloads of the rows at ``rows`` (an index array or mask), in that order."""
+        rows = np.flatnonzero(rows) if rows.dtype == bool else np.asarray(rows, dtype=np.int64)
+        return PacketPayloads.gather(self.data, self.offsets[rows], self.lengths()[rows])
+
+
 def concat_packets(tables: Sequence[PacketTable]) -> PacketTable:
     """Concatenate tables (their ``record`` columns are kept as they are)."""
     if not tables:

@@ -1,0 +1,139 @@
+"""Benchmark: Pirate's response-latency estimator — speed, state size and accuracy.
+
+Prints one JSON object:
+- ``in_memory``: packets per second through :func:`estimate_response_latency` (both
+  algorithms) on a simulated capture already in memory (best of three, one core); target 2 M.
+- ``end_to_end``: the same capture written to a temporary pcap file, then read
+  (:func:`read_packets`) and estimated: packets per second from the file (best of three);
+  target 500 k. ``write_seconds`` is the one-off cost of writing the file (frames cut to
+  ``SNAPLEN`` bytes).
+- ``state_bytes_per_connection`` per algorithm (the paper reports 154 bytes).
+- ``accuracy``: median / p5 / p95 relative error per (connection, epoch) against the
+  simulator's truth (:func:`score_estimates`), clean and with 1 % loss + 25 % reordering.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tacit.formats.pcap import read_packets
+from tacit.formats.pcap_write import build_frame, write_pcap
+from tacit.model.packets import format_address
+from tacit.response_latency import (
+    StreamingEstimator,
+    estimate_response_latency,
+    score_estimates,
+)
+from tacit.simulate.request_streams import (
+    RequestStreamParams,
+    perturb_packets,
+    simulate_requests,
+)
+
+MS = 1_000_000
+SPEED = RequestStreamParams(clients=64, duration_ns=20_000 * MS, seed=1)
+ACCURACY = RequestStreamParams(clients=32, duration_ns=30_000 * MS, seed=2)
+SNAPLEN = 128
+"""Frames are cut to their headers in the file (payload lengths come from the IP header), as
+a capture for latency would be taken."""
+
+
+def best_of_three(run) -> float:
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def write_capture(packets, path: Path) -> None:
+    """The simulated packets as Ethernet frames (zero payload bytes of the right length)."""
+    cols = packets.columns()
+    addr = {}
+
+    def name(hi, lo):
+        key = (int(hi), int(lo))
+        if key not in addr:
+            addr[key] = format_address(*key)
+        return addr[key]
+
+    frames = (
+        build_frame(
+            name(cols["src_hi"][i], cols["src_lo"][i]),
+            name(cols["dst_hi"][i], cols["dst_lo"][i]),
+            sport=int(cols["sport"][i]),
+            dport=int(cols["dport"][i]),
+            seq=int(cols["seq"][i]),
+            ack=int(cols["ack"][i]),
+            flags=int(cols["tcp_flags"][i]),
+            ip_id=int(cols["ip_id"][i]),
+            payload=bytes(int(cols["payload_len"][i])),
+        )
+        for i in range(len(packets))
+    )
+    write_pcap(path, frames, packets.time.tolist(), snaplen=SNAPLEN)
+
+
+def speed() -> dict:
+    t0 = time.perf_counter()
+    sim = simulate_requests(SPEED)
+    sim_seconds = time.perf_counter() - t0
+    packets = sim.packets
+    n = len(packets)
+    out: dict = {"packets": n, "simulate_seconds": round(sim_seconds, 2), "in_memory": {}}
+    for algorithm in ("modes", "threshold"):
+        estimate_response_latency(packets.take(np.arange(1000)), algorithm=algorithm)  # compile
+        seconds = best_of_three(lambda a=algorithm: estimate_response_latency(packets, algorithm=a))
+        out["in_memory"][algorithm] = round(n / seconds)
+    print("in memory", out["in_memory"], file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "sim.pcap"
+        t0 = time.perf_counter()
+        write_capture(packets, path)
+        out["write_seconds"] = round(time.perf_counter() - t0, 2)
+        read_packets(path)  # warm the page cache and the reader
+        seconds = best_of_three(lambda: estimate_response_latency(read_packets(path).packets))
+        out["end_to_end"] = {"modes": round(n / seconds), "file_bytes": path.stat().st_size}
+    print("end to end", out["end_to_end"], file=sys.stderr)
+    return out
+
+
+def accuracy() -> dict:
+    sim = simulate_requests(ACCURACY)
+    t = sim.truth
+    truth = ((t.client_hi, t.client_lo, t.client_port), t.seen_ns, t.latency_ns)
+    noisy = perturb_packets(sim.packets, loss=0.01, reorder=0.25, seed=3)
+    out = {}
+    for label, packets in (("clean", sim.packets), ("loss1_reorder25", noisy)):
+        for algorithm in ("modes", "threshold"):
+            est = estimate_response_latency(packets, algorithm=algorithm)
+            d = score_estimates(est, *truth).as_dict()
+            out[f"{label}/{algorithm}"] = d
+            print(label, algorithm, json.dumps(d), file=sys.stderr)
+    return out
+
+
+def main() -> None:
+    result = {
+        "benchmark": "response",
+        "speed": speed(),
+        "state_bytes_per_connection": {
+            a: StreamingEstimator(algorithm=a).state_bytes_per_connection
+            for a in ("modes", "threshold")
+        },
+        "accuracy": accuracy(),
+    }
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,453 @@
+"""Pirate's response-latency estimator (arXiv 2505.14358, §3.3–3.4, Algorithms 1 and 2).
+
+From the client-to-server packets of each connection (:mod:`~.flows`), the gaps that may
+separate a response's arrival from the request it triggered (:mod:`~.gaps`, with the two §3.4
+heuristics) give one estimate per connection per epoch:
+
+- ``algorithm="threshold"`` (Algorithm 1): the mean of the candidate gaps longer than the gap
+  threshold δ (and shorter than the idle gap).
+- ``algorithm="modes"`` (Algorithm 2): the candidate gaps shorter than the idle gap go into the
+  connection's histogram of at most ``N`` modes with ε-merging (:mod:`~.modes`); the estimate is
+  the proportional mode sum over the modes centred at or above δ that are not timer modes
+  (:mod:`~.timers`).
+
+:class:`StreamingEstimator` keeps every connection's state between batches; one compiled pass
+over a batch, in time order, updates it. A connection's epoch closes when one of its packets
+falls in a later epoch, when a batch ends past the epoch's end, or on :meth:`~StreamingEstimator.
+flush`; :func:`estimate_response_latency` is the streaming estimator fed once and flushed, so
+batch and streaming results agree. An epoch whose connection had no response gap gives no row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+from tacit.compiled import grown
+from tacit.errors import ConfigError
+from tacit.model.packets import NO_TIME, TCP, PacketTable
+from tacit.response_latency.flows import ConnectionRegistry, ConnectionTable
+from tacit.response_latency.gaps import BUCKETS, NO_GAP, USED, next_gap, packet_kinds
+from tacit.response_latency.modes import MODE_DTYPES, add_gap, close_epoch
+from tacit.response_latency.params import PirateParams
+from tacit.response_latency.timers import timer_gaps_ns
+
+ALGORITHMS = ("modes", "threshold")
+
+_STATE_DTYPES = {
+    "last_time": np.int64,
+    "last_full": np.bool_,
+    "full_size": np.int32,
+    "high_seq": np.uint32,
+    "seq_seen": np.bool_,
+    "tainted": np.bool_,
+    "epoch": np.int64,
+}
+
+
+@dataclass
+class ResponseAccounting:
+    """Packets per bucket (:data:`~tacit.response_latency.gaps.BUCKETS`); the buckets partition
+    the packets given to the estimator."""
+
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(BUCKETS, 0))
+
+    @property
+    def packets(self) -> int:
+        return sum(self.counts.values())
+
+    def __add__(self, other: ResponseAccounting) -> ResponseAccounting:
+        return ResponseAccounting({k: self.counts[k] + other.counts[k] for k in BUCKETS})
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.counts)
+
+
+@dataclass
+class ResponseEstimates:
+    """Estimates per connection per epoch, sorted by connection then epoch.
+
+    Columns: ``connection`` (index into ``connections``), ``epoch_start`` / ``epoch_end`` (ns),
+    ``latency_ns`` (the estimate) and ``samples`` (the gaps it rests on). ``connections``: every
+    connection seen so far; ``used_packets`` and ``gap_samples``: per connection, packets used
+    and gaps counted in estimates so far. ``accounting``: the packets of the batch(es) these
+    estimates came from, by bucket.
+    """
+
+    connection: np.ndarray
+    epoch_start: np.ndarray
+    epoch_end: np.ndarray
+    latency_ns: np.ndarray
+    samples: np.ndarray
+    connections: ConnectionTable
+    used_packets: np.ndarray
+    gap_samples: np.ndarray
+    accounting: ResponseAccounting
+    algorithm: str
+    params: PirateParams
+
+    def __len__(self) -> int:
+        return len(self.connection)
+
+    def as_rows(self) -> list[dict]:
+        """One JSON-ready dict per estimate (client and server named)."""
+        return [
+            {
+                "connection": int(c),
+                "client": self.connections.client(int(c)),
+                "server": self.connections.server(int(c)),
+                "epoch_start_ns": int(s),
+                "epoch_end_ns": int(e),
+                "latency_ns": int(v),
+                "samples": int(n),
+            }
+            for c, s, e, v, n in zip(
+                self.connection,
+                self.epoch_start,
+                self.epoch_end,
+                self.latency_ns,
+                self.samples,
+                strict=True,
+            )
+        ]
+
+
+def concat_estimates(parts: list[ResponseEstimates]) -> ResponseEstimates:
+    """The estimates of successive :meth:`StreamingEstimator.feed` / ``flush`` calls as one
+    (connections and per-connection counts from the last part)."""
+    if not parts:
+        raise ValueError("no estimates to concatenate")
+    last = parts[-1]
+    cols = {
+        k: np.concatenate([getattr(p, k) for p in parts])
+        for k in ("connection", "epoch_start", "epoch_end", "latency_ns", "samples")
+    }
+    order = np.lexsort((cols["epoch_start"], cols["connection"]))
+    accounting = sum((p.accounting for p in parts), ResponseAccounting())
+    return ResponseEstimates(
+        **{k: v[order] for k, v in cols.items()},
+        connections=last.connections,
+        used_packets=last.used_packets,
+        gap_samples=last.gap_samples,
+        accounting=accounting,
+        algorithm=last.algorithm,
+        params=last.params,
+    )
+
+
+class StreamingEstimator:
+    """Pirate over a stream of packet batches (module docstring).
+
+    ``feed`` batches in time order (each batch need not be sorted: it is sorted by time); it
+    returns the estimates of the epochs that closed. ``flush`` closes the rest.
+    """
+
+    def __init__(
+        self,
+        params: PirateParams | None = None,
+        server: str | None = None,
+        algorithm: str = "modes",
+    ) -> None:
+        if algorithm not in ALGORITHMS:
+            raise ConfigError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+        self.params = params or PirateParams()
+        self.algorithm = algorithm
+        self.registry = ConnectionRegistry(server)
+        self._timers = timer_gaps_ns(self.params)
+        self._cap = 0
+        self._state: dict[str, np.ndarray] = {}
+        self._modes: dict[str, np.ndarray] = {}
+        self._used = np.zeros(0, dtype=np.int64)
+        self._samples = np.zeros(0, dtype=np.int64)
+        self._grow(1024)
+
+    @property
+    def state_bytes_per_connection(self) -> int:
+        """Bytes of state kept per connection, from the arrays that hold it: the flow key and how
+        its direction was decided (:meth:`ConnectionRegistry.bytes_per_connection`), the gap
+        state, and the histogram (``N`` modes) or Algorithm 1's epoch sum and count.
+        Diagnostic counters (packets used, gaps counted) and the hash table's free slots are not
+        counted."""
+        own = sum(a.itemsize for a in self._state.values())
+        algo = sum(a.itemsize * a.shape[1] for a in self._modes.values())
+        return self.registry.bytes_per_connection + own + algo
+
+    def feed(self, packets: PacketTable) -> ResponseEstimates:
+        """Take one batch; the estimates of the epochs it closed."""
+        conns = self.registry.assign(packets)
+        self._grow(self.registry.count)
+        kinds = packet_kinds(packets, conns, self.registry.excluded(), self.params)
+        time = packets.time
+        rows = np.flatnonzero(kinds == USED)
+        if len(rows) > 1 and np.any(np.diff(time[rows]) < 0):
+            rows = rows[np.argsort(time[rows], kind="stable")]
+        p = self.params
+        min_full = p.min_full_payload if p.batch_end_only else np.iinfo(np.int32).max
+        s, m = self._state, self._modes
+        out = _run(
+            rows,
+            conns.row_connection,
+            kinds,
+            time,
+            packets.payload_len,
+            packets.seq,
+            packets.proto == TCP,
+            self.algorithm == "modes",
+            p.epoch_ns,
+            p.gap_threshold_ns,
+            p.idle_gap_ns,
+            min_full,
+            p.merge_epsilon,
+            self._timers,
+            p.timer_tolerance,
+            p.remove_timer_modes,
+            s["last_time"],
+            s["last_full"],
+            s["full_size"],
+            s["high_seq"],
+            s["seq_seen"],
+            s["tainted"],
+            s["epoch"],
+            m["centre"],
+            m["count"],
+            m["epoch_count"],
+            m["epoch_sum"],
+            self._used,
+            self._samples,
+        )
+        counts = np.bincount(kinds, minlength=len(BUCKETS))
+        valid = time[packets.time != NO_TIME] if len(time) else time
+        watermark = int(valid.max()) // p.epoch_ns if len(valid) else None
+        closed = self._close(out, watermark)
+        return self._result(
+            closed,
+            ResponseAccounting({name: int(c) for name, c in zip(BUCKETS, counts, strict=True)}),
+        )
+
+    def flush(self) -> ResponseEstimates:
+        """Close every open epoch; their estimates."""
+        empty = tuple(np.zeros(0, dtype=np.int64) for _ in range(4))
+        return self._result(self._close(empty, None), ResponseAccounting())
+
+    def _close(self, out: tuple, watermark: int | None) -> tuple:
+        """Close the epochs that end before ``watermark`` (all when None) and add them to the
+        ones the pass closed."""
+        p, s, m = self.params, self._state, self._modes
+        limit = np.iinfo(np.int64).max if watermark is None else watermark
+        more = _close_before(
+            self.registry.count,
+            limit,
+            self.algorithm == "modes",
+            p.gap_threshold_ns,
+            self._timers,
+            p.timer_tolerance,
+            p.remove_timer_modes,
+            s["epoch"],
+            m["centre"],
+            m["count"],
+            m["epoch_count"],
+            m["epoch_sum"],
+            self._samples,
+        )
+        return tuple(np.concatenate([a, b]) for a, b in zip(out, more, strict=True))
+
+    def _result(self, closed: tuple, accounting: ResponseAccounting) -> ResponseEstimates:
+        conn, epoch, total, n = closed
+        order = np.lexsort((epoch, conn))
+        conn, epoch, total, n = conn[order], epoch[order], total[order], n[order]
+        k = self.registry.count
+        start = epoch * self.params.epoch_ns
+        return ResponseEstimates(
+            connection=conn,
+            epoch_start=start,
+            epoch_end=start + self.params.epoch_ns,
+            latency_ns=total // np.maximum(n, 1),
+            samples=n,
+            connections=self.registry.table(),
+            used_packets=self._used[:k].copy(),
+            gap_samples=self._samples[:k].copy(),
+            accounting=accounting,
+            algorithm=self.algorithm,
+            params=self.params,
+        )
+
+    def _grow(self, need: int) -> None:
+        if need <= self._cap:
+            return
+        cap = max(need, 2 * self._cap)
+        old = self._cap
+        for name, t in _STATE_DTYPES.items():
+            a = np.zeros(cap, dtype=t)
+            a[:old] = self._state.get(name, a[:0])
+            self._state[name] = a
+        self._state["last_time"][old:] = NO_TIME
+        self._state["epoch"][old:] = -1
+        if self.algorithm == "modes":
+            widths = dict.fromkeys(MODE_DTYPES, self.params.max_modes)
+        else:  # Algorithm 1 keeps an epoch sum and count: one "mode" without centre or count
+            widths = {"centre": 0, "count": 0, "epoch_count": 1, "epoch_sum": 1}
+        for name, t in MODE_DTYPES.items():
+            a = np.zeros((cap, widths[name]), dtype=t)
+            a[:old] = self._modes.get(name, a[:0])
+            self._modes[name] = a
+        self._used = grown(self._used, cap)
+        self._used[old:] = 0
+        self._samples = grown(self._samples, cap)
+        self._samples[old:] = 0
+        self._cap = cap
+
+
+def estimate_response_latency(
+    packets: PacketTable,
+    params: PirateParams | None = None,
+    server: str | None = None,
+    algorithm: str = "modes",
+) -> ResponseEstimates:
+    """Pirate's estimates for a whole capture: :class:`StreamingEstimator` fed once, flushed."""
+    est = StreamingEstimator(params, server, algorithm)
+    return concat_estimates([est.feed(packets), est.flush()])
+
+
+def estimate_batches(
+    batches,
+    params: PirateParams | None = None,
+    server: str | None = None,
+    algorithm: str = "modes",
+) -> ResponseEstimates:
+    """Pirate's estimates over packet batches in time order (e.g. a capture read in chunks)."""
+    est = StreamingEstimator(params, server, algorithm)
+    parts = [est.feed(b) for b in batches]
+    return concat_estimates([*parts, est.flush()])
+
+
+@njit(cache=True)
+def _emit(c, e, total, n, k, oc, oe, ot, on):  # pragma: no cover - compiled
+    if k == len(oc):
+        oc, oe, ot, on = grown(oc, 2 * k), grown(oe, 2 * k), grown(ot, 2 * k), grown(on, 2 * k)
+    oc[k], oe[k], ot[k], on[k] = c, e, total, n
+    return oc, oe, ot, on
+
+
+@njit(cache=True)
+def _close_one(c, modes, floor, timers, tol, remove, centre, count, ecount, esum):
+    # pragma: no cover - compiled
+    if modes:
+        return close_epoch(centre, count, ecount, esum, c, floor, timers, tol, remove)
+    total, n = esum[c, 0], np.int64(ecount[c, 0])
+    esum[c, 0] = 0
+    ecount[c, 0] = 0
+    return total, n
+
+
+@njit(cache=True)
+def _run(
+    rows,
+    conn,
+    kinds,
+    time,
+    payload,
+    seq,
+    is_tcp,
+    modes,
+    epoch_ns,
+    floor,
+    idle,
+    min_full,
+    eps,
+    timers,
+    tol,
+    remove,
+    last_time,
+    last_full,
+    full_size,
+    high_seq,
+    seq_seen,
+    tainted,
+    epoch,
+    centre,
+    count,
+    ecount,
+    esum,
+    used,
+    samples,
+):  # pragma: no cover - compiled
+    """The per-packet pass over ``rows`` (the used packets, in time order); closed epochs out."""
+    k = 0
+    oc = np.empty(64, dtype=np.int64)
+    oe, ot, on = np.empty(64, np.int64), np.empty(64, np.int64), np.empty(64, np.int64)
+    for i in rows:
+        c = conn[i]
+        t = time[i]
+        kind, gap = next_gap(
+            c,
+            t,
+            payload[i],
+            seq[i],
+            is_tcp[i],
+            min_full,
+            floor,
+            last_time,
+            last_full,
+            full_size,
+            high_seq,
+            seq_seen,
+            tainted,
+        )
+        kinds[i] = kind
+        if kind != USED:
+            continue
+        used[c] += 1
+        e = t // epoch_ns
+        if epoch[c] != e:
+            if epoch[c] >= 0:
+                total, n = _close_one(
+                    c, modes, floor, timers, tol, remove, centre, count, ecount, esum
+                )
+                if n > 0:
+                    samples[c] += n
+                    oc, oe, ot, on = _emit(c, epoch[c], total, n, k, oc, oe, ot, on)
+                    k += 1
+            epoch[c] = e
+        if gap == NO_GAP or gap >= idle:
+            continue
+        if modes:
+            add_gap(centre, count, ecount, esum, c, gap, eps)
+        elif gap > floor:
+            esum[c, 0] += gap
+            ecount[c, 0] += 1
+    return oc[:k], oe[:k], ot[:k], on[:k]
+
+
+@njit(cache=True)
+def _close_before(
+    count_conns,
+    limit,
+    modes,
+    floor,
+    timers,
+    tol,
+    remove,
+    epoch,
+    centre,
+    count,
+    ecount,
+    esum,
+    samples,
+):  # pragma: no cover - compiled
+    """Close the open epochs of every connection that end at or before epoch ``limit``."""
+    k = 0
+    oc = np.empty(64, dtype=np.int64)
+    oe, ot, on = np.empty(64, np.int64), np.empty(64, np.int64), np.empty(64, np.int64)
+    for c in range(count_conns):
+        if epoch[c] < 0 or epoch[c] >= limit:
+            continue
+        total, n = _close_one(c, modes, floor, timers, tol, remove, centre, count, ecount, esum)
+        e = epoch[c]
+        epoch[c] = -1  # closed: the connection's next packet opens a new epoch
+        if n > 0:
+            samples[c] += n
+            oc, oe, ot, on = _emit(c, e, total, n, k, oc, oe, ot, on)
+            k += 1
+    return oc[:k], oe[:k], ot[:k], on[:k]

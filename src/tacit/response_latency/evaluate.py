@@ -1,0 +1,137 @@
+"""Scoring Pirate's estimates against the latencies clients saw (Pirate, arXiv 2505.14358,
+§5: relative error of the estimate per connection per epoch against the client-measured
+latency).
+
+Matching, precisely: a true request (connection, request time ``t``, latency ``L``) belongs to
+the epoch of its connection that contains its *completion* ``t + L``, the moment the client had
+the whole response. That is where its causal gap ends: the request the response triggers
+follows the completion, and the estimator files a gap under the epoch of the packet that ends
+it. Each (connection, epoch) that has an estimate and at least one true request is scored by
+``|estimate − mean(L)| / mean(L)``; estimates without requests and requests without estimates
+are counted, not scored. Truth times must be on the capture's clock, or near it compared to an
+epoch (a client's clock differs from a capture point's by the one-way delay and clock offset).
+
+Truth rows name their connection by its index in ``estimates.connections``, or by the client's
+endpoint: ``"ADDR:PORT"`` strings, or a tuple of arrays ``(address_hi, address_lo, port)`` in
+:class:`~tacit.model.packets.PacketTable`'s address form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tacit.errors import ConfigError
+from tacit.model.packets import parse_endpoint
+from tacit.response_latency.estimator import ResponseEstimates
+
+
+@dataclass
+class ErrorSummary:
+    """Relative errors of the scored (connection, epoch) estimates.
+
+    ``connections``: connections with at least one scored epoch; ``samples``: scored epochs;
+    ``median/p5/p95_relative_error`` of ``|estimate − truth| / truth`` (NaN when nothing was
+    scored); ``median_signed_error``: the median of ``(estimate − truth) / truth`` (bias);
+    ``unscored_estimates``: estimates without a true request in their epoch;
+    ``unmatched_requests``: true requests whose connection is unknown or whose epoch has no
+    estimate. ``relative_errors``: the scored errors, by connection then epoch.
+    """
+
+    connections: int
+    samples: int
+    median_relative_error: float
+    p5_relative_error: float
+    p95_relative_error: float
+    median_signed_error: float
+    unscored_estimates: int
+    unmatched_requests: int
+    relative_errors: np.ndarray = field(repr=False)
+
+    def as_dict(self) -> dict:
+        """The summary as a JSON-ready dict (without the per-epoch errors)."""
+        return {
+            "connections": self.connections,
+            "samples": self.samples,
+            "median_relative_error": self.median_relative_error,
+            "p5_relative_error": self.p5_relative_error,
+            "p95_relative_error": self.p95_relative_error,
+            "median_signed_error": self.median_signed_error,
+            "unscored_estimates": self.unscored_estimates,
+            "unmatched_requests": self.unmatched_requests,
+        }
+
+
+def truth_connections(
+    estimates: ResponseEstimates,
+    truth_connection: np.ndarray | Sequence[str] | tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """Connection indices (-1: unknown) of truth rows named as :func:`score_estimates` takes."""
+    table = estimates.connections
+    if isinstance(truth_connection, tuple):
+        hi, lo, port = (np.asarray(a) for a in truth_connection)
+        return table.find_clients(hi.astype(np.uint64), lo.astype(np.uint64), port)
+    arr = np.asarray(truth_connection)
+    if arr.dtype.kind in "iu":
+        return np.where((arr >= 0) & (arr < len(table)), arr, -1).astype(np.int64)
+    if arr.dtype.kind not in "UO":
+        raise ConfigError(f"truth connections must be indices or ADDR:PORT, got {arr.dtype}")
+    names, inverse = np.unique(arr.astype(str), return_inverse=True)
+    parsed = [parse_endpoint(n) for n in names]
+    if any(p is None for *_, p in parsed):
+        raise ConfigError("a truth client endpoint has no port (expected ADDR:PORT)")
+    hi = np.array([h for h, _, _ in parsed], dtype=np.uint64)
+    lo = np.array([lo for _, lo, _ in parsed], dtype=np.uint64)
+    port = np.array([p for *_, p in parsed], dtype=np.int64)
+    return table.find_clients(hi, lo, port)[inverse]
+
+
+def score_estimates(
+    estimates: ResponseEstimates,
+    truth_connection: np.ndarray | Sequence[str] | tuple[np.ndarray, np.ndarray, np.ndarray],
+    truth_time_ns: np.ndarray,
+    truth_latency_ns: np.ndarray,
+) -> ErrorSummary:
+    """Score ``estimates`` against true requests (module docstring for the matching)."""
+    conn = truth_connections(estimates, truth_connection)
+    t = np.asarray(truth_time_ns, dtype=np.int64)
+    lat = np.asarray(truth_latency_ns, dtype=np.int64)
+    if not len(conn) == len(t) == len(lat):
+        raise ConfigError("truth columns differ in length")
+    epoch_ns = estimates.params.epoch_ns
+    known = conn >= 0
+    t_epoch = (t + lat)[known] // epoch_ns
+    e_epoch = estimates.epoch_start // epoch_ns
+    lo = min(int(t_epoch.min()) if len(t_epoch) else 0, int(e_epoch.min()) if len(e_epoch) else 0)
+    hi = max(int(t_epoch.max()) if len(t_epoch) else 0, int(e_epoch.max()) if len(e_epoch) else 0)
+    span = hi - lo + 1
+    t_key = conn[known] * span + (t_epoch - lo)
+    e_key = estimates.connection * span + (e_epoch - lo)
+    keys, inverse = np.unique(t_key, return_inverse=True)
+    mean = np.bincount(inverse, weights=lat[known]) / np.bincount(inverse)
+    requests = np.bincount(inverse)
+    at = np.minimum(np.searchsorted(keys, e_key), max(len(keys) - 1, 0))
+    scored = (np.asarray(keys[at] == e_key) & (len(keys) > 0)) if len(e_key) else e_key > 0
+    truth = mean[at[scored]]
+    signed = (estimates.latency_ns[scored] - truth) / truth
+    errors = np.abs(signed)
+    matched_keys = np.zeros(len(keys), dtype=bool)
+    matched_keys[at[scored]] = True
+    unmatched = int((~known).sum()) + int(requests[~matched_keys].sum())
+
+    def pct(q: float) -> float:
+        return float(np.percentile(errors, q)) if len(errors) else float("nan")
+
+    return ErrorSummary(
+        connections=len(np.unique(estimates.connection[scored])),
+        samples=int(scored.sum()),
+        median_relative_error=pct(50),
+        p5_relative_error=pct(5),
+        p95_relative_error=pct(95),
+        median_signed_error=float(np.median(signed)) if len(signed) else float("nan"),
+        unscored_estimates=int((~scored).sum()),
+        unmatched_requests=unmatched,
+        relative_errors=errors,
+    )

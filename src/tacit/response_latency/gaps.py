@@ -1,0 +1,138 @@
+"""Inter-packet gaps of the client-to-server direction, with the two heuristics of Pirate
+(arXiv 2505.14358, §3.4).
+
+Every packet is put in exactly one bucket (:data:`BUCKETS`); only ``used`` packets take part in
+the gaps. Of the others, pure acknowledgements are *coalesced* (§3.4, first heuristic): their
+timing follows the server's data, not the client's application, so they neither end nor start
+a gap. TCP packets that carry no new data (retransmissions, and originals that the capture saw
+after later data) are left out too; when one comes after a pause longer than the gap threshold
+δ, the next gap of its connection is dropped, since it spans a retransmission timeout rather
+than a response (an original reordered within its burst comes sooner and drops nothing).
+
+A gap is a *candidate* response gap only when the packet before it was not a full-size segment
+(§3.4, second heuristic): a full-size (MTU) segment is followed by more of the same burst.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from tacit.model.packets import FIN, NO_TIME, RST, SYN, TCP, UDP
+from tacit.response_latency.flows import Connections
+from tacit.response_latency.params import PirateParams
+
+BUCKETS = (
+    "used",
+    "other_direction",
+    "coalesced_ack",
+    "control",
+    "retransmission",
+    "out_of_order",
+    "not_tcp_udp",
+    "not_server",
+    "no_timestamp",
+    "unknown_length",
+)
+"""What became of a packet: ``used`` in the gaps; sent by the server (``other_direction``: never
+used, even when a capture has both directions); a pure acknowledgement (``coalesced_ack``); a
+SYN, FIN or RST without payload (``control``); TCP data with nothing new (``retransmission``);
+earlier than the previous packet of its connection, which only happens across batches fed out
+of order (``out_of_order``); neither TCP nor UDP; of a connection without the given server;
+without a capture time; with a transport header cut before its length (``unknown_length``)."""
+(
+    USED,
+    OTHER_DIRECTION,
+    COALESCED_ACK,
+    CONTROL,
+    RETRANSMISSION,
+    OUT_OF_ORDER,
+    NOT_TCP_UDP,
+    NOT_SERVER,
+    NO_TIMESTAMP,
+    UNKNOWN_LENGTH,
+) = range(len(BUCKETS))
+
+NO_GAP = -1
+"""What :func:`next_gap` returns when a packet ends no candidate gap."""
+
+
+def packet_kinds(
+    packets, conns: Connections, excluded: np.ndarray, params: PirateParams
+) -> np.ndarray:
+    """The bucket of every packet that can be told without per-connection state (uint8 codes
+    into :data:`BUCKETS`; ``used`` packets may still turn out to be retransmissions or out of
+    order in :func:`next_gap`). ``excluded``: per connection, set aside (no given server)."""
+    conn = conns.row_connection
+    has = conn >= 0
+    flags = packets.tcp_flags
+    payload = packets.payload_len
+    tcp = packets.proto == TCP
+    control = tcp & (payload == 0) & ((flags & (SYN | FIN | RST)) != 0)
+    ack = (tcp & (payload == 0) & ((flags & (SYN | FIN | RST)) == 0)) | (
+        (packets.proto == UDP) & (payload <= params.udp_ack_max_payload)
+    )
+    if not params.coalesce_acks:
+        ack[:] = False
+    kind = np.full(len(packets), USED, dtype=np.uint8)
+    # Later assignments win: they go from the least to the most fundamental reason.
+    kind[ack] = COALESCED_ACK
+    kind[control] = CONTROL
+    kind[payload < 0] = UNKNOWN_LENGTH
+    kind[packets.time == NO_TIME] = NO_TIMESTAMP
+    kind[has & ~conns.to_server] = OTHER_DIRECTION
+    ex = np.zeros(len(packets), dtype=bool)
+    ex[has] = excluded[conn[has]]
+    kind[ex] = NOT_SERVER
+    kind[~has] = NOT_TCP_UDP
+    return kind
+
+
+@njit(cache=True, inline="always")
+def next_gap(
+    c,
+    t,
+    payload,
+    seq,
+    tcp,
+    min_full,
+    taint_after,
+    last_time,
+    last_full,
+    full_size,
+    high_seq,
+    seq_seen,
+    tainted,
+):  # pragma: no cover - compiled
+    """Take one ``used`` packet of connection ``c`` (time ``t``, ``payload`` bytes, TCP ``seq``
+    when ``tcp``; TCP packets without payload are not checked for retransmission) into the
+    connection's state. Returns ``(bucket, gap)``: the bucket is ``USED``, ``RETRANSMISSION``
+    or ``OUT_OF_ORDER``, the gap the candidate response gap this packet ends (ns) or
+    :data:`NO_GAP`. A packet counts as full-size when its payload reaches ``min_full`` and the
+    connection's largest so far.
+
+    State per connection: time of the last used packet (``NO_TIME`` before the first), whether
+    it was full-size, the largest payload so far, the TCP sequence number after the highest data
+    so far (``seq_seen`` once there is one), and ``tainted``: a retransmission came since the
+    last used packet, more than ``taint_after`` ns after it (sooner, it is taken for an original
+    that the capture saw late, within its burst, and taints nothing).
+    """
+    if last_time[c] != NO_TIME and t < last_time[c]:
+        return OUT_OF_ORDER, NO_GAP
+    if tcp and payload > 0:
+        end = np.uint32(seq + payload)
+        if seq_seen[c] and np.int32(end - high_seq[c]) <= 0:
+            if t - last_time[c] > taint_after:
+                tainted[c] = True
+            return RETRANSMISSION, NO_GAP
+        high_seq[c] = end
+        seq_seen[c] = True
+    gap = NO_GAP
+    if last_time[c] != NO_TIME and not last_full[c] and not tainted[c]:
+        gap = t - last_time[c]
+    if payload > full_size[c]:
+        full_size[c] = payload
+    last_full[c] = payload >= full_size[c] and full_size[c] >= min_full
+    last_time[c] = t
+    tainted[c] = False
+    return USED, gap

@@ -1,0 +1,102 @@
+"""Parameters of Pirate's response-latency estimator.
+
+Pirate: B. Vannarth Shobhana, Y. Chien, M. Doughten, J. Diamant, B. Nath, S. Landau Feibish,
+S. Narayana, "Measuring (Round-Trip) Response Latencies Under Asymmetric Routing",
+arXiv 2505.14358. Only the client-to-server packets of a connection are seen; after a burst a
+client pauses until a response arrives, so the packet after a prominent inter-packet gap (IPG)
+was triggered by a response, and the gaps of such causal pairs estimate the client-visible
+response latency (§3).
+
+Only the beginning of the paper's text was available when this was written. The structure
+(Algorithm 1: a fixed gap threshold; Algorithm 2: a per-connection histogram of at most ``N``
+IPG modes with ε-merging and a proportional mode sum per epoch; the two §3.4 heuristics; the
+removal of timer modes) follows the paper as summarised in its abstract and issue 4 of this
+project. Where a default below could not be read from the paper it says so and gives the
+reason for the value chosen; the timer values are the RFCs' own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tacit.errors import ConfigError
+
+MS = 1_000_000
+SECOND = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class PirateParams:
+    """Everything the estimator can be told; all times in ns.
+
+    Gap detection (§3.3):
+
+    - ``gap_threshold_ns`` (δ): Algorithm 1 takes every candidate IPG longer than δ as one
+      response latency; Algorithm 2 counts a mode as a response mode when its centre is at least
+      δ. Chosen (paper value not available): 1 ms, above the back-to-back spacing of a burst
+      (a 1500-byte frame takes 0.12 ms at 100 Mbit/s) and a client's processing between
+      requests it issues together, below any wide-area round trip.
+    - ``max_modes`` (N): modes kept per connection by Algorithm 2. Chosen: 8.
+    - ``merge_epsilon`` (ε): an IPG joins the nearest mode whose centre is within this
+      *relative* distance, and two modes whose centres come within it merge. Relative rather
+      than absolute so that one value serves µs and s scales. Chosen: 0.25.
+    - ``epoch_ns``: one estimate per connection per epoch of this length (epochs are aligned to
+      multiples of it since the Unix epoch). Chosen: 1 s.
+
+    §3.4 heuristics:
+
+    - ``coalesce_acks``: pure ACKs (TCP: the ACK flag only, no payload) and, for UDP
+      (encrypted QUIC), datagrams of at most ``udp_ack_max_payload`` bytes are taken for
+      acknowledgements and skipped: they are clocked by the server's data, not by the client's
+      application. ``udp_ack_max_payload`` chosen: 64 bytes (a QUIC 1-RTT packet carrying only
+      an ACK frame: 1-byte header, ≤ 20-byte connection ID, ≤ 4-byte packet number, a few
+      bytes of ACK frame and the 16-byte AEAD tag; RFC 9000 §17.3, RFC 9001 §5.3).
+    - ``batch_end_only``: only an IPG after a packet smaller than the connection's largest
+      (full-size, MTU) segment may be a response gap; after a full-size segment more of the
+      same burst is coming. A connection's full size is the largest payload it has sent,
+      trusted once it reaches ``min_full_payload`` (1200 bytes: QUIC's minimum datagram size,
+      RFC 9000 §14, and below the 1220-byte TCP MSS of the IPv6 minimum MTU, RFC 8200 §5).
+
+    Timers (gaps that match them are not response latencies):
+
+    - ``tcp_initial_rto_ns`` 1 s (RFC 6298 §2.1); ``tcp_min_rto_ns`` 200 ms — RFC 6298 §2.4
+      says 1 s, but Linux (``TCP_RTO_MIN``) and most stacks use 200 ms, and a 1 s floor is
+      covered by the initial RTO; both doubled up to ``max_backoffs`` times (§5.5).
+    - ``quic_initial_rtt_ns`` 333 ms (kInitialRtt, RFC 9002 §6.2.2): before any RTT sample the
+      PTO is ``kInitialRtt + 4 · kInitialRtt/2`` (+ ``quic_max_ack_delay_ns``, 25 ms,
+      RFC 9000 §18.2, for application data), doubled on each expiry (RFC 9002 §6.2.1).
+    - ``timer_tolerance``: relative distance within which a mode centre matches a timer value.
+      Chosen: 5 %.
+    - ``remove_timer_modes``: drop Algorithm 2 modes that match a timer value. A TCP gap that
+      spans a retransmission the capture shows is dropped in any case.
+    - ``idle_gap_ns``: gaps at least this long are idle periods, not responses. Chosen: 30 s,
+      the usual QUIC ``max_idle_timeout`` (RFC 9000 §10.1 leaves it to the endpoints) and
+      longer than any RTO backoff that still matters.
+    """
+
+    gap_threshold_ns: int = 1 * MS
+    max_modes: int = 8
+    merge_epsilon: float = 0.25
+    epoch_ns: int = 1 * SECOND
+    coalesce_acks: bool = True
+    udp_ack_max_payload: int = 64
+    batch_end_only: bool = True
+    min_full_payload: int = 1200
+    tcp_initial_rto_ns: int = 1 * SECOND
+    tcp_min_rto_ns: int = 200 * MS
+    quic_initial_rtt_ns: int = 333 * MS
+    quic_max_ack_delay_ns: int = 25 * MS
+    max_backoffs: int = 6
+    timer_tolerance: float = 0.05
+    remove_timer_modes: bool = True
+    idle_gap_ns: int = 30 * SECOND
+
+    def __post_init__(self) -> None:
+        if self.gap_threshold_ns <= 0 or self.epoch_ns <= 0 or self.idle_gap_ns <= 0:
+            raise ConfigError("gap threshold, epoch and idle gap must be positive")
+        if not 1 <= self.max_modes <= 255:
+            raise ConfigError(f"max_modes must be within 1..255, got {self.max_modes}")
+        if not 0 < self.merge_epsilon < 1 or not 0 <= self.timer_tolerance < 1:
+            raise ConfigError("merge_epsilon must be in (0, 1) and timer_tolerance in [0, 1)")
+        if self.max_backoffs < 0 or self.udp_ack_max_payload < 0 or self.min_full_payload < 1:
+            raise ConfigError("max_backoffs, udp_ack_max_payload, min_full_payload out of range")
