@@ -1,0 +1,200 @@
+"""Clients of Pirate's live experiment, and their log of the true latency of every response.
+
+Each client (Pirate, arXiv 2505.14358, §6) holds one persistent connection and walks dependency
+trees: it requests a root, learns from each response what that response depends on, requests
+those, and so on down the tree, with at most ``max_outstanding`` (4) requests outstanding
+(pipelined) on the connection. A request named by a response is sent as soon as that response
+has been read and a slot is free, so the gap between a request and the one it triggered is, up
+to the client's own processing, the first request's response latency — the causal pairs Pirate
+measures from the client-to-server packets alone. A client starts its next tree as soon as it
+has read the last response of the previous one (a load generator, not a user who pauses to read),
+so that request too is caused by a response.
+
+The driver (:func:`run_clients`) is protocol-neutral: :class:`HttpProtocol` here speaks
+HTTP/1.1 to :mod:`.web_server`; :mod:`.memcached` has the memcached text protocol. Every
+response is logged in a :class:`ResponseLog` with the connection's local port, the time the
+request's first byte was handed to the socket and the time the response's last byte was read
+(``time.time_ns()``, the clock tcpdump stamps packets with), and the response that named it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+import numpy as np
+
+from tacit.errors import ConfigError
+from tacit.experiment.web_server import EMBED, PAGE_PREFIX
+from tacit.model.columns import NONE, ColumnTable, StringPool
+
+
+@dataclass(frozen=True)
+class ClientParams:
+    """``connections`` concurrent clients, one persistent connection each, with at most
+    ``max_outstanding`` pipelined requests (the issue's 4)."""
+
+    connections: int = 8
+    max_outstanding: int = 4
+
+
+@dataclass
+class ResponseLog(ColumnTable):
+    """One row per response, in the order the responses were read on each connection.
+
+    - ``conn``: the client (0-based); ``port``: its connection's local TCP port.
+    - ``target``: what was requested (code into ``strings``: a URL path, a memcached command).
+    - ``sent``: ``time.time_ns()`` just before the request was written to the socket.
+    - ``received``: ``time.time_ns()`` just after the response's last byte was read.
+    - ``parent``: the row of the response that named this request, -1 for a tree's root.
+    - ``outstanding``: requests outstanding on the connection once this one was sent (≥ 1).
+    - ``size``: response bytes (status line/headers included).
+    """
+
+    strings: StringPool
+    conn: np.ndarray
+    port: np.ndarray
+    target: np.ndarray
+    sent: np.ndarray
+    received: np.ndarray
+    parent: np.ndarray
+    outstanding: np.ndarray
+    size: np.ndarray
+    COLUMNS: ClassVar[dict[str, type]] = {
+        "conn": np.int32,
+        "port": np.uint16,
+        "target": np.int32,
+        "sent": np.int64,
+        "received": np.int64,
+        "parent": np.int64,
+        "outstanding": np.int16,
+        "size": np.int64,
+    }
+
+    @property
+    def latency(self) -> np.ndarray:
+        """The client-visible response latency of every row, ns."""
+        return self.received - self.sent
+
+
+class ClientProtocol(Protocol):
+    """What :func:`run_clients` needs of a request/response protocol."""
+
+    def root(self, rng: np.random.Generator, now: float) -> str:
+        """The target at the root of the next tree started at Unix time ``now`` (seconds)."""
+        ...
+
+    def request(self, target: str) -> bytes:
+        """The bytes of the request for ``target``."""
+        ...
+
+    async def response(self, reader: asyncio.StreamReader, target: str) -> tuple[int, list[str]]:
+        """Read the response to ``target``; its size in bytes and the targets it names."""
+        ...
+
+
+@dataclass(frozen=True)
+class HttpProtocol:
+    """HTTP/1.1 GETs of the pages of :mod:`.web_server` and the objects they embed."""
+
+    pages: int
+    host: str = "127.0.0.1"
+
+    def root(self, rng: np.random.Generator, now: float) -> str:
+        return f"{PAGE_PREFIX}{rng.integers(self.pages)}"
+
+    def request(self, target: str) -> bytes:
+        return f"GET {target} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode()
+
+    async def response(self, reader: asyncio.StreamReader, target: str) -> tuple[int, list[str]]:
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = head.split(b" ", 2)[1]
+        if status != b"200":
+            raise ConfigError(f"web server answered {status.decode()} to GET {target}")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        body = await reader.readexactly(length)
+        return len(head) + length, [m.decode() for m in EMBED.findall(body)]
+
+
+class _Rows:
+    """The rows of a :class:`ResponseLog` as they are read, before they become columns."""
+
+    def __init__(self) -> None:
+        self.strings = StringPool()
+        self.rows: list[tuple[int, int, int, int, int, int, int, int]] = []
+
+    def add(self, conn, port, target, sent, received, parent, outstanding, size) -> int:
+        self.rows.append(
+            (conn, port, self.strings.code(target), sent, received, parent, outstanding, size)
+        )
+        return len(self.rows) - 1
+
+    def table(self) -> ResponseLog:
+        cols = list(zip(*self.rows, strict=True)) if self.rows else [()] * 8
+        return ResponseLog(self.strings, *(np.array(c) for c in cols))
+
+
+async def _client(
+    conn: int,
+    protocol: ClientProtocol,
+    address: tuple[str, int],
+    params: ClientParams,
+    start: float,
+    seconds: float,
+    rng: np.random.Generator,
+    rows: _Rows,
+) -> None:
+    """One client: trees until ``seconds`` have passed since ``start`` (monotonic), then it
+    finishes the tree it is in and closes."""
+    reader, writer = await asyncio.open_connection(*address)
+    port = writer.get_extra_info("sockname")[1]
+    try:
+        while time.monotonic() - start < seconds:
+            todo: deque[tuple[str, int]] = deque([(protocol.root(rng, time.time()), NONE)])
+            inflight: deque[tuple[str, int, int, int]] = deque()
+            while todo or inflight:
+                while todo and len(inflight) < params.max_outstanding:
+                    target, parent = todo.popleft()
+                    data = protocol.request(target)
+                    sent = time.time_ns()
+                    writer.write(data)
+                    inflight.append((target, parent, sent, len(inflight) + 1))
+                await writer.drain()
+                target, parent, sent, depth = inflight.popleft()
+                size, named = await protocol.response(reader, target)
+                row = rows.add(conn, port, target, sent, time.time_ns(), parent, depth, size)
+                todo.extend((t, row) for t in named)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def _run(
+    protocol: ClientProtocol, address: tuple[str, int], seconds: float, params: ClientParams, seed
+) -> ResponseLog:
+    rows = _Rows()
+    rngs = [np.random.default_rng([seed, c]) for c in range(params.connections)]
+    start = time.monotonic()
+    async with asyncio.TaskGroup() as group:
+        for c in range(params.connections):
+            group.create_task(_client(c, protocol, address, params, start, seconds, rngs[c], rows))
+    return rows.table()
+
+
+def run_clients(
+    protocol: ClientProtocol,
+    address: tuple[str, int],
+    seconds: float,
+    params: ClientParams | None = None,
+    seed: int = 0,
+) -> ResponseLog:
+    """Run ``params.connections`` clients of ``protocol`` against ``address`` for ``seconds``
+    (each finishes its current tree) and return the log of every response."""
+    return asyncio.run(_run(protocol, address, seconds, params or ClientParams(), seed))
