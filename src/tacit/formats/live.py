@@ -1,0 +1,214 @@
+"""Live packet capture on an interface (libpcap through pcapy-ng), decoded by the pcap reader.
+
+Frames are taken from libpcap in batches (``next_batch``: one call per batch, not per packet),
+wrapped as an in-memory classic pcap (global header + one record per frame) and decoded by
+:func:`tacit.formats.pcap.read_packet_buffer`, the compiled reader every capture file goes
+through: one decoder, the same :class:`~tacit.model.packets.PacketTable` columns and the same
+accounting of every record. The same path serves a capture file filtered by libpcap
+(:func:`filtered_file`).
+
+Timestamps are libpcap's (the kernel's receive or transmit time on the system clock), in
+microseconds: pcapy-ng's batches carry ``(sec, usec)``. ``next_batch`` does not return a
+frame's length on the wire, so a frame cut by the snap length gets ``wire_len`` = its captured
+length; its ``truncated`` flag still comes from the IP header. The default snap length is
+libpcap's largest (262144), which no frame on Linux reaches, so nothing is cut by default.
+
+The handle is non-blocking and waited on with ``select``: with TPACKET_V3, libpcap's read
+timeout does not fire while no packet arrives, so a blocking read could not honour a stop.
+"""
+
+from __future__ import annotations
+
+import select
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tacit.errors import ConfigError, InputError
+from tacit.formats.pcap import MAX_SNAPLEN, PacketRead, read_packet_buffer
+
+_PCAP_HEADER = struct.Struct("<IHHiIII")
+_PCAP_US_MAGIC = 0xA1B2C3D4
+_RECORD = 16
+
+
+@dataclass(frozen=True)
+class CaptureStats:
+    """libpcap's counters (``pcap_stats``): packets the filter passed (``received``), dropped by
+    the kernel for lack of buffer space (``dropped``) and by the interface (``if_dropped``);
+    plus ``delivered``: frames handed to the decoder."""
+
+    received: int
+    dropped: int
+    if_dropped: int
+    delivered: int
+
+
+def _pcapy():
+    try:
+        import pcapy
+    except ImportError as e:  # pragma: no cover - pcapy-ng is a dependency
+        raise ConfigError(f"live capture needs pcapy-ng (libpcap): {e}") from None
+    return pcapy
+
+
+def wrap_frames(data: bytes, meta: bytes, linktype: int, snaplen: int) -> bytes:
+    """One pcap file (microsecond timestamps) holding the frames of one ``next_batch`` result:
+    ``meta`` is four native uint32 per frame (sec, usec, offset into ``data``, captured length).
+    Vectorized: the record headers and the frame bytes are scattered into place by index."""
+    m = np.frombuffer(meta, dtype=np.uint32).reshape(-1, 4).astype(np.int64)
+    sec, usec, off, cap = m[:, 0], m[:, 1], m[:, 2], m[:, 3]
+    n = len(m)
+    before = np.cumsum(cap) - cap
+    start = _PCAP_HEADER.size + _RECORD * np.arange(1, n + 1) + before  # of each frame's bytes
+    out = np.empty(_PCAP_HEADER.size + _RECORD * n + int(cap.sum()), np.uint8)
+    out[: _PCAP_HEADER.size] = np.frombuffer(
+        _PCAP_HEADER.pack(_PCAP_US_MAGIC, 2, 4, 0, 0, snaplen, linktype), np.uint8
+    )
+    heads = np.stack([sec, usec, cap, cap], axis=1).astype("<u4").view(np.uint8)
+    out[(start - _RECORD)[:, None] + np.arange(_RECORD)] = heads.reshape(n, _RECORD)
+    total = int(cap.sum())
+    within = np.arange(total) - np.repeat(before, cap)
+    src = np.frombuffer(data, np.uint8)
+    out[np.repeat(start, cap) + within] = src[np.repeat(off, cap) + within]
+    return out.tobytes()
+
+
+class LiveCapture:
+    """Capture on ``interface`` with a BPF filter; :meth:`batches` yields decoded batches.
+
+    Raises :class:`~tacit.errors.ConfigError` for a missing interface, no permission to
+    capture, or a filter libpcap cannot compile. Use as a context manager, or :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        interface: str,
+        bpf_filter: str = "",
+        snaplen: int = MAX_SNAPLEN,
+        *,
+        promiscuous: bool = False,
+        batch_frames: int = 8192,
+        poll_seconds: float = 0.05,
+    ) -> None:
+        pcapy = _pcapy()
+        self.interface = interface
+        self.bpf_filter = bpf_filter
+        self.snaplen = snaplen
+        self.batch_frames = batch_frames
+        self.poll_seconds = poll_seconds
+        self.delivered = 0
+        self.drained_ns = time.time_ns()
+        """The system time of the last read that found nothing more: every frame captured
+        before it (less libpcap's buffer timeout) has been delivered."""
+        self._stop = threading.Event()
+        try:
+            self._handle = pcapy.open_live(interface, snaplen, promiscuous, 10)
+        except pcapy.PcapError as e:
+            raise ConfigError(f"cannot capture on {interface!r}: {e}") from None
+        try:
+            if bpf_filter:
+                self._handle.setfilter(bpf_filter)
+            self._handle.setnonblock(1)
+        except pcapy.PcapError as e:
+            self._handle.close()
+            raise ConfigError(f"bad capture filter {bpf_filter!r}: {e}") from None
+        self.linktype = self._handle.datalink()
+        self._source = f"live:{interface}"
+        read_packet_buffer(wrap_frames(b"", b"", self.linktype, snaplen), self._source)  # warm
+
+    def __enter__(self) -> LiveCapture:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stop(self) -> None:
+        """Make :meth:`batches` return after its current wait (callable from any thread)."""
+        self._stop.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    def stats(self) -> CaptureStats:
+        received, dropped, if_dropped = self._handle.stats()
+        return CaptureStats(received, dropped, if_dropped, self.delivered)
+
+    def batches(
+        self, max_seconds: float | None = None, *, idle: bool = False
+    ) -> Iterator[PacketRead | None]:
+        """Decoded batches of what has been captured, until ``max_seconds`` have passed (from
+        this call) or :meth:`stop`. Waits at most ``poll_seconds`` between batches; with
+        ``idle``, yields None after every wait that found nothing more, so that a consumer
+        sees time pass (:attr:`drained_ns`) when nothing arrives."""
+        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        fd = self._handle.getfd()
+        while not self._stop.is_set():
+            wait = self.poll_seconds
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    break
+            select.select([fd], [], [], wait)
+            while not self._stop.is_set():
+                read = self._next()
+                if read is None:
+                    break
+                yield read
+            if idle:
+                yield None
+        while (read := self._next()) is not None:  # what is already captured
+            yield read
+
+    def _next(self) -> PacketRead | None:
+        if self._handle is None:
+            return None
+        now = time.time_ns()
+        data, meta = self._handle.next_batch(self.batch_frames)
+        if not meta:
+            self.drained_ns = now
+            return None
+        return self._decode(data, meta)
+
+    def _decode(self, data: bytes, meta: bytes) -> PacketRead:
+        n = len(meta) // _RECORD
+        self.delivered += n
+        buf = wrap_frames(data, meta, self.linktype, self.snaplen)
+        return read_packet_buffer(buf, self._source)
+
+
+def filtered_file(
+    path: str | Path, bpf_filter: str, batch_frames: int = 65536
+) -> Iterator[PacketRead]:
+    """The packets of a capture file that pass a BPF filter, read by libpcap (pcap or pcapng,
+    not compressed) in batches, decoded like live frames (so with microsecond timestamps)."""
+    pcapy = _pcapy()
+    name = str(path)
+    try:
+        handle = pcapy.open_offline(name)
+    except pcapy.PcapError as e:
+        raise InputError(f"libpcap cannot read it: {e}", path=name) from None
+    try:
+        try:
+            handle.setfilter(bpf_filter)
+        except pcapy.PcapError as e:
+            raise ConfigError(f"bad capture filter {bpf_filter!r}: {e}") from None
+        linktype = handle.datalink()
+        while True:
+            try:
+                data, meta = handle.next_batch(batch_frames)
+            except pcapy.PcapError as e:
+                raise InputError(f"libpcap: {e}", path=name) from None
+            if not meta:
+                return
+            yield read_packet_buffer(wrap_frames(data, meta, linktype, MAX_SNAPLEN), name)
+    finally:
+        handle.close()

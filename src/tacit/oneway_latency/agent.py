@@ -1,0 +1,952 @@
+"""The two agents of the RDA one-way latency service: each captures at one point, the receiver
+reconciles, both publish one JSON line per interval.
+
+"Every Timestamp Counts: Accurate Tracking of Network Latencies using Reconcilable Difference
+Aggregator" (RDA) measures between two capture points that exchange, per interval, small
+summaries instead of every timestamp. Here that exchange runs over TCP between two processes
+(:mod:`~tacit.oneway_latency.protocol`), and per sender interval ``i``:
+
+1. Both agents cut their packets into intervals ``t_{i+1} = t_i + δ`` and close interval ``i``
+   once their capture clock is ``grace_ns`` past its end (late deliveries from the capture);
+   a closed interval's packets become an :class:`~tacit.oneway_latency.intervals.IntervalCache`
+   (flow-hash sampled as configured; a packet identifier seen twice in one interval is kept
+   once and counted as a duplicate).
+2. The sender sends the interval's MinHash sketch (late binding, RDA step 2).
+3. The receiver, once it has also closed ``i + lookahead`` (late arrivals live there), sizes the
+   synopsis from the two sketches and asks for the sender's synopsis of that size.
+4. The receiver reconciles (:func:`tacit.oneway_latency.rda.reconcile`, the same code as the
+   single-process algorithm). Reconciliation looks the decoded identifiers up in both sides'
+   caches; the sender's cache is remote, so the lookups it needs are gathered, requested from
+   the sender in one message, and reconciliation is rerun with the answers until it needs
+   none it lacks (at most ``max_peel_rounds`` requests: each peeling round may list new ids).
+5. The receiver publishes the result and sends it to the sender, which publishes it too and
+   forgets the interval.
+
+Which side listens: the receiver (a documented choice: the receiver does the decoding and so
+the waiting; a sender can come and go). The sender connects and retries with exponential
+backoff; after every (re)connection it re-announces every interval still unanswered, and the
+receiver answers again from what it kept (a result it already published is resent, not
+recomputed), so a dropped connection or a late peer loses no interval that can still be
+completed.
+
+Retention (documented limits): an interval waits for its peer at most ``retention_s`` seconds
+(wall clock) after it closed; at most ``max_pending`` intervals wait at once — a file source
+then pauses (backpressure), a live source publishes the oldest as given up. An interval that
+cannot be completed is published with its status: ``peer_missing`` (the peer never asked for
+or sent it), ``incomplete`` (the exchange began but did not finish), ``expired`` (the receiver
+no longer held its packets). ``complete`` and ``undecodable`` (the difference could not be
+fully listed; the mean and standard deviation then rest on the clean buckets only, as in RDA
+Algorithm 2) are the outcomes of a reconciliation. Intervals in which the sender saw no packet
+are not published (there is nothing to measure); the final summary line counts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tacit.errors import ConfigError, TacitError
+from tacit.formats.pcap import PacketAccounting, PacketRead, iter_packet_chunks
+from tacit.model.packets import NO_TIME
+from tacit.oneway_latency.intervals import IntervalCache, IntervalParams, IntervalWork
+from tacit.oneway_latency.minhash import BottomK, bottom_k, set_difference
+from tacit.oneway_latency.protocol import (
+    MAX_PAYLOAD,
+    Channel,
+    ConfigMismatchError,
+    Frame,
+    MessageType,
+    ProtocolError,
+    Role,
+    Sketch,
+    decode_end,
+    decode_ids,
+    decode_interval_count,
+    decode_result,
+    decode_sketch,
+    decode_synopsis,
+    decode_timestamps,
+    encode_end,
+    encode_ids,
+    encode_interval_count,
+    encode_json,
+    encode_sketch,
+    encode_synopsis,
+    encode_timestamps,
+    params_config,
+)
+from tacit.oneway_latency.rda import RDAParams, reconcile
+from tacit.oneway_latency.synopsis import Synopsis
+
+log = logging.getLogger("tacit.oneway_latency.agent")
+
+COMPLETE, UNDECODABLE = "complete", "undecodable"
+PEER_MISSING, INCOMPLETE, EXPIRED = "peer_missing", "incomplete", "expired"
+
+
+@dataclass(frozen=True)
+class AgentParams:
+    """Parameters of one agent; both agents must agree on ``intervals``, ``rda`` and
+    ``lookahead`` (checked at the hello), the rest is local.
+
+    ``grace_ns`` (50 ms): how long after an interval's end its packets may still be delivered
+    by the capture (libpcap buffers up to its timeout; a replayed file needs none but the
+    margin costs nothing). ``retention_s`` (60 s) and ``max_pending`` (1000 intervals, 10 s
+    at δ = 10 ms): the retention limits of the module docstring. ``concurrency``: intervals
+    the receiver reconciles at once (their exchanges overlap on the connection, so that a
+    round-trip time longer than δ does not make the receiver fall behind). Retries wait
+    ``retry_initial_s`` doubling up to ``retry_max_s``. These are engineering choices of ours;
+    the RDA paper describes no agent protocol.
+    """
+
+    intervals: IntervalParams = field(default_factory=IntervalParams)
+    rda: RDAParams = field(default_factory=RDAParams)
+    lookahead: int = 1
+    grace_ns: int = 50_000_000
+    retention_s: float = 60.0
+    max_pending: int = 1000
+    concurrency: int = 8
+    retry_initial_s: float = 0.05
+    retry_max_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.lookahead < 1 or self.max_pending < 1 or self.concurrency < 1:
+            raise ConfigError("lookahead, max_pending and concurrency must be at least 1")
+        if self.grace_ns < 0 or self.retention_s <= 0:
+            raise ConfigError("grace must be non-negative and retention positive")
+
+    def config(self) -> dict[str, Any]:
+        """What both agents must agree on (sent in the hello)."""
+        return {**params_config(self.intervals, self.rda), "lookahead": self.lookahead}
+
+
+# Sources: a blocking iterator of (packets or None, capture clock ns) run in a thread.
+
+
+@dataclass
+class Batch:
+    """Packets from a source and the capture clock after them: every packet still to come has
+    a timestamp at least ``clock_ns - grace`` (a file: the last timestamp read; live: now)."""
+
+    read: PacketRead | None
+    clock_ns: int
+
+
+class PcapSource:
+    """A capture file, replayed as fast as possible (interval boundaries by capture time) or,
+    with ``realtime``, paced by its capture timestamps. A BPF ``bpf_filter`` makes libpcap
+    read the file (:func:`tacit.formats.live.filtered_file`)."""
+
+    live = False
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        realtime: bool = False,
+        bpf_filter: str = "",
+        chunk_records: int = 65536,
+    ) -> None:
+        self.path = str(path)
+        self.realtime = realtime
+        self.bpf_filter = bpf_filter
+        self.chunk_records = chunk_records
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def batches(self) -> Iterator[Batch]:
+        if self.bpf_filter:
+            from tacit.formats.live import filtered_file
+
+            reads = filtered_file(self.path, self.bpf_filter)
+        else:
+            reads = iter_packet_chunks(self.path, self.chunk_records)
+        origin: tuple[int, float] | None = None
+        for read in reads:
+            if self._stop.is_set():
+                return
+            times = read.packets.time[read.packets.time != NO_TIME]
+            if not self.realtime or not len(times):
+                yield Batch(read, int(times.max()) if len(times) else -(2**62))
+                continue
+            origin = origin or (int(times[0]), time.monotonic())
+            yield from self._paced(read, origin)
+
+    def _paced(self, read: PacketRead, origin: tuple[int, float]) -> Iterator[Batch]:
+        """The read cut into 1 ms slices of capture time, each released at its time."""
+        t = read.packets.time
+        edges = np.arange(int(t.min()), int(t.max()) + 1_000_001, 1_000_000)
+        cuts = np.searchsorted(t, edges)
+        first = True
+        for lo, hi, edge in zip(cuts[:-1], cuts[1:], edges[1:], strict=True):
+            if self._stop.is_set():
+                return
+            time.sleep(max(0.0, origin[1] + (edge - origin[0]) / 1e9 - time.monotonic()))
+            rows = np.arange(lo, hi)
+            part = PacketRead(read.packets.take(rows), PacketAccounting(), read.format)
+            if first:  # the read's accounting travels with its first slice
+                part.accounting, first = read.accounting, False
+            yield Batch(part, int(edge))
+
+
+class LiveSource:
+    """Live capture on an interface (:class:`tacit.formats.live.LiveCapture`) for
+    ``duration_s`` seconds (None: until stopped). The capture clock is the system time at
+    which the capture last had nothing more to deliver: an agent that falls behind closes
+    no interval whose packets still wait in the kernel's buffer."""
+
+    live = True
+
+    def __init__(
+        self, interface: str, bpf_filter: str = "", duration_s: float | None = None
+    ) -> None:
+        from tacit.formats.live import LiveCapture
+
+        self.capture = LiveCapture(interface, bpf_filter)
+        self.duration_s = duration_s
+
+    def stop(self) -> None:
+        self.capture.stop()
+
+    def batches(self) -> Iterator[Batch]:
+        log.info("capturing on %s", self.capture.interface)
+        try:
+            for read in self.capture.batches(self.duration_s, idle=True):
+                yield Batch(read, self.capture.drained_ns)
+            yield Batch(None, time.time_ns())
+        finally:
+            stats = self.capture.stats()
+            log.info("capture stats: %s", stats)
+            self.capture.close()
+
+
+# Per-interval packets of one side.
+
+
+def _warm_up(params: AgentParams) -> None:
+    """Load the compiled kernels (numba) before capturing rather than while packets wait."""
+    ids = np.arange(1, 9, dtype=np.uint64)
+    cache = IntervalCache(ids, ids.astype(np.int64))
+    work = IntervalWork(0, 0, 1, cache, cache, IntervalCache.empty())
+    syn = Synopsis.build(params.rda.layout(params.rda.min_buckets_per_bank), ids, cache.ts)
+    reconcile(syn.copy(), syn, work, 1)
+    bottom_k(ids, 4, 0)
+
+
+class IntervalBook:
+    """One side's packets grouped by interval, closed into caches as the clock passes."""
+
+    def __init__(self, params: AgentParams) -> None:
+        self.params = params
+        self._open: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.closed_below: int | None = None
+        """Every interval below this is closed (None: none yet)."""
+        self.counts = {"packets": 0, "no_timestamp": 0, "before_start": 0, "after_close": 0}
+        self.duplicates = 0
+
+    def add(self, ident: np.ndarray, stamp: np.ndarray) -> None:
+        self.counts["packets"] += len(ident)
+        has_time = stamp != NO_TIME
+        self.counts["no_timestamp"] += int(np.count_nonzero(~has_time))
+        index = self.params.intervals.index(stamp)
+        self.counts["before_start"] += int(np.count_nonzero(has_time & (index < 0)))
+        keep = has_time & (index >= 0)
+        if self.closed_below is not None:
+            late = keep & (index < self.closed_below)
+            self.counts["after_close"] += int(np.count_nonzero(late))
+            keep &= ~late
+        index, ident, stamp = index[keep], ident[keep], stamp[keep]
+        for i in np.unique(index).tolist():
+            mine = index == i
+            self._open.setdefault(i, []).append((ident[mine], stamp[mine]))
+
+    def close(self, clock_ns: int | None) -> list[tuple[int, IntervalCache, int]]:
+        """Close every open interval whose end is ``grace_ns`` before ``clock_ns`` (all, when
+        None): ``(index, cache, packets before sampling)`` in order."""
+        iv = self.params.intervals
+        if clock_ns is None:
+            limit = max(self._open, default=-1) + 1
+        else:
+            limit = max(0, int(iv.index(np.int64(clock_ns - self.params.grace_ns))))
+        if self.closed_below is not None:
+            limit = max(limit, self.closed_below)
+        out = []
+        for i in sorted(j for j in self._open if j < limit):
+            parts = self._open.pop(i)
+            ident = np.concatenate([p[0] for p in parts])
+            stamp = np.concatenate([p[1] for p in parts])
+            ident, first = np.unique(ident, return_index=True)
+            self.duplicates += len(stamp) - len(first)
+            cache = IntervalCache(ident, stamp[first])
+            rda = self.params.rda
+            out.append((i, cache.sampled(rda.sampling_rate, rda.seed), len(first)))
+        self.closed_below = limit
+        return out
+
+
+@dataclass
+class _Pending:
+    """A sender interval waiting for its result."""
+
+    cache: IntervalCache
+    packets: int
+    closed_at: float
+    requested: bool = False
+
+
+class _RemoteCache:
+    """The sender's cache as far as the receiver has asked: exact for identifiers asked,
+    recording the others (``missing``) — which reconciliation is then rerun with."""
+
+    def __init__(self) -> None:
+        self.known = IntervalCache.empty()
+        self.asked: np.ndarray = np.empty(0, np.uint64)
+        self.missing: set[int] = set()
+
+    def lookup(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        query = np.asarray(query, dtype=np.uint64)
+        unasked = query[~np.isin(query, self.asked)]
+        self.missing.update(unasked.tolist())
+        return self.known.lookup(query)
+
+    def learn(self, ids: np.ndarray, found: np.ndarray, ts: np.ndarray) -> None:
+        self.asked = np.union1d(self.asked, ids)
+        merged_ids = np.concatenate([self.known.ids, ids[found]])
+        merged_ts = np.concatenate([self.known.ts, ts[found]])
+        self.known = IntervalCache.build(merged_ids, merged_ts, "sender's answers")
+        self.missing.clear()
+
+
+class _Expired(Exception):
+    """The sender answered that it no longer holds an interval."""
+
+
+class _Connection:
+    """One authenticated connection: frames out, replies to awaited requests in."""
+
+    def __init__(
+        self, channel: Channel, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.channel = channel
+        self.reader = reader
+        self.writer = writer
+        self.waiting: dict[tuple[MessageType, int], asyncio.Future] = {}
+
+    def send_now(self, mtype: MessageType, payload: bytes) -> None:
+        """Queue a frame (sealing and writing in one step keeps sequence numbers in order)."""
+        self.writer.write(self.channel.seal(mtype, payload))
+
+    async def send(self, mtype: MessageType, payload: bytes) -> None:
+        self.send_now(mtype, payload)
+        await self.writer.drain()
+
+    def expect(self, mtype: MessageType, interval: int) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        self.waiting[(mtype, interval)] = fut
+        return fut
+
+    def deliver(self, mtype: MessageType, interval: int, value: Any) -> None:
+        fut = self.waiting.pop((mtype, interval), None)
+        if fut is None or fut.done():
+            raise self.channel.error(f"unexpected {mtype.name} for interval {interval}")
+        fut.set_result(value)
+
+    def expired(self, interval: int) -> None:
+        """The sender no longer holds ``interval``: fail whatever awaits it."""
+        for (_, i), fut in list(self.waiting.items()):
+            if i == interval and not fut.done():
+                fut.set_exception(_Expired(interval))
+
+    def close(self) -> None:
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(ConnectionError("connection closed"))
+        self.waiting.clear()
+        self.writer.close()
+
+
+async def _handshake(
+    channel: Channel,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    role: Role,
+    config: dict[str, Any],
+) -> None:
+    writer.write(channel.hello(role, config))
+    await writer.drain()
+    peer = Role.RECEIVER if role == Role.SENDER else Role.SENDER
+    channel.accept_hello(await channel.read(reader), peer, config)
+
+
+class Agent:
+    """One of the two agents. ``role`` "sender" connects to ``peer`` (host, port); "receiver"
+    listens on it (port 0: any free port, see :attr:`port` after :meth:`listen`). ``key`` is
+    the shared HMAC key; ``source`` a :class:`PcapSource` or :class:`LiveSource`;
+    ``publish`` receives every published record (one per interval, then a summary).
+    """
+
+    def __init__(
+        self,
+        role: str,
+        peer: tuple[str, int],
+        key: bytes,
+        source: PcapSource | LiveSource,
+        params: AgentParams | None = None,
+        publish: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        if role not in ("sender", "receiver"):
+            raise ConfigError(f"role must be sender or receiver, got {role!r}")
+        self.role = Role.SENDER if role == "sender" else Role.RECEIVER
+        self.peer = peer
+        self.key = key
+        self.source = source
+        self.params = params or AgentParams()
+        self.records: list[dict[str, Any]] = []
+        self._publish = publish
+        self.book = IntervalBook(self.params)
+        self.accounting = PacketAccounting()
+        self.rejected: list[str] = []
+        """Every refused frame or connection, with its reason."""
+        self.connections = 0
+        self.port: int | None = None
+        self._config = self.params.config()
+        self._source_done = False
+        self._source_error: TacitError | None = None
+        self._changed: asyncio.Event | None = None
+        self._conn: _Connection | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._finished = False
+        self._empty_intervals = 0
+        # sender
+        self._pending: dict[int, _Pending] = {}
+        self._last_interval = -1
+        # receiver
+        self._caches: dict[int, IntervalCache] = {}
+        self._received: dict[int, int] = {}
+        self._forgotten_below = 0
+        self._sketches: dict[int, Sketch] = {}
+        self._results: dict[int, dict[str, Any]] = {}
+        self._tasks: dict[int, asyncio.Task] = {}
+        self._sender_end: int | None = None
+        self._bye = False
+        self._done_at: float | None = None
+
+    # ---------------------------------------------------------------- running
+
+    async def listen(self) -> int:
+        """Receiver: start listening (idempotent); the bound port."""
+        if self._server is None:
+            self._server = await asyncio.start_server(self._accept, self.peer[0], self.peer[1])
+            self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    def run_sync(self) -> list[dict[str, Any]]:
+        """Run until done (:meth:`run` in a new event loop)."""
+        return asyncio.run(self.run())
+
+    async def run(self) -> list[dict[str, Any]]:
+        """Capture, exchange and publish until the source has ended and every interval is
+        published; returns the published records. A source error (e.g. a corrupt capture) is
+        raised after the intervals read before it are finished."""
+        self._changed = asyncio.Event()
+        _warm_up(self.params)
+        if self.role == Role.RECEIVER:
+            await self.listen()
+        tasks = [asyncio.create_task(self._consume())]
+        if self.role == Role.SENDER:
+            tasks.append(asyncio.create_task(self._connect_loop()))
+        try:
+            await self._until_done(tasks)
+        finally:
+            self._finished = True
+            self.source.stop()
+            for t in [*tasks, *self._tasks.values()]:
+                t.cancel()
+            await asyncio.gather(*tasks, *self._tasks.values(), return_exceptions=True)
+            self._give_up()
+            if self._conn is not None:
+                self._conn.close()
+                with contextlib.suppress(OSError, TimeoutError):
+                    await asyncio.wait_for(self._conn.writer.wait_closed(), 1.0)
+            if self._server is not None:
+                self._server.close()
+            self._emit(self._summary())
+        if self._source_error is not None:
+            raise self._source_error
+        return self.records
+
+    async def _until_done(self, tasks: list[asyncio.Task]) -> None:
+        while True:
+            self._expire()
+            if self._done():
+                return
+            self._changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=0.1)
+            for t in [t for t in [*tasks, *self._tasks.values()] if t.done()]:
+                t.result()  # a fatal error (configuration mismatch) or a bug: raise it
+
+    def _give_up(self) -> None:
+        """Publish every interval still waiting when the agent stops (never silently lost)."""
+        for i in sorted(self._pending):
+            p = self._pending.pop(i)
+            self._emit(self._record(i, INCOMPLETE if p.requested else PEER_MISSING, p.packets))
+        for i in sorted(self._sketches):
+            if i not in self._results:
+                self._results[i] = self._record(i, INCOMPLETE, self._sketches[i].size)
+                self._emit(self._results[i])
+
+    def _poke(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    def _emit(self, record: dict[str, Any]) -> None:
+        record = {**record, "role": self.role.name.lower()}
+        self.records.append(record)
+        if self._publish is not None:
+            self._publish(record)
+
+    # ---------------------------------------------------------------- source
+
+    async def _consume(self) -> None:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue(maxsize=4)
+        done = object()
+
+        def put(item: object) -> None:
+            asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
+
+        def produce() -> None:
+            try:
+                try:
+                    for batch in self.source.batches():
+                        if self._finished:
+                            return
+                        put(batch)
+                except TacitError as e:
+                    put(e)
+                    return
+                put(done)
+            except (RuntimeError, concurrent.futures.CancelledError):
+                return  # the agent stopped (its loop closed) while we were reading
+
+        thread = threading.Thread(target=produce, name="tacit-agent-source", daemon=True)
+        thread.start()
+        while True:
+            while not self.source.live and self._backlog() >= self.params.max_pending:
+                self._changed.clear()
+                await self._changed.wait()
+            item = await queue.get()
+            if item is done:
+                break
+            if isinstance(item, TacitError):
+                log.error("source failed: %s", item)
+                self._source_error = item
+                break
+            if item.read is not None:
+                self.accounting = self.accounting + item.read.accounting
+                self.book.add(item.read.packets.ident, item.read.packets.time)
+            self._closed(self.book.close(item.clock_ns))
+        self._closed(self.book.close(None))
+        self._source_done = True
+        if self.role == Role.SENDER and self._conn is not None:
+            self._safe_send(MessageType.END, encode_end(self._last_interval))
+            if not self._pending:  # every interval already answered
+                self._safe_send(MessageType.BYE, b"")
+        self._poke()
+
+    def _backlog(self) -> int:
+        return len(self._pending) if self.role == Role.SENDER else len(self._caches)
+
+    def _closed(self, intervals: list[tuple[int, IntervalCache, int]]) -> None:
+        now = time.monotonic()
+        for i, cache, packets in intervals:
+            if self.role == Role.SENDER:
+                if not packets:
+                    continue
+                self._pending[i] = _Pending(cache, packets, now)
+                self._last_interval = max(self._last_interval, i)
+                self._announce(i)
+            else:
+                self._caches[i] = cache
+                self._received[i] = packets
+        if self.role == Role.RECEIVER:
+            self._forget_old_caches()
+        if intervals:
+            self._poke()
+
+    # ---------------------------------------------------------------- both
+
+    def _done(self) -> bool:
+        if not self._source_done:
+            return False
+        if self.role == Role.SENDER:
+            return not self._pending
+        if self._sender_end is None:
+            return False  # waits for the sender (or for retention, see _expire)
+        unresolved = [i for i in self._sketches if i not in self._results]
+        return not unresolved and self._bye
+
+    def _expire(self) -> None:
+        """Publish what waited longer than the retention limits."""
+        now = time.monotonic()
+        if self.role == Role.SENDER:
+            old = [
+                i for i, p in self._pending.items() if now - p.closed_at > self.params.retention_s
+            ]
+            over = sorted(self._pending)[: max(0, len(self._pending) - self.params.max_pending)]
+            for i in sorted(set(old) | (set(over) if self.source.live else set())):
+                p = self._pending.pop(i)
+                self._emit(self._record(i, INCOMPLETE if p.requested else PEER_MISSING, p.packets))
+            return
+        if self._source_done and self._done_at is None:
+            self._done_at = now
+        if self._source_done and now - self._done_at > self.params.retention_s:
+            if self._sender_end is None:  # the sender never finished: say what we saw
+                for i, n in sorted(self._received.items()):
+                    if n and i not in self._results:
+                        self._results[i] = self._record(i, PEER_MISSING, None)
+                        self._emit(self._results[i])
+            self._sender_end = self._sender_end if self._sender_end is not None else -1
+            self._bye = True
+
+    def _record(self, i: int, status: str, sender_packets: int | None) -> dict[str, Any]:
+        iv = self.params.intervals
+        return {
+            "interval": i,
+            "start_ns": iv.start(i),
+            "end_ns": iv.start(i + 1),
+            "status": status,
+            "mean_ns": None,
+            "std_ns": None,
+            "packets_sender": sender_packets,
+            "packets_receiver": self._received.get(i),
+            "matched": None,
+            "set_difference": None,
+        }
+
+    def _summary(self) -> dict[str, Any]:
+        return {
+            "summary": True,
+            "intervals_published": sum(1 for r in self.records if "interval" in r),
+            "accounting": self.accounting.as_dict(),
+            "packets": self.book.counts,
+            "duplicates": self.book.duplicates,
+            "rejected": self.rejected,
+            "connections": self.connections,
+            "source_error": None if self._source_error is None else str(self._source_error),
+        }
+
+    def _safe_send(self, mtype: MessageType, payload: bytes) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            conn.send_now(mtype, payload)
+        except (ConnectionError, OSError, RuntimeError) as e:
+            log.warning("send failed: %s", e)
+            self._drop(conn, str(e))
+
+    def _drop(self, conn: _Connection, why: str) -> None:
+        if self._conn is conn:
+            self._conn = None
+            for i, t in list(self._tasks.items()):
+                t.cancel()
+                del self._tasks[i]
+        conn.close()
+        log.info("connection closed: %s", why)
+        self._poke()
+
+    async def _serve(self, conn: _Connection) -> None:
+        """Read and dispatch frames until the connection ends; a bad frame drops it."""
+        self._conn = conn
+        self.connections += 1
+        self._poke()
+        why = "closed by peer"
+        try:
+            if self.role == Role.SENDER:
+                self._resume()
+            else:
+                self._schedule()
+            while True:
+                frame = await conn.channel.read(conn.reader)
+                await self._dispatch(conn, frame)
+        except ProtocolError as e:
+            self.rejected.append(str(e))
+            log.warning("refused frame: %s", e)
+            why = str(e)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
+            why = f"{type(e).__name__}: {e}"
+        finally:
+            self._drop(conn, why)
+
+    async def _dispatch(self, conn: _Connection, frame: Frame) -> None:
+        ch, t, body = conn.channel, frame.type, frame.payload
+        if self.role == Role.SENDER:
+            if t == MessageType.SYNOPSIS_REQUEST:
+                self._send_synopsis(conn, *decode_interval_count(ch, body))
+                await conn.writer.drain()
+            elif t == MessageType.TIMESTAMP_REQUEST:
+                self._send_timestamps(conn, *decode_ids(ch, body))
+            elif t == MessageType.RESULT:
+                self._on_result(decode_result(ch, body))
+            else:
+                raise ch.error(f"a sender does not take {t.name}", frame.sequence)
+            return
+        if t == MessageType.SKETCH:
+            self._on_sketch(decode_sketch(ch, body))
+        elif t == MessageType.SYNOPSIS:
+            syn = decode_synopsis(ch, body, self.params.rda.k)
+            conn.deliver(MessageType.SYNOPSIS, syn.interval, syn)
+        elif t == MessageType.TIMESTAMPS:
+            i, found, ts = decode_timestamps(ch, body)
+            conn.deliver(MessageType.TIMESTAMPS, i, (found, ts))
+        elif t == MessageType.EXPIRED:
+            conn.expired(decode_end(ch, body))
+        elif t == MessageType.END:
+            self._sender_end = decode_end(ch, body)
+            self._poke()
+        elif t == MessageType.BYE:
+            self._bye = True
+            self._poke()
+        else:
+            raise ch.error(f"a receiver does not take {t.name}", frame.sequence)
+
+    # ---------------------------------------------------------------- sender
+
+    async def _connect_loop(self) -> None:
+        delay = self.params.retry_initial_s
+        host, port = self.peer
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection(host, port)
+            except OSError as e:
+                log.info("connecting to %s:%s failed (%s); retrying in %.2fs", host, port, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, self.params.retry_max_s)
+                continue
+            channel = Channel(self.key, connector=True, peer=f"{host}:{port}")
+            try:
+                await asyncio.wait_for(
+                    _handshake(channel, reader, writer, self.role, self._config),
+                    self.params.retention_s,
+                )
+            except ConfigMismatchError:
+                writer.close()
+                raise
+            except (ProtocolError, asyncio.IncompleteReadError, OSError, TimeoutError) as e:
+                self.rejected.append(f"handshake: {e}")
+                log.warning("handshake with %s:%s failed: %s", host, port, e)
+                writer.close()
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, self.params.retry_max_s)
+                continue
+            delay = self.params.retry_initial_s
+            await self._serve(_Connection(channel, reader, writer))
+            if self._source_done and not self._pending:
+                return
+            await asyncio.sleep(self.params.retry_initial_s)
+
+    def _resume(self) -> None:
+        """After (re)connecting: announce every unanswered interval, and the end if reached."""
+        for i in sorted(self._pending):
+            self._announce(i)
+        if self._source_done:
+            self._safe_send(MessageType.END, encode_end(self._last_interval))
+            if not self._pending:
+                self._safe_send(MessageType.BYE, b"")
+
+    def _announce(self, i: int) -> None:
+        p = self._pending.get(i)
+        if p is None:
+            return
+        rda = self.params.rda
+        sketch = bottom_k(p.cache.ids, rda.minhash_size, rda.seed)
+        self._safe_send(MessageType.SKETCH, encode_sketch(i, sketch.size, sketch.values))
+
+    def _send_synopsis(self, conn: _Connection, i: int, per_bank: int) -> None:
+        p = self._pending.get(i)
+        if p is None:
+            conn.send_now(MessageType.EXPIRED, encode_end(i))
+            return
+        if per_bank < 1 or 20 * per_bank * self.params.rda.k > MAX_PAYLOAD - 64:
+            raise conn.channel.error(f"synopsis of {per_bank} buckets per bank refused")
+        p.requested = True
+        syn = Synopsis.build(self.params.rda.layout(per_bank), p.cache.ids, p.cache.ts)
+        conn.send_now(
+            MessageType.SYNOPSIS, encode_synopsis(i, per_bank, syn.idx, syn.ts, syn.count)
+        )
+
+    def _send_timestamps(self, conn: _Connection, i: int, ids: np.ndarray) -> None:
+        p = self._pending.get(i)
+        if p is None:
+            conn.send_now(MessageType.EXPIRED, encode_end(i))
+            return
+        found, ts = p.cache.lookup(ids)
+        conn.send_now(MessageType.TIMESTAMPS, encode_timestamps(i, found, ts))
+
+    def _on_result(self, record: dict[str, Any]) -> None:
+        i = record["interval"]
+        if self._pending.pop(i, None) is None:
+            return  # already published (a result resent after a reconnection)
+        self._emit({k: v for k, v in record.items() if k != "role"})
+        if self._source_done and not self._pending:
+            self._safe_send(MessageType.BYE, b"")
+        self._poke()
+
+    # ---------------------------------------------------------------- receiver
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        addr = writer.get_extra_info("peername")
+        channel = Channel(self.key, connector=False, peer=f"{addr[0]}:{addr[1]}")
+        try:
+            await asyncio.wait_for(
+                _handshake(channel, reader, writer, self.role, self._config),
+                self.params.retention_s,
+            )
+        except (ProtocolError, ConfigMismatchError) as e:
+            self.rejected.append(f"handshake: {e}")
+            log.warning("refused connection from %s: %s", channel.peer, e)
+            writer.close()
+            return
+        except (asyncio.IncompleteReadError, OSError, TimeoutError) as e:
+            log.info("connection from %s ended in the handshake: %s", channel.peer, e)
+            writer.close()
+            return
+        if self._conn is not None:  # the sender reconnected: the old connection is dead
+            self._drop(self._conn, "replaced by a new connection")
+        await self._serve(_Connection(channel, reader, writer))
+
+    def _on_sketch(self, sketch: Sketch) -> None:
+        i = sketch.interval
+        if i in self._results:
+            record = {k: v for k, v in self._results[i].items() if k != "role"}
+            self._safe_send(MessageType.RESULT, encode_json(record))
+            return
+        self._sketches[i] = sketch
+        self._schedule()
+
+    def _ready(self, i: int) -> bool:
+        closed = self.book.closed_below
+        return self._source_done or (closed is not None and closed > i + self.params.lookahead)
+
+    def _schedule(self) -> None:
+        if self._conn is None:
+            return
+        for i in sorted(self._sketches):
+            if len(self._tasks) >= self.params.concurrency:
+                break
+            if i in self._results or i in self._tasks or not self._ready(i):
+                continue
+            if i < self._forgotten_below:
+                self._resolve(i, self._record(i, EXPIRED, self._sketches[i].size))
+                continue
+            self._tasks[i] = asyncio.create_task(self._exchange(self._conn, i))
+
+    def _forget_old_caches(self) -> None:
+        """Drop the caches no reconciliation can need: below every unresolved announced
+        interval and the last result (the sender announces in order); from a live source,
+        also beyond the ``max_pending + lookahead + 1`` newest (those intervals expire)."""
+        unresolved = [i for i in self._sketches if i not in self._results]
+        below = min(unresolved, default=max(self._results, default=-1) + 1)
+        drop = {i for i in self._caches if i < below}
+        if self.source.live:
+            keep = self.params.max_pending + self.params.lookahead + 1
+            drop |= set(sorted(self._caches)[: max(0, len(self._caches) - keep)])
+        for i in drop:
+            del self._caches[i]
+            self._forgotten_below = max(self._forgotten_below, i + 1)
+        self._schedule()
+
+    def _cache(self, i: int) -> IntervalCache:
+        return self._caches.get(i, IntervalCache.empty())
+
+    def _synopsis_size(self, sender: Sketch, mine: IntervalCache) -> int:
+        """Buckets per bank: fixed, or late binding from the two sketches (as
+        :func:`tacit.oneway_latency.rda.late_binding_buckets`)."""
+        rda = self.params.rda
+        if rda.buckets_per_bank:
+            return rda.buckets_per_bank
+        theirs = BottomK(sender.values, rda.minhash_size, sender.size)
+        d = set_difference(theirs, bottom_k(mine.ids, rda.minhash_size, rda.seed))
+        return max(rda.min_buckets_per_bank, math.ceil(rda.late_binding_factor * d))
+
+    async def _exchange(self, conn: _Connection, i: int) -> None:
+        try:
+            record = await asyncio.wait_for(self._reconcile(conn, i), self.params.retention_s)
+        except (ConnectionError, OSError, asyncio.CancelledError, ProtocolError) as e:
+            if self._tasks.get(i) is asyncio.current_task():
+                del self._tasks[i]
+            if isinstance(e, ProtocolError):  # retried on the next connection
+                self.rejected.append(str(e))
+                self._drop(conn, str(e))
+            return
+        except _Expired:
+            record = self._record(i, EXPIRED, self._sketches[i].size)
+        except TimeoutError:
+            record = self._record(i, INCOMPLETE, self._sketches[i].size)
+        self._tasks.pop(i, None)
+        self._resolve(i, record)
+
+    async def _reconcile(self, conn: _Connection, i: int) -> dict[str, Any]:
+        sketch, mine = self._sketches[i], self._cache(i)
+        rda = self.params.rda
+        m = self._synopsis_size(sketch, mine)
+        layout = rda.layout(m)
+        reply = conn.expect(MessageType.SYNOPSIS, i)
+        await conn.send(MessageType.SYNOPSIS_REQUEST, encode_interval_count(i, m))
+        arrays = await reply
+        if arrays.buckets_per_bank != m:
+            raise conn.channel.error(f"synopsis of interval {i} has the wrong size")
+        sender = Synopsis(layout, arrays.idx, arrays.ts, arrays.count, np.empty(0, np.uint32))
+        receiver = Synopsis.build(layout, mine.ids, mine.ts)
+        later = [self._cache(i + j) for j in range(1, self.params.lookahead + 1)]
+        remote = _RemoteCache()
+        iv = self.params.intervals
+        work = IntervalWork(
+            i, iv.start(i), iv.start(i + 1), remote, mine, IntervalCache.merge(later)
+        )
+        while True:
+            result = reconcile(sender.copy(), receiver.copy(), work, rda.max_peel_rounds)
+            if not remote.missing:
+                break
+            ids = np.array(sorted(remote.missing), dtype=np.uint64)
+            reply = conn.expect(MessageType.TIMESTAMPS, i)
+            await conn.send(MessageType.TIMESTAMP_REQUEST, encode_ids(i, ids))
+            found, ts = await reply
+            if len(found) != len(ids):
+                raise conn.channel.error(f"timestamps of interval {i}: wrong count")
+            remote.learn(ids, found, ts)
+        est = result.estimate
+        return {
+            **self._record(i, COMPLETE if result.decoded else UNDECODABLE, sketch.size),
+            "mean_ns": None if est is None else est.mean_ns,
+            "std_ns": None if est is None or math.isnan(est.std_ns) else est.std_ns,
+            "matched": None if est is None else est.useful_packets,
+            "set_difference": result.lost + result.late + result.foreign,
+            "lost": result.lost,
+            "late": result.late,
+            "foreign": result.foreign,
+            "buckets_per_bank": m,
+            "peel_rounds": result.peel_rounds,
+        }
+
+    def _resolve(self, i: int, record: dict[str, Any]) -> None:
+        self._results[i] = record
+        self._emit(record)
+        self._safe_send(MessageType.RESULT, encode_json(record))
+        self._forget_old_caches()
+        self._poke()

@@ -1,0 +1,262 @@
+"""Two RDA agents on loopback replaying the two sides of a simulated stream from pcap files:
+their per-interval results against the per-packet truth, through dropped connections, a late
+peer, a missing peer, forged connections and mismatched configurations."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tacit.errors import InputError
+from tacit.formats.pcap import read_packets
+from tacit.formats.pcap_write import build_frame, write_pcap
+from tacit.model.packets import UDP
+from tacit.oneway_latency.agent import Agent, AgentParams, PcapSource
+from tacit.oneway_latency.intervals import IntervalParams, IntervalSplit, pipeline
+from tacit.oneway_latency.protocol import ConfigMismatchError
+from tacit.oneway_latency.rda import RDAParams, rda_interval
+from tacit.oneway_latency.simulate import StreamParams, simulate_stream
+from tacit.oneway_latency.stream import PacketStream
+from tacit.oneway_latency.truth import latency_truth
+
+KEY = b"test key of the two agents"
+BASE_NS = 1_700_000_000 * 10**9  # an epoch time on an interval boundary
+FAST = AgentParams(retention_s=20.0)
+
+
+@lru_cache(maxsize=1)
+def captures(directory: str) -> tuple[Path, Path]:
+    """The simulated stream (20 k packets, 10 intervals of 10 ms, loss and reordering across
+    boundaries) written as the sender's and the receiver's pcap: UDP datagrams whose payload
+    is the simulated packet's number, so that every packet has its own identifier."""
+    sim = simulate_stream(StreamParams(rate_pps=200_000, loss_rate=3e-3, reorder_rate=0.3))
+    number = {int(x): n for n, x in enumerate(sim.sender.ident)}
+
+    def frames(ident: np.ndarray) -> list[bytes]:
+        return [
+            build_frame(
+                "10.1.0.1",
+                "10.2.0.2",
+                proto=UDP,
+                sport=4000,
+                dport=5000,
+                payload=number[int(x)].to_bytes(8, "big") + b"p" * (number[int(x)] % 23),
+            )
+            for x in ident
+        ]
+
+    out = Path(directory)
+    sender, receiver = out / "sender.pcap", out / "receiver.pcap"
+    write_pcap(sender, frames(sim.sender.ident), (BASE_NS + sim.sender.time).tolist())
+    write_pcap(receiver, frames(sim.receiver.ident), (BASE_NS + sim.receiver.time).tolist())
+    return sender, receiver
+
+
+@pytest.fixture(scope="module")
+def pcaps(tmp_path_factory) -> tuple[Path, Path]:
+    return captures(str(tmp_path_factory.mktemp("agent")))
+
+
+def stream(path: Path) -> PacketStream:
+    p = read_packets(path).packets
+    return PacketStream(p.ident, p.time)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def pair(
+    pcaps: tuple[Path, Path],
+    sender_params: AgentParams = FAST,
+    receiver_params: AgentParams = FAST,
+    *,
+    sender_start_s: float = 0.0,
+    receiver_start_s: float = 0.0,
+    via=None,
+) -> tuple[Agent, Agent]:
+    """Run both agents to the end; ``via(port) -> port`` may put a proxy between them."""
+    port = free_port()
+    receiver = Agent("receiver", ("127.0.0.1", port), KEY, PcapSource(pcaps[1]), receiver_params)
+    if via is not None:
+        await receiver.listen()
+    target = port if via is None else await via(port)
+    sender = Agent("sender", ("127.0.0.1", target), KEY, PcapSource(pcaps[0]), sender_params)
+
+    async def later(agent: Agent, delay: float):
+        await asyncio.sleep(delay)
+        return await agent.run()
+
+    await asyncio.gather(later(receiver, receiver_start_s), later(sender, sender_start_s))
+    return sender, receiver
+
+
+def intervals(agent: Agent) -> dict[int, dict]:
+    rows = [r for r in agent.records if "interval" in r]
+    assert len({r["interval"] for r in rows}) == len(rows), "an interval published twice"
+    return {r["interval"]: r for r in rows}
+
+
+def check_against_truth(pcaps, sender: Agent, receiver: Agent, params: AgentParams) -> None:
+    s, r = stream(pcaps[0]), stream(pcaps[1])
+    truth = latency_truth(s, r, params.intervals)
+    mine, theirs = intervals(receiver), intervals(sender)
+    assert sorted(mine) == truth.index.tolist()  # every sender interval, none lost
+    assert mine == {i: {**row, "role": "receiver"} for i, row in theirs.items()}
+    central = {
+        w.index: rda_interval(w, params.rda)
+        for w in pipeline(
+            IntervalSplit(s, params.intervals, "sender"),
+            IntervalSplit(r, params.intervals, "receiver"),
+        )
+    }
+    for i, row in mine.items():
+        t = truth.row(i)
+        assert row["packets_sender"] == truth.sent[t]
+        assert row["status"] == "complete"
+        assert row["matched"] == truth.matched[t]
+        assert abs(row["mean_ns"] - truth.mean_ns[t]) <= 1e-9 * truth.mean_ns[t]
+        c = central[i]  # the distributed protocol computes exactly what RDA computes
+        assert (row["mean_ns"], row["std_ns"]) == (c.estimate.mean_ns, c.estimate.std_ns)
+        assert (row["lost"], row["late"], row["foreign"]) == (c.lost, c.late, c.foreign)
+    # The standard deviation rests on ~3·64 buckets (late binding's floor): its relative
+    # standard error is ~3-4 % per interval with these heavy-tailed (Weibull 0.65) delays.
+    std_error = np.array([mine[i]["std_ns"] / truth.std_ns[truth.row(i)] - 1 for i in mine])
+    assert np.sqrt(np.mean(std_error**2)) <= 0.05 and np.abs(std_error).max() <= 0.10
+    assert sum(row["late"] for row in mine.values()) > 0
+    assert sum(row["lost"] for row in mine.values()) > 0
+
+
+def test_two_agents_measure_every_interval_exactly(pcaps) -> None:
+    sender, receiver = asyncio.run(pair(pcaps))
+    check_against_truth(pcaps, sender, receiver, FAST)
+    summary = receiver.records[-1]
+    assert summary["summary"] and summary["accounting"]["ip_packets"] == len(stream(pcaps[1]))
+    assert not summary["rejected"] and summary["connections"] == 1
+
+
+def test_sampling_and_fixed_synopsis_agree_with_central_rda(pcaps) -> None:
+    params = AgentParams(rda=RDAParams(buckets_per_bank=256, sampling_rate=0.5, seed=7))
+    _, receiver = asyncio.run(pair(pcaps, params, params))
+    s, r = stream(pcaps[0]), stream(pcaps[1])
+    split = [IntervalSplit(x, params.intervals, n) for x, n in ((s, "s"), (r, "r"))]
+    for w in pipeline(*split):
+        c, row = rda_interval(w, params.rda), intervals(receiver)[w.index]
+        assert row["mean_ns"] == c.estimate.mean_ns and row["matched"] == c.estimate.useful_packets
+        assert row["buckets_per_bank"] == 256
+
+
+def cutting_proxy(cuts: list[int]):
+    """A TCP proxy that cuts its n-th connection after ``cuts[n]`` bytes from the receiver
+    (then forwards later connections whole)."""
+    connections = []
+
+    async def start(target: int) -> int:
+        async def handle(cr, cw):
+            n = len(connections)
+            connections.append(n)
+            sr, sw = await asyncio.open_connection("127.0.0.1", target)
+            budget = cuts[n] if n < len(cuts) else None
+
+            async def pump(src, dst, limit):
+                sent = 0
+                try:
+                    while data := await src.read(4096):
+                        if limit is not None and sent + len(data) > limit:
+                            dst.write(data[: limit - sent])
+                            break
+                        dst.write(data)
+                        sent += len(data)
+                        await dst.drain()
+                finally:
+                    cw.close()
+                    sw.close()
+
+            await asyncio.gather(pump(cr, sw, None), pump(sr, cw, budget), return_exceptions=True)
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        return server.sockets[0].getsockname()[1]
+
+    return start, connections
+
+
+def test_dropped_connections_lose_no_interval(pcaps) -> None:
+    start, connections = cutting_proxy([300, 1200, 2500])
+    sender, receiver = asyncio.run(pair(pcaps, via=start))
+    assert len(connections) == 4 and sender.connections == 3  # the first cut: in the hello
+    check_against_truth(pcaps, sender, receiver, FAST)
+
+
+def test_a_peer_that_starts_late(pcaps) -> None:
+    sender, receiver = asyncio.run(pair(pcaps, receiver_start_s=0.6))
+    check_against_truth(pcaps, sender, receiver, FAST)
+    sender, receiver = asyncio.run(pair(pcaps, sender_start_s=0.6))
+    check_against_truth(pcaps, sender, receiver, FAST)
+
+
+def test_a_missing_peer_is_published_not_skipped(pcaps) -> None:
+    params = AgentParams(retention_s=0.3)
+    sender = Agent("sender", ("127.0.0.1", free_port()), KEY, PcapSource(pcaps[0]), params)
+    sender.run_sync()
+    rows = intervals(sender)
+    truth = latency_truth(stream(pcaps[0]), stream(pcaps[1]), params.intervals)
+    assert sorted(rows) == truth.index.tolist()
+    assert {r["status"] for r in rows.values()} == {"peer_missing"}
+    assert [r["packets_sender"] for _, r in sorted(rows.items())] == truth.sent.tolist()
+
+
+def test_forged_and_garbage_connections_are_refused_and_survived(pcaps) -> None:
+    async def attack(port: int) -> int:
+        for junk in (b"GET / HTTP/1.1\r\nHost: agent\r\n\r\n", b"TRDA" + bytes(40), b"\x00" * 3):
+            _, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(junk)
+            await w.drain()
+            w.close()
+        impostor = Agent("sender", ("127.0.0.1", port), b"wrong key", PcapSource(pcaps[0]), FAST)
+        task = asyncio.create_task(impostor.run())
+        await asyncio.sleep(0.3)
+        task.cancel()
+        return port
+
+    sender, receiver = asyncio.run(pair(pcaps, via=attack, sender_start_s=0.0))
+    check_against_truth(pcaps, sender, receiver, FAST)
+    refused = " ".join(receiver.records[-1]["rejected"])
+    for reason in ("bad magic", "protocol version 0", "MAC does not verify"):
+        assert reason in refused
+
+
+def test_mismatched_configurations_are_refused(pcaps) -> None:
+    other = dataclasses.replace(FAST, intervals=IntervalParams(length_ns=20_000_000))
+    short = dataclasses.replace(FAST, retention_s=0.5)
+
+    async def run() -> Agent:
+        port = free_port()
+        receiver = Agent("receiver", ("127.0.0.1", port), KEY, PcapSource(pcaps[1]), short)
+        sender = Agent("sender", ("127.0.0.1", port), KEY, PcapSource(pcaps[0]), other)
+        task = asyncio.create_task(receiver.run())
+        with pytest.raises(ConfigMismatchError, match="length_ns: here 20000000, peer 10000000"):
+            await sender.run()
+        await task
+        return sender, receiver
+
+    sender, receiver = asyncio.run(run())
+    assert "configurations differ" in receiver.records[-1]["rejected"][0]
+    assert {r["status"] for r in intervals(sender).values()} == {"peer_missing"}
+    assert {r["status"] for r in intervals(receiver).values()} == {"peer_missing"}
+
+
+def test_corrupt_capture_is_a_clear_error(tmp_path) -> None:
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"\xd4\xc3\xb2\xa1" + bytes(20) + b"\xff" * 40)
+    agent = Agent("sender", ("127.0.0.1", free_port()), KEY, PcapSource(bad), FAST)
+    with pytest.raises(InputError, match=r"bad\.pcap"):
+        agent.run_sync()
+    assert agent.records[-1]["summary"] and "bad.pcap" in agent.records[-1]["source_error"]
