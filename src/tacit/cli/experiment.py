@@ -3,10 +3,79 @@ load-balancer simulation."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.table import Table
+
+from tacit.cli.jsonout import finite, print_json
+from tacit.cli.traces import JsonOpt, out
 
 experiment_app = typer.Typer(help="Experiments that measure tacit against ground truth.")
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(experiment_app, name="experiment")
+
+
+def _table(title: str, rows: dict) -> Table:
+    t = Table(title=title)
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    for k, v in rows.items():
+        t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+    return t
+
+
+@experiment_app.command()
+def web(
+    seconds: Annotated[float, typer.Option(help="How long the clients run.")] = 10.0,
+    server: Annotated[str, typer.Option(help="http (tacit's server) or memcached.")] = "http",
+    clients: Annotated[int, typer.Option(help="Client connections.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed of the site, service times and clients.")] = 0,
+    keep: Annotated[
+        Path | None, typer.Option(help="Directory to keep the capture and client log in.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run a server and clients on loopback, capture the client-to-server packets, estimate the
+    response latency with Pirate and score it against the latency every client logged."""
+    from tacit.experiment.web import run_web_experiment
+
+    result = run_web_experiment(seconds, clients=clients, seed=seed, workdir=keep, server=server)
+    doc = finite(result.as_dict())
+    if json_out:
+        print_json(doc)
+        return
+    flat = {k: v for k, v in doc.items() if not isinstance(v, dict | list)}
+    out.print(_table(f"live {server} experiment, {seconds:g} s", flat))
+
+
+@experiment_app.command()
+def loadbalancer(
+    seed: Annotated[int, typer.Option(help="Seed of the simulation.")] = 0,
+    source: Annotated[
+        str,
+        typer.Option(help="What the controller is fed: pirate (estimates) or truth (oracle)."),
+    ] = "pirate",
+    json_out: JsonOpt = False,
+) -> None:
+    """Simulate 2 clients and 4 servers behind Maglev, one server losing CPU for a while, with
+    and without Pirate's watermark controller; p50 and p99 latency of both."""
+    from tacit.simulate.loadbalancer import LoadBalancerParams, run_loadbalancer_experiment
+
+    params = replace(LoadBalancerParams(), seed=seed, latency_source=source)
+    doc = finite(run_loadbalancer_experiment(params).as_dict())
+    if json_out:
+        print_json(doc)
+        return
+    t = Table(title=f"load balancer simulation (seed {seed}, controller fed by {source})")
+    for col in ("", "p50 ms", "p99 ms"):
+        t.add_column(col, justify="right" if col else "left")
+    for name in ("unweighted", "controlled"):
+        s = doc[name]
+        t.add_row(name, f"{s['p50_ms']:.2f}", f"{s['p99_ms']:.2f}")
+    out.print(t)
+    out.print(f"p99 reduction: {doc['p99_reduction']:.1%}")

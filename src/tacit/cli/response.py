@@ -3,8 +3,166 @@ packets of a capture (Pirate)."""
 
 from __future__ import annotations
 
+import math
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
 import typer
+from rich.table import Table
+
+from tacit.cli.jsonout import print_json
+from tacit.cli.paths import parse_duration
+from tacit.cli.traces import JsonOpt, out
+from tacit.errors import ConfigError
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``response`` command to the ``latency`` group."""
+    app.command()(response)
+
+
+def response(
+    capture: Annotated[Path, typer.Argument(help="A pcap or pcapng file (gzip or not).")],
+    server: Annotated[
+        str | None,
+        typer.Option(help="The server as ADDR:PORT, ADDR or PORT (default: from handshakes)."),
+    ] = None,
+    truth: Annotated[
+        bool,
+        typer.Option(
+            "--truth",
+            help="Score against the truth parsed from the other direction (HTTP/1.1, Redis, "
+            "memcached) and show the RTT baselines.",
+        ),
+    ] = False,
+    algorithm: Annotated[
+        str, typer.Option(help="modes (Algorithm 2) or threshold (Algorithm 1).")
+    ] = "modes",
+    gap_threshold: Annotated[
+        str | None, typer.Option(help="The gap threshold δ, e.g. 1ms or 50us (default: δ).")
+    ] = None,
+    epoch: Annotated[str | None, typer.Option(help="Epoch length, e.g. 1s.")] = None,
+    rows: Annotated[
+        bool, typer.Option("--rows", help="With --json: every estimate (connection, epoch).")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Estimate response latency per connection per epoch from the client-to-server packets."""
+    from tacit.formats.pcap import read_packets
+    from tacit.response_latency import PirateParams, estimate_response_latency
+
+    params = PirateParams()
+    if gap_threshold is not None:
+        params = replace(params, gap_threshold_ns=parse_duration(gap_threshold))
+    if epoch is not None:
+        params = replace(params, epoch_ns=parse_duration(epoch))
+    if algorithm not in ("modes", "threshold"):
+        raise ConfigError(f"unknown algorithm {algorithm!r}: expected modes or threshold")
+    t0 = time.perf_counter()
+    read = read_packets(capture, payloads=truth)
+    t1 = time.perf_counter()
+    estimates = estimate_response_latency(read.packets, params, server=server, algorithm=algorithm)
+    t2 = time.perf_counter()
+    n = len(read.packets)
+    doc: dict = {
+        "capture": str(capture),
+        "algorithm": algorithm,
+        "packets": n,
+        "packets_per_second": n / (t2 - t1) if t2 > t1 else None,
+        "end_to_end_packets_per_second": n / (t2 - t0) if t2 > t0 else None,
+        "connections": len(estimates.connections),
+        "estimates": len(estimates),
+        "state_bytes_per_connection": _state_bytes(params, algorithm),
+        "direction_decided_by": estimates.connections.decided_counts(),
+        "capture_accounting": read.accounting.as_dict(),
+        "packet_accounting": estimates.accounting.as_dict(),
+    }
+    if truth:
+        doc.update(_scored(read, estimates, server))
+    if rows:
+        doc["rows"] = estimates.as_rows()
+    if json_out:
+        print_json(doc)
+        return
+    _print(doc, estimates)
+
+
+def _state_bytes(params, algorithm: str) -> int:
+    from tacit.response_latency import StreamingEstimator
+
+    return StreamingEstimator(params, algorithm=algorithm).state_bytes_per_connection
+
+
+def _scored(read, estimates, server: str | None) -> dict:
+    """The issue's error fields against the capture's truth, and the RTT baselines."""
+    from tacit.response_latency import score_estimates
+    from tacit.response_latency.rtt_baselines import METHODS, rtt_samples
+    from tacit.response_latency.truth import request_truth
+
+    t = request_truth(read, server=server)
+    answered = t.answered
+    clients = np.array([c.client for c in t.connections], dtype=object)
+    client = clients[t.connection[answered]] if len(t) else np.empty(0, dtype=object)
+    summary = score_estimates(
+        estimates,
+        client.astype(str),
+        t.request_first[answered],
+        t.response_latency[answered].astype(np.int64),
+    )
+    rtt = rtt_samples(read.packets, server=server)
+    baselines = {}
+    for i, name in enumerate(METHODS):
+        sel = rtt.rtt[rtt.method == i]
+        baselines[name] = {
+            "samples": len(sel),
+            "median_rtt_ns": float(np.median(sel)) if len(sel) else None,
+        }
+    latency = t.response_latency[answered]
+    return {
+        **summary.as_dict(),
+        "truth": t.as_dict(),
+        "median_true_latency_ns": float(np.median(latency)) if len(latency) else None,
+        "rtt_baselines": baselines,
+    }
+
+
+def _ms(ns) -> str:
+    return (
+        "–"
+        if ns is None or (isinstance(ns, float) and not math.isfinite(ns))
+        else (f"{ns / 1e6:.3f}")
+    )
+
+
+def _print(doc: dict, estimates) -> None:
+    t = Table(
+        title=f"{doc['capture']}: {doc['packets']} packets, {doc['connections']} connections, "
+        f"{doc['estimates']} estimates ({doc['algorithm']})"
+    )
+    for col in ("client", "server", "epochs", "median estimate ms", "gaps"):
+        t.add_column(col, justify="left" if col in ("client", "server") else "right")
+    for c in np.unique(estimates.connection).tolist():
+        sel = estimates.connection == c
+        t.add_row(
+            estimates.connections.client(c),
+            estimates.connections.server(c),
+            str(int(sel.sum())),
+            _ms(float(np.median(estimates.latency_ns[sel]))),
+            str(int(estimates.samples[sel].sum())),
+        )
+    out.print(t)
+    out.print(f"packets by bucket: {doc['packet_accounting']}")
+    if "median_relative_error" in doc:
+        out.print(
+            f"against the truth ({doc['samples']} connection-epochs): median relative error "
+            f"{doc['median_relative_error']:.2%}, p5 {doc['p5_relative_error']:.2%}, "
+            f"p95 {doc['p95_relative_error']:.2%}; median true latency "
+            f"{_ms(doc['median_true_latency_ns'])} ms"
+        )
+        for name, b in doc["rtt_baselines"].items():
+            out.print(
+                f"RTT baseline {name}: {b['samples']} samples, median {_ms(b['median_rtt_ns'])} ms"
+            )

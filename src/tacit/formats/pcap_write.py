@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from tacit.model.packets import ACK, TCP, UDP
+from tacit.model.packets import ACK, TCP, UDP, PacketTable, format_address
 
 NULL = 0
 ETHERNET = 1
@@ -244,6 +244,36 @@ def write_pcap(
             f.write(cut)
             n += 1
     return n
+
+
+def write_packets(path: str | Path, packets: PacketTable, snaplen: int = 65535) -> int:
+    """The rows of ``packets`` (a simulator's, say) as a pcap of Ethernet frames: addresses,
+    ports, TCP sequence state, flags and IP ids as in the table, payloads of zero bytes of each
+    row's ``payload_len``. Returns the number of records."""
+    names: dict[tuple[int, int], str] = {}
+
+    def name(hi: int, lo: int) -> str:
+        if (hi, lo) not in names:
+            names[hi, lo] = format_address(hi, lo)
+        return names[hi, lo]
+
+    c = {k: v.tolist() for k, v in packets.columns().items()}
+    frames = (
+        build_frame(
+            name(c["src_hi"][i], c["src_lo"][i]),
+            name(c["dst_hi"][i], c["dst_lo"][i]),
+            proto=c["proto"][i],
+            sport=c["sport"][i],
+            dport=c["dport"][i],
+            seq=c["seq"][i],
+            ack=c["ack"][i],
+            flags=c["tcp_flags"][i],
+            ip_id=c["ip_id"][i],
+            payload=bytes(c["payload_len"][i]),
+        )
+        for i in range(len(packets))
+    )
+    return write_pcap(path, frames, c["time"], snaplen=snaplen)
 
 
 def write_pcapng(

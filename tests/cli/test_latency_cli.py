@@ -1,0 +1,82 @@
+"""``tacit latency response`` and ``tacit experiment loadbalancer`` end to end, as subprocesses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clirun import finish, start
+from tacit.formats.pcap_write import write_packets
+from tacit.response_latency import estimate_response_latency
+from tacit.simulate.request_streams import RequestStreamParams, simulate_requests
+
+ISSUE_FIELDS = {
+    "connections",
+    "samples",
+    "median_relative_error",
+    "p5_relative_error",
+    "p95_relative_error",
+    "packets",
+    "packets_per_second",
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    d = tmp_path_factory.mktemp("latency")
+    stream = simulate_requests(RequestStreamParams(clients=4, duration_ns=3 * 10**9, seed=3))
+    write_packets(d / "sim.pcap", stream.packets)
+    (d / "bad.pcap").write_bytes(b"\xd4\xc3\xb2\xa1 truncated")
+    procs = {
+        "sim": start("latency", "response", d / "sim.pcap", "--json", "--rows", cwd=d),
+        "sim_text": start("latency", "response", d / "sim.pcap", cwd=d),
+        "bad": start("latency", "response", d / "bad.pcap", "--json", cwd=d),
+        "bad_algorithm": start("latency", "response", d / "sim.pcap", "--algorithm", "x", cwd=d),
+        "lb": start("experiment", "loadbalancer", "--json", cwd=d),
+    }
+    return d, finish(procs) | {"stream": stream}
+
+
+def test_response_json_has_the_issue_fields_and_matches_the_api(runs):
+    _, r = runs
+    assert r["sim"].returncode == 0, r["sim"].stderr
+    doc = json.loads(r["sim"].stdout)
+    assert {"packets", "packets_per_second", "connections"} <= doc.keys()
+    api = estimate_response_latency(r["stream"].packets)
+    assert doc["packets"] == len(r["stream"].packets)
+    assert doc["estimates"] == len(api) == len(doc["rows"])
+    assert [row["latency_ns"] for row in doc["rows"]] == api.latency_ns.tolist()
+    assert sum(doc["packet_accounting"].values()) == doc["packets"]
+    assert "median estimate ms" in r["sim_text"].stdout
+
+
+def test_bad_input_is_one_line_and_exit_2(runs):
+    _, r = runs
+    for name in ("bad", "bad_algorithm"):
+        assert r[name].returncode == 2, (name, r[name].stderr)
+        lines = r[name].stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in r[name].stderr
+    assert "bad.pcap" in r["bad"].stderr
+
+
+def test_truth_scores_a_real_capture(shared_data, tmp_path):
+    http = shared_data / "pcap" / "zeek-http-1000-requests-one-dropped-response.pcap.gz"
+    args = ("latency", "response", http, "--truth", "--gap-threshold", "5us", "--json")
+    r = finish({"truth": start(*args, cwd=tmp_path)})["truth"]
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc.keys() >= ISSUE_FIELDS
+    assert doc["truth"]["accounting"]["requests"] == 1000
+    assert doc["rtt_baselines"]["seq_ack"]["samples"] > 0
+
+
+def test_loadbalancer_compares_both_runs(runs):
+    _, r = runs
+    assert r["lb"].returncode == 0, r["lb"].stderr
+    doc = json.loads(r["lb"].stdout)
+    un, co = doc["unweighted"], doc["controlled"]
+    assert np.isclose(doc["p99_reduction"], 1 - co["p99_ms"] / un["p99_ms"])
+    assert un["p50_ms"] <= un["p99_ms"] and co["p50_ms"] <= co["p99_ms"]
