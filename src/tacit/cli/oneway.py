@@ -3,6 +3,238 @@ synopses on a replayed or simulated packet stream."""
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
 import typer
+from rich.table import Table
+
+from tacit.cli.traces import JsonOpt, console, out, progress_bar
+from tacit.errors import ConfigError
+from tacit.oneway_latency.sweep import PAPER_MEMORY_BYTES
 
 oneway_app = typer.Typer(help="One-way latency between two capture points (RDA, LDA, FineComb).")
+
+SIMULATED_RATE = 1e6
+"""Packets per second of a simulated single run (the simulator's default)."""
+SWEEP_RATE = 10e6
+"""Packets per second of a sweep's sender (10^5 packets per 10 ms interval)."""
+SWEEP_INTERVALS = 5
+
+
+@oneway_app.command()
+def simulate(
+    pcap: Annotated[
+        Path | None,
+        typer.Argument(help="Capture (pcap/pcapng, gzip or not) replayed as the sender."),
+    ] = None,
+    packets: Annotated[
+        int | None,
+        typer.Option(
+            "--packets",
+            help="Packets: of a simulated Poisson sender, or of the capture repeated to this "
+            "many (fresh identifiers per repetition).",
+        ),
+    ] = None,
+    loss: Annotated[float, typer.Option(help="Loss probability per packet.")] = 1e-3,
+    reorder: Annotated[
+        float,
+        typer.Option(
+            help="Probability that a packet sent in the last 100 µs of an interval is held "
+            "past the boundary."
+        ),
+    ] = 0.1,
+    seed: Annotated[int, typer.Option(help="Seed of the path (and of the simulated sender).")] = 0,
+    memory: Annotated[
+        int, typer.Option(help="Bytes per synopsis, the same for every method.")
+    ] = PAPER_MEMORY_BYTES,
+    rate: Annotated[
+        float | None,
+        typer.Option(
+            help="Sender packets per second (default: the capture's own timing; simulated "
+            "1 M, or 10 M with --sweep)."
+        ),
+    ] = None,
+    sweep: Annotated[
+        bool,
+        typer.Option(
+            "--sweep", help="Error against set difference (0 … 10,000) instead of one run."
+        ),
+    ] = False,
+    differences: Annotated[
+        str | None,
+        typer.Option(help="Sweep: comma-separated set differences per interval."),
+    ] = None,
+    seeds: Annotated[int, typer.Option(help="Sweep: seeds per set difference.")] = 3,
+    plots: Annotated[
+        Path | None, typer.Option("--plots", help="Sweep: directory for the PNG figures.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run RDA, sRDA, LDA and FineComb at equal memory on a stream through a simulated path."""
+    if pcap is None and packets is None:
+        raise ConfigError("give a capture to replay or --packets N for a simulated stream")
+    if packets is not None and packets < 1:
+        raise ConfigError(f"--packets must be at least 1, got {packets}")
+    if not sweep and (plots is not None or differences is not None):
+        raise ConfigError("--plots and --differences go with --sweep")
+    if sweep:
+        _sweep(pcap, packets, seed, memory, rate, differences, seeds, plots, json_out)
+    else:
+        _single(pcap, packets, loss, reorder, seed, memory, rate, json_out)
+
+
+def _sender(pcap: Path | None, packets: int | None, rate: float | None, seed: int):
+    """The sender stream and, for a capture, what its replay did (None when simulated)."""
+    if pcap is None:
+        from tacit.oneway_latency.simulate import StreamParams, poisson_sender
+
+        assert packets is not None
+        pps = rate or SIMULATED_RATE
+        duration = math.ceil(packets / pps * 1e9)
+        return poisson_sender(StreamParams(packets=packets, duration_ns=duration, seed=seed)), None
+    from tacit.formats.pcap import read_packets
+    from tacit.oneway_latency.replay import ReplayParams, replay_capture
+
+    if not pcap.is_file():
+        raise ConfigError(f"{pcap}: no such capture file")
+    replay = replay_capture(
+        read_packets(pcap).packets, ReplayParams(packets=packets, rate_pps=rate, seed=seed)
+    )
+    return replay.stream, replay
+
+
+def _single(
+    pcap: Path | None,
+    packets: int | None,
+    loss: float,
+    reorder: float,
+    seed: int,
+    memory: int,
+    rate: float | None,
+    json_out: bool,
+) -> None:
+    from tacit.oneway_latency.simulate import StreamParams
+    from tacit.oneway_latency.sweep import run_once
+
+    path = StreamParams(loss_rate=loss, reorder_rate=reorder, seed=seed)
+    sender, replay = _sender(pcap, packets, rate, seed)
+    run = run_once(sender, path, memory)
+    doc = {**run.as_dict(), "replay": replay.as_dict() if replay else None}
+    if json_out:
+        out.print_json(json.dumps(doc))
+        return
+    if replay is not None:
+        console.print(replay.describe())
+    t = Table(
+        title=f"{doc['packets']} packets, {doc['intervals']} intervals, {doc['lost']} lost, "
+        f"{doc['reordered']} reordered; set difference {doc['set_difference']:.1f} per "
+        f"interval; {memory} bytes per synopsis"
+    )
+    for col in ("method", "mean rel. error", "std rel. error", "useful packets", "memory B"):
+        t.add_column(col, justify="left" if col == "method" else "right")
+    for r in doc["results"]:
+        t.add_row(
+            r["method"],
+            _err(r["mean_relative_error"]),
+            _err(r["std_relative_error"]),
+            f"{r['useful_packets']} / {r['matched_packets']}",
+            str(r["memory_bytes"]),
+        )
+    out.print(t)
+    out.print(
+        f"RDA insertion {doc['insert_packets_per_second'] / 1e6:.1f} M packets/s; decoding "
+        f"{1e3 * doc['decode_seconds']:.3f} ms per interval (FineComb stash repair "
+        f"{1e3 * doc['finecomb_repair_seconds']:.3f} ms)"
+    )
+
+
+def _sweep(
+    pcap: Path | None,
+    packets: int | None,
+    seed: int,
+    memory: int,
+    rate: float | None,
+    differences: str | None,
+    seeds: int,
+    plots: Path | None,
+    json_out: bool,
+) -> None:
+    from tacit.oneway_latency.sweep import SweepParams, plot_sweep, run_sweep
+
+    if seeds < 1:
+        raise ConfigError(f"--seeds must be at least 1, got {seeds}")
+    pps = rate or SWEEP_RATE
+    length = SweepParams().intervals.length_ns
+    wanted = packets or round(pps * SWEEP_INTERVALS * length / 1e9)
+    options: dict[str, Any] = {
+        "memory_bytes": memory,
+        "seeds": tuple(range(seed, seed + seeds)),
+        "rate_pps": pps,
+        "intervals_per_run": max(1, round(wanted / (pps * length / 1e9))),
+    }
+    if differences is not None:
+        options["differences"] = _int_list(differences)
+    params = SweepParams(**options)
+    replay = None
+    sender = None
+    if pcap is not None:
+        sender, replay = _sender(pcap, wanted, pps, seed)
+    source = replay.source if replay else "simulated Poisson stream"
+    runs = len(params.differences) * len(params.seeds)
+    with progress_bar(runs, "sweep", not json_out) as advance:
+        result = run_sweep(params, sender, source, advance)
+    drawn = [str(p) for p in plot_sweep(result, plots)] if plots is not None else []
+    if json_out:
+        doc = {**result.as_dict(), "replay": replay.as_dict() if replay else None, "plots": drawn}
+        out.print_json(json.dumps(doc))
+        return
+    if replay is not None:
+        console.print(replay.describe())
+    t = Table(title=f"{source}: {memory} bytes per synopsis, {seeds} seed(s) per point")
+    for col in (
+        "set difference",
+        "method",
+        "mean rel. error",
+        "std rel. error",
+        "useful",
+        "decoded",
+        "memory B",
+        "decode ms",
+    ):
+        t.add_column(col, justify="left" if col == "method" else "right")
+    for p in result.points:
+        for i, m in enumerate(p.methods.values()):
+            t.add_row(
+                f"{p.target} ({p.set_difference:.0f})" if i == 0 else "",
+                m.method,
+                _err(m.mean_relative_error),
+                _err(m.std_relative_error),
+                f"{100 * m.useful_fraction:.1f}%",
+                "" if m.decoded_fraction is None else f"{100 * m.decoded_fraction:.0f}%",
+                str(m.memory_bytes),
+                "" if m.method == "lda" else f"{1e3 * m.decode_seconds:.3f}",
+            )
+        t.add_section()
+    out.print(t)
+    if drawn:
+        console.print(f"plots: {', '.join(drawn)}")
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(f"not a comma-separated list of integers: {text!r}") from None
+    if not values:
+        raise ConfigError("--differences is empty")
+    return values
+
+
+def _err(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return "–"
+    return f"{value:.2e}"

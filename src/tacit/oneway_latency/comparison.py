@@ -68,7 +68,7 @@ class MethodScore:
 def compare_methods(
     sender: PacketStream,
     receiver: PacketStream,
-    memory_bytes: int,
+    memory_bytes: int | None,
     *,
     intervals: IntervalParams | None = None,
     rda: RDAParams | None = None,
@@ -79,7 +79,8 @@ def compare_methods(
     lookahead: int = 1,
 ) -> dict[str, MethodScore]:
     """Score each method against the truth of ``sender``/``receiver`` at ``memory_bytes`` per
-    synopsis; see the module docstring."""
+    synopsis; see the module docstring. ``memory_bytes`` None keeps every method's own sizing
+    (RDA's late binding, the others' bucket counts)."""
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise ConfigError(f"unknown methods {sorted(unknown)}; known: {', '.join(METHODS)}")
@@ -92,7 +93,7 @@ def compare_methods(
         ("finecomb", finecomb or FineCombParams(), finecomb_interval),
     ):
         if name in methods:
-            sized = params.with_memory(memory_bytes)
+            sized = params if memory_bytes is None else params.with_memory(memory_bytes)
             runners[name] = lambda work, run=run, sized=sized: run(work, sized)
 
     truth = latency_truth(sender, receiver, intervals)

@@ -155,6 +155,9 @@ class IntervalWork:
     start_ns: int
     end_ns: int
     sender: IntervalCache
+    """The sender's packets. Reconciliation (:func:`~tacit.oneway_latency.rda.reconcile`) only
+    calls its ``lookup``: a receiving agent passes a stand-in that fetches the timestamps from
+    the sender instead (:mod:`tacit.oneway_latency.agent`)."""
     receiver: IntervalCache
     receiver_later: IntervalCache
     """The receiver's packets of the next ``lookahead`` intervals (late arrivals live here)."""

@@ -154,7 +154,7 @@ def reconcile(
     rounds = 0
     while True:
         rounds += 1
-        listed = peel(difference, blocked)
+        listed = peel(difference, blocked, work.receiver.ids)
         is_plus = listed.signs > 0
         in_sender, send_ts = work.sender.lookup(listed.ids)
         in_receiver, recv_ts = work.receiver.lookup(listed.ids)

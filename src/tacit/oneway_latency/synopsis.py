@@ -212,13 +212,22 @@ class PeelResult:
     bucket falsely pure with the other sign, and so on back and forth."""
 
 
-def peel(difference: Synopsis, blocked: np.ndarray | None = None) -> PeelResult:
+def peel(
+    difference: Synopsis, blocked: np.ndarray | None = None, local: np.ndarray | None = None
+) -> PeelResult:
     """RDA Algorithm 1: list the packets of a subtracted synopsis by peeling pure buckets.
 
     Works on a copy. At most one identifier per bucket can be listed, so a difference larger
     than that (or one the peeling cannot finish, its 2-core non-empty) ends incomplete; the
     caller must then treat the residual as undecoded. A bucket whose ID xor is in ``blocked``
     (identifiers already shown to be garbage from false pure buckets) is never taken as pure.
+
+    ``local``: the sorted, distinct identifiers of the decoding side's own packets of the
+    interval (the receiver's cache: RDA's receiver subtracts and decodes). A packet listed
+    with Δ = −1 was seen by the receiver, so it must be among them; one with Δ = +1 was not.
+    Checking this while peeling, rather than after, keeps a false pure bucket from listing
+    garbage that would corrupt k other buckets (our addition, as is the empty-bucket check of
+    the bank-hash test: a true difference packet is in all its k buckets, none empty).
     """
     residual = difference.copy()
     layout = difference.layout
@@ -234,6 +243,7 @@ def peel(difference: Synopsis, blocked: np.ndarray | None = None) -> PeelResult:
         check_seed,
         layout.buckets,
         blocked,
+        np.ascontiguousarray([] if local is None else local, dtype=np.uint64),
     )
     uniq, times = np.unique(ids, return_counts=True)
     repeated = uniq[times > 1]
@@ -292,8 +302,9 @@ def _update(ids, ts, sign, seeds, modulus, banked, check_seed, idx, tsum, count,
 
 @njit(cache=True, inline="always")
 def _pure(b, idx, count, check, seeds, modulus, check_seed, blocked):
-    """RDA's bank-hash test (the ID xor hashes to this bucket in this bank), or sRDA's IDSH
-    test when the layout has the field; with Δ = ±1 and the ID xor not blocked."""
+    """RDA's bank-hash test (the ID xor hashes to this bucket in this bank, and none of its
+    buckets in the other banks is empty), or sRDA's IDSH test when the layout has the field;
+    with Δ = ±1 and the ID xor not blocked."""
     c = count[b]
     if c != 1 and c != -1:
         return False
@@ -305,15 +316,21 @@ def _pure(b, idx, count, check, seeds, modulus, check_seed, blocked):
         j = b // modulus
         if j * modulus + bucket_of(x, seeds[j], modulus) != b:
             return False
-    if blocked.size > 0:
-        at = np.searchsorted(blocked, x)
-        if at < blocked.size and blocked[at] == x:
-            return False
-    return True
+        for other in range(seeds.size):
+            p = other * modulus + bucket_of(x, seeds[other], modulus)
+            if other != j and count[p] == 0 and idx[p] == 0:
+                return False
+    return blocked.size == 0 or not _member(blocked, x)
+
+
+@njit(cache=True, inline="always")
+def _member(sorted_ids, x):
+    at = np.searchsorted(sorted_ids, x)
+    return at < sorted_ids.size and sorted_ids[at] == x
 
 
 @njit(cache=True)
-def _peel(idx, count, check, seeds, modulus, banked, check_seed, max_listed, blocked):
+def _peel(idx, count, check, seeds, modulus, banked, check_seed, max_listed, blocked, local):
     k = seeds.size
     has_check = check.size > 0
     out_ids = np.empty(max_listed, dtype=np.uint64)
@@ -332,11 +349,13 @@ def _peel(idx, count, check, seeds, modulus, banked, check_seed, max_listed, blo
         b = stack[top]
         if not _pure(b, idx, count, check, seeds, modulus, check_seed, blocked):
             continue
+        x = idx[b]
+        s = count[b]
+        if local.size > 0 and _member(local, x) != (s == -1):
+            continue  # checked last, on listing only: a binary search in the whole cache
         if n == max_listed:
             overflow = True
             break
-        x = idx[b]
-        s = count[b]
         out_ids[n] = x
         out_signs[n] = s
         n += 1
