@@ -11,7 +11,11 @@ Latencies using Reconcilable Difference Aggregator" (RDA):
 * :mod:`~tacit.oneway_latency.finecomb` — FineComb: digests and stash repair of reordering.
 
 :func:`~tacit.oneway_latency.comparison.compare_methods` runs them at equal memory against the
-ground truth; :mod:`~tacit.oneway_latency.simulate` makes packet streams to run them on.
+ground truth; :mod:`~tacit.oneway_latency.simulate` makes packet streams to run them on,
+:mod:`~tacit.oneway_latency.replay` replays a real capture as one, and
+:mod:`~tacit.oneway_latency.sweep` runs the §VII error-versus-set-difference evaluation.
+:mod:`~tacit.oneway_latency.agent` is the two-agent service (wire format in
+:mod:`~tacit.oneway_latency.protocol`).
 
 The full texts of the three papers were not available when this was written: the algorithms
 follow their published descriptions as we know them, section numbers are cited only where known
@@ -19,12 +23,15 @@ follow their published descriptions as we know them, section numbers are cited o
 so where it is chosen, with the reason.
 """
 
+from tacit.oneway_latency.agent import Agent, AgentParams, LiveSource, PcapSource
 from tacit.oneway_latency.comparison import METHODS, MethodScore, compare_methods
 from tacit.oneway_latency.estimate import LatencyEstimate
 from tacit.oneway_latency.finecomb import FineCombParams, finecomb_interval
 from tacit.oneway_latency.intervals import IntervalParams, IntervalSplit, IntervalWork, pipeline
 from tacit.oneway_latency.lda import LDAParams, lda_interval
+from tacit.oneway_latency.protocol import Channel, ConfigMismatchError, ProtocolError
 from tacit.oneway_latency.rda import RDAParams, ReconcileResult, rda_interval
+from tacit.oneway_latency.replay import ReplayedCapture, ReplayParams, replay_capture
 from tacit.oneway_latency.simulate import (
     SimulatedStream,
     StreamParams,
@@ -33,10 +40,15 @@ from tacit.oneway_latency.simulate import (
 )
 from tacit.oneway_latency.srda import SRDAParams, srda_interval
 from tacit.oneway_latency.stream import PacketStream
+from tacit.oneway_latency.sweep import SweepParams, SweepResult, plot_sweep, run_once, run_sweep
 from tacit.oneway_latency.truth import IntervalTruth, latency_truth
 
 __all__ = [
     "METHODS",
+    "Agent",
+    "AgentParams",
+    "Channel",
+    "ConfigMismatchError",
     "FineCombParams",
     "IntervalParams",
     "IntervalSplit",
@@ -44,20 +56,31 @@ __all__ = [
     "IntervalWork",
     "LDAParams",
     "LatencyEstimate",
+    "LiveSource",
     "MethodScore",
     "PacketStream",
+    "PcapSource",
+    "ProtocolError",
     "RDAParams",
     "ReconcileResult",
+    "ReplayParams",
+    "ReplayedCapture",
     "SRDAParams",
     "SimulatedStream",
     "StreamParams",
+    "SweepParams",
+    "SweepResult",
     "compare_methods",
     "finecomb_interval",
     "latency_truth",
     "lda_interval",
     "pipeline",
+    "plot_sweep",
     "rda_interval",
+    "replay_capture",
     "replay_stream",
+    "run_once",
+    "run_sweep",
     "simulate_stream",
     "srda_interval",
 ]

@@ -60,7 +60,7 @@ from tacit.errors import ConfigError, TacitError
 from tacit.formats.pcap import PacketAccounting, PacketRead, iter_packet_chunks
 from tacit.model.packets import NO_TIME
 from tacit.oneway_latency.intervals import IntervalCache, IntervalParams, IntervalWork
-from tacit.oneway_latency.minhash import BottomK, bottom_k, set_difference
+from tacit.oneway_latency.minhash import BottomK, bottom_k
 from tacit.oneway_latency.protocol import (
     MAX_PAYLOAD,
     Channel,
@@ -86,7 +86,7 @@ from tacit.oneway_latency.protocol import (
     encode_timestamps,
     params_config,
 )
-from tacit.oneway_latency.rda import RDAParams, reconcile
+from tacit.oneway_latency.rda import RDAParams, late_binding_size, reconcile
 from tacit.oneway_latency.synopsis import Synopsis
 
 log = logging.getLogger("tacit.oneway_latency.agent")
@@ -875,14 +875,12 @@ class Agent:
         return self._caches.get(i, IntervalCache.empty())
 
     def _synopsis_size(self, sender: Sketch, mine: IntervalCache) -> int:
-        """Buckets per bank: fixed, or late binding from the two sketches (as
-        :func:`tacit.oneway_latency.rda.late_binding_buckets`)."""
+        """Buckets per bank: fixed, or late binding from the two sketches."""
         rda = self.params.rda
         if rda.buckets_per_bank:
             return rda.buckets_per_bank
         theirs = BottomK(sender.values, rda.minhash_size, sender.size)
-        d = set_difference(theirs, bottom_k(mine.ids, rda.minhash_size, rda.seed))
-        return max(rda.min_buckets_per_bank, math.ceil(rda.late_binding_factor * d))
+        return late_binding_size(theirs, bottom_k(mine.ids, rda.minhash_size, rda.seed), rda)
 
     async def _exchange(self, conn: _Connection, i: int) -> None:
         try:

@@ -59,7 +59,7 @@ import numpy as np
 from tacit.errors import ConfigError
 from tacit.oneway_latency.estimate import LatencyEstimate, estimate_from_buckets
 from tacit.oneway_latency.intervals import IntervalCache, IntervalWork
-from tacit.oneway_latency.minhash import bottom_k, set_difference
+from tacit.oneway_latency.minhash import BottomK, bottom_k, set_difference
 from tacit.oneway_latency.synopsis import (
     Synopsis,
     SynopsisLayout,
@@ -117,12 +117,19 @@ class ReconcileResult:
 
 
 def late_binding_buckets(sender: IntervalCache, receiver: IntervalCache, params: RDAParams) -> int:
-    """Buckets per bank = late-binding factor × MinHash estimate of the caches' set difference
-    (RDA's late binding), at least ``min_buckets_per_bank``."""
-    d = set_difference(
+    """Buckets per bank from the two caches (RDA's late binding; :func:`late_binding_size`)."""
+    return late_binding_size(
         bottom_k(sender.ids, params.minhash_size, params.seed),
         bottom_k(receiver.ids, params.minhash_size, params.seed),
+        params,
     )
+
+
+def late_binding_size(sender: BottomK, receiver: BottomK, params: RDAParams) -> int:
+    """Buckets per bank = late-binding factor × the MinHash estimate of the set difference of
+    the two sides' sketches, at least ``min_buckets_per_bank``. Agents exchange the sketches, not
+    the caches (:mod:`tacit.oneway_latency.agent`)."""
+    d = set_difference(sender, receiver)
     return max(params.min_buckets_per_bank, math.ceil(params.late_binding_factor * d))
 
 

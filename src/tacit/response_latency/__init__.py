@@ -9,6 +9,10 @@ Routing", arXiv 2505.14358).
 - :mod:`~.timers`: retransmission-timeout, probe-timeout and idle gaps.
 - :mod:`~.estimator`: :func:`estimate_response_latency` and :class:`StreamingEstimator`.
 - :mod:`~.evaluate`: :func:`score_estimates` against ground truth.
+- :mod:`~.truth`: the truth from both directions of a capture (HTTP/1.1, Redis, memcached).
+- :mod:`~.rtt_baselines`: the RTT baselines (sequence/acknowledgement, timestamp echo,
+  handshake).
+- :mod:`~.maglev` and :mod:`~.watermark`: the latency-aware load balancer (§4).
 """
 
 from tacit.response_latency.estimator import (
@@ -29,9 +33,13 @@ from tacit.response_latency.flows import (
     connections,
 )
 from tacit.response_latency.gaps import BUCKETS
+from tacit.response_latency.maglev import MaglevParams, MaglevTable, disruption
 from tacit.response_latency.modes import ModeHistogram
 from tacit.response_latency.params import PirateParams
+from tacit.response_latency.rtt_baselines import RttSamples, rtt_samples
 from tacit.response_latency.timers import timer_gaps_ns
+from tacit.response_latency.truth import RequestTruth, TruthParams, request_truth
+from tacit.response_latency.watermark import WatermarkController, WatermarkParams
 
 __all__ = [
     "ALGORITHMS",
@@ -41,15 +49,25 @@ __all__ = [
     "ConnectionTable",
     "Connections",
     "ErrorSummary",
+    "MaglevParams",
+    "MaglevTable",
     "ModeHistogram",
     "PirateParams",
+    "RequestTruth",
     "ResponseAccounting",
     "ResponseEstimates",
+    "RttSamples",
     "StreamingEstimator",
+    "TruthParams",
+    "WatermarkController",
+    "WatermarkParams",
     "concat_estimates",
     "connections",
+    "disruption",
     "estimate_batches",
     "estimate_response_latency",
+    "request_truth",
+    "rtt_samples",
     "score_estimates",
     "timer_gaps_ns",
 ]
