@@ -301,21 +301,30 @@ def _update(ids, ts, sign, seeds, modulus, banked, check_seed, idx, tsum, count,
 
 
 @njit(cache=True, inline="always")
-def _pure(b, idx, count, check, seeds, modulus, check_seed, blocked):
-    """RDA's bank-hash test (the ID xor hashes to this bucket in this bank, and none of its
-    buckets in the other banks is empty), or sRDA's IDSH test when the layout has the field;
-    with Δ = ±1 and the ID xor not blocked."""
+def _candidate(b, idx, count, check, seeds, modulus, check_seed):
+    """The cheap part of the purity test: Δ = ±1 and RDA's bank-hash test (the ID xor hashes
+    to this bucket in this bank), or sRDA's IDSH test when the layout has the field."""
     c = count[b]
     if c != 1 and c != -1:
         return False
     x = idx[b]
     if check.size > 0:
-        if check[b] != check32(x, check_seed):
-            return False
-    else:
+        return check[b] == check32(x, check_seed)
+    j = b // modulus
+    return j * modulus + bucket_of(x, seeds[j], modulus) == b
+
+
+@njit(cache=True, inline="always")
+def _pure(b, idx, count, check, seeds, modulus, check_seed, blocked):
+    """The whole purity test: :func:`_candidate`, none of the ID xor's buckets in the other
+    banks empty (RDA), and the ID xor not blocked. Run only on a bucket about to be peeled,
+    whose k buckets the peeling then updates: the reads of the other banks are the ones the
+    update needs anyway (a test of every candidate read them at random, most of the cost)."""
+    if not _candidate(b, idx, count, check, seeds, modulus, check_seed):
+        return False
+    x = idx[b]
+    if check.size == 0:
         j = b // modulus
-        if j * modulus + bucket_of(x, seeds[j], modulus) != b:
-            return False
         for other in range(seeds.size):
             p = other * modulus + bucket_of(x, seeds[other], modulus)
             if other != j and count[p] == 0 and idx[p] == 0:
@@ -339,7 +348,7 @@ def _peel(idx, count, check, seeds, modulus, banked, check_seed, max_listed, blo
     pos = np.empty(k, dtype=np.int64)
     top = 0
     for b in range(idx.size):
-        if _pure(b, idx, count, check, seeds, modulus, check_seed, blocked):
+        if _candidate(b, idx, count, check, seeds, modulus, check_seed):
             stack[top] = b
             top += 1
     n = 0
@@ -366,7 +375,7 @@ def _peel(idx, count, check, seeds, modulus, banked, check_seed, max_listed, blo
             count[p] -= s
             if has_check:
                 check[p] ^= c
-            if _pure(p, idx, count, check, seeds, modulus, check_seed, blocked):
+            if _candidate(p, idx, count, check, seeds, modulus, check_seed):
                 stack[top] = p
                 top += 1
     complete = not overflow
