@@ -7,15 +7,19 @@ service (:mod:`tacit.oneway_latency.agent`) live, on this machine:
     ns S (sender)  s0 ── veth ── m0  ns M (router)  m1 ── veth ── r0  ns R (receiver)
     10.x.1.1/24                10.x.1.2   10.x.2.1                 10.x.2.2/24
 
-netem on ``m1`` (the router's egress toward R) adds delay, jitter, loss and reordering. The
-router is needed because libpcap on Linux sees an outgoing packet after the interface's qdisc:
-netem on ``s0`` itself would delay packets before the sender's capture point saw them, and the
-measured latency would not include it. A UDP generator in S sends datagrams of varying content
-(a sequence number and a varying pad, so every packet has its own identifier) to R; one agent
-captures live on ``s0``, the other on ``r0``, and they exchange synopses over TCP across the same
-path. tcpdump (nanosecond timestamps) captures both ends for the truth: packets matched by
-identifier (:func:`tacit.oneway_latency.truth.latency_truth`). The namespaces and their veth
-pairs have unique names and are always deleted, and every process started is ended by its id.
+The router M impairs the path toward R with delay, jitter, loss and reordering, in one of two
+ways (:attr:`NetnsParams.impairment`): netem on ``m1`` (the router's egress toward R) where the
+kernel has it, or else the userspace relay of :mod:`tacit.experiment.impair`, which forwards in
+M's place (IP forwarding off) and impairs as netem would; its counts are reported and must agree
+with the captures. The router is needed because libpcap on Linux sees an outgoing packet after
+the interface's qdisc: netem on ``s0`` itself would delay packets before the sender's capture
+point saw them, and the measured latency would not include it. A UDP generator in S sends
+datagrams of varying content (a sequence number and a varying pad, so every packet has its own
+identifier) to R; one agent captures live on ``s0``, the other on ``r0``, and they exchange
+synopses over TCP across the same path. tcpdump (nanosecond timestamps) captures both ends for
+the truth: packets matched by identifier (:func:`tacit.oneway_latency.truth.latency_truth`),
+with the packets lost and those that arrived out of order. The namespaces and their veth pairs
+have unique names and are always deleted, and every process started is ended by its id.
 
 The agents' timestamps are libpcap's microseconds (:mod:`tacit.formats.live`), tcpdump's are
 nanoseconds of the same kernel clock: the agents' means differ from the truth by the rounding
@@ -40,19 +44,21 @@ from typing import Any
 import numpy as np
 
 from tacit.errors import ConfigError
+from tacit.experiment.impair import ImpairParams
 from tacit.formats.pcap import read_packets
 from tacit.oneway_latency.intervals import IntervalParams
 from tacit.oneway_latency.stream import PacketStream
-from tacit.oneway_latency.truth import latency_truth
+from tacit.oneway_latency.truth import latency_truth, packet_latencies
 
 _CLI = "from tacit.cli.main import main; main()"
+IMPAIRMENTS = ("auto", "netem", "relay", "none")
 
 
 @dataclass(frozen=True)
 class NetnsParams:
     """The emulated path and the traffic; a 5 ms ± 1 ms path with 1 % loss and 5 % of the
-    packets reordered (netem sends them at once, ahead of the delayed ones) — a wide-area-like
-    path, chosen by us; δ = 200 ms keeps ~200 packets per interval at 1000 packets/s."""
+    packets reordered (sent at once, ahead of the delayed ones) — a wide-area-like path, chosen
+    by us; δ = 200 ms keeps ~200 packets per interval at 1000 packets/s."""
 
     delay_ms: float = 5.0
     jitter_ms: float = 1.0
@@ -63,11 +69,17 @@ class NetnsParams:
     interval_ns: int = 200_000_000
     data_port: int = 9000
     control_port: int = 7700
-    emulate: bool = True
-    """False: no netem (where the kernel lacks it) — the path is the router's forwarding only."""
+    impairment: str = "auto"
+    """``netem`` (the kernel's qdisc), ``relay`` (:mod:`tacit.experiment.impair` in userspace),
+    ``auto`` (netem where the kernel has it, else the relay), or ``none`` (the router's kernel
+    forwarding only)."""
     subnet: int = 77
     """The path uses 10.<subnet>.1.0/24 and 10.<subnet>.2.0/24, inside the namespaces only."""
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.impairment not in IMPAIRMENTS:
+            raise ConfigError(f"impairment must be one of {IMPAIRMENTS}, got {self.impairment!r}")
 
     def netem(self) -> list[str]:
         return [
@@ -81,12 +93,24 @@ class NetnsParams:
             "50%",
         ]
 
+    def relay(self) -> ImpairParams:
+        return ImpairParams(
+            delay_ns=round(self.delay_ms * 1e6),
+            jitter_ns=round(self.jitter_ms * 1e6),
+            loss=self.loss_percent / 100,
+            reorder=self.reorder_percent / 100,
+            seed=self.seed,
+        )
+
 
 @dataclass
 class NetnsResult:
-    """Per sender interval: the agents' result beside the truth; and the overall errors over
-    the intervals the agents completed (relative errors of the mean and the standard
-    deviation: mean and largest absolute value)."""
+    """Per sender interval: the agents' result beside the truth; the overall errors over the
+    intervals the agents completed (relative errors of the mean and the standard deviation:
+    mean and largest absolute value); the impairment that ran (``netem``, ``relay`` or
+    ``none``) and, for the relay, its counts (:class:`tacit.experiment.impair.RelayStats`); and
+    the truth over the whole run: datagrams captured at S and at R, those lost, and those that
+    reached R after a datagram S sent later (out of order)."""
 
     params: NetnsParams
     rows: list[dict[str, Any]]
@@ -95,6 +119,12 @@ class NetnsResult:
     mean_error_max: float
     std_error: float
     std_error_max: float
+    impairment: str = "none"
+    relay: dict[str, Any] = field(default_factory=dict)
+    truth_sent: int = 0
+    truth_received: int = 0
+    truth_lost: int = 0
+    truth_reordered: int = 0
     sender_summary: dict[str, Any] = field(default_factory=dict)
     receiver_summary: dict[str, Any] = field(default_factory=dict)
 
@@ -106,28 +136,47 @@ def _run(*cmd: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
 
 
-def namespaces_unavailable(netem: bool = True) -> str | None:
-    """Why the experiment cannot run here (None: it can): not root, a tool missing, or the
-    kernel refusing network namespaces, veth pairs or (with ``netem``) the netem qdisc."""
+def _probe() -> tuple[str | None, str | None]:
+    """Why namespaces cannot be used here, and why netem cannot (None: they can)."""
     if os.geteuid() != 0:
-        return "network namespaces need root"
-    for tool in ("ip", "tc", "tcpdump"):
+        return "network namespaces need root", "netem needs root"
+    for tool in ("ip", "tcpdump"):
         if shutil.which(tool) is None:
-            return f"{tool} is not installed"
+            return f"{tool} is not installed", f"{tool} is not installed"
     ns = f"tacit-probe-{os.getpid()}-{secrets.token_hex(3)}"
     try:
-        steps = [
+        for step in (
             ["ip", "netns", "add", ns],
             ["ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1"],
-            ["tc", "-n", ns, "qdisc", "add", "dev", "p0", "root", "netem", "delay", "1ms"],
-        ]
-        for step in steps if netem else steps[:2]:
+        ):
             done = _run(*step)
             if done.returncode:
-                return f"{' '.join(step[:3])} refused: {done.stderr.strip()}"
+                reason = f"{' '.join(step[:3])} refused: {done.stderr.strip()}"
+                return reason, reason
+        if shutil.which("tc") is None:
+            return None, "tc is not installed"
+        done = _run("tc", "-n", ns, "qdisc", "add", "dev", "p0", "root", "netem", "delay", "1ms")
+        return None, (
+            f"tc qdisc add … netem refused: {done.stderr.strip()}" if done.returncode else None
+        )
     finally:
         _run("ip", "netns", "del", ns)
-    return None
+
+
+def namespaces_unavailable(impairment: str = "auto") -> str | None:
+    """Why the experiment cannot run here with ``impairment`` (None: it can): not root, a tool
+    missing, or the kernel refusing network namespaces, veth pairs or (for ``netem`` only) the
+    netem qdisc. ``auto`` needs namespaces only: without netem the relay impairs."""
+    namespaces, netem = _probe()
+    return namespaces or (netem if impairment == "netem" else None)
+
+
+def resolve_impairment(impairment: str) -> str:
+    """The impairment ``auto`` stands for here: ``netem`` where the kernel has it, else
+    ``relay``; any other choice as it is."""
+    if impairment != "auto":
+        return impairment
+    return "relay" if _probe()[1] else "netem"
 
 
 class _Process:
@@ -167,29 +216,36 @@ class _Process:
 
 def run_netns_experiment(params: NetnsParams, workdir: str | Path) -> NetnsResult:
     """Build the path, run the generator, both agents and both tcpdumps, and compare."""
-    reason = namespaces_unavailable(params.emulate)
+    reason = namespaces_unavailable(params.impairment)
     if reason:
         raise ConfigError(f"the namespace experiment cannot run here: {reason}")
+    impairment = resolve_impairment(params.impairment)
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     tag = f"{os.getpid() % 10000:04d}{secrets.token_hex(2)}"
     ns = {side: f"tacit-{tag}-{side}" for side in ("s", "m", "r")}
     net = f"10.{params.subnet}"
     procs: list[_Process] = []
+    relay_stats = work / "relay.json"
     try:
-        _build_path(ns, tag, net, params)
+        _build_path(ns, tag, net, params, impairment)
+        if impairment == "relay":
+            relay_proc = _start_relay(ns, net, params, relay_stats)
+            procs.append(relay_proc)
+            relay_proc.wait_for("relaying", 30)
         key = work / "agent.key"
         key.write_text(secrets.token_hex(16))
         bpf = f"udp and dst port {params.data_port}"
-        dumps = {}
+        dumps, tcpdumps = {}, []
         for side, dev in (("s", "s0"), ("r", "r0")):
             dumps[side] = work / f"truth-{side}.pcap"
             tcpdump = [
                 "tcpdump", "-i", dev, "-n", "-U", "--time-stamp-precision=nano",
                 "-w", str(dumps[side]), bpf,
             ]  # fmt: skip
-            procs.append(_Process(["ip", "netns", "exec", ns[side], *tcpdump]))
-            procs[-1].wait_for("listening on", 10)
+            tcpdumps.append(_Process(["ip", "netns", "exec", ns[side], *tcpdump]))
+            procs.append(tcpdumps[-1])
+            tcpdumps[-1].wait_for("listening on", 10)
         agents = {}
         for side, role, dev in (("r", "receiver", "r0"), ("s", "sender", "s0")):
             out = work / f"{role}.jsonl"
@@ -219,9 +275,16 @@ def run_netns_experiment(params: NetnsParams, workdir: str | Path) -> NetnsResul
             proc.proc.wait(timeout=params.duration_s + 60)
             if proc.proc.returncode:
                 raise ConfigError(f"agent failed: {' | '.join(proc.lines[-3:])}")
-        for p in procs[:2]:
+        for p in tcpdumps:
             p.end(signal.SIGINT)  # tcpdump writes out and exits
-        return _compare(params, dumps, {r: _records(o) for r, (_, o) in agents.items()})
+        relay = {}
+        if impairment == "relay":
+            relay_proc.end()  # the relay writes its counts and exits
+            if not relay_stats.exists():
+                raise ConfigError(f"the relay failed: {' | '.join(relay_proc.lines[-3:])}")
+            relay = json.loads(relay_stats.read_text())
+        records = {r: _records(o) for r, (_, o) in agents.items()}
+        return _compare(params, dumps, records, impairment, relay)
     finally:
         for p in procs:
             p.end()
@@ -229,7 +292,9 @@ def run_netns_experiment(params: NetnsParams, workdir: str | Path) -> NetnsResul
             _run("ip", "netns", "del", name)
 
 
-def _build_path(ns: dict[str, str], tag: str, net: str, params: NetnsParams) -> None:
+def _build_path(
+    ns: dict[str, str], tag: str, net: str, params: NetnsParams, impairment: str
+) -> None:
     s, m, r = ns["s"], ns["m"], ns["r"]
     steps = [
         *(["ip", "netns", "add", n] for n in (s, m, r)),
@@ -249,13 +314,44 @@ def _build_path(ns: dict[str, str], tag: str, net: str, params: NetnsParams) -> 
           for n, d in ((s, "s0"), (m, "m0"), (m, "m1"), (r, "r0"), (s, "lo"), (r, "lo"))),
         ["ip", "-n", s, "route", "add", "default", "via", f"{net}.1.2"],
         ["ip", "-n", r, "route", "add", "default", "via", f"{net}.2.1"],
-        ["ip", "netns", "exec", m, "sysctl", "-qw", "net.ipv4.ip_forward=1"],
-        ["tc", "-n", m, "qdisc", "add", "dev", "m1", "root", "netem", *params.netem()],
     ]  # fmt: skip
-    for step in steps if params.emulate else steps[:-1]:
+    sysctl = ["ip", "netns", "exec", m, "sysctl", "-qw"]
+    if impairment == "relay":  # M's kernel neither forwards nor answers what the relay relays
+        steps += [
+            [*sysctl, "net.ipv4.ip_forward=0"],
+            [*sysctl, "net.ipv4.conf.all.send_redirects=0"],
+            *(["ip", "netns", "exec", n, sys.executable, "-m", "tacit.experiment.impair",
+               "no-tx-checksum", d] for n, d in ((s, "s0"), (r, "r0"))),
+        ]  # fmt: skip
+    else:
+        steps.append([*sysctl, "net.ipv4.ip_forward=1"])
+    if impairment == "netem":
+        steps.append(["tc", "-n", m, "qdisc", "add", "dev", "m1", "root", "netem", *params.netem()])
+    for step in steps:
         done = _run(*step)
         if done.returncode:
             raise ConfigError(f"{' '.join(step)}: {done.stderr.strip()}")
+
+
+def _start_relay(ns: dict[str, str], net: str, params: NetnsParams, stats: Path) -> _Process:
+    """Start the relay in M, between S's ``s0`` and R's ``r0`` (their MACs read in their
+    namespaces); it reports "relaying" once its sockets are bound."""
+    mac = {}
+    for side, dev in (("s", "s0"), ("r", "r0")):
+        done = _run("ip", "netns", "exec", ns[side], "cat", f"/sys/class/net/{dev}/address")
+        if done.returncode:
+            raise ConfigError(f"cannot read the MAC of {dev}: {done.stderr.strip()}")
+        mac[side] = done.stdout.strip()
+    p = params.relay()
+    cmd = [
+        sys.executable, "-m", "tacit.experiment.impair", "relay",
+        "--a", "m0", "--a-peer", mac["s"], "--b", "m1", "--b-peer", mac["r"],
+        "--own", f"{net}.1.2", f"{net}.2.1", "--data-port", str(params.data_port),
+        "--delay-ns", str(p.delay_ns), "--jitter-ns", str(p.jitter_ns),
+        "--loss", str(p.loss), "--reorder", str(p.reorder), "--seed", str(p.seed),
+        "--stats", str(stats),
+    ]  # fmt: skip
+    return _Process(["ip", "netns", "exec", ns["m"], *cmd])
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -264,14 +360,34 @@ def _records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def out_of_order(sender: PacketStream, receiver: PacketStream) -> int:
+    """How many of the packets both points saw reached the receiver after a packet the sender
+    sent later (each packet's identifier is unique to it)."""
+    if not len(sender) or not len(receiver):
+        return 0
+    rank = np.empty(len(sender), np.int64)  # the order the sender sent in
+    rank[np.argsort(sender.time, kind="stable")] = np.arange(len(sender))
+    order = np.argsort(sender.ident, kind="stable")
+    sid, srank = sender.ident[order], rank[order]
+    arrived = receiver.ident[np.argsort(receiver.time, kind="stable")]
+    pos = np.minimum(np.searchsorted(sid, arrived), len(sid) - 1)
+    sent = srank[pos[sid[pos] == arrived]]  # send ranks in the order of arrival
+    return int(np.sum(sent < np.maximum.accumulate(sent))) if len(sent) else 0
+
+
 def _compare(
-    params: NetnsParams, dumps: dict[str, Path], records: dict[str, list[dict[str, Any]]]
+    params: NetnsParams,
+    dumps: dict[str, Path],
+    records: dict[str, list[dict[str, Any]]],
+    impairment: str,
+    relay: dict[str, Any],
 ) -> NetnsResult:
     sides = {}
     for side, path in dumps.items():
         packets = read_packets(path).packets
         sides[side] = PacketStream(packets.ident, packets.time)
     truth = latency_truth(sides["s"], sides["r"], IntervalParams(length_ns=params.interval_ns))
+    received, _ = packet_latencies(sides["s"], sides["r"])
     published = {r["interval"]: r for r in records["receiver"] if "interval" in r}
     rows = []
     for pos, i in enumerate(truth.index.tolist()):
@@ -304,8 +420,14 @@ def _compare(
         len(done),
         *stats(mean_err),
         *stats(std_err),
-        summary.get("sender", {}),
-        summary.get("receiver", {}),
+        impairment=impairment,
+        relay=relay,
+        truth_sent=len(sides["s"]),
+        truth_received=len(sides["r"]),
+        truth_lost=int(np.sum(~received)),
+        truth_reordered=out_of_order(sides["s"], sides["r"]),
+        sender_summary=summary.get("sender", {}),
+        receiver_summary=summary.get("receiver", {}),
     )
 
 
