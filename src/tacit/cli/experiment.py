@@ -79,3 +79,46 @@ def loadbalancer(
         t.add_row(name, f"{s['p50_ms']:.2f}", f"{s['p99_ms']:.2f}")
     out.print(t)
     out.print(f"p99 reduction: {doc['p99_reduction']:.1%}")
+
+
+@experiment_app.command()
+def netns(
+    seconds: Annotated[float, typer.Option(help="How long the generator sends.")] = 2.0,
+    delay: Annotated[float, typer.Option(help="One-way delay added, ms.")] = 5.0,
+    jitter: Annotated[float, typer.Option(help="Jitter (normal), ms.")] = 1.0,
+    loss: Annotated[float, typer.Option(help="Loss, percent.")] = 1.0,
+    reorder: Annotated[float, typer.Option(help="Packets sent ahead, percent.")] = 5.0,
+    rate: Annotated[float, typer.Option(help="Datagrams per second.")] = 1000.0,
+    impairment: Annotated[
+        str, typer.Option(help="auto, netem, relay (userspace) or none (kernel forwarding).")
+    ] = "auto",
+    keep: Annotated[
+        Path | None, typer.Option(help="Directory to keep the captures and agent output in.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Two RDA agents in network namespaces measure the one-way latency across an impaired
+    path; their per-interval mean and standard deviation against per-packet truth."""
+    import tempfile
+
+    from tacit.experiment.netns import NetnsParams, run_netns_experiment
+
+    params = NetnsParams(
+        delay_ms=delay,
+        jitter_ms=jitter,
+        loss_percent=loss,
+        reorder_percent=reorder,
+        rate_pps=rate,
+        duration_s=seconds,
+        impairment=impairment,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        result = run_netns_experiment(params, keep or tmp)
+    doc = result.as_dict()
+    if json_out:
+        print_json(doc)
+        return
+    rows = {
+        k: v for k, v in finite(doc).items() if not isinstance(v, dict | list) and v is not None
+    }
+    out.print(_table(f"one-way latency across namespaces ({result.impairment})", rows))
