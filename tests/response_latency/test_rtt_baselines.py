@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from test_truth import MS, Conversation, capture
+from tcp_conversations import MS, Conversation, capture
 
 from tacit.formats.pcap import read_packets
 from tacit.model.packets import ACK, PSH, PacketTable
