@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from tacit.cli import experiment, latency, paths, traces
+from tacit.cli import diagnose, experiment, latency, paths, traces
 from tacit.errors import TacitError
 
 app = typer.Typer(
@@ -25,6 +25,7 @@ traces.register(app)
 paths.register(app)
 latency.register(app)
 experiment.register(app)
+diagnose.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,9 @@
+"""``tacit diagnose`` commands: rules and tcp."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the ``diagnose`` group."""

@@ -1,0 +1,9 @@
+"""``tacit diagnose`` commands: tail and abtest."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the ``diagnose`` group."""
