@@ -3,8 +3,10 @@
 Runs :func:`tacit.experiment.web.run_web_experiment` for ``--seconds`` (default 30) against the
 HTTP/1.1 server and against memcached, and prints one JSON object per server with the issue's
 fields (connections, samples, median / p5 / p95 relative error of Pirate's estimate against
-the latency the clients logged, packets, packets per second of the estimator) and the capture's
-drop counts. The target is a median relative error below 1 % (Pirate, arXiv 2505.14358, §6).
+the mean latency the clients logged, and under ``causal_pairs`` against the gaps of the causal
+pairs, packets, packets per second of the estimator) and the capture's drop counts; under
+``threshold`` the same two scores for Algorithm 1 on the same capture. The target is a median
+relative error below 1 % (Pirate, arXiv 2505.14358, §6).
 Where packet capture or memcached is unavailable, the object says why instead.
 """
 
@@ -15,7 +17,8 @@ import json
 
 from tacit.experiment.capture import capture_unavailable
 from tacit.experiment.memcached import memcached_unavailable
-from tacit.experiment.web import SERVERS, run_web_experiment
+from tacit.experiment.web import HOST, SERVERS, run_web_experiment, score_web_log
+from tacit.response_latency import estimate_response_latency
 
 TARGET_MEDIAN_RELATIVE_ERROR = 0.01
 
@@ -35,6 +38,14 @@ def main() -> None:
         else:
             result = run_web_experiment(args.seconds, clients=args.clients, server=server)
             out |= result.as_dict()
+            threshold = estimate_response_latency(
+                result.packet_table,
+                result.estimates.params,
+                server=f"{HOST}:{result.server_port}",
+                algorithm="threshold",
+            )
+            mean, causal = score_web_log(threshold, result.log)
+            out["threshold"] = {"mean": mean.as_dict(), "causal_pairs": causal.as_dict()}
             out["target_median_relative_error"] = TARGET_MEDIAN_RELATIVE_ERROR
         print(json.dumps(out), flush=True)
 

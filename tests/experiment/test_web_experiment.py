@@ -22,6 +22,7 @@ from tacit.experiment.web import WebExperimentResult, run_web_experiment
 from tacit.experiment.web_clients import HttpProtocol
 from tacit.experiment.web_server import ServiceTime, SiteParams, generate_site, object_path
 from tacit.model.packets import SYN
+from tacit.response_latency.evaluate import trigger_from_completions
 
 SECONDS = 3.0
 CLIENTS = 4
@@ -141,6 +142,23 @@ def test_estimate_close_to_client_log(run: WebExperimentResult):
     assert d["samples"] >= 1 and np.isfinite(d["median_relative_error"])
     if run.server == "http":
         assert d["median_relative_error"] < 0.3
+
+
+def test_causal_pairs_are_scored(run: WebExperimentResult):
+    """Both truths are scored. Each causal pair's gap (a request sent → the request its response
+    let go) is its trigger's latency plus the client's processing, so the two truths agree to
+    within the processing; a request's trigger is never later than its parent's response."""
+    d = run.as_dict()["causal_pairs"]
+    assert d["samples"] >= 1 and np.isfinite(d["median_relative_error"])
+    if run.server == "http":
+        assert d["median_relative_error"] < 0.3
+    log = run.log
+    trigger = trigger_from_completions(log.port, log.sent, log.received)
+    has = trigger >= 0
+    gap = log.sent[has] - log.sent[trigger[has]]
+    assert np.all(gap >= log.latency[trigger[has]])
+    child = log.parent >= 0
+    assert np.all(log.received[trigger[child]] >= log.received[log.parent[child]])
 
 
 def test_latency_varies_over_the_run(run: WebExperimentResult):

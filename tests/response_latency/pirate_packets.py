@@ -45,7 +45,8 @@ def request_response(
     """A client that sends a request of ``segments`` (back to back, ``spacing_ns`` apart), waits
     each latency in turn (its pure ACKs, ``acks_in_pause`` of them, spread over the pause),
     and sends the next request; one request more than latencies. The gap after each request's
-    last segment is exactly the latency."""
+    last segment is exactly the latency; the causal pair, from a request's first segment to the
+    next request's, is longer by the burst (:func:`causal_gap`)."""
     rows, t, seq = [], start, 1000
     for k in range(len(latencies_ns) + 1):
         for j, seg in enumerate(segments):
@@ -61,3 +62,10 @@ def request_response(
             rows.append({"t": at, "src": src, "dst": dst, "flags": ACK, "seq": seq})
         t += lat
     return packet_table(rows)
+
+
+def causal_gap(
+    latency_ns: int, segments: tuple[int, ...] = (1448, 300), spacing_ns: int = 100_000
+) -> int:
+    """The causal-pair gap of :func:`request_response`: first segment to the next request's."""
+    return latency_ns + spacing_ns * (len(segments) - 1)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -52,7 +50,7 @@ def test_modes_that_drift_together_merge():
 
 
 def test_proportional_mode_sum_is_the_mean_of_response_mode_gaps():
-    h = ModeHistogram(PirateParams(gap_threshold_ns=1 * MS))
+    h = ModeHistogram(PirateParams(gap_threshold_ns=1 * MS, mode_floor_ratio=0))
     gaps = [20 * MS, 22 * MS, 21 * MS, 80 * MS, 84 * MS]
     for g in [*gaps, 100_000, 120_000, 90_000]:  # three intra-burst gaps below δ
         h.add(g)
@@ -63,6 +61,25 @@ def test_proportional_mode_sum_is_the_mean_of_response_mode_gaps():
     # The epoch is over: the modes stay with their counts halved, nothing left to estimate.
     assert [m[1] for m in h.modes()] == [1, 1, 1]
     assert h.close_epoch() == (None, 0)
+
+
+@pytest.mark.parametrize("scale", [20_000, 200_000, 30_000_000])
+def test_adaptive_floor_follows_the_dominant_mode_at_any_scale(scale):
+    """Many short gaps inside bursts (scale / 25), a few pipeline gaps spread below the causal
+    mode, and the causal pairs (scale): the floor is half the mode holding the most time."""
+    h = ModeHistogram()
+    gaps = [scale // 25] * 40 + [scale // 5, scale // 3] + [scale, scale * 21 // 20] * 6
+    for g in gaps:
+        h.add(g)
+    estimate, n = h.close_epoch()
+    assert n == 12
+    assert estimate == (scale + scale * 21 // 20) // 2
+    fixed = ModeHistogram(PirateParams(mode_floor_ratio=0))
+    for g in gaps:
+        fixed.add(g)
+    # δ = 1 ms: everything below it is lost (loopback), or pipeline gaps pull the estimate down.
+    estimate, n = fixed.close_epoch()
+    assert estimate is None if scale < MS else estimate < (scale + scale * 21 // 20) // 2
 
 
 def test_counts_age_so_that_old_modes_give_way():
@@ -85,7 +102,7 @@ def test_timer_modes_are_removed(timer_ms):
     h.add(timer_ms * MS)
     estimate, n = h.close_epoch()
     assert (estimate, n) == (30 * MS, 4)
-    kept = ModeHistogram(dataclasses.replace(PirateParams(), remove_timer_modes=False))
+    kept = ModeHistogram(PirateParams(remove_timer_modes=False, mode_floor_ratio=0))
     for _ in range(4):
         kept.add(30 * MS)
     kept.add(timer_ms * MS)

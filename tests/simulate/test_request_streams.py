@@ -86,6 +86,24 @@ def test_truth(stream):
     assert np.all(p.time[first] == t.seen_ns)
 
 
+def test_triggers_are_causal_pairs(stream):
+    t = stream.truth
+    by = t.trigger
+    has = by >= 0
+    # Every request but each connection's first page has a trigger, on its own connection,
+    # whose response the client had in full before it sent the request.
+    assert int((~has).sum()) == PARAMS.clients
+    assert np.array_equal(t.connection[has], t.connection[by[has]])
+    done = t.send_ns[by[has]] + t.latency_ns[by[has]]
+    assert np.all(t.send_ns[has] >= done)
+    # Some requests wait for a pipeline slot: their trigger freed it and is not their parent
+    # object (its depth is not one less), and they go the moment its response is in.
+    waited = has & (t.depth > 0)
+    waited[has] &= t.depth[by[has]] != t.depth[has] - 1
+    assert waited.any()
+    assert np.any(t.send_ns[has] == done)
+
+
 def test_service_time_follows_the_time_of_day():
     p = RequestStreamParams(
         clients=4,

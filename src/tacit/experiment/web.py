@@ -50,6 +50,7 @@ from tacit.response_latency import (
     estimate_response_latency,
     score_estimates,
 )
+from tacit.response_latency.evaluate import score_causal_pairs, trigger_from_completions
 
 SERVERS = ("http", "memcached")
 HOST = "127.0.0.1"
@@ -61,13 +62,15 @@ SETTLE_SECONDS = 0.2
 class WebExperimentResult:
     """What one run measured. :meth:`as_dict` has the issue's fields; the rest is for tests
     and further analysis: the clients' ``log``, the captured ``packet_table``, the ``estimates``
-    and the server's port."""
+    and the server's port. ``errors``: against the mean latency of the requests completing in
+    each epoch; ``causal_errors``: against the causal pairs' gaps (:func:`score_web_log`)."""
 
     server: str
     seconds: float
     duration_seconds: float
     connections: int
     errors: ErrorSummary
+    causal_errors: ErrorSummary
     packets: int
     estimator_seconds: float
     capture: CaptureStats | None
@@ -91,6 +94,7 @@ class WebExperimentResult:
             "median_signed_error": errors["median_signed_error"],
             "unscored_estimates": errors["unscored_estimates"],
             "unmatched_requests": errors["unmatched_requests"],
+            "causal_pairs": self.causal_errors.as_dict(),
             "packets": self.packets,
             "packets_per_second": round(self.packets / max(self.estimator_seconds, 1e-9)),
             "capture_packets_per_second": round(self.packets / self.duration_seconds),
@@ -124,6 +128,22 @@ def _start_web_server(seed: int, site: SiteParams) -> tuple[subprocess.Popen, in
         stop_process(proc)
         raise ConfigError(f"the web server did not start (exit code {proc.returncode})")
     return proc, int(line)
+
+
+def score_web_log(
+    estimates: ResponseEstimates, log: ResponseLog
+) -> tuple[ErrorSummary, ErrorSummary]:
+    """Score ``estimates`` of a run against the clients' log: against the mean latency of the
+    requests completing in each epoch, and against the causal pairs' gaps (Pirate §3: from a
+    request sent to the request its response let go; the trigger of a request is the response
+    its connection read last before sending it — the one that named it, or that freed a slot
+    in the pipeline)."""
+    endpoints = [f"{HOST}:{p}" for p in log.port.tolist()]
+    trigger = trigger_from_completions(log.port, log.sent, log.received)
+    return (
+        score_estimates(estimates, endpoints, log.sent, log.latency),
+        score_causal_pairs(estimates, endpoints, log.sent, trigger),
+    )
 
 
 def run_web_experiment(
@@ -181,14 +201,14 @@ def run_web_experiment(
     t0 = time.perf_counter()
     estimates = estimate_response_latency(packets, params, server=f"{HOST}:{port}")
     estimator_seconds = time.perf_counter() - t0
-    endpoints = [f"{HOST}:{p}" for p in log.port.tolist()]
-    errors = score_estimates(estimates, endpoints, log.sent, log.latency)
+    errors, causal_errors = score_web_log(estimates, log)
     return WebExperimentResult(
         server=server,
         seconds=seconds,
         duration_seconds=duration,
         connections=len(set(log.port.tolist())),
         errors=errors,
+        causal_errors=causal_errors,
         packets=len(packets),
         estimator_seconds=estimator_seconds,
         capture=stats,

@@ -8,8 +8,12 @@ heuristics) give one estimate per connection per epoch:
   threshold δ (and shorter than the idle gap).
 - ``algorithm="modes"`` (Algorithm 2): the candidate gaps shorter than the idle gap go into the
   connection's histogram of at most ``N`` modes with ε-merging (:mod:`~.modes`); the estimate is
-  the proportional mode sum over the modes centred at or above δ that are not timer modes
-  (:mod:`~.timers`).
+  the proportional mode sum over the modes centred at or above the floor that are not timer
+  modes (:mod:`~.timers`). The floor is δ, or (``PirateParams.mode_floor_ratio``) adaptive per
+  connection; each epoch's floor becomes the connection's δ for telling bursts apart.
+
+By default (``PirateParams.from_burst_start``) a gap is measured from the first packet of the
+burst before it, for clients that pipeline requests (:func:`~.gaps.next_gap`).
 
 :class:`StreamingEstimator` keeps every connection's state between batches; one compiled pass
 over a batch, in time order, updates it. A connection's epoch closes when one of its packets
@@ -43,6 +47,8 @@ _STATE_DTYPES = {
     "high_seq": np.uint32,
     "seq_seen": np.bool_,
     "tainted": np.bool_,
+    "burst_start": np.int64,
+    "burst_gap": np.int64,
     "epoch": np.int64,
 }
 
@@ -197,18 +203,22 @@ class StreamingEstimator:
             self.algorithm == "modes",
             p.epoch_ns,
             p.gap_threshold_ns,
+            p.from_burst_start,
             p.idle_gap_ns,
             min_full,
             p.merge_epsilon,
             self._timers,
             p.timer_tolerance,
             p.remove_timer_modes,
+            p.mode_floor_ratio,
             s["last_time"],
             s["last_full"],
             s["full_size"],
             s["high_seq"],
             s["seq_seen"],
             s["tainted"],
+            s["burst_start"],
+            s["burst_gap"],
             s["epoch"],
             m["centre"],
             m["count"],
@@ -244,6 +254,8 @@ class StreamingEstimator:
             self._timers,
             p.timer_tolerance,
             p.remove_timer_modes,
+            p.mode_floor_ratio,
+            s["burst_gap"],
             s["epoch"],
             m["centre"],
             m["count"],
@@ -284,6 +296,7 @@ class StreamingEstimator:
             self._state[name] = a
         self._state["last_time"][old:] = NO_TIME
         self._state["epoch"][old:] = -1
+        self._state["burst_gap"][old:] = self.params.gap_threshold_ns
         if self.algorithm == "modes":
             widths = dict.fromkeys(MODE_DTYPES, self.params.max_modes)
         else:  # Algorithm 1 keeps an epoch sum and count: one "mode" without centre or count
@@ -331,14 +344,14 @@ def _emit(c, e, total, n, k, oc, oe, ot, on):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _close_one(c, modes, floor, timers, tol, remove, centre, count, ecount, esum):
+def _close_one(c, modes, floor, timers, tol, remove, ratio, centre, count, ecount, esum):
     # pragma: no cover - compiled
     if modes:
-        return close_epoch(centre, count, ecount, esum, c, floor, timers, tol, remove)
+        return close_epoch(centre, count, ecount, esum, c, floor, timers, tol, remove, ratio)
     total, n = esum[c, 0], np.int64(ecount[c, 0])
     esum[c, 0] = 0
     ecount[c, 0] = 0
-    return total, n
+    return total, n, floor
 
 
 @njit(cache=True)
@@ -353,18 +366,22 @@ def _run(
     modes,
     epoch_ns,
     floor,
+    from_burst,
     idle,
     min_full,
     eps,
     timers,
     tol,
     remove,
+    ratio,
     last_time,
     last_full,
     full_size,
     high_seq,
     seq_seen,
     tainted,
+    burst_start,
+    burst_gap,
     epoch,
     centre,
     count,
@@ -388,12 +405,14 @@ def _run(
             is_tcp[i],
             min_full,
             floor,
+            burst_gap[c] if from_burst else 0,
             last_time,
             last_full,
             full_size,
             high_seq,
             seq_seen,
             tainted,
+            burst_start,
         )
         kinds[i] = kind
         if kind != USED:
@@ -402,8 +421,8 @@ def _run(
         e = t // epoch_ns
         if epoch[c] != e:
             if epoch[c] >= 0:
-                total, n = _close_one(
-                    c, modes, floor, timers, tol, remove, centre, count, ecount, esum
+                total, n, burst_gap[c] = _close_one(
+                    c, modes, floor, timers, tol, remove, ratio, centre, count, ecount, esum
                 )
                 if n > 0:
                     samples[c] += n
@@ -429,6 +448,8 @@ def _close_before(
     timers,
     tol,
     remove,
+    ratio,
+    burst_gap,
     epoch,
     centre,
     count,
@@ -443,7 +464,9 @@ def _close_before(
     for c in range(count_conns):
         if epoch[c] < 0 or epoch[c] >= limit:
             continue
-        total, n = _close_one(c, modes, floor, timers, tol, remove, centre, count, ecount, esum)
+        total, n, burst_gap[c] = _close_one(
+            c, modes, floor, timers, tol, remove, ratio, centre, count, ecount, esum
+        )
         e = epoch[c]
         epoch[c] = -1  # closed: the connection's next packet opens a new epoch
         if n > 0:

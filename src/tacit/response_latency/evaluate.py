@@ -94,15 +94,88 @@ def score_estimates(
     truth_time_ns: np.ndarray,
     truth_latency_ns: np.ndarray,
 ) -> ErrorSummary:
-    """Score ``estimates`` against true requests (module docstring for the matching)."""
-    conn = truth_connections(estimates, truth_connection)
+    """Score ``estimates`` against the mean response latency of the true requests completing in
+    each (connection, epoch) (module docstring for the matching)."""
     t = np.asarray(truth_time_ns, dtype=np.int64)
     lat = np.asarray(truth_latency_ns, dtype=np.int64)
-    if not len(conn) == len(t) == len(lat):
+    if not len(t) == len(lat):
+        raise ConfigError("truth columns differ in length")
+    return _score(estimates, truth_connection, t + lat, lat)
+
+
+def score_causal_pairs(
+    estimates: ResponseEstimates,
+    truth_connection: np.ndarray | Sequence[str] | tuple[np.ndarray, np.ndarray, np.ndarray],
+    truth_time_ns: np.ndarray,
+    trigger: np.ndarray,
+) -> ErrorSummary:
+    """Score ``estimates`` against what Pirate estimates (§3): the gap of each *causal pair*,
+    from the first byte of the request whose response triggered a request to that request's
+    first byte.
+
+    ``trigger``: per request, the row of the request that triggered it, -1 for none
+    (:func:`trigger_from_completions` makes it from a client log, :func:`trigger_from_triggered`
+    from the capture truth's ``triggered``). A pair is filed under the epoch of the triggered
+    request, as the estimator files the gap that request's packet ends; each scored
+    (connection, epoch) compares the estimate with the mean gap of its pairs.
+    ``unmatched_requests`` counts causal pairs here."""
+    t = np.asarray(truth_time_ns, dtype=np.int64)
+    by = np.asarray(trigger, dtype=np.int64)
+    conn = truth_connections(estimates, truth_connection)
+    if not len(conn) == len(t) == len(by):
+        raise ConfigError("truth columns differ in length")
+    if np.any(by >= len(t)):
+        raise ConfigError("a trigger row is out of range")
+    pair = np.flatnonzero(by >= 0)
+    pair = pair[conn[pair] == conn[by[pair]]]
+    return _score(estimates, conn[pair], t[pair], t[pair] - t[by[pair]])
+
+
+def trigger_from_completions(
+    connection: np.ndarray, sent_ns: np.ndarray, received_ns: np.ndarray
+) -> np.ndarray:
+    """Per request of a client log (``connection``, ``sent_ns``, ``received_ns`` on one clock),
+    its trigger: the request of the same connection whose response was read last before it was
+    sent (-1: none). A client that sends as soon as a response lets it (the one that names the
+    request, or one that frees a pipeline slot) is triggered by exactly that response."""
+    conn = np.asarray(connection, dtype=np.int64)
+    sent = np.asarray(sent_ns, dtype=np.int64)
+    done = np.asarray(received_ns, dtype=np.int64)
+    out = np.full(len(conn), -1, dtype=np.int64)
+    for c in np.unique(conn):
+        rows = np.flatnonzero(conn == c)
+        by_done = rows[np.argsort(done[rows], kind="stable")]
+        k = np.searchsorted(done[by_done], sent[rows], side="right") - 1
+        out[rows] = np.where(k >= 0, by_done[np.maximum(k, 0)], -1)
+    return out
+
+
+def trigger_from_triggered(triggered: np.ndarray) -> np.ndarray:
+    """The capture truth's ``triggered`` (per request, the first request sent after its response
+    ended) as triggers: per request, the latest request whose response triggered it (responses
+    come in request order, so that is the response read last before it was sent)."""
+    triggered = np.asarray(triggered, dtype=np.int64)
+    out = np.full(len(triggered), -1, dtype=np.int64)
+    rows = np.flatnonzero(triggered >= 0)
+    np.maximum.at(out, triggered[rows], rows)
+    return out
+
+
+def _score(
+    estimates: ResponseEstimates,
+    truth_connection: np.ndarray | Sequence[str] | tuple[np.ndarray, np.ndarray, np.ndarray],
+    end_ns: np.ndarray,
+    value_ns: np.ndarray,
+) -> ErrorSummary:
+    """Score ``estimates`` per (connection, epoch) against the mean of the true values (ns)
+    whose ``end_ns`` falls in the epoch."""
+    conn = truth_connections(estimates, truth_connection)
+    lat = np.asarray(value_ns, dtype=np.int64)
+    if not len(conn) == len(end_ns) == len(lat):
         raise ConfigError("truth columns differ in length")
     epoch_ns = estimates.params.epoch_ns
     known = conn >= 0
-    t_epoch = (t + lat)[known] // epoch_ns
+    t_epoch = np.asarray(end_ns, dtype=np.int64)[known] // epoch_ns
     e_epoch = estimates.epoch_start // epoch_ns
     lo = min(int(t_epoch.min()) if len(t_epoch) else 0, int(e_epoch.min()) if len(e_epoch) else 0)
     hi = max(int(t_epoch.max()) if len(t_epoch) else 0, int(e_epoch.max()) if len(e_epoch) else 0)

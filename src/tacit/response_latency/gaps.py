@@ -97,12 +97,14 @@ def next_gap(
     tcp,
     min_full,
     taint_after,
+    burst_gap,
     last_time,
     last_full,
     full_size,
     high_seq,
     seq_seen,
     tainted,
+    burst_start,
 ):  # pragma: no cover - compiled
     """Take one ``used`` packet of connection ``c`` (time ``t``, ``payload`` bytes, TCP ``seq``
     when ``tcp``; TCP packets without payload are not checked for retransmission) into the
@@ -111,11 +113,19 @@ def next_gap(
     :data:`NO_GAP`. A packet counts as full-size when its payload reaches ``min_full`` and the
     connection's largest so far.
 
+    A *burst* is a run of packets at most ``burst_gap`` ns apart. A gap longer than that is
+    measured from the first packet of the burst before it rather than from its last packet: a
+    pipelining client sends the requests one response triggers back to back, and the next
+    response to come (and so the request it triggers) answers the *first* of them, so the causal
+    pair starts at the burst's start. With ``burst_gap`` 0 every gap is the plain inter-packet
+    gap (Pirate as published).
+
     State per connection: time of the last used packet (``NO_TIME`` before the first), whether
     it was full-size, the largest payload so far, the TCP sequence number after the highest data
-    so far (``seq_seen`` once there is one), and ``tainted``: a retransmission came since the
-    last used packet, more than ``taint_after`` ns after it (sooner, it is taken for an original
-    that the capture saw late, within its burst, and taints nothing).
+    so far (``seq_seen`` once there is one), the start of the current burst, and ``tainted``: a
+    retransmission came since the last used packet, more than ``taint_after`` ns after it
+    (sooner, it is taken for an original that the capture saw late, within its burst, and taints
+    nothing).
     """
     if last_time[c] != NO_TIME and t < last_time[c]:
         return OUT_OF_ORDER, NO_GAP
@@ -128,7 +138,11 @@ def next_gap(
         high_seq[c] = end
         seq_seen[c] = True
     gap = NO_GAP
-    if last_time[c] != NO_TIME and not last_full[c] and not tainted[c]:
+    if last_time[c] == NO_TIME or t - last_time[c] > burst_gap:
+        if last_time[c] != NO_TIME and not last_full[c] and not tainted[c]:
+            gap = t - (burst_start[c] if burst_gap > 0 else last_time[c])
+        burst_start[c] = t
+    elif not last_full[c] and not tainted[c]:
         gap = t - last_time[c]
     if payload > full_size[c]:
         full_size[c] = payload

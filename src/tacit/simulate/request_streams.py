@@ -30,7 +30,8 @@ with a handshake (SYN, SYN+ACK, ACK) at a random time in the first second and cl
 
 Truth: one row per request — its connection, when the client sent the request's first byte
 (client clock, and when the capture saw it) and the response latency the client saw: from that
-first byte to the last byte of the response received.
+first byte to the last byte of the response received; and the request whose response let it go
+(its trigger: the causal pair it ends).
 """
 
 from __future__ import annotations
@@ -95,7 +96,10 @@ class RequestTruth:
     """Per request: ``connection`` (index into :attr:`RequestStream.clients`), the client's
     endpoint (``client_hi``, ``client_lo``, ``client_port``), ``send_ns`` (client clock: first
     request byte sent), ``seen_ns`` (capture clock: first request segment captured),
-    ``latency_ns`` (client-visible response latency) and ``depth`` in its page (0: the page)."""
+    ``latency_ns`` (client-visible response latency), ``depth`` in its page (0: the page) and
+    ``trigger``: the row of the request whose response let this one go — the object that embeds
+    it, or the request whose completion freed the slot it waited for, or for a page the request
+    that completed the previous one — -1 for a client's first page (Pirate's causal pairs, §3)."""
 
     connection: np.ndarray
     client_hi: np.ndarray
@@ -105,6 +109,7 @@ class RequestTruth:
     seen_ns: np.ndarray
     latency_ns: np.ndarray
     depth: np.ndarray
+    trigger: np.ndarray
 
     def __len__(self) -> int:
         return len(self.connection)
@@ -177,13 +182,13 @@ class _Connection:
         o.add(t0 + owd, c, 0, SYN | ACK, self.s_seq, self.c_seq + 1, 0)
         o.add(t0 + 3 * owd, c, 1, ACK, self.c_seq + 1, self.s_seq + 1, 0)
         self.uplink_free = self.downlink_free = t0 + 2 * owd
-        self.new_page(t0 + 2 * owd)
+        self.new_page(t0 + 2 * owd, -1)
         end = p.duration_ns + _T0
         while self.events:
             t, _, kind, data = heapq.heappop(self.events)
             if kind == "ready":
                 self.waiting.append(data)
-                self.send(t)
+                self.send(t, -1)
             elif kind == "complete":
                 self.complete(t, data, end)
             else:  # a delayed ACK falls due unless data carried it
@@ -196,16 +201,21 @@ class _Connection:
             fin + 3 * owd, c, 1, ACK, self.c_seq + self.c_sent + 1, self.s_seq + self.s_sent + 1, 0
         )
 
-    def new_page(self, t) -> None:
+    def new_page(self, t, parent) -> None:
         kids = int(self.rng.poisson(self.p.embedded_mean))
         grandkids = [int(self.rng.poisson(self.p.nested_mean)) for _ in range(kids)]
         self.page_left = 1 + kids + sum(grandkids)
-        self.push(t, "ready", (0, grandkids))  # (depth, children: list of grandchild counts)
+        # (depth, children: list of grandchild counts, truth row of the request that caused it)
+        self.push(t, "ready", (0, grandkids, parent))
 
-    def send(self, now) -> None:
+    def send(self, now, freed) -> None:
+        """Send what waits and may go; ``freed``: the truth row whose completion freed a slot
+        (the trigger of what goes now), -1 when a request became ready (its parent triggers it:
+        with a free slot nothing else was waiting)."""
         p, o, c, owd, rng = self.p, self.out, self.conn, self.owd, self.rng
         while self.waiting and self.outstanding < p.max_outstanding:
-            depth, children = self.waiting.popleft()
+            depth, children, parent = self.waiting.popleft()
+            trigger = parent if freed < 0 else freed
             self.outstanding += 1
             size = max(40, int(rng.lognormal(math.log(p.request_bytes), p.request_sigma)))
             s = max(now, self.uplink_free)
@@ -242,24 +252,24 @@ class _Connection:
             done = u + owd
             if len(segs) % 2 == 1:
                 self.push(done + p.delayed_ack_ns, "delack", done)
-            self.truth.append((self.conn, s, s + owd, done - s, depth))
-            self.push(done, "complete", (depth, children))
+            self.push(done, "complete", (depth, children, len(self.truth)))
+            self.truth.append((self.conn, s, s + owd, done - s, depth, trigger))
 
     def complete(self, t, obj, end) -> None:
         self.outstanding -= 1
         self.page_left -= 1
-        depth, children = obj
+        depth, children, row = obj
         p, rng = self.p, self.rng
         for kid in children:
             ready = t + int(rng.exponential(p.parse_ns))
-            self.push(ready, "ready", (depth + 1, [0] * kid))
+            self.push(ready, "ready", (depth + 1, [0] * kid, row))
         if self.page_left == 0:
             nxt = t + int(rng.exponential(p.parse_ns))
             if p.think_ns:
                 nxt += int(rng.exponential(p.think_ns))
             if nxt < end:
-                self.new_page(nxt)
-        self.send(t)
+                self.new_page(nxt, row)
+        self.send(t, row)
 
 
 def simulate_requests(params: RequestStreamParams | None = None) -> RequestStream:
@@ -327,8 +337,12 @@ def simulate_requests(params: RequestStreamParams | None = None) -> RequestStrea
         ),
         sources=["simulated"],
     )
-    tr = np.array(truth, dtype=np.int64).reshape(-1, 5)
-    tr = tr[np.argsort(tr[:, 1], kind="stable")]
+    tr = np.array(truth, dtype=np.int64).reshape(-1, 6)
+    by_send = np.argsort(tr[:, 1], kind="stable")
+    tr = tr[by_send]
+    new_row = np.empty(len(tr), dtype=np.int64)
+    new_row[by_send] = np.arange(len(tr))
+    trigger = np.where(tr[:, 5] >= 0, new_row[np.maximum(tr[:, 5], 0)], -1)
     tconn = tr[:, 0]
     clients = [f"10.0.{(c + 2) >> 8 & 255}.{(c + 2) & 255}:{ports[c]}" for c in range(p.clients)]
     return RequestStream(
@@ -345,6 +359,7 @@ def simulate_requests(params: RequestStreamParams | None = None) -> RequestStrea
             seen_ns=tr[:, 2],
             latency_ns=tr[:, 3],
             depth=tr[:, 4],
+            trigger=trigger,
         ),
         clients=clients,
         server=p.server,
