@@ -71,6 +71,8 @@ def test_truth_scores_a_real_capture(shared_data, tmp_path):
     assert doc.keys() >= ISSUE_FIELDS
     assert doc["truth"]["accounting"]["requests"] == 1000
     assert doc["rtt_baselines"]["seq_ack"]["samples"] > 0
+    assert doc["causal_pairs"]["samples"] >= 1
+    assert doc["causal_pairs"]["median_relative_error"] < 0.01
 
 
 def test_loadbalancer_compares_both_runs(runs):

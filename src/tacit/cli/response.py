@@ -97,20 +97,26 @@ def _state_bytes(params, algorithm: str) -> int:
 
 
 def _scored(read, estimates, server: str | None) -> dict:
-    """The issue's error fields against the capture's truth, and the RTT baselines."""
-    from tacit.response_latency import score_estimates
+    """The issue's error fields against the capture's truth (the mean response latency per
+    connection and epoch; ``causal_pairs``: against the request-to-triggered-request gaps, what
+    Pirate estimates), and the RTT baselines."""
+    from tacit.response_latency import score_causal_pairs, score_estimates
+    from tacit.response_latency.evaluate import trigger_from_triggered
     from tacit.response_latency.rtt_baselines import METHODS, rtt_samples
     from tacit.response_latency.truth import request_truth
 
     t = request_truth(read, server=server)
+    clients = np.array([c.client for c in t.connections] + [""], dtype=object)
+    client = clients[t.connection].astype(str)
     answered = t.answered
-    clients = np.array([c.client for c in t.connections], dtype=object)
-    client = clients[t.connection[answered]] if len(t) else np.empty(0, dtype=object)
     summary = score_estimates(
         estimates,
-        client.astype(str),
+        client[answered],
         t.request_first[answered],
         t.response_latency[answered].astype(np.int64),
+    )
+    causal = score_causal_pairs(
+        estimates, client, t.request_first, trigger_from_triggered(t.triggered)
     )
     rtt = rtt_samples(read.packets, server=server)
     baselines = {}
@@ -122,7 +128,9 @@ def _scored(read, estimates, server: str | None) -> dict:
         }
     latency = t.response_latency[answered]
     return {
-        **summary.as_dict(),
+        **{k: v for k, v in summary.as_dict().items() if k != "connections"},
+        "scored_connections": summary.connections,
+        "causal_pairs": causal.as_dict(),
         "truth": t.as_dict(),
         "median_true_latency_ns": float(np.median(latency)) if len(latency) else None,
         "rtt_baselines": baselines,
@@ -161,6 +169,11 @@ def _print(doc: dict, estimates) -> None:
             f"{doc['median_relative_error']:.2%}, p5 {doc['p5_relative_error']:.2%}, "
             f"p95 {doc['p95_relative_error']:.2%}; median true latency "
             f"{_ms(doc['median_true_latency_ns'])} ms"
+        )
+        c = doc["causal_pairs"]
+        out.print(
+            f"against the causal pairs ({c['samples']} connection-epochs): median relative "
+            f"error {c['median_relative_error']:.2%}"
         )
         for name, b in doc["rtt_baselines"].items():
             out.print(

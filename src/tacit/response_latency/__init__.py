@@ -24,7 +24,13 @@ from tacit.response_latency.estimator import (
     estimate_batches,
     estimate_response_latency,
 )
-from tacit.response_latency.evaluate import ErrorSummary, score_estimates
+from tacit.response_latency.evaluate import (
+    ErrorSummary,
+    score_causal_pairs,
+    score_estimates,
+    trigger_from_completions,
+    trigger_from_triggered,
+)
 from tacit.response_latency.flows import (
     DECISIONS,
     ConnectionRegistry,
@@ -68,6 +74,9 @@ __all__ = [
     "estimate_response_latency",
     "request_truth",
     "rtt_samples",
+    "score_causal_pairs",
     "score_estimates",
     "timer_gaps_ns",
+    "trigger_from_completions",
+    "trigger_from_triggered",
 ]
