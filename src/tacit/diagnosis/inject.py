@@ -1,0 +1,140 @@
+"""Fault and version injection into real traces, with every causally later event shifted.
+
+The experiments of TraceWeaver (SIGCOMM '24, §6.4.1 and §6.4.2) take real traces, make one
+service slower (a delay added to its server spans in a random fraction of requests) or faster (a
+new version B with lower latency), and ask whether diagnosis finds the change. Changing one span
+is not enough: its caller receives the response later, the caller's later calls start later,
+and so on up to the root. This module propagates a change along the trace tree (``parent``
+rows, as :func:`tacit.model.roles.infer_roles` leaves them: a client span's parent is the server
+span that made the call, a server span's parent is the caller's client span) under the
+happens-before rule YTrace uses for sibling calls (Kanuparthy et al., "YTrace: End-to-end
+Performance Diagnosis in Large Cloud and Content Providers", §4, execution graph):
+
+* a call that started after some of its siblings returned waits for the last of them, so it
+  moves (with its whole subtree) by as much as the latest return before it moved;
+* calls already in flight when the changed call returned are concurrent and do not move;
+* a span's remaining work after its last child returned is fixed, so its end moves by as much
+  as its last return moved.
+
+The change itself is either a delay at the end of a span (the server works ``delay`` longer
+before it responds) or a scaling of the span's self time (the time it is not waiting on a
+child: a faster or slower version of the service's own code; its callees are unchanged).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tacit.errors import ConfigError
+from tacit.model.spans import NONE, SERVER, SpanTable
+
+
+def delay_spans(spans: SpanTable, rows: np.ndarray, delay_ns: int) -> SpanTable:
+    """A copy of ``spans`` where each span at ``rows`` responds ``delay_ns`` later, and every
+    causally later event of its trace moves accordingly (see the module docstring)."""
+    out = spans.take(np.arange(len(spans)))
+    tree = _Tree(out)
+    for r in np.asarray(rows, dtype=np.int64):
+        tree.change(int(r), {}, int(delay_ns))
+    return out
+
+
+def scale_self_time(spans: SpanTable, rows: np.ndarray, factor: float) -> SpanTable:
+    """A copy of ``spans`` where the self time of each span at ``rows`` (its duration minus the
+    union of its children) is multiplied by ``factor``: every gap between its children shrinks
+    or grows, its children keep their durations and move, and later events move with it."""
+    if factor < 0:
+        raise ConfigError(f"a latency scale factor cannot be negative: {factor}")
+    out = spans.take(np.arange(len(spans)))
+    tree = _Tree(out)
+    for r in np.asarray(rows, dtype=np.int64):
+        r = int(r)
+        kids = tree.children(r)
+        order = kids[np.argsort(out.start[kids], kind="stable")]
+        shifts: dict[int, int] = {}
+        uncovered = 0  # self time before the current point
+        covered_to = int(out.start[r])
+        for c in order:
+            s, e = int(out.start[c]), int(out.end[c])
+            uncovered += max(0, s - covered_to)
+            shifts[int(c)] = round((factor - 1) * uncovered)
+            covered_to = max(covered_to, e)
+        uncovered += max(0, int(out.end[r]) - covered_to)
+        tree.change(r, shifts, round((factor - 1) * uncovered))
+    return out
+
+
+def pick_requests(spans: SpanTable, service: str, share: float, seed: int) -> np.ndarray:
+    """The server spans of ``service`` in a random ``share`` of the traces that call it (seeded),
+    as rows: the requests a fault or a version B is routed to."""
+    if not 0 <= share <= 1:
+        raise ConfigError(f"share must be between 0 and 1, not {share}")
+    rows = np.flatnonzero((spans.service == spans.strings.find(service)) & (spans.kind == SERVER))
+    if len(rows) == 0:
+        raise ConfigError(f"no server spans of service {service!r} in the traces")
+    traces = np.unique(spans.trace[rows])
+    rng = np.random.default_rng(seed)
+    chosen = rng.choice(traces, round(share * len(traces)), replace=False)
+    return rows[np.isin(spans.trace[rows], chosen)]
+
+
+class _Tree:
+    """Children lists over ``parent`` rows, and the propagation of one change to the root."""
+
+    def __init__(self, spans: SpanTable) -> None:
+        self.spans = spans
+        has = np.flatnonzero(spans.parent != NONE)
+        order = has[np.argsort(spans.parent[has], kind="stable")]
+        self.kids = order
+        self.first = np.searchsorted(spans.parent[order], np.arange(len(spans) + 1))
+
+    def children(self, row: int) -> np.ndarray:
+        return self.kids[self.first[row] : self.first[row + 1]]
+
+    def subtree(self, row: int) -> list[int]:
+        out, todo = [], [row]
+        while todo:
+            r = todo.pop()
+            out.append(r)
+            todo.extend(self.children(r).tolist())
+        return out
+
+    def move(self, row: int, by: int) -> None:
+        if by:
+            rows = self.subtree(row)
+            self.spans.start[rows] += by
+            self.spans.end[rows] += by
+
+    def change(self, row: int, child_shift: dict[int, int], end_shift: int) -> None:
+        """Move ``row``'s children by ``child_shift`` and its end by ``end_shift``, then let the
+        change ripple up to the root."""
+        for c, by in child_shift.items():
+            self.move(c, by)
+        self.spans.end[row] += end_shift
+        moved = {row: end_shift}
+        while end_shift and self.spans.parent[row] != NONE:
+            p = int(self.spans.parent[row])
+            end_shift = self._reschedule(p, moved)
+            row, moved = p, {p: end_shift}
+
+    def _reschedule(self, parent: int, moved: dict[int, int]) -> int:
+        """Re-time ``parent``'s children after some of their ends moved (``moved``: how much,
+        already applied); returns how much ``parent``'s end moves (and moves it)."""
+        s = self.spans
+        kids = self.children(parent)
+        kids = kids[np.argsort(s.start[kids], kind="stable")]
+        old_end = {int(c): int(s.end[c]) - moved.get(int(c), 0) for c in kids}
+        for c in kids:
+            c = int(c)
+            if c in moved:
+                continue
+            before = [k for k in old_end if k != c and old_end[k] <= s.start[c]]
+            if not before:
+                continue
+            old_ready = max(old_end[k] for k in before)
+            new_ready = max(int(s.end[k]) for k in before)
+            if new_ready != old_ready:
+                self.move(c, new_ready - old_ready)
+        shift = max(int(s.end[k]) for k in old_end) - max(old_end.values())
+        s.end[parent] += shift
+        return shift
