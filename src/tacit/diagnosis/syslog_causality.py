@@ -1,0 +1,383 @@
+"""Causal rules between syslog templates: lagged correlation, then a quasi-experiment.
+
+YTrace (Kanuparthy et al., arXiv 1602.03273, §4, network diagnosis) mines rules "template A on
+a device causes template B on the same device (intra-device) or on a neighbour (inter-device)"
+offline, following Log-Prophet (Zhou et al., arXiv 1605.06150, §4): first a cheap filter, the
+correlation of the two templates' windowed count series at small lags, then a quasi-experimental
+design (QED) that only keeps a pair when the effect is significantly more frequent after the
+cause than in matched situations without it. Neither paper's text was retrievable in full here,
+so the details below are tacit's, following that outline:
+
+* Series are per (device, template) presence in ``window_ns`` windows; for inter-device rules
+  the effect's series of a device is its presence on any topology neighbour. The correlation
+  of a pair pools all devices and is the largest Pearson correlation over lags 0..``max_lag``
+  windows (cause leading).
+* Treated set: occurrences of A on a device (the first of each burst: ``horizon_ns`` apart).
+  Untreated set: for each treated occurrence, a matched time on the same device (and link) at
+  the nearest of ±2, ±3, ... horizons with no A within one horizon — matching on the unit and on
+  time controls for devices' and hours' different background rates.
+* Outcome: B occurs on the device (intra) or a neighbour (inter) within ``horizon_ns`` after.
+  The test is McNemar's exact one-sided test on the matched pairs (B after treatment but not
+  after control, against the reverse), Bonferroni-corrected over the pairs tested, and the rate
+  difference must reach ``min_lift``.
+* A rule A→C that a chain A→B→C of accepted rules explains is dropped when, among the treated
+  occurrences of A *not* followed by B, C is not significantly more frequent than in their
+  controls (the effect goes through B): the transitive reduction of the rule graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.stats import binomtest
+
+from tacit.diagnosis.syslog_templates import (
+    TemplateParams,
+    Templates,
+    mine_templates,
+    window_counts,
+)
+from tacit.errors import ConfigError
+from tacit.formats.syslog import SyslogRecords
+
+S = 1_000_000_000
+INTRA, INTER = "intra", "inter"
+
+
+@dataclass(frozen=True)
+class CausalityParams:
+    """Parameters of rule mining (defaults are tacit's; the papers give none retrievable).
+
+    ``window_ns``: bin of the count series; ``max_lag``: lags tried, in windows;
+    ``min_correlation``: correlation filter; ``horizon_ns``: how soon after the cause the
+    effect must follow; ``alpha``: family-wise significance of the QED; ``min_lift``: smallest
+    treated-minus-control rate; ``min_treated``: fewest treated occurrences to test a pair;
+    ``max_control_shift``: farthest control, in horizons."""
+
+    window_ns: int = 60 * S
+    max_lag: int = 1
+    min_correlation: float = 0.2
+    horizon_ns: int = 60 * S
+    alpha: float = 0.01
+    min_lift: float = 0.2
+    min_treated: int = 5
+    max_control_shift: int = 10
+
+    def __post_init__(self) -> None:
+        if self.window_ns <= 0 or self.horizon_ns <= 0:
+            raise ConfigError("window and horizon must be positive")
+        if self.max_lag < 0 or self.max_control_shift < 2:
+            raise ConfigError("max_lag must be >= 0 and max_control_shift >= 2")
+        if not 0 < self.alpha < 1:
+            raise ConfigError(f"alpha must be in (0, 1), not {self.alpha}")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``cause`` → ``effect`` (template indices) within a device (intra) or across a link
+    (inter), with the evidence: correlation and its lag, treated and control rates, matched
+    pairs and the QED's p-value (before correction)."""
+
+    cause: int
+    effect: int
+    scope: str
+    correlation: float
+    lag: int
+    treated_rate: float
+    control_rate: float
+    pairs: int
+    p_value: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SyslogEvents:
+    """Events as columns: ``time`` (ns), ``device`` and ``template`` codes, with their counts."""
+
+    time: np.ndarray
+    device: np.ndarray
+    template: np.ndarray
+    n_devices: int
+    n_templates: int
+
+    def __post_init__(self) -> None:
+        order = np.lexsort((self.time, self.device, self.template))
+        self.time = np.asarray(self.time, np.int64)[order]
+        self.device = np.asarray(self.device, np.int64)[order]
+        self.template = np.asarray(self.template, np.int64)[order]
+        key = self.template * self.n_devices + self.device
+        self._bounds = np.searchsorted(key, np.arange(self.n_templates * self.n_devices + 1))
+
+    def times(self, template: int, device: int) -> np.ndarray:
+        """Sorted times of ``template`` on ``device``."""
+        k = template * self.n_devices + device
+        return self.time[self._bounds[k] : self._bounds[k + 1]]
+
+
+def _standardize(x: np.ndarray) -> np.ndarray:
+    x = x - x.mean(axis=1, keepdims=True)
+    norm = np.sqrt((x * x).sum(axis=1, keepdims=True))
+    return np.divide(x, norm, out=np.zeros_like(x), where=norm > 0)
+
+
+def lagged_correlation(
+    cause: np.ndarray, effect: np.ndarray, max_lag: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Largest Pearson correlation between every pair of series, over lags 0..``max_lag``.
+
+    ``cause`` and ``effect``: arrays [template, unit, window] (the unit a device or a link's
+    end); the effect is shifted by the lag, series are pooled over units. Returns the
+    [cause template, effect template] correlations and their lags."""
+    n_t, _, n_w = cause.shape
+    best = np.full((n_t, n_t), -np.inf)
+    lag_of = np.zeros((n_t, n_t), dtype=np.int64)
+    for lag in range(min(max_lag, n_w - 1) + 1):
+        a = _standardize(cause[:, :, : n_w - lag].reshape(n_t, -1).astype(np.float64))
+        b = _standardize(effect[:, :, lag:].reshape(n_t, -1).astype(np.float64))
+        c = a @ b.T
+        better = c > best
+        best[better] = c[better]
+        lag_of[better] = lag
+    return best, lag_of
+
+
+def _burst_heads(t: np.ndarray, horizon: int) -> np.ndarray:
+    return t[np.r_[True, np.diff(t) > horizon]] if len(t) else t
+
+
+def _followed(effect_times: np.ndarray, t: np.ndarray, horizon: int) -> np.ndarray:
+    """Whether an effect time falls in (t, t + horizon] for each t."""
+    if not len(effect_times):
+        return np.zeros(len(t), dtype=bool)
+    return np.searchsorted(effect_times, t + horizon, "right") > np.searchsorted(
+        effect_times, t, "right"
+    )
+
+
+def _controls(cause_times: np.ndarray, t: np.ndarray, params: CausalityParams) -> np.ndarray:
+    """For each treated time, the nearest shifted time with no cause within one horizon
+    (-1 where none within ``max_control_shift`` horizons)."""
+    h = params.horizon_ns
+    out = np.full(len(t), -1, dtype=np.int64)
+    for k in range(2, params.max_control_shift + 1):
+        for sign in (-1, 1):
+            todo = out < 0
+            if not todo.any():
+                return out
+            c = t[todo] + sign * k * h
+            lo = np.searchsorted(cause_times, c - h, "left")
+            hi = np.searchsorted(cause_times, c + h, "right")
+            ok = hi == lo
+            idx = np.flatnonzero(todo)[ok]
+            out[idx] = c[ok]
+    return out
+
+
+@dataclass
+class _Trial:
+    """Matched pairs of one pair of templates: cause time and device, outcomes."""
+
+    t: np.ndarray
+    device: np.ndarray
+    treated: np.ndarray
+    control: np.ndarray
+
+
+def _effect_times(
+    events: SyslogEvents, b: int, device: int, scope: str, neighbors: list[np.ndarray]
+) -> np.ndarray:
+    """Times of ``b`` where an effect of a cause on ``device`` shows: the device itself
+    (intra), or any of its neighbours (inter)."""
+    if scope == INTRA:
+        return events.times(b, device)
+    return np.sort(np.concatenate([events.times(b, int(e)) for e in neighbors[device]] or [[]]))
+
+
+def _trial(
+    events: SyslogEvents,
+    a: int,
+    b: int,
+    scope: str,
+    neighbors: list[np.ndarray],
+    params: CausalityParams,
+) -> _Trial:
+    """Matched treated/untreated outcomes of ``b`` after ``a``, over every device."""
+    h = params.horizon_ns
+    ts, devs, treated, control = [], [], [], []
+    for d in range(events.n_devices):
+        ct = events.times(a, d)
+        heads = _burst_heads(ct, h)
+        if not len(heads):
+            continue
+        ctrl = _controls(ct, heads, params)
+        keep = ctrl >= 0
+        heads, ctrl = heads[keep], ctrl[keep]
+        et = _effect_times(events, b, d, scope, neighbors)
+        ts.append(heads)
+        devs.append(np.full(len(heads), d))
+        treated.append(_followed(et, heads, h))
+        control.append(_followed(et, ctrl, h))
+    if not ts:
+        e = np.zeros(0, np.int64)
+        return _Trial(e, e, e.astype(bool), e.astype(bool))
+    return _Trial(*(np.concatenate(x) for x in (ts, devs, treated, control)))
+
+
+def _mcnemar(treated: np.ndarray, control: np.ndarray) -> float:
+    """One-sided exact McNemar p-value: outcome more frequent after treatment."""
+    n10 = int(np.count_nonzero(treated & ~control))
+    n01 = int(np.count_nonzero(~treated & control))
+    if n10 + n01 == 0:
+        return 1.0
+    return float(binomtest(n10, n10 + n01, 0.5, alternative="greater").pvalue)
+
+
+def neighbor_lists(n_devices: int, links: np.ndarray) -> list[np.ndarray]:
+    """Each device's neighbours (codes) given undirected ``links`` ([n, 2] codes)."""
+    d = directed_links(links)
+    bounds = np.searchsorted(d[:, 0], np.arange(n_devices + 1))
+    return [d[bounds[i] : bounds[i + 1], 1] for i in range(n_devices)]
+
+
+def directed_links(links: np.ndarray) -> np.ndarray:
+    """Both directions of every undirected link ([n, 2] device codes), without duplicates."""
+    links = np.asarray(links, dtype=np.int64).reshape(-1, 2)
+    both = np.concatenate([links, links[:, ::-1]])
+    return np.unique(both[both[:, 0] != both[:, 1]], axis=0)
+
+
+def mine_rules(
+    events: SyslogEvents, links: np.ndarray, params: CausalityParams | None = None
+) -> list[Rule]:
+    """Intra- and inter-device causal rules between templates (see the module docstring).
+
+    ``links``: undirected topology links as [n, 2] device codes (devices of ``events``). An
+    inter-device rule A→B means: after A on a device, B on one of its neighbours."""
+    p = params or CausalityParams()
+    neighbors = neighbor_lists(events.n_devices, links)
+    counts, _ = window_counts(events.time, events.device, events.template, p.window_ns).dense(
+        events.n_devices, events.n_templates
+    )
+    x = (counts > 0).astype(np.float32)
+    adjacency = np.zeros((events.n_devices, events.n_devices), dtype=np.float32)
+    for d, nb in enumerate(neighbors):
+        adjacency[d, nb] = 1.0
+    around = np.minimum(np.einsum("de,tew->tdw", adjacency, x), 1.0)
+    corr = {
+        INTRA: lagged_correlation(x, x, p.max_lag),
+        INTER: lagged_correlation(x, around, p.max_lag),
+    }
+    candidates = []
+    for scope, (c, lag) in corr.items():
+        ok = c >= p.min_correlation
+        if scope == INTRA:
+            np.fill_diagonal(ok, False)
+        for a, b in zip(*np.nonzero(ok), strict=True):
+            candidates.append((scope, int(a), int(b), float(c[a, b]), int(lag[a, b])))
+    tests = max(1, len(candidates))
+    rules = []
+    for scope, a, b, c, lag in candidates:
+        tr = _trial(events, a, b, scope, neighbors, p)
+        if len(tr.t) < p.min_treated:
+            continue
+        pv = _mcnemar(tr.treated, tr.control)
+        rt, rc = float(tr.treated.mean()), float(tr.control.mean())
+        if pv * tests < p.alpha and rt - rc >= p.min_lift:
+            rules.append(Rule(a, b, scope, c, lag, rt, rc, len(tr.t), pv))
+    return _transitive_reduction(rules, events, neighbors, p, tests)
+
+
+def _compose(first: str, second: str) -> str:
+    return INTRA if first == second == INTRA else INTER
+
+
+def _transitive_reduction(
+    rules: list[Rule],
+    events: SyslogEvents,
+    neighbors: list[np.ndarray],
+    p: CausalityParams,
+    tests: int,
+) -> list[Rule]:
+    """Drop A→C when an accepted chain A→B→C explains it (module docstring, last point)."""
+    by_cause: dict[int, list[Rule]] = {}
+    for r in rules:
+        by_cause.setdefault(r.cause, []).append(r)
+    kept = []
+    for r in rules:
+        chains = [
+            ab
+            for ab in by_cause.get(r.cause, [])
+            if ab.effect != r.effect
+            and any(
+                bc.effect == r.effect and _compose(ab.scope, bc.scope) == r.scope
+                for bc in by_cause.get(ab.effect, [])
+            )
+        ]
+        if not chains or _direct(r, chains[0], events, neighbors, p, tests):
+            kept.append(r)
+    return kept
+
+
+def _direct(
+    r: Rule,
+    ab: Rule,
+    events: SyslogEvents,
+    neighbors: list[np.ndarray],
+    p: CausalityParams,
+    tests: int,
+) -> bool:
+    """Whether A→C holds on the treated occurrences of A that B did not follow."""
+    tr = _trial(events, r.cause, r.effect, r.scope, neighbors, p)
+    via = np.zeros(len(tr.t), dtype=bool)
+    for d in np.unique(tr.device):
+        sel = tr.device == d
+        mid = _effect_times(events, ab.effect, int(d), ab.scope, neighbors)
+        via[sel] = _followed(mid, tr.t[sel], p.horizon_ns)
+    rest = ~via
+    return bool(
+        np.count_nonzero(rest) >= p.min_treated
+        and _mcnemar(tr.treated[rest], tr.control[rest]) * tests < p.alpha
+        and tr.treated[rest].mean() - tr.control[rest].mean() >= p.min_lift
+    )
+
+
+@dataclass
+class SyslogRules:
+    """Templates of every message, the events they make, and the rules mined from them."""
+
+    templates: Templates
+    events: SyslogEvents
+    devices: list[str]
+    links: np.ndarray
+    rules: list[Rule]
+
+    def named(self) -> list[dict]:
+        """The rules with template texts instead of indices."""
+        texts = self.templates.texts
+        return [
+            {**r.as_dict(), "cause": texts[r.cause], "effect": texts[r.effect]} for r in self.rules
+        ]
+
+
+def mine_syslog_rules(
+    records: SyslogRecords,
+    links: list[tuple[str, str]],
+    template_params: TemplateParams | None = None,
+    params: CausalityParams | None = None,
+) -> SyslogRules:
+    """Template the messages of ``records`` (Drain3), then mine rules between the templates
+    over the topology ``links`` (device name pairs; links to unknown devices are ignored)."""
+    templates = mine_templates(records.content, template_params)
+    devices = records.devices
+    events = SyslogEvents(
+        records.time, records.device, templates.template, len(devices), len(templates.texts)
+    )
+    code = {d: i for i, d in enumerate(devices)}
+    pairs = [(code[a], code[b]) for a, b in links if a in code and b in code]
+    link_codes = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    return SyslogRules(
+        templates, events, devices, link_codes, mine_rules(events, link_codes, params)
+    )
