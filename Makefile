@@ -21,7 +21,8 @@ lint: install
 	$(BIN)/ruff check src tests bench
 
 test: lint
-	$(BIN)/pytest -n 2
+	$(BIN)/pytest -n 2 -m 'not live'
+	$(BIN)/pytest -m live
 
 bench: install
 	@for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done

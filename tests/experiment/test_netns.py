@@ -15,6 +15,8 @@ from tacit.experiment.netns import (
 )
 from tacit.oneway_latency.stream import PacketStream
 
+pytestmark = pytest.mark.live
+
 
 def _run(params: NetnsParams, tmp_path_factory):
     reason = namespaces_unavailable(params.impairment)

@@ -24,6 +24,8 @@ from tacit.experiment.web_server import ServiceTime, SiteParams, generate_site, 
 from tacit.model.packets import SYN
 from tacit.response_latency.evaluate import trigger_from_completions
 
+pytestmark = pytest.mark.live
+
 SECONDS = 3.0
 CLIENTS = 4
 SEED = 7
