@@ -25,7 +25,14 @@ def register(app: typer.Typer) -> None:
 
 
 def response(
-    capture: Annotated[Path, typer.Argument(help="A pcap or pcapng file (gzip or not).")],
+    capture: Annotated[
+        Path | None, typer.Argument(help="A pcap or pcapng file (gzip or not).")
+    ] = None,
+    interface: Annotated[
+        str | None, typer.Option(help="Capture live on this interface instead (libpcap).")
+    ] = None,
+    bpf: Annotated[str, typer.Option("--filter", help="Live capture: a BPF filter.")] = "",
+    seconds: Annotated[float, typer.Option(help="Live capture: how long.")] = 10.0,
     server: Annotated[
         str | None,
         typer.Option(help="The server as ADDR:PORT, ADDR or PORT (default: from handshakes)."),
@@ -61,14 +68,22 @@ def response(
         params = replace(params, epoch_ns=parse_duration(epoch))
     if algorithm not in ("modes", "threshold"):
         raise ConfigError(f"unknown algorithm {algorithm!r}: expected modes or threshold")
+    if (capture is None) == (interface is None):
+        raise ConfigError("give a capture file or --interface, not both")
+    if truth and capture is None:
+        raise ConfigError("--truth needs a capture file (it parses both directions)")
     t0 = time.perf_counter()
-    read = read_packets(capture, payloads=truth)
-    t1 = time.perf_counter()
-    estimates = estimate_response_latency(read.packets, params, server=server, algorithm=algorithm)
+    if capture is not None:
+        read = read_packets(capture, payloads=truth)
+        t1 = time.perf_counter()
+        estimates = estimate_response_latency(read.packets, params, server, algorithm)
+        n, accounting, source = len(read.packets), read.accounting, str(capture)
+    else:
+        estimates, n, accounting, t1 = _live(interface, bpf, seconds, params, server, algorithm)
+        source = f"{interface} (live, {seconds:g} s)"
     t2 = time.perf_counter()
-    n = len(read.packets)
     doc: dict = {
-        "capture": str(capture),
+        "capture": source,
         "algorithm": algorithm,
         "packets": n,
         "packets_per_second": n / (t2 - t1) if t2 > t1 else None,
@@ -77,7 +92,7 @@ def response(
         "estimates": len(estimates),
         "state_bytes_per_connection": _state_bytes(params, algorithm),
         "direction_decided_by": estimates.connections.decided_counts(),
-        "capture_accounting": read.accounting.as_dict(),
+        "capture_accounting": accounting.as_dict(),
         "packet_accounting": estimates.accounting.as_dict(),
     }
     if truth:
@@ -88,6 +103,28 @@ def response(
         print_json(doc)
         return
     _print(doc, estimates)
+
+
+def _live(interface: str, bpf: str, seconds: float, params, server, algorithm: str):
+    """Estimates from a live capture fed to the streaming estimator batch by batch; the
+    packets, their accounting, and a start time such that the caller's clock, read after this
+    returns, measures the estimation alone (not the wait for packets)."""
+    from tacit.formats.live import LiveCapture
+    from tacit.formats.pcap import PacketAccounting
+    from tacit.response_latency import StreamingEstimator, concat_estimates
+
+    est = StreamingEstimator(params, server, algorithm)
+    parts, n, accounting, busy = [], 0, PacketAccounting(), 0.0
+    with LiveCapture(interface, bpf) as cap:
+        for read in cap.batches(seconds):
+            t = time.perf_counter()
+            parts.append(est.feed(read.packets))
+            busy += time.perf_counter() - t
+            n += len(read.packets)
+            accounting = accounting + read.accounting
+    t = time.perf_counter()
+    parts.append(est.flush())
+    return concat_estimates(parts), n, accounting, t - busy
 
 
 def _state_bytes(params, algorithm: str) -> int:
