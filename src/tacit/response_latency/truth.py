@@ -57,8 +57,8 @@ from tacit.model.packets import (
     PacketPayloads,
     PacketTable,
     format_endpoint,
-    parse_endpoint,
 )
+from tacit.response_latency.flows import parse_server
 
 HTTP, REDIS, MEMCACHED = "http", "redis", "memcached"
 PROTOCOLS = (HTTP, REDIS, MEMCACHED)
@@ -289,24 +289,13 @@ def tcp_connections(
     server → client rows (time order). See the module docstring, step 1, and
     :func:`request_truth` for ``server``."""
     params = params or TruthParams()
-    where = _server_spec(server)
+    where = None if server is None else parse_server(server)
     out = []
     for members in _split_connections(p, np.flatnonzero(p.proto == TCP)):
         conn, (c2s, s2c) = _orient(p, members, where, params)
         conn.packets = len(members)
         out.append((conn, c2s, s2c))
     return out
-
-
-def _server_spec(server: str | None) -> tuple[int | None, int | None, int | None] | None:
-    if server is None:
-        return None
-    text = server.strip()
-    if text.isdigit():
-        if int(text) > 0xFFFF:
-            raise ConfigError(f"not a port number: {server!r}")
-        return None, None, int(text)
-    return parse_endpoint(text)
 
 
 # --- connections -------------------------------------------------------------------------------
