@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from serial_requests import requests
 
-from tacit.diagnosis.abtest import ab_periods, ab_spans, ab_traces, route_to_b, welch
-from tacit.diagnosis.tail import blind_and_reconstruct
-from tacit.errors import ConfigError
+from tacit.diagnosis.abtest import (
+    ab_periods,
+    ab_power,
+    ab_spans,
+    ab_traces,
+    route_to_b,
+    welch,
+)
+from tacit.diagnosis.inject import resample_traces
+from tacit.diagnosis.tail import blind_and_reconstruct, self_latency
+from tacit.errors import ConfigError, InputError
 from tacit.reconstruct.pipeline import observe
 
 HOTEL = "traceweaver/hotel_reservation/load100.jaeger.json.gz"
@@ -49,3 +58,40 @@ def test_false_positive_rate_without_a_change_is_near_alpha(hotel):
     by_periods = [ab_periods(hotel, "reservation", 0.2, 0.0, s).p for s in seeds]
     assert np.mean(np.array(by_traces) < 0.05) <= 0.2
     assert np.mean(np.array(by_periods) < 0.05) <= 0.2
+
+
+@pytest.mark.realdata
+def test_traces_beat_periods_and_power_grows_with_share(hotel):
+    # A bootstrap of 4000 requests; B saves 20% of its requests' latency (where the service's
+    # own time allows), ground-truth traces (the reconstruction is the benchmark's business).
+    spans = resample_traces(hotel, 4000, seed=0)
+    power = {
+        share: ab_power(spans, "reservation", share, -0.2, range(6), "e2e", blind=False)
+        for share in (0.02, 0.2)
+    }
+    traces = {s: p["traces (ground truth)"]["power"] for s, p in power.items()}
+    periods = {s: p["no traces"]["power"] for s, p in power.items()}
+    assert traces[0.2] >= traces[0.02] > periods[0.02]
+    assert periods[0.2] >= periods[0.02]
+    assert traces[0.2] > periods[0.2]
+    assert power[0.2]["traces (ground truth)"]["effect"] < -0.05
+
+
+def test_e2e_basis_cuts_the_service_time_by_a_share_of_the_request():
+    spans = requests(200, 0)
+    routed, rows = route_to_b(spans, "b", 1.0, -0.05, 0, basis="e2e")
+    assert len(rows) == 200
+    before = spans.end[spans.parent == -1] - spans.start[spans.parent == -1]
+    after = routed.end[routed.parent == -1] - routed.start[routed.parent == -1]
+    own = self_latency(spans)[rows]
+    saved = np.minimum(0.05 * before, own)  # b is on the critical path of every request
+    assert np.allclose(before - after, saved, atol=2)
+    with pytest.raises(ConfigError, match="basis"):
+        route_to_b(spans, "b", 0.5, -0.05, 0, basis="wall")
+
+
+def test_a_cycle_of_parents_is_an_input_error_naming_the_trace():
+    spans = requests(3, 0)
+    spans.parent[0] = 4  # the root now hangs under its own grandchild's subtree
+    with pytest.raises(InputError, match="trace t0: parent links form a cycle"):
+        ab_traces(spans, "b")

@@ -41,6 +41,9 @@ def test_tail_and_abtest_json(shared_data, tmp_path):
             cwd=tmp_path,
         ),
         "bad": start("diagnose", "tail", f, "--inject", "reservation", cwd=tmp_path),
+        "basis": start(
+            "diagnose", "abtest", f, "--service", "reservation", "--basis", "wall", cwd=tmp_path
+        ),
     }
     res = finish(procs)
     tail = json.loads(res["tail"].stdout)
@@ -50,3 +53,39 @@ def test_tail_and_abtest_json(shared_data, tmp_path):
     ab = json.loads(res["ab"].stdout)
     assert ab["routed_to_b"] == 200 and ab["tests"][0]["p"] < 0.05
     assert res["bad"].returncode == 2 and "SERVICE:MS" in res["bad"].stderr
+    assert res["basis"].returncode == 2 and "basis must be one of self, e2e" in res["basis"].stderr
+
+
+def _jaeger_span(sid: str, parent: str, service: str, kind: str, start: int, us: int) -> dict:
+    ref = [{"refType": "CHILD_OF", "traceID": "abc", "spanID": parent}]
+    return {
+        "traceID": "abc",
+        "spanID": sid,
+        "operationName": "op",
+        "references": ref,
+        "startTime": start,
+        "duration": us,
+        "tags": [{"key": "span.kind", "type": "string", "value": kind}],
+        "processID": service,
+    }
+
+
+def test_a_cycle_of_parents_is_one_line_naming_the_trace(tmp_path):
+    spans = [
+        _jaeger_span("r", "c2", "front", "server", 0, 100),
+        _jaeger_span("c1", "r", "front", "client", 10, 50),
+        _jaeger_span("s1", "c1", "back", "server", 12, 40),
+        _jaeger_span("c2", "s1", "back", "client", 15, 20),
+    ]
+    processes = {p: {"serviceName": p} for p in ("front", "back")}
+    f = tmp_path / "cycle.json"
+    f.write_text(json.dumps({"data": [{"traceID": "abc", "spans": spans, "processes": processes}]}))
+    res = finish(
+        {
+            "tail": start("diagnose", "tail", f, cwd=tmp_path),
+            "ab": start("diagnose", "abtest", f, "--service", "back", cwd=tmp_path),
+        }
+    )
+    for r in res.values():
+        assert r.returncode == 2
+        assert r.stderr.count("\n") == 1 and "trace abc: parent links form a cycle" in r.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tacit.diagnosis.inject import delay_spans, pick_requests, scale_self_time
+from tacit.diagnosis.inject import delay_spans, pick_requests, resample_traces, scale_self_time
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT, SERVER, SpanTableBuilder
 
@@ -69,3 +69,21 @@ def test_pick_requests_is_seeded_and_checks_its_input():
         pick_requests(t, "nope", 0.5, 0)
     with pytest.raises(ConfigError):
         pick_requests(t, "a", 1.5, 0)
+
+
+def test_resample_copies_whole_traces_with_fresh_ids_and_own_times():
+    t = trace()
+    boot = resample_traces(t, 4, seed=0)
+    assert len(boot) == 4 * len(t)
+    for i in range(4):
+        rows = np.flatnonzero(boot.trace == boot.strings.find(f"boot{i}"))
+        copy = boot.take(rows)
+        # the same tree and durations, shifted in time as a whole
+        assert copy.parent.tolist() == t.parent.tolist()
+        assert copy.link.tolist() == t.link.tolist()
+        assert (copy.end - copy.start).tolist() == (t.end - t.start).tolist()
+        assert len(np.unique(copy.start - t.start)) == 1
+    starts = boot.start[boot.parent == -1]
+    assert len(np.unique(starts)) == 4
+    with pytest.raises(ConfigError):
+        resample_traces(t, 0, seed=0)

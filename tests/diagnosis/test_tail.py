@@ -5,54 +5,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from serial_requests import requests
 
 from tacit.diagnosis.inject import delay_spans, pick_requests
 from tacit.diagnosis.tail import (
     TailParams,
     blind_and_reconstruct,
     self_latency,
+    slow_probability,
     span_tail_profile,
     tail_profile,
 )
-from tacit.errors import ConfigError
-from tacit.model.spans import CLIENT, SERVER, SpanTableBuilder
+from tacit.errors import ConfigError, InputError
 from tacit.reconstruct.pipeline import observe
+from tacit.reconstruct.result import Reconstruction
 
 HOTEL = "traceweaver/hotel_reservation/load{}.jaeger.json.gz"
-
-
-def requests(n: int, seed: int):
-    """n requests: front calls a then b (serial), each with lognormal latencies (log-sd 0.5, a
-    tail as heavy as the real HotelReservation services')."""
-    rng = np.random.default_rng(seed)
-    b = SpanTableBuilder()
-    t = 0
-    for i in range(n):
-        fa, a, fb, bb, tail = (rng.lognormal(13, 0.5, 5)).astype(np.int64)
-        t0 = t
-        rows = [
-            ("front", SERVER, t0, t0 + fa + fb + tail, "f", None),
-            ("front", CLIENT, t0 + fa // 2, t0 + fa // 2 + a, "fa", "f"),
-            ("a", SERVER, t0 + fa // 2 + 1, t0 + fa // 2 + a - 1, "a", "fa"),
-            ("front", CLIENT, t0 + fa // 2 + a, t0 + fa // 2 + a + bb, "fb", "f"),
-            ("b", SERVER, t0 + fa // 2 + a + 1, t0 + fa // 2 + a + bb - 1, "b", "fb"),
-        ]
-        rows[0] = ("front", SERVER, t0, rows[3][3] + tail, "f", None)
-        for k, (svc, kind, s, e, sid, par) in enumerate(rows):
-            b.add(
-                service=svc,
-                instance=None,
-                endpoint="op",
-                kind=kind,
-                start=int(s),
-                end=int(e),
-                record=5 * i + k,
-                trace=f"t{i}",
-                span_id=sid,
-                parent_id=par,
-            )
-        t += 10**7
-    return b.build()
 
 
 def test_self_latency_is_duration_minus_union_of_children():
@@ -99,3 +67,31 @@ def test_hotel_reservation_slowest_2pct_name_the_delayed_services(hotel_injected
     assert blind.slow == truth.slow == 20
     per_span = span_tail_profile(hotel_injected)
     assert len(per_span.culprits) == len(per_span.profile) == 6  # blames every service
+
+
+def test_uncertain_links_spread_the_slow_probability_by_softmax():
+    s = requests(2, 0)  # rows 0-4: trace t0 (front server 0, client spans 1 and 3); 5-9: t1
+    rec = Reconstruction("x", s.parent.copy(), np.full(len(s), np.nan))
+    rec.alternatives = {1: [(0, -1.0), (5, -2.0)], 3: [(5, -0.5)]}  # 3's chosen 0 is unscored
+    p = slow_probability(s, np.array([0]), rec)
+    w = np.exp(-1.0) / (np.exp(-1.0) + np.exp(-2.0))
+    assert p[[0, 1, 2, 3, 4]] == pytest.approx([1, w, w, 0.5, 0.5])
+    assert p[5:].tolist() == [0.0] * 5
+    certain = slow_probability(s, np.array([0]))
+    assert certain.tolist() == [1.0] * 5 + [0.0] * 5
+
+
+def test_fragments_of_a_missing_parent_are_counted_not_requests():
+    s = requests(50, 2)
+    s.parent[3] = -1  # t0's call to b lost its parent: b's subtree is a fragment of t0
+    prof = tail_profile(s)
+    assert prof.requests == 50
+    assert prof.accounting["spans in fragments whose parent is missing (left out of their trace)"]
+    assert prof.profile["b"]["spans"] == 49
+
+
+def test_a_cycle_of_parents_names_the_trace():
+    s = requests(5, 3)
+    s.parent[5] = 9  # t1's root under its own b server span
+    with pytest.raises(InputError, match="trace t1: parent links form a cycle"):
+        tail_profile(s)

@@ -110,8 +110,15 @@ def register(app: typer.Typer) -> None:
         service: Annotated[str, typer.Option(help="The service with versions A and B.")],
         share: Annotated[float, typer.Option(help="Share of its calls routed to B.")] = 0.02,
         effect: Annotated[
-            float, typer.Option(help="B's self-time change (-0.05: 5% faster).")
+            float, typer.Option(help="B's latency change (-0.05: 5% faster).")
         ] = -0.05,
+        basis: Annotated[
+            str,
+            typer.Option(
+                help="What --effect is a share of: 'self' (B's own self time) or 'e2e' (the "
+                "end-to-end latency of each request B serves; B's self time is cut by it)."
+            ),
+        ] = "self",
         blind: BlindOpt = False,
         seed: SeedOpt = 0,
         json_out: JsonOpt = False,
@@ -123,19 +130,20 @@ def register(app: typer.Typer) -> None:
         from tacit.reconstruct.pipeline import observe
 
         observed, _ = observe(list(traces))
-        routed, rows = route_to_b(observed.spans, service, share, effect, seed)
+        routed, rows = route_to_b(observed.spans, service, share, effect, seed, basis)
         with_traces = routed
         if blind:
             with_traces, _ = blind_and_reconstruct(routed)
         results = [
             ab_traces(with_traces, service),
             ab_spans(routed, service),
-            ab_periods(observed.spans, service, share, effect, seed),
+            ab_periods(observed.spans, service, share, effect, seed, basis),
         ]
         doc = {
             "service": service,
             "share": share,
             "effect": effect,
+            "basis": basis,
             "blind": blind,
             "routed_to_b": len(rows),
             "tests": [r.as_dict() for r in results],
@@ -146,6 +154,7 @@ def register(app: typer.Typer) -> None:
             return
         t = Table(
             title=f"A/B on {service}: {len(rows)} calls to B ({share:.0%}), effect {effect:+.0%}"
+            f" of {'self time' if basis == 'self' else 'end-to-end latency'}"
         )
         for col in ("comparison", "n A", "n B", "mean A ms", "mean B ms", "effect", "p"):
             t.add_column(col, justify="left" if col == "comparison" else "right")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tacit.diagnosis.execution_graph import trace_roots
 from tacit.errors import ConfigError
 from tacit.model.spans import NONE, SERVER, SpanTable
 
@@ -39,16 +40,18 @@ def delay_spans(spans: SpanTable, rows: np.ndarray, delay_ns: int) -> SpanTable:
     return out
 
 
-def scale_self_time(spans: SpanTable, rows: np.ndarray, factor: float) -> SpanTable:
+def scale_self_time(spans: SpanTable, rows: np.ndarray, factor: float | np.ndarray) -> SpanTable:
     """A copy of ``spans`` where the self time of each span at ``rows`` (its duration minus the
-    union of its children) is multiplied by ``factor``: every gap between its children shrinks
-    or grows, its children keep their durations and move, and later events move with it."""
-    if factor < 0:
-        raise ConfigError(f"a latency scale factor cannot be negative: {factor}")
+    union of its children) is multiplied by ``factor`` (one for all, or one per row): every gap
+    between its children shrinks or grows, its children keep their durations and move, and
+    later events move with it."""
+    rows = np.asarray(rows, dtype=np.int64)
+    factors = np.broadcast_to(np.asarray(factor, dtype=np.float64), rows.shape)
+    if (factors < 0).any():
+        raise ConfigError(f"a latency scale factor cannot be negative: {factors.min()}")
     out = spans.take(np.arange(len(spans)))
     tree = _Tree(out)
-    for r in np.asarray(rows, dtype=np.int64):
-        r = int(r)
+    for r, f in zip(rows.tolist(), factors.tolist(), strict=True):
         kids = tree.children(r)
         order = kids[np.argsort(out.start[kids], kind="stable")]
         shifts: dict[int, int] = {}
@@ -57,10 +60,10 @@ def scale_self_time(spans: SpanTable, rows: np.ndarray, factor: float) -> SpanTa
         for c in order:
             s, e = int(out.start[c]), int(out.end[c])
             uncovered += max(0, s - covered_to)
-            shifts[int(c)] = round((factor - 1) * uncovered)
+            shifts[int(c)] = round((f - 1) * uncovered)
             covered_to = max(covered_to, e)
         uncovered += max(0, int(out.end[r]) - covered_to)
-        tree.change(r, shifts, round((factor - 1) * uncovered))
+        tree.change(r, shifts, round((f - 1) * uncovered))
     return out
 
 
@@ -76,6 +79,50 @@ def pick_requests(spans: SpanTable, service: str, share: float, seed: int) -> np
     rng = np.random.default_rng(seed)
     chosen = rng.choice(traces, round(share * len(traces)), replace=False)
     return rows[np.isin(spans.trace[rows], chosen)]
+
+
+def resample_traces(spans: SpanTable, n: int, seed: int) -> SpanTable:
+    """A bootstrap workload: ``n`` whole traces drawn with replacement from ``spans`` (a trace is
+    a root's subtree), each copy with a fresh trace id (``boot<i>``) and its own start time;
+    arrivals are a Poisson process at the source's mean request rate (its traces over the time
+    from its first start to its last end), so reconstruction sees as much concurrency as in the
+    source. ``record`` still names each span's source record. A cycle of parent links raises
+    :class:`tacit.errors.InputError` naming the trace."""
+    if n < 1:
+        raise ConfigError(f"a resampled workload needs at least one trace, not {n}")
+    _, root, _, _ = trace_roots(spans)
+    heads = np.flatnonzero(spans.parent == NONE)
+    if len(heads) == 0:
+        raise ConfigError("no traces to resample")
+    order = np.argsort(root, kind="stable")  # the rows of each trace, contiguous
+    first = np.searchsorted(root[order], heads)
+    size = np.searchsorted(root[order], heads, side="right") - first
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, len(heads), n)
+    copy = np.repeat(np.arange(n), size[pick])
+    rows = order[
+        np.repeat(first[pick] - np.cumsum(size[pick]) + size[pick], size[pick])
+        + np.arange(len(copy))
+    ]
+    out = spans.take(rows)  # parents outside a copy's first occurrence are fixed below
+    base = np.cumsum(size[pick]) - size[pick]  # first new row of each copy
+    pos = np.empty(len(spans), dtype=np.int64)  # position of each source row in its trace
+    pos[order] = np.arange(len(spans)) - np.repeat(first, size)
+    has = spans.parent[rows] != NONE
+    out.parent[:] = NONE
+    out.parent[has] = base[copy[has]] + pos[spans.parent[rows[has]]]
+    linked = spans.link[rows] != NONE
+    same = linked & (root[np.where(linked, spans.link[rows], 0)] == root[rows])
+    out.link[:] = NONE
+    out.link[same] = base[copy[same]] + pos[spans.link[rows[same]]]
+    rate = len(heads) / max(int(spans.end.max() - spans.start.min()), 1)
+    arrival = np.cumsum(rng.exponential(1 / rate, n)).astype(np.int64)
+    shift = arrival - spans.start[heads[pick]] + spans.start.min()
+    out.start += shift[copy]
+    out.end += shift[copy]
+    ids = np.array([out.strings.code(f"boot{i}") for i in range(n)], dtype=out.trace.dtype)
+    out.trace[:] = ids[copy]
+    return out
 
 
 class _Tree:

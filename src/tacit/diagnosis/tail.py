@@ -27,20 +27,27 @@ probability: each client span's top-K alternative parents (``Reconstruction.alte
 log-likelihood scores) are turned into probabilities by a softmax, and the probability that a
 span is in a slow request is propagated from the roots down the alternatives. Slow-subset
 statistics weight every server span by that probability instead of trusting the single best
-assignment.
+assignment (a sparse matrix of link probabilities, one product per level: 1 M spans in under a
+second).
+
+**Bad input.** Requests are found by
+:func:`tacit.diagnosis.execution_graph.trace_roots`: a cycle of parent links is an
+:class:`tacit.errors.InputError` naming the trace and record; spans under a missing parent are
+left out of their trace and counted in the profile's ``accounting``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numba
 import numpy as np
 import scipy.sparse as sp
 
+from tacit.diagnosis.execution_graph import trace_roots
 from tacit.errors import ConfigError
 from tacit.model.spans import NONE, SERVER, SpanTable
-from tacit.model.traces import roots
 from tacit.reconstruct.result import Reconstruction
 
 
@@ -123,9 +130,56 @@ def _self_latency(start, end, parent, kids):  # pragma: no cover - compiled
     return out
 
 
-def request_roots(spans: SpanTable) -> np.ndarray:
-    """Rows of the requests: server spans without a parent."""
-    return np.flatnonzero((spans.parent == NONE) & (spans.kind == SERVER))
+def request_roots(spans: SpanTable) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """The requests of ``spans``: the root row of each trace that is a server span, every span's
+    topmost ancestor, and warnings (:func:`tacit.diagnosis.execution_graph.trace_roots`: the
+    subtrees of spans whose parent is missing are counted as fragments, not as requests; a cycle
+    of parent links raises :class:`tacit.errors.InputError` naming the trace)."""
+    _, root, heads, warnings = trace_roots(spans)
+    return heads[spans.kind[heads] == SERVER], root, warnings
+
+
+def requests_between(spans: SpanTable, start_ns: int, end_ns: int) -> SpanTable:
+    """The traces of the requests whose root starts in ``[start_ns, end_ns)`` (a time window,
+    e.g. a fault's), whole."""
+    heads, root, _ = request_roots(spans)
+    begins = spans.start[heads]
+    return spans.take(np.isin(root, heads[(begins >= start_ns) & (begins < end_ns)]))
+
+
+def link_probabilities(
+    spans: SpanTable, rec: Reconstruction | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every link as (child rows, parent rows, probabilities): certain parents with probability
+    1, and for each client span of ``rec.alternatives`` each alternative parent with the softmax
+    of its log-likelihood score among them (the chosen parent, when not among the scored
+    alternatives, is added with the best score)."""
+    alternatives = rec.alternatives if rec is not None else {}
+    alt_rows = np.fromiter(alternatives, np.int64, len(alternatives))
+    sizes = np.fromiter(map(len, alternatives.values()), np.int64, len(alternatives))
+    pairs = np.fromiter(
+        chain.from_iterable(chain.from_iterable(alternatives.values())), np.float64
+    ).reshape(-1, 2)
+    group = np.repeat(np.arange(len(alt_rows)), sizes)
+    cand, score = pairs[:, 0].astype(np.int64), pairs[:, 1]
+    chosen = spans.parent[alt_rows]
+    listed = np.zeros(len(alt_rows), dtype=bool)
+    listed[group[cand == chosen[group]]] = True
+    best = np.full(len(alt_rows), -np.inf)
+    np.maximum.at(best, group, score)
+    best[~np.isfinite(best)] = 0.0
+    extra = np.flatnonzero((chosen != NONE) & ~listed)
+    group = np.concatenate([group, extra])
+    cand = np.concatenate([cand, chosen[extra]])
+    w = np.exp(np.concatenate([score, best[extra]]) - best[group])
+    prob = w / np.bincount(group, w, len(alt_rows))[group]
+    certain = np.flatnonzero(spans.parent != NONE)
+    certain = certain[~np.isin(certain, alt_rows)]
+    return (
+        np.concatenate([certain, alt_rows[group]]),
+        np.concatenate([spans.parent[certain], cand]),
+        np.concatenate([np.ones(len(certain)), prob]),
+    )
 
 
 def slow_probability(
@@ -134,27 +188,12 @@ def slow_probability(
     """Per span, the probability that it belongs to a request rooted at one of ``slow_roots``.
 
     With ``rec`` (uncertain links; ``spans.parent`` is then ``rec.parent``), a client span's
-    parent is each of its alternatives with softmax probability; otherwise parents are certain.
+    parent is each of its alternatives with softmax probability (:func:`link_probabilities`);
+    otherwise parents are certain. The probability flows down one level a round.
     """
     n = len(spans)
-    rows, cols, vals = [], [], []
-    alternatives = rec.alternatives if rec is not None else {}
-    for r, alts in alternatives.items():
-        chosen = int(spans.parent[r])
-        cand = dict(alts)
-        if chosen != NONE and chosen not in cand:
-            cand[chosen] = max(cand.values())
-        score = np.array(list(cand.values()))
-        w = np.exp(score - score.max())
-        rows.extend([r] * len(cand))
-        cols.extend(cand)
-        vals.extend(w / w.sum())
-    certain = np.flatnonzero(spans.parent != NONE)
-    certain = certain[~np.isin(certain, np.fromiter(alternatives, np.int64, len(alternatives)))]
-    rows.extend(certain.tolist())
-    cols.extend(spans.parent[certain].tolist())
-    vals.extend([1.0] * len(certain))
-    step = sp.csr_matrix((vals, (rows, cols)), shape=(n, n))
+    child, parent, prob = link_probabilities(spans, rec)
+    step = sp.csr_matrix((prob, (child, parent)), shape=(n, n))
     p = np.zeros(n)
     p[slow_roots] = 1.0
     for _ in range(64):  # one level a round; traces are far shallower
@@ -175,18 +214,18 @@ def tail_profile(
     used for the probabilities of uncertain links).
     """
     p = params or TailParams()
-    heads = request_roots(spans)
+    heads, root, warnings = request_roots(spans)
     if len(heads) == 0:
         raise ConfigError("no requests: no server span without a parent in the traces")
     e2e = (spans.end - spans.start)[heads]
-    k = max(1, round(len(heads) * p.percent / 100))
-    slow_roots = heads[np.argsort(-e2e, kind="stable")[:k]]
+    is_slow = np.zeros(len(heads), dtype=bool)
+    is_slow[np.argsort(-e2e, kind="stable")[: max(1, round(len(heads) * p.percent / 100))]] = True
+    slow_roots, k = heads[is_slow], int(is_slow.sum())
     weight = slow_probability(spans, slow_roots, rec)
-    root = roots(spans.parent)
     in_request = np.isin(root, heads)
     value = self_latency(spans) if p.metric == "self" else spans.end - spans.start
     server = np.flatnonzero((spans.kind == SERVER) & in_request)
-    e2e_excess = (np.sort(e2e)[-k:].mean() - e2e.mean()) / 1e6
+    e2e_excess = (e2e[is_slow].mean() - e2e.mean()) / 1e6
     profile = _profile(spans, server, value, weight, len(heads), k)
     for v in profile.values():
         v["share"] = v["excess_ms"] / e2e_excess if e2e_excess > 0 else 0.0
@@ -197,7 +236,7 @@ def tail_profile(
         slow=k,
         e2e={
             "mean_all_ms": float(e2e.mean() / 1e6),
-            "mean_slow_ms": float(e2e[np.isin(heads, slow_roots)].mean() / 1e6),
+            "mean_slow_ms": float(e2e[is_slow].mean() / 1e6),
         },
         profile=profile,
         culprits=_culprits(profile, p.min_ratio),
@@ -205,6 +244,7 @@ def tail_profile(
             "spans": len(spans),
             "server spans in requests": len(server),
             "spans outside any request (unmapped fragments)": int((~in_request).sum()),
+            **warnings,
         },
     )
 
