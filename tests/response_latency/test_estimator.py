@@ -32,8 +32,10 @@ from tacit.simulate.request_streams import (
 )
 
 SIM = RequestStreamParams(clients=6, duration_ns=6_000 * MS, seed=3)
-PAPER = PirateParams(from_burst_start=False, mode_floor_ratio=0)
+PAPER = PirateParams()
 """Pirate as published: gaps from a burst's last packet, Algorithm 2's floor the fixed δ."""
+PIPE = PirateParams.pipelining()
+"""With both changes for pipelining clients (:meth:`PirateParams.pipelining`)."""
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +56,11 @@ def score_pairs(est, stream):
 @pytest.mark.parametrize("algorithm", ["modes", "threshold"])
 def test_exact_gaps_give_the_latency(algorithm):
     lat = [30 * MS, 32 * MS, 28 * MS, 31 * MS, 29 * MS]
-    est = estimate_response_latency(request_response(lat), algorithm=algorithm)
+    est = estimate_response_latency(request_response(lat), PIPE, algorithm=algorithm)
     assert len(est) == 1
     assert est.latency_ns[0] == causal_gap(sum(lat) // len(lat))
     assert est.samples[0] == len(lat)
-    paper = PirateParams(from_burst_start=False, mode_floor_ratio=0)
+    paper = PAPER
     last = estimate_response_latency(request_response(lat), paper, algorithm=algorithm)
     assert last.latency_ns[0] == sum(lat) // len(lat)  # from the burst's last packet
     assert est.epoch_start[0] == T0 // 10**9 * 10**9
@@ -66,7 +68,7 @@ def test_exact_gaps_give_the_latency(algorithm):
 
 def test_one_estimate_per_epoch():
     lat = [300 * MS] * 10  # 3 s of requests: epochs 0..3 (the first request ends none)
-    est = estimate_response_latency(request_response(lat, segments=(200,)))
+    est = estimate_response_latency(request_response(lat, segments=(200,)), PIPE)
     assert np.all(est.latency_ns == 300 * MS)
     assert est.samples.sum() == 10
     assert np.all(np.diff(est.epoch_start) == 10**9)
@@ -76,7 +78,7 @@ def test_one_estimate_per_epoch():
 def test_pure_acks_are_coalesced():
     lat = [40 * MS] * 6
     packets = request_response(lat, acks_in_pause=3)
-    est = estimate_response_latency(packets)
+    est = estimate_response_latency(packets, PIPE)
     assert est.latency_ns.tolist() == [causal_gap(40 * MS)]
     assert est.accounting.counts["coalesced_ack"] == 18
     raw = estimate_response_latency(
@@ -94,11 +96,11 @@ def test_gap_after_a_full_size_segment_is_inside_a_burst():
             seq += seg
             t += pause
     packets = packet_table(rows)
-    est = estimate_response_latency(packets)
+    est = estimate_response_latency(packets, PIPE)
     # From the burst's start: the second full-size segment, 0.1 ms before the last.
     assert est.latency_ns.tolist() == [50 * MS + 100_000] and est.samples[0] == 4
     both = estimate_response_latency(
-        packets, PirateParams(batch_end_only=False, mode_floor_ratio=0)
+        packets, PirateParams.pipelining(batch_end_only=False, mode_floor_ratio=0)
     )
     assert both.latency_ns[0] == (4 * (50 * MS + 100_000) + 5 * 20 * MS) // 9
 
@@ -111,7 +113,7 @@ def test_a_gap_spanning_a_retransmission_is_dropped():
         {"t": T0 + 290 * MS, "src": CLIENT, "dst": SERVER, "payload": 100, "seq": 200},
         {"t": T0 + 320 * MS, "src": CLIENT, "dst": SERVER, "payload": 100, "seq": 300},
     ]
-    est = estimate_response_latency(packet_table(rows), algorithm="threshold")
+    est = estimate_response_latency(packet_table(rows), PIPE, algorithm="threshold")
     assert est.accounting.counts["retransmission"] == 1
     assert est.latency_ns.tolist() == [30 * MS] and est.samples[0] == 2
 
@@ -124,23 +126,23 @@ def test_quic_probe_timeouts_are_not_latencies():
         t += 999 * MS if k % 10 == 9 else 20 * MS  # a PTO (kInitialRtt + 4·kInitialRtt/2)
         rows.append({"t": t - MS, "src": CLIENT, "dst": SERVER, "proto": UDP, "payload": 40})
     packets = packet_table(rows)
-    modes = estimate_response_latency(packets)
+    modes = estimate_response_latency(packets, PIPE)
     assert np.all(modes.latency_ns == 20 * MS)
     assert modes.samples.sum() == 36
     assert modes.accounting.counts["coalesced_ack"] == 40
-    threshold = estimate_response_latency(packets, algorithm="threshold")
+    threshold = estimate_response_latency(packets, PIPE, algorithm="threshold")
     assert threshold.samples.sum() == 39 and threshold.latency_ns.max() > 20 * MS
 
 
 def test_idle_gaps_are_not_latencies():
     lat = [25 * MS, 25 * MS, 45_000 * MS, 25 * MS]
-    est = estimate_response_latency(request_response(lat), algorithm="threshold")
+    est = estimate_response_latency(request_response(lat), PIPE, algorithm="threshold")
     assert np.all(est.latency_ns == causal_gap(25 * MS)) and est.samples.sum() == 3
 
 
 @pytest.mark.parametrize("algorithm", ["modes", "threshold"])
 def test_against_simulated_truth(sim, algorithm):
-    est = estimate_response_latency(sim.packets, algorithm=algorithm)
+    est = estimate_response_latency(sim.packets, PIPE, algorithm=algorithm)
     s, pairs = score(est, sim), score_pairs(est, sim)
     for x in (s, pairs):
         assert x.connections == SIM.clients
@@ -158,7 +160,7 @@ def test_against_simulated_truth(sim, algorithm):
 
 def test_pipelining_changes_beat_the_published_algorithm(sim):
     """Measured on seeds 3–5: modes 0.06–0.11 as published, 0.014–0.017 with the changes."""
-    new = score_pairs(estimate_response_latency(sim.packets), sim)
+    new = score_pairs(estimate_response_latency(sim.packets, PIPE), sim)
     paper = score_pairs(estimate_response_latency(sim.packets, PAPER), sim)
     assert new.median_relative_error < paper.median_relative_error / 3
     assert paper.median_signed_error < -0.05  # pipelines' short gaps pull it down
@@ -167,7 +169,7 @@ def test_pipelining_changes_beat_the_published_algorithm(sim):
 def test_causal_pair_scoring_of_exact_gaps():
     lat = [30 * MS, 32 * MS, 28 * MS, 31 * MS, 29 * MS]
     packets = request_response(lat)
-    est = estimate_response_latency(packets)
+    est = estimate_response_latency(packets, PIPE)
     first = np.arange(len(lat) + 1) * 2  # rows of each request's first segment
     sent = packets.time[first]
     trigger = np.arange(-1, len(lat))
@@ -185,9 +187,9 @@ def test_causal_pair_scoring_of_exact_gaps():
 def test_threshold_below_the_burst_spacing_counts_burst_gaps(sim):
     """With δ below the spacing of a burst's segments Algorithm 1 takes burst gaps for
     responses and its estimates collapse."""
-    low = PirateParams(gap_threshold_ns=50_000)
+    low = PirateParams.pipelining(gap_threshold_ns=50_000)
     bad = score(estimate_response_latency(sim.packets, low, algorithm="threshold"), sim)
-    good = score(estimate_response_latency(sim.packets, algorithm="threshold"), sim)
+    good = score(estimate_response_latency(sim.packets, PIPE, algorithm="threshold"), sim)
     assert bad.median_relative_error > 2 * good.median_relative_error
 
 
@@ -195,8 +197,8 @@ def test_robust_to_loss_and_reordering(sim):
     noisy = perturb_packets(sim.packets, loss=0.01, reorder=0.25, seed=7)
     assert len(noisy) < len(sim.packets)
     assert np.any(np.diff(noisy.record) < 0)
-    clean = score(estimate_response_latency(sim.packets), sim)
-    est = estimate_response_latency(noisy)
+    clean = score(estimate_response_latency(sim.packets, PIPE), sim)
+    est = estimate_response_latency(noisy, PIPE)
     s = score(est, sim)
     assert est.accounting.counts["retransmission"] > 0  # late originals
     assert s.median_relative_error < 0.15
@@ -207,7 +209,7 @@ def test_robust_to_loss_and_reordering(sim):
 def test_every_packet_accounted_for(sim):
     extra = packet_table([{"t": T0, "src": "10.9.0.1:0", "dst": "10.9.0.2:0", "proto": 1}])
     packets = concat_packets([sim.packets, extra])
-    est = estimate_response_latency(packets)
+    est = estimate_response_latency(packets, PIPE)
     counts = est.accounting.counts
     assert set(counts) == set(BUCKETS)
     assert est.accounting.packets == len(packets)
@@ -223,7 +225,7 @@ def test_every_packet_accounted_for(sim):
 def test_server_filter(sim):
     other = request_response([30 * MS] * 3, src="10.5.0.2:41000", dst="10.5.0.1:8080")
     packets = concat_packets([sim.packets, other])
-    est = estimate_response_latency(packets, server=sim.server)
+    est = estimate_response_latency(packets, PIPE, server=sim.server)
     assert est.accounting.counts["not_server"] == len(other)
     assert est.connections.decided_counts()["server"] == SIM.clients
     assert set(est.connection.tolist()) == set(range(SIM.clients))
@@ -231,8 +233,8 @@ def test_server_filter(sim):
 
 @pytest.mark.parametrize("algorithm", ["modes", "threshold"])
 def test_streaming_equals_batch(sim, algorithm):
-    batch = estimate_response_latency(sim.packets, algorithm=algorithm)
-    stream = StreamingEstimator(algorithm=algorithm)
+    batch = estimate_response_latency(sim.packets, PIPE, algorithm=algorithm)
+    stream = StreamingEstimator(PIPE, algorithm=algorithm)
     parts, closed_early = [], 0
     for lo in range(0, len(sim.packets), 7_919):
         part = stream.feed(sim.packets.take(np.arange(lo, min(lo + 7_919, len(sim.packets)))))
@@ -249,7 +251,7 @@ def test_streaming_equals_batch(sim, algorithm):
 def test_unsorted_batch_is_sorted_by_time():
     packets = request_response([30 * MS] * 4)
     shuffled = packets.take(np.random.default_rng(1).permutation(len(packets)))
-    est = estimate_response_latency(shuffled)
+    est = estimate_response_latency(shuffled, PIPE)
     assert est.latency_ns.tolist() == [causal_gap(30 * MS)]
 
 
@@ -264,7 +266,7 @@ def test_state_bytes_follow_the_layout():
 
 
 def test_score_accepts_endpoint_strings_and_indices(sim):
-    est = estimate_response_latency(sim.packets)
+    est = estimate_response_latency(sim.packets, PIPE)
     by_tuple = score(est, sim)
     names = np.array(sim.clients)[sim.truth.connection]
     by_name = score_estimates(est, names, sim.truth.seen_ns, sim.truth.latency_ns)
@@ -294,7 +296,7 @@ def test_bad_algorithm():
 def test_real_capture_threshold_matches_direct_computation(shared_data):
     """Redis pings over loopback: the client's request gaps, computed here directly."""
     packets = read_packets(shared_data / "pcap" / "zeek-redis-50-pings.pcap.gz").packets
-    params = PirateParams(gap_threshold_ns=5_000, epoch_ns=3600 * 10**9)
+    params = PirateParams.pipelining(gap_threshold_ns=5_000, epoch_ns=3600 * 10**9)
     est = estimate_response_latency(packets, params, server="6379", algorithm="threshold")
     assert est.accounting.packets == len(packets)
     up = (packets.dport == 6379) & (packets.payload_len > 0)

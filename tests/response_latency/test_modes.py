@@ -67,7 +67,7 @@ def test_proportional_mode_sum_is_the_mean_of_response_mode_gaps():
 def test_adaptive_floor_follows_the_dominant_mode_at_any_scale(scale):
     """Many short gaps inside bursts (scale / 25), a few pipeline gaps spread below the causal
     mode, and the causal pairs (scale): the floor is half the mode holding the most time."""
-    h = ModeHistogram()
+    h = ModeHistogram(PirateParams.pipelining())
     gaps = [scale // 25] * 40 + [scale // 5, scale // 3] + [scale, scale * 21 // 20] * 6
     for g in gaps:
         h.add(g)

@@ -38,13 +38,20 @@ def web(
     keep: Annotated[
         Path | None, typer.Option(help="Directory to keep the capture and client log in.")
     ] = None,
+    pipelining: Annotated[
+        bool, typer.Option("--pipelining", help="Estimate with PirateParams.pipelining().")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Run a server and clients on loopback, capture the client-to-server packets, estimate the
     response latency with Pirate and score it against the latency every client logged."""
     from tacit.experiment.web import run_web_experiment
+    from tacit.response_latency import PirateParams
 
-    result = run_web_experiment(seconds, clients=clients, seed=seed, workdir=keep, server=server)
+    params = PirateParams.pipelining() if pipelining else PirateParams()
+    result = run_web_experiment(
+        seconds, clients=clients, seed=seed, workdir=keep, server=server, params=params
+    )
     doc = finite(result.as_dict())
     if json_out:
         print_json(doc)

@@ -52,6 +52,14 @@ def response(
         str | None, typer.Option(help="The gap threshold δ, e.g. 1ms or 50us (default: δ).")
     ] = None,
     epoch: Annotated[str | None, typer.Option(help="Epoch length, e.g. 1s.")] = None,
+    pipelining: Annotated[
+        bool,
+        typer.Option(
+            "--pipelining",
+            help="For clients with several requests in flight: gaps from a burst's first packet "
+            "and an adaptive floor (not in the paper; see PirateParams).",
+        ),
+    ] = False,
     rows: Annotated[
         bool, typer.Option("--rows", help="With --json: every estimate (connection, epoch).")
     ] = False,
@@ -61,7 +69,7 @@ def response(
     from tacit.formats.pcap import read_packets
     from tacit.response_latency import PirateParams, estimate_response_latency
 
-    params = PirateParams()
+    params = PirateParams.pipelining() if pipelining else PirateParams()
     if gap_threshold is not None:
         params = replace(params, gap_threshold_ns=parse_duration(gap_threshold))
     if epoch is not None:

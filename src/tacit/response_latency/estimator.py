@@ -12,8 +12,9 @@ heuristics) give one estimate per connection per epoch:
   modes (:mod:`~.timers`). The floor is δ, or (``PirateParams.mode_floor_ratio``) adaptive per
   connection; each epoch's floor becomes the connection's δ for telling bursts apart.
 
-By default (``PirateParams.from_burst_start``) a gap is measured from the first packet of the
-burst before it, for clients that pipeline requests (:func:`~.gaps.next_gap`).
+With ``PirateParams.from_burst_start`` (:meth:`PirateParams.pipelining`) a gap is measured from
+the first packet of the burst before it, for clients that pipeline requests
+(:func:`~.gaps.next_gap`).
 
 :class:`StreamingEstimator` keeps every connection's state between batches; one compiled pass
 over a batch, in time order, updates it. A connection's epoch closes when one of its packets
