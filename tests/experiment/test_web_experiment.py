@@ -22,6 +22,7 @@ from tacit.experiment.web import WebExperimentResult, run_web_experiment
 from tacit.experiment.web_clients import HttpProtocol
 from tacit.experiment.web_server import ServiceTime, SiteParams, generate_site, object_path
 from tacit.model.packets import SYN
+from tacit.response_latency import PirateParams
 from tacit.response_latency.evaluate import trigger_from_completions
 
 pytestmark = pytest.mark.live
@@ -39,8 +40,11 @@ def run(request, tmp_path_factory) -> WebExperimentResult:
     if request.param == "memcached" and (reason := memcached_unavailable()):
         pytest.skip(reason)
     workdir = tmp_path_factory.mktemp(request.param)
+    # memcached answers on loopback in well under Pirate's δ of 1 ms: only the adaptive floor
+    # of PirateParams.pipelining() sees its gaps at all.
+    params = PirateParams.pipelining() if request.param == "memcached" else PirateParams()
     result = run_web_experiment(
-        SECONDS, clients=CLIENTS, seed=SEED, workdir=workdir, server=request.param
+        SECONDS, clients=CLIENTS, seed=SEED, workdir=workdir, server=request.param, params=params
     )
     print(request.param, result.as_dict())
     return result
@@ -134,10 +138,9 @@ def test_dependency_tree_followed(run: WebExperimentResult):
 
 def test_estimate_close_to_client_log(run: WebExperimentResult):
     """Pirate's estimate from the capture against the clients' log. Web server: under a loose
-    bound that an estimate of nothing or of the wrong scale fails (measured on this machine:
-    median relative error 0.06-0.18 in 3 s). memcached: only that it is scored — measured
-    0.3-1.3 in 3 s, four pipelined gets of large values come back one after the other, so the
-    gaps after a burst are shorter than the latencies of its later requests. The 1 % target is
+    bound that an estimate of nothing or of the wrong scale fails. memcached: only that it is
+    scored — its accuracy swings from run to run (four pipelined gets of large values come back
+    one after the other, and the Python clients compete for 2 cores). The 1 % target is
     measured by bench/bench_web_experiment.py, not asserted."""
     d = run.as_dict()
     print(f"{run.server}: median relative error {d['median_relative_error']:.4f}")
