@@ -53,6 +53,18 @@ def test_port_rule_and_first_packet_without_handshake():
     assert counts["port"] == 1 and counts["first_packet"] == 1
 
 
+def test_a_service_port_names_the_server_even_above_the_client_port():
+    # An old stack's ephemeral port 1234 against Redis on 6379: the lower port is the client.
+    rows = [
+        {"t": T0, "src": "10.0.0.7:1234", "dst": "10.0.0.8:6379", "payload": 14},
+        {"t": T0 + 1, "src": "10.0.0.8:6379", "dst": "10.0.0.7:1234", "payload": 7},
+    ]
+    c = connections(packet_table(rows))
+    assert c.table.server(0) == "10.0.0.8:6379"
+    assert c.to_server.tolist() == [True, False]
+    assert c.table.decided_counts()["port"] == 1
+
+
 @pytest.mark.parametrize("server", ["10.0.0.2:51000", "51000", "10.0.0.2"])
 def test_given_server_overrides_and_excludes_others(server):
     rows = handshake("10.0.0.1:443", "10.0.0.2:51000")  # odd, but the user says so

@@ -36,7 +36,7 @@ def test_seq_ack_measures_each_side(tmp_path: Path) -> None:
     server, client = s.select("seq_ack", SERVER), s.select("seq_ack", CLIENT)
     assert len(server) == 5 and len(client) == 5
     assert np.all(s.rtt[server] == 3 * MS) and np.all(s.rtt[client] == 700 * US)
-    assert s.connections[0].how == "SYN"
+    assert s.connections[0].how == "handshake"
 
 
 def test_karn_rule_drops_retransmitted_segments(tmp_path: Path) -> None:

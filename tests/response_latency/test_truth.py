@@ -82,7 +82,7 @@ def test_pipelined_http_with_chunked_head_204_and_100_continue(tmp_path: Path) -
     # part of the PUT request, so no request was triggered by another's response.
     assert truth.triggered.tolist() == [-1] * 5
     assert truth.accounting.unparsed == {}
-    assert truth.connections[0].how == "SYN" and truth.connections[0].server == "10.0.0.2:80"
+    assert truth.connections[0].how == "handshake" and truth.connections[0].server == "10.0.0.2:80"
 
 
 def test_closed_loop_requests_are_causal_pairs(tmp_path: Path) -> None:

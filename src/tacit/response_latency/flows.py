@@ -9,8 +9,10 @@ from the client to the server. The direction of a connection is decided, in this
    (decision ``not_server``) and none of their packets is used.
 2. ``handshake``: the sender of a SYN without ACK is the client (or the receiver of a
    SYN+ACK).
-3. ``port``: without a handshake the endpoint with the lower port is the server (well-known and
-   registered ports lie below the ephemeral range, RFC 6335 §6).
+3. ``port``: without a handshake, the endpoint on a known service port (:data:`SERVICE_PORTS`)
+   is the server; else the endpoint with the lower port (well-known and registered ports lie
+   below the ephemeral range, RFC 6335 §6 — but an old or odd stack may pick an ephemeral port
+   below a service's, e.g. 1234 against Redis's 6379).
 4. ``first_packet``: equal ports — the sender of the connection's first packet is the client.
 
 A 5-tuple is one connection for as long as it is seen (a reused 5-tuple continues the same
@@ -35,6 +37,10 @@ from tacit.model.packets import ACK, SYN, TCP, UDP, format_endpoint, parse_endpo
 DECISIONS = ("server", "handshake", "port", "first_packet", "not_server")
 """How a connection's direction was decided (index = code in :attr:`ConnectionTable.decided`)."""
 BY_SERVER, BY_HANDSHAKE, BY_PORT, BY_FIRST_PACKET, NOT_SERVER = range(len(DECISIONS))
+
+SERVICE_PORTS = frozenset({53, 80, 443, 3306, 5432, 6379, 8080, 8443, 11211})
+"""Ports that name the server end of a connection whatever the other port (DNS, HTTP(S),
+MySQL, PostgreSQL, Redis, memcached)."""
 
 _SEED = np.uint64(0x5049524154450001)
 _EMPTY = -1
@@ -240,7 +246,10 @@ class ConnectionRegistry:
         client = self._first_side[lo:hi].copy()
         by_port = ports[:, 0] != ports[:, 1]
         client[by_port] = (ports[by_port, 0] < ports[by_port, 1]).astype(np.int8)
-        decided[by_port] = BY_PORT
+        service = np.isin(ports, list(SERVICE_PORTS))
+        one_service = service[:, 0] != service[:, 1]
+        client[one_service] = service[one_service, 0].astype(np.int8)  # A serves: B is client
+        decided[by_port | one_service] = BY_PORT
         syn = self._syn_side[lo:hi] >= 0
         client[syn] = self._syn_side[lo:hi][syn]
         decided[syn] = BY_HANDSHAKE

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tacit.model.packets import ACK, SYN, PacketTable
-from tacit.response_latency.truth import ConnectionTruth, TruthParams, tcp_connections
+from tacit.response_latency.truth import ConnectionTruth, tcp_connections
 
 METHODS = ("seq_ack", "timestamp", "handshake")
 SEQ_ACK, TIMESTAMP, HANDSHAKE = range(3)
@@ -74,13 +74,11 @@ class RttSamples:
         return out
 
 
-def rtt_samples(
-    p: PacketTable, server: str | None = None, params: TruthParams | None = None
-) -> RttSamples:
+def rtt_samples(p: PacketTable, server: str | None = None) -> RttSamples:
     """Every RTT sample of every TCP connection of ``p`` by the three methods (module
-    docstring). ``server`` and ``params`` tell client from server as in
+    docstring). ``server`` tells client from server as in
     :func:`~tacit.response_latency.truth.tcp_connections`."""
-    conns = tcp_connections(p, server, params)
+    conns = tcp_connections(p, server)
     rows = np.concatenate([np.concatenate([c, s]) for _, c, s in conns] or [np.empty(0, int)])
     conn = np.repeat(np.arange(len(conns)), [len(c) + len(s) for _, c, s in conns])
     side = np.concatenate([np.repeat([0, 1], [len(c), len(s)]) for _, c, s in conns] or [[]])

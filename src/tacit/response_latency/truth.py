@@ -10,9 +10,10 @@ first and last byte.
 
 Steps:
 
-1. Connections: TCP packets grouped by their two endpoints, split where a new SYN starts a new
-   incarnation of the same 4-tuple; the client is the sender of the SYN (else the end that is not
-   the server by ``server``, by a known port, or the higher port).
+1. Connections: TCP packets grouped by their two endpoints and told client from server exactly
+   as the estimator does (:func:`tacit.response_latency.flows.connections`), so that the truth
+   and the estimates name the same ends; split where a new SYN (a new initial sequence number)
+   starts a new incarnation of the same 4-tuple.
 2. Reassembly, per direction: sequence numbers unwrapped (RFC 9293 §3.4: 32-bit, modulo 2^32)
    into stream offsets; every byte takes the time of the first packet that carried it, so
    retransmitted and duplicate bytes count once; bytes no packet carried are *unseen* gaps, bytes
@@ -56,9 +57,9 @@ from tacit.model.packets import (
     TCP,
     PacketPayloads,
     PacketTable,
-    format_endpoint,
 )
-from tacit.response_latency.flows import parse_server
+from tacit.response_latency.flows import DECISIONS, connections
+from tacit.runs import run_bounds
 
 HTTP, REDIS, MEMCACHED = "http", "redis", "memcached"
 PROTOCOLS = (HTTP, REDIS, MEMCACHED)
@@ -97,8 +98,8 @@ class ConnectionTruth:
     server: str
     protocol: str | None
     how: str
-    """How the client and server ends were told apart (``SYN``, ``server``, ``port``,
-    ``SYN/ACK``, ``higher port``)."""
+    """How the client and server ends were told apart: one of
+    :data:`tacit.response_latency.flows.DECISIONS`."""
     packets: int = 0
     requests: int = 0
     responses: int = 0
@@ -260,7 +261,7 @@ def request_truth(
     pool = StringPool()
     rows: list[tuple] = []
     connections: list[ConnectionTruth] = []
-    for conn, c2s, s2c in tcp_connections(p, server, params):
+    for conn, c2s, s2c in tcp_connections(p, server):
         streams = [_reassemble(p, payloads, rows_, acc) for rows_ in (c2s, s2c)]
         conn.protocol = protocol if protocol != "auto" else _detect(conn, streams[0], params)
         index = len(connections)
@@ -283,82 +284,40 @@ def request_truth(
 
 
 def tcp_connections(
-    p: PacketTable, server: str | None = None, params: TruthParams | None = None
+    p: PacketTable, server: str | None = None
 ) -> list[tuple[ConnectionTruth, np.ndarray, np.ndarray]]:
     """The TCP connections of ``p`` in the order they start: each with its client → server and
     server → client rows (time order). See the module docstring, step 1, and
     :func:`request_truth` for ``server``."""
-    params = params or TruthParams()
-    where = None if server is None else parse_server(server)
+    conns = connections(p, server)
+    rows = np.flatnonzero((conns.row_connection >= 0) & (p.proto == TCP))
+    rows = rows[np.lexsort((p.time[rows], conns.row_connection[rows]))]
+    starts, sizes = run_bounds(conns.row_connection[rows])
+    table = conns.table
     out = []
-    for members in _split_connections(p, np.flatnonzero(p.proto == TCP)):
-        conn, (c2s, s2c) = _orient(p, members, where, params)
-        conn.packets = len(members)
-        out.append((conn, c2s, s2c))
+    for start, size in zip(starts.tolist(), sizes.tolist(), strict=True):
+        group = rows[start : start + size]
+        c = int(conns.row_connection[group[0]])
+        for members in _incarnations(p, group):
+            up = conns.to_server[members]
+            conn = ConnectionTruth(
+                table.client(c), table.server(c), None, DECISIONS[table.decided[c]]
+            )
+            conn.packets = len(members)
+            out.append((conn, members[up], members[~up]))
+    out.sort(key=lambda item: p.time[np.concatenate(item[1:])].min())
     return out
 
 
-# --- connections -------------------------------------------------------------------------------
-
-
-def _split_connections(p: PacketTable, tcp: np.ndarray) -> list[np.ndarray]:
-    """The rows of each connection (time order), in the order the connections start."""
-    if not len(tcp):
-        return []
-    src = np.stack([p.src_hi[tcp], p.src_lo[tcp], p.sport[tcp].astype(np.uint64)], axis=1)
-    dst = np.stack([p.dst_hi[tcp], p.dst_lo[tcp], p.dport[tcp].astype(np.uint64)], axis=1)
-    diff = src != dst
-    first = np.argmax(diff, axis=1)
-    n = np.arange(len(tcp))
-    flip = src[n, first] > dst[n, first]
-    key = np.concatenate([np.where(flip[:, None], dst, src), np.where(flip[:, None], src, dst)], 1)
-    _, pair = np.unique(key, axis=0, return_inverse=True)
-    pair = pair.ravel()
-    order = np.lexsort((p.time[tcp], pair))
-    bounds = np.flatnonzero(np.diff(pair[order])) + 1
-    flags, seq = p.tcp_flags[tcp], p.seq[tcp]
-    out = []
-    for group in np.split(tcp[order], bounds):
-        local = np.searchsorted(tcp, group)
-        syn = np.flatnonzero((flags[local] & (SYN | ACK)) == SYN)
-        # A SYN with a new initial sequence number opens a new incarnation of the 4-tuple.
-        starts = [i for k, i in enumerate(syn) if k == 0 or seq[local[i]] != seq[local[syn[k - 1]]]]
-        cuts = [i for i in starts if i > 0]
-        out.extend(np.split(group, cuts))
-    out.sort(key=lambda rows: p.time[rows[0]])
-    return out
-
-
-def _orient(
-    p: PacketTable, rows: np.ndarray, where, params: TruthParams
-) -> tuple[ConnectionTruth, tuple[np.ndarray, np.ndarray]]:
-    """Tell the client from the server; returns the connection and its rows each way."""
-    a = (int(p.src_hi[rows[0]]), int(p.src_lo[rows[0]]), int(p.sport[rows[0]]))
-    b = (int(p.dst_hi[rows[0]]), int(p.dst_lo[rows[0]]), int(p.dport[rows[0]]))
-    from_a = (p.sport[rows] == a[2]) & (p.src_lo[rows] == a[1]) & (p.src_hi[rows] == a[0])
-    flags = p.tcp_flags[rows]
-    syn = flags & (SYN | ACK)
-    client, how = None, ""
-    if np.any(syn == SYN):
-        client, how = (a if from_a[np.argmax(syn == SYN)] else b), "SYN"
-    elif where is not None and (_matches(where, a) or _matches(where, b)):
-        client, how = (b if _matches(where, a) else a), "server"
-    elif (a[2] in params.ports) != (b[2] in params.ports):
-        client, how = (b if a[2] in params.ports else a), "port"
-    elif np.any(syn == SYN | ACK):
-        client, how = (b if from_a[np.argmax(syn == SYN | ACK)] else a), "SYN/ACK"
-    else:
-        client, how = (a if a[2] > b[2] else b), "higher port"
-    server = b if client == a else a
-    c_rows = rows[from_a] if client == a else rows[~from_a]
-    s_rows = rows[~from_a] if client == a else rows[from_a]
-    conn = ConnectionTruth(format_endpoint(*client), format_endpoint(*server), None, how)
-    return conn, (c_rows, s_rows)
-
-
-def _matches(where: tuple, end: tuple) -> bool:
-    hi, lo, port = where
-    return (hi is None or (hi, lo) == end[:2]) and (port is None or port == end[2])
+def _incarnations(p: PacketTable, group: np.ndarray) -> list[np.ndarray]:
+    """The rows of one 4-tuple (time order) cut where a SYN with a new initial sequence number
+    opens a new incarnation."""
+    flags, seq = p.tcp_flags[group], p.seq[group]
+    syn = np.flatnonzero((flags & (SYN | ACK)) == SYN)
+    cuts = [i for k, i in enumerate(syn) if k > 0 and seq[i] != seq[syn[k - 1]] and i > 0]
+    if len(syn) and syn[0] > 0:
+        cuts.insert(0, int(syn[0]))
+    return np.split(group, cuts)
 
 
 # --- reassembly --------------------------------------------------------------------------------
