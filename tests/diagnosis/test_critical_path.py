@@ -145,3 +145,28 @@ def test_injected_delay_is_attributed_to_its_service(shared_data):
     diff[:, j] = 0
     assert not diff.any()
     assert (after.latency - before.latency == np.where(hit_traces, d, 0)).all()
+
+
+@pytest.mark.realdata
+def test_reconstructed_paths_agree_with_ground_truth(shared_data):
+    """Blinded-then-reconstructed load150: each trace's top contributor is the ground truth's,
+    with and without weighing uncertain links, and weighed contributions still sum exactly."""
+    from tacit.diagnosis.critical_path import W_WEIGHED
+    from tacit.diagnosis.tail import blind_and_reconstruct
+    from tacit.model.roles import infer_roles
+
+    truth = infer_roles(_hotel(shared_data, 150)).spans
+    rebuilt, rec = blind_and_reconstruct(truth)
+    gt, plain, weighed = (
+        critical_paths(truth),
+        critical_paths(rebuilt),
+        critical_paths(rebuilt, rec=rec),
+    )
+    assert weighed.warnings[W_WEIGHED] > 0
+    assert np.array_equal(weighed.contribution.sum(axis=1), weighed.latency)
+    assert (weighed.contribution >= 0).all()
+    _, ia, ib = np.intersect1d(gt.root, plain.root, return_indices=True)
+    assert len(ia) == len(gt)
+    top = np.array(gt.services)[gt.contribution.argmax(1)][ia]
+    for cp in (plain, weighed):
+        assert (np.array(cp.services)[cp.contribution.argmax(1)][ib] == top).mean() >= 0.99

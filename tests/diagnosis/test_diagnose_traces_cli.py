@@ -17,6 +17,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     d = tmp_path_factory.mktemp("diagnose")
     write_jaeger(d / "traces.json", simulate(load_app(None), 50, n_requests=300, seed=7))
     (d / "bad.json").write_text('{"data": [{"traceID": 1, "spans": "x"}]}')
+    (d / "bad.rules").write_text("SYMPTOM slow\nPATHOLOGY x DEF slow AND\n")
     assert TACIT.exists(), TACIT
     procs = {
         "cp": start(
@@ -26,6 +27,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         "detect": start("diagnose", "detect", "traces.json", "--by", "endpoint", "--json", cwd=d),
         "detect_table": start("diagnose", "detect", "traces.json", cwd=d),
         "bad": start("diagnose", "critical-path", "bad.json", cwd=d),
+        "blind": start(
+            "diagnose", "critical-path", "traces.json", "--blind", "--weigh-links", "--json", cwd=d
+        ),
+        "explain": start("diagnose", "explain", "traces.json", "--json", cwd=d),
+        "bad_rules": start("diagnose", "explain", "traces.json", "--rules", "bad.rules", cwd=d),
         "bad_by": start("diagnose", "detect", "traces.json", "--by", "region", cwd=d),
     }
     return d, finish(procs)
@@ -63,7 +69,33 @@ def test_detect_json_accounts_for_every_trace(runs):
 
 def test_bad_input_is_one_line(runs):
     _, r = runs
-    for name in ("bad", "bad_by"):
+    for name in ("bad", "bad_by", "bad_rules"):
         assert r[name].returncode == 2, r[name].stderr
         assert "Traceback" not in r[name].stderr
         assert len(r[name].stderr.strip().splitlines()) == 1, r[name].stderr
+
+
+def test_blind_critical_paths_sum_to_latency(runs):
+    _, r = runs
+    assert r["blind"].returncode == 0, r["blind"].stderr
+    doc = json.loads(r["blind"].stdout)
+    assert doc["blind"] and doc["weigh_links"] and doc["traces"] >= 300
+    assert abs(sum(doc["overall_share"].values()) - 1) < 1e-9
+
+
+def test_explain_evaluates_rules_on_slow_traces(runs):
+    _, r = runs
+    assert r["explain"].returncode == 0, r["explain"].stderr
+    doc = json.loads(r["explain"].stdout)
+    assert doc["slow_total"] == doc["accounting"]["slower"]
+    for p in doc["slow"]:
+        f = p["features"]
+        assert f["slow"] is True and 0 <= f["network_share"] <= 1
+        assert set(p["holds"]) <= {
+            "slow_network",
+            "slow_service",
+            "fanout_straggler",
+            "serial_chain",
+        }
+        if "slow_network" in p["holds"]:
+            assert f["network_share"] >= 0.5

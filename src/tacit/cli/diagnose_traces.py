@@ -1,4 +1,4 @@
-"""``tacit diagnose`` commands: detect and critical-path."""
+"""``tacit diagnose`` commands: detect, critical-path and explain."""
 
 from __future__ import annotations
 
@@ -21,49 +21,80 @@ def register(app: typer.Typer) -> None:
     """Add this module's commands to the ``diagnose`` group."""
     app.command("detect")(detect)
     app.command("critical-path")(critical_path)
+    app.command("explain")(explain)
 
 
-def _paths(traces: list[Path], input_format: str):
+def _paths(traces: list[Path], input_format: str, blind: bool = False, weigh: bool = False):
+    """Critical paths of the input's traces; with ``blind``, of the traces TraceWeaver
+    reconstructs once they are blinded (link uncertainty weighed with ``weigh``)."""
     from tacit.diagnosis.critical_path import critical_paths
     from tacit.formats import read_spans
 
-    return critical_paths(read_spans(list(traces), input_format))
+    if not blind:
+        return critical_paths(read_spans(list(traces), input_format))
+    from tacit.diagnosis.tail import blind_and_reconstruct
+    from tacit.reconstruct.pipeline import observe
+
+    observed, _ = observe(list(traces), input_format)
+    rebuilt, rec = blind_and_reconstruct(observed.spans)
+    return critical_paths(rebuilt, rec=rec if weigh else None)
+
+
+BlindOpt = Annotated[
+    bool,
+    typer.Option("--blind", help="Blind the traces and reconstruct them with TraceWeaver first."),
+]
+WeighOpt = Annotated[
+    bool,
+    typer.Option(
+        "--weigh-links/--no-weigh-links",
+        help="With --blind: expected contributions over the alternatives of uncertain links "
+        "(off by default: on HotelReservation it agreed with the truth no better than the "
+        "chosen links; bench/bench_diagnosis.py measures both).",
+    ),
+]
+
+
+def _detect(cp, by: str, k: float, history_fraction: float, min_history: int, bucket: str):
+    """Detection on ``cp``'s traces: (confounder names, key labels, params, Detection)."""
+    from tacit.diagnosis.detect import DetectParams, confounder_keys, history_window
+    from tacit.diagnosis.detect import detect as run
+
+    params = DetectParams(k=k, min_history=min_history, bucket_ns=parse_duration(bucket))
+    confounders = [c.strip() for c in by.split(",") if c.strip()]
+    key, labels = confounder_keys(cp.graph.spans, cp.root, confounders, params)
+    history = history_window(cp.start, history_fraction)
+    evaluate = ~history if history_fraction < 1 else history
+    return confounders, labels, params, run(cp.latency, key, history, evaluate, params, labels)
+
+
+ByOpt = Annotated[
+    str, typer.Option(help="Comma-separated confounders: endpoint, service, client, hour.")
+]
+KOpt = Annotated[float, typer.Option(help="IQR fence multiplier (Tukey's 1.5).")]
+HistoryOpt = Annotated[
+    float, typer.Option(help="The first fraction of the time span is the history.")
+]
+MinHistoryOpt = Annotated[int, typer.Option(help="History a key needs for a baseline.")]
+BucketOpt = Annotated[str, typer.Option(help="Time-of-day bucket of 'hour' (e.g. 1h, 15m).")]
 
 
 def detect(
     traces: TracesArg,
-    by: Annotated[
-        str, typer.Option(help="Comma-separated confounders: endpoint, service, client, hour.")
-    ] = "endpoint",
-    k: Annotated[float, typer.Option(help="IQR fence multiplier (Tukey's 1.5).")] = 1.5,
-    history_fraction: Annotated[
-        float, typer.Option(help="The first fraction of the time span is the history.")
-    ] = 0.5,
-    min_history: Annotated[int, typer.Option(help="History a key needs for a baseline.")] = 20,
-    bucket: Annotated[str, typer.Option(help="Time-of-day bucket of 'hour' (e.g. 1h, 15m).")] = (
-        "3600s"
-    ),
+    by: ByOpt = "endpoint",
+    k: KOpt = 1.5,
+    history_fraction: HistoryOpt = 0.5,
+    min_history: MinHistoryOpt = 20,
+    bucket: BucketOpt = "3600s",
     top: Annotated[int, typer.Option(help="Flagged traces to list.")] = 20,
     input_format: FormatOpt = "auto",
     json_out: JsonOpt = False,
 ) -> None:
     """Flag traces slower or faster than their key's history (YTrace detection)."""
-    from tacit.diagnosis.detect import (
-        FASTER,
-        VERDICT_NAMES,
-        DetectParams,
-        confounder_keys,
-        history_window,
-    )
-    from tacit.diagnosis.detect import detect as run
+    from tacit.diagnosis.detect import FASTER, VERDICT_NAMES
 
-    params = DetectParams(k=k, min_history=min_history, bucket_ns=parse_duration(bucket))
     cp = _paths(traces, input_format)
-    confounders = [c.strip() for c in by.split(",") if c.strip()]
-    key, labels = confounder_keys(cp.graph.spans, cp.root, confounders, params)
-    history = history_window(cp.start, history_fraction)
-    evaluate = ~history if history_fraction < 1 else history
-    d = run(cp.latency, key, history, evaluate, params, labels)
+    confounders, labels, params, d = _detect(cp, by, k, history_fraction, min_history, bucket)
     flagged = d.flagged()
     flagged = flagged[np.argsort(-np.abs(d.latency[flagged] - (d.q1[flagged] + d.q3[flagged]) / 2))]
     rows = [
@@ -119,11 +150,13 @@ def critical_path(
     html: Annotated[
         Path | None, typer.Option("--html", help="Write an HTML report of those traces.")
     ] = None,
+    blind: BlindOpt = False,
+    weigh_links: WeighOpt = False,
     input_format: FormatOpt = "auto",
     json_out: JsonOpt = False,
 ) -> None:
     """Critical paths of the slowest traces and each service's contribution (YTrace)."""
-    cp = _paths(traces, input_format)
+    cp = _paths(traces, input_format, blind, weigh_links)
     chosen = np.argsort(-cp.latency, kind="stable")[:slowest]
     if html is not None:
         from tacit.diagnosis.report import render_report
@@ -135,6 +168,8 @@ def critical_path(
             {
                 "traces": len(cp),
                 "spans": len(cp.graph),
+                "blind": blind,
+                "weigh_links": blind and weigh_links,
                 "warnings": cp.warnings,
                 "overall_share": dict(zip(cp.services, share.tolist(), strict=True)),
                 "slowest": [
@@ -164,3 +199,66 @@ def critical_path(
         console.print(f"warning: {name}: {count}")
     if html is not None:
         console.print(f"report: {html}")
+
+
+def explain(
+    traces: TracesArg,
+    rules: Annotated[
+        Path | None,
+        typer.Option("--rules", help="Rule file (default: the packaged traces.rules)."),
+    ] = None,
+    by: ByOpt = "endpoint",
+    k: KOpt = 1.5,
+    history_fraction: HistoryOpt = 0.5,
+    min_history: MinHistoryOpt = 20,
+    bucket: BucketOpt = "3600s",
+    blind: BlindOpt = False,
+    weigh_links: WeighOpt = False,
+    top: Annotated[int, typer.Option(help="Slow traces to list.")] = 20,
+    input_format: FormatOpt = "auto",
+    json_out: JsonOpt = False,
+) -> None:
+    """Detect slow traces, localize them and evaluate root-cause rules on their features."""
+    from tacit.diagnosis.explain import explain as run
+    from tacit.diagnosis.explain import trace_rules
+
+    rule_set = trace_rules(rules)  # a malformed rule file fails before the (long) read
+    cp = _paths(traces, input_format, blind, weigh_links)
+    confounders, _, _, d = _detect(cp, by, k, history_fraction, min_history, bucket)
+    problems = run(cp, d, rule_set)
+    counts: dict[str, int] = {}
+    for p in problems:
+        for name in p["holds"]:
+            counts[name] = counts.get(name, 0) + 1
+    if json_out:
+        print_json(
+            {
+                "traces": len(cp),
+                "confounders": confounders,
+                "rules": rule_set.path,
+                "blind": blind,
+                "accounting": d.accounting,
+                "warnings": cp.warnings,
+                "pathologies": counts,
+                "slow_total": len(problems),
+                "slow": problems[:top],
+            }
+        )
+        return
+    t = Table(title=f"{len(cp)} traces; {len(problems)} slower than their baseline")
+    for col in ("trace", "latency ms", "top contributor", "network", "pathologies"):
+        t.add_column(col, justify="right" if col in ("latency ms", "network") else "left")
+    for p in problems[:top]:
+        f = p["features"]
+        t.add_row(
+            p["trace"][:16],
+            f"{f['latency_ms']:.3f}",
+            f"{f['top_service']} {100 * f['top_share']:.0f}%",
+            f"{100 * f['network_share']:.0f}%",
+            ", ".join(p["holds"]) or "–",
+        )
+    out.print(t)
+    for name, count in counts.items():
+        out.print(f"{name}: {count}")
+    for name, count in {**d.accounting, **cp.warnings}.items():
+        console.print(f"{name}: {count}")

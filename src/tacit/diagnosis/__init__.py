@@ -10,11 +10,13 @@ requests, A/B tests; TraceWeaver §6.4), network syslog causality, and root-caus
 - :mod:`~.queueing`, :mod:`~.syslog_templates`, :mod:`~.syslog_causality`,
   :mod:`~.problem_graphs`: the network side.
 - :mod:`~.rules` and :mod:`~.tcpinfo`: root-cause rules; the client and Internet path.
+- :mod:`~.explain`: root-cause rules on the features of slow traces.
 """
 
-from tacit.diagnosis.critical_path import CriticalPaths, critical_paths
+from tacit.diagnosis.critical_path import CriticalPaths, critical_paths, weigh_uncertain_links
 from tacit.diagnosis.detect import Detection, DetectParams, detect
 from tacit.diagnosis.execution_graph import ExecutionGraph, GraphParams, build_graph
+from tacit.diagnosis.explain import ExplainParams, explain, trace_features, trace_rules
 from tacit.diagnosis.problem_graphs import Topology, graphs_for_rpcs, problem_graphs
 from tacit.diagnosis.queueing import QueueingParams, queueing_delay
 from tacit.diagnosis.rules import RuleSet, RuleSyntaxError, parse_rules, read_rules
@@ -29,6 +31,7 @@ __all__ = [
     "DetectParams",
     "Detection",
     "ExecutionGraph",
+    "ExplainParams",
     "GraphParams",
     "PathSplitParams",
     "QueueingParams",
@@ -40,6 +43,7 @@ __all__ = [
     "build_graph",
     "critical_paths",
     "detect",
+    "explain",
     "graphs_for_rpcs",
     "grouping_accuracy",
     "mine_syslog_rules",
@@ -52,4 +56,7 @@ __all__ = [
     "span_tail_profile",
     "split_rpcs",
     "tail_profile",
+    "trace_features",
+    "trace_rules",
+    "weigh_uncertain_links",
 ]
