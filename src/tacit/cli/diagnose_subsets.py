@@ -115,8 +115,10 @@ def register(app: typer.Typer) -> None:
         basis: Annotated[
             str,
             typer.Option(
-                help="What --effect is a share of: 'self' (B's own self time) or 'e2e' (the "
-                "end-to-end latency of each request B serves; B's self time is cut by it)."
+                help="What --effect is a share of: 'self' (B's own self time), 'e2e' (the "
+                "end-to-end latency of each request B serves; B's self time is cut by it) or "
+                "'e2e-mean' (the expected end-to-end latency of B's requests; B's self time is "
+                "scaled by one calibrated factor)."
             ),
         ] = "self",
         blind: BlindOpt = False,
@@ -155,6 +157,7 @@ def register(app: typer.Typer) -> None:
         t = Table(
             title=f"A/B on {service}: {len(rows)} calls to B ({share:.0%}), effect {effect:+.0%}"
             f" of {'self time' if basis == 'self' else 'end-to-end latency'}"
+            f"{' (expected)' if basis == 'e2e-mean' else ''}"
         )
         for col in ("comparison", "n A", "n B", "mean A ms", "mean B ms", "effect", "p"):
             t.add_column(col, justify="left" if col == "comparison" else "right")

@@ -13,6 +13,7 @@ requests, A/B tests; TraceWeaver §6.4), network syslog causality, and root-caus
 - :mod:`~.explain`: root-cause rules on the features of slow traces.
 """
 
+from tacit.diagnosis.abtest import ab_power, ab_traces, route_to_b, self_time_factor
 from tacit.diagnosis.critical_path import CriticalPaths, critical_paths, weigh_uncertain_links
 from tacit.diagnosis.detect import Detection, DetectParams, detect
 from tacit.diagnosis.execution_graph import ExecutionGraph, GraphParams, build_graph
@@ -40,6 +41,8 @@ __all__ = [
     "TailParams",
     "TailProfile",
     "Topology",
+    "ab_power",
+    "ab_traces",
     "build_graph",
     "critical_paths",
     "detect",
@@ -52,7 +55,9 @@ __all__ = [
     "problem_graphs",
     "queueing_delay",
     "read_rules",
+    "route_to_b",
     "rpc_tcp_stats",
+    "self_time_factor",
     "span_tail_profile",
     "split_rpcs",
     "tail_profile",
