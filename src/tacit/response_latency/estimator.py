@@ -337,11 +337,16 @@ def estimate_batches(
 
 
 @njit(cache=True)
-def _emit(c, e, total, n, k, oc, oe, ot, on):  # pragma: no cover - compiled
+def _emit(c, e, total, n, samples, k, oc, oe, ot, on):  # pragma: no cover - compiled
+    """Output row ``k`` for connection ``c``'s closed epoch ``e`` when it has gaps (``n``);
+    returns the next row and the (grown) output columns."""
+    if n <= 0:
+        return k, oc, oe, ot, on
+    samples[c] += n
     if k == len(oc):
         oc, oe, ot, on = grown(oc, 2 * k), grown(oe, 2 * k), grown(ot, 2 * k), grown(on, 2 * k)
     oc[k], oe[k], ot[k], on[k] = c, e, total, n
-    return oc, oe, ot, on
+    return k + 1, oc, oe, ot, on
 
 
 @njit(cache=True)
@@ -425,10 +430,7 @@ def _run(
                 total, n, burst_gap[c] = _close_one(
                     c, modes, floor, timers, tol, remove, ratio, centre, count, ecount, esum
                 )
-                if n > 0:
-                    samples[c] += n
-                    oc, oe, ot, on = _emit(c, epoch[c], total, n, k, oc, oe, ot, on)
-                    k += 1
+                k, oc, oe, ot, on = _emit(c, epoch[c], total, n, samples, k, oc, oe, ot, on)
             epoch[c] = e
         if gap == NO_GAP or gap >= idle:
             continue
@@ -468,10 +470,6 @@ def _close_before(
         total, n, burst_gap[c] = _close_one(
             c, modes, floor, timers, tol, remove, ratio, centre, count, ecount, esum
         )
-        e = epoch[c]
+        k, oc, oe, ot, on = _emit(c, epoch[c], total, n, samples, k, oc, oe, ot, on)
         epoch[c] = -1  # closed: the connection's next packet opens a new epoch
-        if n > 0:
-            samples[c] += n
-            oc, oe, ot, on = _emit(c, e, total, n, k, oc, oe, ot, on)
-            k += 1
     return oc[:k], oe[:k], ot[:k], on[:k]
