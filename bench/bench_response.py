@@ -38,9 +38,9 @@ from tacit.response_latency import (
     StreamingEstimator,
     estimate_response_latency,
     request_truth,
+    score_capture_truth,
     score_causal_pairs,
     score_estimates,
-    trigger_from_triggered,
 )
 from tacit.simulate.request_streams import (
     RequestStreamParams,
@@ -130,22 +130,13 @@ def real_captures() -> dict:
     for name in REAL:
         read = read_packets(SHARED / name, payloads=True)
         truth = request_truth(read)
-        clients = np.array([c.client for c in truth.connections] + [""], dtype=object)
-        client = clients[truth.connection].astype(str)
-        answered = truth.answered
         gap = int(np.median(np.diff(np.sort(read.packets.time))))
         noisy = perturb_packets(read.packets, 0.01, 0.25, seed=0, reorder_delay_ns=max(1, 2 * gap))
         for label, packets in (("clean", read.packets), ("loss1_reorder25", noisy)):
             est = estimate_response_latency(packets, PirateParams(epoch_ns=10 * MS))
-            d = score_estimates(
-                est,
-                client[answered],
-                truth.request_first[answered],
-                truth.response_latency[answered].astype(np.int64),
-            ).as_dict()
-            d["causal_pairs"] = score_causal_pairs(
-                est, client, truth.request_first, trigger_from_triggered(truth.triggered)
-            ).as_dict()
+            latency, causal = score_capture_truth(est, truth)
+            d = latency.as_dict()
+            d["causal_pairs"] = causal.as_dict()
             out[f"{name}/{label}"] = d
             print(name, label, json.dumps(d), file=sys.stderr)
     return out

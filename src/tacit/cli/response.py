@@ -145,24 +145,12 @@ def _scored(read, estimates, server: str | None) -> dict:
     """The issue's error fields against the capture's truth (the mean response latency per
     connection and epoch; ``causal_pairs``: against the request-to-triggered-request gaps, what
     Pirate estimates), and the RTT baselines."""
-    from tacit.response_latency import score_causal_pairs, score_estimates
-    from tacit.response_latency.evaluate import trigger_from_triggered
+    from tacit.response_latency.evaluate import score_capture_truth
     from tacit.response_latency.rtt_baselines import METHODS, rtt_samples
     from tacit.response_latency.truth import request_truth
 
     t = request_truth(read, server=server)
-    clients = np.array([c.client for c in t.connections] + [""], dtype=object)
-    client = clients[t.connection].astype(str)
-    answered = t.answered
-    summary = score_estimates(
-        estimates,
-        client[answered],
-        t.request_first[answered],
-        t.response_latency[answered].astype(np.int64),
-    )
-    causal = score_causal_pairs(
-        estimates, client, t.request_first, trigger_from_triggered(t.triggered)
-    )
+    summary, causal = score_capture_truth(estimates, t)
     rtt = rtt_samples(read.packets, server=server)
     baselines = {}
     for i, name in enumerate(METHODS):
@@ -171,7 +159,7 @@ def _scored(read, estimates, server: str | None) -> dict:
             "samples": len(sel),
             "median_rtt_ns": float(np.median(sel)) if len(sel) else None,
         }
-    latency = t.response_latency[answered]
+    latency = t.response_latency[t.answered]
     return {
         **{k: v for k, v in summary.as_dict().items() if k != "connections"},
         "scored_connections": summary.connections,

@@ -26,6 +26,7 @@ from tacit.response_latency.estimator import (
 )
 from tacit.response_latency.evaluate import (
     ErrorSummary,
+    score_capture_truth,
     score_causal_pairs,
     score_estimates,
     trigger_from_completions,
@@ -74,6 +75,7 @@ __all__ = [
     "estimate_response_latency",
     "request_truth",
     "rtt_samples",
+    "score_capture_truth",
     "score_causal_pairs",
     "score_estimates",
     "timer_gaps_ns",

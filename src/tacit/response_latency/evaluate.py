@@ -26,6 +26,7 @@ import numpy as np
 from tacit.errors import ConfigError
 from tacit.model.packets import parse_endpoint
 from tacit.response_latency.estimator import ResponseEstimates
+from tacit.response_latency.truth import RequestTruth
 
 
 @dataclass
@@ -159,6 +160,25 @@ def trigger_from_triggered(triggered: np.ndarray) -> np.ndarray:
     rows = np.flatnonzero(triggered >= 0)
     np.maximum.at(out, triggered[rows], rows)
     return out
+
+
+def score_capture_truth(
+    estimates: ResponseEstimates, truth: RequestTruth
+) -> tuple[ErrorSummary, ErrorSummary]:
+    """Score ``estimates`` against the truth parsed from both directions of their capture
+    (:func:`~tacit.response_latency.truth.request_truth`): against the response latency of the
+    answered requests completing in each epoch, and against the causal pairs' gaps."""
+    clients = np.array([c.client for c in truth.connections] + [""], dtype=object)
+    client = clients[truth.connection].astype(str)
+    answered = truth.answered
+    latency = score_estimates(
+        estimates,
+        client[answered],
+        truth.request_first[answered],
+        truth.response_latency[answered].astype(np.int64),
+    )
+    trigger = trigger_from_triggered(truth.triggered)
+    return latency, score_causal_pairs(estimates, client, truth.request_first, trigger)
 
 
 def _score(
