@@ -52,7 +52,7 @@ def web(
     result = run_web_experiment(
         seconds, clients=clients, seed=seed, workdir=keep, server=server, params=params
     )
-    doc = finite(result.as_dict())
+    doc = result.as_dict()
     if json_out:
         print_json(doc)
         return
@@ -74,7 +74,7 @@ def loadbalancer(
     from tacit.simulate.loadbalancer import LoadBalancerParams, run_loadbalancer_experiment
 
     params = replace(LoadBalancerParams(), seed=seed, latency_source=source)
-    doc = finite(run_loadbalancer_experiment(params).as_dict())
+    doc = run_loadbalancer_experiment(params).as_dict()
     if json_out:
         print_json(doc)
         return
