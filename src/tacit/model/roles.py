@@ -63,9 +63,13 @@ def infer_roles(spans: SpanTable) -> Observed:
     """Decide roles, pair RPC sides and resolve causal parents; see the module docstring.
 
     Rules, in order, for a span whose kind is not recorded: a root, or a span whose parent is in
-    another process, is a server span; a span with a child in another process whose parent is in
-    the same process is a client span; a leaf whose name is a database or cache operation is a
-    client span to that (untraced) backend; anything else is in-process work.
+    another process, is a server span; a span whose parent is in the same process and whose
+    children are all in one other service (one RPC, perhaps retried) is a client span; a leaf
+    whose name is a database or cache operation is a client span to that (untraced) backend;
+    anything else is in-process work. An in-process span with children in other services (an
+    OpenTracing-era handler span such as Media Microservices' ``ComposeReview``, parent of calls
+    to four services) is therefore not taken for the client span of one of them: each of those
+    calls gets its own synthesized client span.
     """
     n = len(spans)
     proc = process_key(spans)
@@ -77,11 +81,12 @@ def infer_roles(spans: SpanTable) -> Observed:
     has_cross_child[parent[cross]] = True
     has_child = np.zeros(n, dtype=bool)
     has_child[parent[has_parent]] = True
+    wraps_one_rpc = _wraps_one_rpc(spans.service, parent, cross, has_parent)
 
     kind = spans.kind.copy()
     unknown = kind == UNKNOWN
     kind[unknown & (~has_parent | cross)] = SERVER
-    kind[unknown & has_parent & ~cross & has_cross_child] = CLIENT
+    kind[unknown & has_parent & ~cross & has_cross_child & wraps_one_rpc] = CLIENT
     leaf = unknown & has_parent & ~cross & ~has_child
     names = spans.strings.values
     db = np.array([bool(DATABASE_NAME.match(names[e])) for e in spans.endpoint[leaf]], dtype=bool)
@@ -156,6 +161,21 @@ def infer_roles(spans: SpanTable) -> Observed:
         "client spans synthesized for RPCs the caller did not record": k,
     }
     return Observed(table, synthesized, accounting)
+
+
+def _wraps_one_rpc(
+    service: np.ndarray, parent: np.ndarray, cross: np.ndarray, has_parent: np.ndarray
+) -> np.ndarray:
+    """Per span: all its children are in other processes, and all in one service."""
+    n = len(parent)
+    kids = np.flatnonzero(has_parent)
+    up = parent[kids]
+    ok = np.ones(n, dtype=bool)
+    ok[up[~cross[kids]]] = False  # an in-process child: this span is work, not a wire call
+    first = np.full(n, NONE, dtype=np.int64)
+    first[up[::-1]] = service[kids[::-1]]  # the service of (some) child, per parent
+    ok[up[service[kids] != first[up]]] = False  # children in two services: not one RPC
+    return ok
 
 
 def _nearest_server(

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tacit.model.roles import process_key
-from tacit.model.spans import CLIENT, SERVER, SpanTable
+from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.candidates import call_keys, callee_key
 from tacit.reconstruct.result import Reconstruction
@@ -97,26 +97,36 @@ def reconstruct_fcfs(spans: SpanTable, callgraph: CallGraph) -> Reconstruction:
     return result
 
 
+def wap5_parents(
+    spans: SpanTable, incoming: np.ndarray, outgoing: np.ndarray, callgraph: CallGraph
+) -> np.ndarray:
+    """WAP5's parent (a row of ``incoming``, or -1) for each of ``outgoing``, both of one
+    instance sorted by start (see the module docstring)."""
+    parent = np.full(len(outgoing), NONE, dtype=np.int64)
+    owed = _owed(spans, incoming, callgraph)
+    keys = call_keys(spans, outgoing)
+    start_in = spans.start[incoming]
+    # Mean causal delay: from the latest preceding incoming span to each outgoing span.
+    hi = np.searchsorted(start_in, spans.start[outgoing], "right")
+    ok = hi > 0
+    gaps = spans.start[outgoing[ok]] - start_in[hi[ok] - 1]
+    mean = float(gaps.mean()) if len(gaps) else 0.0
+    for n, (o, k, h) in enumerate(zip(outgoing, keys, hi, strict=True)):
+        for idx in range(h - 1, -1, -1):
+            if spans.start[o] - start_in[idx] > WAP5_CUTOFF * mean:
+                break
+            if owed[idx].get(k, 0) > 0:
+                owed[idx][k] -= 1
+                parent[n] = incoming[idx]
+                break
+    return parent
+
+
 def reconstruct_wap5(spans: SpanTable, callgraph: CallGraph) -> Reconstruction:
     """WAP5-style nearest unlinked parent with the spontaneous cutoff (see module docstring)."""
 
     def assign(incoming: np.ndarray, outgoing: np.ndarray, result: Reconstruction) -> None:
-        owed = _owed(spans, incoming, callgraph)
-        keys = call_keys(spans, outgoing)
-        start_in = spans.start[incoming]
-        # Mean causal delay: from the latest preceding incoming span to each outgoing span.
-        hi = np.searchsorted(start_in, spans.start[outgoing], "right")
-        ok = hi > 0
-        gaps = spans.start[outgoing[ok]] - start_in[hi[ok] - 1]
-        mean = float(gaps.mean()) if len(gaps) else 0.0
-        for o, k, h in zip(outgoing, keys, hi, strict=True):
-            for idx in range(h - 1, -1, -1):
-                if spans.start[o] - start_in[idx] > WAP5_CUTOFF * mean:
-                    break
-                if owed[idx].get(k, 0) > 0:
-                    owed[idx][k] -= 1
-                    result.parent[o] = incoming[idx]
-                    break
+        result.parent[outgoing] = wap5_parents(spans, incoming, outgoing, callgraph)
 
     result = _per_instance(spans, "wap5", assign)
     result.finish_unmapped(spans, "spontaneous: no unlinked incoming span within 4x the mean delay")

@@ -7,11 +7,29 @@ occurrence number (a request may call the same backend twice). The dependency or
 ``a -> b`` as soon as one request shows ``b`` starting before ``a`` ended. What survives is the
 "always sequential" relation; slots unordered either way run in parallel. Gaps are modelled along
 the immediate predecessors (the transitive reduction).
+
+§5.2.2 learns the order "for each set of test traces which cover the same path". An endpoint's
+*paths* are the distinct sets of calls its test requests made (which backends, how many times
+each), each with its own dependency order and frequency: a cache hit that skips a call, a route
+of a front end that serves several pages through one endpoint (Nezha's OnlineBoutique), a call
+repeated once per item of a cart, a join that calls onward only on behalf of the last of several
+incoming calls (Media Microservices' compose-review-service) all show up as separate paths. The
+union of the paths (every slot, present with some probability, ordered where every request that
+makes both calls orders them) is the endpoint's single call graph of §4.1 and §4.2, which the
+baselines use and which the paper's reconstruction uses when ``TraceWeaverParams.call_paths`` is
+off.
+
+Real clients break the paper's assumption (i) that a call lies inside the request that made it:
+an asynchronous client library may close its span after the handler has responded (Media
+Microservices' MongoFind* spans end up to a millisecond after their parent), and a call recorded
+only at the callee carries the callee's clock. Each slot therefore carries how early it may start
+and how late it may end relative to its request, learned from the test requests with a margin
+(:data:`TOLERANCE_MARGIN`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
@@ -21,15 +39,25 @@ import yaml
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, StringPool
 
+TOLERANCE_MARGIN = 2.0
+"""Learned start/end tolerances are this many times the largest overshoot seen in the test
+requests: other loads of the same system overshoot somewhat further than one sample shows."""
+
 
 @dataclass(frozen=True)
 class Slot:
-    """One backend call position: callee service and endpoint, and which occurrence."""
+    """One backend call position: callee service and endpoint, and which occurrence.
+
+    ``early_ns`` and ``late_ns``: how long before the request's arrival the call may start and
+    how long after its response it may end (0: strictly inside, the paper's assumption).
+    """
 
     service: str
     endpoint: str
     occurrence: int
     probability: float = 1.0
+    early_ns: int = 0
+    late_ns: int = 0
 
     @property
     def callee(self) -> tuple[str, str]:
@@ -37,21 +65,21 @@ class Slot:
 
 
 @dataclass
-class EndpointGraph:
-    """The calls one (service, endpoint) makes and their dependency order.
+class CallPath:
+    """A set of calls and their dependency order.
 
     ``preds[j]`` lists the immediate predecessors of slot ``j``: calls that always finish before
-    ``j`` starts, with implied (transitive) orderings removed. ``order`` is a topological order.
+    ``j`` starts, with implied (transitive) orderings removed. ``requests`` counts the test
+    requests that showed it.
     """
 
-    service: str
-    endpoint: str
     slots: list[Slot]
     preds: list[list[int]]
     requests: int = 0
 
     @property
     def order(self) -> list[int]:
+        """A topological order of the slots (raises :class:`ConfigError` on a cycle)."""
         done: list[int] = []
         seen: set[int] = set()
         while len(done) < len(self.slots):
@@ -62,13 +90,33 @@ class EndpointGraph:
                     seen.add(j)
                     progressed = True
             if not progressed:
-                raise ConfigError(f"call graph of {self.service} {self.endpoint} has a cycle")
+                raise ConfigError(f"call graph {self.describe()} has a cycle")
         return done
 
     def is_sequential(self) -> bool:
         """True when the calls form one chain (no two run in parallel)."""
         order = self.order
         return all(self.preds[b] == [a] for a, b in pairwise(order))
+
+    def describe(self) -> str:
+        return "[" + ", ".join(f"{s.service} {s.endpoint}" for s in self.slots) + "]"
+
+
+@dataclass
+class EndpointGraph(CallPath):
+    """The calls one (service, endpoint) makes: the union graph (``slots``, ``preds``, each slot
+    with the probability that a request makes it) and the distinct ``paths`` requests took."""
+
+    service: str = ""
+    endpoint: str = ""
+    paths: list[CallPath] = field(default_factory=list)
+
+    def describe(self) -> str:
+        return f"of {self.service} {self.endpoint}"
+
+    def call_paths(self) -> list[CallPath]:
+        """The paths, or the union graph as the one path when none were learned or given."""
+        return self.paths or [self]
 
 
 @dataclass
@@ -83,19 +131,13 @@ class CallGraph:
     def to_yaml(self) -> str:
         doc: dict = {}
         for (svc, ep), g in sorted(self.endpoints.items()):
-            doc.setdefault(svc, {})[ep] = {
-                "requests": g.requests,
-                "calls": [
-                    {
-                        "id": j,
-                        "service": s.service,
-                        "endpoint": s.endpoint,
-                        "after": list(g.preds[j]),
-                        "probability": round(s.probability, 6),
-                    }
-                    for j, s in enumerate(g.slots)
-                ],
-            }
+            spec: dict = {"requests": g.requests, "calls": _calls_doc(g, with_probability=True)}
+            if g.paths:
+                spec["paths"] = [
+                    {"requests": p.requests, "calls": _calls_doc(p, with_probability=False)}
+                    for p in g.paths
+                ]
+            doc.setdefault(svc, {})[ep] = spec
         return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
 
     def save(self, path: str | Path) -> None:
@@ -117,30 +159,86 @@ class CallGraph:
             for ep, spec in (eps or {}).items():
                 where = f"{path}: {svc} {ep}"
                 spec = spec or {}
-                calls = spec.get("calls", []) if isinstance(spec, dict) else None
-                if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
-                    raise ConfigError(f"{where}: 'calls' must be a list of mappings")
-                ids = [c.get("id", j) for j, c in enumerate(calls)]
-                slots, preds = [], []
-                seen: dict[tuple[str, str], int] = {}
-                for c in calls:
-                    if "service" not in c or "endpoint" not in c:
-                        raise ConfigError(f"{where}: every call needs service and endpoint")
-                    key = (str(c["service"]), str(c["endpoint"]))
-                    occ = seen.get(key, 0)
-                    seen[key] = occ + 1
-                    slots.append(Slot(*key, occ, float(c.get("probability", 1.0))))
-                    after = c.get("after", [])
-                    if not isinstance(after, list):
-                        raise ConfigError(f"{where}: 'after' must be a list of call ids")
-                    try:
-                        preds.append([ids.index(a) for a in after])
-                    except ValueError:
-                        raise ConfigError(f"{where}: 'after' names an unknown call id") from None
-                g = EndpointGraph(str(svc), str(ep), slots, preds, int(spec.get("requests", 0)))
-                g.order  # noqa: B018 - validates acyclicity
+                if not isinstance(spec, dict):
+                    raise ConfigError(f"{where}: expected a mapping with 'calls'")
+                union = _parse_calls(spec, where)
+                paths = spec.get("paths", [])
+                if not isinstance(paths, list) or not all(isinstance(p, dict) for p in paths):
+                    raise ConfigError(f"{where}: 'paths' must be a list of mappings")
+                g = EndpointGraph(
+                    union.slots,
+                    union.preds,
+                    _integer(spec, "requests", where),
+                    str(svc),
+                    str(ep),
+                    [
+                        _parse_calls(p, f"{where} path {i}", _integer(p, "requests", where))
+                        for i, p in enumerate(paths)
+                    ],
+                )
+                for p in g.call_paths():
+                    p.order  # noqa: B018 - validates acyclicity
                 graphs[(str(svc), str(ep))] = g
         return cls(graphs)
+
+
+def _calls_doc(p: CallPath, with_probability: bool) -> list[dict]:
+    out = []
+    for j, s in enumerate(p.slots):
+        call: dict = {"id": j, "service": s.service, "endpoint": s.endpoint, "after": p.preds[j]}
+        if with_probability:
+            call["probability"] = round(s.probability, 6)
+        if s.early_ns:
+            call["early_us"] = s.early_ns / 1000
+        if s.late_ns:
+            call["late_us"] = s.late_ns / 1000
+        out.append(call)
+    return out
+
+
+def _integer(spec: dict, key: str, where: str) -> int:
+    value = spec.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{where}: '{key}' must be a count, got {value!r}")
+    return value
+
+
+def _microseconds(call: dict, key: str, where: str) -> int:
+    value = call.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e12:
+        raise ConfigError(f"{where}: '{key}' must be a non-negative number, got {value!r}")
+    return round(value * 1000)
+
+
+def _parse_calls(spec: dict, where: str, requests: int = 0) -> CallPath:
+    calls = spec.get("calls", [])
+    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        raise ConfigError(f"{where}: 'calls' must be a list of mappings")
+    ids = [c.get("id", j) for j, c in enumerate(calls)]
+    slots, preds = [], []
+    seen: dict[tuple[str, str], int] = {}
+    for c in calls:
+        if "service" not in c or "endpoint" not in c:
+            raise ConfigError(f"{where}: every call needs service and endpoint")
+        key = (str(c["service"]), str(c["endpoint"]))
+        occ = seen.get(key, 0)
+        seen[key] = occ + 1
+        probability = c.get("probability", 1.0)
+        if isinstance(probability, bool) or not isinstance(probability, int | float):
+            raise ConfigError(f"{where}: 'probability' must be a number, got {probability!r}")
+        if not 0.0 <= probability <= 1.0:
+            raise ConfigError(f"{where}: 'probability' must be in [0, 1], got {probability!r}")
+        early = _microseconds(c, "early_us", where)
+        late = _microseconds(c, "late_us", where)
+        slots.append(Slot(*key, occ, float(probability), early, late))
+        after = c.get("after", [])
+        if not isinstance(after, list):
+            raise ConfigError(f"{where}: 'after' must be a list of call ids")
+        try:
+            preds.append([ids.index(a) for a in after])
+        except ValueError:
+            raise ConfigError(f"{where}: 'after' names an unknown call id") from None
+    return CallPath(slots, preds, requests)
 
 
 def learn_callgraph(spans: SpanTable) -> CallGraph:
@@ -148,7 +246,8 @@ def learn_callgraph(spans: SpanTable) -> CallGraph:
 
     Each server span is one request of its (service, endpoint); its true children are its calls.
     Occurrences of the same backend are numbered in start order. §5.2.2: orderings violated by
-    any request that makes both calls are eliminated.
+    any request that makes both calls are eliminated, over all requests for the union graph and
+    over the requests of each path for the paths.
     """
     s = spans.strings
     servers = np.flatnonzero(spans.kind == SERVER)
@@ -163,7 +262,7 @@ def learn_callgraph(spans: SpanTable) -> CallGraph:
     graphs = {}
     for (svc, ep), reqs in by_endpoint.items():
         g = _learn_endpoint(spans, s, reqs, children)
-        g.service, g.endpoint = s[svc], s[ep]
+        g.service, g.endpoint = s[svc] or "?", s[ep] or "?"
         graphs[(g.service, g.endpoint)] = g
     return CallGraph(graphs)
 
@@ -171,6 +270,46 @@ def learn_callgraph(spans: SpanTable) -> CallGraph:
 def _learn_endpoint(
     spans: SpanTable, s: StringPool, reqs: list[int], children: dict[int, list[int]]
 ) -> EndpointGraph:
+    tolerance = _tolerances(spans, reqs, children)
+    union = _learn_path(spans, s, reqs, children, tolerance)
+    by_path: dict[tuple, list[int]] = {}
+    for r in reqs:
+        kids = children.get(r, [])
+        callees = zip(spans.peer[kids].tolist(), spans.endpoint[kids].tolist(), strict=True)
+        signature = tuple(sorted(callees))
+        by_path.setdefault(signature, []).append(r)
+    paths = [
+        _learn_path(spans, s, members, children, tolerance)
+        for _, members in sorted(by_path.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    ]
+    return EndpointGraph(union.slots, union.preds, len(reqs), paths=paths)
+
+
+def _tolerances(
+    spans: SpanTable, reqs: list[int], children: dict[int, list[int]]
+) -> dict[tuple[int, int], tuple[int, int]]:
+    """Per callee (peer, endpoint): how early a call started before its request and how late
+    it ended after it, at most, times :data:`TOLERANCE_MARGIN` (0 when never)."""
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for r in reqs:
+        for c in children.get(r, []):
+            key = (int(spans.peer[c]), int(spans.endpoint[c]))
+            early = max(0, int(spans.start[r] - spans.start[c]))
+            late = max(0, int(spans.end[c] - spans.end[r]))
+            e0, l0 = out.get(key, (0, 0))
+            out[key] = (max(e0, early), max(l0, late))
+    return {
+        k: (round(TOLERANCE_MARGIN * e), round(TOLERANCE_MARGIN * la)) for k, (e, la) in out.items()
+    }
+
+
+def _learn_path(
+    spans: SpanTable,
+    s: StringPool,
+    reqs: list[int],
+    children: dict[int, list[int]],
+    tolerance: dict[tuple[int, int], tuple[int, int]],
+) -> CallPath:
     slot_ids: dict[tuple[int, int, int], int] = {}
     rows_per_req: list[dict[int, int]] = []
     for r in reqs:
@@ -201,8 +340,8 @@ def _learn_endpoint(
     immediate = before & ~implied
     probability = present.mean(axis=0) if len(reqs) else np.ones(n)
     slots = [
-        Slot(s[peer] or "?", s[ep] or "?", k, float(probability[j]))
+        Slot(s[peer] or "?", s[ep] or "?", k, float(probability[j]), *tolerance[(peer, ep)])
         for (peer, ep, k), j in sorted(slot_ids.items(), key=lambda kv: kv[1])
     ]
     preds = [sorted(np.flatnonzero(immediate[:, j]).tolist()) for j in range(n)]
-    return EndpointGraph("", "", slots, preds, len(reqs))
+    return CallPath(slots, preds, len(reqs))

@@ -216,23 +216,6 @@ def gap_floor(times: np.ndarray) -> float:
     return max(MIN_STD_US, q / 1000.0 / math.sqrt(6.0))
 
 
-def score_candidates(
-    gaps: np.ndarray, models: list[GapModel], window: np.ndarray, slot_prob: np.ndarray
-) -> np.ndarray:
-    """Log-likelihood of every candidate: Σ log f(gap) over present slots and the response gap,
-    plus log p for each call made and log(1 - p) for each optional call skipped.
-
-    The call-probability terms make candidates with different numbers of calls comparable (the
-    artifact ignores skipped slots, which favours skipping); p comes from the call graph.
-    """
-    total = log_likelihood(gaps, models, window)
-    p = np.clip(slot_prob, 1e-3, 1 - 1e-3)
-    for j in range(len(slot_prob)):
-        present = ~np.isnan(gaps[:, j])
-        total += np.where(present, math.log(p[j]) if slot_prob[j] < 1 else 0.0, math.log(1 - p[j]))
-    return total
-
-
 def log_likelihood(
     values: np.ndarray, models: list[GapModel | None], window: np.ndarray
 ) -> np.ndarray:

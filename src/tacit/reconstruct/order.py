@@ -6,7 +6,7 @@ its gap is measured from (:func:`.delays.slot_ready`): the request's arrival, or
 calls it waits for. TraceWeaver (SIGCOMM '24, §4.1) scores each candidate by its own gaps only,
 and two overlapping requests whose calls are swapped have the same sum of gaps; under a
 multi-modal gap mixture the swapped pair can even score higher. This module gives every call
-of every candidate a *rank displacement*:
+of every candidate a *rank displacement* against a previous mapping of the same instance:
 
     d = rank of the call among all calls to its backend
         - calls to that backend that the previous mapping triggers earlier (other requests)
@@ -25,7 +25,6 @@ import math
 
 import numpy as np
 
-from tacit.model.spans import SpanTable
 from tacit.reconstruct.candidates import CallPools, CandidateSet
 
 RANK_MIN_STD = 1.0 / math.sqrt(6.0)
@@ -41,66 +40,70 @@ def _before(sorted_times: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 class ArrivalOrder:
-    """Rank displacements of the candidates of one instance (see the module docstring).
+    """Rank displacements against a previous mapping (see the module docstring).
 
-    ``ready[s]`` is :func:`.delays.slot_ready` of ``sets[s]``.
+    :meth:`observe` records the mapping (candidate sets, their :func:`.delays.slot_ready`, and
+    the chosen candidate indices per set); :meth:`displacement` then scores any candidate sets.
     """
 
-    def __init__(
-        self,
-        spans: SpanTable,
-        sets: list[CandidateSet],
-        slot_keys: list[list[int]],
-        pools: CallPools,
-        ready: list[np.ndarray],
-    ) -> None:
-        self.sets, self.slot_keys, self.ready = sets, slot_keys, ready
-        # Static part: the call's rank in its pool minus the candidate's earlier calls there.
-        self.rank: list[np.ndarray] = []
-        for cs, keys in zip(sets, slot_keys, strict=True):
-            rank = np.full(cs.calls.shape, np.nan)
-            earlier: dict[int, np.ndarray] = {}
-            for j, k in enumerate(keys):
-                col = cs.calls[:, j]
-                made = col >= 0
-                own = earlier.get(k, np.zeros(len(col)))
-                if made.any():
-                    # The call is in its own pool: it ties with itself, which is not earlier.
-                    at = _before(pools.starts[k], spans.start[col[made]]) - 0.5
-                    rank[made, j] = at - own[made]
-                earlier[k] = own + made
-            self.rank.append(rank)
+    def __init__(self, pools: CallPools) -> None:
+        self.pools = pools
+        self.triggers: dict[int, np.ndarray] = {}
+        # Per key: the previous mapping's triggers as (incoming row, time), sorted.
+        self.own: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
-    def displacement(self, chosen: list[np.ndarray]) -> list[np.ndarray]:
-        """d for every candidate of every set, given the chosen candidate indices per set."""
+    def observe(
+        self, sets: list[CandidateSet], ready: list[np.ndarray], chosen: list[np.ndarray]
+    ) -> None:
         triggers: dict[int, list[np.ndarray]] = {}
-        for cs, keys, ready, pick in zip(
-            self.sets, self.slot_keys, self.ready, chosen, strict=True
-        ):
-            for j, k in enumerate(keys):
-                triggers.setdefault(k, []).append(ready[pick[cs.calls[pick, j] >= 0], j])
-        sorted_triggers = {k: np.sort(np.concatenate(v)) for k, v in triggers.items()}
-        out = []
-        for cs, keys, ready, rank, pick in zip(
-            self.sets, self.slot_keys, self.ready, self.rank, chosen, strict=True
-        ):
-            # The chosen candidate of each candidate's own request (-1: none), whose triggers
-            # are not "other requests".
-            own = np.full(len(cs), -1, dtype=np.int64)
-            if len(pick):
-                by_in = dict(zip(cs.incoming[pick].tolist(), pick.tolist(), strict=True))
-                own = np.array([by_in.get(i, -1) for i in cs.incoming.tolist()], dtype=np.int64)
-            has_own = own >= 0
-            safe = np.maximum(own, 0)
-            d = rank.copy()
-            for j, k in enumerate(keys):
-                t = ready[:, j]
-                d[:, j] -= _before(sorted_triggers[k], t)
-                for j2, k2 in enumerate(keys):
-                    if k2 != k:
-                        continue
-                    e = ready[safe, j2]
-                    counted = has_own & (cs.calls[safe, j2] >= 0)
-                    d[:, j] += counted * ((e < t) + 0.5 * (e == t))
-            out.append(d)
+        rows: dict[int, list[np.ndarray]] = {}
+        for cs, rd, pick in zip(sets, ready, chosen, strict=True):
+            for j, k in enumerate(self._keys(cs)):
+                made = pick[cs.calls[pick, j] >= 0]
+                triggers.setdefault(k, []).append(rd[made, j])
+                rows.setdefault(k, []).append(cs.incoming[made])
+        self.triggers, self.own = {}, {}
+        for k, parts in triggers.items():
+            t, r = np.concatenate(parts), np.concatenate(rows[k])
+            self.triggers[k] = np.sort(t)
+            by = np.lexsort((t, r))
+            self.own[k] = (r[by], t[by])
+
+    def _keys(self, cs: CandidateSet) -> list[int]:
+        return [self.pools.key(*sl.callee) for sl in cs.graph.slots]
+
+    def displacement(self, cs: CandidateSet, ready: np.ndarray) -> np.ndarray:
+        """d for every candidate (rows) and slot (columns) of ``cs``; NaN for skipped slots."""
+        spans = self.pools.spans
+        keys = self._keys(cs)
+        d = np.full(cs.calls.shape, np.nan)
+        earlier: dict[int, np.ndarray] = {}
+        for j, k in enumerate(keys):
+            col = cs.calls[:, j]
+            made = col >= 0
+            own_calls = earlier.get(k, np.zeros(len(col)))
+            if made.any():
+                # The call is in its own pool: it ties with itself, which is not earlier.
+                rank = _before(self.pools.starts[k], spans.start[col[made]]) - 0.5
+                t = ready[made, j]
+                others = _before(self.triggers.get(k, np.empty(0)), t)
+                # The previous mapping's triggers of the candidate's own request are not others.
+                d[made, j] = (
+                    rank - own_calls[made] - others + self._own_before(k, cs.incoming[made], t)
+                )
+            earlier[k] = own_calls + made
+        return d
+
+    def _own_before(self, key: int, incoming: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """How many of each incoming span's own previous triggers for ``key`` precede ``t``
+        (ties one half); a request has few calls to one backend, so its run is short."""
+        rows, times = self.own.get(key, (np.empty(0, np.int64), np.empty(0, np.int64)))
+        lo = np.searchsorted(rows, incoming, "left")
+        hi = np.searchsorted(rows, incoming, "right")
+        out = np.zeros(len(incoming))
+        for offset in range(int((hi - lo).max(initial=0))):
+            at = lo + offset
+            inside = at < hi
+            other = times[np.minimum(at, len(times) - 1)]
+            out += inside * ((other < t) + 0.5 * (other == t))
         return out

@@ -2,25 +2,33 @@
 
 For every service instance, each incoming span is mapped to the outgoing spans it caused:
 
-1. candidates from the call graph's timing constraints (:mod:`.candidates`, §4.1);
-2. gap distributions seeded from differences of means, then refit as BIC-chosen Gaussian
-   mixtures from the previous mapping (:mod:`.delays`, §4.1);
-3. candidates scored by log-likelihood, the top K kept (§4.1);
-4. batches at perfect cuts, each solved as a maximum-weight independent set (:mod:`.assign`,
-   Appendix A);
-5. dynamism (§4.2): when an instance makes fewer calls than its call graph predicts, the
-   difference is a skip budget spread over batches by water-filling;
-6. 2-5 repeated until the mapping stops changing;
-7. a per-service confidence score (§6.3.2): the share of incoming spans whose chosen mapping is
+1. candidates along the call paths of its endpoint (:mod:`.callgraph`, §4.1 and §5.2.2), built
+   by a beam search that scores each extension with the gap models (:mod:`.beam`);
+2. gap models seeded from differences of means where the event series pair up one to one (§4.1),
+   otherwise from the gaps of WAP5's nearest-parent mapping (§4.2), then refit as BIC-chosen
+   Gaussian mixtures on the previous mapping (:mod:`.delays`, §4.1);
+3. the top K candidates of every incoming span jointly assigned in batches at perfect cuts, each
+   a maximum-weight independent set (:mod:`.assign`, Appendix A);
+4. 1-3 repeated until the mapping stops changing;
+5. a per-service confidence score (§6.3.2): the share of incoming spans whose chosen mapping is
    their own best-scored candidate.
 
-Beyond the paper, from the second iteration each call's rank displacement (:mod:`.order`) is
-scored with the gaps, so that in-order services are not out-scored by swapped mappings
-(``arrival_order``; off gives the paper's scoring).
+Two settings select between the paper's formulation and tacit's extensions of it:
+
+* ``call_paths`` (on by default): each endpoint has the distinct paths its test requests took,
+  each with its own dependency order and prior probability, and the joint assignment maximises
+  first the number of outgoing spans given a cause, then the likelihood. Off gives the paper's
+  §4.2: one call graph per endpoint whose missing calls are "skip" spans, their number per
+  callee bounded by the discrepancy between expected and observed calls and water-filled over
+  the batches.
+* ``arrival_order`` (on by default): from the second iteration each call's rank displacement
+  (:mod:`.order`) is scored with the gaps, so that in-order services are not out-scored by
+  swapped mappings. Off gives the paper's scoring.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,21 +37,18 @@ import numpy as np
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.reconstruct.assign import Candidates, SolveStats, batches, solve_all, water_fill
-from tacit.reconstruct.callgraph import CallGraph, EndpointGraph
-from tacit.reconstruct.candidates import (
-    CallPools,
-    CandidateSet,
-    call_keys,
-    enumerate_candidates,
-)
+from tacit.reconstruct.baselines import wap5_parents
+from tacit.reconstruct.beam import PathSpec, model_table, search
+from tacit.reconstruct.callgraph import CallGraph, CallPath
+from tacit.reconstruct.candidates import CallPools, CandidateSet, call_keys
 from tacit.reconstruct.delays import (
     GapModel,
+    Gaussian,
     candidate_gaps,
     fit_mixture,
     gap_floor,
     log_likelihood,
     moment_gaussian,
-    score_candidates,
     seed_gaussian,
     slot_ready,
 )
@@ -57,24 +62,33 @@ class TraceWeaverParams:
     """Parameters; defaults are the paper's (the artifact's where the paper gives none)."""
 
     top_k: int = 5
-    """Candidates kept per incoming span after scoring (§4.1; artifact ``topK = 5``)."""
+    """Candidates kept per incoming span after scoring (§4.1 Table 1, K = 5)."""
     max_batch: int = 30
-    """Largest MWIS batch in incoming spans (Appendix A.2; artifact ``batch_size_mis = 30``)."""
+    """Largest MWIS batch in incoming spans (Table 1, B = 30)."""
     seed_window: int = 100
     """Requests per window of the seed distributions (§4.1; artifact ``batch_size = 100``)."""
     seed_buckets: int = 10
-    """Buckets per seed window whose means give the variance (artifact ``nbatches = 10``)."""
+    """Buckets per seed window whose means give the variance (§4.1, R = 10)."""
     max_components: int = 5
-    """Largest Gaussian mixture tried under BIC (artifact: up to 5)."""
+    """Largest Gaussian mixture tried under BIC (Table 1, C = 5)."""
     max_iterations: int = 10
     """Cap on score-assign-refit rounds; the loop stops earlier once the mapping repeats an
     earlier one (stable, or a cycle that further rounds would only go round)."""
-    max_candidates: int = 2000
-    """Cap on enumerated candidates per incoming span (guards against combinatorial blow-up)."""
+    beam_width: int = 64
+    """Partial mappings kept per slot by the candidate search (:mod:`.beam`; tacit's bound on
+    the paper's exhaustive enumeration)."""
+    max_branch: int = 64
+    """Calls tried per partial mapping and slot, in start order after its trigger."""
+    rerank: int = 4
+    """Candidates per incoming span handed from the search to the order term, in multiples of
+    ``top_k``."""
     max_fit_samples: int = 4000
     """Gaps per mixture fit (a seeded subsample beyond this)."""
     solver_time_limit: float = 5.0
     """Seconds HiGHS may spend on one batch before the greedy fallback."""
+    call_paths: bool = True
+    """Candidates along each learned path of an endpoint, coverage first in the assignment (a
+    tacit extension); off reproduces the paper's one call graph with skip spans (§4.2)."""
     arrival_order: bool = True
     """Also score the rank displacement of each call (:mod:`.order`; a tacit extension, off
     reproduces the paper's scoring)."""
@@ -96,11 +110,15 @@ def reconstruct_traceweaver(
     stats = SolveStats()
     proc = process_key(spans)
     iterations = []
+    truncated = 0
     not_best: dict[str, list[int]] = {}
-    for key in np.unique(proc):
-        rows = np.flatnonzero(proc == key)
+    order = np.argsort(proc, kind="stable")
+    starts, sizes = run_bounds(proc[order])
+    for a, n in zip(starts.tolist(), sizes.tolist(), strict=True):
+        rows = np.sort(order[a : a + n])
         inst = _Instance(spans, rows, callgraph, params)
         iterations.append(inst.run(result, stats))
+        truncated += inst.truncated
         svc = spans.strings[int(spans.service[rows[0]])] or "?"
         nb = not_best.setdefault(svc, [0, 0])
         nb[0] += inst.not_best
@@ -113,9 +131,19 @@ def reconstruct_traceweaver(
         "batches": stats.batches,
         "solver_calls": stats.solver_calls,
         "solver_fallbacks": stats.fallbacks,
+        "search_branches_cut": truncated,
     }
     result.finish_unmapped(spans, "no incoming span at this instance can have caused it")
     return result
+
+
+def _edge_key(endpoint: int, path: CallPath, keys: list[int], j: int | None) -> tuple:
+    """What a gap model is shared by: the endpoint, the callees that trigger the gap, and the
+    callee it leads to (``j`` None: the response, triggered by the path's sinks)."""
+    if j is None:
+        sinks = [q for q in range(len(path.slots)) if not any(q in p for p in path.preds)]
+        return (endpoint, "response", tuple(sorted(keys[q] for q in sinks)))
+    return (endpoint, tuple(sorted(keys[q] for q in path.preds[j])), keys[j])
 
 
 class _Instance:
@@ -126,85 +154,113 @@ class _Instance:
     ) -> None:
         self.spans = spans
         self.params = params
+        self.callgraph = callgraph
         s = spans.strings
         incoming = rows[spans.kind[rows] == SERVER]
         self.outgoing = rows[spans.kind[rows] == CLIENT]
         self.min_std = gap_floor(np.concatenate([spans.start[rows], spans.end[rows]]))
         self.pools = CallPools(spans, self.outgoing)
         svc = s[int(spans.service[rows[0]])] or ""
-        self.graphs: list[EndpointGraph] = []
-        self.requests: list[np.ndarray] = []  # per graph, its incoming spans by start
+        self.truncated = 0
+        self.not_best = 0
+        # Endpoints with calls to map, their incoming spans (by start) and their paths.
+        graphs, self.requests = [], []
         for ep in np.unique(spans.endpoint[incoming]):
             g = callgraph.get(svc, s[int(ep)] or "")
-            if g is not None and g.slots:
+            if g is not None and any(p.slots for p in g.call_paths()):
                 reqs = incoming[spans.endpoint[incoming] == ep]
-                self.graphs.append(g)
+                graphs.append(g)
                 self.requests.append(reqs[np.argsort(spans.start[reqs], kind="stable")])
-        self.slot_keys = [[self.pools.key(*sl.callee) for sl in g.slots] for g in self.graphs]
         self.n_incoming = sum(len(r) for r in self.requests)
-        self.not_best = 0
-        # Dynamism (§4.2): calls expected by the call graphs versus calls observed.
+        paths = [(e, g.call_paths() if params.call_paths else [g]) for e, g in enumerate(graphs)]
+        self.pool_keys = sorted(
+            {self.pools.key(*sl.callee) for _, ps in paths for p in ps for sl in p.slots}
+        )
+        pool_id = {k: i for i, k in enumerate(self.pool_keys)}
+        # Dynamism (§4.2): calls the union graphs expect versus calls observed.
         expected: dict[int, int] = {}
-        for keys, reqs in zip(self.slot_keys, self.requests, strict=True):
-            for k in keys:
+        for g, reqs in zip(graphs, self.requests, strict=True):
+            for sl in g.slots:
+                k = self.pools.key(*sl.callee)
                 expected[k] = expected.get(k, 0) + len(reqs)
+        observed = {k: len(self.pools.pools.get(k, ())) for k in self.pool_keys}
         self.expected = expected
-        observed = {k: len(self.pools.pools.get(k, ())) for k in expected}
-        self.budget = {k: expected[k] - observed[k] for k in expected if expected[k] > observed[k]}
+        self.budget = (
+            {}
+            if params.call_paths
+            else {k: expected[k] - observed[k] for k in expected if expected[k] > observed[k]}
+        )
         self.skip_keys = sorted(self.budget)
-        self.sets: list[CandidateSet] = []
-        self.slot_prob: list[np.ndarray] = []
-        for g, keys, reqs in zip(self.graphs, self.slot_keys, self.requests, strict=True):
-            allow = np.array([k in self.budget for k in keys])
-            self.sets.append(
-                enumerate_candidates(
-                    spans,
-                    reqs,
-                    g,
-                    self.pools,
-                    allow_skip=allow,
-                    max_candidates=params.max_candidates,
+        self.specs: list[PathSpec] = []
+        self.slot_keys: list[list[int]] = []
+        edges: dict[tuple, int] = {}
+        self.edges: list[tuple] = []  # model index -> edge key
+        for e, ps in paths:
+            total = sum(p.requests for p in ps) or len(ps)
+            for p in ps:
+                keys = [self.pools.key(*sl.callee) for sl in p.slots]
+                model = []
+                for j in [*range(len(p.slots)), None]:
+                    key = _edge_key(e, p, keys, j)
+                    if key not in edges:
+                        edges[key] = len(self.edges)
+                        self.edges.append(key)
+                    model.append(edges[key])
+                made = np.zeros(len(keys))
+                skip = np.full(len(keys), -np.inf)
+                for j, k in enumerate(keys):
+                    if k in self.budget:  # the paper's §4.2 scoring of optional calls
+                        prob = min(1.0, observed[k] / expected[k]) if expected[k] else 1.0
+                        prob = min(max(prob, 1e-3), 1 - 1e-3)
+                        made[j] = math.log(prob)
+                        skip[j] = math.log(1 - prob)
+                prior = (p.requests or 1) / total if params.call_paths else 1.0
+                self.specs.append(
+                    PathSpec(
+                        e,
+                        p,
+                        np.array([pool_id[k] for k in keys], dtype=np.int64),
+                        np.array(model[:-1], dtype=np.int64),
+                        model[-1],
+                        skip,
+                        made,
+                        math.log(prior),
+                    )
                 )
-            )
-            self.slot_prob.append(
-                np.array(
-                    [min(1.0, observed[k] / expected[k]) if expected[k] else 1.0 for k in keys]
-                )
-            )
-        self.ready = [slot_ready(spans, cs) for cs in self.sets]
-        self.gaps = [
-            candidate_gaps(spans, cs, r) for cs, r in zip(self.sets, self.ready, strict=True)
-        ]
-        self.windows = []  # seed window of each candidate: its request's rank in time
-        for cs, reqs in zip(self.sets, self.requests, strict=True):
-            by_row = np.argsort(reqs)
-            rank = by_row[np.searchsorted(reqs, cs.incoming, sorter=by_row)]
-            self.windows.append(rank // params.seed_window)
+                self.slot_keys.append(keys)
+        # Every incoming span, its endpoint and its seed window (its rank in time // window).
+        self.incoming = np.concatenate(self.requests) if self.requests else np.empty(0, np.int64)
+        self.endpoint_of = np.repeat(
+            np.arange(len(self.requests)), [len(r) for r in self.requests]
+        ).astype(np.int64)
+        self.window = np.concatenate(
+            [np.arange(len(r)) // params.seed_window for r in self.requests] or [np.empty(0)]
+        ).astype(np.int64)
 
     # -- distributions -------------------------------------------------------------------------
-    def _seed_models(self) -> list[list[GapModel]]:
-        """§4.1 seed: difference of means where the event series pair up one to one, otherwise
-        the moments of all candidate gaps, each candidate weighted 1/(candidates of its span)."""
+    def _seed_models(self) -> list[GapModel]:
+        """§4.1 seed: the difference of means where an edge's event series pair up one to one
+        (an endpoint with one path, its callee called by no other slot of the instance);
+        otherwise (§4.2) a Gaussian of the gaps of WAP5's nearest-parent mapping."""
         spans, p = self.spans, self.params
+        models: list[GapModel | None] = [None] * len(self.edges)
         uses: dict[int, int] = {}
         for keys in self.slot_keys:
             for k in keys:
                 uses[k] = uses.get(k, 0) + 1
-        models = []
-        for g, keys, reqs, cs, gaps in zip(
-            self.graphs, self.slot_keys, self.requests, self.sets, self.gaps, strict=True
-        ):
+        n_paths = np.bincount([sp.endpoint for sp in self.specs], minlength=len(self.requests))
+        for spec, keys in zip(self.specs, self.slot_keys, strict=True):
+            reqs = self.requests[spec.endpoint]
+            if n_paths[spec.endpoint] != 1 or len(reqs) < 2:
+                continue
+            g = spec.path
 
             def series(j: int, field: str, keys=keys, reqs=reqs) -> np.ndarray | None:
-                k = keys[j]
-                rows = self.pools.pools.get(k)
-                if rows is None or uses[k] != 1 or len(rows) != len(reqs):
+                rows = self.pools.pools.get(keys[j])
+                if rows is None or uses[keys[j]] != 1 or len(rows) != len(reqs):
                     return None
                 return getattr(spans, field)[rows]
 
-            _, per_span, counts = np.unique(cs.incoming, return_inverse=True, return_counts=True)
-            weight = 1.0 / counts[per_span]
-            per_col: list[GapModel] = []
             sinks = [j for j in range(len(g.slots)) if not any(j in q for q in g.preds)]
             for j in range(len(g.slots) + 1):
                 if j < len(g.slots):
@@ -213,47 +269,111 @@ class _Instance:
                     t1 = (
                         spans.start[reqs]
                         if not pr
-                        else (series(pr[-1], "end") if len(pr) == 1 else None)
+                        else (series(pr[0], "end") if len(pr) == 1 else None)
                     )
+                    m = spec.model[j]
                 else:
                     t2 = spans.end[reqs]
                     t1 = series(sinks[0], "end") if len(sinks) == 1 else None
-                if t1 is not None and t2 is not None and len(t1) > 1:
-                    per_col.append(
-                        seed_gaussian(t1, t2, p.seed_window, p.seed_buckets, self.min_std)
-                    )
-                else:
-                    per_col.append(moment_gaussian(gaps[:, j], weight, self.min_std))
-            models.append(per_col)
-        return models
+                    m = spec.response_model
+                if t1 is not None and t2 is not None:
+                    models[m] = seed_gaussian(t1, t2, p.seed_window, p.seed_buckets, self.min_std)
+        missing = [m for m, model in enumerate(models) if model is None]
+        if missing:
+            samples = self._mapping_gaps(self._wap5_parents())
+            pooled = np.concatenate(list(samples.values()) or [np.empty(0)])
+            fallback = moment_gaussian(pooled, np.ones(len(pooled)), self.min_std)
+            if not len(pooled):
+                fallback = Gaussian(np.zeros(1), np.full(1, 1e6))
+            for m in missing:
+                v = samples.get(m)
+                models[m] = (
+                    moment_gaussian(v, np.ones(len(v)), self.min_std)
+                    if v is not None and len(v) > 1
+                    else fallback
+                )
+        return models  # type: ignore[return-value]
+
+    def _wap5_parents(self) -> np.ndarray:
+        """WAP5's mapping of this instance (§4.2: it seeds the distributions under dynamism),
+        as a parent row per row of the table."""
+        spans = self.spans
+        incoming = self.incoming[np.lexsort((spans.end[self.incoming], spans.start[self.incoming]))]
+        outgoing = self.outgoing[np.lexsort((spans.end[self.outgoing], spans.start[self.outgoing]))]
+        parent = np.full(len(spans), NONE, dtype=np.int64)
+        parent[outgoing] = wap5_parents(spans, incoming, outgoing, self.callgraph)
+        return parent
+
+    def _mapping_gaps(self, parent: np.ndarray) -> dict[int, np.ndarray]:
+        """The gaps (µs) of a mapping (``parent`` per row), per model, from the incoming spans
+        whose mapped calls form one of their endpoint's paths exactly."""
+        spans = self.spans
+        kids: dict[int, list[int]] = {}
+        for o in self.outgoing[parent[self.outgoing] != NONE]:
+            kids.setdefault(int(parent[o]), []).append(int(o))
+        by_signature: dict[tuple[int, tuple], int] = {}
+        for i, (spec, keys) in enumerate(zip(self.specs, self.slot_keys, strict=True)):
+            by_signature.setdefault((spec.endpoint, tuple(sorted(keys))), i)
+        rows_of: dict[int, list[int]] = {}
+        calls_of: dict[int, list[list[int]]] = {}
+        for r, e in zip(self.incoming.tolist(), self.endpoint_of.tolist(), strict=True):
+            mine = sorted(kids.get(r, []), key=lambda o: (spans.start[o], spans.end[o]))
+            keys = call_keys(spans, np.array(mine, dtype=np.int64)).tolist()
+            i = by_signature.get((e, tuple(sorted(keys))))
+            if i is None:
+                continue
+            by_key: dict[int, list[int]] = {}
+            for o, k in zip(mine, keys, strict=True):
+                by_key.setdefault(k, []).append(o)
+            seen: dict[int, int] = {}
+            calls = []
+            for k in self.slot_keys[i]:
+                calls.append(by_key[k][seen.get(k, 0)])
+                seen[k] = seen.get(k, 0) + 1
+            rows_of.setdefault(i, []).append(r)
+            calls_of.setdefault(i, []).append(calls)
+        samples: dict[int, list[np.ndarray]] = {}
+        for i, rows in rows_of.items():
+            spec = self.specs[i]
+            n = len(spec.path.slots)
+            cs = CandidateSet(
+                spec.path, np.array(rows), np.array(calls_of[i], dtype=np.int64).reshape(len(rows), n)
+            )
+            gaps = candidate_gaps(spans, cs, slot_ready(spans, cs))
+            for j, m in enumerate([*spec.model.tolist(), spec.response_model]):
+                samples.setdefault(m, []).append(gaps[:, j])
+        return {m: np.concatenate(v) for m, v in samples.items()}
 
     def _refit(
-        self,
-        models: list[list[GapModel | None]],
-        values: list[np.ndarray],
-        chosen: list[np.ndarray],
-        min_std: float,
+        self, models: list, values: list[np.ndarray], columns: list[list[int]], min_std: float
     ) -> None:
-        """Refit every column's model on the values of the chosen candidates (§4.1)."""
+        """Refit every model on the values of its columns in the chosen candidates (§4.1)."""
         p = self.params
-        for s, (vals, pick) in enumerate(zip(values, chosen, strict=True)):
-            for j in range(vals.shape[1]):
-                m = fit_mixture(vals[pick, j], p.max_components, p.max_fit_samples, p.seed, min_std)
-                if m is not None:
-                    models[s][j] = m
+        pooled: dict[int, list[np.ndarray]] = {}
+        for vals, cols in zip(values, columns, strict=True):
+            for j, m in enumerate(cols):
+                pooled.setdefault(m, []).append(vals[:, j])
+        for m, parts in pooled.items():
+            fit = fit_mixture(
+                np.concatenate(parts), p.max_components, p.max_fit_samples, p.seed, min_std
+            )
+            if fit is not None:
+                models[m] = fit
 
     # -- one round -----------------------------------------------------------------------------
-    def _flat(self, scores: list[np.ndarray]) -> tuple[Candidates, np.ndarray, np.ndarray]:
+    def _flat(
+        self, sets: list[CandidateSet], scores: list[np.ndarray]
+    ) -> tuple[Candidates, np.ndarray, np.ndarray]:
         """Top-K candidates of every incoming span as flat arrays, with their raw scores and
-        their (set, index) in rows."""
+        their (set, index) in ``sets``."""
         k = self.params.top_k
         nk = len(self.skip_keys)
         key_col = {key: i for i, key in enumerate(self.skip_keys)}
         inc, wts, outs, counts, skips, origin = [], [], [], [], [], []
-        for s, (cs, sc) in enumerate(zip(self.sets, scores, strict=True)):
+        for s, (cs, sc) in enumerate(zip(sets, scores, strict=True)):
             order = np.lexsort((-sc, cs.incoming))
             grp = cs.incoming[order]
-            first, size = run_bounds(grp)
+            first, size = run_bounds(grp) if len(grp) else (np.empty(0, int), np.empty(0, int))
             rank = np.arange(len(order)) - np.repeat(first, size)
             keep = order[rank < k]
             calls = cs.calls[keep]
@@ -268,18 +388,36 @@ class _Instance:
             inc.append(cs.incoming[keep])
             wts.append(sc[keep])
             origin.append(np.stack([np.full(len(keep), s), keep], axis=1))
-        wts = np.concatenate(wts)
-        # Weights must be positive and favour assigning one more span over any score gain.
-        w = wts - (wts.min() if len(wts) else 0.0) + 1.0
-        w += w.max(initial=0.0)
-        cands = Candidates(
-            np.concatenate(inc),
-            w,
-            np.r_[0, np.cumsum(np.concatenate(counts))].astype(np.int64),
-            np.concatenate(outs).astype(np.int64),
-            np.concatenate(skips),
+        inc_all = np.concatenate(inc)
+        raw = np.concatenate(wts)
+        n_calls = np.concatenate(counts)
+        # Top K over all paths of a span.
+        order = np.lexsort((-raw, inc_all))
+        first, size = run_bounds(inc_all[order]) if len(order) else (np.empty(0, int),) * 2
+        top = np.sort(order[(np.arange(len(order)) - np.repeat(first, size)) < k])
+        out_ptr = np.r_[0, np.cumsum(n_calls)].astype(np.int64)
+        out_rows = np.concatenate(outs).astype(np.int64)
+        picked_outs = np.concatenate(
+            [out_rows[out_ptr[c] : out_ptr[c + 1]] for c in top] or [np.empty(0, np.int64)]
         )
-        return cands, wts, np.concatenate(origin)
+        raw, n_calls = raw[top], n_calls[top]
+        span = raw.max(initial=0.0) - raw.min(initial=0.0) + 1.0
+        positive = (raw - raw.min(initial=0.0) + 1.0) / span  # in (0, 1]
+        if self.params.call_paths:
+            # Coverage first: any candidate giving one more call a cause outweighs every score
+            # difference within a batch (at most max_batch spans of weight <= 1 each).
+            w = n_calls * (self.params.max_batch + 1.0) + positive
+        else:
+            # The paper: every span assigned if possible, skips bounded by the quotas (§4.2).
+            w = positive + 1.0
+        cands = Candidates(
+            inc_all[top],
+            w,
+            np.r_[0, np.cumsum(n_calls)].astype(np.int64),
+            picked_outs,
+            np.concatenate(skips)[top],
+        )
+        return cands, raw, np.concatenate(origin)[top]
 
     def _assign(self, cands: Candidates, stats: SolveStats) -> np.ndarray:
         spans = self.spans
@@ -321,52 +459,80 @@ class _Instance:
         return quota
 
     def _per_request(self, key: int) -> int:
-        return max(
-            (keys.count(key) for keys in self.slot_keys),
-            default=1,
+        return max((keys.count(key) for keys in self.slot_keys), default=1)
+
+    def _search(self, models: list[GapModel]):
+        p = self.params
+        res = search(
+            self.spans,
+            self.incoming,
+            self.endpoint_of,
+            self.window,
+            self.specs,
+            self.pools,
+            self.pool_keys,
+            model_table(models),
+            beam_width=p.beam_width,
+            max_branch=p.max_branch,
+            keep=p.top_k * (p.rerank if p.arrival_order else 1),
         )
+        self.truncated += res.truncated
+        return res.sets, res.scores
 
     def run(self, result: Reconstruction, stats: SolveStats) -> int:
-        if not self.sets:
+        if not self.n_incoming:
             return 0
         p = self.params
         models = self._seed_models()
-        order = (
-            ArrivalOrder(self.spans, self.sets, self.slot_keys, self.pools, self.ready)
-            if p.arrival_order
-            else None
-        )
-        ranks: list[np.ndarray] = []
-        rank_models: list[list[GapModel | None]] = []
+        order = ArrivalOrder(self.pools) if p.arrival_order else None
+        rank_models: list[GapModel | None] = []
         seen: set[frozenset] = set()
         it = 0
         for it in range(1, p.max_iterations + 1):
-            scores = [
-                score_candidates(gaps, mdl, win, prob)
-                for gaps, mdl, win, prob in zip(
-                    self.gaps, models, self.windows, self.slot_prob, strict=True
-                )
-            ]
-            if ranks:  # from the second iteration on
-                for sc, d, mdl, win in zip(scores, ranks, rank_models, self.windows, strict=True):
-                    sc += log_likelihood(d, mdl, win)
-            cands, raw, origin = self._flat(scores)
+            sets, scores = self._search(models)
+            ready = [slot_ready(self.spans, cs) for cs in sets]
+            if rank_models:  # from the second iteration on
+                for s, (cs, sc, rd) in enumerate(zip(sets, scores, ready, strict=True)):
+                    d = order.displacement(cs, rd)
+                    sc += log_likelihood(
+                        d,
+                        [rank_models[m] for m in self.specs[s].model],
+                        np.zeros(len(cs), np.int64),
+                    )
+            cands, raw, origin = self._flat(sets, scores)
             picked = self._assign(cands, stats)
-            mapping = {int(cands.incoming[c]): tuple(origin[c].tolist()) for c in picked}
+            mapping = {
+                int(cands.incoming[c]): tuple(
+                    cands.out_rows[cands.out_ptr[c] : cands.out_ptr[c + 1]].tolist()
+                )
+                for c in picked
+            }
             state = frozenset(mapping.items())
             if state in seen:  # stable, or cycling: further rounds only repeat earlier ones
                 break
             seen.add(state)
-            chosen = [[] for _ in self.sets]
-            for s, c in mapping.values():
-                chosen[s].append(c)
+            if it == p.max_iterations:
+                break
+            chosen = [[] for _ in sets]
+            for c in picked:
+                chosen[origin[c, 0]].append(origin[c, 1])
             chosen = [np.array(c, dtype=np.int64) for c in chosen]
-            if it < p.max_iterations:
-                self._refit(models, self.gaps, chosen, self.min_std)
-                if order is not None:
-                    ranks = order.displacement(chosen)
-                    rank_models = [[None] * d.shape[1] for d in ranks]
-                    self._refit(rank_models, ranks, chosen, RANK_MIN_STD)
+            gaps = [
+                candidate_gaps(self.spans, cs, rd)[pick]
+                for cs, rd, pick in zip(sets, ready, chosen, strict=True)
+            ]
+            columns = [[*sp.model.tolist(), sp.response_model] for sp in self.specs]
+            self._refit(models, gaps, columns, self.min_std)
+            if order is not None:
+                order.observe(sets, ready, chosen)
+                ranks = [
+                    order.displacement(cs, rd)[pick]
+                    for cs, rd, pick in zip(sets, ready, chosen, strict=True)
+                ]
+                rank_models = [None] * len(self.edges)
+                self._refit(
+                    rank_models, ranks, [sp.model.tolist() for sp in self.specs], RANK_MIN_STD
+                )
         self._record(result, cands, raw, picked)
         return it
 
@@ -400,7 +566,7 @@ class _Instance:
                 result.score[o] = raw[c]
         self.not_best += self.n_incoming - len(assigned)
         in_candidates = set(cands.out_rows.tolist())
-        callee_keys = set(self.expected)
+        callee_keys = set(self.pool_keys)
         for o in self.outgoing:
             if result.parent[o] != NONE:
                 continue

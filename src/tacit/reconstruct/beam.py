@@ -1,0 +1,467 @@
+"""Candidate mappings by beam search over a call path, scored as they are built.
+
+TraceWeaver (SIGCOMM '24, §4.1, steps 1 and 4) lists every timing-consistent mapping of an
+incoming span and ranks them by the likelihood of their gaps, keeping the top K. Listing them all
+is exponential in the number of calls: a front end that makes twenty calls in sequence while ten
+other requests are in flight (Nezha's OnlineBoutique) has more consistent mappings than can be
+enumerated, and a cap on the enumeration keeps an arbitrary subset that rarely holds the true
+one. The beam search here builds each mapping slot by slot in the path's topological order,
+extending every partial mapping with each call that satisfies the constraints, scoring the
+extension by the gap model at once, and keeping the ``beam_width`` best partial mappings after
+every slot. With a beam as wide as the number of consistent mappings it is the paper's exhaustive
+ranking (the tests compare it against one); with a narrower beam it keeps the mappings the model
+finds likely, which is what the top K are drawn from anyway.
+
+Constraints (§4.1, with the learned tolerances of :mod:`.callgraph`): a call of slot ``j`` starts
+no earlier than its trigger (the end of its predecessors in the path, or the request's arrival
+minus the slot's ``early`` tolerance) and ends no later than the response plus the slot's
+``late`` tolerance; two slots never take the same call, and two unordered slots calling the same
+backend take their calls in the order of their occurrence numbers, which count calls in start
+order (:func:`.callgraph.learn_callgraph`), so that no mapping is listed twice.
+
+The kernel is compiled (numba); :func:`search` is the validating Python wrapper.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from tacit.reconstruct.callgraph import CallPath
+from tacit.reconstruct.candidates import SKIP, CallPools, CandidateSet
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+@dataclass
+class ModelTable:
+    """Gap models flattened for the kernel: model ``m`` has ``nwin[m]`` windows starting at
+    ``win_ptr[m]``; window ``w`` has components ``comp_ptr[w]:comp_ptr[w+1]`` with log weight,
+    mean, 1/std and log normaliser. A model id of -1 scores every gap 0."""
+
+    win_ptr: np.ndarray
+    nwin: np.ndarray
+    comp_ptr: np.ndarray
+    logw: np.ndarray
+    mean: np.ndarray
+    inv_std: np.ndarray
+    lognorm: np.ndarray
+
+
+def model_table(models: list) -> ModelTable:
+    """Flatten :class:`~.delays.Gaussian` (one component per window) and
+    :class:`~.delays.Mixture` (one window) models, in list order."""
+    win_ptr, nwin, comp_ptr = [], [], [0]
+    logw, mean, std = [], [], []
+    for m in models:
+        win_ptr.append(len(comp_ptr) - 1)
+        if hasattr(m, "weight"):  # a mixture: one window of several components
+            nwin.append(1)
+            logw.extend(np.log(m.weight).tolist())
+            mean.extend(m.mean.tolist())
+            std.extend(m.std.tolist())
+            comp_ptr.append(comp_ptr[-1] + len(m.mean))
+        else:  # a Gaussian per window
+            nwin.append(len(m.mean))
+            for mu, sd in zip(m.mean.tolist(), m.std.tolist(), strict=True):
+                logw.append(0.0)
+                mean.append(mu)
+                std.append(sd)
+                comp_ptr.append(comp_ptr[-1] + 1)
+    sd = np.array(std, dtype=np.float64)
+    return ModelTable(
+        np.array(win_ptr, dtype=np.int64),
+        np.array(nwin, dtype=np.int64),
+        np.array(comp_ptr, dtype=np.int64),
+        np.array(logw, dtype=np.float64),
+        np.array(mean, dtype=np.float64),
+        1.0 / sd,
+        -np.log(sd) - _LOG_SQRT_2PI,
+    )
+
+
+@dataclass
+class PathSpec:
+    """One call path of one endpoint as the search needs it.
+
+    ``pools[j]``: the pool id (index into the instance's callee keys) of slot ``j``'s callee,
+    -1 when this instance never calls it; ``model[j]``: the gap model of slot ``j``;
+    ``response_model``: the model of the gap from the last call to the response; ``skip_logp[j]``
+    and ``made_logp[j]``: the score of skipping (``-inf``: never) and of making slot ``j``;
+    ``log_prior``: the log probability of the path.
+    """
+
+    endpoint: int
+    path: CallPath
+    pools: np.ndarray
+    model: np.ndarray
+    response_model: int
+    skip_logp: np.ndarray
+    made_logp: np.ndarray
+    log_prior: float
+
+
+@dataclass
+class SearchResult:
+    """Per path, the candidates kept (:class:`CandidateSet` with ``score`` set), and how many
+    partial mappings lost a branch to ``max_branch``."""
+
+    sets: list[CandidateSet]
+    scores: list[np.ndarray]
+    truncated: int
+
+
+def search(
+    spans,
+    incoming: np.ndarray,
+    endpoint_of: np.ndarray,
+    window: np.ndarray,
+    paths: list[PathSpec],
+    pools: CallPools,
+    pool_keys: list[int],
+    models: ModelTable,
+    *,
+    beam_width: int,
+    max_branch: int,
+    keep: int,
+) -> SearchResult:
+    """The best ``keep`` candidates of each incoming span (rows ``incoming`` of ``spans``, of
+    endpoint ``endpoint_of`` and seed window ``window``) over all paths of its endpoint."""
+    max_slots = max((len(p.path.slots) for p in paths), default=0)
+    # Paths per endpoint (CSR).
+    ep_ids = np.array([p.endpoint for p in paths], dtype=np.int64)
+    n_ep = int(max(endpoint_of.max(initial=-1), ep_ids.max(initial=-1))) + 1
+    order = np.argsort(ep_ids, kind="stable")
+    ep_ptr = np.searchsorted(ep_ids[order], np.arange(n_ep + 1)).astype(np.int64)
+    # Slots of every path in topological order.
+    slot_ptr = [0]
+    slot_index, slot_pool, slot_model, slot_early, slot_late = [], [], [], [], []
+    slot_made, slot_skip, pred_ptr, preds = [], [], [0], []
+    twin_ptr, twins, twin_after = [0], [], []
+    for p in paths:
+        topo = p.path.order
+        pos = {j: i for i, j in enumerate(topo)}
+        for i, j in enumerate(topo):
+            sl = p.path.slots[j]
+            slot_index.append(j)
+            slot_pool.append(int(p.pools[j]))
+            slot_model.append(int(p.model[j]))
+            slot_early.append(sl.early_ns)
+            slot_late.append(sl.late_ns)
+            slot_made.append(float(p.made_logp[j]))
+            slot_skip.append(float(p.skip_logp[j]))
+            preds.extend(pos[q] for q in p.path.preds[j])
+            pred_ptr.append(len(preds))
+            for q in topo[:i]:
+                if p.path.slots[q].callee == sl.callee:
+                    twins.append(pos[q])
+                    twin_after.append(p.path.slots[q].occurrence < sl.occurrence)
+            twin_ptr.append(len(twins))
+        slot_ptr.append(len(slot_index))
+    pool_ptr = [0]
+    pool_call = []
+    for k in pool_keys:
+        pool_call.extend(pools.pools.get(k, np.empty(0, np.int64)).tolist())
+        pool_ptr.append(len(pool_call))
+    call_rows = np.array(pool_call, dtype=np.int64)
+    i64 = np.int64
+    out = _beam(
+        spans.start[incoming].astype(i64),
+        spans.end[incoming].astype(i64),
+        window.astype(i64),
+        endpoint_of.astype(i64),
+        ep_ptr,
+        order.astype(i64),
+        np.array(slot_ptr, dtype=i64),
+        np.array([p.response_model for p in paths], dtype=i64),
+        np.array([p.log_prior for p in paths], dtype=np.float64),
+        np.array(slot_index, dtype=i64),
+        np.array(slot_pool, dtype=i64),
+        np.array(slot_model, dtype=i64),
+        np.array(slot_early, dtype=i64),
+        np.array(slot_late, dtype=i64),
+        np.array(slot_made, dtype=np.float64),
+        np.array(slot_skip, dtype=np.float64),
+        np.array(pred_ptr, dtype=i64),
+        np.array(preds, dtype=i64),
+        np.array(twin_ptr, dtype=i64),
+        np.array(twins, dtype=i64),
+        np.array(twin_after, dtype=np.bool_),
+        np.array(pool_ptr, dtype=i64),
+        spans.start[call_rows].astype(i64),
+        spans.end[call_rows].astype(i64),
+        models.win_ptr,
+        models.nwin,
+        models.comp_ptr,
+        models.logw,
+        models.mean,
+        models.inv_std,
+        models.lognorm,
+        beam_width,
+        max_branch,
+        keep,
+        max(max_slots, 1),
+    )
+    out_in, out_path, out_calls, out_score, truncated = out
+    sets, scores = [], []
+    for pi, p in enumerate(paths):
+        m = out_path == pi
+        n_slots = len(p.path.slots)
+        local = out_calls[m, :n_slots]
+        calls = np.where(local >= 0, call_rows[np.maximum(local, 0)], local)
+        sets.append(CandidateSet(p.path, incoming[out_in[m]], calls.astype(np.int64)))
+        scores.append(out_score[m])
+    return SearchResult(sets, scores, int(truncated))
+
+
+@njit(cache=True)
+def _logpdf(
+    m, window, x, win_ptr, nwin, comp_ptr, logw, mean, inv_std, lognorm
+):  # pragma: no cover - compiled
+    if m < 0:
+        return 0.0
+    w = window if window < nwin[m] else nwin[m] - 1
+    wi = win_ptr[m] + w
+    a = comp_ptr[wi]
+    b = comp_ptr[wi + 1]
+    if b - a == 1:
+        z = (x - mean[a]) * inv_std[a]
+        return logw[a] - 0.5 * z * z + lognorm[a]
+    top = -np.inf
+    for c in range(a, b):
+        z = (x - mean[c]) * inv_std[c]
+        v = logw[c] - 0.5 * z * z + lognorm[c]
+        if v > top:
+            top = v
+    total = 0.0
+    for c in range(a, b):
+        z = (x - mean[c]) * inv_std[c]
+        total += np.exp(logw[c] - 0.5 * z * z + lognorm[c] - top)
+    return top + np.log(total)
+
+
+@njit(cache=True)
+def _beam(  # pragma: no cover - compiled
+    in_start,
+    in_end,
+    in_window,
+    in_ep,
+    ep_ptr,
+    ep_paths,
+    path_slot_ptr,
+    path_resp_model,
+    path_logprior,
+    slot_index,
+    slot_pool,
+    slot_model,
+    slot_early,
+    slot_late,
+    slot_made,
+    slot_skip,
+    pred_ptr,
+    preds,
+    twin_ptr,
+    twins,
+    twin_after,
+    pool_ptr,
+    call_start,
+    call_end,
+    win_ptr,
+    nwin,
+    comp_ptr,
+    logw,
+    mean,
+    inv_std,
+    lognorm,
+    beam_width,
+    max_branch,
+    keep,
+    max_slots,
+):
+    n_in = len(in_start)
+    cap = n_in * keep
+    out_in = np.empty(cap, np.int64)
+    out_path = np.empty(cap, np.int64)
+    out_calls = np.full((cap, max_slots), -1, np.int64)
+    out_score = np.empty(cap, np.float64)
+    n_out = 0
+    truncated = 0
+    wide = beam_width * (max_branch + 1)
+    # Beam buffers: current and next partial mappings (calls as pool positions, -2 skipped).
+    cur_pos = np.empty((beam_width, max_slots), np.int64)
+    cur_done = np.empty((beam_width, max_slots), np.int64)
+    cur_score = np.empty(beam_width, np.float64)
+    nxt_parent = np.empty(wide, np.int64)
+    nxt_pos = np.empty(wide, np.int64)
+    nxt_done = np.empty(wide, np.int64)
+    nxt_score = np.empty(wide, np.float64)
+    tmp_pos = np.empty((beam_width, max_slots), np.int64)
+    tmp_done = np.empty((beam_width, max_slots), np.int64)
+    # Per incoming span, the best `keep` complete candidates over its paths.
+    best_score = np.empty(keep, np.float64)
+    best_path = np.empty(keep, np.int64)
+    best_calls = np.empty((keep, max_slots), np.int64)
+    for i in range(n_in):
+        r0 = in_start[i]
+        r1 = in_end[i]
+        win = in_window[i]
+        ep = in_ep[i]
+        n_best = 0
+        for pp in range(ep_ptr[ep], ep_ptr[ep + 1]):
+            p = ep_paths[pp]
+            s0 = path_slot_ptr[p]
+            ns = path_slot_ptr[p + 1] - s0
+            nb = 1
+            cur_score[0] = 0.0
+            for pos in range(ns):
+                s = s0 + pos
+                pool = slot_pool[s]
+                n_next = 0
+                for e in range(nb):
+                    # Trigger (gaps are measured from it): the predecessors' end, or the
+                    # arrival; a call with no predecessor may start up to `early` before it.
+                    if pred_ptr[s + 1] > pred_ptr[s]:
+                        t = r0
+                        for q in range(pred_ptr[s], pred_ptr[s + 1]):
+                            d = cur_done[e, preds[q]]
+                            if d > t:
+                                t = d
+                        earliest = t
+                    else:
+                        t = r0
+                        earliest = r0 - slot_early[s]
+                    latest = r1 + slot_late[s]
+                    branches = 0
+                    if pool >= 0:
+                        a = pool_ptr[pool]
+                        b = pool_ptr[pool + 1]
+                        # First call of the pool starting at or after t.
+                        lo, hi = a, b
+                        while lo < hi:
+                            mid = (lo + hi) // 2
+                            if call_start[mid] < earliest:
+                                lo = mid + 1
+                            else:
+                                hi = mid
+                        k = lo
+                        while k < b and call_start[k] <= latest:
+                            if call_end[k] <= latest:
+                                ok = True
+                                for tw in range(twin_ptr[s], twin_ptr[s + 1]):
+                                    other = cur_pos[e, twins[tw]]
+                                    if other >= 0 and (
+                                        k <= other if twin_after[tw] else k >= other
+                                    ):
+                                        ok = False
+                                        break
+                                if ok:
+                                    if branches == max_branch:
+                                        truncated += 1
+                                        break
+                                    gap = (call_start[k] - t) / 1000.0
+                                    nxt_parent[n_next] = e
+                                    nxt_pos[n_next] = k
+                                    nxt_done[n_next] = call_end[k]
+                                    nxt_score[n_next] = (
+                                        cur_score[e]
+                                        + slot_made[s]
+                                        + _logpdf(
+                                            slot_model[s],
+                                            win,
+                                            gap,
+                                            win_ptr,
+                                            nwin,
+                                            comp_ptr,
+                                            logw,
+                                            mean,
+                                            inv_std,
+                                            lognorm,
+                                        )
+                                    )
+                                    n_next += 1
+                                    branches += 1
+                            k += 1
+                    if slot_skip[s] > -np.inf:
+                        nxt_parent[n_next] = e
+                        nxt_pos[n_next] = -2
+                        nxt_done[n_next] = t
+                        nxt_score[n_next] = cur_score[e] + slot_skip[s]
+                        n_next += 1
+                if n_next == 0:
+                    nb = 0
+                    break
+                # Keep the best beam_width extensions.
+                if n_next > beam_width:
+                    chosen = np.argsort(-nxt_score[:n_next], kind="mergesort")[:beam_width]
+                else:
+                    chosen = np.arange(n_next)
+                for c in range(len(chosen)):
+                    x = chosen[c]
+                    e = nxt_parent[x]
+                    for q in range(pos):
+                        tmp_pos[c, q] = cur_pos[e, q]
+                        tmp_done[c, q] = cur_done[e, q]
+                    tmp_pos[c, pos] = nxt_pos[x]
+                    tmp_done[c, pos] = nxt_done[x]
+                    cur_score[c] = nxt_score[x]
+                nb = len(chosen)
+                for c in range(nb):
+                    for q in range(pos + 1):
+                        cur_pos[c, q] = tmp_pos[c, q]
+                        cur_done[c, q] = tmp_done[c, q]
+            # Complete candidates: add the response gap and the path's prior.
+            for e in range(nb):
+                last = r0
+                for q in range(ns):
+                    if cur_done[e, q] > last:
+                        last = cur_done[e, q]
+                gap = (r1 - last) / 1000.0
+                total = (
+                    cur_score[e]
+                    + path_logprior[p]
+                    + _logpdf(
+                        path_resp_model[p],
+                        win,
+                        gap,
+                        win_ptr,
+                        nwin,
+                        comp_ptr,
+                        logw,
+                        mean,
+                        inv_std,
+                        lognorm,
+                    )
+                )
+                # Insert into the span's best list (sorted, descending).
+                if n_best == keep and total <= best_score[keep - 1]:
+                    continue
+                at = n_best if n_best < keep else keep - 1
+                while at > 0 and best_score[at - 1] < total:
+                    if at < keep:
+                        best_score[at] = best_score[at - 1]
+                        best_path[at] = best_path[at - 1]
+                        for q in range(max_slots):
+                            best_calls[at, q] = best_calls[at - 1, q]
+                    at -= 1
+                best_score[at] = total
+                best_path[at] = p
+                for q in range(max_slots):
+                    best_calls[at, q] = -1
+                for q in range(ns):
+                    best_calls[at, slot_index[s0 + q]] = cur_pos[e, q] if cur_pos[e, q] >= 0 else -2
+                if n_best < keep:
+                    n_best += 1
+        for c in range(n_best):
+            out_in[n_out] = i
+            out_path[n_out] = best_path[c]
+            out_score[n_out] = best_score[c]
+            for q in range(max_slots):
+                out_calls[n_out, q] = best_calls[c, q]
+            n_out += 1
+    return out_in[:n_out], out_path[:n_out], out_calls[:n_out], out_score[:n_out], truncated
+
+
+assert SKIP == -2  # the kernel marks skipped slots with -2
