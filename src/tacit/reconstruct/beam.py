@@ -141,7 +141,20 @@ def search(
     slot_index, slot_pool, slot_model, slot_early, slot_late = [], [], [], [], []
     slot_made, slot_skip, pred_ptr, preds = [], [], [0], []
     twin_ptr, twins, twin_after = [0], [], []
+    need_ptr, need_pool, need_count, need_early, need_late = [0], [], [], [], []
     for p in paths:
+        # Calls the path cannot do without, per pool, and how far around the request they lie.
+        need: dict[int, list[int]] = {}
+        for j, sl in enumerate(p.path.slots):
+            if p.skip_logp[j] == -np.inf:
+                n, e, la = need.get(int(p.pools[j]), [0, 0, 0])
+                need[int(p.pools[j])] = [n + 1, max(e, sl.early_ns), max(la, sl.late_ns)]
+        for pool, (n, e, la) in sorted(need.items()):
+            need_pool.append(pool)
+            need_count.append(n)
+            need_early.append(e)
+            need_late.append(la)
+        need_ptr.append(len(need_pool))
         topo = p.path.order
         pos = {j: i for i, j in enumerate(topo)}
         for i, j in enumerate(topo):
@@ -155,10 +168,13 @@ def search(
             slot_skip.append(float(p.skip_logp[j]))
             preds.extend(pos[q] for q in p.path.preds[j])
             pred_ptr.append(len(preds))
-            for q in topo[:i]:
-                if p.path.slots[q].callee == sl.callee:
-                    twins.append(pos[q])
-                    twin_after.append(p.path.slots[q].occurrence < sl.occurrence)
+            # Earlier-placed slots calling the same backend, nearest occurrence first: the
+            # first one not skipped bounds this slot's call from below (or above).
+            same = [q for q in topo[:i] if p.path.slots[q].callee == sl.callee]
+            same.sort(key=lambda q: abs(p.path.slots[q].occurrence - sl.occurrence))
+            for q in same:
+                twins.append(pos[q])
+                twin_after.append(p.path.slots[q].occurrence < sl.occurrence)
             twin_ptr.append(len(twins))
         slot_ptr.append(len(slot_index))
     pool_ptr = [0]
@@ -167,6 +183,8 @@ def search(
         pool_call.extend(pools.pools.get(k, np.empty(0, np.int64)).tolist())
         pool_ptr.append(len(pool_call))
     call_rows = np.array(pool_call, dtype=np.int64)
+    # No partial mapping can branch more often than the largest pool has calls.
+    max_branch = max(1, min(max_branch, int(np.diff(pool_ptr).max(initial=0))))
     i64 = np.int64
     out = _beam(
         spans.start[incoming].astype(i64),
@@ -190,6 +208,11 @@ def search(
         np.array(twin_ptr, dtype=i64),
         np.array(twins, dtype=i64),
         np.array(twin_after, dtype=np.bool_),
+        np.array(need_ptr, dtype=i64),
+        np.array(need_pool, dtype=i64),
+        np.array(need_count, dtype=i64),
+        np.array(need_early, dtype=i64),
+        np.array(need_late, dtype=i64),
         np.array(pool_ptr, dtype=i64),
         spans.start[call_rows].astype(i64),
         spans.end[call_rows].astype(i64),
@@ -244,6 +267,68 @@ def _logpdf(
 
 
 @njit(cache=True)
+def _first_at_or_after(times, a, b, t):  # pragma: no cover - compiled
+    """The first index in [a, b) of sorted ``times`` whose value is >= t (b if none)."""
+    lo, hi = a, b
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if times[mid] < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
+def _feasible(
+    p, r0, r1, need_ptr, need_pool, need_count, need_early, need_late, pool_ptr, call_start
+):  # pragma: no cover - compiled
+    """Whether every pool holds as many calls starting around the request as path ``p``
+    cannot do without (a count, so a necessary condition only)."""
+    for q in range(need_ptr[p], need_ptr[p + 1]):
+        pool = need_pool[q]
+        if pool < 0:
+            return False
+        a = pool_ptr[pool]
+        b = pool_ptr[pool + 1]
+        lo = _first_at_or_after(call_start, a, b, r0 - need_early[q])
+        hi = _first_at_or_after(call_start, a, b, r1 + need_late[q] + 1)
+        if hi - lo < need_count[q]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _top(score, n, width):  # pragma: no cover - compiled
+    """Indices of the ``width`` highest of ``score[:n]`` (all when n <= width), ties in index
+    order, in no particular order otherwise."""
+    if n <= width:
+        return np.arange(n)
+    cut = -np.partition(-score[:n], width - 1)[width - 1]
+    out = np.empty(width, np.int64)
+    k = 0
+    for x in range(n):
+        if score[x] > cut:
+            out[k] = x
+            k += 1
+    for x in range(n):
+        if k == width:
+            break
+        if score[x] == cut:
+            out[k] = x
+            k += 1
+    return out
+
+
+@njit(cache=True)
+def _ancestor(par, depth, e, target):  # pragma: no cover - compiled
+    """The index at depth ``target`` of the ancestor of entry ``e`` at ``depth``."""
+    for d in range(depth, target, -1):
+        e = par[d, e]
+    return e
+
+
+@njit(cache=True)
 def _beam(  # pragma: no cover - compiled
     in_start,
     in_end,
@@ -266,6 +351,11 @@ def _beam(  # pragma: no cover - compiled
     twin_ptr,
     twins,
     twin_after,
+    need_ptr,
+    need_pool,
+    need_count,
+    need_early,
+    need_late,
     pool_ptr,
     call_start,
     call_end,
@@ -290,16 +380,16 @@ def _beam(  # pragma: no cover - compiled
     n_out = 0
     truncated = 0
     wide = beam_width * (max_branch + 1)
-    # Beam buffers: current and next partial mappings (calls as pool positions, -2 skipped).
-    cur_pos = np.empty((beam_width, max_slots), np.int64)
-    cur_done = np.empty((beam_width, max_slots), np.int64)
-    cur_score = np.empty(beam_width, np.float64)
+    # The beam as a tree: entry e at depth d placed slot position d at pool position
+    # pos[d, e] (-2: skipped), done at done[d, e], extending entry par[d, e] of depth d - 1.
+    pos = np.empty((max_slots, beam_width), np.int64)
+    done = np.empty((max_slots, beam_width), np.int64)
+    par = np.empty((max_slots, beam_width), np.int64)
+    score = np.empty(beam_width, np.float64)
     nxt_parent = np.empty(wide, np.int64)
     nxt_pos = np.empty(wide, np.int64)
     nxt_done = np.empty(wide, np.int64)
     nxt_score = np.empty(wide, np.float64)
-    tmp_pos = np.empty((beam_width, max_slots), np.int64)
-    tmp_done = np.empty((beam_width, max_slots), np.int64)
     # Per incoming span, the best `keep` complete candidates over its paths.
     best_score = np.empty(keep, np.float64)
     best_path = np.empty(keep, np.int64)
@@ -312,115 +402,124 @@ def _beam(  # pragma: no cover - compiled
         n_best = 0
         for pp in range(ep_ptr[ep], ep_ptr[ep + 1]):
             p = ep_paths[pp]
+            if not _feasible(
+                p,
+                r0,
+                r1,
+                need_ptr,
+                need_pool,
+                need_count,
+                need_early,
+                need_late,
+                pool_ptr,
+                call_start,
+            ):
+                continue
             s0 = path_slot_ptr[p]
             ns = path_slot_ptr[p + 1] - s0
             nb = 1
-            cur_score[0] = 0.0
-            for pos in range(ns):
-                s = s0 + pos
+            score[0] = 0.0
+            for d in range(ns):
+                s = s0 + d
                 pool = slot_pool[s]
+                m = slot_model[s]
                 n_next = 0
                 for e in range(nb):
                     # Trigger (gaps are measured from it): the predecessors' end, or the
                     # arrival; a call with no predecessor may start up to `early` before it.
+                    t = r0
                     if pred_ptr[s + 1] > pred_ptr[s]:
-                        t = r0
                         for q in range(pred_ptr[s], pred_ptr[s + 1]):
-                            d = cur_done[e, preds[q]]
-                            if d > t:
-                                t = d
+                            x = _ancestor(par, d - 1, e, preds[q])
+                            if done[preds[q], x] > t:
+                                t = done[preds[q], x]
                         earliest = t
                     else:
-                        t = r0
                         earliest = r0 - slot_early[s]
                     latest = r1 + slot_late[s]
+                    # Calls to one backend go to its slots in occurrence order.
+                    above = -1
+                    below = 2**62
+                    seen_after = False
+                    seen_before = False
+                    for tw in range(twin_ptr[s], twin_ptr[s + 1]):
+                        if (twin_after[tw] and seen_after) or (not twin_after[tw] and seen_before):
+                            continue
+                        q = twins[tw]
+                        x = _ancestor(par, d - 1, e, q)
+                        other = pos[q, x]
+                        if other < 0:
+                            continue
+                        if twin_after[tw]:
+                            above = other
+                            seen_after = True
+                        else:
+                            below = other
+                            seen_before = True
                     branches = 0
                     if pool >= 0:
                         a = pool_ptr[pool]
                         b = pool_ptr[pool + 1]
-                        # First call of the pool starting at or after t.
-                        lo, hi = a, b
-                        while lo < hi:
-                            mid = (lo + hi) // 2
-                            if call_start[mid] < earliest:
-                                lo = mid + 1
-                            else:
-                                hi = mid
-                        k = lo
-                        while k < b and call_start[k] <= latest:
+                        k = _first_at_or_after(call_start, a, b, earliest)
+                        if k <= above:
+                            k = above + 1
+                        while k < b and k < below and call_start[k] <= latest:
                             if call_end[k] <= latest:
-                                ok = True
-                                for tw in range(twin_ptr[s], twin_ptr[s + 1]):
-                                    other = cur_pos[e, twins[tw]]
-                                    if other >= 0 and (
-                                        k <= other if twin_after[tw] else k >= other
-                                    ):
-                                        ok = False
-                                        break
-                                if ok:
-                                    if branches == max_branch:
-                                        truncated += 1
-                                        break
-                                    gap = (call_start[k] - t) / 1000.0
-                                    nxt_parent[n_next] = e
-                                    nxt_pos[n_next] = k
-                                    nxt_done[n_next] = call_end[k]
-                                    nxt_score[n_next] = (
-                                        cur_score[e]
-                                        + slot_made[s]
-                                        + _logpdf(
-                                            slot_model[s],
-                                            win,
-                                            gap,
-                                            win_ptr,
-                                            nwin,
-                                            comp_ptr,
-                                            logw,
-                                            mean,
-                                            inv_std,
-                                            lognorm,
-                                        )
+                                if branches == max_branch:
+                                    truncated += 1
+                                    break
+                                gap = (call_start[k] - t) / 1000.0
+                                nxt_parent[n_next] = e
+                                nxt_pos[n_next] = k
+                                nxt_done[n_next] = call_end[k]
+                                nxt_score[n_next] = (
+                                    score[e]
+                                    + slot_made[s]
+                                    + _logpdf(
+                                        m,
+                                        win,
+                                        gap,
+                                        win_ptr,
+                                        nwin,
+                                        comp_ptr,
+                                        logw,
+                                        mean,
+                                        inv_std,
+                                        lognorm,
                                     )
-                                    n_next += 1
-                                    branches += 1
+                                )
+                                n_next += 1
+                                branches += 1
                             k += 1
                     if slot_skip[s] > -np.inf:
                         nxt_parent[n_next] = e
                         nxt_pos[n_next] = -2
                         nxt_done[n_next] = t
-                        nxt_score[n_next] = cur_score[e] + slot_skip[s]
+                        nxt_score[n_next] = score[e] + slot_skip[s]
                         n_next += 1
                 if n_next == 0:
                     nb = 0
                     break
                 # Keep the best beam_width extensions.
-                if n_next > beam_width:
-                    chosen = np.argsort(-nxt_score[:n_next], kind="mergesort")[:beam_width]
-                else:
-                    chosen = np.arange(n_next)
-                for c in range(len(chosen)):
-                    x = chosen[c]
-                    e = nxt_parent[x]
-                    for q in range(pos):
-                        tmp_pos[c, q] = cur_pos[e, q]
-                        tmp_done[c, q] = cur_done[e, q]
-                    tmp_pos[c, pos] = nxt_pos[x]
-                    tmp_done[c, pos] = nxt_done[x]
-                    cur_score[c] = nxt_score[x]
+                chosen = _top(nxt_score, n_next, beam_width)
                 nb = len(chosen)
                 for c in range(nb):
-                    for q in range(pos + 1):
-                        cur_pos[c, q] = tmp_pos[c, q]
-                        cur_done[c, q] = tmp_done[c, q]
+                    x = chosen[c]
+                    pos[d, c] = nxt_pos[x]
+                    done[d, c] = nxt_done[x]
+                    par[d, c] = nxt_parent[x]
+                    score[c] = nxt_score[x]
             # Complete candidates: add the response gap and the path's prior.
             for e in range(nb):
                 last = r0
-                for q in range(ns):
-                    if cur_done[e, q] > last:
-                        last = cur_done[e, q]
+                x = e
+                for d in range(ns - 1, -1, -1):
+                    if done[d, x] > last:
+                        last = done[d, x]
+                    x = par[d, x]
                 gap = (r1 - last) / 1000.0
                 total = (
-                    cur_score[e]
+                    score[e]
                     + path_logprior[p]
                     + _logpdf(
                         path_resp_model[p],
@@ -440,18 +539,19 @@ def _beam(  # pragma: no cover - compiled
                     continue
                 at = n_best if n_best < keep else keep - 1
                 while at > 0 and best_score[at - 1] < total:
-                    if at < keep:
-                        best_score[at] = best_score[at - 1]
-                        best_path[at] = best_path[at - 1]
-                        for q in range(max_slots):
-                            best_calls[at, q] = best_calls[at - 1, q]
+                    best_score[at] = best_score[at - 1]
+                    best_path[at] = best_path[at - 1]
+                    for q in range(max_slots):
+                        best_calls[at, q] = best_calls[at - 1, q]
                     at -= 1
                 best_score[at] = total
                 best_path[at] = p
                 for q in range(max_slots):
                     best_calls[at, q] = -1
-                for q in range(ns):
-                    best_calls[at, slot_index[s0 + q]] = cur_pos[e, q] if cur_pos[e, q] >= 0 else -2
+                x = e
+                for d in range(ns - 1, -1, -1):
+                    best_calls[at, slot_index[s0 + d]] = pos[d, x]
+                    x = par[d, x]
                 if n_best < keep:
                     n_best += 1
         for c in range(n_best):

@@ -76,6 +76,9 @@ class CallPath:
     slots: list[Slot]
     preds: list[list[int]]
     requests: int = 0
+    role: str | None = None
+    """At a join (:class:`Join`): the path of the request that calls onward ("trigger") or of
+    the others ("member"); None elsewhere."""
 
     @property
     def order(self) -> list[int]:
@@ -102,14 +105,31 @@ class CallPath:
         return "[" + ", ".join(f"{s.service} {s.endpoint}" for s in self.slots) + "]"
 
 
+@dataclass(frozen=True)
+class Join:
+    """A join: one request reaches the service ``size`` times (from different callers) and only
+    one of those calls, the trigger, calls onward, on behalf of all of them."""
+
+    size: int
+
+
+JOIN_AGREEMENT = 0.95
+"""Share of the test requests' groups in which exactly one call must call onward for the
+service to be learned as a join."""
+JOIN_MIN_GROUPS = 5
+"""Fewest such groups from which a join is learned."""
+
+
 @dataclass
 class EndpointGraph(CallPath):
     """The calls one (service, endpoint) makes: the union graph (``slots``, ``preds``, each slot
-    with the probability that a request makes it) and the distinct ``paths`` requests took."""
+    with the probability that a request makes it), the distinct ``paths`` requests took, and the
+    ``join`` its service takes part in, if any."""
 
     service: str = ""
     endpoint: str = ""
     paths: list[CallPath] = field(default_factory=list)
+    join: Join | None = None
 
     def describe(self) -> str:
         return f"of {self.service} {self.endpoint}"
@@ -132,9 +152,12 @@ class CallGraph:
         doc: dict = {}
         for (svc, ep), g in sorted(self.endpoints.items()):
             spec: dict = {"requests": g.requests, "calls": _calls_doc(g, with_probability=True)}
+            if g.join:
+                spec["join"] = {"size": g.join.size}
             if g.paths:
                 spec["paths"] = [
                     {"requests": p.requests, "calls": _calls_doc(p, with_probability=False)}
+                    | ({"role": p.role} if p.role else {})
                     for p in g.paths
                 ]
             doc.setdefault(svc, {})[ep] = spec
@@ -175,6 +198,7 @@ class CallGraph:
                         _parse_calls(p, f"{where} path {i}", _integer(p, "requests", where))
                         for i, p in enumerate(paths)
                     ],
+                    _parse_join(spec.get("join"), where),
                 )
                 for p in g.call_paths():
                     p.order  # noqa: B018 - validates acyclicity
@@ -210,6 +234,17 @@ def _microseconds(call: dict, key: str, where: str) -> int:
     return round(value * 1000)
 
 
+def _parse_join(spec: object, where: str) -> Join | None:
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where}: 'join' must be {{size: N}}")
+    size = _integer(spec, "size", where)
+    if size < 2:
+        raise ConfigError(f"{where}: a join has a 'size' of at least 2, got {size}")
+    return Join(size)
+
+
 def _parse_calls(spec: dict, where: str, requests: int = 0) -> CallPath:
     calls = spec.get("calls", [])
     if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
@@ -238,7 +273,10 @@ def _parse_calls(spec: dict, where: str, requests: int = 0) -> CallPath:
             preds.append([ids.index(a) for a in after])
         except ValueError:
             raise ConfigError(f"{where}: 'after' names an unknown call id") from None
-    return CallPath(slots, preds, requests)
+    role = spec.get("role")
+    if role not in (None, "trigger", "member"):
+        raise ConfigError(f"{where}: 'role' must be trigger or member, got {role!r}")
+    return CallPath(slots, preds, requests, role)
 
 
 def learn_callgraph(spans: SpanTable) -> CallGraph:
@@ -259,16 +297,59 @@ def learn_callgraph(spans: SpanTable) -> CallGraph:
     by_endpoint: dict[tuple[int, int], list[int]] = {}
     for r in servers:
         by_endpoint.setdefault((int(spans.service[r]), int(spans.endpoint[r])), []).append(int(r))
+    joins, roles = _learn_joins(spans, servers, children)
     graphs = {}
     for (svc, ep), reqs in by_endpoint.items():
-        g = _learn_endpoint(spans, s, reqs, children)
+        g = _learn_endpoint(spans, s, reqs, children, roles)
         g.service, g.endpoint = s[svc] or "?", s[ep] or "?"
+        g.join = joins.get(svc)
         graphs[(g.service, g.endpoint)] = g
     return CallGraph(graphs)
 
 
+def _learn_joins(
+    spans: SpanTable, servers: np.ndarray, children: dict[int, list[int]]
+) -> tuple[dict[int, Join], dict[int, str]]:
+    """Joins per service code, and the role of each request of a join.
+
+    A service is a join when one request reaches an instance of it several times and, in at
+    least :data:`JOIN_AGREEMENT` of such groups of the test requests, exactly one of them makes
+    calls. Media Microservices' compose-review-service receives five calls per request and calls
+    onward from one of them (in the test traces, the last to finish storing its part: the last
+    to arrive only in about half of them), so the trigger is learned as a role, not a rule.
+    """
+    groups: dict[tuple[int, int, int], list[int]] = {}
+    for r in servers.tolist():
+        key = (int(spans.trace[r]), int(spans.service[r]), int(spans.instance[r]))
+        groups.setdefault(key, []).append(r)
+    tally: dict[int, list[int]] = {}
+    sizes: dict[int, list[int]] = {}
+    for (_, svc, _), members in groups.items():
+        calling = sum(1 for r in members if children.get(r))
+        if len(members) >= 2 and calling:
+            t = tally.setdefault(svc, [0, 0])
+            t[0] += 1
+            t[1] += calling == 1
+            sizes.setdefault(svc, []).append(len(members))
+    joins = {
+        svc: Join(int(np.bincount(sizes[svc]).argmax()))
+        for svc, (n, single) in tally.items()
+        if n >= JOIN_MIN_GROUPS and single >= JOIN_AGREEMENT * n
+    }
+    roles: dict[int, str] = {}
+    for (_, svc, _), members in groups.items():
+        if svc in joins and len(members) >= 2:
+            for r in members:
+                roles[r] = "trigger" if children.get(r) else "member"
+    return joins, roles
+
+
 def _learn_endpoint(
-    spans: SpanTable, s: StringPool, reqs: list[int], children: dict[int, list[int]]
+    spans: SpanTable,
+    s: StringPool,
+    reqs: list[int],
+    children: dict[int, list[int]],
+    roles: dict[int, str],
 ) -> EndpointGraph:
     tolerance = _tolerances(spans, reqs, children)
     union = _learn_path(spans, s, reqs, children, tolerance)
@@ -276,12 +357,13 @@ def _learn_endpoint(
     for r in reqs:
         kids = children.get(r, [])
         callees = zip(spans.peer[kids].tolist(), spans.endpoint[kids].tolist(), strict=True)
-        signature = tuple(sorted(callees))
+        signature = (roles.get(r, ""), *sorted(callees))
         by_path.setdefault(signature, []).append(r)
-    paths = [
-        _learn_path(spans, s, members, children, tolerance)
-        for _, members in sorted(by_path.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-    ]
+    paths = []
+    for signature, members in sorted(by_path.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        path = _learn_path(spans, s, members, children, tolerance)
+        path.role = signature[0] or None
+        paths.append(path)
     return EndpointGraph(union.slots, union.preds, len(reqs), paths=paths)
 
 

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from tacit.model.spans import SpanTable
 from tacit.reconstruct.candidates import CandidateSet
@@ -179,28 +180,64 @@ def _em(
     mean log-likelihood per value improves by less than ``tol`` (scikit-learn's defaults).
     Returns the mixture and its total log-likelihood.
     """
+    weight, mean, std, loglik = _em_kernel(x, count, k, min_std * min_std, max_iter, tol)
+    return Mixture(weight, mean, std), loglik
+
+
+@njit(cache=True)
+def _em_kernel(x, count, k, min_var, max_iter, tol):  # pragma: no cover - compiled
+    """The loop of :func:`_em`, compiled: it runs for every gap of every iteration."""
+    m = len(x)
     n = count.sum()
-    group = np.minimum((np.cumsum(count) - count) * k // n, k - 1).astype(np.int64)
-    resp = np.zeros((len(x), k))
-    resp[np.arange(len(x)), group] = 1.0
-    min_var = min_std * min_std
-    loglik = -math.inf
-    model = None
+    resp = np.zeros((m, k))
+    below = 0.0
+    for i in range(m):
+        g = int(below * k // n)
+        resp[i, min(g, k - 1)] = 1.0
+        below += count[i]
+    weight = np.empty(k)
+    mean = np.empty(k)
+    std = np.empty(k)
+    joint = np.empty(k)
+    loglik = -np.inf
+    half_log_2pi = 0.5 * np.log(2 * np.pi)
     for _ in range(max_iter):
-        wr = resp * count[:, None]
-        nk = wr.sum(axis=0) + 1e-12
-        mean = (wr * x[:, None]).sum(axis=0) / nk
-        var = (wr * (x[:, None] - mean) ** 2).sum(axis=0) / nk
-        model = Mixture(nk / n, mean, np.sqrt(np.maximum(var, min_var)))
-        joint = model._joint(x)
-        per_x = _logsumexp(joint)
-        new = float((per_x * count).sum())
-        resp = np.exp(joint - per_x[:, None])
+        for c in range(k):
+            nk = 1e-12
+            s1 = 0.0
+            for i in range(m):
+                w = resp[i, c] * count[i]
+                nk += w
+                s1 += w * x[i]
+            mu = s1 / nk
+            s2 = 0.0
+            for i in range(m):
+                d = x[i] - mu
+                s2 += resp[i, c] * count[i] * d * d
+            var = s2 / nk
+            weight[c] = nk / n
+            mean[c] = mu
+            std[c] = np.sqrt(var if var > min_var else min_var)
+        new = 0.0
+        for i in range(m):
+            top = -np.inf
+            for c in range(k):
+                z = (x[i] - mean[c]) / std[c]
+                joint[c] = np.log(weight[c]) - 0.5 * z * z - np.log(std[c]) - half_log_2pi
+                if joint[c] > top:
+                    top = joint[c]
+            total = 0.0
+            for c in range(k):
+                total += np.exp(joint[c] - top)
+            per_x = top + np.log(total)
+            new += per_x * count[i]
+            for c in range(k):
+                resp[i, c] = np.exp(joint[c] - per_x)
         if new - loglik < tol * n:
             loglik = new
             break
         loglik = new
-    return model, loglik
+    return weight, mean, std, loglik
 
 
 def gap_floor(times: np.ndarray) -> float:

@@ -36,6 +36,7 @@ import numpy as np
 
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
+from tacit.model.traces import roots
 from tacit.reconstruct.assign import Candidates, SolveStats, batches, solve_all, water_fill
 from tacit.reconstruct.baselines import wap5_parents
 from tacit.reconstruct.beam import PathSpec, model_table, search
@@ -54,7 +55,7 @@ from tacit.reconstruct.delays import (
 )
 from tacit.reconstruct.order import RANK_MIN_STD, ArrivalOrder
 from tacit.reconstruct.result import Reconstruction
-from tacit.runs import run_bounds
+from tacit.runs import run_bounds, run_heads
 
 
 @dataclass
@@ -74,14 +75,17 @@ class TraceWeaverParams:
     max_iterations: int = 10
     """Cap on score-assign-refit rounds; the loop stops earlier once the mapping repeats an
     earlier one (stable, or a cycle that further rounds would only go round)."""
-    beam_width: int = 64
+    beam_width: int = 16
     """Partial mappings kept per slot by the candidate search (:mod:`.beam`; tacit's bound on
     the paper's exhaustive enumeration)."""
-    max_branch: int = 64
+    max_branch: int = 16
     """Calls tried per partial mapping and slot, in start order after its trigger."""
     rerank: int = 4
     """Candidates per incoming span handed from the search to the order term, in multiples of
     ``top_k``."""
+    residual_passes: int = 3
+    """Searches of the spans a joint assignment left unmapped among the calls it left without a
+    cause (:meth:`_Instance._map`)."""
     max_fit_samples: int = 4000
     """Gaps per mixture fit (a seeded subsample beyond this)."""
     solver_time_limit: float = 5.0
@@ -89,6 +93,10 @@ class TraceWeaverParams:
     call_paths: bool = True
     """Candidates along each learned path of an endpoint, coverage first in the assignment (a
     tacit extension); off reproduces the paper's one call graph with skip spans (§4.2)."""
+    joins: bool = True
+    """At a join (:class:`~.callgraph.Join`), group the incoming spans by the request their
+    callers' mapping gives them and let each group call onward once (a tacit extension: the
+    paper reconstructs every service on its own)."""
     arrival_order: bool = True
     """Also score the rank displacement of each call (:mod:`.order`; a tacit extension, off
     reproduces the paper's scoring)."""
@@ -114,9 +122,12 @@ def reconstruct_traceweaver(
     not_best: dict[str, list[int]] = {}
     order = np.argsort(proc, kind="stable")
     starts, sizes = run_bounds(proc[order])
-    for a, n in zip(starts.tolist(), sizes.tolist(), strict=True):
-        rows = np.sort(order[a : a + n])
-        inst = _Instance(spans, rows, callgraph, params)
+    instances = [np.sort(order[a : a + n]) for a, n in zip(starts, sizes, strict=True)]
+    rank = _callers_first(callgraph)
+    s = spans.strings
+    instances.sort(key=lambda rows: rank.get(s[int(spans.service[rows[0]])] or "", len(rank)))
+    for rows in instances:
+        inst = _Instance(spans, rows, callgraph, params, result.parent if params.joins else None)
         iterations.append(inst.run(result, stats))
         truncated += inst.truncated
         svc = spans.strings[int(spans.service[rows[0]])] or "?"
@@ -137,6 +148,54 @@ def reconstruct_traceweaver(
     return result
 
 
+def _callers_first(callgraph: CallGraph) -> dict[str, int]:
+    """A rank per service that puts every caller before its callees (those in a call cycle
+    after the rest), so that a join sees its callers' mappings (:class:`_Instance`)."""
+    callees: dict[str, set[str]] = {}
+    for (svc, _), g in callgraph.endpoints.items():
+        callees.setdefault(svc, set()).update(sl.service for p in g.call_paths() for sl in p.slots)
+    incoming = {svc: 0 for svc in callees}
+    for svc, outs in callees.items():
+        for t in outs:
+            if t != svc:
+                incoming[t] = incoming.get(t, 0) + 1
+    ready = sorted(svc for svc, n in incoming.items() if n == 0)
+    rank: dict[str, int] = {}
+    while ready:
+        svc = ready.pop(0)
+        rank[svc] = len(rank)
+        for t in sorted(callees.get(svc, ())):
+            if t != svc and t not in rank:
+                incoming[t] -= 1
+                if incoming[t] == 0:
+                    ready.append(t)
+    return rank
+
+
+@dataclass
+class _Pass:
+    """One search-and-assign pass: candidate sets, their ready times, the flat candidates with
+    raw scores and (set, index) origin, and the chosen ones."""
+
+    sets: list[CandidateSet]
+    ready: list[np.ndarray]
+    cands: Candidates
+    raw: np.ndarray
+    origin: np.ndarray
+    picked: np.ndarray
+
+    def revoke(self, incoming: np.ndarray) -> None:
+        """Drop the chosen candidates of ``incoming`` spans (to be searched again)."""
+        self.picked = self.picked[~np.isin(self.cands.incoming[self.picked], incoming)]
+
+    def chosen(self) -> list[np.ndarray]:
+        """The chosen candidate indices per set."""
+        out: list[list[int]] = [[] for _ in self.sets]
+        for c in self.picked:
+            out[self.origin[c, 0]].append(self.origin[c, 1])
+        return [np.array(c, dtype=np.int64) for c in out]
+
+
 def _edge_key(endpoint: int, path: CallPath, keys: list[int], j: int | None) -> tuple:
     """What a gap model is shared by: the endpoint, the callees that trigger the gap, and the
     callee it leads to (``j`` None: the response, triggered by the path's sinks)."""
@@ -150,7 +209,12 @@ class _Instance:
     """The reconstruction problem of one service instance."""
 
     def __init__(
-        self, spans: SpanTable, rows: np.ndarray, callgraph: CallGraph, params: TraceWeaverParams
+        self,
+        spans: SpanTable,
+        rows: np.ndarray,
+        callgraph: CallGraph,
+        params: TraceWeaverParams,
+        mapped: np.ndarray | None = None,
     ) -> None:
         self.spans = spans
         self.params = params
@@ -163,6 +227,8 @@ class _Instance:
         svc = s[int(spans.service[rows[0]])] or ""
         self.truncated = 0
         self.not_best = 0
+        self.assigned: set[int] = set()
+        self.in_candidates: set[int] = set()
         # Endpoints with calls to map, their incoming spans (by start) and their paths.
         graphs, self.requests = [], []
         for ep in np.unique(spans.endpoint[incoming]):
@@ -236,6 +302,26 @@ class _Instance:
         self.window = np.concatenate(
             [np.arange(len(r)) // params.seed_window for r in self.requests] or [np.empty(0)]
         ).astype(np.int64)
+        self.by_row = np.argsort(self.incoming, kind="stable")
+        self.group = self._join_groups(graphs, mapped)
+        self.trigger = np.array([sp.path.role == "trigger" for sp in self.specs], dtype=bool)
+
+    def _join_groups(self, graphs: list, mapped: np.ndarray | None) -> np.ndarray:
+        """Per incoming span of a join endpoint, the group of its request (-1: none known).
+
+        The request of an incoming span is the top of its chain of links and parents in
+        ``mapped``, the mapping of the services processed so far (its callers, which come first):
+        the join's calls from one request share it. A group calls onward once.
+        """
+        group = np.full(len(self.incoming), NONE, dtype=np.int64)
+        joined = np.array([g.join is not None for g in graphs], dtype=bool)
+        if mapped is None or not joined.any():
+            return group
+        member = joined[self.endpoint_of]
+        top = roots(mapped)[self.incoming[member]]
+        _, gid, size = np.unique(top, return_inverse=True, return_counts=True)
+        group[member] = np.where(size[gid] >= 2, gid, NONE)
+        return group
 
     # -- distributions -------------------------------------------------------------------------
     def _seed_models(self) -> list[GapModel]:
@@ -337,7 +423,9 @@ class _Instance:
             spec = self.specs[i]
             n = len(spec.path.slots)
             cs = CandidateSet(
-                spec.path, np.array(rows), np.array(calls_of[i], dtype=np.int64).reshape(len(rows), n)
+                spec.path,
+                np.array(rows),
+                np.array(calls_of[i], dtype=np.int64).reshape(len(rows), n),
             )
             gaps = candidate_gaps(spans, cs, slot_ready(spans, cs))
             for j, m in enumerate([*spec.model.tolist(), spec.response_model]):
@@ -419,19 +507,40 @@ class _Instance:
         )
         return cands, raw, np.concatenate(origin)[top]
 
-    def _assign(self, cands: Candidates, stats: SolveStats) -> np.ndarray:
+    def _owners(self, cands: Candidates, origin: np.ndarray) -> np.ndarray:
+        """Who each candidate excludes in the joint assignment: its incoming span (a row), or,
+        for a join's trigger path, the request's group (-2 - group), so that one request's
+        group calls onward once."""
+        owner = cands.incoming.copy()
+        index = np.searchsorted(self.incoming, cands.incoming, sorter=self.by_row)
+        group = self.group[self.by_row[index]]
+        grouped = self.trigger[origin[:, 0]] & (group != NONE)
+        owner[grouped] = -2 - group[grouped]
+        return owner
+
+    def _assign(self, cands: Candidates, owner: np.ndarray, stats: SolveStats) -> np.ndarray:
+        """The chosen candidates: at most one per owner (:meth:`_owners`), no outgoing span
+        twice; an incoming span that won a join's trigger path keeps no other candidate."""
         spans = self.spans
-        # Incoming spans are addressed by row; batches need a dense index.
-        uniq, dense = np.unique(cands.incoming, return_inverse=True)
+        # Owners are rows or groups; batches need a dense index, ordered by start.
+        uniq, dense = np.unique(owner, return_inverse=True)
+        first = np.full(len(uniq), np.iinfo(np.int64).max)
+        np.minimum.at(first, dense, spans.start[cands.incoming])
         local = Candidates(dense, cands.weight, cands.out_ptr, cands.out_rows, cands.skips)
-        parts, continued = batches(local, spans.start[uniq], self.params.max_batch)
+        parts, continued = batches(local, first, self.params.max_batch)
         by_in = np.argsort(dense, kind="stable")
         bounds = np.searchsorted(dense[by_in], np.arange(len(uniq) + 1))
         members = [
             np.concatenate([by_in[bounds[i] : bounds[i + 1]] for i in part]) for part in parts
         ]
         quotas = self._quotas(local, members)
-        return solve_all(local, members, continued, quotas, self.params.solver_time_limit, stats)
+        picked = solve_all(local, members, continued, quotas, self.params.solver_time_limit, stats)
+        # Of two candidates won by one incoming span (its own, and its group's trigger path),
+        # the one with the calls stands.
+        n_calls = np.diff(cands.out_ptr)[picked]
+        best = np.lexsort((-n_calls, cands.incoming[picked]))
+        keep = best[run_heads(cands.incoming[picked][best])]
+        return np.sort(picked[keep])
 
     def _quotas(self, cands: Candidates, members: list[np.ndarray]) -> np.ndarray:
         """Skips each batch may use per callee key: the budget water-filled over batches (§4.2)
@@ -461,15 +570,18 @@ class _Instance:
     def _per_request(self, key: int) -> int:
         return max((keys.count(key) for keys in self.slot_keys), default=1)
 
-    def _search(self, models: list[GapModel]):
+    def _search(
+        self, models: list[GapModel], which: np.ndarray, pools: CallPools
+    ) -> tuple[list[CandidateSet], list[np.ndarray]]:
+        """Candidates of the incoming spans ``self.incoming[which]`` from the calls in ``pools``."""
         p = self.params
         res = search(
             self.spans,
-            self.incoming,
-            self.endpoint_of,
-            self.window,
+            self.incoming[which],
+            self.endpoint_of[which],
+            self.window[which],
             self.specs,
-            self.pools,
+            pools,
             self.pool_keys,
             model_table(models),
             beam_width=p.beam_width,
@@ -478,6 +590,54 @@ class _Instance:
         )
         self.truncated += res.truncated
         return res.sets, res.scores
+
+    def _map(
+        self,
+        models: list[GapModel],
+        rank_models: list[GapModel | None],
+        order: ArrivalOrder | None,
+        stats: SolveStats,
+    ) -> list[_Pass]:
+        """One mapping of the instance: search, score, assign; then the residual passes.
+
+        A span whose true candidate was pruned from its own top K (its gaps were unusual) and
+        whose calls went to nobody would stay unmapped. After the joint assignment, the incoming
+        spans it left without a mapping are searched again among the calls it left without a
+        cause, as the paper removes the outgoing spans each batch took before the next (§4.1,
+        step 5), until a pass assigns nothing more.
+        """
+        which = np.arange(len(self.incoming))
+        left = self.outgoing
+        pools = self.pools
+        passes: list[_Pass] = []
+        for _ in range(self.params.residual_passes + 1):
+            sets, scores = self._search(models, which, pools)
+            ready = [slot_ready(self.spans, cs) for cs in sets]
+            if rank_models and order is not None:  # from the second iteration on
+                for s, (cs, sc, rd) in enumerate(zip(sets, scores, ready, strict=True)):
+                    d = order.displacement(cs, rd)
+                    rank = [rank_models[m] for m in self.specs[s].model]
+                    sc += log_likelihood(d, rank, np.zeros(len(cs), np.int64))
+            cands, raw, origin = self._flat(sets, scores)
+            picked = self._assign(cands, self._owners(cands, origin), stats)
+            passes.append(_Pass(sets, ready, cands, raw, origin, picked))
+            taken = np.concatenate([cands.outs(c) for c in picked] or [np.empty(0, np.int64)])
+            if not len(taken):
+                break
+            left = left[~np.isin(left, taken)]
+            done = np.isin(self.incoming[which], cands.incoming[picked])
+            # A join's group that did not call onward is searched again, its members with it.
+            won = picked[self.trigger[origin[picked, 0]]]
+            at = np.searchsorted(self.incoming, cands.incoming[won], sorter=self.by_row)
+            triggered = self.group[self.by_row[at]]
+            waiting = (self.group[which] != NONE) & ~np.isin(self.group[which], triggered)
+            for ps in passes:
+                ps.revoke(self.incoming[which[done & waiting]])
+            which = which[~done | waiting]
+            if not len(which) or not len(left):
+                break
+            pools = CallPools(self.spans, left)
+        return passes
 
     def run(self, result: Reconstruction, stats: SolveStats) -> int:
         if not self.n_incoming:
@@ -489,39 +649,23 @@ class _Instance:
         seen: set[frozenset] = set()
         it = 0
         for it in range(1, p.max_iterations + 1):
-            sets, scores = self._search(models)
-            ready = [slot_ready(self.spans, cs) for cs in sets]
-            if rank_models:  # from the second iteration on
-                for s, (cs, sc, rd) in enumerate(zip(sets, scores, ready, strict=True)):
-                    d = order.displacement(cs, rd)
-                    sc += log_likelihood(
-                        d,
-                        [rank_models[m] for m in self.specs[s].model],
-                        np.zeros(len(cs), np.int64),
-                    )
-            cands, raw, origin = self._flat(sets, scores)
-            picked = self._assign(cands, stats)
-            mapping = {
-                int(cands.incoming[c]): tuple(
-                    cands.out_rows[cands.out_ptr[c] : cands.out_ptr[c + 1]].tolist()
-                )
-                for c in picked
-            }
-            state = frozenset(mapping.items())
-            if state in seen:  # stable, or cycling: further rounds only repeat earlier ones
-                break
+            passes = self._map(models, rank_models, order, stats)
+            state = frozenset(
+                (int(ps.cands.incoming[c]), tuple(ps.cands.outs(c).tolist()))
+                for ps in passes
+                for c in ps.picked
+            )
+            if state in seen or it == p.max_iterations:
+                break  # stable, or cycling: further rounds only repeat earlier ones
             seen.add(state)
-            if it == p.max_iterations:
-                break
-            chosen = [[] for _ in sets]
-            for c in picked:
-                chosen[origin[c, 0]].append(origin[c, 1])
-            chosen = [np.array(c, dtype=np.int64) for c in chosen]
+            sets = [cs for ps in passes for cs in ps.sets]
+            ready = [rd for ps in passes for rd in ps.ready]
+            chosen = [pick for ps in passes for pick in ps.chosen()]
+            columns = [[*sp.model.tolist(), sp.response_model] for sp in self.specs] * len(passes)
             gaps = [
                 candidate_gaps(self.spans, cs, rd)[pick]
                 for cs, rd, pick in zip(sets, ready, chosen, strict=True)
             ]
-            columns = [[*sp.model.tolist(), sp.response_model] for sp in self.specs]
             self._refit(models, gaps, columns, self.min_std)
             if order is not None:
                 order.observe(sets, ready, chosen)
@@ -530,10 +674,11 @@ class _Instance:
                     for cs, rd, pick in zip(sets, ready, chosen, strict=True)
                 ]
                 rank_models = [None] * len(self.edges)
-                self._refit(
-                    rank_models, ranks, [sp.model.tolist() for sp in self.specs], RANK_MIN_STD
-                )
-        self._record(result, cands, raw, picked)
+                slots = [sp.model.tolist() for sp in self.specs] * len(passes)
+                self._refit(rank_models, ranks, slots, RANK_MIN_STD)
+        for ps in passes:
+            self._record(result, ps.cands, ps.raw, ps.picked)
+        self._record_unmapped(result)
         return it
 
     def _record(
@@ -564,8 +709,12 @@ class _Instance:
             for o in cands.outs(c):
                 result.parent[o] = i
                 result.score[o] = raw[c]
-        self.not_best += self.n_incoming - len(assigned)
-        in_candidates = set(cands.out_rows.tolist())
+        self.assigned |= assigned
+        self.in_candidates |= set(cands.out_rows.tolist())
+
+    def _record_unmapped(self, result: Reconstruction) -> None:
+        """Count the spans left without a mapping and say why each call has no cause."""
+        self.not_best += self.n_incoming - len(self.assigned)
         callee_keys = set(self.pool_keys)
         for o in self.outgoing:
             if result.parent[o] != NONE:
@@ -573,7 +722,7 @@ class _Instance:
             key = int(call_keys(self.spans, o))
             if key not in callee_keys:
                 reason = "no call graph entry of this service makes this call"
-            elif int(o) in in_candidates:
+            elif int(o) in self.in_candidates:
                 reason = "every candidate parent was given another span in the joint assignment"
             else:
                 reason = "no incoming span satisfies the timing constraints for it"
