@@ -179,25 +179,116 @@ class SpanTableBuilder:
 
     def build(self) -> SpanTable:
         c = self._cols
-        key_of_row: dict[tuple[int, int], int] = {}
-        for row, key in enumerate(zip(c["trace"], c["span_id"], strict=True)):
-            if key[1] == NONE:
-                continue
-            if key in key_of_row:
-                raise InputError(
-                    f"duplicate span id {self.strings[key[1]]} in trace {self.strings[key[0]]}",
-                    path=self.source,
-                    record=c["record"][row],
-                )
-            key_of_row[key] = row
-        parents = c["parent"]
-        for row, (trace, pid) in enumerate(zip(c["trace"], self._parent_ids, strict=True)):
-            if pid == NONE:
-                continue
-            p = key_of_row.get((trace, pid))
-            if p is None:
-                self.missing_parents += 1
-            else:
-                parents[row] = p
         cols = {k: np.asarray(v, dtype=_COLUMNS[k]) for k, v in c.items()}
+        parent, self.missing_parents = resolve_parents(
+            cols["trace"],
+            cols["span_id"],
+            np.asarray(self._parent_ids, np.int64),
+            cols["record"],
+            self.strings,
+            self.source,
+        )
+        cols["parent"] = parent
         return SpanTable(self.strings, **cols, sources=[self.source] if self.source else [])
+
+
+def resolve_parents(
+    trace: np.ndarray,
+    span_id: np.ndarray,
+    parent_id: np.ndarray,
+    record: np.ndarray,
+    strings: StringPool,
+    source: str,
+) -> tuple[np.ndarray, int]:
+    """The row of each span's parent (by its span id within the same trace; codes of
+    ``strings``, -1 for none) and how many named parents are not in the input.
+
+    Raises :class:`InputError` naming the record of a span id repeated within a trace.
+    """
+    n = len(trace)
+    key = (trace.astype(np.int64) << 32) | (span_id.astype(np.int64) & 0xFFFFFFFF)
+    has_id = span_id != NONE
+    rows = np.flatnonzero(has_id)
+    order = rows[np.argsort(key[rows], kind="stable")]
+    sorted_key = key[order]
+    dup = np.flatnonzero(sorted_key[1:] == sorted_key[:-1])
+    if len(dup):
+        r = int(order[dup[0] + 1])
+        raise InputError(
+            f"duplicate span id {strings[int(span_id[r])]} in trace {strings[int(trace[r])]}",
+            path=source,
+            record=int(record[r]),
+        )
+    parent = np.full(n, NONE, dtype=np.int64)
+    named = np.flatnonzero(parent_id != NONE)
+    want = (trace[named].astype(np.int64) << 32) | (parent_id[named].astype(np.int64) & 0xFFFFFFFF)
+    at = np.searchsorted(sorted_key, want)
+    found = at < len(sorted_key)
+    found[found] = sorted_key[at[found]] == want[found]
+    parent[named[found]] = order[at[found]]
+    return parent, int((~found).sum())
+
+
+def table_from_columns(
+    source: str,
+    columns: dict[str, object],
+    *,
+    kind: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    record: np.ndarray,
+) -> tuple[SpanTable, int]:
+    """A table from whole columns at once (what a columnar reader has), and its count of
+    missing parents: the vectorized :class:`SpanTableBuilder`.
+
+    ``columns`` maps ``service``, ``instance``, ``endpoint``, ``peer``, ``trace``, ``span_id``
+    and ``parent_id`` to sequences of strings (None: absent; a missing key: absent everywhere);
+    ``instance`` defaults to ``service``.
+    """
+    n = len(start)
+    start = np.asarray(start, dtype=np.int64)
+    end = np.asarray(end, dtype=np.int64)
+    record = np.asarray(record, dtype=np.int64)
+    bad = np.flatnonzero(end < start)
+    if len(bad):
+        r = int(bad[0])
+        raise InputError(
+            f"span ends before it starts ({end[r]} < {start[r]} ns)",
+            path=source,
+            record=int(record[r]),
+        )
+    pool = StringPool()
+    codes = {
+        name: _intern(pool, columns[name], n) if name in columns else np.full(n, NONE, np.int32)
+        for name in ("service", "instance", "endpoint", "peer", "trace", "span_id", "parent_id")
+    }
+    if "instance" not in columns:
+        codes["instance"] = codes["service"]
+    parent, missing = resolve_parents(
+        codes["trace"], codes["span_id"], codes.pop("parent_id"), record, pool, source
+    )
+    table = SpanTable(
+        pool,
+        **codes,
+        kind=np.asarray(kind, dtype=np.int8),
+        start=start,
+        end=end,
+        thread=np.full(n, NONE, np.int64),
+        parent=parent,
+        link=np.full(n, NONE, np.int64),
+        record=record,
+        sources=[source] if source else [],
+    )
+    return table, missing
+
+
+def _intern(pool: StringPool, values: object, n: int) -> np.ndarray:
+    """Codes in ``pool`` of ``n`` strings (None: absent), each distinct value interned once."""
+    import pyarrow as pa
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    encoded = values if isinstance(values, pa.Array) else pa.array(values, pa.string())
+    encoded = encoded.dictionary_encode()
+    lookup = np.array([pool.code(v) for v in encoded.dictionary.to_pylist()] + [NONE], np.int32)
+    return lookup[encoded.indices.fill_null(-1).to_numpy().astype(np.int64)]

@@ -49,6 +49,8 @@ class ModelTable:
     mean: np.ndarray
     inv_std: np.ndarray
     lognorm: np.ndarray
+    peak: np.ndarray
+    """Per model, its largest component mean: beyond it the density only falls."""
 
 
 def model_table(models: list) -> ModelTable:
@@ -72,6 +74,7 @@ def model_table(models: list) -> ModelTable:
                 std.append(sd)
                 comp_ptr.append(comp_ptr[-1] + 1)
     sd = np.array(std, dtype=np.float64)
+    peak = [float(np.max(m.mean)) for m in models]
     return ModelTable(
         np.array(win_ptr, dtype=np.int64),
         np.array(nwin, dtype=np.int64),
@@ -80,6 +83,7 @@ def model_table(models: list) -> ModelTable:
         np.array(mean, dtype=np.float64),
         1.0 / sd,
         -np.log(sd) - _LOG_SQRT_2PI,
+        np.array(peak, dtype=np.float64),
     )
 
 
@@ -223,6 +227,7 @@ def search(
         models.mean,
         models.inv_std,
         models.lognorm,
+        models.peak,
         beam_width,
         max_branch,
         keep,
@@ -366,6 +371,7 @@ def _beam(  # pragma: no cover - compiled
     mean,
     inv_std,
     lognorm,
+    peak,
     beam_width,
     max_branch,
     keep,
@@ -424,6 +430,10 @@ def _beam(  # pragma: no cover - compiled
                 pool = slot_pool[s]
                 m = slot_model[s]
                 n_next = 0
+                # The beam_width-th best extension so far: a call whose gap is past the
+                # model's peak and scores below it is not kept, and no later call would be.
+                floor = -np.inf
+                check = 2 * beam_width
                 for e in range(nb):
                     # Trigger (gaps are measured from it): the predecessors' end, or the
                     # arrival; a call with no predecessor may start up to `early` before it.
@@ -469,10 +479,7 @@ def _beam(  # pragma: no cover - compiled
                                     truncated += 1
                                     break
                                 gap = (call_start[k] - t) / 1000.0
-                                nxt_parent[n_next] = e
-                                nxt_pos[n_next] = k
-                                nxt_done[n_next] = call_end[k]
-                                nxt_score[n_next] = (
+                                sc = (
                                     score[e]
                                     + slot_made[s]
                                     + _logpdf(
@@ -488,8 +495,19 @@ def _beam(  # pragma: no cover - compiled
                                         lognorm,
                                     )
                                 )
+                                if sc < floor and m >= 0 and gap > peak[m]:
+                                    break
+                                nxt_parent[n_next] = e
+                                nxt_pos[n_next] = k
+                                nxt_done[n_next] = call_end[k]
+                                nxt_score[n_next] = sc
                                 n_next += 1
                                 branches += 1
+                                if n_next >= check:
+                                    floor = -np.partition(-nxt_score[:n_next], beam_width - 1)[
+                                        beam_width - 1
+                                    ]
+                                    check += beam_width
                             k += 1
                     if slot_skip[s] > -np.inf:
                         nxt_parent[n_next] = e

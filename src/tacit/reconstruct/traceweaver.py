@@ -75,6 +75,9 @@ class TraceWeaverParams:
     max_iterations: int = 10
     """Cap on score-assign-refit rounds; the loop stops earlier once the mapping repeats an
     earlier one (stable, or a cycle that further rounds would only go round)."""
+    patience: int = 2
+    """Rounds without a better mapping (more calls explained, then a higher likelihood under
+    the models it was chosen with) after which the loop stops; the best mapping is kept."""
     beam_width: int = 16
     """Partial mappings kept per slot by the candidate search (:mod:`.beam`; tacit's bound on
     the paper's exhaustive enumeration)."""
@@ -86,7 +89,7 @@ class TraceWeaverParams:
     residual_passes: int = 3
     """Searches of the spans a joint assignment left unmapped among the calls it left without a
     cause (:meth:`_Instance._map`)."""
-    max_fit_samples: int = 4000
+    max_fit_samples: int = 1000
     """Gaps per mixture fit (a seeded subsample beyond this)."""
     solver_time_limit: float = 5.0
     """Seconds HiGHS may spend on one batch before the greedy fallback."""
@@ -647,6 +650,8 @@ class _Instance:
         order = ArrivalOrder(self.pools) if p.arrival_order else None
         rank_models: list[GapModel | None] = []
         seen: set[frozenset] = set()
+        best: tuple[tuple[int, float], list[_Pass]] | None = None
+        since_best = 0
         it = 0
         for it in range(1, p.max_iterations + 1):
             passes = self._map(models, rank_models, order, stats)
@@ -655,8 +660,18 @@ class _Instance:
                 for ps in passes
                 for c in ps.picked
             )
-            if state in seen or it == p.max_iterations:
-                break  # stable, or cycling: further rounds only repeat earlier ones
+            # Hard EM: a mapping is as good as the calls it explains, then its likelihood under
+            # the models it was chosen with; keep the best, stop when it stops improving.
+            quality = (
+                sum(len(outs) for _, outs in state),
+                sum(float(ps.raw[ps.picked].sum()) for ps in passes),
+            )
+            if best is None or quality > best[0]:
+                best, since_best = (quality, passes), 0
+            else:
+                since_best += 1
+            if state in seen or it == p.max_iterations or since_best >= p.patience:
+                break  # stable, cycling, or no longer improving
             seen.add(state)
             sets = [cs for ps in passes for cs in ps.sets]
             ready = [rd for ps in passes for rd in ps.ready]
@@ -676,7 +691,7 @@ class _Instance:
                 rank_models = [None] * len(self.edges)
                 slots = [sp.model.tolist() for sp in self.specs] * len(passes)
                 self._refit(rank_models, ranks, slots, RANK_MIN_STD)
-        for ps in passes:
+        for ps in best[1] if best else passes:
             self._record(result, ps.cands, ps.raw, ps.picked)
         self._record_unmapped(result)
         return it
