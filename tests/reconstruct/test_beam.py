@@ -13,11 +13,11 @@ import math
 import numpy as np
 import pytest
 
+from beamsearch import run_search
 from spanrows import table
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
-from tacit.reconstruct.beam import PathSpec, model_table, search
 from tacit.reconstruct.callgraph import CallPath, Slot
-from tacit.reconstruct.candidates import SKIP, CallPools
+from tacit.reconstruct.candidates import SKIP
 from tacit.reconstruct.delays import Gaussian, Mixture
 
 SEQUENTIAL = CallPath([Slot("b", "X", 0), Slot("b", "X", 1), Slot("c", "Y", 0)], [[], [0], [1]])
@@ -28,8 +28,6 @@ TWINS = CallPath([Slot("b", "X", 0), Slot("b", "X", 1), Slot("c", "Y", 0)], [[],
 """a.E -> (b.X || b.X) -> c.Y: two unordered calls to one backend"""
 LATE = CallPath([Slot("b", "X", 0, early_ns=15, late_ns=25), Slot("c", "Y", 0)], [[], []])
 """a.E -> (b.X, which may start 15 before and end 25 after the request || c.Y)"""
-WIDE = 4096
-"""A beam and branch limit no test instance reaches: the search is exhaustive."""
 
 
 def simulate_instance(path: CallPath, rng: np.random.Generator, n_in: int, noise: int):
@@ -72,46 +70,6 @@ def models_for(path: CallPath, rng: np.random.Generator) -> list:
         else:
             out.append(Gaussian(rng.uniform(0, 30, 1), rng.uniform(3, 20, 1)))
     return out
-
-
-def spec(spans: SpanTable, path: CallPath, pools: CallPools, skip: list[float]) -> PathSpec:
-    keys = sorted({pools.key(*sl.callee) for sl in path.slots})
-    pool_id = [keys.index(pools.key(*sl.callee)) for sl in path.slots]
-    n = len(path.slots)
-    skip_logp = np.array(skip, dtype=np.float64)
-    made = np.where(np.isfinite(skip_logp), np.log1p(-np.exp(np.minimum(skip_logp, 0))), 0.0)
-    return PathSpec(
-        0,
-        path,
-        np.array(pool_id),
-        np.arange(n),
-        n,
-        skip_logp,
-        made,
-        math.log(0.5),
-    ), keys
-
-
-def run_search(spans, path, models, *, skip=None, width=WIDE, branch=WIDE, keep=1000):
-    incoming = np.flatnonzero(spans.kind == SERVER)
-    pools = CallPools(spans, np.flatnonzero(spans.kind == CLIENT))
-    sp, keys = spec(spans, path, pools, skip or [-np.inf] * len(path.slots))
-    res = search(
-        spans,
-        incoming,
-        np.zeros(len(incoming), np.int64),
-        np.zeros(len(incoming), np.int64),
-        [sp],
-        pools,
-        keys,
-        model_table(models),
-        beam_width=width,
-        max_branch=branch,
-        keep=keep,
-    )
-    (cs,) = res.sets
-    (scores,) = res.scores
-    return cs, scores
 
 
 def logpdf(model, x: float) -> float:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from beamsearch import run_search
 from spanrows import table
 from tacit.model.spans import CLIENT, NONE, SERVER
-from tacit.reconstruct.callgraph import EndpointGraph, Slot
-from tacit.reconstruct.candidates import CallPools, enumerate_candidates
+from tacit.reconstruct.callgraph import CallPath, Slot
+from tacit.reconstruct.candidates import CallPools
 from tacit.reconstruct.delays import slot_ready
 from tacit.reconstruct.order import ArrivalOrder
 
-CHAIN = EndpointGraph("a", "E", [Slot("b", "X", 0), Slot("c", "Y", 0)], [[], [0]])
+CHAIN = CallPath([Slot("b", "X", 0), Slot("c", "Y", 0)], [[], [0]])
 """a.E -> b.X -> c.Y"""
 
 
@@ -23,14 +24,16 @@ def instance(requests: list[tuple[int, int, list[tuple[str, str, int, int]]]]):
         rows.append((SERVER, "E", None, s, e, NONE))
         rows.extend((CLIENT, ep, svc, cs, ce, r) for svc, ep, cs, ce in calls)
     spans = table(rows)
-    incoming = np.flatnonzero(spans.kind == SERVER)
-    pools = CallPools(spans, np.flatnonzero(spans.kind == CLIENT))
-    cs = enumerate_candidates(
-        spans, incoming, CHAIN, pools, allow_skip=np.zeros(2, bool), max_candidates=100
-    )
-    keys = [pools.key(*sl.callee) for sl in CHAIN.slots]
-    order = ArrivalOrder(spans, [cs], [keys], pools, [slot_ready(spans, cs)])
+    cs, _ = run_search(spans, CHAIN)
+    order = ArrivalOrder(CallPools(spans, np.flatnonzero(spans.kind == CLIENT)))
     return spans, cs, order
+
+
+def displacement(spans, cs, order: ArrivalOrder, previous: np.ndarray) -> np.ndarray:
+    """d of every candidate against the mapping that chose the candidates ``previous``."""
+    ready = slot_ready(spans, cs)
+    order.observe([cs], [ready], [previous])
+    return order.displacement(cs, ready)
 
 
 def true_candidates(spans, cs) -> np.ndarray:
@@ -50,7 +53,7 @@ def test_true_mapping_of_an_in_order_service_has_zero_displacement():
     )
     truth = true_candidates(spans, cs)
     assert len(truth) == 3
-    (d,) = order.displacement([truth])
+    d = displacement(spans, cs, order, truth)
     np.testing.assert_array_equal(d[truth], 0.0)
 
 
@@ -62,7 +65,7 @@ def test_a_swapped_call_is_displaced_by_one():
         ]
     )
     truth = true_candidates(spans, cs)
-    (d,) = order.displacement([truth])
+    d = displacement(spans, cs, order, truth)
     first_b, second_b = 1, 4  # rows of the two b.X calls
     swapped = np.flatnonzero((cs.incoming == 0) & (cs.calls[:, 0] == second_b))
     assert len(swapped)
@@ -79,6 +82,6 @@ def test_ties_count_one_half():
         ]
     )
     truth = true_candidates(spans, cs)
-    (d,) = order.displacement([truth])
+    d = displacement(spans, cs, order, truth)
     # Identical requests: either way round, nothing is out of order.
     np.testing.assert_array_equal(d, 0.0)

@@ -192,13 +192,13 @@ class CallGraph:
                     union.slots,
                     union.preds,
                     _integer(spec, "requests", where),
-                    str(svc),
-                    str(ep),
-                    [
+                    service=str(svc),
+                    endpoint=str(ep),
+                    paths=[
                         _parse_calls(p, f"{where} path {i}", _integer(p, "requests", where))
                         for i, p in enumerate(paths)
                     ],
-                    _parse_join(spec.get("join"), where),
+                    join=_parse_join(spec.get("join"), where),
                 )
                 for p in g.call_paths():
                     p.order  # noqa: B018 - validates acyclicity
