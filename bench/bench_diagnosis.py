@@ -37,7 +37,7 @@ def base_spans() -> tuple[SpanTable, str]:
 
         files = sorted((DATA / "traceweaver/hotel_reservation").glob("load*.jaeger.json.gz"))
         return read_spans(files), f"HotelReservation ({len(files)} files)"
-    from tacit.simulate.microservices import load_app, simulate
+    from tacit.simulate import load_app, simulate
 
     return simulate(load_app(None), 200, n_requests=5000, seed=0), "simulated shop"
 

@@ -19,7 +19,7 @@ from tacit.causal_paths.linking import Links, link_messages
 from tacit.causal_paths.patterns import find_patterns
 from tacit.model.messages import MISSING, MessageTableBuilder
 from tacit.model.roles import infer_roles
-from tacit.simulate.microservices import load_app, simulate
+from tacit.simulate import load_app, simulate
 from tacit.simulate.widearea import WideAreaParams, simulate_widearea
 
 MS = 1_000_000

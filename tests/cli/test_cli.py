@@ -18,7 +18,7 @@ from clirun import TACIT, finish, start
 from tacit.formats.blind import write_blind
 from tacit.formats.jaeger import read_jaeger, write_jaeger
 from tacit.model.roles import infer_roles
-from tacit.simulate.microservices import load_app, simulate
+from tacit.simulate import load_app, simulate
 
 REQUESTS = 20
 

@@ -10,7 +10,7 @@ from constructed_traces import PARALLEL_CALLS, REDUNDANT_CALLS, SERIAL_CALLS, US
 from tacit.diagnosis.critical_path import NETWORK, critical_paths
 from tacit.formats import read_spans
 from tacit.model.spans import CLIENT, SpanTable
-from tacit.simulate.microservices import load_app, simulate
+from tacit.simulate import load_app, simulate
 
 
 def _contrib(cp, i=0) -> dict[str, int]:

@@ -19,7 +19,7 @@ from tacit.diagnosis.detect import (
     history_window,
 )
 from tacit.errors import ConfigError
-from tacit.simulate.microservices import load_app, simulate
+from tacit.simulate import load_app, simulate
 
 
 def _two_endpoints(rng, n=2000):

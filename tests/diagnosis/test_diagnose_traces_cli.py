@@ -9,7 +9,7 @@ import pytest
 
 from clirun import TACIT, finish, start
 from tacit.formats.jaeger import write_jaeger
-from tacit.simulate.microservices import load_app, simulate
+from tacit.simulate import load_app, simulate
 
 
 @pytest.fixture(scope="module")

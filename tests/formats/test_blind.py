@@ -14,7 +14,7 @@ from tacit.formats import detect_format, read_spans
 from tacit.formats.blind import blind_lines, read_blind, write_blind
 from tacit.model.roles import infer_roles
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
-from tacit.simulate.microservices import load_app, simulate
+from tacit.simulate import load_app, simulate
 
 FIELDS = {"service", "instance", "endpoint", "kind", "start_ns", "end_ns", "peer", "rpc", "thread"}
 

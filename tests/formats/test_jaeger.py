@@ -13,7 +13,7 @@ import pytest
 from tacit.errors import InputError
 from tacit.formats.jaeger import jaeger_document, read_jaeger, write_jaeger
 from tacit.model.spans import CLIENT, NONE, SERVER, UNKNOWN, SpanTable
-from tacit.simulate.microservices import load_app, simulate
+from tacit.simulate import load_app, simulate
 
 T0_US = 1_700_000_000_123_456  # µs since the epoch
 

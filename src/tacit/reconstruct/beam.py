@@ -132,8 +132,8 @@ def search(
     max_branch: int,
     keep: int,
 ) -> SearchResult:
-    """The best ``keep`` candidates of each incoming span (rows ``incoming`` of ``spans``, of
-    endpoint ``endpoint_of`` and seed window ``window``) over all paths of its endpoint."""
+    """The best ``keep`` candidates along each path of its endpoint for each incoming span
+    (rows ``incoming`` of ``spans``, of endpoint ``endpoint_of`` and seed window ``window``)."""
     max_slots = max((len(p.path.slots) for p in paths), default=0)
     # Paths per endpoint (CSR).
     ep_ids = np.array([p.endpoint for p in paths], dtype=np.int64)
@@ -326,6 +326,13 @@ def _top(score, n, width):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def _grow(a, cap, n):  # pragma: no cover - compiled
+    out = np.empty(cap, a.dtype)
+    out[:n] = a[:n]
+    return out
+
+
+@njit(cache=True)
 def _ancestor(par, depth, e, target):  # pragma: no cover - compiled
     """The index at depth ``target`` of the ancestor of entry ``e`` at ``depth``."""
     for d in range(depth, target, -1):
@@ -405,8 +412,8 @@ def _beam(  # pragma: no cover - compiled
         r1 = in_end[i]
         win = in_window[i]
         ep = in_ep[i]
-        n_best = 0
         for pp in range(ep_ptr[ep], ep_ptr[ep + 1]):
+            n_best = 0
             p = ep_paths[pp]
             if not _feasible(
                 p,
@@ -572,13 +579,21 @@ def _beam(  # pragma: no cover - compiled
                     x = par[d, x]
                 if n_best < keep:
                     n_best += 1
-        for c in range(n_best):
-            out_in[n_out] = i
-            out_path[n_out] = best_path[c]
-            out_score[n_out] = best_score[c]
-            for q in range(max_slots):
-                out_calls[n_out, q] = best_calls[c, q]
-            n_out += 1
+            if n_out + n_best > len(out_in):
+                cap = 2 * (n_out + n_best)
+                out_in = _grow(out_in, cap, n_out)
+                out_path = _grow(out_path, cap, n_out)
+                out_score = _grow(out_score, cap, n_out)
+                grown = np.full((cap, max_slots), -1, np.int64)
+                grown[:n_out] = out_calls[:n_out]
+                out_calls = grown
+            for c in range(n_best):
+                out_in[n_out] = i
+                out_path[n_out] = best_path[c]
+                out_score[n_out] = best_score[c]
+                for q in range(max_slots):
+                    out_calls[n_out, q] = best_calls[c, q]
+                n_out += 1
     return out_in[:n_out], out_path[:n_out], out_calls[:n_out], out_score[:n_out], truncated
 
 

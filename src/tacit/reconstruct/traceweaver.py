@@ -455,8 +455,13 @@ class _Instance:
     def _flat(
         self, sets: list[CandidateSet], scores: list[np.ndarray]
     ) -> tuple[Candidates, np.ndarray, np.ndarray]:
-        """Top-K candidates of every incoming span as flat arrays, with their raw scores and
-        their (set, index) in ``sets``."""
+        """The top K candidates of every incoming span along every path (``sets[s]``: one
+        path) as flat arrays, with their raw scores and their (set, index) in ``sets``.
+
+        K per path, not per span: a path with one call more than another, whose candidates
+        score lower (a chain of repeated calls against its shorter subsets), keeps its best
+        ones for the joint assignment. The paper has one path per endpoint: its top K.
+        """
         k = self.params.top_k
         nk = len(self.skip_keys)
         key_col = {key: i for i, key in enumerate(self.skip_keys)}
@@ -479,21 +484,9 @@ class _Instance:
             inc.append(cs.incoming[keep])
             wts.append(sc[keep])
             origin.append(np.stack([np.full(len(keep), s), keep], axis=1))
-        inc_all = np.concatenate(inc)
         raw = np.concatenate(wts)
         n_calls = np.concatenate(counts)
-        # Top K over all paths of a span.
-        order = np.lexsort((-raw, inc_all))
-        first, size = run_bounds(inc_all[order]) if len(order) else (np.empty(0, int),) * 2
-        top = np.sort(order[(np.arange(len(order)) - np.repeat(first, size)) < k])
-        out_ptr = np.r_[0, np.cumsum(n_calls)].astype(np.int64)
-        out_rows = np.concatenate(outs).astype(np.int64)
-        picked_outs = np.concatenate(
-            [out_rows[out_ptr[c] : out_ptr[c + 1]] for c in top] or [np.empty(0, np.int64)]
-        )
-        raw, n_calls = raw[top], n_calls[top]
-        span = raw.max(initial=0.0) - raw.min(initial=0.0) + 1.0
-        positive = (raw - raw.min(initial=0.0) + 1.0) / span  # in (0, 1]
+        positive = (raw - raw.min(initial=0.0) + 1.0) / (np.ptp(raw) + 1.0 if len(raw) else 1.0)
         if self.params.call_paths:
             # Coverage first: any candidate giving one more call a cause outweighs every score
             # difference within a batch (at most max_batch spans of weight <= 1 each).
@@ -502,13 +495,13 @@ class _Instance:
             # The paper: every span assigned if possible, skips bounded by the quotas (§4.2).
             w = positive + 1.0
         cands = Candidates(
-            inc_all[top],
+            np.concatenate(inc),
             w,
             np.r_[0, np.cumsum(n_calls)].astype(np.int64),
-            picked_outs,
-            np.concatenate(skips)[top],
+            np.concatenate(outs).astype(np.int64),
+            np.concatenate(skips),
         )
-        return cands, raw, np.concatenate(origin)[top]
+        return cands, raw, np.concatenate(origin)
 
     def _owners(self, cands: Candidates, origin: np.ndarray) -> np.ndarray:
         """Who each candidate excludes in the joint assignment: its incoming span (a row), or,

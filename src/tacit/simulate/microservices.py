@@ -3,29 +3,8 @@
 tacit reconstructs request traces from spans that carry no trace context; to measure how well
 it does, it needs spans whose true parents are known, produced by an application whose
 timing behaves like a real one: latencies vary, parallel calls overlap, busy services queue,
-clocks disagree. This module produces such spans.
-
-The model
----------
-An application (:class:`AppSpec`, loaded from YAML by :func:`load_app`) is a set of services.
-A service runs ``instances`` replicas; each instance is its own host, with ``workers`` worker
-threads fed by one FIFO queue, so the queueing delay of an instance grows with its load. A
-worker handles one request from start to end, including the time it waits for its backends
-(thread-per-request, blocking calls).
-
-An endpoint's handler draws a service time from a lognormal distribution (``median_ms``,
-``sigma``) and spends it in equal compute phases around the steps of its call plan, each phase
-lengthened by an exponential jitter of mean ``compute_jitter_us``. A step is one call or a
-``parallel`` group of calls issued together and awaited together. A call names a ``service``
-and an ``endpoint``; ``repeat: N`` makes it N calls in sequence (separated by a compute jitter)
-and ``probability: p`` makes each of them happen with probability p only (skipped otherwise, as
-on a cache hit). A step whose calls are all skipped costs nothing but its compute phase. Each
-message (request or response) crosses the network in ``latency_us`` plus an exponential jitter
-of mean ``jitter_us``. A caller picks the callee's instance round-robin or at random
-(``balance``). Call cycles are rejected: they could deadlock the worker pools.
-
-Root requests arrive as a Poisson process at the ``roots`` endpoints (chosen in proportion to
-their weights) and each becomes one trace.
+clocks disagree. This module produces such spans for an application described by
+:mod:`tacit.simulate.app_spec` (its docstring describes the model).
 
 What is recorded
 ----------------
@@ -36,13 +15,14 @@ to receiving the response, with the callee's endpoint and ``peer`` the callee's 
 ``parent`` is the ground truth (client span -> the server span that made the call; server span
 -> the client span that called it; roots -> -1) and ``link`` pairs the two sides of each RPC.
 Timestamps are recorded on the clock of the span's host, which is off by a uniform amount in
-``[-clock_skew_us, clock_skew_us]``: client spans nest in their parent server span, server spans
-need not nest in their parent client span, as in real data. Each worker of an instance has its
-own thread id; a server span carries the worker that handled it and a client span the worker
-that made it. As workers block on their calls, a thread-based reconstruction (vPath) that gives
-a client span to the open server span of its thread that ends first is exact; without thread
-ids (``record_threads=False``) it has nothing to go on. All randomness comes from one seeded
-numpy Generator, so a seed fixes the output.
+``[-clock_skew_us, clock_skew_us]``: client spans nest in their parent server span (but for
+detached calls), server spans need not nest in their parent client span, as in real data. Each
+worker of an instance has its own thread id; a server span carries the worker that handled it
+and a client span the worker that made it. As workers block on their calls, a thread-based
+reconstruction (vPath) that gives a client span to the open server span of its thread that ends
+first is exact; without thread ids (``record_threads=False``) it has nothing to go on. All
+randomness comes from one seeded numpy Generator, so a seed fixes the output.
+:mod:`tacit.simulate.exports` turns the spans into the shapes real exports have.
 """
 
 from __future__ import annotations
@@ -51,346 +31,17 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-import yaml
 
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, StringPool
-
-BALANCE_POLICIES = ("round_robin", "random")
-"""How a caller picks an instance of the callee's service."""
+from tacit.simulate.app_spec import AppSpec, CallSpec, EndpointSpec, StepSpec
 
 EPOCH_NS = 1_700_000_000 * 10**9
 """Simulated time 0 (2023-11-14T22:13:20Z), so that timestamps look like a tracer's."""
-
-
-# --------------------------------------------------------------------------------------------
-# Specification
-
-
-@dataclass(frozen=True)
-class CallSpec:
-    """One backend call of a call plan: ``repeat`` calls in sequence, each made with
-    ``probability`` (and skipped otherwise)."""
-
-    service: str
-    endpoint: str
-    probability: float = 1.0
-    repeat: int = 1
-
-
-@dataclass(frozen=True)
-class StepSpec:
-    """One step of a call plan: a single call, or a group of calls issued in parallel and
-    awaited together."""
-
-    calls: tuple[CallSpec, ...]
-    parallel: bool = False
-
-
-@dataclass(frozen=True)
-class EndpointSpec:
-    """An endpoint: its lognormal service time (split into compute phases around the steps)
-    and its call plan."""
-
-    name: str
-    median_ms: float
-    sigma: float
-    steps: tuple[StepSpec, ...] = ()
-
-
-@dataclass(frozen=True)
-class ServiceSpec:
-    """A service: ``instances`` replicas (one host each) of ``workers`` threads each."""
-
-    name: str
-    endpoints: dict[str, EndpointSpec]
-    instances: int = 1
-    workers: int = 1
-
-
-@dataclass(frozen=True)
-class RootSpec:
-    """An entry point of user requests, chosen with probability proportional to ``weight``."""
-
-    service: str
-    endpoint: str
-    weight: float = 1.0
-
-
-@dataclass(frozen=True)
-class AppSpec:
-    """A simulated application; see the module docstring for the meaning of each field."""
-
-    name: str
-    services: dict[str, ServiceSpec]
-    roots: tuple[RootSpec, ...]
-    latency_us: float = 100.0
-    jitter_us: float = 50.0
-    clock_skew_us: float = 300.0
-    compute_jitter_us: float = 10.0
-    balance: str = "round_robin"
-
-
-def load_app(path: str | Path | None = None) -> AppSpec:
-    """Load an application from a YAML file; ``None`` loads the packaged default ("shop",
-    ``default_app.yaml``)."""
-    if path is None:
-        source = "tacit.simulate/default_app.yaml"
-        text = resources.files("tacit.simulate").joinpath("default_app.yaml").read_text()
-    else:
-        source = str(path)
-        try:
-            text = Path(path).read_text()
-        except OSError as e:
-            raise ConfigError(f"{source}: cannot read: {e.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: invalid YAML: {e}") from None
-    return parse_app(data, source)
-
-
-def parse_app(data: Any, source: str = "<app>") -> AppSpec:
-    """Build and validate an :class:`AppSpec` from parsed YAML (nested dicts and lists).
-
-    Raises :class:`ConfigError` naming ``source`` and the offending field for a missing or
-    unknown field, a value of the wrong type or out of range, a call to an unknown service or
-    endpoint, or a call cycle.
-    """
-    try:
-        app = _parse_app(data)
-        _check_references(app)
-        _check_acyclic(app)
-    except ConfigError as e:
-        raise ConfigError(f"{source}: {e}") from None
-    return app
-
-
-_REQUIRED: Any = object()
-_APP_FIELDS = (
-    "name",
-    "services",
-    "roots",
-    "network",
-    "clock_skew_us",
-    "compute_jitter_us",
-    "balance",
-)
-
-
-def _fields(value: Any, where: str, allowed: tuple[str, ...]) -> Mapping[Any, Any]:
-    """``value`` as a mapping with no field outside ``allowed`` (typos must not pass silently)."""
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
-    unknown = [str(k) for k in value if k not in allowed]
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown field(s) {', '.join(unknown)} (allowed: {', '.join(allowed)})"
-        )
-    return value
-
-
-def _get(data: Mapping[Any, Any], key: str, where: str, default: Any = _REQUIRED) -> Any:
-    if key in data:
-        return data[key]
-    if default is _REQUIRED:
-        raise ConfigError(f"{where}: missing field '{key}'")
-    return default
-
-
-def _text(data: Mapping[Any, Any], key: str, where: str) -> str:
-    value = _get(data, key, where)
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}: field '{key}' must be a non-empty string, got {value!r}")
-    return value
-
-
-def _number(
-    data: Mapping[Any, Any],
-    key: str,
-    where: str,
-    default: Any = _REQUIRED,
-    *,
-    positive: bool = False,
-    maximum: float = math.inf,
-    integer: bool = False,
-) -> Any:
-    """A finite number >= 0 (> 0 if ``positive``, <= ``maximum``), an int if ``integer``."""
-    value = _get(data, key, where, default)
-    kinds = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
-        kind = "an integer" if integer else "a number"
-        raise ConfigError(f"{where}: field '{key}' must be {kind}, got {value!r}")
-    if value < 0 or (positive and value == 0) or value > maximum:
-        bound = "> 0" if positive else ">= 0"
-        if maximum < math.inf:
-            bound += f" and <= {maximum:g}"
-        raise ConfigError(f"{where}: field '{key}' must be {bound}, got {value!r}")
-    return value
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list) or not value:
-        raise ConfigError(f"{where}: expected a non-empty list, got {value!r}")
-    return value
-
-
-def _parse_app(data: Any) -> AppSpec:
-    top = _fields(data, "top level", _APP_FIELDS)
-    raw_services = _get(top, "services", "top level")
-    if not isinstance(raw_services, Mapping) or not raw_services:
-        raise ConfigError("services: expected a non-empty mapping of service names")
-    services = {
-        str(name): _parse_service(str(name), raw, f"services.{name}")
-        for name, raw in raw_services.items()
-    }
-    roots = tuple(
-        _parse_root(raw, f"roots[{i}]")
-        for i, raw in enumerate(_list(_get(top, "roots", "top level"), "roots"))
-    )
-    network = _fields(_get(top, "network", "top level", {}), "network", ("latency_us", "jitter_us"))
-    balance = _get(top, "balance", "top level", "round_robin")
-    if balance not in BALANCE_POLICIES:
-        raise ConfigError(
-            f"top level: balance must be one of {', '.join(BALANCE_POLICIES)}, got {balance!r}"
-        )
-    return AppSpec(
-        name=_text(top, "name", "top level"),
-        services=services,
-        roots=roots,
-        latency_us=_number(network, "latency_us", "network", AppSpec.latency_us),
-        jitter_us=_number(network, "jitter_us", "network", AppSpec.jitter_us),
-        clock_skew_us=_number(top, "clock_skew_us", "top level", AppSpec.clock_skew_us),
-        compute_jitter_us=_number(top, "compute_jitter_us", "top level", AppSpec.compute_jitter_us),
-        balance=balance,
-    )
-
-
-def _parse_root(raw: Any, where: str) -> RootSpec:
-    data = _fields(raw, where, ("service", "endpoint", "weight"))
-    return RootSpec(
-        service=_text(data, "service", where),
-        endpoint=_text(data, "endpoint", where),
-        weight=_number(data, "weight", where, 1.0, positive=True),
-    )
-
-
-def _parse_service(name: str, raw: Any, where: str) -> ServiceSpec:
-    data = _fields(raw, where, ("instances", "workers", "endpoints"))
-    raw_endpoints = _get(data, "endpoints", where)
-    if not isinstance(raw_endpoints, Mapping) or not raw_endpoints:
-        raise ConfigError(f"{where}: field 'endpoints' must be a non-empty mapping")
-    return ServiceSpec(
-        name=name,
-        endpoints={
-            str(ep): _parse_endpoint(str(ep), spec, f"{where}.endpoints[{str(ep)!r}]")
-            for ep, spec in raw_endpoints.items()
-        },
-        instances=_number(data, "instances", where, 1, positive=True, integer=True),
-        workers=_number(data, "workers", where, 1, positive=True, integer=True),
-    )
-
-
-def _parse_endpoint(name: str, raw: Any, where: str) -> EndpointSpec:
-    data = _fields(raw, where, ("median_ms", "sigma", "calls"))
-    raw_steps = _get(data, "calls", where, None)
-    steps = (
-        ()
-        if raw_steps is None
-        else tuple(
-            _parse_step(step, f"{where}.calls[{i}]")
-            for i, step in enumerate(_list(raw_steps, f"{where}.calls"))
-        )
-    )
-    return EndpointSpec(
-        name=name,
-        median_ms=_number(data, "median_ms", where, positive=True),
-        sigma=_number(data, "sigma", where),
-        steps=steps,
-    )
-
-
-def _parse_step(raw: Any, where: str) -> StepSpec:
-    if isinstance(raw, Mapping) and "parallel" in raw:
-        group = _fields(raw, where, ("parallel",))["parallel"]
-        calls = _list(group, f"{where}.parallel")
-        return StepSpec(
-            tuple(_parse_call(c, f"{where}.parallel[{j}]") for j, c in enumerate(calls)),
-            parallel=True,
-        )
-    return StepSpec((_parse_call(raw, where),))
-
-
-def _parse_call(raw: Any, where: str) -> CallSpec:
-    data = _fields(raw, where, ("service", "endpoint", "probability", "repeat"))
-    return CallSpec(
-        service=_text(data, "service", where),
-        endpoint=_text(data, "endpoint", where),
-        probability=_number(data, "probability", where, 1.0, maximum=1.0),
-        repeat=_number(data, "repeat", where, 1, positive=True, integer=True),
-    )
-
-
-def _calls(app: AppSpec) -> Iterator[tuple[str, tuple[str, str], CallSpec]]:
-    """Every call of every plan, as (where, (caller service, caller endpoint), call)."""
-    for service in app.services.values():
-        for ep in service.endpoints.values():
-            for i, step in enumerate(ep.steps):
-                for j, call in enumerate(step.calls):
-                    where = f"services.{service.name}.endpoints[{ep.name!r}].calls[{i}]"
-                    if step.parallel:
-                        where += f".parallel[{j}]"
-                    yield where, (service.name, ep.name), call
-
-
-def _check_target(app: AppSpec, service: str, endpoint: str, where: str) -> None:
-    spec = app.services.get(service)
-    if spec is None:
-        raise ConfigError(
-            f"{where}: unknown service '{service}' (known: {', '.join(app.services)})"
-        )
-    if endpoint not in spec.endpoints:
-        raise ConfigError(
-            f"{where}: service '{service}' has no endpoint '{endpoint}' "
-            f"(known: {', '.join(spec.endpoints)})"
-        )
-
-
-def _check_references(app: AppSpec) -> None:
-    for i, root in enumerate(app.roots):
-        _check_target(app, root.service, root.endpoint, f"roots[{i}]")
-    for where, _, call in _calls(app):
-        _check_target(app, call.service, call.endpoint, where)
-
-
-def _check_acyclic(app: AppSpec) -> None:
-    edges: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for _, caller, call in _calls(app):
-        edges.setdefault(caller, []).append((call.service, call.endpoint))
-    done: set[tuple[str, str]] = set()
-
-    def visit(node: tuple[str, str], path: list[tuple[str, str]]) -> None:
-        if node in path:
-            cycle = [*path[path.index(node) :], node]
-            raise ConfigError("call cycle: " + " -> ".join(f"{s}.{e}" for s, e in cycle))
-        if node not in done:
-            for callee in edges.get(node, ()):
-                visit(callee, [*path, node])
-            done.add(node)
-
-    for node in edges:
-        visit(node, [])
-
-
-# --------------------------------------------------------------------------------------------
-# Simulation
 
 
 def simulate(
@@ -446,12 +97,15 @@ def _stream(draw: Callable[[int], np.ndarray], block: int = 4096) -> Iterator[fl
 
 
 class _Service:
-    __slots__ = ("code", "instances", "turn")
+    __slots__ = ("arrived", "code", "instances", "join_size", "join_steps", "turn")
 
     def __init__(self, code: int) -> None:
         self.code = code
         self.instances: list[_Instance] = []
         self.turn = 0
+        self.join_size = 0  # a join's size (0: not a join)
+        self.join_steps: list[list[_Call]] = []
+        self.arrived: dict[int, int] = {}  # per trace, its handlers of a join done so far
 
 
 class _Instance:
@@ -464,6 +118,19 @@ class _Instance:
         self.queue: deque[_Job] = deque()
 
 
+class _Call:
+    """A call of a plan, compiled: its target endpoint and how it is made."""
+
+    __slots__ = ("detached", "probability", "repeat", "repeat_max", "target")
+
+    def __init__(self, target: _Endpoint, spec: CallSpec) -> None:
+        self.target = target
+        self.probability = spec.probability
+        self.repeat = spec.repeat
+        self.repeat_max = spec.repeat_max
+        self.detached = spec.detached
+
+
 class _Endpoint:
     __slots__ = ("code", "median", "service", "sigma", "steps")
 
@@ -472,8 +139,7 @@ class _Endpoint:
         self.service = service
         self.median = spec.median_ms * 1e6
         self.sigma = spec.sigma
-        # Per step, its calls as (target, probability, repeat); filled once all exist.
-        self.steps: list[list[tuple[_Endpoint, float, int]]] = []
+        self.steps: list[list[_Call]] = []  # filled once every endpoint exists
 
 
 class _Job:
@@ -483,7 +149,9 @@ class _Job:
         "caller",
         "endpoint",
         "instance",
+        "joined",
         "pending",
+        "plan",
         "share",
         "span",
         "step",
@@ -506,19 +174,22 @@ class _Job:
         self.caller = caller
         self.thread = NONE
         self.share = 0.0  # duration of each compute phase, without jitter (ns)
+        self.plan = endpoint.steps
         self.step = 0  # next step of the plan
-        self.pending = 0  # branches of the current step still running
+        self.pending = 0  # awaited branches of the current step still running
+        self.joined = False  # counted at its service's join
 
 
 class _Branch:
     """One call of a step (with its repetitions) in progress."""
 
-    __slots__ = ("client", "job", "left", "target")
+    __slots__ = ("client", "detached", "job", "left", "target")
 
-    def __init__(self, job: _Job, target: _Endpoint, left: int) -> None:
+    def __init__(self, job: _Job, target: _Endpoint, left: int, detached: bool) -> None:
         self.job = job
         self.target = target
         self.left = left  # calls still to make, the current one included
+        self.detached = detached  # not awaited by its job
         self.client = NONE  # row of the current call's client span
 
 
@@ -569,11 +240,15 @@ class _Simulation:
                 service.instances.append(_Instance(code(f"{name}-{i}"), service, threads))
             for ep in spec.endpoints.values():
                 endpoints[name, ep.name] = _Endpoint(code(ep.name), service, ep)
+        def plan(steps: tuple[StepSpec, ...]) -> list[list[_Call]]:
+            return [[_Call(endpoints[c.service, c.endpoint], c) for c in s.calls] for s in steps]
+
         for (name, ep_name), ep in endpoints.items():
-            ep.steps = [
-                [(endpoints[c.service, c.endpoint], c.probability, c.repeat) for c in step.calls]
-                for step in app.services[name].endpoints[ep_name].steps
-            ]
+            ep.steps = plan(app.services[name].endpoints[ep_name].steps)
+        for name, spec in app.services.items():
+            if spec.join:
+                self.services[name].join_size = spec.join.size
+                self.services[name].join_steps = plan(spec.join.steps)
         self.roots = [endpoints[r.service, r.endpoint] for r in app.roots]
         weights = np.array([r.weight for r in app.roots])
         self.root_p = weights / weights.sum()
@@ -648,24 +323,41 @@ class _Simulation:
         self._at(t + job.share + self.compute_jitter * next(self.exp), self._advance, job)
 
     def _advance(self, t: float, job: _Job) -> None:
-        """A compute phase ended: issue the next step's calls, or respond when none is left."""
-        steps = job.endpoint.steps
-        if job.step == len(steps):
+        """A compute phase ended: issue the next step's calls, or respond when none is left
+        (at a join, the last of a request's handlers first makes the join's calls)."""
+        if job.step == len(job.plan) and not self._joins(job):
             self._finish(t, job)
             return
-        calls = steps[job.step]
+        calls = job.plan[job.step]
         job.step += 1
         pending = 0
-        for target, probability, repeat in calls:
-            made = repeat
-            if probability < 1.0:
-                made = sum(next(self.uniform) < probability for _ in range(repeat))
+        for call in calls:
+            made = call.repeat
+            if call.repeat_max is not None:
+                made += int(next(self.uniform) * (call.repeat_max - call.repeat + 1))
+            if call.probability < 1.0:
+                made = sum(next(self.uniform) < call.probability for _ in range(made))
             if made:
-                pending += 1
-                self._call(t, _Branch(job, target, made))
+                pending += not call.detached
+                self._call(t, _Branch(job, call.target, made, call.detached))
         job.pending = pending
         if not pending:
             self._compute(t, job)
+
+    def _joins(self, job: _Job) -> bool:
+        """Whether ``job``, done with its plan, is the last of its request's handlers at a
+        join: then the join's calls become the rest of its plan."""
+        service = job.endpoint.service
+        if not service.join_size or job.joined:
+            return False
+        job.joined = True
+        done = service.arrived.get(job.trace, 0) + 1
+        if done < service.join_size:
+            service.arrived[job.trace] = done
+            return False
+        service.arrived.pop(job.trace, None)
+        job.plan = job.plan + service.join_steps
+        return bool(service.join_steps)
 
     def _call(self, t: float, branch: _Branch) -> None:
         """Send one request of ``branch``: a client span here, a server span at the callee."""
@@ -722,6 +414,8 @@ class _Simulation:
         branch.left -= 1
         if branch.left:
             self._at(t + self.compute_jitter * next(self.exp), self._call, branch)
+            return
+        if branch.detached:
             return
         job = branch.job
         job.pending -= 1
