@@ -4,8 +4,8 @@ All three see the same blind spans and call graph as TraceWeaver and map each ou
 an instance to one of its incoming spans:
 
 * **FCFS** — first come, first served: outgoing spans in start order go to the earliest-arrived
-  incoming span that is still open (it started before and ends after the call) and still owes a
-  call to that backend according to its call graph.
+  incoming span that is still open (it started before and ends after the call, within the call
+  graph's learned tolerances) and still owes a call to that backend according to its call graph.
 * **WAP5** — nearest parent (Aguilera et al. / WAP5, WWW '06 §5.1 as the TraceWeaver artifact
   applies it): an exponential delay model; each outgoing span is linked to the most recent
   not-yet-linked incoming span before it, unless that gap exceeds 4x the mean delay, in which
@@ -32,18 +32,31 @@ WAP5_CUTOFF = 4.0
 """WAP5's spontaneous alternative: a gap beyond this many mean delays is not causal (§5.1)."""
 
 
-def _owed(spans: SpanTable, incoming: np.ndarray, callgraph: CallGraph) -> list[dict[int, int]]:
-    """Calls each incoming span owes per callee key, from its endpoint's call graph."""
+def _owed(
+    spans: SpanTable, incoming: np.ndarray, callgraph: CallGraph
+) -> tuple[list[dict[int, int]], list[dict[int, tuple[int, int]]]]:
+    """Calls each incoming span owes per callee key, from its endpoint's call graph, and how
+    early and late (ns) around the span such a call may start and end (the learned
+    tolerances of :class:`~.callgraph.Slot`, which every algorithm gets alike)."""
     s = spans.strings
-    out = []
+    owed_all, tolerance_all = [], []
+    cache: dict[tuple[int, int], tuple[dict[int, int], dict[int, tuple[int, int]]]] = {}
     for r in incoming:
-        g = callgraph.get(s[int(spans.service[r])] or "", s[int(spans.endpoint[r])] or "")
-        owed: dict[int, int] = {}
-        for sl in g.slots if g else []:
-            k = callee_key(s, *sl.callee)
-            owed[k] = owed.get(k, 0) + 1
-        out.append(owed)
-    return out
+        key = (int(spans.service[r]), int(spans.endpoint[r]))
+        if key not in cache:
+            g = callgraph.get(s[key[0]] or "", s[key[1]] or "")
+            owed: dict[int, int] = {}
+            tolerance: dict[int, tuple[int, int]] = {}
+            for sl in g.slots if g else []:
+                k = callee_key(s, *sl.callee)
+                owed[k] = owed.get(k, 0) + 1
+                early, late = tolerance.get(k, (0, 0))
+                tolerance[k] = (max(early, sl.early_ns), max(late, sl.late_ns))
+            cache[key] = (owed, tolerance)
+        owed, tolerance = cache[key]
+        owed_all.append(dict(owed))
+        tolerance_all.append(tolerance)
+    return owed_all, tolerance_all
 
 
 def _per_instance(
@@ -68,7 +81,7 @@ def reconstruct_fcfs(spans: SpanTable, callgraph: CallGraph) -> Reconstruction:
     """First come, first served (see module docstring)."""
 
     def assign(incoming: np.ndarray, outgoing: np.ndarray, result: Reconstruction) -> None:
-        owed = _owed(spans, incoming, callgraph)
+        owed, tolerance = _owed(spans, incoming, callgraph)
         queues: dict[int, list[int]] = {}  # callee key -> incoming indices owing it, by arrival
         for idx, d in enumerate(owed):
             for k in d:
@@ -81,13 +94,16 @@ def reconstruct_fcfs(spans: SpanTable, callgraph: CallGraph) -> Reconstruction:
                 continue
             h = heads[k]
             # Spans that are served, or ended before this call began, never take a later call.
-            while h < len(q) and (owed[q[h]][k] == 0 or end_in[q[h]] < spans.start[o]):
+            while h < len(q) and (
+                owed[q[h]][k] == 0 or end_in[q[h]] + tolerance[q[h]][k][1] < spans.start[o]
+            ):
                 h += 1
             heads[k] = h
             for idx in q[h:]:
-                if start_in[idx] > spans.start[o]:
+                early, late = tolerance[idx][k]
+                if start_in[idx] > spans.start[o] + early:
                     break
-                if owed[idx][k] > 0 and end_in[idx] >= spans.end[o]:
+                if owed[idx][k] > 0 and end_in[idx] + late >= spans.end[o]:
                     owed[idx][k] -= 1
                     result.parent[o] = incoming[idx]
                     break
@@ -103,7 +119,7 @@ def wap5_parents(
     """WAP5's parent (a row of ``incoming``, or -1) for each of ``outgoing``, both of one
     instance sorted by start (see the module docstring)."""
     parent = np.full(len(outgoing), NONE, dtype=np.int64)
-    owed = _owed(spans, incoming, callgraph)
+    owed, _ = _owed(spans, incoming, callgraph)
     keys = call_keys(spans, outgoing)
     start_in = spans.start[incoming]
     # Mean causal delay: from the latest preceding incoming span to each outgoing span.
