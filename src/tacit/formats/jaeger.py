@@ -11,16 +11,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tacit.errors import InputError
 from tacit.formats.common import HOST_TAGS as _HOST_TAGS
 from tacit.formats.common import PEER_TAGS as _PEER_TAGS
+from tacit.formats.common import THREAD_TAGS
 from tacit.formats.common import hex_id as _hex_id
 from tacit.formats.common import kind_code as _kind
 from tacit.formats.common import tag as _tag
 from tacit.formats.common import thread_id as _thread
 from tacit.formats.fields import RecordReader
 from tacit.formats.textio import expand_inputs, load_json, write_json
-from tacit.model.spans import KIND_NAMES, NONE, UNKNOWN, SpanTable, SpanTableBuilder, concat
+from tacit.model.spans import KIND_NAMES, NONE, UNKNOWN, SpanTable, concat, table_from_columns
 
 SUFFIXES = (".json", ".json.gz")
 
@@ -56,51 +59,163 @@ def _tag_map(r: RecordReader, tags: Any) -> dict[str, Any]:
 
 
 def read_document(path: Path, doc: Any = None) -> SpanTable:
-    """One file's spans; ``doc``: its already parsed JSON, if at hand."""
+    """One file's spans; ``doc``: its already parsed JSON, if at hand.
+
+    Each span is read by :func:`_fast_fields` and, when that finds anything unusual (an inline
+    process, a missing or mistyped field, a parent given as ``parentSpanID``), by
+    :func:`_checked_fields`, which accepts every documented form and names the record of a bad
+    one. Both give the same fields; the columns are built at once.
+    """
     src = str(path)
-    builder = SpanTableBuilder(src)
+    cols: dict[str, list] = {k: [] for k in _FIELDS}
     record = 0
     for ti, trace in enumerate(_traces_of(load_json(path) if doc is None else doc, src)):
         tr = RecordReader(src, f"trace {ti}")
         trace = tr.obj(trace, "trace")
         spans = tr.get(trace, "spans", list)
         processes = tr.get(trace, "processes", dict, default={})
+        known: dict[str, tuple[str, str]] = {}
         for span in spans:
             record += 1
-            r = RecordReader(src, record)
-            span = r.obj(span, "span")
-            trace_id = r.string(span, "traceID", default=trace.get("traceID"))
-            span_id = r.string(span, "spanID")
-            r.record = f"{record} (trace {trace_id} span {span_id})"
-            proc = span.get("process")
-            if proc is None:
-                pid = r.string(span, "processID")
-                if pid not in processes:
-                    raise r.fail(f"unknown process {pid!r}")
-                proc = processes[pid]
-            proc = r.obj(proc, "process")
-            service = r.string(proc, "serviceName")
-            ptags = _tag_map(r, proc.get("tags"))
-            tags = _tag_map(r, span.get("tags"))
-            start = r.integer(span, "startTime")
-            duration = r.integer(span, "duration")
-            if duration < 0:
-                raise r.fail(f"negative duration {duration}")
-            builder.add(
-                service=service,
-                instance=next((str(ptags[k]) for k in _HOST_TAGS if k in ptags), service),
-                endpoint=r.string(span, "operationName"),
-                kind=_kind(tags.get("span.kind")),
-                start=start * 1000,
-                end=(start + duration) * 1000,
-                record=record,
-                peer=next((str(tags[k]) for k in _PEER_TAGS if k in tags), None),
-                thread=_thread(tags),
-                trace=trace_id,
-                span_id=span_id,
-                parent_id=_parent(r, span),
-            )
-    return builder.build()
+            fields = _fast_fields(span, trace, processes, known)
+            if fields is None:
+                fields = _checked_fields(RecordReader(src, record), span, trace, processes)
+            for k, v in zip(_FIELDS, (*fields, record), strict=True):
+                cols[k].append(v)
+    start = np.array(cols["start"], dtype=np.int64)
+    table, _ = table_from_columns(
+        src,
+        {k: cols[k] for k in ("service", "instance", "endpoint", "peer", "trace", "span_id")}
+        | {"parent_id": cols["parent_id"]},
+        kind=np.array(cols["kind"], dtype=np.int8),
+        start=start * 1000,
+        end=(start + np.array(cols["duration"], dtype=np.int64)) * 1000,
+        record=np.array(cols["record"], dtype=np.int64),
+        thread=np.array(cols["thread"], dtype=np.int64),
+    )
+    return table
+
+
+_FIELDS = (
+    "service",
+    "instance",
+    "endpoint",
+    "kind",
+    "start",
+    "duration",
+    "peer",
+    "thread",
+    "trace",
+    "span_id",
+    "parent_id",
+    "record",
+)
+_WANTED_TAGS = frozenset(("span.kind", *_PEER_TAGS, *THREAD_TAGS))
+
+
+def _fast_fields(span: Any, trace: dict, processes: dict, known: dict) -> tuple | None:
+    """The fields of a span in the common shape, or None for :func:`_checked_fields`."""
+    if type(span) is not dict:
+        return None
+    span_id, op = span.get("spanID"), span.get("operationName")
+    start, duration = span.get("startTime"), span.get("duration")
+    pid, trace_id = span.get("processID"), span.get("traceID", trace.get("traceID"))
+    if (
+        type(span_id) is not str
+        or type(op) is not str
+        or type(start) is not int
+        or type(duration) is not int
+        or duration < 0
+        or type(pid) is not str
+        or type(trace_id) is not str
+        or "process" in span
+    ):
+        return None
+    proc = known.get(pid)
+    if proc is None:
+        p = processes.get(pid)
+        if type(p) is not dict or type(p.get("serviceName")) is not str:
+            return None
+        ptags = p.get("tags") or []
+        if type(ptags) is not list or any(
+            type(t) is not dict or type(t.get("key")) is not str for t in ptags
+        ):
+            return None
+        host = {t.get("key"): t.get("value") for t in ptags}
+        service = p["serviceName"]
+        proc = known[pid] = (
+            service,
+            next((str(host[k]) for k in _HOST_TAGS if k in host), service),
+        )
+    tags = span.get("tags") or []
+    if type(tags) is not list:
+        return None
+    found = {}
+    for t in tags:
+        if type(t) is not dict or type(t.get("key")) is not str:
+            return None
+        if t["key"] in _WANTED_TAGS:
+            found[t["key"]] = t.get("value")
+    refs = span.get("references") or []
+    if type(refs) is not list:
+        return None
+    parent = None
+    for ref in refs:
+        if type(ref) is not dict or type(ref.get("spanID")) is not str:
+            return None
+        if ref.get("refType", "CHILD_OF") in ("CHILD_OF", "FOLLOWS_FROM"):
+            parent = ref["spanID"]
+            break
+    if parent is None and span.get("parentSpanID"):
+        return None
+    return (
+        *proc,
+        op,
+        _kind(found.get("span.kind")),
+        start,
+        duration,
+        next((str(found[k]) for k in _PEER_TAGS if k in found), None),
+        _thread(found),
+        trace_id,
+        span_id,
+        parent,
+    )
+
+
+def _checked_fields(r: RecordReader, span: Any, trace: dict, processes: dict) -> tuple:
+    """The fields of a span in any accepted form; raises InputError naming a bad one."""
+    record = r.record
+    span = r.obj(span, "span")
+    trace_id = r.string(span, "traceID", default=trace.get("traceID"))
+    span_id = r.string(span, "spanID")
+    r.record = f"{record} (trace {trace_id} span {span_id})"
+    proc = span.get("process")
+    if proc is None:
+        pid = r.string(span, "processID")
+        if pid not in processes:
+            raise r.fail(f"unknown process {pid!r}")
+        proc = processes[pid]
+    proc = r.obj(proc, "process")
+    service = r.string(proc, "serviceName")
+    ptags = _tag_map(r, proc.get("tags"))
+    tags = _tag_map(r, span.get("tags"))
+    start = r.integer(span, "startTime")
+    duration = r.integer(span, "duration")
+    if duration < 0:
+        raise r.fail(f"negative duration {duration}")
+    return (
+        service,
+        next((str(ptags[k]) for k in _HOST_TAGS if k in ptags), service),
+        r.string(span, "operationName"),
+        _kind(tags.get("span.kind")),
+        start,
+        duration,
+        next((str(tags[k]) for k in _PEER_TAGS if k in tags), None),
+        _thread(tags),
+        trace_id,
+        span_id,
+        _parent(r, span),
+    )
 
 
 def _parent(r: RecordReader, span: dict) -> str | None:

@@ -237,6 +237,7 @@ def table_from_columns(
     start: np.ndarray,
     end: np.ndarray,
     record: np.ndarray,
+    thread: np.ndarray | None = None,
 ) -> tuple[SpanTable, int]:
     """A table from whole columns at once (what a columnar reader has), and its count of
     missing parents: the vectorized :class:`SpanTableBuilder`.
@@ -273,7 +274,7 @@ def table_from_columns(
         kind=np.asarray(kind, dtype=np.int8),
         start=start,
         end=end,
-        thread=np.full(n, NONE, np.int64),
+        thread=np.full(n, NONE, np.int64) if thread is None else thread,
         parent=parent,
         link=np.full(n, NONE, np.int64),
         record=record,

@@ -403,17 +403,13 @@ def _beam(  # pragma: no cover - compiled
     nxt_pos = np.empty(wide, np.int64)
     nxt_done = np.empty(wide, np.int64)
     nxt_score = np.empty(wide, np.float64)
-    # Per incoming span, the best `keep` complete candidates over its paths.
-    best_score = np.empty(keep, np.float64)
-    best_path = np.empty(keep, np.int64)
-    best_calls = np.empty((keep, max_slots), np.int64)
+    best_score = np.empty(beam_width, np.float64)  # complete candidates' scores
     for i in range(n_in):
         r0 = in_start[i]
         r1 = in_end[i]
         win = in_window[i]
         ep = in_ep[i]
         for pp in range(ep_ptr[ep], ep_ptr[ep + 1]):
-            n_best = 0
             p = ep_paths[pp]
             if not _feasible(
                 p,
@@ -534,7 +530,8 @@ def _beam(  # pragma: no cover - compiled
                     done[d, c] = nxt_done[x]
                     par[d, c] = nxt_parent[x]
                     score[c] = nxt_score[x]
-            # Complete candidates: add the response gap and the path's prior.
+            # Complete candidates: add the response gap and the path's prior; the best
+            # `keep` of them, best first.
             for e in range(nb):
                 last = r0
                 x = e
@@ -543,7 +540,7 @@ def _beam(  # pragma: no cover - compiled
                         last = done[d, x]
                     x = par[d, x]
                 gap = (r1 - last) / 1000.0
-                total = (
+                best_score[e] = (
                     score[e]
                     + path_logprior[p]
                     + _logpdf(
@@ -559,26 +556,8 @@ def _beam(  # pragma: no cover - compiled
                         lognorm,
                     )
                 )
-                # Insert into the span's best list (sorted, descending).
-                if n_best == keep and total <= best_score[keep - 1]:
-                    continue
-                at = n_best if n_best < keep else keep - 1
-                while at > 0 and best_score[at - 1] < total:
-                    best_score[at] = best_score[at - 1]
-                    best_path[at] = best_path[at - 1]
-                    for q in range(max_slots):
-                        best_calls[at, q] = best_calls[at - 1, q]
-                    at -= 1
-                best_score[at] = total
-                best_path[at] = p
-                for q in range(max_slots):
-                    best_calls[at, q] = -1
-                x = e
-                for d in range(ns - 1, -1, -1):
-                    best_calls[at, slot_index[s0 + d]] = pos[d, x]
-                    x = par[d, x]
-                if n_best < keep:
-                    n_best += 1
+            ranked = np.argsort(-best_score[:nb], kind="mergesort")[:keep]
+            n_best = len(ranked)
             if n_out + n_best > len(out_in):
                 cap = 2 * (n_out + n_best)
                 out_in = _grow(out_in, cap, n_out)
@@ -588,11 +567,14 @@ def _beam(  # pragma: no cover - compiled
                 grown[:n_out] = out_calls[:n_out]
                 out_calls = grown
             for c in range(n_best):
+                e = ranked[c]
                 out_in[n_out] = i
-                out_path[n_out] = best_path[c]
-                out_score[n_out] = best_score[c]
-                for q in range(max_slots):
-                    out_calls[n_out, q] = best_calls[c, q]
+                out_path[n_out] = p
+                out_score[n_out] = best_score[e]
+                x = e
+                for d in range(ns - 1, -1, -1):
+                    out_calls[n_out, slot_index[s0 + d]] = pos[d, x]
+                    x = par[d, x]
                 n_out += 1
     return out_in[:n_out], out_path[:n_out], out_calls[:n_out], out_score[:n_out], truncated
 

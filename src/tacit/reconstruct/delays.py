@@ -199,6 +199,8 @@ def _em_kernel(x, count, k, min_var, max_iter, tol):  # pragma: no cover - compi
     mean = np.empty(k)
     std = np.empty(k)
     joint = np.empty(k)
+    norm = np.empty(k)
+    inv = np.empty(k)
     loglik = -np.inf
     half_log_2pi = 0.5 * np.log(2 * np.pi)
     for _ in range(max_iter):
@@ -218,12 +220,15 @@ def _em_kernel(x, count, k, min_var, max_iter, tol):  # pragma: no cover - compi
             weight[c] = nk / n
             mean[c] = mu
             std[c] = np.sqrt(var if var > min_var else min_var)
+        for c in range(k):
+            norm[c] = np.log(weight[c]) - np.log(std[c]) - half_log_2pi
+            inv[c] = 1.0 / std[c]
         new = 0.0
         for i in range(m):
             top = -np.inf
             for c in range(k):
-                z = (x[i] - mean[c]) / std[c]
-                joint[c] = np.log(weight[c]) - 0.5 * z * z - np.log(std[c]) - half_log_2pi
+                z = (x[i] - mean[c]) * inv[c]
+                joint[c] = norm[c] - 0.5 * z * z
                 if joint[c] > top:
                     top = joint[c]
             total = 0.0
