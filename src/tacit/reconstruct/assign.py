@@ -114,7 +114,8 @@ def solve_all(
     A chunk that continues a component loses the candidates using spans the chunks before it
     took. Every other batch whose incoming spans' best candidates share no outgoing span and
     stay within the quota is solved by them (that choice is optimal); this is checked for all
-    batches at once, and only the rest go through :func:`solve_batch` one by one.
+    batches at once. The rest are solved in one compiled loop, each by branch and bound, and
+    those it gives up on by HiGHS.
     """
     nb = len(members)
     if nb == 0:
@@ -131,30 +132,91 @@ def solve_all(
     hard = continued.copy()
     hard[out_label[counts[inverse] > 1]] = True
     if cands.skips.shape[1]:
-        used = np.zeros((nb, cands.skips.shape[1]), dtype=np.int64)
-        np.add.at(used, best_label, cands.skips[best])
-        hard |= np.any(used > quotas, axis=1)
-    stats.batches += int((~hard).sum())  # solve_batch counts the others
+        skipped = np.zeros((nb, cands.skips.shape[1]), dtype=np.int64)
+        np.add.at(skipped, best_label, cands.skips[best])
+        hard |= np.any(skipped > quotas, axis=1)
+    stats.batches += nb
     chosen = [best[~hard[best_label]]]
-    taken = np.empty(0, dtype=np.int64)  # spans taken so far in the current component
-    for b in np.flatnonzero(hard):
-        m = members[b]
-        if not continued[b]:
-            taken = np.empty(0, dtype=np.int64)
-        else:
-            if not hard[b - 1]:  # a first chunk solved by the fast path
-                taken = outs[out_label == b - 1]
-            m = m[_uses_none(cands, m, taken)]
-        pick = solve_batch(cands, m, quotas[b], time_limit, stats)
+    hard_ids = np.flatnonzero(hard)
+    if not len(hard_ids):
+        return np.concatenate(chosen).astype(np.int64)
+    lay = _Layout(cands, [members[b] for b in hard_ids], quotas[hard_ids])
+    # Spans taken so far: a continued chunk must not take what the chunks before it took;
+    # batches of different components share no span, so one mask serves them all.
+    used = np.zeros(lay.n_out, dtype=np.bool_)
+    used[lay.dense(outs[~hard[out_label]])] = True
+    at = 0
+    while at < len(hard_ids):
+        picks, stop = _solve_in_order(*lay.kernel_args(), at, BRANCH_AND_BOUND_NODES, used)
+        chosen.append(lay.order[picks])
+        if stop < 0:
+            break
+        # The branch and bound gave up on batch `stop`: HiGHS gets its candidates still free.
+        m = lay.order[lay.candidates_of(stop)]
+        m = m[~np.array([used[lay.dense(cands.outs(c))].any() for c in m], dtype=bool)]
+        pick = _solve_milp(cands, m, quotas[hard_ids[stop]], time_limit, stats)
+        used[lay.dense(np.concatenate([cands.outs(c) for c in pick] or [np.empty(0, int)]))] = True
         chosen.append(pick)
-        taken = np.concatenate([taken, *(cands.outs(c) for c in pick)])
+        at = stop + 1
     return np.concatenate(chosen).astype(np.int64)
 
 
-def _uses_none(cands: Candidates, members: np.ndarray, taken: np.ndarray) -> np.ndarray:
-    """For each candidate in ``members``: True unless it uses one of the ``taken`` spans."""
-    outs, owner = cands.outs_of(members)
-    return np.bincount(owner[np.isin(outs, taken)], minlength=len(members)) == 0
+class _Layout:
+    """Batches laid out for the compiled search: candidates ordered by batch, then by group (one
+    incoming span, groups in order of their best candidate), then by weight, best first;
+    outgoing spans renumbered densely."""
+
+    def __init__(self, cands: Candidates, members: list[np.ndarray], quotas: np.ndarray) -> None:
+        flat = np.concatenate(members)
+        batch = np.repeat(np.arange(len(members)), [len(m) for m in members])
+        w, inc = cands.weight[flat], cands.incoming[flat]
+        # Groups: (batch, incoming); each ranked within its batch by its best weight.
+        by = np.lexsort((np.arange(len(flat)), -w, inc, batch))
+        head = run_heads(batch[by], inc[by])
+        group = np.cumsum(head) - 1
+        group_of = np.empty(len(flat), np.int64)
+        group_of[by] = group
+        best_w = w[by][head]
+        group_batch = batch[by][head]
+        group_order = np.lexsort((np.arange(len(best_w)), -best_w, group_batch))
+        rank = np.empty(len(best_w), np.int64)
+        rank[group_order] = np.arange(len(best_w))
+        final = np.lexsort((np.arange(len(flat)), -w, rank[group_of]))
+        self.order = flat[final]
+        self.group_ptr = np.r_[0, np.cumsum(np.bincount(rank[group_of[final]]))].astype(np.int64)
+        groups_per_batch = np.bincount(group_batch, minlength=len(members))
+        self.batch_ptr = np.r_[0, np.cumsum(groups_per_batch)].astype(np.int64)
+        outs, owner = cands.outs_of(self.order)
+        self.out_ids, local = np.unique(outs, return_inverse=True)
+        self.n_out = len(self.out_ids)
+        self.out_ptr = np.r_[0, np.cumsum(np.bincount(owner, minlength=len(self.order)))].astype(
+            np.int64
+        )
+        self.outs = local.astype(np.int64)
+        self.weight = cands.weight[self.order].astype(np.float64)
+        self.skips = cands.skips[self.order].astype(np.int64)
+        self.quotas = quotas.astype(np.int64)
+
+    def dense(self, rows: np.ndarray) -> np.ndarray:
+        """The dense ids of those outgoing span ``rows`` that some candidate here uses."""
+        at = np.searchsorted(self.out_ids, rows)
+        ok = at < self.n_out
+        ok[ok] = self.out_ids[at[ok]] == rows[ok]
+        return at[ok]
+
+    def candidates_of(self, b: int) -> np.ndarray:
+        return np.arange(self.group_ptr[self.batch_ptr[b]], self.group_ptr[self.batch_ptr[b + 1]])
+
+    def kernel_args(self) -> tuple:
+        return (
+            self.batch_ptr,
+            self.group_ptr,
+            self.weight,
+            self.out_ptr,
+            self.outs,
+            self.skips,
+            self.quotas,
+        )
 
 
 def water_fill(existing: np.ndarray, capacity: np.ndarray, budget: int) -> np.ndarray:
@@ -198,9 +260,21 @@ def solve_batch(
     stats.batches += 1
     if len(members) == 0:
         return members
-    exact = _branch_and_bound(cands, members, quota, node_limit)
-    if exact is not None:
-        return exact
+    lay = _Layout(cands, [members], quota[None, :])
+    picks, stop = _solve_in_order(
+        *lay.kernel_args(), 0, node_limit, np.zeros(lay.n_out, dtype=np.bool_)
+    )
+    if stop < 0:
+        return np.sort(lay.order[picks])
+    return _solve_milp(cands, members, quota, time_limit, stats)
+
+
+def _solve_milp(
+    cands: Candidates, members: np.ndarray, quota: np.ndarray, time_limit: float, stats: SolveStats
+) -> np.ndarray:
+    """The batch as an integer program for HiGHS; the greedy choice if it finds none in time."""
+    if len(members) == 0:
+        return members
     stats.solver_calls += 1
     n = len(members)
     inc = cands.incoming[members]
@@ -237,43 +311,6 @@ def solve_batch(
     return _greedy(cands, members, quota)
 
 
-def _branch_and_bound(
-    cands: Candidates, members: np.ndarray, quota: np.ndarray, node_limit: int
-) -> np.ndarray | None:
-    """Exact maximum-weight choice by depth-first branch and bound, or None past ``node_limit``.
-
-    Each incoming span takes one of its candidates (best first) or none; a branch is cut when
-    its weight plus every remaining span's best weight cannot beat the incumbent, which starts
-    as the greedy solution. Small batches, the common case, are solved here (compiled) in
-    microseconds, where a HiGHS call costs about ten milliseconds.
-    """
-    by_weight = members[np.lexsort((np.arange(len(members)), -cands.weight[members]))]
-    # Groups (one per incoming span) in order of their best candidate, best first inside.
-    inc = cands.incoming[by_weight]
-    first_seen = np.unique(inc, return_index=True)[1]
-    group_rank = np.empty(len(first_seen), np.int64)
-    group_rank[np.argsort(first_seen, kind="stable")] = np.arange(len(first_seen))
-    _, group = np.unique(inc, return_inverse=True)
-    order = by_weight[np.lexsort((np.arange(len(by_weight)), group_rank[group]))]
-    group_ptr = np.r_[0, np.cumsum(np.bincount(group_rank[group]))].astype(np.int64)
-    outs, owner = cands.outs_of(order)
-    _, local_out = np.unique(outs, return_inverse=True)
-    out_ptr = np.r_[0, np.cumsum(np.bincount(owner, minlength=len(order)))].astype(np.int64)
-    found, chosen = _bnb(
-        group_ptr,
-        cands.weight[order].astype(np.float64),
-        out_ptr,
-        local_out.astype(np.int64),
-        int(local_out.max(initial=-1)) + 1,
-        cands.skips[order].astype(np.int64),
-        quota.astype(np.int64),
-        node_limit,
-    )
-    if not found:
-        return None
-    return np.sort(order[chosen])
-
-
 @njit(cache=True)
 def _fits(c, used, out_ptr, outs, skips, left):  # pragma: no cover - compiled
     for q in range(out_ptr[c], out_ptr[c + 1]):
@@ -294,33 +331,37 @@ def _take(c, sign, used, out_ptr, outs, skips, left):  # pragma: no cover - comp
 
 
 @njit(cache=True)
-def _bnb(group_ptr, w, out_ptr, outs, n_out, skips, quota, node_limit):  # pragma: no cover
-    """The search of :func:`_branch_and_bound` on candidates grouped and sorted by it:
-    (found within the node limit, indices of the chosen candidates)."""
-    n_groups = len(group_ptr) - 1
-    used = np.zeros(n_out, np.bool_)
+def _bnb(group_ptr, g0, g1, w, out_ptr, outs, used, skips, quota, node_limit):  # pragma: no cover
+    """Exact maximum-weight choice for the groups ``g0:g1`` by depth-first branch and bound:
+    each group (an incoming span) takes one of its candidates, best first, or none; a branch is
+    cut when its weight plus every remaining group's best weight cannot beat the incumbent,
+    which starts as the greedy choice. Candidates using a span marked in ``used`` never fit;
+    ``used`` is left as it was. Returns (found within ``node_limit`` nodes, chosen candidates).
+    """
+    n_groups = g1 - g0
     left = quota.copy()
+    a, b = group_ptr[g0], group_ptr[g1]
     # Greedy incumbent: candidates by weight, best first, when they fit.
-    by_weight = np.argsort(-w, kind="mergesort")
-    group_of = np.empty(len(w), np.int64)
-    for g in range(n_groups):
-        group_of[group_ptr[g] : group_ptr[g + 1]] = g
+    by_weight = a + np.argsort(-w[a:b], kind="mergesort")
+    group_of = np.empty(b - a, np.int64)
+    for g in range(g0, g1):
+        group_of[group_ptr[g] - a : group_ptr[g + 1] - a] = g - g0
     group_taken = np.zeros(n_groups, np.bool_)
     best = np.empty(n_groups, np.int64)
     n_best = 0
     best_total = 0.0
     for c in by_weight:
-        if not group_taken[group_of[c]] and _fits(c, used, out_ptr, outs, skips, left):
+        if not group_taken[group_of[c - a]] and _fits(c, used, out_ptr, outs, skips, left):
             _take(c, 1, used, out_ptr, outs, skips, left)
-            group_taken[group_of[c]] = True
+            group_taken[group_of[c - a]] = True
             best[n_best] = c
             n_best += 1
             best_total += w[c]
-    used[:] = False
-    left[:] = quota
+    for q in range(n_best):
+        _take(best[q], -1, used, out_ptr, outs, skips, left)
     bound = np.zeros(n_groups + 1)
     for g in range(n_groups - 1, -1, -1):
-        bound[g] = bound[g + 1] + w[group_ptr[g]]
+        bound[g] = bound[g + 1] + w[group_ptr[g0 + g]]
     # Depth-first search: opt[g] is the option taken at group g (a candidate, or -2: none),
     # -1 before the first; total[g] the weight taken before group g.
     opt = np.full(n_groups + 1, -1, np.int64)
@@ -343,18 +384,21 @@ def _bnb(group_ptr, w, out_ptr, outs, n_out, skips, quota, node_limit):  # pragm
         if opt[g] == -1:
             nodes += 1
             if nodes > node_limit:
-                return False, best[:0]
+                # Give up: undo what the current branch holds.
+                for h in range(g):
+                    if opt[h] >= 0:
+                        _take(opt[h], -1, used, out_ptr, outs, skips, left)
+                return False, best[:0].copy()
             if total[g] + bound[g] <= best_total + 1e-9:
                 g -= 1
                 if g >= 0 and opt[g] >= 0:
                     _take(opt[g], -1, used, out_ptr, outs, skips, left)
                 continue
         # The next option at group g: a later candidate that fits, then none, then back up.
-        start = (
-            group_ptr[g] if opt[g] == -1 else (opt[g] + 1 if opt[g] >= 0 else group_ptr[g + 1] + 1)
-        )
+        lo, hi = group_ptr[g0 + g], group_ptr[g0 + g + 1]
+        start = lo if opt[g] == -1 else (opt[g] + 1 if opt[g] >= 0 else hi)
         nxt = -3
-        for c in range(start, group_ptr[g + 1]):
+        for c in range(start, hi):
             if _fits(c, used, out_ptr, outs, skips, left):
                 nxt = c
                 break
@@ -375,6 +419,38 @@ def _bnb(group_ptr, w, out_ptr, outs, n_out, skips, quota, node_limit):  # pragm
         g += 1
         opt[g] = -1
     return True, best[:n_best].copy()
+
+
+@njit(cache=True)
+def _solve_in_order(  # pragma: no cover - compiled
+    batch_ptr, group_ptr, w, out_ptr, outs, skips, quotas, start, node_limit, used
+):
+    """Solve batches ``start``, ``start + 1``, ... in order with :func:`_bnb`, marking the spans
+    each takes in ``used``; stop at a batch the search gives up on. Returns the chosen
+    candidates and that batch (-1: all solved)."""
+    chosen = np.empty(len(w), np.int64)
+    n = 0
+    for b in range(start, len(batch_ptr) - 1):
+        left = quotas[b].copy()
+        found, picks = _bnb(
+            group_ptr,
+            batch_ptr[b],
+            batch_ptr[b + 1],
+            w,
+            out_ptr,
+            outs,
+            used,
+            skips,
+            left,
+            node_limit,
+        )
+        if not found:
+            return chosen[:n], b
+        for c in picks:
+            _take(c, 1, used, out_ptr, outs, skips, left)
+            chosen[n] = c
+            n += 1
+    return chosen[:n], -1
 
 
 def _greedy(cands: Candidates, members: np.ndarray, quota: np.ndarray) -> np.ndarray:
