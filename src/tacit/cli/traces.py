@@ -78,7 +78,8 @@ def register(app: typer.Typer) -> None:
             out.print_json(json.dumps(ev.as_dict()))
             return
         t = Table(title=f"{ev.traces} traces, {ev.spans} spans; call graph {ev.callgraph}")
-        for col in ("algorithm", "accuracy", "link accuracy", "top-5", "seconds", "spans/s"):
+        cols = ("algorithm", "accuracy", "link accuracy", "top-5", "artifact scope", "seconds")
+        for col in (*cols, "spans/s"):
             t.add_column(col, justify="right" if col != "algorithm" else "left")
         for r in ev.results:
             t.add_row(
@@ -86,10 +87,16 @@ def register(app: typer.Typer) -> None:
                 _pct(r["accuracy"]),
                 _pct(r["link_accuracy"]),
                 _pct(r["top5_accuracy"]),
+                _pct(r["artifact_scope_accuracy"]),
                 f"{r['seconds']:.2f}",
                 f"{r['spans_per_second']:.0f}",
             )
         out.print(t)
+        out.print(
+            "accuracy: traces with every link right; artifact scope: only the links the "
+            "TraceWeaver artifact scores (calls between traced services, from services with "
+            "one caller)"
+        )
         tw = next((r for r in ev.results if r["per_service"]), None)
         if tw:
             s = Table(title=f"per service ({tw['algorithm']})")
