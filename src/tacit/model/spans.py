@@ -103,6 +103,8 @@ def concat(tables: Sequence[SpanTable]) -> SpanTable:
     """Concatenate tables, re-interning strings into one pool and offsetting row references."""
     if not tables:
         return SpanTable.empty()
+    if len(tables) == 1:
+        return tables[0]
     pool = StringPool()
     parts: dict[str, list[np.ndarray]] = {k: [] for k in _COLUMNS}
     offset = 0
