@@ -53,6 +53,15 @@ def _load_callgraph(spec: str):
     return CallGraph.load(spec)
 
 
+_REPORT_COLUMNS = {
+    "unassigned": "unassigned",
+    "not top": "not_top_choice",
+    "calls unmapped": "unmapped_calls",
+    "fallback": "fallback_calls",
+}
+"""The per-service report columns (:attr:`Reconstruction.service_report` keys)."""
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def evaluate(
@@ -100,17 +109,27 @@ def register(app: typer.Typer) -> None:
         tw = next((r for r in ev.results if r["per_service"]), None)
         if tw:
             s = Table(title=f"per service ({tw['algorithm']})")
-            for col in ("service", "incoming", "accuracy", "confidence"):
-                s.add_column(col)
+            for col in ("service", "incoming", "accuracy", "confidence", *_REPORT_COLUMNS):
+                if col == "service":
+                    s.add_column(col, overflow="fold")
+                else:
+                    s.add_column(col, justify="right", overflow="fold")
             for name, v in tw["per_service"].items():
                 conf = v["confidence"]
+                report = v.get("report") or {}
                 s.add_row(
                     name,
                     str(v["incoming"]),
                     _pct(v["accuracy"]),
                     "–" if conf is None else f"{conf:.1f}%",
+                    *(str(report.get(k, "–")) for k in _REPORT_COLUMNS.values()),
                 )
             out.print(s)
+            out.print(
+                "confidence (§6.3.2): share of a service's requests given their best-scored "
+                "mapping; lowered by requests left without one (unassigned) or given another "
+                "(not top)"
+            )
 
     @app.command()
     def reconstruct(
@@ -158,6 +177,8 @@ def register(app: typer.Typer) -> None:
             "unmapped": reasons,
             "accounting": observed.accounting,
             "confidence": rec.confidence,
+            "service_report": rec.service_report,
+            "fallback": len(rec.fallback),
             "out": str(out_path),
         }
         if json_out:

@@ -90,6 +90,7 @@ def score_reconstruction(
             "incoming": int(m.sum()),
             "accuracy": float(exact[m].mean()),
             "confidence": rec.confidence.get(name),
+            "report": rec.service_report.get(name),
         }
 
     # Accuracy per end-to-end latency percentile bin (Fig. 4b): roots' durations.

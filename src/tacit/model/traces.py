@@ -27,7 +27,8 @@ def assemble(spans: SpanTable, rec: Reconstruction) -> tuple[SpanTable, dict[int
 
     Tags: ``tacit.algorithm``; on mapped client spans ``tacit.score`` and
     ``tacit.alternatives`` (JSON list of [parent span row, score], best first); on unmapped
-    client spans ``tacit.unmapped`` with the reason.
+    client spans ``tacit.unmapped`` with the reason; on client spans given a parent by the
+    fallback (not by the algorithm), ``tacit.fallback`` with the reason the algorithm gave.
     """
     out = spans.take(np.arange(len(spans)))
     out.parent[:] = rec.parent
@@ -46,5 +47,7 @@ def assemble(spans: SpanTable, rec: Reconstruction) -> tuple[SpanTable, dict[int
             )
         if r in rec.unmapped:
             t["tacit.unmapped"] = rec.unmapped[r]
+        if r in rec.fallback:
+            t["tacit.fallback"] = rec.fallback[r]
         tags[r] = t
     return out, tags

@@ -32,7 +32,7 @@ WAP5_CUTOFF = 4.0
 """WAP5's spontaneous alternative: a gap beyond this many mean delays is not causal (§5.1)."""
 
 
-def _owed(
+def owed_calls(
     spans: SpanTable, incoming: np.ndarray, callgraph: CallGraph
 ) -> tuple[list[dict[int, int]], list[dict[int, tuple[int, int]]]]:
     """Calls each incoming span owes per callee key, from its endpoint's call graph, and how
@@ -81,7 +81,7 @@ def reconstruct_fcfs(spans: SpanTable, callgraph: CallGraph) -> Reconstruction:
     """First come, first served (see module docstring)."""
 
     def assign(incoming: np.ndarray, outgoing: np.ndarray, result: Reconstruction) -> None:
-        owed, tolerance = _owed(spans, incoming, callgraph)
+        owed, tolerance = owed_calls(spans, incoming, callgraph)
         queues: dict[int, list[int]] = {}  # callee key -> incoming indices owing it, by arrival
         for idx, d in enumerate(owed):
             for k in d:
@@ -119,7 +119,7 @@ def wap5_parents(
     """WAP5's parent (a row of ``incoming``, or -1) for each of ``outgoing``, both of one
     instance sorted by start (see the module docstring)."""
     parent = np.full(len(outgoing), NONE, dtype=np.int64)
-    owed, _ = _owed(spans, incoming, callgraph)
+    owed, _ = owed_calls(spans, incoming, callgraph)
     keys = call_keys(spans, outgoing)
     start_in = spans.start[incoming]
     # Mean causal delay: from the latest preceding incoming span to each outgoing span.

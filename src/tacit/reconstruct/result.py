@@ -18,7 +18,9 @@ class Reconstruction:
     RPC's other side, known to the collector). ``score``: log-likelihood of the chosen mapping
     (NaN where the algorithm has none). ``alternatives[r]``: top-K (parent row, score) for a
     client span. ``top_candidates[i]``: for an incoming span, the child sets of its top-K
-    candidate mappings in rank order. ``confidence``: per service, in percent (§6.3.2).
+    candidate mappings in rank order. ``confidence``: per service, in percent (§6.3.2), and
+    ``service_report`` what lowers it. ``fallback[r]``: why client span ``r`` was given its
+    parent by :mod:`.fallback` rather than by the algorithm (a best-effort guess).
     """
 
     algorithm: str
@@ -28,6 +30,8 @@ class Reconstruction:
     alternatives: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
     top_candidates: dict[int, list[frozenset[int]]] = field(default_factory=dict)
     confidence: dict[str, float] = field(default_factory=dict)
+    service_report: dict[str, dict[str, int]] = field(default_factory=dict)
+    fallback: dict[int, str] = field(default_factory=dict)
     info: dict[str, object] = field(default_factory=dict)
 
     @classmethod

@@ -53,6 +53,7 @@ from tacit.reconstruct.delays import (
     seed_gaussian,
     slot_ready,
 )
+from tacit.reconstruct.fallback import fill_unmapped
 from tacit.reconstruct.order import RANK_MIN_STD, ArrivalOrder
 from tacit.reconstruct.result import Reconstruction
 from tacit.runs import run_bounds, run_heads
@@ -96,6 +97,10 @@ class TraceWeaverParams:
     call_paths: bool = True
     """Candidates along each learned path of an endpoint, coverage first in the assignment (a
     tacit extension); off reproduces the paper's one call graph with skip spans (§4.2)."""
+    fallback: bool = True
+    """Give a call left unmapped the one request that could have made it, if there is only one,
+    marked as a fallback (:mod:`.fallback`; a tacit extension, off leaves it unmapped as the
+    paper does)."""
     joins: bool = True
     """At a join (:class:`~.callgraph.Join`), group the incoming spans by the request their
     callers' mapping gives them and let each group call onward once (a tacit extension: the
@@ -123,6 +128,7 @@ def reconstruct_traceweaver(
     iterations = []
     truncated = 0
     not_best: dict[str, list[int]] = {}
+    reports: dict[str, dict[str, int]] = {}
     order = np.argsort(proc, kind="stable")
     starts, sizes = run_bounds(proc[order])
     instances = [np.sort(order[a : a + n]) for a, n in zip(starts, sizes, strict=True)]
@@ -137,18 +143,57 @@ def reconstruct_traceweaver(
         nb = not_best.setdefault(svc, [0, 0])
         nb[0] += inst.not_best
         nb[1] += inst.n_incoming
+        rep = reports.setdefault(svc, {})
+        for k, v in (
+            ("incoming", inst.n_incoming),
+            ("unassigned", inst.n_incoming - len(inst.assigned)),
+            ("not_top_choice", inst.not_best - (inst.n_incoming - len(inst.assigned))),
+        ):
+            rep[k] = rep.get(k, 0) + v
         if progress:
             progress(len(rows))
     result.confidence = {s: 100.0 * (1 - a / b) for s, (a, b) in not_best.items() if b}
+    result.finish_unmapped(spans, "no incoming span at this instance can have caused it")
+    unmapped = len(result.unmapped)
+    filled = fill_unmapped(spans, result, callgraph) if params.fallback else 0
+    _report(spans, result, reports)
     result.info = {
         "iterations": max(iterations, default=0),
         "batches": stats.batches,
         "solver_calls": stats.solver_calls,
         "solver_fallbacks": stats.fallbacks,
         "search_branches_cut": truncated,
+        "unmapped_by_the_algorithm": unmapped,
+        "given_a_fallback_parent": filled,
     }
-    result.finish_unmapped(spans, "no incoming span at this instance can have caused it")
     return result
+
+
+def _report(spans: SpanTable, result: Reconstruction, reports: dict[str, dict[str, int]]) -> None:
+    """Per service, what lowers its confidence: incoming spans without a mapping or not given
+    their best-scored one, and calls left unmapped or given a fallback parent."""
+    s = spans.strings
+    client = np.flatnonzero(spans.kind == CLIENT)
+    for name, key in (("unmapped_calls", result.unmapped), ("fallback_calls", result.fallback)):
+        rows = np.array(sorted(key), dtype=np.int64)
+        for code, n in zip(*np.unique(spans.service[rows], return_counts=True), strict=True):
+            svc = s[int(code)] or "?"
+            reports.setdefault(svc, {})[name] = int(n)
+    for code, n in zip(*np.unique(spans.service[client], return_counts=True), strict=True):
+        reports.setdefault(s[int(code)] or "?", {})["calls"] = int(n)
+    result.service_report = {
+        svc: {k: r.get(k, 0) for k in _REPORT_KEYS} for svc, r in sorted(reports.items())
+    }
+
+
+_REPORT_KEYS = (
+    "incoming",
+    "unassigned",
+    "not_top_choice",
+    "calls",
+    "unmapped_calls",
+    "fallback_calls",
+)
 
 
 def _callers_first(callgraph: CallGraph) -> dict[str, int]:
