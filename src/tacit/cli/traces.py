@@ -109,11 +109,10 @@ def register(app: typer.Typer) -> None:
         tw = next((r for r in ev.results if r["per_service"]), None)
         if tw:
             s = Table(title=f"per service ({tw['algorithm']})")
-            for col in ("service", "incoming", "accuracy", "confidence", *_REPORT_COLUMNS):
-                if col == "service":
-                    s.add_column(col, overflow="fold")
-                else:
-                    s.add_column(col, justify="right", overflow="fold")
+            longest = max(len(name) for name in tw["per_service"])
+            s.add_column("service", no_wrap=True, min_width=min(longest, 40))
+            for col in ("incoming", "accuracy", "confidence", *_REPORT_COLUMNS):
+                s.add_column(col, justify="right", overflow="fold")
             for name, v in tw["per_service"].items():
                 conf = v["confidence"]
                 report = v.get("report") or {}
