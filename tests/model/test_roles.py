@@ -221,3 +221,46 @@ def test_several_traces_and_instances_accounting():
         assert t.trace[p] == t.trace[c]
     check_links(t)
     assert np.all(np.diff(t.start) >= 0)
+
+
+def test_an_in_process_span_calling_several_services_is_not_a_client_span():
+    # Media Microservices' nginx: a handler span (ComposeReview) in the same process as the
+    # request is the parent of calls to two services, which record only their server spans.
+    obs = infer_roles(
+        build(
+            [
+                ("r", None, "nginx", "/compose", UNKNOWN, 0, 100),
+                ("h", "r", "nginx", "ComposeReview", UNKNOWN, 5, 95),
+                ("a", "h", "text", "UploadText", UNKNOWN, 10, 40),
+                ("b", "h", "user", "UploadUser", UNKNOWN, 20, 60),
+            ]
+        )
+    )
+    t = obs.spans
+    check_accounting(obs, 4)
+    check_links(t)
+    assert obs.accounting["internal (in-process, invisible to a collector)"] == 1
+    assert obs.accounting["client spans synthesized for RPCs the caller did not record"] == 2
+    root = row(t, "/compose", SERVER)
+    for ep, svc in (("UploadText", "text"), ("UploadUser", "user")):
+        call = row(t, ep, CLIENT)
+        assert t.parent[call] == root  # the request, not the handler span
+        assert t.name("peer", call) == svc
+        assert t.link[call] == row(t, ep, SERVER)
+
+
+def test_a_span_wrapping_retries_of_one_call_is_a_client_span():
+    obs = infer_roles(
+        build(
+            [
+                ("r", None, "front", "GET /", UNKNOWN, 0, 100),
+                ("c", "r", "front", "call cart", UNKNOWN, 10, 80),
+                ("s1", "c", "cart", "Cart/Get", UNKNOWN, 15, 30),
+                ("s2", "c", "cart", "Cart/Get", UNKNOWN, 40, 70),
+            ]
+        )
+    )
+    t = obs.spans
+    call = row(t, "call cart")
+    assert t.kind[call] == CLIENT
+    assert obs.accounting["client spans synthesized for RPCs the caller did not record"] == 1

@@ -52,3 +52,47 @@ def test_online_is_as_accurate_as_offline_on_real_spans(shared_data):
     )
     offline, online = (r["accuracy"] for r in ev.results)
     assert online >= offline - 0.005
+
+
+BASELINES = ("fcfs", "wap5", "vpath")
+
+
+def test_media_microservices_load25(shared_data):
+    """Server-only spans, no kinds, nested in-process spans, async database calls and a join
+    (compose-review-service): the issue's first real shape."""
+    res = _results(shared_data / "traceweaver/media_microservices/load25.jaeger.json.gz")
+    tw = res["traceweaver"]
+    assert tw["accuracy"] >= 0.88  # measured 89.4%; tacit scores every link of every trace
+    assert tw["artifact_scope_accuracy"] >= 0.95  # the artifact scores fewer links: 97.0%
+    for name in BASELINES:
+        assert tw["accuracy"] >= res[name]["accuracy"], name
+    # The call graph learned compose-review-service as a join, and its calls reach nginx.
+    assert tw["per_service"]["compose-review-service"]["accuracy"] >= 0.97
+    assert tw["per_service"]["nginx"]["accuracy"] >= 0.96
+
+
+def test_media_microservices_load100(shared_data):
+    res = _results(shared_data / "traceweaver/media_microservices/load100.jaeger.json.gz")
+    tw = res["traceweaver"]
+    assert tw["accuracy"] >= 0.53  # measured 54.9%: the join at compose-review is ambiguous
+    assert tw["artifact_scope_accuracy"] >= 0.83  # the artifact: 86.6%
+    for name in BASELINES:
+        assert tw["accuracy"] >= res[name]["accuracy"], name
+
+
+def _nezha(path) -> dict[str, dict]:
+    return {r["algorithm"]: r for r in evaluate([path]).results}
+
+
+def test_nezha_online_boutique(shared_data):
+    """One front-end endpoint serving every page: paths per route, calls repeated per item."""
+    res = _nezha(shared_data / "nezha/online_boutique/2022-08-22/03_53_trace.csv.gz")
+    tw = res["traceweaver"]
+    assert tw["accuracy"] >= 0.78  # measured 82.7%; the best baseline (vPath) 28.2%
+    assert tw["accuracy"] >= max(res[name]["accuracy"] for name in BASELINES)
+
+
+def test_nezha_train_ticket(shared_data):
+    res = _nezha(shared_data / "nezha/train_ticket/2023-01-29/08_44_trace.csv.gz")
+    best = max(res[name]["accuracy"] for name in BASELINES)
+    assert res["traceweaver"]["accuracy"] >= best - 0.005

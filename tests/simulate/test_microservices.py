@@ -381,6 +381,13 @@ GO = ["services", "front", "endpoints", "Go"]
             ),
             r"call cycle: front\.Go -> back\.Get -> front\.Go",
         ),
+        (_mutated([*GO, "calls", 0, "repeat"], [3, 1]), r"'repeat' needs lo <= hi"),
+        (_mutated([*GO, "calls", 0, "repeat"], [2]), r"'repeat' must be N or \[lo, hi\]"),
+        (_mutated([*GO, "calls", 0, "detached"], "yes"), r"'detached' must be true or false"),
+        (
+            _mutated(["services", "back", "join"], {"size": 1, "calls": []}),
+            r"services\.back\.join: field 'size' must be >= 2",
+        ),
     ],
 )
 def test_config_errors_name_the_file_and_field(tmp_path, data: dict, message: str) -> None:
@@ -421,3 +428,40 @@ def test_tiny_app_repeats_inside_a_parallel_group() -> None:
     t = simulate(app, 50, n_requests=100, seed=1)
     assert len(t) == 100 * expected_spans(app, "front", "Go").total()
     assert len(t) == 100 * (1 + 2 * 3)
+
+
+@pytest.fixture(scope="module")
+def reviews() -> SpanTable:
+    from reviews_app import reviews_app
+
+    return simulate(reviews_app(), 80, n_requests=300, seed=2)
+
+
+def test_repeat_ranges_draw_a_count_per_request(reviews: SpanTable) -> None:
+    t = reviews
+    lookups = rows_of(t, CLIENT, "movie", "Lookup")
+    per_request = np.bincount(np.unique(t.parent[lookups], return_inverse=True)[1])
+    assert set(per_request.tolist()) == {1, 2, 3, 4}
+
+
+def test_detached_calls_may_end_after_their_request(reviews: SpanTable) -> None:
+    t = reviews
+    inserts = rows_of(t, CLIENT, "store", "mongo.insert")
+    late = t.end[inserts] > t.end[t.parent[inserts]]
+    assert 0 < late.mean() < 1  # some end after Save responded, none is awaited
+    awaited = rows_of(t, CLIENT, "store", "redis.set")
+    assert np.all(t.end[awaited] <= t.end[t.parent[awaited]])
+
+
+def test_a_join_calls_onward_once_from_the_last_handler(reviews: SpanTable) -> None:
+    t = reviews
+    kids = children(t)
+    for rows in by_trace(t).values():
+        compose = rows[(t.service[rows] == t.strings.find("compose")) & (t.kind[rows] == SERVER)]
+        assert len(compose) == 3
+        calling = [r for r in compose if kids.get(int(r))]
+        assert len(calling) == 1
+        (trigger,) = calling
+        first_call = min(t.start[c] for c in kids[int(trigger)])
+        others = [r for r in compose if r != trigger]
+        assert all(t.end[r] <= first_call for r in others)  # one instance: one clock
