@@ -62,6 +62,15 @@ _REPORT_COLUMNS = {
 """The per-service report columns (:attr:`Reconstruction.service_report` keys)."""
 
 
+def _advice(confidence: dict[str, float | None]) -> str:
+    """§6.3.2: the services to instrument first are those of lowest confidence."""
+    scored = sorted((c, name) for name, c in confidence.items() if c is not None)
+    low = [f"{name} ({conf:.1f}%)" for conf, name in scored[:3] if conf < 99.0]
+    if not low:
+        return "every service's confidence is 99% or more"
+    return "instrument these first (lowest confidence): " + ", ".join(low)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def evaluate(
@@ -76,20 +85,33 @@ def register(app: typer.Typer) -> None:
         sample: Annotated[
             float, typer.Option(help="Fraction of traces the call graph is learned from.")
         ] = 1.0,
+        instrumented: Annotated[
+            str,
+            typer.Option(
+                help="Comma-separated services that propagate trace context: their calls keep "
+                "their parents and only the others are reconstructed."
+            ),
+        ] = "",
         json_out: JsonOpt = False,
     ) -> None:
         """Blind ground-truth traces, reconstruct them with each algorithm, and score them."""
         from tacit.reconstruct.pipeline import evaluate as run
 
         algos = [a.strip() for a in algorithm.split(",") if a.strip()]
-        ev = run(list(traces), algos, callgraph=_load_callgraph(callgraph), callgraph_sample=sample)
+        ev = run(
+            list(traces),
+            algos,
+            callgraph=_load_callgraph(callgraph),
+            callgraph_sample=sample,
+            instrumented=[s.strip() for s in instrumented.split(",") if s.strip()],
+        )
         if json_out:
             out.print_json(json.dumps(ev.as_dict()))
             return
         t = Table(title=f"{ev.traces} traces, {ev.spans} spans; call graph {ev.callgraph}")
-        cols = ("algorithm", "accuracy", "link accuracy", "top-5", "artifact scope", "seconds")
-        for col in (*cols, "spans/s"):
-            t.add_column(col, justify="right" if col != "algorithm" else "left")
+        t.add_column("algorithm", no_wrap=True)
+        for col in ("accuracy", "link accuracy", "top-5", "artifact scope", "seconds", "spans/s"):
+            t.add_column(col, justify="right")
         for r in ev.results:
             t.add_row(
                 r["algorithm"],
@@ -129,6 +151,7 @@ def register(app: typer.Typer) -> None:
                 "mapping; lowered by requests left without one (unassigned) or given another "
                 "(not top)"
             )
+            out.print(_advice({k: v["confidence"] for k, v in tw["per_service"].items()}))
 
     @app.command()
     def reconstruct(
@@ -186,6 +209,8 @@ def register(app: typer.Typer) -> None:
             out.print(f"{summary['spans']} spans -> {summary['traces']} traces in {out_path}")
             for r, n in reasons.items():
                 out.print(f"  unmapped: {n} ({r})")
+            if rec.confidence:
+                out.print(_advice(rec.confidence))
 
     @app.command()
     def blind(

@@ -16,6 +16,7 @@ caller-callee hop is known from the connection, the mapping inside a service is 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,12 +46,15 @@ class Observed:
     synthesized: np.ndarray
     accounting: dict[str, int] = field(default_factory=dict)
 
-    def without_truth(self) -> SpanTable:
-        """The blind view: the same spans with every trace, span and parent identifier removed."""
+    def without_truth(self, instrumented: Sequence[str] = ()) -> SpanTable:
+        """The blind view: the same spans with every trace, span and parent identifier removed,
+        but for the calls made by the ``instrumented`` services, which propagate context: their
+        parents stay known (a hybrid deployment, where reconstruction fills in the rest)."""
         t = self.spans.take(np.arange(len(self.spans)))
+        known = (t.kind == CLIENT) & np.isin(t.service, [t.strings.find(s) for s in instrumented])
         t.trace[:] = NONE
         t.span_id[:] = NONE
-        t.parent[:] = NONE
+        t.parent[:] = np.where(known, self.spans.parent, NONE)
         return t
 
 

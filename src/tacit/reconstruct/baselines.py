@@ -23,10 +23,10 @@ from collections.abc import Callable
 import numpy as np
 
 from tacit.model.roles import process_key
-from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
+from tacit.model.spans import NONE, SpanTable
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.candidates import call_keys, callee_key
-from tacit.reconstruct.result import Reconstruction
+from tacit.reconstruct.result import Reconstruction, open_problem
 
 WAP5_CUTOFF = 4.0
 """WAP5's spontaneous alternative: a gap beyond this many mean delays is not causal (§5.1)."""
@@ -68,8 +68,7 @@ def _per_instance(
     proc = process_key(spans)
     for key in np.unique(proc):
         rows = np.flatnonzero(proc == key)
-        incoming = rows[spans.kind[rows] == SERVER]
-        outgoing = rows[spans.kind[rows] == CLIENT]
+        incoming, outgoing = open_problem(spans, rows)
         incoming = incoming[np.lexsort((spans.end[incoming], spans.start[incoming]))]
         outgoing = outgoing[np.lexsort((spans.end[outgoing], spans.start[outgoing]))]
         if len(outgoing):

@@ -92,11 +92,14 @@ def evaluate(
     params: TraceWeaverParams | None = None,
     seed: int = 0,
     progress: Progress | None = None,
+    instrumented: list[str] | tuple[str, ...] = (),
 ) -> Evaluation:
     """Blind ground-truth traces, reconstruct them with each algorithm, and score each.
 
     Without ``callgraph`` it is learned from the input's own ground truth (standing in for a
-    test environment), from a random ``callgraph_sample`` fraction of its traces.
+    test environment), from a random ``callgraph_sample`` fraction of its traces. The calls of
+    the ``instrumented`` services keep their parents (they propagate trace context): every
+    algorithm maps only the rest, and the score still counts every link.
     """
     for a in algorithms:  # fail before the (long) read
         check_algorithm(a)
@@ -112,7 +115,7 @@ def evaluate(
             if callgraph_sample >= 1
             else f"learned from {callgraph_sample:.0%} of the input's ground-truth traces"
         )
-    blind = observed.without_truth()
+    blind = observed.without_truth(instrumented)
     scope = artifact_scope(truth)
     ev = Evaluation(
         traces=len(np.unique(truth.trace)),

@@ -9,6 +9,24 @@ import numpy as np
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 
 
+def known_calls(spans: SpanTable) -> np.ndarray:
+    """Client spans whose parent the input gives (their service propagates trace context): a
+    reconstruction keeps them and maps only the others, and never maps another call to the
+    requests they belong to, whose calls are known."""
+    return (spans.kind == CLIENT) & (spans.parent != NONE)
+
+
+def open_problem(spans: SpanTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The incoming and outgoing spans among ``rows`` (one instance) that are left to map: the
+    calls without a known parent, and the requests with no known call."""
+    known = known_calls(spans)
+    decided = np.zeros(len(spans), dtype=bool)
+    decided[spans.parent[rows[known[rows]]]] = True
+    incoming = rows[(spans.kind[rows] == SERVER) & ~decided[rows]]
+    outgoing = rows[(spans.kind[rows] == CLIENT) & ~known[rows]]
+    return incoming, outgoing
+
+
 @dataclass
 class Reconstruction:
     """A parent for every span, with the evidence behind it.
@@ -36,8 +54,11 @@ class Reconstruction:
 
     @classmethod
     def start(cls, algorithm: str, spans: SpanTable) -> Reconstruction:
-        """An empty result: server spans linked to their callers, client spans unmapped."""
+        """An empty result: server spans linked to their callers, client spans unmapped but for
+        those whose parent the input already knows (:func:`known_calls`)."""
         parent = np.where(spans.kind == SERVER, spans.link, NONE)
+        known = known_calls(spans)
+        parent[known] = spans.parent[known]
         return cls(algorithm, parent, np.full(len(spans), np.nan))
 
     def finish_unmapped(self, spans: SpanTable, reason: str) -> None:

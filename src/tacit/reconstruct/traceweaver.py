@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tacit.model.roles import process_key
-from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
+from tacit.model.spans import CLIENT, NONE, SpanTable
 from tacit.model.traces import roots
 from tacit.reconstruct.assign import Candidates, SolveStats, batches, solve_all, water_fill
 from tacit.reconstruct.baselines import wap5_parents
@@ -55,7 +55,7 @@ from tacit.reconstruct.delays import (
 )
 from tacit.reconstruct.fallback import fill_unmapped
 from tacit.reconstruct.order import RANK_MIN_STD, ArrivalOrder
-from tacit.reconstruct.result import Reconstruction
+from tacit.reconstruct.result import Reconstruction, open_problem
 from tacit.runs import run_bounds, run_heads
 
 
@@ -268,8 +268,7 @@ class _Instance:
         self.params = params
         self.callgraph = callgraph
         s = spans.strings
-        incoming = rows[spans.kind[rows] == SERVER]
-        self.outgoing = rows[spans.kind[rows] == CLIENT]
+        incoming, self.outgoing = open_problem(spans, rows)
         self.min_std = gap_floor(np.concatenate([spans.start[rows], spans.end[rows]]))
         self.pools = CallPools(spans, self.outgoing)
         svc = s[int(spans.service[rows[0]])] or ""
