@@ -152,3 +152,38 @@ def test_vpath_with_threads_is_exact_without_queueing(serial):
         assert score.accuracy == 1.0
     else:  # an overlap breaks exactness only for the traces involved
         assert score.accuracy >= keep.mean() - 0.1
+
+
+@pytest.mark.parametrize("threads", [True, False])
+def test_thread_ids_are_used_where_the_spans_carry_them(threads):
+    """Thread-per-request code records each call on its request's thread: the call graph
+    learns it, and TraceWeaver then maps as exactly as vPath (§2.2.4), at a load where timing
+    alone cannot."""
+    spans = simulate(load_app(None), 600, n_requests=300, seed=3, record_threads=threads)
+    obs = infer_roles(spans)
+    graph = learn_callgraph(obs.spans)
+    assert graph.get("frontend", "GET /product").same_thread == threads
+    rec = reconstruct_traceweaver(obs.without_truth(), graph)
+    accuracy = score_reconstruction(obs.spans, rec).accuracy
+    if threads:
+        assert accuracy == 1.0
+    else:
+        assert 0.6 < accuracy < 1.0
+
+
+def test_known_parents_are_kept_and_the_rest_reconstructed():
+    """A hybrid deployment: frontend propagates trace context, the others do not."""
+    spans = simulate(load_app(None), 600, n_requests=300, seed=4, record_threads=False)
+    obs = infer_roles(spans)
+    graph = learn_callgraph(obs.spans)
+    blind = obs.without_truth(["frontend"])
+    t = obs.spans
+    known = (t.kind == CLIENT) & (t.service == t.strings.find("frontend"))
+    assert np.all(blind.parent[known] == t.parent[known])
+    assert np.all(blind.parent[~known] == NONE)
+    hybrid = reconstruct_traceweaver(blind, graph)
+    assert np.array_equal(hybrid.parent[known], t.parent[known])
+    alone = reconstruct_traceweaver(obs.without_truth(), graph)
+    assert score_reconstruction(t, hybrid).accuracy >= score_reconstruction(t, alone).accuracy
+    for name, algo in BASELINES.items():
+        assert np.array_equal(algo(blind, graph).parent[known], t.parent[known]), name

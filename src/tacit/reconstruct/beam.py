@@ -12,7 +12,8 @@ every slot. With a beam as wide as the number of consistent mappings it is the p
 ranking (the tests compare it against one); with a narrower beam it keeps the mappings the model
 finds likely, which is what the top K are drawn from anyway.
 
-Constraints (§4.1, with the learned tolerances of :mod:`.callgraph`): a call of slot ``j`` starts
+Constraints (§4.1, with the learned tolerances of :mod:`.callgraph`), and the thread where the
+spans record one and the endpoint is thread-per-request: a call of slot ``j`` starts
 no earlier than its trigger (the end of its predecessors in the path, or the request's arrival
 minus the slot's ``early`` tolerance) and ends no later than the response plus the slot's
 ``late`` tolerance; two slots never take the same call, and two unordered slots calling the same
@@ -106,6 +107,8 @@ class PathSpec:
     skip_logp: np.ndarray
     made_logp: np.ndarray
     log_prior: float
+    same_thread: bool = False
+    """Its calls are made on the request's thread (:attr:`.callgraph.EndpointGraph.same_thread`)."""
 
 
 @dataclass
@@ -200,6 +203,9 @@ def search(
         np.array(slot_ptr, dtype=i64),
         np.array([p.response_model for p in paths], dtype=i64),
         np.array([p.log_prior for p in paths], dtype=np.float64),
+        np.array([p.same_thread for p in paths], dtype=np.bool_),
+        spans.thread[incoming].astype(i64),
+        spans.thread[call_rows].astype(i64),
         np.array(slot_index, dtype=i64),
         np.array(slot_pool, dtype=i64),
         np.array(slot_model, dtype=i64),
@@ -351,6 +357,9 @@ def _beam(  # pragma: no cover - compiled
     path_slot_ptr,
     path_resp_model,
     path_logprior,
+    path_same_thread,
+    in_thread,
+    call_thread,
     slot_index,
     slot_pool,
     slot_model,
@@ -477,7 +486,12 @@ def _beam(  # pragma: no cover - compiled
                         if k <= above:
                             k = above + 1
                         while k < b and k < below and call_start[k] <= latest:
-                            if call_end[k] <= latest:
+                            if call_end[k] <= latest and (
+                                not path_same_thread[p]
+                                or in_thread[i] < 0
+                                or call_thread[k] < 0
+                                or call_thread[k] == in_thread[i]
+                            ):
                                 if branches == max_branch:
                                     truncated += 1
                                     break

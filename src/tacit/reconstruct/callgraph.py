@@ -118,6 +118,9 @@ JOIN_AGREEMENT = 0.95
 service to be learned as a join."""
 JOIN_MIN_GROUPS = 5
 """Fewest such groups from which a join is learned."""
+THREAD_AGREEMENT = 0.99
+"""Share of an endpoint's test calls on their request's thread for it to be learned as
+thread-per-request."""
 
 
 @dataclass
@@ -130,6 +133,9 @@ class EndpointGraph(CallPath):
     endpoint: str = ""
     paths: list[CallPath] = field(default_factory=list)
     join: Join | None = None
+    same_thread: bool = False
+    """Every call is made on the thread that handles the request (thread-per-request code):
+    where the spans record threads, a call goes only to a request of its own thread."""
 
     def describe(self) -> str:
         return f"of {self.service} {self.endpoint}"
@@ -154,6 +160,8 @@ class CallGraph:
             spec: dict = {"requests": g.requests, "calls": _calls_doc(g, with_probability=True)}
             if g.join:
                 spec["join"] = {"size": g.join.size}
+            if g.same_thread:
+                spec["same_thread"] = True
             if g.paths:
                 spec["paths"] = [
                     {"requests": p.requests, "calls": _calls_doc(p, with_probability=False)}
@@ -199,6 +207,7 @@ class CallGraph:
                         for i, p in enumerate(paths)
                     ],
                     join=_parse_join(spec.get("join"), where),
+                    same_thread=_flag(spec, "same_thread", where),
                 )
                 for p in g.call_paths():
                     p.order  # noqa: B018 - validates acyclicity
@@ -218,6 +227,13 @@ def _calls_doc(p: CallPath, with_probability: bool) -> list[dict]:
             call["late_us"] = s.late_ns / 1000
         out.append(call)
     return out
+
+
+def _flag(spec: dict, key: str, where: str) -> bool:
+    value = spec.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: '{key}' must be true or false, got {value!r}")
+    return value
 
 
 def _integer(spec: dict, key: str, where: str) -> int:
@@ -364,7 +380,10 @@ def _learn_endpoint(
         path = _learn_path(spans, s, members, children, tolerance)
         path.role = signature[0] or None
         paths.append(path)
-    return EndpointGraph(union.slots, union.preds, len(reqs), paths=paths)
+    pairs = [(spans.thread[r], spans.thread[c]) for r in reqs for c in children.get(r, [])]
+    known = [(a, b) for a, b in pairs if a != NONE and b != NONE]
+    same = bool(known) and sum(a == b for a, b in known) >= THREAD_AGREEMENT * len(known)
+    return EndpointGraph(union.slots, union.preds, len(reqs), paths=paths, same_thread=same)
 
 
 def _tolerances(

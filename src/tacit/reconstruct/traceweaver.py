@@ -338,6 +338,7 @@ class _Instance:
                         skip,
                         made,
                         math.log(prior),
+                        graphs[e].same_thread,
                     )
                 )
                 self.slot_keys.append(keys)
