@@ -168,18 +168,7 @@ def _fast_fields(span: Any, trace: dict, processes: dict, known: dict) -> tuple 
             break
     if parent is None and span.get("parentSpanID"):
         return None
-    return (
-        *proc,
-        op,
-        _kind(found.get("span.kind")),
-        start,
-        duration,
-        next((str(found[k]) for k in _PEER_TAGS if k in found), None),
-        _thread(found),
-        trace_id,
-        span_id,
-        parent,
-    )
+    return _span_fields(*proc, op, found, start, duration, trace_id, span_id, parent)
 
 
 def _checked_fields(r: RecordReader, span: Any, trace: dict, processes: dict) -> tuple:
@@ -203,18 +192,40 @@ def _checked_fields(r: RecordReader, span: Any, trace: dict, processes: dict) ->
     duration = r.integer(span, "duration")
     if duration < 0:
         raise r.fail(f"negative duration {duration}")
+    instance = next((str(ptags[k]) for k in _HOST_TAGS if k in ptags), service)
+    op = r.string(span, "operationName")
+    return _span_fields(
+        service, instance, op, tags, start, duration, trace_id, span_id, _parent(r, span)
+    )
+
+
+def _span_fields(
+    service: str,
+    instance: str,
+    op: str,
+    tags: dict,
+    start: int,
+    duration: int,
+    trace_id: str,
+    span_id: str,
+    parent: str | None,
+) -> tuple:
+    """One span's fields in :data:`_FIELDS` order (but the record), kind, peer and thread read
+    from its ``tags``."""
+    kind = _kind(tags.get("span.kind"))
+    peer = next((str(tags[k]) for k in _PEER_TAGS if k in tags), None)
     return (
         service,
-        next((str(ptags[k]) for k in _HOST_TAGS if k in ptags), service),
-        r.string(span, "operationName"),
-        _kind(tags.get("span.kind")),
+        instance,
+        op,
+        kind,
         start,
         duration,
-        next((str(tags[k]) for k in _PEER_TAGS if k in tags), None),
+        peer,
         _thread(tags),
         trace_id,
         span_id,
-        _parent(r, span),
+        parent,
     )
 
 

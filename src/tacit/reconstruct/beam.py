@@ -53,6 +53,18 @@ class ModelTable:
     peak: np.ndarray
     """Per model, its largest component mean: beyond it the density only falls."""
 
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The arrays :func:`_logpdf` reads, as one argument for the kernels."""
+        return (
+            self.win_ptr,
+            self.nwin,
+            self.comp_ptr,
+            self.logw,
+            self.mean,
+            self.inv_std,
+            self.lognorm,
+        )
+
 
 def model_table(models: list) -> ModelTable:
     """Flatten :class:`~.delays.Gaussian` (one component per window) and
@@ -226,13 +238,7 @@ def search(
         np.array(pool_ptr, dtype=i64),
         spans.start[call_rows].astype(i64),
         spans.end[call_rows].astype(i64),
-        models.win_ptr,
-        models.nwin,
-        models.comp_ptr,
-        models.logw,
-        models.mean,
-        models.inv_std,
-        models.lognorm,
+        models.arrays(),
         models.peak,
         beam_width,
         max_branch,
@@ -252,11 +258,12 @@ def search(
 
 
 @njit(cache=True)
-def _logpdf(
-    m, window, x, win_ptr, nwin, comp_ptr, logw, mean, inv_std, lognorm
-):  # pragma: no cover - compiled
+def _logpdf(m, window, x, model):  # pragma: no cover - compiled
+    """Log density of gap ``x`` (µs) under model ``m`` in seed ``window`` (0 for m = -1);
+    ``model`` is :meth:`ModelTable.arrays`."""
     if m < 0:
         return 0.0
+    win_ptr, nwin, comp_ptr, logw, mean, inv_std, lognorm = model
     w = window if window < nwin[m] else nwin[m] - 1
     wi = win_ptr[m] + w
     a = comp_ptr[wi]
@@ -380,13 +387,7 @@ def _beam(  # pragma: no cover - compiled
     pool_ptr,
     call_start,
     call_end,
-    win_ptr,
-    nwin,
-    comp_ptr,
-    logw,
-    mean,
-    inv_std,
-    lognorm,
+    model,
     peak,
     beam_width,
     max_branch,
@@ -496,22 +497,7 @@ def _beam(  # pragma: no cover - compiled
                                     truncated += 1
                                     break
                                 gap = (call_start[k] - t) / 1000.0
-                                sc = (
-                                    score[e]
-                                    + slot_made[s]
-                                    + _logpdf(
-                                        m,
-                                        win,
-                                        gap,
-                                        win_ptr,
-                                        nwin,
-                                        comp_ptr,
-                                        logw,
-                                        mean,
-                                        inv_std,
-                                        lognorm,
-                                    )
-                                )
+                                sc = score[e] + slot_made[s] + _logpdf(m, win, gap, model)
                                 if sc < floor and m >= 0 and gap > peak[m]:
                                     break
                                 nxt_parent[n_next] = e
@@ -555,20 +541,7 @@ def _beam(  # pragma: no cover - compiled
                     x = par[d, x]
                 gap = (r1 - last) / 1000.0
                 best_score[e] = (
-                    score[e]
-                    + path_logprior[p]
-                    + _logpdf(
-                        path_resp_model[p],
-                        win,
-                        gap,
-                        win_ptr,
-                        nwin,
-                        comp_ptr,
-                        logw,
-                        mean,
-                        inv_std,
-                        lognorm,
-                    )
+                    score[e] + path_logprior[p] + _logpdf(path_resp_model[p], win, gap, model)
                 )
             ranked = np.argsort(-best_score[:nb], kind="mergesort")[:keep]
             n_best = len(ranked)
