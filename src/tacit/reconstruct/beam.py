@@ -230,11 +230,9 @@ def search(
         np.array(twin_ptr, dtype=i64),
         np.array(twins, dtype=i64),
         np.array(twin_after, dtype=np.bool_),
-        np.array(need_ptr, dtype=i64),
-        np.array(need_pool, dtype=i64),
-        np.array(need_count, dtype=i64),
-        np.array(need_early, dtype=i64),
-        np.array(need_late, dtype=i64),
+        tuple(
+            np.array(a, dtype=i64) for a in (need_ptr, need_pool, need_count, need_early, need_late)
+        ),
         np.array(pool_ptr, dtype=i64),
         spans.start[call_rows].astype(i64),
         spans.end[call_rows].astype(i64),
@@ -298,11 +296,11 @@ def _first_at_or_after(times, a, b, t):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _feasible(
-    p, r0, r1, need_ptr, need_pool, need_count, need_early, need_late, pool_ptr, call_start
-):  # pragma: no cover - compiled
+def _feasible(p, r0, r1, need, pool_ptr, call_start):  # pragma: no cover - compiled
     """Whether every pool holds as many calls starting around the request as path ``p``
-    cannot do without (a count, so a necessary condition only)."""
+    cannot do without (a count, so a necessary condition only); ``need`` holds, per path, the
+    pools it needs with how many calls and how early and late around the request."""
+    need_ptr, need_pool, need_count, need_early, need_late = need
     for q in range(need_ptr[p], need_ptr[p + 1]):
         pool = need_pool[q]
         if pool < 0:
@@ -379,11 +377,7 @@ def _beam(  # pragma: no cover - compiled
     twin_ptr,
     twins,
     twin_after,
-    need_ptr,
-    need_pool,
-    need_count,
-    need_early,
-    need_late,
+    need,
     pool_ptr,
     call_start,
     call_end,
@@ -421,18 +415,7 @@ def _beam(  # pragma: no cover - compiled
         ep = in_ep[i]
         for pp in range(ep_ptr[ep], ep_ptr[ep + 1]):
             p = ep_paths[pp]
-            if not _feasible(
-                p,
-                r0,
-                r1,
-                need_ptr,
-                need_pool,
-                need_count,
-                need_early,
-                need_late,
-                pool_ptr,
-                call_start,
-            ):
+            if not _feasible(p, r0, r1, need, pool_ptr, call_start):
                 continue
             s0 = path_slot_ptr[p]
             ns = path_slot_ptr[p + 1] - s0
