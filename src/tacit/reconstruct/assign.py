@@ -389,7 +389,10 @@ def _bnb(group_ptr, g0, g1, w, out_ptr, outs, used, skips, quota, node_limit):  
                     if opt[h] >= 0:
                         _take(opt[h], -1, used, out_ptr, outs, skips, left)
                 return False, best[:0].copy()
-            if total[g] + bound[g] <= best_total + 1e-9:
+            if total[g] + bound[g] <= best_total + 1e-9 or (
+                total[g] + _fitting_bound(group_ptr, g0 + g, g1, w, out_ptr, outs, used)
+                <= best_total + 1e-9
+            ):
                 g -= 1
                 if g >= 0 and opt[g] >= 0:
                     _take(opt[g], -1, used, out_ptr, outs, skips, left)
@@ -419,6 +422,24 @@ def _bnb(group_ptr, g0, g1, w, out_ptr, outs, used, skips, quota, node_limit):  
         g += 1
         opt[g] = -1
     return True, best[:n_best].copy()
+
+
+@njit(cache=True)
+def _fitting_bound(group_ptr, g_from, g_to, w, out_ptr, outs, used):  # pragma: no cover
+    """Σ over groups g_from:g_to of the best weight among candidates whose spans are free: a
+    tighter bound than the best weights alone, once spans are taken."""
+    total = 0.0
+    for g in range(g_from, g_to):
+        for c in range(group_ptr[g], group_ptr[g + 1]):  # best first
+            free = True
+            for q in range(out_ptr[c], out_ptr[c + 1]):
+                if used[outs[q]]:
+                    free = False
+                    break
+            if free:
+                total += w[c]
+                break
+    return total
 
 
 @njit(cache=True)

@@ -708,8 +708,11 @@ class _Instance:
                 best, since_best = (quality, passes), 0
             else:
                 since_best += 1
-            if state in seen or it == p.max_iterations or since_best >= p.patience:
-                break  # stable, cycling, or no longer improving
+            forced = all(
+                len(ps.cands.incoming) == len(np.unique(ps.cands.incoming)) for ps in passes
+            )  # no span had a second candidate: no model can change the mapping
+            if forced or state in seen or it == p.max_iterations or since_best >= p.patience:
+                break  # forced, stable, cycling, or no longer improving
             seen.add(state)
             sets = [cs for ps in passes for cs in ps.sets]
             ready = [rd for ps in passes for rd in ps.ready]
