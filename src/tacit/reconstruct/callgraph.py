@@ -108,9 +108,12 @@ class CallPath:
 @dataclass(frozen=True)
 class Join:
     """A join: one request reaches the service ``size`` times (from different callers) and only
-    one of those calls, the trigger, calls onward, on behalf of all of them."""
+    one of those calls, the trigger, calls onward, on behalf of all of them. ``after_others``:
+    the share of the test requests in which the onward calls began after the other calls of
+    the request had all been answered (they wait for the whole group)."""
 
     size: int
+    after_others: float = 0.5
 
 
 JOIN_AGREEMENT = 0.95
@@ -159,7 +162,7 @@ class CallGraph:
         for (svc, ep), g in sorted(self.endpoints.items()):
             spec: dict = {"requests": g.requests, "calls": _calls_doc(g, with_probability=True)}
             if g.join:
-                spec["join"] = {"size": g.join.size}
+                spec["join"] = {"size": g.join.size, "after_others": g.join.after_others}
             if g.same_thread:
                 spec["same_thread"] = True
             if g.paths:
@@ -254,11 +257,14 @@ def _parse_join(spec: object, where: str) -> Join | None:
     if spec is None:
         return None
     if not isinstance(spec, dict):
-        raise ConfigError(f"{where}: 'join' must be {{size: N}}")
+        raise ConfigError(f"{where}: 'join' must be {{size: N, after_others: P}}")
     size = _integer(spec, "size", where)
     if size < 2:
         raise ConfigError(f"{where}: a join has a 'size' of at least 2, got {size}")
-    return Join(size)
+    share = spec.get("after_others", 0.5)
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
+        raise ConfigError(f"{where}: 'after_others' must be a share in [0, 1], got {share!r}")
+    return Join(size, float(share))
 
 
 def _parse_calls(spec: dict, where: str, requests: int = 0) -> CallPath:
@@ -338,18 +344,21 @@ def _learn_joins(
     for r in servers.tolist():
         key = (int(spans.trace[r]), int(spans.service[r]), int(spans.instance[r]))
         groups.setdefault(key, []).append(r)
-    tally: dict[int, list[int]] = {}
+    tally: dict[int, list[int]] = {}  # groups, groups with one caller, of them waiting ones
     sizes: dict[int, list[int]] = {}
     for (_, svc, _), members in groups.items():
-        calling = sum(1 for r in members if children.get(r))
+        calling = [r for r in members if children.get(r)]
         if len(members) >= 2 and calling:
-            t = tally.setdefault(svc, [0, 0])
+            t = tally.setdefault(svc, [0, 0, 0])
             t[0] += 1
-            t[1] += calling == 1
+            t[1] += len(calling) == 1
             sizes.setdefault(svc, []).append(len(members))
+            if len(calling) == 1:
+                first = min(spans.start[c] for c in children[calling[0]])
+                t[2] += all(spans.end[r] <= first for r in members if r != calling[0])
     joins = {
-        svc: Join(int(np.bincount(sizes[svc]).argmax()))
-        for svc, (n, single) in tally.items()
+        svc: Join(int(np.bincount(sizes[svc]).argmax()), round(waiting / single, 6))
+        for svc, (n, single, waiting) in tally.items()
         if n >= JOIN_MIN_GROUPS and single >= JOIN_AGREEMENT * n
     }
     roles: dict[int, str] = {}

@@ -352,6 +352,7 @@ class _Instance:
         ).astype(np.int64)
         self.by_row = np.argsort(self.incoming, kind="stable")
         self.group = self._join_groups(graphs, mapped)
+        self.joins = [g.join for g in graphs]
         self.trigger = np.array([sp.path.role == "trigger" for sp in self.specs], dtype=bool)
 
     def _join_groups(self, graphs: list, mapped: np.ndarray | None) -> np.ndarray:
@@ -370,6 +371,43 @@ class _Instance:
         _, gid, size = np.unique(top, return_inverse=True, return_counts=True)
         group[member] = np.where(size[gid] >= 2, gid, NONE)
         return group
+
+    def _score_joins(self, sets: list[CandidateSet], scores: list[np.ndarray]) -> None:
+        """At a join, a trigger path's calls usually begin after the other calls of its request
+        have been answered (learned as :attr:`.callgraph.Join.after_others`): the log of that
+        share, or of its complement, is added to the candidate's score."""
+        grouped = self.group != NONE
+        if not grouped.any():
+            return
+        # Per group, the latest and second latest end of its members.
+        gid = self.group[grouped]
+        ends = self.spans.end[self.incoming[grouped]]
+        order = np.lexsort((-ends, gid))
+        head = run_heads(gid[order])
+        latest = np.full(gid.max() + 1, np.iinfo(np.int64).min)
+        second = latest.copy()
+        latest[gid[order][head]] = ends[order][head]
+        after = np.flatnonzero(~head)
+        runner = after[head[after - 1]]  # the second of each group
+        second[gid[order][runner]] = ends[order][runner]
+        for s, (cs, sc) in enumerate(zip(sets, scores, strict=True)):
+            spec = self.specs[s]
+            join = self.joins[spec.endpoint]
+            if not self.trigger[s] or join is None or not len(cs):
+                continue
+            at = self.by_row[np.searchsorted(self.incoming, cs.incoming, sorter=self.by_row)]
+            g = self.group[at]
+            made = cs.calls >= 0
+            first = np.where(
+                made, self.spans.start[np.maximum(cs.calls, 0)], np.iinfo(np.int64).max
+            )
+            first = first.min(axis=1)
+            own = self.spans.end[cs.incoming]
+            safe = np.maximum(g, 0)
+            others = np.where(own >= latest[safe], second[safe], latest[safe])
+            waits = others <= first
+            p = min(max(join.after_others, 0.01), 0.99)
+            sc += np.where(g == NONE, 0.0, np.where(waits, math.log(p), math.log(1 - p)))
 
     # -- distributions -------------------------------------------------------------------------
     def _seed_models(self) -> list[GapModel]:
@@ -654,6 +692,7 @@ class _Instance:
         for _ in range(self.params.residual_passes + 1):
             sets, scores = self._search(models, which, pools)
             ready = [slot_ready(self.spans, cs) for cs in sets]
+            self._score_joins(sets, scores)
             if rank_models and order is not None:  # from the second iteration on
                 for s, (cs, sc, rd) in enumerate(zip(sets, scores, ready, strict=True)):
                     d = order.displacement(cs, rd)
