@@ -780,21 +780,49 @@ class _Instance:
         self, result: Reconstruction, cands: Candidates, raw: np.ndarray, picked: np.ndarray
     ) -> None:
         """Write the mapping, scores, top-K alternatives and confidence counts into ``result``."""
-        best: dict[int, int] = {}
-        for c in np.argsort(-raw, kind="stable"):
-            best.setdefault(int(cands.incoming[c]), int(c))
+        k = self.params.top_k
+        if not len(raw):
+            self._count(result, cands, raw, picked, {})
+            return
+        by_rank = np.lexsort((np.arange(len(raw)), -raw, cands.incoming))
+        first = run_heads(cands.incoming[by_rank])
+        best = dict(
+            zip(cands.incoming[by_rank[first]].tolist(), by_rank[first].tolist(), strict=True)
+        )
+        # Each span's candidates in rank order, as sets of calls (for top-K accuracy).
+        outs, owner = cands.outs_of(by_rank)
+        cut = np.searchsorted(owner, np.arange(1, len(by_rank)))
         top: dict[int, list[frozenset[int]]] = {}
-        alts: dict[int, list[tuple[int, float]]] = {}
-        for c in np.argsort(-raw, kind="stable"):
-            i = int(cands.incoming[c])
-            outs = cands.outs(c)
-            top.setdefault(i, []).append(frozenset(int(o) for o in outs))
-            for o in outs:
-                lst = alts.setdefault(int(o), [])
-                if all(p != i for p, _ in lst) and len(lst) < self.params.top_k:
-                    lst.append((i, float(raw[c])))
+        for i, calls in zip(cands.incoming[by_rank].tolist(), np.split(outs, cut), strict=True):
+            top.setdefault(i, []).append(frozenset(calls.tolist()))
         result.top_candidates.update(top)
+        # Each call's best K incoming spans, best first, one entry per span.
+        alts: dict[int, list[tuple[int, float]]] = {}
+        inc, score = cands.incoming[by_rank][owner], raw[by_rank][owner]
+        order = np.lexsort((np.arange(len(outs)), -score, inc, outs))
+        once = order[run_heads(outs[order], inc[order])]
+        once = once[np.lexsort((np.arange(len(once)), -score[once], outs[once]))]
+        head = run_heads(outs[once])
+        rank = np.arange(len(once)) - np.maximum.accumulate(np.where(head, np.arange(len(once)), 0))
+        for o, i, sc in zip(
+            outs[once][rank < k].tolist(),
+            inc[once][rank < k].tolist(),
+            score[once][rank < k].tolist(),
+            strict=True,
+        ):
+            alts.setdefault(o, []).append((i, sc))
         result.alternatives.update(alts)
+        self._count(result, cands, raw, picked, best)
+
+    def _count(
+        self,
+        result: Reconstruction,
+        cands: Candidates,
+        raw: np.ndarray,
+        picked: np.ndarray,
+        best: dict[int, int],
+    ) -> None:
+        """Write the chosen mapping into ``result``; count the spans not given their best."""
         assigned = set()
         for c in picked:
             i = int(cands.incoming[c])
