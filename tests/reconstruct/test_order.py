@@ -33,7 +33,8 @@ def displacement(spans, cs, order: ArrivalOrder, previous: np.ndarray) -> np.nda
     """d of every candidate against the mapping that chose the candidates ``previous``."""
     ready = slot_ready(spans, cs)
     order.observe([cs], [ready], [previous])
-    return order.displacement(cs, ready)
+    (d,) = order.displacements([cs], [ready])
+    return d
 
 
 def true_candidates(spans, cs) -> np.ndarray:

@@ -72,27 +72,45 @@ class ArrivalOrder:
     def _keys(self, cs: CandidateSet) -> list[int]:
         return [self.pools.key(*sl.callee) for sl in cs.graph.slots]
 
-    def displacement(self, cs: CandidateSet, ready: np.ndarray) -> np.ndarray:
-        """d for every candidate (rows) and slot (columns) of ``cs``; NaN for skipped slots."""
+    def displacements(self, sets: list[CandidateSet], ready: list[np.ndarray]) -> list[np.ndarray]:
+        """d for every candidate (rows) and slot (columns) of each set; NaN for skipped slots.
+        All sets at once, one backend at a time."""
         spans = self.pools.spans
-        keys = self._keys(cs)
-        d = np.full(cs.calls.shape, np.nan)
-        earlier: dict[int, np.ndarray] = {}
-        for j, k in enumerate(keys):
-            col = cs.calls[:, j]
-            made = col >= 0
-            own_calls = earlier.get(k, np.zeros(len(col)))
-            if made.any():
-                # The call is in its own pool: it ties with itself, which is not earlier.
-                rank = _before(self.pools.starts[k], spans.start[col[made]]) - 0.5
-                t = ready[made, j]
-                others = _before(self.triggers.get(k, np.empty(0)), t)
-                # The previous mapping's triggers of the candidate's own request are not others.
-                d[made, j] = (
-                    rank - own_calls[made] - others + self._own_before(k, cs.incoming[made], t)
-                )
-            earlier[k] = own_calls + made
-        return d
+        out = [np.full(cs.calls.shape, np.nan) for cs in sets]
+        parts: dict[int, list[tuple]] = {}
+        for s, (cs, rd) in enumerate(zip(sets, ready, strict=True)):
+            earlier: dict[int, np.ndarray] = {}
+            for j, k in enumerate(self._keys(cs)):
+                made = cs.calls[:, j] >= 0
+                own_calls = earlier.get(k, np.zeros(len(made)))
+                rows = np.flatnonzero(made)
+                if len(rows):
+                    parts.setdefault(k, []).append(
+                        (
+                            s,
+                            rows,
+                            j,
+                            cs.calls[rows, j],
+                            rd[rows, j],
+                            cs.incoming[rows],
+                            own_calls[rows],
+                        )
+                    )
+                earlier[k] = own_calls + made
+        for k, entries in parts.items():
+            calls = np.concatenate([e[3] for e in entries])
+            t = np.concatenate([e[4] for e in entries])
+            incoming = np.concatenate([e[5] for e in entries])
+            # The call is in its own pool: it ties with itself, which is not earlier.
+            rank = _before(self.pools.starts[k], spans.start[calls]) - 0.5
+            others = _before(self.triggers.get(k, np.empty(0)), t)
+            # The previous mapping's triggers of the candidate's own request are not others.
+            d = rank - others + self._own_before(k, incoming, t)
+            at = 0
+            for s, rows, j, _, _, _, own_calls in entries:
+                out[s][rows, j] = d[at : at + len(rows)] - own_calls
+                at += len(rows)
+        return out
 
     def _own_before(self, key: int, incoming: np.ndarray, t: np.ndarray) -> np.ndarray:
         """How many of each incoming span's own previous triggers for ``key`` precede ``t``

@@ -694,8 +694,8 @@ class _Instance:
             ready = [slot_ready(self.spans, cs) for cs in sets]
             self._score_joins(sets, scores)
             if rank_models and order is not None:  # from the second iteration on
-                for s, (cs, sc, rd) in enumerate(zip(sets, scores, ready, strict=True)):
-                    d = order.displacement(cs, rd)
+                d_all = order.displacements(sets, ready)
+                for s, (cs, sc, d) in enumerate(zip(sets, scores, d_all, strict=True)):
                     rank = [rank_models[m] for m in self.specs[s].model]
                     sc += log_likelihood(d, rank, np.zeros(len(cs), np.int64))
             cands, raw, origin = self._flat(sets, scores)
@@ -765,8 +765,8 @@ class _Instance:
             if order is not None:
                 order.observe(sets, ready, chosen)
                 ranks = [
-                    order.displacement(cs, rd)[pick]
-                    for cs, rd, pick in zip(sets, ready, chosen, strict=True)
+                    d[pick]
+                    for d, pick in zip(order.displacements(sets, ready), chosen, strict=True)
                 ]
                 rank_models = [None] * len(self.edges)
                 slots = [sp.model.tolist() for sp in self.specs] * len(passes)
