@@ -20,7 +20,8 @@ minus the slot's ``early`` tolerance) and ends no later than the response plus t
 backend take their calls in the order of their occurrence numbers, which count calls in start
 order (:func:`.callgraph.learn_callgraph`), so that no mapping is listed twice.
 
-The kernel is compiled (numba); :func:`search` is the validating Python wrapper.
+The kernel is compiled (numba); :func:`search` is the Python wrapper that lays the paths and
+pools out as arrays for it, and the tests compare it with an exhaustive enumeration.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from tacit.model.spans import SpanTable
 from tacit.reconstruct.callgraph import CallPath
 from tacit.reconstruct.candidates import SKIP, CallPools, CandidateSet
 
@@ -125,8 +127,9 @@ class PathSpec:
 
 @dataclass
 class SearchResult:
-    """Per path, the candidates kept (:class:`CandidateSet` with ``score`` set), and how many
-    partial mappings lost a branch to ``max_branch``."""
+    """Per path, the candidates kept and their scores (log-likelihood of the gaps, the call
+    probabilities and the path's prior), best first per incoming span; and how many partial
+    mappings had calls left untried at ``max_branch``."""
 
     sets: list[CandidateSet]
     scores: list[np.ndarray]
@@ -134,7 +137,7 @@ class SearchResult:
 
 
 def search(
-    spans,
+    spans: SpanTable,
     incoming: np.ndarray,
     endpoint_of: np.ndarray,
     window: np.ndarray,

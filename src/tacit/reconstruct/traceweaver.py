@@ -454,15 +454,19 @@ class _Instance:
         if missing:
             samples = self._mapping_gaps(self._wap5_parents())
             pooled = np.concatenate(list(samples.values()) or [np.empty(0)])
-            fallback = moment_gaussian(pooled, np.ones(len(pooled)), self.min_std)
-            if not len(pooled):
-                fallback = Gaussian(np.zeros(1), np.full(1, 1e6))
+            # An edge WAP5's mapping never shows takes the gaps of every edge; with none at all,
+            # a Gaussian a second wide around 0 ranks nearer calls first, as WAP5 would.
+            every_edge = (
+                moment_gaussian(pooled, np.ones(len(pooled)), self.min_std)
+                if len(pooled)
+                else Gaussian(np.zeros(1), np.full(1, 1e6))
+            )
             for m in missing:
                 v = samples.get(m)
                 models[m] = (
                     moment_gaussian(v, np.ones(len(v)), self.min_std)
                     if v is not None and len(v) > 1
-                    else fallback
+                    else every_edge
                 )
         return models  # type: ignore[return-value]
 
