@@ -12,8 +12,8 @@ the immediate predecessors (the transitive reduction).
 *paths* are the distinct sets of calls its test requests made (which backends, how many times
 each), each with its own dependency order and frequency: a cache hit that skips a call, a route
 of a front end that serves several pages through one endpoint (Nezha's OnlineBoutique), a call
-repeated once per item of a cart, a join that calls onward only on behalf of the last of several
-incoming calls (Media Microservices' compose-review-service) all show up as separate paths. The
+repeated once per item of a cart, a join that calls onward once for several incoming calls of
+one request (Media Microservices' compose-review-service) all show up as separate paths. The
 union of the paths (every slot, present with some probability, ordered where every request that
 makes both calls orders them) is the endpoint's single call graph of §4.1 and §4.2, which the
 baselines use and which the paper's reconstruction uses when ``TraceWeaverParams.call_paths`` is
