@@ -36,6 +36,7 @@ def fill_unmapped(spans: SpanTable, rec: Reconstruction, callgraph: CallGraph) -
         incoming = incoming[np.argsort(spans.start[incoming], kind="stable")]
         longest = int((spans.end[incoming] - spans.start[incoming]).max(initial=0))
         owed, tolerance = owed_calls(spans, incoming, callgraph)
+        earliest = max((e for t in tolerance for e, _ in t.values()), default=0)
         made = np.flatnonzero((proc == p) & (spans.kind == CLIENT) & (rec.parent != NONE))
         position = {int(r): i for i, r in enumerate(incoming)}
         for o, k in zip(made.tolist(), call_keys(spans, made).tolist(), strict=True):
@@ -43,9 +44,10 @@ def fill_unmapped(spans: SpanTable, rec: Reconstruction, callgraph: CallGraph) -
             if i is not None and k in owed[i]:
                 owed[i][k] -= 1
         for o, k in zip(calls.tolist(), call_keys(spans, calls).tolist(), strict=True):
-            # Requests that began before the call, and not so long before that none is open.
+            # Requests that began before the call (or after it, by the learned tolerance), and
+            # not so long before that none is still open.
             lo = np.searchsorted(spans.start[incoming], spans.start[o] - longest, "left")
-            hi = np.searchsorted(spans.start[incoming], spans.start[o], "right")
+            hi = np.searchsorted(spans.start[incoming], spans.start[o] + earliest, "right")
             fits = []
             for i in range(lo, hi):
                 early, late = tolerance[i].get(k, (0, 0))
