@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tacit.runs import run_bounds, run_heads, run_starts
+from tacit.runs import run_bounds, run_heads, run_positions, run_starts
 
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2)), max_size=40))
@@ -21,3 +21,4 @@ def test_runs_match_groupby(rows):
     assert run_heads(a, b).sum() == len(groups)
     first_column_groups = [len(list(g)) for _, g in itertools.groupby(r[0] for r in rows)]
     assert len(run_starts(a)) == len(first_column_groups)
+    assert run_positions(a, b).tolist() == [i for n in groups for i in range(n)]

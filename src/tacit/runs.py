@@ -28,3 +28,10 @@ def run_bounds(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The start of each run of equal rows and its length."""
     starts = run_starts(*columns)
     return starts, np.diff(np.r_[starts, len(columns[0])])
+
+
+def run_positions(*columns: np.ndarray) -> np.ndarray:
+    """Each row's position within its run of equal rows (0 at the head of the run)."""
+    n = len(columns[0])
+    index = np.arange(n)
+    return index - np.maximum.accumulate(np.where(run_heads(*columns), index, 0))

@@ -28,6 +28,7 @@ import numpy as np
 from tacit.diagnosis.execution_graph import trace_roots
 from tacit.errors import ConfigError
 from tacit.model.spans import NONE, SERVER, SpanTable
+from tacit.runs import run_positions
 
 
 def delay_spans(spans: SpanTable, rows: np.ndarray, delay_ns: int) -> SpanTable:
@@ -107,7 +108,7 @@ def resample_traces(spans: SpanTable, n: int, seed: int) -> SpanTable:
     out = spans.take(rows)  # parents outside a copy's first occurrence are fixed below
     base = np.cumsum(size[pick]) - size[pick]  # first new row of each copy
     pos = np.empty(len(spans), dtype=np.int64)  # position of each source row in its trace
-    pos[order] = np.arange(len(spans)) - np.repeat(first, size)
+    pos[order] = run_positions(root[order])
     has = spans.parent[rows] != NONE
     out.parent[:] = NONE
     out.parent[has] = base[copy[has]] + pos[spans.parent[rows[has]]]

@@ -56,7 +56,7 @@ from tacit.reconstruct.delays import (
 from tacit.reconstruct.fallback import fill_unmapped
 from tacit.reconstruct.order import RANK_MIN_STD, ArrivalOrder
 from tacit.reconstruct.result import Reconstruction, open_problem
-from tacit.runs import run_bounds, run_heads
+from tacit.runs import run_bounds, run_heads, run_positions
 
 
 @dataclass
@@ -555,10 +555,7 @@ class _Instance:
         inc, wts, outs, counts, skips, origin = [], [], [], [], [], []
         for s, (cs, sc) in enumerate(zip(sets, scores, strict=True)):
             order = np.lexsort((-sc, cs.incoming))
-            grp = cs.incoming[order]
-            first, size = run_bounds(grp) if len(grp) else (np.empty(0, int), np.empty(0, int))
-            rank = np.arange(len(order)) - np.repeat(first, size)
-            keep = order[rank < k]
+            keep = order[run_positions(cs.incoming[order]) < k]
             calls = cs.calls[keep]
             made = calls >= 0
             outs.append(calls[made])  # row-major: each candidate's calls in slot order
@@ -806,8 +803,7 @@ class _Instance:
         order = np.lexsort((np.arange(len(outs)), -score, inc, outs))
         once = order[run_heads(outs[order], inc[order])]
         once = once[np.lexsort((np.arange(len(once)), -score[once], outs[once]))]
-        head = run_heads(outs[once])
-        rank = np.arange(len(once)) - np.maximum.accumulate(np.where(head, np.arange(len(once)), 0))
+        rank = run_positions(outs[once])
         for o, i, sc in zip(
             outs[once][rank < k].tolist(),
             inc[once][rank < k].tolist(),
