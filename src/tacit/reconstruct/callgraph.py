@@ -96,6 +96,10 @@ class CallPath:
                 raise ConfigError(f"call graph {self.describe()} has a cycle")
         return done
 
+    def sinks(self) -> list[int]:
+        """The slots no other slot waits for: the response follows the last of them."""
+        return [j for j in range(len(self.slots)) if not any(j in p for p in self.preds)]
+
     def is_sequential(self) -> bool:
         """True when the calls form one chain (no two run in parallel)."""
         order = self.order

@@ -127,7 +127,6 @@ def reconstruct_traceweaver(
     proc = process_key(spans)
     iterations = []
     truncated = 0
-    not_best: dict[str, list[int]] = {}
     reports: dict[str, dict[str, int]] = {}
     order = np.argsort(proc, kind="stable")
     starts, sizes = run_bounds(proc[order])
@@ -140,19 +139,21 @@ def reconstruct_traceweaver(
         iterations.append(inst.run(result, stats))
         truncated += inst.truncated
         svc = spans.strings[int(spans.service[rows[0]])] or "?"
-        nb = not_best.setdefault(svc, [0, 0])
-        nb[0] += inst.not_best
-        nb[1] += inst.n_incoming
         rep = reports.setdefault(svc, {})
         for k, v in (
             ("incoming", inst.n_incoming),
             ("unassigned", inst.n_incoming - len(inst.assigned)),
-            ("not_top_choice", inst.not_best - (inst.n_incoming - len(inst.assigned))),
+            ("not_top_choice", inst.not_top),
         ):
             rep[k] = rep.get(k, 0) + v
         if progress:
             progress(len(rows))
-    result.confidence = {s: 100.0 * (1 - a / b) for s, (a, b) in not_best.items() if b}
+    # §6.3.2: the share of a service's requests that were mapped, and to their top choice.
+    result.confidence = {
+        svc: 100.0 * (1 - (r["unassigned"] + r["not_top_choice"]) / r["incoming"])
+        for svc, r in reports.items()
+        if r["incoming"]
+    }
     result.finish_unmapped(spans, "no incoming span at this instance can have caused it")
     unmapped = len(result.unmapped)
     filled = fill_unmapped(spans, result, callgraph) if params.fallback else 0
@@ -248,8 +249,7 @@ def _edge_key(endpoint: int, path: CallPath, keys: list[int], j: int | None) -> 
     """What a gap model is shared by: the endpoint, the callees that trigger the gap, and the
     callee it leads to (``j`` None: the response, triggered by the path's sinks)."""
     if j is None:
-        sinks = [q for q in range(len(path.slots)) if not any(q in p for p in path.preds)]
-        return (endpoint, "response", tuple(sorted(keys[q] for q in sinks)))
+        return (endpoint, "response", tuple(sorted(keys[q] for q in path.sinks())))
     return (endpoint, tuple(sorted(keys[q] for q in path.preds[j])), keys[j])
 
 
@@ -273,7 +273,7 @@ class _Instance:
         self.pools = CallPools(spans, self.outgoing)
         svc = s[int(spans.service[rows[0]])] or ""
         self.truncated = 0
-        self.not_best = 0
+        self.not_top = 0  # requests assigned a candidate other than their best-scored one
         self.assigned: set[int] = set()
         self.in_candidates: set[int] = set()
         # Endpoints with calls to map, their incoming spans (by start) and their paths.
@@ -297,7 +297,6 @@ class _Instance:
                 k = self.pools.key(*sl.callee)
                 expected[k] = expected.get(k, 0) + len(reqs)
         observed = {k: len(self.pools.pools.get(k, ())) for k in self.pool_keys}
-        self.expected = expected
         self.budget = (
             {}
             if params.call_paths
@@ -355,6 +354,10 @@ class _Instance:
         self.joins = [g.join for g in graphs]
         self.trigger = np.array([sp.path.role == "trigger" for sp in self.specs], dtype=bool)
 
+    def _index(self, rows: np.ndarray) -> np.ndarray:
+        """The position in ``self.incoming`` of each of these incoming span rows."""
+        return self.by_row[np.searchsorted(self.incoming, rows, sorter=self.by_row)]
+
     def _join_groups(self, graphs: list, mapped: np.ndarray | None) -> np.ndarray:
         """Per incoming span of a join endpoint, the group of its request (-1: none known).
 
@@ -395,8 +398,7 @@ class _Instance:
             join = self.joins[spec.endpoint]
             if not self.trigger[s] or join is None or not len(cs):
                 continue
-            at = self.by_row[np.searchsorted(self.incoming, cs.incoming, sorter=self.by_row)]
-            g = self.group[at]
+            g = self.group[self._index(cs.incoming)]
             made = cs.calls >= 0
             first = np.where(
                 made, self.spans.start[np.maximum(cs.calls, 0)], np.iinfo(np.int64).max
@@ -433,7 +435,7 @@ class _Instance:
                     return None
                 return getattr(spans, field)[rows]
 
-            sinks = [j for j in range(len(g.slots)) if not any(j in q for q in g.preds)]
+            sinks = g.sinks()
             for j in range(len(g.slots) + 1):
                 if j < len(g.slots):
                     t2 = series(j, "start")
@@ -592,8 +594,7 @@ class _Instance:
         for a join's trigger path, the request's group (-2 - group), so that one request's
         group calls onward once."""
         owner = cands.incoming.copy()
-        index = np.searchsorted(self.incoming, cands.incoming, sorter=self.by_row)
-        group = self.group[self.by_row[index]]
+        group = self.group[self._index(cands.incoming)]
         grouped = self.trigger[origin[:, 0]] & (group != NONE)
         owner[grouped] = -2 - group[grouped]
         return owner
@@ -709,8 +710,7 @@ class _Instance:
             done = np.isin(self.incoming[which], cands.incoming[picked])
             # A join's group that did not call onward is searched again, its members with it.
             won = picked[self.trigger[origin[picked, 0]]]
-            at = np.searchsorted(self.incoming, cands.incoming[won], sorter=self.by_row)
-            triggered = self.group[self.by_row[at]]
+            triggered = self.group[self._index(cands.incoming[won])]
             waiting = (self.group[which] != NONE) & ~np.isin(self.group[which], triggered)
             for ps in passes:
                 ps.revoke(self.incoming[which[done & waiting]])
@@ -780,7 +780,8 @@ class _Instance:
     def _record(
         self, result: Reconstruction, cands: Candidates, raw: np.ndarray, picked: np.ndarray
     ) -> None:
-        """Write the mapping, scores, top-K alternatives and confidence counts into ``result``."""
+        """Write the mapping, scores and top-K alternatives into ``result``; count the requests
+        not given their top choice."""
         k = self.params.top_k
         if not len(raw):
             self._count(result, cands, raw, picked, {})
@@ -828,7 +829,7 @@ class _Instance:
             i = int(cands.incoming[c])
             assigned.add(i)
             if best.get(i) != int(c):
-                self.not_best += 1
+                self.not_top += 1
             for o in cands.outs(c):
                 result.parent[o] = i
                 result.score[o] = raw[c]
@@ -836,8 +837,7 @@ class _Instance:
         self.in_candidates |= set(cands.out_rows.tolist())
 
     def _record_unmapped(self, result: Reconstruction) -> None:
-        """Count the spans left without a mapping and say why each call has no cause."""
-        self.not_best += self.n_incoming - len(self.assigned)
+        """Say why each call left without a cause has none."""
         callee_keys = set(self.pool_keys)
         for o in self.outgoing:
             if result.parent[o] != NONE:
