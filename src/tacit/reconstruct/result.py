@@ -19,12 +19,10 @@ def known_calls(spans: SpanTable) -> np.ndarray:
 def open_problem(spans: SpanTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The incoming and outgoing spans among ``rows`` (one instance) that are left to map: the
     calls without a known parent, and the requests with no known call."""
-    known = known_calls(spans)
-    decided = np.zeros(len(spans), dtype=bool)
-    decided[spans.parent[rows[known[rows]]]] = True
-    incoming = rows[(spans.kind[rows] == SERVER) & ~decided[rows]]
-    outgoing = rows[(spans.kind[rows] == CLIENT) & ~known[rows]]
-    return incoming, outgoing
+    kind, parent = spans.kind[rows], spans.parent[rows]
+    known = (kind == CLIENT) & (parent != NONE)
+    decided = np.isin(rows, parent[known])
+    return rows[(kind == SERVER) & ~decided], rows[(kind == CLIENT) & ~known]
 
 
 @dataclass
