@@ -83,10 +83,12 @@ def read_document(path: Path, doc: Any = None) -> SpanTable:
             for k, v in zip(_FIELDS, (*fields, record), strict=True):
                 cols[k].append(v)
     start = np.array(cols["start"], dtype=np.int64)
-    table, _ = table_from_columns(
+    table = table_from_columns(
         src,
-        {k: cols[k] for k in ("service", "instance", "endpoint", "peer", "trace", "span_id")}
-        | {"parent_id": cols["parent_id"]},
+        {
+            k: cols[k]
+            for k in ("service", "instance", "endpoint", "peer", "trace", "span_id", "parent_id")
+        },
         kind=np.array(cols["kind"], dtype=np.int8),
         start=start * 1000,
         end=(start + np.array(cols["duration"], dtype=np.int64)) * 1000,

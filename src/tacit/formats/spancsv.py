@@ -86,7 +86,7 @@ def _read_file(path: Path) -> SpanTable:
     parent = table["ParentID"]
     n = table.num_rows
     try:
-        spans, _ = table_from_columns(
+        spans = table_from_columns(
             str(path),
             {
                 "service": workloads.cast(pa.string()),

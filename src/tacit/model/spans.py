@@ -240,9 +240,9 @@ def table_from_columns(
     end: np.ndarray,
     record: np.ndarray,
     thread: np.ndarray | None = None,
-) -> tuple[SpanTable, int]:
-    """A table from whole columns at once (what a columnar reader has), and its count of
-    missing parents: the vectorized :class:`SpanTableBuilder`.
+) -> SpanTable:
+    """A table from whole columns at once (what a columnar reader has): the vectorized
+    :class:`SpanTableBuilder`.
 
     ``columns`` maps ``service``, ``instance``, ``endpoint``, ``peer``, ``trace``, ``span_id``
     and ``parent_id`` to sequences of strings (None: absent; a missing key: absent everywhere);
@@ -262,15 +262,15 @@ def table_from_columns(
         )
     pool = StringPool()
     codes = {
-        name: _intern(pool, columns[name], n) if name in columns else np.full(n, NONE, np.int32)
+        name: _intern(pool, columns[name]) if name in columns else np.full(n, NONE, np.int32)
         for name in ("service", "instance", "endpoint", "peer", "trace", "span_id", "parent_id")
     }
     if "instance" not in columns:
         codes["instance"] = codes["service"]
-    parent, missing = resolve_parents(
+    parent, _ = resolve_parents(
         codes["trace"], codes["span_id"], codes.pop("parent_id"), record, pool, source
     )
-    table = SpanTable(
+    return SpanTable(
         pool,
         **codes,
         kind=np.asarray(kind, dtype=np.int8),
@@ -282,11 +282,10 @@ def table_from_columns(
         record=record,
         sources=[source] if source else [],
     )
-    return table, missing
 
 
-def _intern(pool: StringPool, values: object, n: int) -> np.ndarray:
-    """Codes in ``pool`` of ``n`` strings (None: absent), each distinct value interned once."""
+def _intern(pool: StringPool, values: object) -> np.ndarray:
+    """Codes in ``pool`` of a column of strings (None: absent), each distinct one interned once."""
     import pyarrow as pa
 
     if isinstance(values, pa.ChunkedArray):
