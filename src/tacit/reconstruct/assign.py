@@ -340,25 +340,13 @@ def _bnb(group_ptr, g0, g1, w, out_ptr, outs, used, skips, quota, node_limit):  
     """
     n_groups = g1 - g0
     left = quota.copy()
-    a, b = group_ptr[g0], group_ptr[g1]
-    # Greedy incumbent: candidates by weight, best first, when they fit.
-    by_weight = a + np.argsort(-w[a:b], kind="mergesort")
-    group_of = np.empty(b - a, np.int64)
-    for g in range(g0, g1):
-        group_of[group_ptr[g] - a : group_ptr[g + 1] - a] = g - g0
-    group_taken = np.zeros(n_groups, np.bool_)
     best = np.empty(n_groups, np.int64)
-    n_best = 0
+    picks = _greedy_choice(group_ptr, g0, g1, w, out_ptr, outs, used, skips, left)
+    n_best = len(picks)
+    best[:n_best] = picks
     best_total = 0.0
-    for c in by_weight:
-        if not group_taken[group_of[c - a]] and _fits(c, used, out_ptr, outs, skips, left):
-            _take(c, 1, used, out_ptr, outs, skips, left)
-            group_taken[group_of[c - a]] = True
-            best[n_best] = c
-            n_best += 1
-            best_total += w[c]
-    for q in range(n_best):
-        _take(best[q], -1, used, out_ptr, outs, skips, left)
+    for c in picks:
+        best_total += w[c]
     bound = np.zeros(n_groups + 1)
     for g in range(n_groups - 1, -1, -1):
         bound[g] = bound[g + 1] + w[group_ptr[g0 + g]]
@@ -425,6 +413,30 @@ def _bnb(group_ptr, g0, g1, w, out_ptr, outs, used, skips, quota, node_limit):  
 
 
 @njit(cache=True)
+def _greedy_choice(  # pragma: no cover - compiled
+    group_ptr, g0, g1, w, out_ptr, outs, used, skips, left
+):
+    """The candidates of groups ``g0:g1`` taken by weight, best first, whenever their group has
+    none yet and they fit; ``used`` and ``left`` are left as they were."""
+    a, b = group_ptr[g0], group_ptr[g1]
+    group_of = np.empty(b - a, np.int64)
+    for g in range(g0, g1):
+        group_of[group_ptr[g] - a : group_ptr[g + 1] - a] = g - g0
+    group_taken = np.zeros(g1 - g0, np.bool_)
+    picks = np.empty(g1 - g0, np.int64)
+    n = 0
+    for c in a + np.argsort(-w[a:b], kind="mergesort"):
+        if not group_taken[group_of[c - a]] and _fits(c, used, out_ptr, outs, skips, left):
+            _take(c, 1, used, out_ptr, outs, skips, left)
+            group_taken[group_of[c - a]] = True
+            picks[n] = c
+            n += 1
+    for q in range(n):
+        _take(picks[q], -1, used, out_ptr, outs, skips, left)
+    return picks[:n].copy()
+
+
+@njit(cache=True)
 def _fitting_bound(group_ptr, g_from, g_to, w, out_ptr, outs, used):  # pragma: no cover
     """Σ over groups g_from:g_to of the best weight among candidates whose spans are free: a
     tighter bound than the best weights alone, once spans are taken."""
@@ -475,17 +487,18 @@ def _solve_in_order(  # pragma: no cover - compiled
 
 
 def _greedy(cands: Candidates, members: np.ndarray, quota: np.ndarray) -> np.ndarray:
-    taken_in: set[int] = set()
-    taken_out: set[int] = set()
-    left = quota.astype(np.int64).copy()
-    chosen = []
-    for c in members[np.argsort(-cands.weight[members], kind="stable")]:
-        outs = set(cands.outs(c).tolist())
-        sk = cands.skips[c]
-        if cands.incoming[c] in taken_in or outs & taken_out or np.any(sk > left):
-            continue
-        chosen.append(c)
-        taken_in.add(int(cands.incoming[c]))
-        taken_out |= outs
-        left -= sk
-    return np.array(chosen, dtype=np.int64)
+    """The greedy choice among ``members`` (what HiGHS falls back on when it finds nothing in
+    time): the compiled one the branch and bound starts from."""
+    lay = _Layout(cands, [members], quota[None, :])
+    picks = _greedy_choice(
+        lay.group_ptr,
+        0,
+        len(lay.group_ptr) - 1,
+        lay.weight,
+        lay.out_ptr,
+        lay.outs,
+        np.zeros(lay.n_out, dtype=np.bool_),
+        lay.skips,
+        lay.quotas[0].copy(),
+    )
+    return np.sort(lay.order[picks])
