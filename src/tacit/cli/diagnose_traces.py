@@ -11,7 +11,7 @@ from rich.table import Table
 
 from tacit.cli.jsonout import print_json
 from tacit.cli.paths import parse_duration
-from tacit.cli.traces import JsonOpt, console, out
+from tacit.cli.traces import JsonOpt, comma_list, console, out
 
 TracesArg = Annotated[list[Path], typer.Argument(help="Trace files or directories.")]
 FormatOpt = Annotated[str, typer.Option("--format", help="Input format (auto, jaeger, ...).")]
@@ -61,7 +61,7 @@ def _detect(cp, by: str, k: float, history_fraction: float, min_history: int, bu
     from tacit.diagnosis.detect import detect as run
 
     params = DetectParams(k=k, min_history=min_history, bucket_ns=parse_duration(bucket))
-    confounders = [c.strip() for c in by.split(",") if c.strip()]
+    confounders = comma_list(by)
     key, labels = confounder_keys(cp.graph.spans, cp.root, confounders, params)
     history = history_window(cp.start, history_fraction)
     evaluate = ~history if history_fraction < 1 else history

@@ -39,6 +39,11 @@ def progress_bar(total: int, label: str, enabled: bool):
         yield lambda n: p.advance(task, n)
 
 
+def comma_list(text: str) -> list[str]:
+    """The items of a comma-separated option, stripped, empty ones dropped."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f}%"
 
@@ -97,13 +102,13 @@ def register(app: typer.Typer) -> None:
         """Blind ground-truth traces, reconstruct them with each algorithm, and score them."""
         from tacit.reconstruct.pipeline import evaluate as run
 
-        algos = [a.strip() for a in algorithm.split(",") if a.strip()]
+        algos = comma_list(algorithm)
         ev = run(
             list(traces),
             algos,
             callgraph=_load_callgraph(callgraph),
             callgraph_sample=sample,
-            instrumented=[s.strip() for s in instrumented.split(",") if s.strip()],
+            instrumented=comma_list(instrumented),
         )
         if json_out:
             out.print_json(json.dumps(ev.as_dict()))
