@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from tacit.config_fields import flag, number
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, StringPool
 
@@ -206,15 +207,17 @@ class CallGraph:
                 g = EndpointGraph(
                     union.slots,
                     union.preds,
-                    _integer(spec, "requests", where),
+                    number(spec, "requests", where, 0, integer=True),
                     service=str(svc),
                     endpoint=str(ep),
                     paths=[
-                        _parse_calls(p, f"{where} path {i}", _integer(p, "requests", where))
+                        _parse_calls(
+                            p, f"{where} path {i}", number(p, "requests", where, 0, integer=True)
+                        )
                         for i, p in enumerate(paths)
                     ],
                     join=_parse_join(spec.get("join"), where),
-                    same_thread=_flag(spec, "same_thread", where),
+                    same_thread=flag(spec, "same_thread", where),
                 )
                 for p in g.call_paths():
                     p.order  # noqa: B018 - validates acyclicity
@@ -236,25 +239,9 @@ def _calls_doc(p: CallPath, with_probability: bool) -> list[dict]:
     return out
 
 
-def _flag(spec: dict, key: str, where: str) -> bool:
-    value = spec.get(key, False)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where}: '{key}' must be true or false, got {value!r}")
-    return value
-
-
-def _integer(spec: dict, key: str, where: str) -> int:
-    value = spec.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{where}: '{key}' must be a count, got {value!r}")
-    return value
-
-
-def _microseconds(call: dict, key: str, where: str) -> int:
-    value = call.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e12:
-        raise ConfigError(f"{where}: '{key}' must be a non-negative number, got {value!r}")
-    return round(value * 1000)
+def _nanoseconds(call: dict, key: str, where: str) -> int:
+    """A tolerance given in microseconds, in nanoseconds (at most 1e12 us: int64 holds it)."""
+    return round(number(call, key, where, 0, maximum=1e12) * 1000)
 
 
 def _parse_join(spec: object, where: str) -> Join | None:
@@ -262,13 +249,10 @@ def _parse_join(spec: object, where: str) -> Join | None:
         return None
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}: 'join' must be {{size: N, after_others: P}}")
-    size = _integer(spec, "size", where)
+    size = number(spec, "size", where, integer=True)
     if size < 2:
         raise ConfigError(f"{where}: a join has a 'size' of at least 2, got {size}")
-    share = spec.get("after_others", 0.5)
-    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
-        raise ConfigError(f"{where}: 'after_others' must be a share in [0, 1], got {share!r}")
-    return Join(size, float(share))
+    return Join(size, float(number(spec, "after_others", where, 0.5, maximum=1.0)))
 
 
 def _parse_calls(spec: dict, where: str, requests: int = 0) -> CallPath:
@@ -284,14 +268,9 @@ def _parse_calls(spec: dict, where: str, requests: int = 0) -> CallPath:
         key = (str(c["service"]), str(c["endpoint"]))
         occ = seen.get(key, 0)
         seen[key] = occ + 1
-        probability = c.get("probability", 1.0)
-        if isinstance(probability, bool) or not isinstance(probability, int | float):
-            raise ConfigError(f"{where}: 'probability' must be a number, got {probability!r}")
-        if not 0.0 <= probability <= 1.0:
-            raise ConfigError(f"{where}: 'probability' must be in [0, 1], got {probability!r}")
-        early = _microseconds(c, "early_us", where)
-        late = _microseconds(c, "late_us", where)
-        slots.append(Slot(*key, occ, float(probability), early, late))
+        probability = float(number(c, "probability", where, 1.0, maximum=1.0))
+        early, late = (_nanoseconds(c, k, where) for k in ("early_us", "late_us"))
+        slots.append(Slot(*key, occ, probability, early, late))
         after = c.get("after", [])
         if not isinstance(after, list):
             raise ConfigError(f"{where}: 'after' must be a list of call ids")

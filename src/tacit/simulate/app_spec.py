@@ -31,7 +31,6 @@ their weights) and each becomes one trace.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -40,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from tacit.config_fields import fields, flag, get, nonempty_list, number, text
 from tacit.errors import ConfigError
 
 BALANCE_POLICIES = ("round_robin", "random")
@@ -159,7 +159,6 @@ def parse_app(data: Any, source: str = "<app>") -> AppSpec:
     return app
 
 
-_REQUIRED: Any = object()
 _APP_FIELDS = (
     "name",
     "services",
@@ -171,66 +170,9 @@ _APP_FIELDS = (
 )
 
 
-def _fields(value: Any, where: str, allowed: tuple[str, ...]) -> Mapping[Any, Any]:
-    """``value`` as a mapping with no field outside ``allowed`` (typos must not pass silently)."""
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
-    unknown = [str(k) for k in value if k not in allowed]
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown field(s) {', '.join(unknown)} (allowed: {', '.join(allowed)})"
-        )
-    return value
-
-
-def _get(data: Mapping[Any, Any], key: str, where: str, default: Any = _REQUIRED) -> Any:
-    if key in data:
-        return data[key]
-    if default is _REQUIRED:
-        raise ConfigError(f"{where}: missing field '{key}'")
-    return default
-
-
-def _text(data: Mapping[Any, Any], key: str, where: str) -> str:
-    value = _get(data, key, where)
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}: field '{key}' must be a non-empty string, got {value!r}")
-    return value
-
-
-def _number(
-    data: Mapping[Any, Any],
-    key: str,
-    where: str,
-    default: Any = _REQUIRED,
-    *,
-    positive: bool = False,
-    maximum: float = math.inf,
-    integer: bool = False,
-) -> Any:
-    """A finite number >= 0 (> 0 if ``positive``, <= ``maximum``), an int if ``integer``."""
-    value = _get(data, key, where, default)
-    kinds = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
-        kind = "an integer" if integer else "a number"
-        raise ConfigError(f"{where}: field '{key}' must be {kind}, got {value!r}")
-    if value < 0 or (positive and value == 0) or value > maximum:
-        bound = "> 0" if positive else ">= 0"
-        if maximum < math.inf:
-            bound += f" and <= {maximum:g}"
-        raise ConfigError(f"{where}: field '{key}' must be {bound}, got {value!r}")
-    return value
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list) or not value:
-        raise ConfigError(f"{where}: expected a non-empty list, got {value!r}")
-    return value
-
-
 def _parse_app(data: Any) -> AppSpec:
-    top = _fields(data, "top level", _APP_FIELDS)
-    raw_services = _get(top, "services", "top level")
+    top = fields(data, "top level", _APP_FIELDS)
+    raw_services = get(top, "services", "top level")
     if not isinstance(raw_services, Mapping) or not raw_services:
         raise ConfigError("services: expected a non-empty mapping of service names")
     services = {
@@ -239,38 +181,38 @@ def _parse_app(data: Any) -> AppSpec:
     }
     roots = tuple(
         _parse_root(raw, f"roots[{i}]")
-        for i, raw in enumerate(_list(_get(top, "roots", "top level"), "roots"))
+        for i, raw in enumerate(nonempty_list(get(top, "roots", "top level"), "roots"))
     )
-    network = _fields(_get(top, "network", "top level", {}), "network", ("latency_us", "jitter_us"))
-    balance = _get(top, "balance", "top level", "round_robin")
+    network = fields(get(top, "network", "top level", {}), "network", ("latency_us", "jitter_us"))
+    balance = get(top, "balance", "top level", "round_robin")
     if balance not in BALANCE_POLICIES:
         raise ConfigError(
             f"top level: balance must be one of {', '.join(BALANCE_POLICIES)}, got {balance!r}"
         )
     return AppSpec(
-        name=_text(top, "name", "top level"),
+        name=text(top, "name", "top level"),
         services=services,
         roots=roots,
-        latency_us=_number(network, "latency_us", "network", AppSpec.latency_us),
-        jitter_us=_number(network, "jitter_us", "network", AppSpec.jitter_us),
-        clock_skew_us=_number(top, "clock_skew_us", "top level", AppSpec.clock_skew_us),
-        compute_jitter_us=_number(top, "compute_jitter_us", "top level", AppSpec.compute_jitter_us),
+        latency_us=number(network, "latency_us", "network", AppSpec.latency_us),
+        jitter_us=number(network, "jitter_us", "network", AppSpec.jitter_us),
+        clock_skew_us=number(top, "clock_skew_us", "top level", AppSpec.clock_skew_us),
+        compute_jitter_us=number(top, "compute_jitter_us", "top level", AppSpec.compute_jitter_us),
         balance=balance,
     )
 
 
 def _parse_root(raw: Any, where: str) -> RootSpec:
-    data = _fields(raw, where, ("service", "endpoint", "weight"))
+    data = fields(raw, where, ("service", "endpoint", "weight"))
     return RootSpec(
-        service=_text(data, "service", where),
-        endpoint=_text(data, "endpoint", where),
-        weight=_number(data, "weight", where, 1.0, positive=True),
+        service=text(data, "service", where),
+        endpoint=text(data, "endpoint", where),
+        weight=number(data, "weight", where, 1.0, positive=True),
     )
 
 
 def _parse_service(name: str, raw: Any, where: str) -> ServiceSpec:
-    data = _fields(raw, where, ("instances", "workers", "endpoints", "join"))
-    raw_endpoints = _get(data, "endpoints", where)
+    data = fields(raw, where, ("instances", "workers", "endpoints", "join"))
+    raw_endpoints = get(data, "endpoints", where)
     if not isinstance(raw_endpoints, Mapping) or not raw_endpoints:
         raise ConfigError(f"{where}: field 'endpoints' must be a non-empty mapping")
     return ServiceSpec(
@@ -279,40 +221,42 @@ def _parse_service(name: str, raw: Any, where: str) -> ServiceSpec:
             str(ep): _parse_endpoint(str(ep), spec, f"{where}.endpoints[{str(ep)!r}]")
             for ep, spec in raw_endpoints.items()
         },
-        instances=_number(data, "instances", where, 1, positive=True, integer=True),
-        workers=_number(data, "workers", where, 1, positive=True, integer=True),
+        instances=number(data, "instances", where, 1, positive=True, integer=True),
+        workers=number(data, "workers", where, 1, positive=True, integer=True),
         join=_parse_join(data["join"], f"{where}.join") if "join" in data else None,
     )
 
 
 def _parse_join(raw: Any, where: str) -> JoinSpec:
-    data = _fields(raw, where, ("size", "calls"))
-    size = _number(data, "size", where, integer=True)
+    data = fields(raw, where, ("size", "calls"))
+    size = number(data, "size", where, integer=True)
     if size < 2:
         raise ConfigError(f"{where}: field 'size' must be >= 2, got {size}")
-    return JoinSpec(size, _parse_steps(_get(data, "calls", where), f"{where}.calls"))
+    return JoinSpec(size, _parse_steps(get(data, "calls", where), f"{where}.calls"))
 
 
 def _parse_endpoint(name: str, raw: Any, where: str) -> EndpointSpec:
-    data = _fields(raw, where, ("median_ms", "sigma", "calls"))
-    raw_steps = _get(data, "calls", where, None)
+    data = fields(raw, where, ("median_ms", "sigma", "calls"))
+    raw_steps = get(data, "calls", where, None)
     steps = () if raw_steps is None else _parse_steps(raw_steps, f"{where}.calls")
     return EndpointSpec(
         name=name,
-        median_ms=_number(data, "median_ms", where, positive=True),
-        sigma=_number(data, "sigma", where),
+        median_ms=number(data, "median_ms", where, positive=True),
+        sigma=number(data, "sigma", where),
         steps=steps,
     )
 
 
 def _parse_steps(raw: Any, where: str) -> tuple[StepSpec, ...]:
-    return tuple(_parse_step(step, f"{where}[{i}]") for i, step in enumerate(_list(raw, where)))
+    return tuple(
+        _parse_step(step, f"{where}[{i}]") for i, step in enumerate(nonempty_list(raw, where))
+    )
 
 
 def _parse_step(raw: Any, where: str) -> StepSpec:
     if isinstance(raw, Mapping) and "parallel" in raw:
-        group = _fields(raw, where, ("parallel",))["parallel"]
-        calls = _list(group, f"{where}.parallel")
+        group = fields(raw, where, ("parallel",))["parallel"]
+        calls = nonempty_list(group, f"{where}.parallel")
         return StepSpec(
             tuple(_parse_call(c, f"{where}.parallel[{j}]") for j, c in enumerate(calls)),
             parallel=True,
@@ -321,28 +265,25 @@ def _parse_step(raw: Any, where: str) -> StepSpec:
 
 
 def _parse_call(raw: Any, where: str) -> CallSpec:
-    data = _fields(raw, where, ("service", "endpoint", "probability", "repeat", "detached"))
+    data = fields(raw, where, ("service", "endpoint", "probability", "repeat", "detached"))
     repeat, repeat_max = data.get("repeat", 1), None
     if isinstance(repeat, list):
         if len(repeat) != 2:
             raise ConfigError(f"{where}: field 'repeat' must be N or [lo, hi], got {repeat!r}")
         span = {"lo": repeat[0], "hi": repeat[1]}
-        repeat = _number(span, "lo", f"{where}.repeat", integer=True)
-        repeat_max = _number(span, "hi", f"{where}.repeat", integer=True)
+        repeat = number(span, "lo", f"{where}.repeat", integer=True)
+        repeat_max = number(span, "hi", f"{where}.repeat", integer=True)
         if repeat_max < repeat:
             raise ConfigError(f"{where}: field 'repeat' needs lo <= hi, got {data['repeat']!r}")
     else:
-        repeat = _number(data, "repeat", where, 1, positive=True, integer=True)
-    detached = data.get("detached", False)
-    if not isinstance(detached, bool):
-        raise ConfigError(f"{where}: field 'detached' must be true or false, got {detached!r}")
+        repeat = number(data, "repeat", where, 1, positive=True, integer=True)
     return CallSpec(
-        service=_text(data, "service", where),
-        endpoint=_text(data, "endpoint", where),
-        probability=_number(data, "probability", where, 1.0, maximum=1.0),
+        service=text(data, "service", where),
+        endpoint=text(data, "endpoint", where),
+        probability=number(data, "probability", where, 1.0, maximum=1.0),
         repeat=repeat,
         repeat_max=repeat_max,
-        detached=detached,
+        detached=flag(data, "detached", where),
     )
 
 
@@ -398,5 +339,3 @@ def _check_acyclic(app: AppSpec) -> None:
 
     for node in edges:
         visit(node, [])
-
-

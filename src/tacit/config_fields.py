@@ -1,0 +1,84 @@
+"""Checked fields of a YAML configuration (an application spec, a call graph file).
+
+Each reader takes a mapping, a key and ``where`` (what to name in the error) and returns the
+value or raises :class:`~tacit.errors.ConfigError` saying which field is wrong and why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from tacit.errors import ConfigError
+
+REQUIRED: Any = object()
+"""The default of a field that must be given."""
+
+
+def fields(value: Any, where: str, allowed: tuple[str, ...]) -> Mapping[Any, Any]:
+    """``value`` as a mapping with no field outside ``allowed`` (typos must not pass silently)."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+    unknown = [str(k) for k in value if k not in allowed]
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown field(s) {', '.join(unknown)} (allowed: {', '.join(allowed)})"
+        )
+    return value
+
+
+def get(data: Mapping[Any, Any], key: str, where: str, default: Any = REQUIRED) -> Any:
+    """The field, or ``default`` when it is absent (an error when that is :data:`REQUIRED`)."""
+    if key in data:
+        return data[key]
+    if default is REQUIRED:
+        raise ConfigError(f"{where}: missing field '{key}'")
+    return default
+
+
+def text(data: Mapping[Any, Any], key: str, where: str) -> str:
+    """A non-empty string."""
+    value = get(data, key, where)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: field '{key}' must be a non-empty string, got {value!r}")
+    return value
+
+
+def number(
+    data: Mapping[Any, Any],
+    key: str,
+    where: str,
+    default: Any = REQUIRED,
+    *,
+    positive: bool = False,
+    maximum: float = math.inf,
+    integer: bool = False,
+) -> Any:
+    """A finite number >= 0 (> 0 if ``positive``, <= ``maximum``), an int if ``integer``."""
+    value = get(data, key, where, default)
+    kinds = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(f"{where}: field '{key}' must be {kind}, got {value!r}")
+    if value < 0 or (positive and value == 0) or value > maximum:
+        bound = "> 0" if positive else ">= 0"
+        if maximum < math.inf:
+            bound += f" and <= {maximum:g}"
+        raise ConfigError(f"{where}: field '{key}' must be {bound}, got {value!r}")
+    return value
+
+
+def flag(data: Mapping[Any, Any], key: str, where: str, default: bool = False) -> bool:
+    """True or false."""
+    value = get(data, key, where, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: field '{key}' must be true or false, got {value!r}")
+    return value
+
+
+def nonempty_list(value: Any, where: str) -> list[Any]:
+    """A list with at least one item."""
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where}: expected a non-empty list, got {value!r}")
+    return value
