@@ -83,7 +83,7 @@ def read_document(path: Path, doc: Any = None) -> SpanTable:
             for k, v in zip(_FIELDS, (*fields, record), strict=True):
                 cols[k].append(v)
     start = np.array(cols["start"], dtype=np.int64)
-    table = table_from_columns(
+    return table_from_columns(
         src,
         {
             k: cols[k]
@@ -95,7 +95,6 @@ def read_document(path: Path, doc: Any = None) -> SpanTable:
         record=np.array(cols["record"], dtype=np.int64),
         thread=np.array(cols["thread"], dtype=np.int64),
     )
-    return table
 
 
 _FIELDS = (
@@ -143,12 +142,8 @@ def _fast_fields(span: Any, trace: dict, processes: dict, known: dict) -> tuple 
             type(t) is not dict or type(t.get("key")) is not str for t in ptags
         ):
             return None
-        host = {t.get("key"): t.get("value") for t in ptags}
         service = p["serviceName"]
-        proc = known[pid] = (
-            service,
-            next((str(host[k]) for k in _HOST_TAGS if k in host), service),
-        )
+        proc = known[pid] = (service, _instance({t["key"]: t.get("value") for t in ptags}, service))
     tags = span.get("tags") or []
     if type(tags) is not list:
         return None
@@ -194,11 +189,16 @@ def _checked_fields(r: RecordReader, span: Any, trace: dict, processes: dict) ->
     duration = r.integer(span, "duration")
     if duration < 0:
         raise r.fail(f"negative duration {duration}")
-    instance = next((str(ptags[k]) for k in _HOST_TAGS if k in ptags), service)
+    instance = _instance(ptags, service)
     op = r.string(span, "operationName")
     return _span_fields(
         service, instance, op, tags, start, duration, trace_id, span_id, _parent(r, span)
     )
+
+
+def _instance(process_tags: dict, service: str) -> str:
+    """The host a process names in its tags, or its service when it names none."""
+    return next((str(process_tags[k]) for k in _HOST_TAGS if k in process_tags), service)
 
 
 def _span_fields(

@@ -208,7 +208,7 @@ def resolve_parents(
     Raises :class:`InputError` naming the record of a span id repeated within a trace.
     """
     n = len(trace)
-    key = (trace.astype(np.int64) << 32) | (span_id.astype(np.int64) & 0xFFFFFFFF)
+    key = _span_key(trace, span_id)
     has_id = span_id != NONE
     rows = np.flatnonzero(has_id)
     order = rows[np.argsort(key[rows], kind="stable")]
@@ -223,12 +223,17 @@ def resolve_parents(
         )
     parent = np.full(n, NONE, dtype=np.int64)
     named = np.flatnonzero(parent_id != NONE)
-    want = (trace[named].astype(np.int64) << 32) | (parent_id[named].astype(np.int64) & 0xFFFFFFFF)
+    want = _span_key(trace[named], parent_id[named])
     at = np.searchsorted(sorted_key, want)
     found = at < len(sorted_key)
     found[found] = sorted_key[at[found]] == want[found]
     parent[named[found]] = order[at[found]]
     return parent, int((~found).sum())
+
+
+def _span_key(trace: np.ndarray, span_id: np.ndarray) -> np.ndarray:
+    """One int64 per (trace, span id) pair of string codes, ordered by trace then id."""
+    return (trace.astype(np.int64) << 32) | (span_id.astype(np.int64) & 0xFFFFFFFF)
 
 
 def table_from_columns(

@@ -13,16 +13,20 @@ def known_calls(spans: SpanTable) -> np.ndarray:
     """Client spans whose parent the input gives (their service propagates trace context): a
     reconstruction keeps them and maps only the others, and never maps another call to the
     requests they belong to, whose calls are known."""
-    return (spans.kind == CLIENT) & (spans.parent != NONE)
+    return _known(spans.kind, spans.parent)
 
 
 def open_problem(spans: SpanTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The incoming and outgoing spans among ``rows`` (one instance) that are left to map: the
     calls without a known parent, and the requests with no known call."""
     kind, parent = spans.kind[rows], spans.parent[rows]
-    known = (kind == CLIENT) & (parent != NONE)
+    known = _known(kind, parent)
     decided = np.isin(rows, parent[known])
     return rows[(kind == SERVER) & ~decided], rows[(kind == CLIENT) & ~known]
+
+
+def _known(kind: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    return (kind == CLIENT) & (parent != NONE)
 
 
 @dataclass
