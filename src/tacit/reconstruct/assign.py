@@ -312,10 +312,19 @@ def _solve_milp(
 
 
 @njit(cache=True)
-def _fits(c, used, out_ptr, outs, skips, left):  # pragma: no cover - compiled
-    for q in range(out_ptr[c], out_ptr[c + 1]):
+def _free(c, used, out_ptr, outs):  # pragma: no cover - compiled
+    """Whether candidate ``c`` uses no span marked in ``used``."""
+    for q in range(out_ptr[c], out_ptr[c + 1]):  # noqa: SIM110 - compiled: a loop, not a generator
         if used[outs[q]]:
             return False
+    return True
+
+
+@njit(cache=True)
+def _fits(c, used, out_ptr, outs, skips, left):  # pragma: no cover - compiled
+    """Whether candidate ``c`` uses no span marked in ``used`` and no more skips than ``left``."""
+    if not _free(c, used, out_ptr, outs):
+        return False
     for k in range(skips.shape[1]):  # noqa: SIM110 - compiled: a loop, not a generator
         if skips[c, k] > left[k]:
             return False
@@ -328,6 +337,15 @@ def _take(c, sign, used, out_ptr, outs, skips, left):  # pragma: no cover - comp
         used[outs[q]] = sign > 0
     for k in range(skips.shape[1]):
         left[k] -= sign * skips[c, k]
+
+
+@njit(cache=True)
+def _back(g, opt, used, out_ptr, outs, skips, left):  # pragma: no cover - compiled
+    """Back up from group ``g`` of :func:`_bnb` to ``g - 1``, releasing the candidate it took."""
+    g -= 1
+    if g >= 0 and opt[g] >= 0:
+        _take(opt[g], -1, used, out_ptr, outs, skips, left)
+    return g
 
 
 @njit(cache=True)
@@ -365,9 +383,7 @@ def _bnb(group_ptr, g0, g1, w, out_ptr, outs, used, skips, quota, node_limit):  
                     if opt[h] >= 0:
                         best[n_best] = opt[h]
                         n_best += 1
-            g -= 1
-            if g >= 0 and opt[g] >= 0:
-                _take(opt[g], -1, used, out_ptr, outs, skips, left)
+            g = _back(g, opt, used, out_ptr, outs, skips, left)
             continue
         if opt[g] == -1:
             nodes += 1
@@ -381,9 +397,7 @@ def _bnb(group_ptr, g0, g1, w, out_ptr, outs, used, skips, quota, node_limit):  
                 total[g] + _fitting_bound(group_ptr, g0 + g, g1, w, out_ptr, outs, used)
                 <= best_total + 1e-9
             ):
-                g -= 1
-                if g >= 0 and opt[g] >= 0:
-                    _take(opt[g], -1, used, out_ptr, outs, skips, left)
+                g = _back(g, opt, used, out_ptr, outs, skips, left)
                 continue
         # The next option at group g: a later candidate that fits, then none, then back up.
         lo, hi = group_ptr[g0 + g], group_ptr[g0 + g + 1]
@@ -397,9 +411,7 @@ def _bnb(group_ptr, g0, g1, w, out_ptr, outs, used, skips, quota, node_limit):  
             nxt = -2
         if nxt == -3:
             opt[g] = -1
-            g -= 1
-            if g >= 0 and opt[g] >= 0:
-                _take(opt[g], -1, used, out_ptr, outs, skips, left)
+            g = _back(g, opt, used, out_ptr, outs, skips, left)
             continue
         opt[g] = nxt
         if nxt >= 0:
@@ -443,12 +455,7 @@ def _fitting_bound(group_ptr, g_from, g_to, w, out_ptr, outs, used):  # pragma: 
     total = 0.0
     for g in range(g_from, g_to):
         for c in range(group_ptr[g], group_ptr[g + 1]):  # best first
-            free = True
-            for q in range(out_ptr[c], out_ptr[c + 1]):
-                if used[outs[q]]:
-                    free = False
-                    break
-            if free:
+            if _free(c, used, out_ptr, outs):
                 total += w[c]
                 break
     return total
