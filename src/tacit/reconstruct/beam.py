@@ -401,7 +401,7 @@ def _beam(  # pragma: no cover - compiled
     truncated = 0
     wide = beam_width * (max_branch + 1)
     # The beam as a tree: entry e at depth d placed slot position d at pool position
-    # pos[d, e] (-2: skipped), done at done[d, e], extending entry par[d, e] of depth d - 1.
+    # pos[d, e] (SKIP: skipped), done at done[d, e], extending entry par[d, e] of depth d - 1.
     pos = np.empty((max_slots, beam_width), np.int64)
     done = np.empty((max_slots, beam_width), np.int64)
     par = np.empty((max_slots, beam_width), np.int64)
@@ -500,7 +500,7 @@ def _beam(  # pragma: no cover - compiled
                             k += 1
                     if slot_skip[s] > -np.inf:
                         nxt_parent[n_next] = e
-                        nxt_pos[n_next] = -2
+                        nxt_pos[n_next] = SKIP
                         nxt_done[n_next] = t
                         nxt_score[n_next] = score[e] + slot_skip[s]
                         n_next += 1
@@ -550,6 +550,3 @@ def _beam(  # pragma: no cover - compiled
                     x = par[d, x]
                 n_out += 1
     return out_in[:n_out], out_path[:n_out], out_calls[:n_out], out_score[:n_out], truncated
-
-
-assert SKIP == -2  # the kernel marks skipped slots with -2
