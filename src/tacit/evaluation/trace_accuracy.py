@@ -139,10 +139,9 @@ def artifact_scope(truth: SpanTable) -> np.ndarray:
     databases and caches, which it drops when it reads an export), and none made by a service
     whose requests come from more than one calling service (its ``len(in_span_partitions) > 1``
     skip, which on Media Microservices leaves out compose-review-service's fan-out)."""
-    server = truth.kind == SERVER
-    callers = truth.service[truth.link[server & (truth.link != NONE)]]
-    callee = truth.service[server & (truth.link != NONE)]
-    pairs = np.unique(np.stack([callee, callers]), axis=1)
+    called = (truth.kind == SERVER) & (truth.link != NONE)
+    callers = truth.service[truth.link[called]]
+    pairs = np.unique(np.stack([truth.service[called], callers]), axis=1)
     services, n_callers = np.unique(pairs[0], return_counts=True)
     shared = services[n_callers > 1]
     return (truth.kind == CLIENT) & (truth.link != NONE) & ~np.isin(truth.service, shared)
