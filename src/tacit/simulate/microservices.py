@@ -240,6 +240,7 @@ class _Simulation:
                 service.instances.append(_Instance(code(f"{name}-{i}"), service, threads))
             for ep in spec.endpoints.values():
                 endpoints[name, ep.name] = _Endpoint(code(ep.name), service, ep)
+
         def plan(steps: tuple[StepSpec, ...]) -> list[list[_Call]]:
             return [[_Call(endpoints[c.service, c.endpoint], c) for c in s.calls] for s in steps]
 
