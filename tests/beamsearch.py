@@ -64,5 +64,3 @@ def run_search(spans, path, models=None, *, skip=None, width=WIDE, branch=WIDE, 
     (cs,) = res.sets
     (scores,) = res.scores
     return cs, scores
-
-

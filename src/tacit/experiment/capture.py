@@ -68,8 +68,8 @@ def stop_process(
 
 
 class Capture:
-    """tcpdump writing the packets matching ``bpf`` on ``interface`` to ``path``, with a
-    kernel buffer of ``buffer_kib``.
+    """tcpdump writing the packets matching ``bpf`` on ``interface`` (of network namespace
+    ``namespace``, when given) to ``path``, with a kernel buffer of ``buffer_kib``.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`; :meth:`stop` is
     idempotent and always leaves no tcpdump behind. Raises :class:`ConfigError` when tcpdump is
@@ -77,9 +77,15 @@ class Capture:
     """
 
     def __init__(
-        self, path: str | Path, bpf: str, interface: str = "lo", buffer_kib: int = BUFFER_KIB
+        self,
+        path: str | Path,
+        bpf: str,
+        interface: str = "lo",
+        buffer_kib: int = BUFFER_KIB,
+        namespace: str | None = None,
     ) -> None:
         self.path = Path(path)
+        self.namespace = namespace
         self.buffer_kib = buffer_kib
         self.bpf = bpf
         self.interface = interface
@@ -99,7 +105,8 @@ class Capture:
             # As root, Debian's tcpdump drops to user "tcpdump" before opening the file, which
             # then may not write to a private directory; keep the identity we were started with.
             cmd += ["-Z", "root"]
-        return [*cmd, "-w", str(self.path), self.bpf]
+        cmd = [*cmd, "-w", str(self.path), self.bpf]
+        return ["ip", "netns", "exec", self.namespace, *cmd] if self.namespace else cmd
 
     def start(self) -> Capture:
         """Start tcpdump and return once it is listening."""

@@ -19,7 +19,9 @@ request's first byte was handed to the socket and the time the response's last b
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from tacit.errors import ConfigError
-from tacit.experiment.web_server import EMBED, PAGE_PREFIX
+from tacit.experiment.web_server import EMBED, PAGE_PREFIX, SiteParams
 from tacit.model.columns import NONE, ColumnTable, StringPool
 
 
@@ -78,6 +80,18 @@ class ResponseLog(ColumnTable):
     def latency(self) -> np.ndarray:
         """The client-visible response latency of every row, ns."""
         return self.received - self.sent
+
+    def save(self, path: str) -> None:
+        """Write the log to ``path`` (NumPy ``.npz``), for :meth:`load`."""
+        cols = {name: getattr(self, name) for name in self.COLUMNS}
+        np.savez(path, strings=np.array(self.strings.values, dtype=str), **cols)
+
+    @classmethod
+    def load(cls, path: str) -> ResponseLog:
+        """A log written by :meth:`save`."""
+        with np.load(path) as f:
+            cols = {name: f[name].astype(t) for name, t in cls.COLUMNS.items()}
+            return cls(StringPool(f["strings"].tolist()), **cols)
 
 
 class ClientProtocol(Protocol):
@@ -198,3 +212,25 @@ def run_clients(
     """Run ``params.connections`` clients of ``protocol`` against ``address`` for ``seconds``
     (each finishes its current tree) and return the log of every response."""
     return asyncio.run(_run(protocol, address, seconds, params or ClientParams(), seed))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run HTTP clients against a :mod:`.web_server` or :mod:`.cpu_server` in another process
+    (or network namespace) and save their log: ``python -m tacit.experiment.web_clients
+    --address HOST:PORT --seconds S --out LOG.npz [--connections N] [--seed S]``."""
+    parser = argparse.ArgumentParser(description="Pirate's web clients; saves their log.")
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--seconds", type=float, required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--connections", type=int, default=ClientParams.connections)
+    parser.add_argument("--outstanding", type=int, default=ClientParams.max_outstanding)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    host, _, port = args.address.rpartition(":")
+    params = ClientParams(connections=args.connections, max_outstanding=args.outstanding)
+    protocol = HttpProtocol(SiteParams().pages, host)
+    run_clients(protocol, (host, int(port)), args.seconds, params, args.seed).save(args.out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -5,10 +5,12 @@ Routing", arXiv 2505.14358).
 - :mod:`~.params`: :class:`PirateParams`, the defaults and where they come from.
 - :mod:`~.flows`: connections and their client-to-server direction.
 - :mod:`~.gaps`: packet buckets and inter-packet gaps with the §3.4 heuristics.
-- :mod:`~.modes`: the per-connection histogram of gap modes (Algorithm 2).
+- :mod:`~.mode_sum`: Algorithm 2 as published, the proportional mode sum (the default).
+- :mod:`~.modes`: tacit's centre-tracking histogram (``algorithm="centres"``).
 - :mod:`~.timers`: retransmission-timeout, probe-timeout and idle gaps.
 - :mod:`~.estimator`: :func:`estimate_response_latency` and :class:`StreamingEstimator`.
-- :mod:`~.evaluate`: :func:`score_estimates` against ground truth.
+- :mod:`~.evaluate`: :func:`score_responses` (per response, §5.2) and :func:`score_estimates`
+  (per epoch) against ground truth.
 - :mod:`~.truth`: the truth from both directions of a capture (HTTP/1.1, Redis, memcached).
 - :mod:`~.rtt_baselines`: the RTT baselines (sequence/acknowledgement, timestamp echo,
   handshake).
@@ -29,6 +31,7 @@ from tacit.response_latency.evaluate import (
     score_capture_truth,
     score_causal_pairs,
     score_estimates,
+    score_responses,
     trigger_from_completions,
     trigger_from_triggered,
 )
@@ -41,6 +44,7 @@ from tacit.response_latency.flows import (
 )
 from tacit.response_latency.gaps import BUCKETS
 from tacit.response_latency.maglev import MaglevParams, MaglevTable, disruption
+from tacit.response_latency.mode_sum import ModeSumHistogram
 from tacit.response_latency.modes import ModeHistogram
 from tacit.response_latency.params import PirateParams
 from tacit.response_latency.rtt_baselines import RttSamples, rtt_samples
@@ -59,6 +63,7 @@ __all__ = [
     "MaglevParams",
     "MaglevTable",
     "ModeHistogram",
+    "ModeSumHistogram",
     "PirateParams",
     "RequestTruth",
     "ResponseAccounting",
@@ -78,6 +83,7 @@ __all__ = [
     "score_capture_truth",
     "score_causal_pairs",
     "score_estimates",
+    "score_responses",
     "timer_gaps_ns",
     "trigger_from_completions",
     "trigger_from_triggered",

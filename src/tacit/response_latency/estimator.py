@@ -6,15 +6,18 @@ heuristics) give one estimate per connection per epoch:
 
 - ``algorithm="threshold"`` (Algorithm 1): the mean of the candidate gaps longer than the gap
   threshold δ (and shorter than the idle gap).
-- ``algorithm="modes"`` (Algorithm 2): the candidate gaps shorter than the idle gap go into the
-  connection's histogram of at most ``N`` modes with ε-merging (:mod:`~.modes`); the estimate is
-  the proportional mode sum over the modes centred at or above the floor that are not timer
-  modes (:mod:`~.timers`). The floor is δ, or (``PirateParams.mode_floor_ratio``) adaptive per
-  connection; each epoch's floor becomes the connection's δ for telling bursts apart.
-
-With ``PirateParams.from_burst_start`` (:meth:`PirateParams.pipelining`) a gap is measured from
-the first packet of the burst before it, for clients that pipeline requests
-(:func:`~.gaps.next_gap`).
+- ``algorithm="modes"`` (Algorithm 2 as published, the default): every gap shorter than the
+  idle gap goes into the connection's histogram of at most ``N`` ``(min, max, count, sum)``
+  modes (:mod:`~.mode_sum`); the estimate is the proportional mode sum up to the inter-batch
+  gap, the largest mode that is not a timer mode (:mod:`~.timers`) and, with the second §3.4
+  heuristic, holds a gap after a non-MTU packet.
+- ``algorithm="centres"`` (tacit's variant, written before the paper's text was at hand): the
+  candidate gaps go into a histogram of centre-tracking modes (:mod:`~.modes`); the estimate is
+  the mean of the epoch's gaps in the modes centred at or above the floor that are not timer
+  modes. The floor is δ, or (``PirateParams.mode_floor_ratio``) adaptive per connection; each
+  epoch's floor becomes the connection's δ for telling bursts apart. With
+  ``PirateParams.from_burst_start`` (:meth:`PirateParams.pipelining`) a gap is measured from
+  the first packet of the burst before it (:func:`~.gaps.next_gap`).
 
 :class:`StreamingEstimator` keeps every connection's state between batches; one compiled pass
 over a batch, in time order, updates it. A connection's epoch closes when one of its packets
@@ -35,11 +38,17 @@ from tacit.errors import ConfigError
 from tacit.model.packets import NO_TIME, TCP, PacketTable
 from tacit.response_latency.flows import ConnectionRegistry, ConnectionTable
 from tacit.response_latency.gaps import BUCKETS, NO_GAP, USED, next_gap, packet_kinds
+from tacit.response_latency.mode_sum import (
+    add_gap_published,
+    close_epoch_published,
+    mode_sum_arrays,
+)
 from tacit.response_latency.modes import MODE_DTYPES, add_gap, close_epoch
 from tacit.response_latency.params import PirateParams
 from tacit.response_latency.timers import timer_gaps_ns
 
-ALGORITHMS = ("modes", "threshold")
+ALGORITHMS = ("modes", "centres", "threshold")
+MODE_SUM, CENTRES, THRESHOLD = range(len(ALGORITHMS))
 
 _STATE_DTYPES = {
     "last_time": np.int64,
@@ -161,11 +170,13 @@ class StreamingEstimator:
             raise ConfigError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
         self.params = params or PirateParams()
         self.algorithm = algorithm
+        self._code = ALGORITHMS.index(algorithm)
         self.registry = ConnectionRegistry(server)
         self._timers = timer_gaps_ns(self.params)
         self._cap = 0
         self._state: dict[str, np.ndarray] = {}
         self._modes: dict[str, np.ndarray] = {}
+        self._sums: dict[str, np.ndarray] = {}
         self._used = np.zeros(0, dtype=np.int64)
         self._samples = np.zeros(0, dtype=np.int64)
         self._grow(1024)
@@ -178,7 +189,7 @@ class StreamingEstimator:
         Diagnostic counters (packets used, gaps counted) and the hash table's free slots are not
         counted."""
         own = sum(a.itemsize for a in self._state.values())
-        algo = sum(a.itemsize * a.shape[1] for a in self._modes.values())
+        algo = sum(a.nbytes for a in [*self._modes.values(), *self._sums.values()]) // self._cap
         return self.registry.bytes_per_connection + own + algo
 
     def feed(self, packets: PacketTable) -> ResponseEstimates:
@@ -192,7 +203,7 @@ class StreamingEstimator:
             rows = rows[np.argsort(time[rows], kind="stable")]
         p = self.params
         min_full = p.min_full_payload if p.batch_end_only else np.iinfo(np.int32).max
-        s, m = self._state, self._modes
+        s, m, h = self._state, self._modes, self._sums
         out = _run(
             rows,
             conns.row_connection,
@@ -201,17 +212,20 @@ class StreamingEstimator:
             packets.payload_len,
             packets.seq,
             packets.proto == TCP,
-            self.algorithm == "modes",
+            self._code,
             p.epoch_ns,
             p.gap_threshold_ns,
             p.from_burst_start,
             p.idle_gap_ns,
             min_full,
             p.merge_epsilon,
+            p.mode_epsilon_ns,
+            p.mode_epsilon_ratio,
             self._timers,
             p.timer_tolerance,
             p.remove_timer_modes,
             p.mode_floor_ratio,
+            p.ibg_min_share,
             s["last_time"],
             s["last_full"],
             s["full_size"],
@@ -225,6 +239,7 @@ class StreamingEstimator:
             m["count"],
             m["epoch_count"],
             m["epoch_sum"],
+            *_sum_arrays(h),
             self._used,
             self._samples,
         )
@@ -250,18 +265,20 @@ class StreamingEstimator:
         more = _close_before(
             self.registry.count,
             limit,
-            self.algorithm == "modes",
+            self._code,
             p.gap_threshold_ns,
             self._timers,
             p.timer_tolerance,
             p.remove_timer_modes,
             p.mode_floor_ratio,
+            p.ibg_min_share,
             s["burst_gap"],
             s["epoch"],
             m["centre"],
             m["count"],
             m["epoch_count"],
             m["epoch_sum"],
+            *_sum_arrays(self._sums),
             self._samples,
         )
         return tuple(np.concatenate([a, b]) for a, b in zip(out, more, strict=True))
@@ -298,14 +315,22 @@ class StreamingEstimator:
         self._state["last_time"][old:] = NO_TIME
         self._state["epoch"][old:] = -1
         self._state["burst_gap"][old:] = self.params.gap_threshold_ns
-        if self.algorithm == "modes":
-            widths = dict.fromkeys(MODE_DTYPES, self.params.max_modes)
-        else:  # Algorithm 1 keeps an epoch sum and count: one "mode" without centre or count
+        n = self.params.max_modes
+        if self._code == CENTRES:
+            widths = dict.fromkeys(MODE_DTYPES, n)
+        elif self._code == THRESHOLD:  # an epoch sum and count: a "mode" without centre or count
             widths = {"centre": 0, "count": 0, "epoch_count": 1, "epoch_sum": 1}
+        else:
+            widths = dict.fromkeys(MODE_DTYPES, 0)
         for name, t in MODE_DTYPES.items():
             a = np.zeros((cap, widths[name]), dtype=t)
             a[:old] = self._modes.get(name, a[:0])
             self._modes[name] = a
+        if self._code == MODE_SUM or not self._sums:  # other algorithms: empty arrays
+            rows = cap if self._code == MODE_SUM else 0
+            for name, a in mode_sum_arrays(rows, n).items():
+                a[: min(old, rows)] = self._sums.get(name, a[:0])
+                self._sums[name] = a
         self._used = grown(self._used, cap)
         self._used[old:] = 0
         self._samples = grown(self._samples, cap)
@@ -349,10 +374,38 @@ def _emit(c, e, total, n, samples, k, oc, oe, ot, on):  # pragma: no cover - com
     return k + 1, oc, oe, ot, on
 
 
+def _sum_arrays(h: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """Algorithm 2's arrays in the order the compiled functions take them."""
+    return h["low"], h["high"], h["count"], h["total"], h["candidates"], h["live"], h["discarded"]
+
+
 @njit(cache=True)
-def _close_one(c, modes, floor, timers, tol, remove, ratio, centre, count, ecount, esum):
-    # pragma: no cover - compiled
-    if modes:
+def _close_one(
+    c,
+    algo,
+    floor,
+    timers,
+    tol,
+    remove,
+    ratio,
+    min_share,
+    centre,
+    count,
+    ecount,
+    esum,
+    low,
+    high,
+    pcount,
+    ptotal,
+    pcand,
+    live,
+):  # pragma: no cover - compiled
+    if algo == MODE_SUM:
+        total, n = close_epoch_published(
+            low, high, pcount, ptotal, pcand, live, c, timers, tol, remove, True, min_share
+        )
+        return total, n, floor
+    if algo == CENTRES:
         return close_epoch(centre, count, ecount, esum, c, floor, timers, tol, remove, ratio)
     total, n = esum[c, 0], np.int64(ecount[c, 0])
     esum[c, 0] = 0
@@ -369,17 +422,20 @@ def _run(
     payload,
     seq,
     is_tcp,
-    modes,
+    algo,
     epoch_ns,
     floor,
     from_burst,
     idle,
     min_full,
     eps,
+    mode_eps,
+    mode_ratio,
     timers,
     tol,
     remove,
     ratio,
+    min_share,
     last_time,
     last_full,
     full_size,
@@ -393,6 +449,13 @@ def _run(
     count,
     ecount,
     esum,
+    low,
+    high,
+    pcount,
+    ptotal,
+    pcand,
+    live,
+    discarded,
     used,
     samples,
 ):  # pragma: no cover - compiled
@@ -403,7 +466,7 @@ def _run(
     for i in rows:
         c = conn[i]
         t = time[i]
-        kind, gap = next_gap(
+        kind, gap, candidate = next_gap(
             c,
             t,
             payload[i],
@@ -428,13 +491,47 @@ def _run(
         if epoch[c] != e:
             if epoch[c] >= 0:
                 total, n, burst_gap[c] = _close_one(
-                    c, modes, floor, timers, tol, remove, ratio, centre, count, ecount, esum
+                    c,
+                    algo,
+                    floor,
+                    timers,
+                    tol,
+                    remove,
+                    ratio,
+                    min_share,
+                    centre,
+                    count,
+                    ecount,
+                    esum,
+                    low,
+                    high,
+                    pcount,
+                    ptotal,
+                    pcand,
+                    live,
                 )
                 k, oc, oe, ot, on = _emit(c, epoch[c], total, n, samples, k, oc, oe, ot, on)
             epoch[c] = e
         if gap == NO_GAP or gap >= idle:
             continue
-        if modes:
+        if algo == MODE_SUM:
+            add_gap_published(
+                low,
+                high,
+                pcount,
+                ptotal,
+                pcand,
+                live,
+                discarded,
+                c,
+                gap,
+                mode_eps,
+                mode_ratio,
+                candidate,
+            )
+        elif not candidate:
+            continue
+        elif algo == CENTRES:
             add_gap(centre, count, ecount, esum, c, gap, eps)
         elif gap > floor:
             esum[c, 0] += gap
@@ -446,18 +543,26 @@ def _run(
 def _close_before(
     count_conns,
     limit,
-    modes,
+    algo,
     floor,
     timers,
     tol,
     remove,
     ratio,
+    min_share,
     burst_gap,
     epoch,
     centre,
     count,
     ecount,
     esum,
+    low,
+    high,
+    pcount,
+    ptotal,
+    pcand,
+    live,
+    discarded,
     samples,
 ):  # pragma: no cover - compiled
     """Close the open epochs of every connection that end at or before epoch ``limit``."""
@@ -468,7 +573,24 @@ def _close_before(
         if epoch[c] < 0 or epoch[c] >= limit:
             continue
         total, n, burst_gap[c] = _close_one(
-            c, modes, floor, timers, tol, remove, ratio, centre, count, ecount, esum
+            c,
+            algo,
+            floor,
+            timers,
+            tol,
+            remove,
+            ratio,
+            min_share,
+            centre,
+            count,
+            ecount,
+            esum,
+            low,
+            high,
+            pcount,
+            ptotal,
+            pcand,
+            live,
         )
         k, oc, oe, ot, on = _emit(c, epoch[c], total, n, samples, k, oc, oe, ot, on)
         epoch[c] = -1  # closed: the connection's next packet opens a new epoch

@@ -1,6 +1,12 @@
-"""Scoring Pirate's estimates against the latencies clients saw (Pirate, arXiv 2505.14358,
-§5: relative error of the estimate per connection per epoch against the client-measured
-latency).
+"""Scoring Pirate's estimates against the latencies clients saw (Pirate §5.1, "Definition of
+accuracy": the relative error ``(latency_B − latency_T) / latency_B`` of a technique T against
+the baseline B, the latency the client's application measured).
+
+Two granularities: :func:`score_responses` is the paper's (§5.2: "across all responses"), one
+error per response against the estimate of its connection's epoch; :func:`score_estimates`
+and :func:`score_causal_pairs` give one error per (connection, epoch), against the mean of its
+responses' latencies or of its causal pairs' gaps. tacit's sign is ``(estimate − truth) /
+truth``, the paper's negated: positive when the estimate is high.
 
 Matching, precisely: a true request (connection, request time ``t``, latency ``L``) belongs to
 the epoch of its connection that contains its *completion* ``t + L``, the moment the client had
@@ -33,12 +39,13 @@ from tacit.response_latency.truth import RequestTruth
 class ErrorSummary:
     """Relative errors of the scored (connection, epoch) estimates.
 
-    ``connections``: connections with at least one scored epoch; ``samples``: scored epochs;
-    ``median/p5/p95_relative_error`` of ``|estimate − truth| / truth`` (NaN when nothing was
-    scored); ``median_signed_error``: the median of ``(estimate − truth) / truth`` (bias);
-    ``unscored_estimates``: estimates without a true request in their epoch;
-    ``unmatched_requests``: true requests whose connection is unknown or whose epoch has no
-    estimate. ``relative_errors``: the scored errors, by connection then epoch.
+    ``connections``: connections with at least one scored epoch; ``samples``: scored epochs
+    (responses, for :func:`score_responses`); ``median/p5/p95_relative_error`` of
+    ``|estimate − truth| / truth`` (NaN when nothing was scored); ``median/p5/p95_signed_error``
+    of ``(estimate − truth) / truth`` (bias and tails); ``unscored_estimates``: estimates without
+    a true request in their epoch; ``unmatched_requests``: true requests whose connection is
+    unknown or whose epoch has no estimate. ``relative_errors``: the scored errors, by
+    connection then epoch (then response); ``signed_errors`` likewise.
     """
 
     connections: int
@@ -47,9 +54,38 @@ class ErrorSummary:
     p5_relative_error: float
     p95_relative_error: float
     median_signed_error: float
+    p5_signed_error: float
+    p95_signed_error: float
     unscored_estimates: int
     unmatched_requests: int
     relative_errors: np.ndarray = field(repr=False)
+    signed_errors: np.ndarray = field(repr=False)
+
+    @classmethod
+    def from_signed(
+        cls, signed: np.ndarray, connections: int, unscored_estimates: int, unmatched: int
+    ) -> ErrorSummary:
+        """The summary of the signed relative errors ``signed``, with the counts given."""
+        signed = np.asarray(signed, dtype=float)
+        errors = np.abs(signed)
+
+        def pct(values: np.ndarray, q: float) -> float:
+            return float(np.percentile(values, q)) if len(values) else float("nan")
+
+        return cls(
+            connections=connections,
+            samples=len(signed),
+            median_relative_error=pct(errors, 50),
+            p5_relative_error=pct(errors, 5),
+            p95_relative_error=pct(errors, 95),
+            median_signed_error=pct(signed, 50),
+            p5_signed_error=pct(signed, 5),
+            p95_signed_error=pct(signed, 95),
+            unscored_estimates=unscored_estimates,
+            unmatched_requests=unmatched,
+            relative_errors=errors,
+            signed_errors=signed,
+        )
 
     def as_dict(self) -> dict:
         """The summary as a JSON-ready dict (without the per-epoch errors)."""
@@ -60,6 +96,8 @@ class ErrorSummary:
             "p5_relative_error": self.p5_relative_error,
             "p95_relative_error": self.p95_relative_error,
             "median_signed_error": self.median_signed_error,
+            "p5_signed_error": self.p5_signed_error,
+            "p95_signed_error": self.p95_signed_error,
             "unscored_estimates": self.unscored_estimates,
             "unmatched_requests": self.unmatched_requests,
         }
@@ -102,6 +140,21 @@ def score_estimates(
     if not len(t) == len(lat):
         raise ConfigError("truth columns differ in length")
     return _score(estimates, truth_connection, t + lat, lat)
+
+
+def score_responses(
+    estimates: ResponseEstimates,
+    truth_connection: np.ndarray | Sequence[str] | tuple[np.ndarray, np.ndarray, np.ndarray],
+    truth_time_ns: np.ndarray,
+    truth_latency_ns: np.ndarray,
+) -> ErrorSummary:
+    """Score ``estimates`` per response, as Pirate §5.2 does ("across all responses"): each
+    true request against the estimate of the (connection, epoch) its completion falls in."""
+    t = np.asarray(truth_time_ns, dtype=np.int64)
+    lat = np.asarray(truth_latency_ns, dtype=np.int64)
+    if not len(t) == len(lat):
+        raise ConfigError("truth columns differ in length")
+    return _score(estimates, truth_connection, t + lat, lat, per_response=True)
 
 
 def score_causal_pairs(
@@ -186,9 +239,11 @@ def _score(
     truth_connection: np.ndarray | Sequence[str] | tuple[np.ndarray, np.ndarray, np.ndarray],
     end_ns: np.ndarray,
     value_ns: np.ndarray,
+    per_response: bool = False,
 ) -> ErrorSummary:
-    """Score ``estimates`` per (connection, epoch) against the mean of the true values (ns)
-    whose ``end_ns`` falls in the epoch."""
+    """Score ``estimates`` against the true values (ns) whose ``end_ns`` falls in their
+    (connection, epoch): against their mean per epoch, or each value on its own
+    (``per_response``)."""
     conn = truth_connections(estimates, truth_connection)
     lat = np.asarray(value_ns, dtype=np.int64)
     if not len(conn) == len(end_ns) == len(lat):
@@ -203,28 +258,27 @@ def _score(
     t_key = conn[known] * span + (t_epoch - lo)
     e_key = estimates.connection * span + (e_epoch - lo)
     keys, inverse = np.unique(t_key, return_inverse=True)
-    mean = np.bincount(inverse, weights=lat[known]) / np.bincount(inverse)
-    requests = np.bincount(inverse)
+    requests = np.bincount(inverse, minlength=len(keys))
     at = np.minimum(np.searchsorted(keys, e_key), max(len(keys) - 1, 0))
     scored = (np.asarray(keys[at] == e_key) & (len(keys) > 0)) if len(e_key) else e_key > 0
-    truth = mean[at[scored]]
-    signed = (estimates.latency_ns[scored] - truth) / truth
-    errors = np.abs(signed)
     matched_keys = np.zeros(len(keys), dtype=bool)
     matched_keys[at[scored]] = True
     unmatched = int((~known).sum()) + int(requests[~matched_keys].sum())
-
-    def pct(q: float) -> float:
-        return float(np.percentile(errors, q)) if len(errors) else float("nan")
-
-    return ErrorSummary(
+    if per_response:
+        # Each response against its epoch's estimate (estimates have one row per key).
+        estimate_of_key = np.zeros(len(keys), dtype=np.int64)
+        estimate_of_key[at[scored]] = estimates.latency_ns[scored]
+        rows = matched_keys[inverse]
+        truth = lat[known][rows].astype(float)
+        estimate = estimate_of_key[inverse[rows]]
+        order = np.lexsort((t_epoch[rows], conn[known][rows]))
+        truth, estimate = truth[order], estimate[order]
+    else:
+        truth = (np.bincount(inverse, weights=lat[known]) / np.maximum(requests, 1))[at[scored]]
+        estimate = estimates.latency_ns[scored]
+    return ErrorSummary.from_signed(
+        (estimate - truth) / truth,
         connections=len(np.unique(estimates.connection[scored])),
-        samples=int(scored.sum()),
-        median_relative_error=pct(50),
-        p5_relative_error=pct(5),
-        p95_relative_error=pct(95),
-        median_signed_error=float(np.median(signed)) if len(signed) else float("nan"),
         unscored_estimates=int((~scored).sum()),
-        unmatched_requests=unmatched,
-        relative_errors=errors,
+        unmatched=unmatched,
     )

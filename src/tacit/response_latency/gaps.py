@@ -11,6 +11,8 @@ than a response (an original reordered within its burst comes sooner and drops n
 
 A gap is a *candidate* response gap only when the packet before it was not a full-size segment
 (§3.4, second heuristic): a full-size (MTU) segment is followed by more of the same burst.
+Algorithm 2 as published takes every gap and marks the candidates (only they may make the
+inter-batch-gap mode); Algorithm 1 and the centre-tracking histogram take candidates only.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ without a capture time; with a transport header cut before its length (``unknown
 ) = range(len(BUCKETS))
 
 NO_GAP = -1
-"""What :func:`next_gap` returns when a packet ends no candidate gap."""
+"""What :func:`next_gap` returns when a packet ends no gap."""
 
 
 def packet_kinds(
@@ -108,10 +110,11 @@ def next_gap(
 ):  # pragma: no cover - compiled
     """Take one ``used`` packet of connection ``c`` (time ``t``, ``payload`` bytes, TCP ``seq``
     when ``tcp``; TCP packets without payload are not checked for retransmission) into the
-    connection's state. Returns ``(bucket, gap)``: the bucket is ``USED``, ``RETRANSMISSION``
-    or ``OUT_OF_ORDER``, the gap the candidate response gap this packet ends (ns) or
-    :data:`NO_GAP`. A packet counts as full-size when its payload reaches ``min_full`` and the
-    connection's largest so far.
+    connection's state. Returns ``(bucket, gap, candidate)``: the bucket is ``USED``,
+    ``RETRANSMISSION`` or ``OUT_OF_ORDER``; the gap this packet ends (ns) or :data:`NO_GAP`
+    (its connection's first packet, or a retransmission came in between); ``candidate``: the
+    packet before it was not full-size. A packet counts as full-size when its payload reaches
+    ``min_full`` and the connection's largest so far.
 
     A *burst* is a run of packets at most ``burst_gap`` ns apart. A gap longer than that is
     measured from the first packet of the burst before it rather than from its last packet: a
@@ -128,25 +131,26 @@ def next_gap(
     nothing).
     """
     if last_time[c] != NO_TIME and t < last_time[c]:
-        return OUT_OF_ORDER, NO_GAP
+        return OUT_OF_ORDER, NO_GAP, False
     if tcp and payload > 0:
         end = np.uint32(seq + payload)
         if seq_seen[c] and np.int32(end - high_seq[c]) <= 0:
             if t - last_time[c] > taint_after:
                 tainted[c] = True
-            return RETRANSMISSION, NO_GAP
+            return RETRANSMISSION, NO_GAP, False
         high_seq[c] = end
         seq_seen[c] = True
     gap = NO_GAP
+    candidate = not last_full[c]
     if last_time[c] == NO_TIME or t - last_time[c] > burst_gap:
-        if last_time[c] != NO_TIME and not last_full[c] and not tainted[c]:
+        if last_time[c] != NO_TIME and not tainted[c]:
             gap = t - (burst_start[c] if burst_gap > 0 else last_time[c])
         burst_start[c] = t
-    elif not last_full[c] and not tainted[c]:
+    elif not tainted[c]:
         gap = t - last_time[c]
     if payload > full_size[c]:
         full_size[c] = payload
     last_full[c] = payload >= full_size[c] and full_size[c] >= min_full
     last_time[c] = t
     tainted[c] = False
-    return USED, gap
+    return USED, gap, candidate

@@ -1,5 +1,6 @@
-"""The per-connection histogram of inter-packet-gap modes (Pirate, arXiv 2505.14358, §3.3,
-Algorithm 2).
+"""tacit's centre-tracking histogram of inter-packet-gap modes (``algorithm="centres"``), a
+variant of Pirate's Algorithm 2 (§3.3–3.4) written before the paper's text was at hand; the
+algorithm as published is :mod:`~tacit.response_latency.mode_sum`.
 
 Each connection keeps at most ``N`` modes; a mode has a centre (ns), a count of the gaps it
 absorbed (aged: halved at every epoch end, so that stale modes give way), and the number and sum

@@ -7,12 +7,10 @@ client pauses until a response arrives, so the packet after a prominent inter-pa
 was triggered by a response, and the gaps of such causal pairs estimate the client-visible
 response latency (§3).
 
-Only the beginning of the paper's text was available when this was written. The structure
-(Algorithm 1: a fixed gap threshold; Algorithm 2: a per-connection histogram of at most ``N``
-IPG modes with ε-merging and a proportional mode sum per epoch; the two §3.4 heuristics; the
-removal of timer modes) follows the paper as summarised in its abstract and issue 4 of this
-project. Where a default below could not be read from the paper it says so and gives the
-reason for the value chosen; the timer values are the RFCs' own.
+Defaults follow the paper's text (``../shared/papers/pirate-response-latency.txt`` in the
+workspace): N = 10 modes (§3.4), Algorithm 2's absolute ε, the proportional mode sum (§3.3),
+the two §3.4 heuristics. Where the paper gives no value, the docstring below says so and gives
+the reason for the value chosen; the timer values are the RFCs' own.
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from dataclasses import dataclass
 
 from tacit.errors import ConfigError
 
+US = 1_000
 MS = 1_000_000
 SECOND = 1_000_000_000
 
@@ -32,16 +31,32 @@ class PirateParams:
     Gap detection (§3.3):
 
     - ``gap_threshold_ns`` (δ): Algorithm 1 takes every candidate IPG longer than δ as one
-      response latency; Algorithm 2 counts a mode as a response mode when its centre is at least
-      δ. Chosen (paper value not available): 1 ms, above the back-to-back spacing of a burst
-      (a 1500-byte frame takes 0.12 ms at 100 Mbit/s) and a client's processing between
-      requests it issues together, below any wide-area round trip.
-    - ``max_modes`` (N): modes kept per connection by Algorithm 2. Chosen: 8.
-    - ``merge_epsilon`` (ε): an IPG joins the nearest mode whose centre is within this
-      *relative* distance, and two modes whose centres come within it merge. Relative rather
-      than absolute so that one value serves µs and s scales. Chosen: 0.25.
+      response latency; the centre-tracking histogram counts a mode as a response mode when its
+      centre is at least δ. The paper gives no value (§3.2 argues no fixed δ fits, which is why
+      Algorithm 2 exists). Chosen: 1 ms, above the back-to-back spacing of a burst (a 1500-byte
+      frame takes 0.12 ms at 100 Mbit/s) and a client's processing between requests it issues
+      together, below any wide-area round trip.
+    - ``max_modes`` (N): modes kept per connection by Algorithm 2: 10, the paper's (§3.4: "as
+      few as N = 10 buckets ... prove sufficient").
+    - ``mode_epsilon_ns`` (ε of Algorithm 2): a gap within ε of a mode's ``[min, max]`` joins
+      it, and two modes within ε merge. The paper calls it "a fixed parameter" without a value.
+      Chosen: 100 µs, above the spacing of back-to-back packets and a client's scheduling noise
+      on a LAN (so one burst's gaps make one mode), below the millisecond response latencies of
+      the paper's experiments.
+    - ``mode_epsilon_ratio``: tacit widens ε around a mode to this ratio of the mode's ``max``
+      when that is larger (:mod:`~tacit.response_latency.mode_sum` says why: a fixed ε splits
+      the batch-ending gaps of a noisy service into modes, and a lone gap becomes the IBG).
+      0 gives the paper's fixed ε. Chosen: 0.25, the spread of one service's latency within an
+      epoch that still counts as one mode; the reproduction report shows 0 beside it.
+    - ``ibg_min_share``: tacit lets a mode be the inter-batch gap only when it holds at least
+      this share of the epoch's gaps (the paper takes the largest mode, which may be one
+      outlier; :mod:`~tacit.response_latency.mode_sum`). 0 gives the paper's rule. Chosen:
+      0.05, so that batches of up to 20 requests per response still make an IBG mode.
+    - ``merge_epsilon``: ε of tacit's centre-tracking histogram (``algorithm="centres"``),
+      *relative* to a mode's centre so that one value serves µs and s scales. Chosen: 0.25.
     - ``epoch_ns``: one estimate per connection per epoch of this length (epochs are aligned to
-      multiples of it since the Unix epoch). Chosen: 1 s.
+      multiples of it since the Unix epoch): 100 ms, the epoch of the paper's own example
+      (§3.3, the memory cost of fine histograms); the paper makes it configurable.
 
     §3.4 heuristics:
 
@@ -57,18 +72,20 @@ class PirateParams:
       trusted once it reaches ``min_full_payload`` (1200 bytes: QUIC's minimum datagram size,
       RFC 9000 §14, and below the 1220-byte TCP MSS of the IPv6 minimum MTU, RFC 8200 §5).
 
-    Pipelining clients (not in the paper's text as available; issue 4 of this project): a client
-    with several requests in flight sends the requests one response lets go back to back, and
-    the next gap ends when the response to the *first* of them arrives; the gap after the last
-    packet is shorter than that causal pair, and the gaps ended by the responses that follow
-    close behind are shorter still. Two changes, off by default (Pirate as published);
-    :meth:`PirateParams.pipelining` turns both on:
+    Pipelining clients, for tacit's centre-tracking histogram (``algorithm="centres"``, written
+    before the paper's text was at hand; Algorithm 2's proportional mode sum answers the same
+    problem by adding the gaps inside a batch to the inter-batch gap): a client with several
+    requests in flight sends the requests one response lets go back to back, and the next gap
+    ends when the response to the *first* of them arrives; the gap after the last packet is
+    shorter than that causal pair, and the gaps ended by the responses that follow close behind
+    are shorter still. Two changes, off by default; :meth:`PirateParams.pipelining` turns both
+    on:
 
     - ``from_burst_start``: a gap longer than the connection's δ is measured from the first
       packet of the burst before it (the run of packets at most δ apart), not from its last
       packet (:func:`~tacit.response_latency.gaps.next_gap`).
-    - ``mode_floor_ratio``: Algorithm 2's floor per connection, instead of the fixed δ: this
-      ratio times the centre of the mode holding the most of the epoch's time, the
+    - ``mode_floor_ratio``: the centre-tracking histogram's floor per connection, instead of the
+      fixed δ: this ratio times the centre of the mode holding the most of the epoch's time, the
       causal-pair mode at any scale (sub-ms on loopback); the connection's δ for bursts follows
       it from its first closed epoch on. 0: the fixed δ. Chosen: 0.5, a factor-2 valley below
       the dominant mode: the latency of a connection moves by less than that within an epoch,
@@ -79,7 +96,7 @@ class PirateParams:
     the median error 3-4×, but where clients pause to think between requests the pauses can
     hold more of an epoch's time than the waits for responses, the floor then rises above the
     responses, and the estimates of the load-balancer simulation went from 21 % to 141 % high
-    (bench/bench_loadbalancer.py). A workload decides; the paper's algorithm is the default.
+    (bench/bench_loadbalancer.py). A workload decides.
 
     Timers (gaps that match them are not response latencies):
 
@@ -99,9 +116,12 @@ class PirateParams:
     """
 
     gap_threshold_ns: int = 1 * MS
-    max_modes: int = 8
+    max_modes: int = 10
+    mode_epsilon_ns: int = 100 * US
+    mode_epsilon_ratio: float = 0.25
+    ibg_min_share: float = 0.05
     merge_epsilon: float = 0.25
-    epoch_ns: int = 1 * SECOND
+    epoch_ns: int = 100 * MS
     coalesce_acks: bool = True
     udp_ack_max_payload: int = 64
     batch_end_only: bool = True
@@ -131,5 +151,9 @@ class PirateParams:
             raise ConfigError("merge_epsilon must be in (0, 1) and timer_tolerance in [0, 1)")
         if not 0 <= self.mode_floor_ratio < 1:
             raise ConfigError(f"mode_floor_ratio must be in [0, 1), got {self.mode_floor_ratio}")
+        if self.mode_epsilon_ns < 0 or not 0 <= self.mode_epsilon_ratio < 1:
+            raise ConfigError("mode_epsilon_ns must be ≥ 0 and mode_epsilon_ratio in [0, 1)")
+        if not 0 <= self.ibg_min_share < 1:
+            raise ConfigError(f"ibg_min_share must be in [0, 1), got {self.ibg_min_share}")
         if self.max_backoffs < 0 or self.udp_ack_max_payload < 0 or self.min_full_payload < 1:
             raise ConfigError("max_backoffs, udp_ack_max_payload, min_full_payload out of range")

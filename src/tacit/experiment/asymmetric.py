@@ -1,0 +1,312 @@
+"""Pirate's §5.1 experiment on one machine: client, vantage point and server in three network
+namespaces with asymmetric routing, a server whose CPU allocation follows a per-second series
+through a cgroup, and the error of every response against the client's log (§5.1–5.2).
+
+    ns C (client)  cv ──────── vc  ns V (vantage point)  vs ──────── sv  ns S (server)
+    10.x.1.1 ─────────── client → server ──────────────────────────▶ 10.x.2.2
+       cs ◀──────────────────── server → client (direct) ─────────────── sc
+    10.x.3.1                                                          10.x.3.2
+
+C routes the server's subnet through V; S routes the client's subnet over the direct link, so
+V forwards only the client-to-server direction (§5.1's triangle; asymmetric by design, as with
+direct server return). tcpdump in V captures on ``vc``, the client-facing ingress, as Pirate's
+XDP program is attached there; the result counts server packets seen there (0 when the routing
+is asymmetric).
+
+The server (:mod:`.cpu_server`) is single-threaded and spends 250 µs of CPU per request (the
+paper's 4K requests/s per core); the cgroup (v1 ``cpu`` controller) quota is set every second
+from :func:`~.cpu_series.cpu_allocation_series`, so response latency follows CPU allocation.
+The clients (:mod:`.web_clients`) walk dependency trees with at most 4 outstanding requests per
+connection and log when each request was sent and its response's last byte read.
+
+Scored as §5.1 defines accuracy, per response (:func:`~tacit.response_latency.score_responses`):
+the estimate of the response's (connection, epoch) against its req-to-res latency; and, for
+reference, the client-side req-to-req delay (from a request to the request its response
+triggered) against the same truth. What differs from the paper's setup: one 2-core machine
+instead of three 16-core ones, veth links instead of 10 Gb NICs, Python clients and server
+instead of WebPolygraph, a generated utilisation series instead of Google's Borg trace, and
+closed-loop clients (each connection starts its next tree as soon as the last response is
+read), so the load is what the CPU allocation lets through rather than a fixed 2K requests/s.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tacit.errors import ConfigError
+from tacit.experiment.capture import Capture, CaptureStats, stop_process
+from tacit.experiment.cpu_series import CpuSeriesParams, cpu_allocation_series
+from tacit.experiment.cpu_server import CPU_US
+from tacit.experiment.netns import namespaces_unavailable
+from tacit.experiment.web_clients import ResponseLog
+from tacit.formats.pcap import read_packets
+from tacit.response_latency import (
+    ALGORITHMS,
+    ErrorSummary,
+    PirateParams,
+    estimate_response_latency,
+    score_responses,
+)
+from tacit.response_latency.evaluate import trigger_from_completions
+
+CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
+PORT = 8080
+
+
+@dataclass(frozen=True)
+class AsymmetricParams:
+    """The run: ``seconds`` of clients on ``connections`` connections (each with at most
+    ``max_outstanding`` requests), the server's ``cpu_us`` per request, its CPU allocation
+    series (``cpu``) enforced with a CFS period of ``cfs_period_us``, and the ``subnet``
+    (10.<subnet>.x.y) of the namespaces."""
+
+    seconds: float = 20.0
+    connections: int = 8
+    max_outstanding: int = 4
+    cpu_us: float = CPU_US
+    cpu: CpuSeriesParams = field(default_factory=CpuSeriesParams)
+    cfs_period_us: int = 100_000
+    subnet: int = 78
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.seconds > 0 or self.connections < 1 or self.max_outstanding < 1:
+            raise ConfigError("need seconds > 0, connections ≥ 1 and max_outstanding ≥ 1")
+        if not 1_000 <= self.cfs_period_us <= 1_000_000 or not 0 < self.subnet < 255:
+            raise ConfigError("cfs_period_us must be within 1 ms..1 s and subnet within 1..254")
+
+
+@dataclass
+class AsymmetricResult:
+    """What a run measured: per algorithm the per-response errors (:class:`ErrorSummary`,
+    tacit's sign: positive when the estimate is high), the req-to-req baseline's, the load
+    and the capture."""
+
+    params: AsymmetricParams
+    pirate: dict[str, ErrorSummary]
+    req_to_req: ErrorSummary
+    requests: int
+    duration_seconds: float
+    server_packets_at_vantage: int
+    client_packets_at_vantage: int
+    capture: CaptureStats | None
+    allocation: np.ndarray = field(repr=False)
+    log: ResponseLog = field(repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: the paper's sign, ``(truth − estimate) / truth``, beside tacit's."""
+        return {
+            "params": asdict(self.params),
+            "requests": self.requests,
+            "requests_per_second": round(self.requests / self.duration_seconds, 1),
+            "median_latency_ms": round(float(np.median(self.log.latency)) / 1e6, 3),
+            "cpu_allocation_mean": round(float(self.allocation.mean()), 3),
+            "server_packets_at_vantage": self.server_packets_at_vantage,
+            "client_packets_at_vantage": self.client_packets_at_vantage,
+            "capture": None if self.capture is None else self.capture.as_dict(),
+            "pirate": {a: _summary(s) for a, s in self.pirate.items()},
+            "req_to_req": _summary(self.req_to_req),
+        }
+
+
+def _summary(s: ErrorSummary) -> dict[str, Any]:
+    out = s.as_dict()
+    out["median_error_paper_sign"] = -s.median_signed_error
+    return out
+
+
+def experiment_unavailable() -> str | None:
+    """Why the experiment cannot run here (None: it can): namespaces, tcpdump or the cgroup
+    ``cpu`` controller missing or refused."""
+    reason = namespaces_unavailable("none")
+    if reason:
+        return reason
+    if not (CGROUP_CPU / "cpu.cfs_quota_us").exists():
+        return f"no cgroup v1 cpu controller at {CGROUP_CPU}"
+    probe = CGROUP_CPU / f"tacit-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as e:
+        return f"cannot make a cgroup under {CGROUP_CPU}: {e.strerror}"
+    return None
+
+
+def _run(*cmd: str) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    if done.returncode:
+        raise ConfigError(f"{' '.join(cmd)}: {done.stderr.strip()}")
+
+
+def _build(ns: dict[str, str], tag: str, net: str) -> None:
+    c, v, s = ns["c"], ns["v"], ns["s"]
+    links = (("cv", c, "vc", v), ("vs", v, "sv", s), ("cs", c, "sc", s))
+    steps: list[list[str]] = [["ip", "netns", "add", n] for n in (c, v, s)]
+    for a, na, b, nb in links:
+        steps += [
+            ["ip", "link", "add", f"{a}{tag}", "netns", na, "type", "veth", "peer", "name",
+             f"{b}{tag}", "netns", nb],
+            ["ip", "-n", na, "link", "set", f"{a}{tag}", "name", a],
+            ["ip", "-n", nb, "link", "set", f"{b}{tag}", "name", b],
+        ]  # fmt: skip
+    addresses = (
+        (c, "cv", "1.1"), (v, "vc", "1.2"), (v, "vs", "2.1"), (s, "sv", "2.2"),
+        (c, "cs", "3.1"), (s, "sc", "3.2"),
+    )  # fmt: skip
+    for n, dev, host in addresses:
+        steps += [
+            ["ip", "-n", n, "addr", "add", f"{net}.{host}/24", "dev", dev],
+            ["ip", "-n", n, "link", "set", dev, "up"],
+        ]
+    steps += [["ip", "-n", n, "link", "set", "lo", "up"] for n in (c, v, s)]
+    steps += [
+        ["ip", "-n", c, "route", "add", f"{net}.2.0/24", "via", f"{net}.1.2"],
+        ["ip", "-n", s, "route", "add", f"{net}.1.0/24", "via", f"{net}.3.1"],
+        ["ip", "netns", "exec", v, "sysctl", "-qw", "net.ipv4.ip_forward=1"],
+    ]
+    # Replies arrive on cs while the route back to the server goes out through cv.
+    sysctl = ["ip", "netns", "exec", c, "sysctl", "-qw"]
+    for key in ("all", "default", "cv", "cs"):
+        steps.append([*sysctl, f"net.ipv4.conf.{key}.rp_filter=0"])
+    for step in steps:
+        _run(*step)
+
+
+class _Allocator(threading.Thread):
+    """Sets the cgroup's CPU quota every second from the series until stopped."""
+
+    def __init__(self, cgroup: Path, allocation: np.ndarray, period_us: int) -> None:
+        super().__init__(daemon=True)
+        self.cgroup, self.allocation, self.period_us = cgroup, allocation, period_us
+        self.stop = threading.Event()
+
+    def set(self, share: float) -> None:
+        quota = max(1_000, round(share * self.period_us))
+        (self.cgroup / "cpu.cfs_quota_us").write_text(str(quota))
+
+    def run(self) -> None:
+        start = time.monotonic()
+        k = 0
+        while not self.stop.is_set():
+            self.set(float(self.allocation[min(k, len(self.allocation) - 1)]))
+            k += 1
+            self.stop.wait(max(0.0, start + k - time.monotonic()))
+
+
+def run_asymmetric_experiment(
+    params: AsymmetricParams,
+    workdir: str | Path,
+    estimators: dict[str, tuple[PirateParams, str]] | None = None,
+) -> AsymmetricResult:
+    """Build the namespaces and the cgroup, run server, capture and clients, and score every
+    estimator (name → (params, algorithm); by default Pirate's Algorithm 2 and tacit's
+    centre-tracking variant) per response. Raises :class:`ConfigError` when the machine cannot
+    run it (:func:`experiment_unavailable`). Namespaces, cgroup and processes are always
+    removed."""
+    reason = experiment_unavailable()
+    if reason:
+        raise ConfigError(f"the asymmetric-routing experiment cannot run here: {reason}")
+    estimators = estimators or {a: (PirateParams(), a) for a in ALGORITHMS[:2]}
+    work = Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    tag = f"{os.getpid() % 10000:04d}{secrets.token_hex(2)}"
+    ns = {side: f"tacit-{tag}-{side}" for side in ("c", "v", "s")}
+    net = f"10.{params.subnet}"
+    cgroup = CGROUP_CPU / f"tacit-{tag}"
+    allocation = cpu_allocation_series(int(np.ceil(params.seconds)) + 5, params.cpu, params.seed)
+    pcap, log_path = work / "vantage.pcap", work / "clients.npz"
+    server: subprocess.Popen | None = None
+    capture: Capture | None = None
+    allocator: _Allocator | None = None
+    try:
+        _build(ns, tag, net)
+        cgroup.mkdir()
+        (cgroup / "cpu.cfs_period_us").write_text(str(params.cfs_period_us))
+        allocator = _Allocator(cgroup, allocation, params.cfs_period_us)
+        allocator.set(float(allocation[0]))
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", ns["s"], sys.executable, "-m", "tacit.experiment.cpu_server",
+             "--host", f"{net}.2.2", "--port", str(PORT), "--seed", str(params.seed),
+             "--cpu-us", str(params.cpu_us)],
+            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+        )  # fmt: skip
+        (cgroup / "cgroup.procs").write_text(str(server.pid))
+        if not (server.stdout and server.stdout.readline().strip().isdigit()):
+            raise ConfigError(f"the server did not start (exit code {server.poll()})")
+        capture = Capture(pcap, f"tcp port {PORT}", interface="vc", namespace=ns["v"]).start()
+        allocator.start()
+        start = time.monotonic()
+        clients = subprocess.run(
+            ["ip", "netns", "exec", ns["c"], sys.executable, "-m",
+             "tacit.experiment.web_clients", "--address", f"{net}.2.2:{PORT}",
+             "--seconds", str(params.seconds), "--out", str(log_path),
+             "--connections", str(params.connections),
+             "--outstanding", str(params.max_outstanding), "--seed", str(params.seed)],
+            capture_output=True, text=True, timeout=params.seconds + 120,
+        )  # fmt: skip
+        duration = time.monotonic() - start
+        if clients.returncode:
+            raise ConfigError(f"the clients failed: {clients.stderr.strip()[-300:]}")
+        time.sleep(0.2)
+        stats = capture.stop()
+    finally:
+        if allocator is not None:
+            allocator.stop.set()
+        if capture is not None:
+            capture.stop()
+        if server is not None:
+            stop_process(server)
+        if cgroup.exists():
+            cgroup.rmdir()
+        for name in ns.values():
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+    log = ResponseLog.load(str(log_path))
+    packets = read_packets(pcap).packets
+    from_server = int((packets.sport == PORT).sum())
+    endpoints = [f"{net}.1.1:{p}" for p in log.port.tolist()]
+    pirate = {}
+    for name, (pp, algorithm) in estimators.items():
+        server_at = f"{net}.2.2:{PORT}"
+        est = estimate_response_latency(packets, pp, server=server_at, algorithm=algorithm)
+        pirate[name] = score_responses(est, endpoints, log.sent, log.latency)
+    return AsymmetricResult(
+        params=params,
+        pirate=pirate,
+        req_to_req=req_to_req_errors(log),
+        requests=len(log),
+        duration_seconds=duration,
+        server_packets_at_vantage=from_server,
+        client_packets_at_vantage=len(packets) - from_server,
+        capture=stats,
+        allocation=allocation[: int(np.ceil(duration))],
+        log=log,
+    )
+
+
+def req_to_req_errors(log: ResponseLog) -> ErrorSummary:
+    """§5.1's req-to-req reference, per response: from the request to the first request its
+    response triggered (:func:`trigger_from_completions`), against the response's req-to-res
+    latency. Responses that triggered nothing are not scored."""
+    trigger = trigger_from_completions(log.port, log.sent, log.received)
+    first = np.full(len(log), -1, dtype=np.int64)
+    rows = np.flatnonzero(trigger >= 0)
+    rows = rows[np.argsort(log.sent[rows], kind="stable")[::-1]]  # the earliest one wins
+    first[trigger[rows]] = rows
+    has = first >= 0
+    latency = log.latency[has].astype(float)
+    return ErrorSummary.from_signed(
+        (log.sent[first[has]] - log.sent[has] - latency) / latency,
+        connections=len(np.unique(log.port[has])),
+        unscored_estimates=0,
+        unmatched=int((~has).sum()),
+    )
