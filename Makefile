@@ -1,10 +1,10 @@
-# tacit — make install | demo | test | bench | lint
+# tacit — make install | demo | test | bench | reproduce | lint
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo test bench reproduce lint clean
 
 install: $(STAMP)
 
@@ -26,6 +26,9 @@ test: lint
 
 bench: install
 	@for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+reproduce: install
+	$(BIN)/python bench/bench_pirate_reproduction.py --runs 3 --seconds 20 --markdown docs/reproduction.md
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .ruff_cache

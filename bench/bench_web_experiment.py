@@ -5,9 +5,10 @@ HTTP/1.1 server and against memcached, and prints one JSON object per server wit
 fields (connections, samples, median / p5 / p95 relative error of Pirate's estimate against
 the mean latency the clients logged, and under ``causal_pairs`` against the gaps of the causal
 pairs, packets, packets per second of the estimator) and the capture's drop counts; under
-``threshold`` the same two scores for Algorithm 1 on the same capture, and under
-``pipelining`` for Algorithm 2 with :meth:`PirateParams.pipelining`. The target is a median
-relative error below 1 % (Pirate, arXiv 2505.14358, §6).
+``threshold`` the same two scores for Algorithm 1 on the same capture, under ``centres`` for
+tacit's centre-tracking histogram and under ``pipelining`` for it with
+:meth:`PirateParams.pipelining`. The target is a median relative error below 1 % (Pirate §5.2;
+bench_pirate_reproduction.py runs the paper's own setup).
 Where packet capture or memcached is unavailable, the object says why instead.
 """
 
@@ -42,7 +43,8 @@ def main() -> None:
             server_at = f"{HOST}:{result.server_port}"
             variants = {
                 "threshold": (result.estimates.params, "threshold"),
-                "pipelining": (PirateParams.pipelining(), "modes"),
+                "centres": (PirateParams(), "centres"),
+                "pipelining": (PirateParams.pipelining(), "centres"),
             }
             for name, (params, algorithm) in variants.items():
                 est = estimate_response_latency(

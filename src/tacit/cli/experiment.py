@@ -1,5 +1,6 @@
-"""``tacit experiment web|loadbalancer``: Pirate's live experiment on this machine and its
-load-balancer simulation."""
+"""``tacit experiment web|asymmetric|loadbalancer|netns``: Pirate's live experiments on this
+machine (loopback, and §5.1's three namespaces with asymmetric routing), its load-balancer
+simulation, and RDA's agents across namespaces."""
 
 from __future__ import annotations
 
@@ -58,6 +59,49 @@ def web(
         return
     flat = {k: v for k, v in doc.items() if not isinstance(v, dict | list)}
     out.print(_table(f"live {server} experiment, {seconds:g} s", flat))
+
+
+@experiment_app.command()
+def asymmetric(
+    seconds: Annotated[float, typer.Option(help="How long the clients run.")] = 20.0,
+    connections: Annotated[int, typer.Option(help="Client connections.")] = 8,
+    cpu_period: Annotated[int, typer.Option(help="The cgroup's CFS period, µs.")] = 100_000,
+    seed: Annotated[int, typer.Option(help="Seed of the site, CPU series and clients.")] = 0,
+    keep: Annotated[
+        Path | None, typer.Option(help="Directory to keep the capture and client log in.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Pirate §5.1: client, vantage point and server in three network namespaces (responses
+    bypass the vantage point), the server's CPU following a per-second series through a
+    cgroup; the error of every response's estimate against the client's log (§5.2)."""
+    import tempfile
+
+    from tacit.experiment.asymmetric import AsymmetricParams, run_asymmetric_experiment
+
+    params = AsymmetricParams(
+        seconds=seconds, connections=connections, cfs_period_us=cpu_period, seed=seed
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        doc = run_asymmetric_experiment(params, keep or tmp).as_dict()
+    if json_out:
+        print_json(doc)
+        return
+    t = Table(title=f"Pirate §5.1–5.2, {seconds:g} s, {doc['requests_per_second']} requests/s")
+    for col in ("", "median error (paper's sign)", "median |error|", "p5", "p95", "responses"):
+        t.add_column(col, justify="right" if col else "left")
+    rows = {**{f"Pirate {k}": v for k, v in doc["pirate"].items()}, "req-to-req": doc["req_to_req"]}
+    for name, s in rows.items():
+        t.add_row(
+            name,
+            f"{s['median_error_paper_sign']:+.2%}",
+            f"{s['median_relative_error']:.2%}",
+            f"{-s['p95_signed_error']:+.1%}",
+            f"{-s['p5_signed_error']:+.1%}",
+            str(s["samples"]),
+        )
+    out.print(t)
+    out.print(f"server packets seen at the vantage point: {doc['server_packets_at_vantage']}")
 
 
 @experiment_app.command()

@@ -17,6 +17,7 @@ from tacit.cli.jsonout import print_json
 from tacit.cli.paths import parse_duration
 from tacit.cli.traces import JsonOpt, out
 from tacit.errors import ConfigError
+from tacit.response_latency.estimator import ALGORITHMS
 
 
 def register(app: typer.Typer) -> None:
@@ -46,7 +47,11 @@ def response(
         ),
     ] = False,
     algorithm: Annotated[
-        str, typer.Option(help="modes (Algorithm 2) or threshold (Algorithm 1).")
+        str,
+        typer.Option(
+            help="modes (Algorithm 2, the proportional mode sum), centres (tacit's "
+            "centre-tracking histogram) or threshold (Algorithm 1)."
+        ),
     ] = "modes",
     gap_threshold: Annotated[
         str | None, typer.Option(help="The gap threshold δ, e.g. 1ms or 50us (default: δ).")
@@ -74,8 +79,8 @@ def response(
         params = replace(params, gap_threshold_ns=parse_duration(gap_threshold))
     if epoch is not None:
         params = replace(params, epoch_ns=parse_duration(epoch))
-    if algorithm not in ("modes", "threshold"):
-        raise ConfigError(f"unknown algorithm {algorithm!r}: expected modes or threshold")
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {algorithm!r}: expected {', '.join(ALGORITHMS)}")
     if (capture is None) == (interface is None):
         raise ConfigError("give a capture file or --interface, not both")
     if truth and capture is None:

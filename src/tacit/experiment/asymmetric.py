@@ -51,7 +51,6 @@ from tacit.experiment.netns import namespaces_unavailable
 from tacit.experiment.web_clients import ResponseLog
 from tacit.formats.pcap import read_packets
 from tacit.response_latency import (
-    ALGORITHMS,
     ErrorSummary,
     PirateParams,
     estimate_response_latency,
@@ -203,20 +202,31 @@ class _Allocator(threading.Thread):
             self.stop.wait(max(0.0, start + k - time.monotonic()))
 
 
+def default_estimators() -> dict[str, tuple[PirateParams, str]]:
+    """What a run scores: Algorithm 2 exactly as published (``paper``: fixed ε, the largest
+    mode is the IBG), with tacit's two settings (``modes``, the default) and tacit's
+    centre-tracking histogram (``centres``)."""
+    paper = PirateParams(mode_epsilon_ratio=0, ibg_min_share=0)
+    return {
+        "paper": (paper, "modes"),
+        "modes": (PirateParams(), "modes"),
+        "centres": (PirateParams(), "centres"),
+    }
+
+
 def run_asymmetric_experiment(
     params: AsymmetricParams,
     workdir: str | Path,
     estimators: dict[str, tuple[PirateParams, str]] | None = None,
 ) -> AsymmetricResult:
     """Build the namespaces and the cgroup, run server, capture and clients, and score every
-    estimator (name → (params, algorithm); by default Pirate's Algorithm 2 and tacit's
-    centre-tracking variant) per response. Raises :class:`ConfigError` when the machine cannot
-    run it (:func:`experiment_unavailable`). Namespaces, cgroup and processes are always
-    removed."""
+    estimator (name → (params, algorithm); :func:`default_estimators` when None) per response.
+    Raises :class:`ConfigError` when the machine cannot run it (:func:`experiment_unavailable`).
+    Namespaces, cgroup and processes are always removed."""
     reason = experiment_unavailable()
     if reason:
         raise ConfigError(f"the asymmetric-routing experiment cannot run here: {reason}")
-    estimators = estimators or {a: (PirateParams(), a) for a in ALGORITHMS[:2]}
+    estimators = estimators or default_estimators()
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     tag = f"{os.getpid() % 10000:04d}{secrets.token_hex(2)}"
