@@ -17,7 +17,6 @@ from tacit.cli.jsonout import print_json
 from tacit.cli.paths import parse_duration
 from tacit.cli.traces import JsonOpt, out
 from tacit.errors import ConfigError
-from tacit.response_latency.estimator import ALGORITHMS
 
 
 def register(app: typer.Typer) -> None:
@@ -72,7 +71,7 @@ def response(
 ) -> None:
     """Estimate response latency per connection per epoch from the client-to-server packets."""
     from tacit.formats.pcap import read_packets
-    from tacit.response_latency import PirateParams, estimate_response_latency
+    from tacit.response_latency import ALGORITHMS, PirateParams, estimate_response_latency
 
     params = PirateParams.pipelining() if pipelining else PirateParams()
     if gap_threshold is not None:
