@@ -40,7 +40,13 @@ def estimators() -> dict[str, tuple[PirateParams, str]]:
         )
         for label, eps in (("10 µs", 10_000), ("1 ms", 1_000_000))
     }
-    return {**default_estimators(), **fixed}
+    # §5.8: the two heuristics of §3.4 off, one at a time and both.
+    heuristics = {
+        "modes, no ACK coalescing": PirateParams(coalesce_acks=False),
+        "modes, no MTU heuristic": PirateParams(batch_end_only=False),
+        "modes, neither heuristic": PirateParams(coalesce_acks=False, batch_end_only=False),
+    }
+    return {**default_estimators(), **fixed, **{k: (p, "modes") for k, p in heuristics.items()}}
 
 
 def markdown(rows: dict[str, list[dict]], runs: list[dict], args) -> str:
@@ -115,7 +121,12 @@ def main() -> None:
             doc = run_asymmetric_experiment(params, tmp, estimators()).as_dict()
         runs.append(doc)
         print(json.dumps({"benchmark": "pirate_reproduction", "seed": seed, **doc}), flush=True)
-        for name, s in {**doc["pirate"], "req-to-req (client)": doc["req_to_req"]}.items():
+        scored = {
+            **doc["pirate"],
+            "req-to-req (client)": doc["req_to_req"],
+            **{f"oracle: true epoch {k}": v for k, v in doc["oracle"].items()},
+        }
+        for name, s in scored.items():
             rows.setdefault(name, []).append(s)
     table = markdown(rows, runs, args)
     print(table)

@@ -2,16 +2,20 @@
 namespaces with asymmetric routing, a server whose CPU allocation follows a per-second series
 through a cgroup, and the error of every response against the client's log (§5.1–5.2).
 
-    ns C (client)  cv ──────── vc  ns V (vantage point)  vs ──────── sv  ns S (server)
-    10.x.1.1 ─────────── client → server ──────────────────────────▶ 10.x.2.2
-       cs ◀──────────────────── server → client (direct) ─────────────── sc
-    10.x.3.1                                                          10.x.3.2
+    ns C (client) cv ── lc  ns L (link)  lv ── vl  ns V (vantage point)  vs ── sv  ns S (server)
+    10.x.1.1 ──────────────── client → server ───────────────────────────────────▶ 10.x.2.2
+       cs ◀─────────────────────── server → client (direct) ──────────────────────── sc
+    10.x.3.1                                                                      10.x.3.2
 
-C routes the server's subnet through V; S routes the client's subnet over the direct link, so
-V forwards only the client-to-server direction (§5.1's triangle; asymmetric by design, as with
-direct server return). tcpdump in V captures on ``vc``, the client-facing ingress, as Pirate's
-XDP program is attached there; the result counts server packets seen there (0 when the routing
-is asymmetric).
+C routes the server's subnet through L and V; S routes the client's subnet over the direct
+link, so V forwards only the client-to-server direction (§5.1's triangle; asymmetric by design,
+as with direct server return). tcpdump in V captures on ``vl``, the client-facing ingress, as
+Pirate's XDP program is attached there; the result counts server packets seen there (0 when
+the routing is asymmetric). L is the link from the client to the vantage point: it forwards
+in the kernel, or, for §5.4 (``loss``, ``reorder``), the userspace relay of
+:mod:`.impair` forwards instead and drops or reorders as netem would (this kernel may lack
+netem); reordering needs a delay to overtake, ``reorder_delay_ns`` (netem's manual uses
+10 ms; the paper gives none).
 
 The server (:mod:`.cpu_server`) is single-threaded and spends 250 µs of CPU per request (the
 paper's 4K requests/s per core); the cgroup (v1 ``cpu`` controller) quota is set every second
@@ -31,6 +35,7 @@ read), so the load is what the CPU allocation lets through rather than a fixed 2
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -47,9 +52,11 @@ from tacit.errors import ConfigError
 from tacit.experiment.capture import Capture, CaptureStats, stop_process
 from tacit.experiment.cpu_series import CpuSeriesParams, cpu_allocation_series
 from tacit.experiment.cpu_server import CPU_US
-from tacit.experiment.netns import namespaces_unavailable
+from tacit.experiment.impair import ImpairParams
+from tacit.experiment.netns import ManagedProcess, namespaces_unavailable
 from tacit.experiment.web_clients import ResponseLog
 from tacit.formats.pcap import read_packets
+from tacit.model.packets import PacketTable
 from tacit.response_latency import (
     ErrorSummary,
     PirateParams,
@@ -57,6 +64,7 @@ from tacit.response_latency import (
     score_responses,
 )
 from tacit.response_latency.evaluate import trigger_from_completions
+from tacit.response_latency.rtt_baselines import METHODS, SERVER, rtt_samples
 
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
 PORT = 8080
@@ -65,13 +73,22 @@ PORT = 8080
 @dataclass(frozen=True)
 class AsymmetricParams:
     """The run: ``seconds`` of clients on ``connections`` connections (each with at most
-    ``max_outstanding`` requests), the server's ``cpu_us`` per request, its CPU allocation
-    series (``cpu``) enforced with a CFS period of ``cfs_period_us``, and the ``subnet``
-    (10.<subnet>.x.y) of the namespaces."""
+    ``max_outstanding`` requests; ``browser``: browser-like clients,
+    :class:`~.web_clients.ClientParams`), the server's ``cpu_us`` per request, its CPU
+    allocation series (``cpu``) enforced with a CFS period of ``cfs_period_us``, and the
+    ``subnet`` (10.<subnet>.x.y) of the namespaces. ``client_capture``: capture both
+    directions at the client too, for the RTT baselines of §5.3 (:func:`rtt_baselines`).
+    ``loss``/``reorder``: probabilities of §5.4's impairment from client to vantage point
+    (module docstring); reordered packets overtake the others, held ``reorder_delay_ns``."""
 
     seconds: float = 20.0
     connections: int = 8
     max_outstanding: int = 4
+    browser: bool = False
+    client_capture: bool = False
+    loss: float = 0.0
+    reorder: float = 0.0
+    reorder_delay_ns: int = 1_000_000
     cpu_us: float = CPU_US
     cpu: CpuSeriesParams = field(default_factory=CpuSeriesParams)
     cfs_period_us: int = 100_000
@@ -83,22 +100,36 @@ class AsymmetricParams:
             raise ConfigError("need seconds > 0, connections ≥ 1 and max_outstanding ≥ 1")
         if not 1_000 <= self.cfs_period_us <= 1_000_000 or not 0 < self.subnet < 255:
             raise ConfigError("cfs_period_us must be within 1 ms..1 s and subnet within 1..254")
+        ImpairParams(self.reorder_delay_ns, 0, self.loss, self.reorder)  # validates them
+
+    @property
+    def impaired(self) -> bool:
+        return self.loss > 0 or self.reorder > 0
+
+    def impairment(self) -> ImpairParams:
+        """The relay's impairment: netem's ``delay D reorder R loss L`` (delay only when
+        reordering)."""
+        delay = self.reorder_delay_ns if self.reorder > 0 else 0
+        return ImpairParams(delay, 0, self.loss, self.reorder, self.seed)
 
 
 @dataclass
 class AsymmetricResult:
     """What a run measured: per algorithm the per-response errors (:class:`ErrorSummary`,
-    tacit's sign: positive when the estimate is high), the req-to-req baseline's, the load
-    and the capture."""
+    tacit's sign: positive when the estimate is high), the req-to-req baseline's, the
+    per-epoch oracles' (:func:`epoch_oracle_errors`), the load and the capture."""
 
     params: AsymmetricParams
     pirate: dict[str, ErrorSummary]
     req_to_req: ErrorSummary
+    oracle: dict[str, ErrorSummary]
     requests: int
     duration_seconds: float
     server_packets_at_vantage: int
     client_packets_at_vantage: int
     capture: CaptureStats | None
+    rtt: dict[str, dict[str, float]] | None
+    relay: dict[str, Any] | None
     allocation: np.ndarray = field(repr=False)
     log: ResponseLog = field(repr=False)
 
@@ -115,6 +146,9 @@ class AsymmetricResult:
             "capture": None if self.capture is None else self.capture.as_dict(),
             "pirate": {a: _summary(s) for a, s in self.pirate.items()},
             "req_to_req": _summary(self.req_to_req),
+            "oracle": {k: _summary(s) for k, s in self.oracle.items()},
+            "rtt_baselines": self.rtt,
+            "relay": self.relay,
         }
 
 
@@ -147,10 +181,10 @@ def _run(*cmd: str) -> None:
         raise ConfigError(f"{' '.join(cmd)}: {done.stderr.strip()}")
 
 
-def _build(ns: dict[str, str], tag: str, net: str) -> None:
-    c, v, s = ns["c"], ns["v"], ns["s"]
-    links = (("cv", c, "vc", v), ("vs", v, "sv", s), ("cs", c, "sc", s))
-    steps: list[list[str]] = [["ip", "netns", "add", n] for n in (c, v, s)]
+def _build(ns: dict[str, str], tag: str, net: str, relay: bool) -> None:
+    c, link, v, s = ns["c"], ns["l"], ns["v"], ns["s"]
+    links = (("cv", c, "lc", link), ("lv", link, "vl", v), ("vs", v, "sv", s), ("cs", c, "sc", s))
+    steps: list[list[str]] = [["ip", "netns", "add", n] for n in (c, link, v, s)]
     for a, na, b, nb in links:
         steps += [
             ["ip", "link", "add", f"{a}{tag}", "netns", na, "type", "veth", "peer", "name",
@@ -159,26 +193,52 @@ def _build(ns: dict[str, str], tag: str, net: str) -> None:
             ["ip", "-n", nb, "link", "set", f"{b}{tag}", "name", b],
         ]  # fmt: skip
     addresses = (
-        (c, "cv", "1.1"), (v, "vc", "1.2"), (v, "vs", "2.1"), (s, "sv", "2.2"),
-        (c, "cs", "3.1"), (s, "sc", "3.2"),
+        (c, "cv", "1.1"), (link, "lc", "1.2"), (link, "lv", "4.1"), (v, "vl", "4.2"),
+        (v, "vs", "2.1"), (s, "sv", "2.2"), (c, "cs", "3.1"), (s, "sc", "3.2"),
     )  # fmt: skip
     for n, dev, host in addresses:
         steps += [
             ["ip", "-n", n, "addr", "add", f"{net}.{host}/24", "dev", dev],
             ["ip", "-n", n, "link", "set", dev, "up"],
         ]
-    steps += [["ip", "-n", n, "link", "set", "lo", "up"] for n in (c, v, s)]
+    steps += [["ip", "-n", n, "link", "set", "lo", "up"] for n in (c, link, v, s)]
     steps += [
         ["ip", "-n", c, "route", "add", f"{net}.2.0/24", "via", f"{net}.1.2"],
+        ["ip", "-n", link, "route", "add", f"{net}.2.0/24", "via", f"{net}.4.2"],
         ["ip", "-n", s, "route", "add", f"{net}.1.0/24", "via", f"{net}.3.1"],
         ["ip", "netns", "exec", v, "sysctl", "-qw", "net.ipv4.ip_forward=1"],
+        ["ip", "netns", "exec", link, "sysctl", "-qw", f"net.ipv4.ip_forward={int(not relay)}"],
     ]
+    if relay:  # the relay re-sends the client's frames: their checksums must be complete
+        steps.append(["ip", "netns", "exec", c, sys.executable, "-m", "tacit.experiment.impair",
+                      "no-tx-checksum", "cv"])  # fmt: skip
     # Replies arrive on cs while the route back to the server goes out through cv.
     sysctl = ["ip", "netns", "exec", c, "sysctl", "-qw"]
     for key in ("all", "default", "cv", "cs"):
         steps.append([*sysctl, f"net.ipv4.conf.{key}.rp_filter=0"])
     for step in steps:
         _run(*step)
+
+
+def _start_relay(ns: dict[str, str], net: str, params: AsymmetricParams, stats: Path):
+    """The relay in L, from ``lc`` (the client's side, impaired) to ``lv``."""
+    peers = {}
+    for side, dev in (("c", "cv"), ("v", "vl")):
+        done = subprocess.run(
+            ["ip", "netns", "exec", ns[side], "cat", f"/sys/class/net/{dev}/address"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        peers[side] = done.stdout.strip()
+    p = params.impairment()
+    cmd = [
+        sys.executable, "-m", "tacit.experiment.impair", "relay",
+        "--a", "lc", "--a-peer", peers["c"], "--b", "lv", "--b-peer", peers["v"],
+        "--own", f"{net}.1.2", f"{net}.4.1", "--loss", str(p.loss), "--reorder", str(p.reorder),
+        "--delay-ns", str(p.delay_ns), "--seed", str(p.seed), "--stats", str(stats),
+    ]  # fmt: skip
+    relay = ManagedProcess(["ip", "netns", "exec", ns["l"], *cmd])
+    relay.wait_for("relaying", 30)
+    return relay
 
 
 class _Allocator(threading.Thread):
@@ -230,16 +290,22 @@ def run_asymmetric_experiment(
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     tag = f"{os.getpid() % 10000:04d}{secrets.token_hex(2)}"
-    ns = {side: f"tacit-{tag}-{side}" for side in ("c", "v", "s")}
+    ns = {side: f"tacit-{tag}-{side}" for side in ("c", "l", "v", "s")}
     net = f"10.{params.subnet}"
     cgroup = CGROUP_CPU / f"tacit-{tag}"
     allocation = cpu_allocation_series(int(np.ceil(params.seconds)) + 5, params.cpu, params.seed)
     pcap, log_path = work / "vantage.pcap", work / "clients.npz"
+    client_pcap = work / "client.pcap"
     server: subprocess.Popen | None = None
     capture: Capture | None = None
+    at_client: Capture | None = None
     allocator: _Allocator | None = None
+    relay: ManagedProcess | None = None
+    relay_stats = work / "relay.json"
     try:
-        _build(ns, tag, net)
+        _build(ns, tag, net, params.impaired)
+        if params.impaired:
+            relay = _start_relay(ns, net, params, relay_stats)
         cgroup.mkdir()
         (cgroup / "cpu.cfs_period_us").write_text(str(params.cfs_period_us))
         allocator = _Allocator(cgroup, allocation, params.cfs_period_us)
@@ -253,7 +319,10 @@ def run_asymmetric_experiment(
         (cgroup / "cgroup.procs").write_text(str(server.pid))
         if not (server.stdout and server.stdout.readline().strip().isdigit()):
             raise ConfigError(f"the server did not start (exit code {server.poll()})")
-        capture = Capture(pcap, f"tcp port {PORT}", interface="vc", namespace=ns["v"]).start()
+        capture = Capture(pcap, f"tcp port {PORT}", interface="vl", namespace=ns["v"]).start()
+        if params.client_capture:
+            at_client = Capture(client_pcap, f"tcp port {PORT}", "any", namespace=ns["c"])
+            at_client.start()
         allocator.start()
         start = time.monotonic()
         clients = subprocess.run(
@@ -261,7 +330,8 @@ def run_asymmetric_experiment(
              "tacit.experiment.web_clients", "--address", f"{net}.2.2:{PORT}",
              "--seconds", str(params.seconds), "--out", str(log_path),
              "--connections", str(params.connections),
-             "--outstanding", str(params.max_outstanding), "--seed", str(params.seed)],
+             "--outstanding", str(params.max_outstanding), "--seed", str(params.seed),
+             *(["--browser"] if params.browser else [])],
             capture_output=True, text=True, timeout=params.seconds + 120,
         )  # fmt: skip
         duration = time.monotonic() - start
@@ -272,8 +342,11 @@ def run_asymmetric_experiment(
     finally:
         if allocator is not None:
             allocator.stop.set()
-        if capture is not None:
-            capture.stop()
+        for running in (capture, at_client):
+            if running is not None:
+                running.stop()
+        if relay is not None:
+            relay.end()  # the relay writes its counts and exits
         if server is not None:
             stop_process(server)
         if cgroup.exists():
@@ -293,14 +366,42 @@ def run_asymmetric_experiment(
         params=params,
         pirate=pirate,
         req_to_req=req_to_req_errors(log),
+        oracle={
+            k: epoch_oracle_errors(log, PirateParams().epoch_ns, k) for k in ("mean", "median")
+        },
         requests=len(log),
         duration_seconds=duration,
         server_packets_at_vantage=from_server,
         client_packets_at_vantage=len(packets) - from_server,
         capture=stats,
+        rtt=rtt_baselines(read_packets(client_pcap).packets, f"{net}.2.2:{PORT}", log, pirate)
+        if params.client_capture
+        else None,
+        relay=json.loads(relay_stats.read_text()) if params.impaired else None,
         allocation=allocation[: int(np.ceil(duration))],
         log=log,
     )
+
+
+def rtt_baselines(
+    packets: PacketTable, server: str, log: ResponseLog, pirate: dict[str, ErrorSummary]
+) -> dict[str, dict[str, float]]:
+    """Pirate §5.3 (Fig. 5a): the RTT techniques on a capture of both directions at the client
+    (:mod:`~tacit.response_latency.rtt_baselines`: tcptrace-style sequence/ACK, pping-style
+    timestamp echo, the SYN-ACK handshake), each as the median of its samples of the round
+    trip to the server, against the median response latency the client logged; Pirate's
+    median per-response error beside them. The paper's finding: RTT techniques
+    underestimate the response latency (they end at the first byte of a response)."""
+    samples = rtt_samples(packets, server)
+    truth = float(np.median(log.latency))
+    out: dict[str, dict[str, float]] = {}
+    for method in METHODS:
+        rows = samples.select(method, SERVER)
+        median = float(np.median(samples.rtt[rows])) if len(rows) else float("nan")
+        out[method] = {"samples": len(rows), "median_vs_latency": median / truth - 1}
+    for name, s in pirate.items():
+        out[f"pirate {name}"] = {"samples": s.samples, "median_vs_latency": s.median_signed_error}
+    return out
 
 
 def req_to_req_errors(log: ResponseLog) -> ErrorSummary:
@@ -319,4 +420,28 @@ def req_to_req_errors(log: ResponseLog) -> ErrorSummary:
         connections=len(np.unique(log.port[has])),
         unscored_estimates=0,
         unmatched=int((~has).sum()),
+    )
+
+
+def epoch_oracle_errors(log: ResponseLog, epoch_ns: int, statistic: str) -> ErrorSummary:
+    """The per-response error of an oracle that knows each (connection, epoch)'s true
+    ``statistic`` ("mean" or "median") of the latencies completing in it: the best any one
+    estimate per epoch can do on this metric, and so how much of an estimator's per-response
+    error is the spread of the latencies within an epoch."""
+    latency = log.latency.astype(float)
+    key = log.port.astype(np.int64) * (1 << 40) + log.received // epoch_ns
+    _, inverse = np.unique(key, return_inverse=True)
+    if statistic == "mean":
+        value = np.bincount(inverse, weights=latency) / np.bincount(inverse)
+    elif statistic == "median":
+        order = np.argsort(inverse, kind="stable")
+        groups = np.split(latency[order], np.cumsum(np.bincount(inverse))[:-1])
+        value = np.array([np.median(g) for g in groups])
+    else:
+        raise ConfigError(f"unknown statistic {statistic!r}: expected mean or median")
+    return ErrorSummary.from_signed(
+        (value[inverse] - latency) / latency,
+        connections=len(np.unique(log.port)),
+        unscored_estimates=0,
+        unmatched=0,
     )

@@ -179,7 +179,7 @@ def resolve_impairment(impairment: str) -> str:
     return "relay" if _probe()[1] else "netem"
 
 
-class _Process:
+class ManagedProcess:
     """A process we started, its stderr collected by a thread."""
 
     def __init__(self, cmd: list[str], stdout=subprocess.DEVNULL) -> None:
@@ -225,7 +225,7 @@ def run_netns_experiment(params: NetnsParams, workdir: str | Path) -> NetnsResul
     tag = f"{os.getpid() % 10000:04d}{secrets.token_hex(2)}"
     ns = {side: f"tacit-{tag}-{side}" for side in ("s", "m", "r")}
     net = f"10.{params.subnet}"
-    procs: list[_Process] = []
+    procs: list[ManagedProcess] = []
     relay_stats = work / "relay.json"
     try:
         _build_path(ns, tag, net, params, impairment)
@@ -243,7 +243,7 @@ def run_netns_experiment(params: NetnsParams, workdir: str | Path) -> NetnsResul
                 "tcpdump", "-i", dev, "-n", "-U", "--time-stamp-precision=nano",
                 "-w", str(dumps[side]), bpf,
             ]  # fmt: skip
-            tcpdumps.append(_Process(["ip", "netns", "exec", ns[side], *tcpdump]))
+            tcpdumps.append(ManagedProcess(["ip", "netns", "exec", ns[side], *tcpdump]))
             procs.append(tcpdumps[-1])
             tcpdumps[-1].wait_for("listening on", 10)
         agents = {}
@@ -256,7 +256,7 @@ def run_netns_experiment(params: NetnsParams, workdir: str | Path) -> NetnsResul
                 f"{params.interval_ns}ns", "--duration", f"{params.duration_s + 60}s",
                 "--retention", "20s", "--output", str(out), "--json",
             ]  # fmt: skip
-            agents[role] = (_Process(["ip", "netns", "exec", ns[side], *cli]), out)
+            agents[role] = (ManagedProcess(["ip", "netns", "exec", ns[side], *cli]), out)
             procs.append(agents[role][0])
         for proc, _ in agents.values():
             proc.wait_for("capturing on", 60)
@@ -265,7 +265,7 @@ def run_netns_experiment(params: NetnsParams, workdir: str | Path) -> NetnsResul
             str(params.data_port), str(params.rate_pps), str(params.duration_s),
             str(params.seed),
         ]  # fmt: skip
-        gen = _Process(["ip", "netns", "exec", ns["s"], *generate])
+        gen = ManagedProcess(["ip", "netns", "exec", ns["s"], *generate])
         procs.append(gen)
         gen.proc.wait(timeout=params.duration_s + 30)
         time.sleep(0.5 + 2 * params.delay_ms / 1e3)  # the last packets reach both captures
@@ -333,7 +333,7 @@ def _build_path(
             raise ConfigError(f"{' '.join(step)}: {done.stderr.strip()}")
 
 
-def _start_relay(ns: dict[str, str], net: str, params: NetnsParams, stats: Path) -> _Process:
+def _start_relay(ns: dict[str, str], net: str, params: NetnsParams, stats: Path) -> ManagedProcess:
     """Start the relay in M, between S's ``s0`` and R's ``r0`` (their MACs read in their
     namespaces); it reports "relaying" once its sockets are bound."""
     mac = {}
@@ -351,7 +351,7 @@ def _start_relay(ns: dict[str, str], net: str, params: NetnsParams, stats: Path)
         "--loss", str(p.loss), "--reorder", str(p.reorder), "--seed", str(p.seed),
         "--stats", str(stats),
     ]  # fmt: skip
-    return _Process(["ip", "netns", "exec", ns["m"], *cmd])
+    return ManagedProcess(["ip", "netns", "exec", ns["m"], *cmd])
 
 
 def _records(path: Path) -> list[dict[str, Any]]:

@@ -37,10 +37,14 @@ from tacit.model.columns import NONE, ColumnTable, StringPool
 @dataclass(frozen=True)
 class ClientParams:
     """``connections`` concurrent clients, one persistent connection each, with at most
-    ``max_outstanding`` pipelined requests (the issue's 4)."""
+    ``max_outstanding`` pipelined requests (the issue's 4). With ``browser``, each client is
+    instead a browser-like one: ``max_outstanding`` persistent connections, each with one
+    request at a time (HTTP/1.1 without pipelining, as browsers do), fetching one tree's
+    objects over them as they become known (:func:`_browser`)."""
 
     connections: int = 8
     max_outstanding: int = 4
+    browser: bool = False
 
 
 @dataclass
@@ -190,15 +194,68 @@ async def _client(
         await writer.wait_closed()
 
 
+async def _browser(
+    client: int,
+    protocol: ClientProtocol,
+    address: tuple[str, int],
+    params: ClientParams,
+    start: float,
+    seconds: float,
+    rng: np.random.Generator,
+    rows: _Rows,
+) -> None:
+    """One browser-like client: ``params.max_outstanding`` connections, one request in flight
+    on each; an object is requested on the first free connection once the response naming it
+    has been read; the next tree starts when the last object of the previous one is read.
+    Connection ``k`` of client ``c`` is logged as ``conn`` ``c · max_outstanding + k``."""
+    n = params.max_outstanding
+    streams = [await asyncio.open_connection(*address) for _ in range(n)]
+    todo: asyncio.Queue[tuple[str, int] | None] = asyncio.Queue()
+    left = [0]  # objects of the current tree queued or in flight
+    tree_done = asyncio.Event()
+
+    async def connection(k: int, reader: asyncio.StreamReader, writer) -> None:
+        port = writer.get_extra_info("sockname")[1]
+        while (item := await todo.get()) is not None:
+            target, parent = item
+            sent = time.time_ns()
+            writer.write(protocol.request(target))
+            await writer.drain()
+            size, named = await protocol.response(reader, target)
+            row = rows.add(client * n + k, port, target, sent, time.time_ns(), parent, 1, size)
+            for t in named:
+                todo.put_nowait((t, row))
+            left[0] += len(named) - 1
+            if left[0] == 0:
+                tree_done.set()
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for k, (reader, writer) in enumerate(streams):
+                group.create_task(connection(k, reader, writer))
+            while time.monotonic() - start < seconds:
+                tree_done.clear()
+                left[0] = 1
+                todo.put_nowait((protocol.root(rng, time.time()), NONE))
+                await tree_done.wait()
+            for _ in streams:
+                todo.put_nowait(None)
+    finally:
+        for _, writer in streams:
+            writer.close()
+            await writer.wait_closed()
+
+
 async def _run(
     protocol: ClientProtocol, address: tuple[str, int], seconds: float, params: ClientParams, seed
 ) -> ResponseLog:
     rows = _Rows()
     rngs = [np.random.default_rng([seed, c]) for c in range(params.connections)]
     start = time.monotonic()
+    client = _browser if params.browser else _client
     async with asyncio.TaskGroup() as group:
         for c in range(params.connections):
-            group.create_task(_client(c, protocol, address, params, start, seconds, rngs[c], rows))
+            group.create_task(client(c, protocol, address, params, start, seconds, rngs[c], rows))
     return rows.table()
 
 
@@ -225,9 +282,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--connections", type=int, default=ClientParams.connections)
     parser.add_argument("--outstanding", type=int, default=ClientParams.max_outstanding)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--browser", action="store_true", help="browser-like clients")
     args = parser.parse_args(argv)
     host, _, port = args.address.rpartition(":")
-    params = ClientParams(connections=args.connections, max_outstanding=args.outstanding)
+    params = ClientParams(args.connections, args.outstanding, args.browser)
     protocol = HttpProtocol(SiteParams().pages, host)
     run_clients(protocol, (host, int(port)), args.seconds, params, args.seed).save(args.out)
 
