@@ -15,8 +15,9 @@ from tacit.causal_paths.analysis import (
 from tacit.causal_paths.clocks import estimate_offsets
 from tacit.causal_paths.from_spans import messages_from_spans, shift_clocks
 from tacit.causal_paths.instances import InstanceParams, build_instances, instances_from_parents
-from tacit.causal_paths.linking import Links, link_messages
+from tacit.causal_paths.linking import Links, latest_links, link_messages
 from tacit.causal_paths.patterns import find_patterns
+from tacit.errors import ConfigError
 from tacit.model.messages import MISSING, MessageTableBuilder
 from tacit.model.roles import infer_roles
 from tacit.simulate import load_app, simulate
@@ -233,3 +234,54 @@ def test_real_hotel_reservation(shared_data):
     # which knows calls from returns, is the more accurate on RPC traces, as WAP5 §7 says.
     assert ev.nesting is not None and ev.nesting["calls"] == 6000
     assert ev.call_parent_accuracy > 0.93 and ev.nesting["call_parent_accuracy"] > 0.97
+
+
+def test_parameters_are_the_papers():
+    from tacit.causal_paths.linking import LinkParams
+
+    p = LinkParams()
+    assert (p.window_s, p.spontaneous_factor, p.delay_model) == (2.0, 4.0, "pair")  # §5.1
+    t = LinkParams.tacit()
+    assert (t.window_s, t.spontaneous_factor, t.delay_model) == (1.0, 5.0, "triple")
+    with pytest.raises(ConfigError):
+        LinkParams(delay_model="gamma")
+    with pytest.raises(ConfigError):
+        PathParams(rule="oracle")
+
+
+@pytest.fixture(scope="module", params=["cdn", "dht"])
+def widearea(request):
+    return simulate_widearea(WideAreaParams(scenario=request.param, duration_s=10, seed=2))
+
+
+def test_one_delay_model_per_pair_ranks_causes_by_recency(widearea):
+    """WAP5 §5.1: with one exponential per B→C pair, every candidate of a message shares λ,
+    so the most likely cause is always the most recent one (or none): the paper's "the ranking
+    of possible parents is preserved even when d and λ are wrong"."""
+    wap5 = link_messages(widearea.messages)
+    latest = latest_links(widearea.messages)
+    linked = wap5.best >= 0
+    assert linked.mean() > 0.5
+    assert np.array_equal(wap5.best[linked], latest.best[linked])
+
+
+def test_linking_beats_the_latest_message_rule(widearea):
+    """What WAP5 adds to the latest-message rule: spontaneity (x, y) and try-both path
+    building. Measured on seeds 1–3 (10 s): CDN parent accuracy 93.1–94.8 % against
+    92.5–94.1 %, true patterns found 88–91 % against 50–59 %; DHT 82.0–82.7 % against
+    78.7–79.4 %, found 14 % against under 1 %."""
+    m, t = widearea.messages, widearea.truth
+    wap5 = score_paths(m, t, analyze_paths(m, PathParams()))
+    latest = score_paths(m, t, analyze_paths(m, PathParams(rule="latest")))
+    assert wap5.parent_accuracy > latest.parent_accuracy
+    assert wap5.patterns_found > latest.patterns_found + 0.1
+
+
+def test_composite_rankings_of_section_6_6(widearea):
+    patterns = analyze_paths(widearea.messages).patterns
+    for ranking, value in (
+        ("expected_per_count", lambda p: p.expected / p.count if p.count else 0.0),
+        ("expected_per_sqrt_count", lambda p: p.expected / np.sqrt(p.count) if p.count else 0.0),
+    ):
+        top = [value(p) for p in patterns.ranked(ranking, 20)]
+        assert top == sorted(top, reverse=True)

@@ -17,7 +17,7 @@ import numpy as np
 from tacit.causal_paths.clocks import ClockOffsets, Statistic, estimate_offsets
 from tacit.causal_paths.from_spans import messages_from_spans, shift_clocks
 from tacit.causal_paths.instances import InstanceBuilder, InstanceParams, instances_from_parents
-from tacit.causal_paths.linking import LinkParams, Links, link_messages
+from tacit.causal_paths.linking import LinkParams, Links, latest_links, link_messages
 from tacit.causal_paths.nesting import CALL, nest_calls
 from tacit.causal_paths.patterns import (
     PatternDetail,
@@ -30,6 +30,7 @@ from tacit.errors import ConfigError
 from tacit.model.messages import MISSING, MessageTable, MessageTruth
 from tacit.model.spans import SpanTable
 
+RULES = ("wap5", "latest")
 COUNT_TOLERANCE = 0.10
 """A found pattern matches a true one when its count is within 10% of the true count."""
 
@@ -39,6 +40,9 @@ class PathParams:
     """Parameters of the whole analysis."""
 
     link: LinkParams = field(default_factory=LinkParams)
+    rule: str = "wap5"
+    """How causes are found: WAP5's linking (``wap5``) or the trivial baseline ``latest``
+    (:func:`~.linking.latest_links`: the latest message the sender received)."""
     instances: InstanceParams = field(default_factory=InstanceParams)
     clock_statistic: Statistic = "min"
     batch_trees: int = 20_000
@@ -46,6 +50,8 @@ class PathParams:
     instances take on long traces (patterns from every batch are merged)."""
 
     def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ConfigError(f"rule must be one of {RULES}, got {self.rule!r}")
         if self.link.keep_probability > self.instances.probably_false:
             raise ConfigError(
                 f"keep_probability {self.link.keep_probability} is above probably_false "
@@ -69,7 +75,7 @@ def analyze_paths(messages: MessageTable, params: PathParams | None = None) -> P
     """Link messages, build path instances and patterns, estimate clock offsets (WAP5 §5)."""
     p = params or PathParams()
     t0 = time.perf_counter()
-    links = link_messages(messages, p.link)
+    links = (latest_links if p.rule == "latest" else link_messages)(messages, p.link)
     offsets = estimate_offsets(messages, p.clock_statistic)
     patterns = _patterns(messages, InstanceBuilder(links, len(messages), p.instances), offsets, p)
     seconds = time.perf_counter() - t0

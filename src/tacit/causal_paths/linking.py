@@ -1,17 +1,23 @@
 """WAP5 message linking (Reynolds et al., WWW '06, §5.1): which received message caused each send.
 
 For a message *i* sent by node B to node C, every message *j* that B received from some node A
-within ``window_s`` before sending *i* is a possible cause, at the causal delay
-``d = send_i − recv_j`` (both on B's clock, so clock offsets never enter). WAP5 models the
-causal delay of each (A, B, C) triple as exponential with the triple's mean delay, estimated from
-the trace itself: over the B→C messages whose latest preceding receipt (within the window) came
-from A, the mean delay from that receipt (a triple never seen so gets the window as its mean,
-the flattest weight). A cause's weight is the exponential density at its delay,
-``w = λ·exp(−λ·d)`` with ``λ = 1/mean``. The message may also be spontaneous (sent on B's own
-initiative); that alternative weighs as a cause at ``spontaneous_factor`` times the mean delay,
-in the triple of the heaviest candidate: spontaneity wins over a lone candidate exactly when the
-candidate is later than ``y`` of its triple's mean delays. Weights are normalized into the
-probabilities of each possible cause and of spontaneity.
+within ``window_s`` (x) before sending *i* is a possible cause, at the causal delay
+``d = send_i − recv_j`` (both on B's clock, so clock offsets never enter). WAP5 (§5.1, step 1)
+models the causal delay of each B→C pair as exponential with the pair's mean delay, estimated
+from the trace itself: over the B→C messages, the mean delay from the latest message into B
+that preceded each (within x; none: spontaneous, not counted). A pair never seen so gets x as
+its mean, the flattest weight. A cause's weight is the exponential density at its delay,
+``w = λ·exp(−λ·d)`` with ``λ = 1/mean`` (step 2; the paper writes ``exp(−λ·d)``, the same
+after normalizing since one pair's candidates share λ). The message may also be spontaneous
+(sent on B's own initiative); that alternative weighs as a cause at ``y`` (``spontaneous_factor``)
+mean delays. Weights are normalized into the probabilities of each possible cause and of
+spontaneity.
+
+tacit's variant (``delay_model="triple"``, :meth:`LinkParams.tacit`) keeps one mean per
+(A, B, C) triple, over the B→C messages whose latest preceding receipt came from A, so that a
+node whose calls to C follow requests from two callers at different delays gets two rates; its
+spontaneity weighs in the triple of the heaviest candidate. :func:`latest_links` is the trivial
+rule WAP5 must beat: the cause is the latest message the sender received.
 
 Untraced nodes (§5.1): a node that left no log is visible only through its peers. Only the
 pattern A→B→A is inferred there: a message from an untraced B to A can be caused only by a
@@ -34,6 +40,7 @@ import numba
 import numpy as np
 
 from tacit.compiled import grown
+from tacit.errors import ConfigError
 from tacit.model.messages import MISSING, MessageTable
 
 NS = 1_000_000_000
@@ -41,21 +48,22 @@ WEIGH_BATCH = 1 << 18
 """Messages whose links are weighed at a time (bounds the links' output buffers)."""
 
 
+DELAY_MODELS = ("pair", "triple")
+
+
 @dataclass(frozen=True)
 class LinkParams:
-    """Parameters of message linking.
+    """Parameters of message linking, WAP5 §5.1's by default (:meth:`tacit` for tacit's)."""
 
-    The WAP5 paper names these parameters (x, y, and the thresholds and k of path building in
-    :mod:`.instances`); the values here are tacit's, chosen for traces of RPC systems and stated
-    with their reasons, because the paper's text was not available to check its defaults.
-    """
-
-    window_s: float = 1.0
-    """x: how long before a send a received message can still have caused it (s). A second
-    covers node processing delays of RPC servers and wide-area proxies alike."""
-    spontaneous_factor: float = 5.0
-    """y: spontaneity weighs as a cause ``y`` mean delays back. Under the exponential model a
-    true cause is that late with probability exp(−5) < 1%."""
+    window_s: float = 2.0
+    """x: how long before a send a received message can still have caused it (s). WAP5 §5.1
+    uses 2 s for its wide-area traces (CoDeeN, Coral) and 100 ms for a LAN trace (Slurpee):
+    "longer than the longest real delay in the trace"."""
+    spontaneous_factor: float = 4.0
+    """y: spontaneity weighs as a cause ``y`` mean delays back (WAP5 §5.1: y = 4)."""
+    delay_model: str = "pair"
+    """One exponential per B→C pair (``pair``, WAP5 §5.1) or per (A, B, C) triple
+    (``triple``, tacit's; module docstring)."""
     max_causes: int = 64
     """Most recent candidate causes weighed per message (a guard; see the module docstring)."""
     min_mean_delay_ns: int = 1_000
@@ -64,6 +72,22 @@ class LinkParams:
     keep_probability: float = 0.01
     """Links less likely than this are not kept. Path building drops every link up to its
     probably-false threshold (0.1), so this must stay below that."""
+
+    def __post_init__(self) -> None:
+        if self.delay_model not in DELAY_MODELS:
+            raise ConfigError(
+                f"delay_model must be one of {DELAY_MODELS}, got {self.delay_model!r}"
+            )
+        if not self.window_s > 0 or not self.spontaneous_factor > 0:
+            raise ConfigError("window_s and spontaneous_factor must be positive")
+
+    @classmethod
+    def tacit(cls, **overrides) -> LinkParams:
+        """tacit's earlier choices, chosen for RPC traces before the paper's text was at hand:
+        x = 1 s, y = 5 (a true cause that late has probability exp(−5) < 1 % under the
+        exponential model), one delay model per (A, B, C) triple."""
+        return cls(**{"window_s": 1.0, "spontaneous_factor": 5.0, "delay_model": "triple",
+                      **overrides})  # fmt: skip
 
 
 @dataclass
@@ -85,7 +109,8 @@ class Links:
     spontaneous: np.ndarray
     best: np.ndarray
     mean_delay: dict[tuple[str, str, str], float]
-    """Estimated mean causal delay (ns) per (from, at, to) node triple."""
+    """Estimated mean causal delay (ns) per (from, at, to) node triple; from is "*" when the
+    delay model is per pair."""
 
 
 def link_messages(messages: MessageTable, params: LinkParams | None = None) -> Links:
@@ -101,7 +126,9 @@ def link_messages(messages: MessageTable, params: LinkParams | None = None) -> L
     # from A, the delay from that receipt.
     latest, latest_delay = _latest(lo, hi, ev_msg, ev_time, t_eff)
     has = latest >= 0
-    triple = (src[latest[has]].astype(np.int64) * m + src[has]) * m + dst[has]
+    per_pair = p.delay_model == "pair"
+    first = np.zeros(int(has.sum()), np.int64) if per_pair else src[latest[has]].astype(np.int64)
+    triple = (first * m + src[has]) * m + dst[has]
     t_keys, t_inv = np.unique(triple, return_inverse=True)
     t_mean = np.bincount(t_inv, weights=latest_delay[has]) / np.maximum(np.bincount(t_inv), 1)
     t_mean = np.maximum(t_mean, p.min_mean_delay_ns)
@@ -116,7 +143,7 @@ def link_messages(messages: MessageTable, params: LinkParams | None = None) -> L
         found = _weigh(
             e0, min(e0 + WEIGH_BATCH, n), lo, hi, ev_msg, ev_time, ev_from, t_eff, src, dst, m,
             table_keys, table_mean, float(window), p.spontaneous_factor, p.max_causes,
-            p.keep_probability, candidates, spontaneous, best,
+            p.keep_probability, per_pair, candidates, spontaneous, best,
         )  # fmt: skip
         parts.append([a.copy() for a in found])
     cause, effect, prob, delay = (np.concatenate(c) for c in zip(*parts, strict=True))
@@ -125,8 +152,29 @@ def link_messages(messages: MessageTable, params: LinkParams | None = None) -> L
     for key, value in zip(t_keys.tolist(), t_mean.tolist(), strict=True):
         a, rest = divmod(key, m * m)
         b, c = divmod(rest, m)
-        mean_delay[(names[a], names[b], names[c])] = value
+        mean_delay[("*" if per_pair else names[a], names[b], names[c])] = value
     return Links(cause, effect, prob, delay, candidates, spontaneous, best, mean_delay)
+
+
+def latest_links(messages: MessageTable, params: LinkParams | None = None) -> Links:
+    """The trivial rule WAP5 must beat: each message's cause is the latest message its sender
+    received within x before sending it (for an untraced sender, the latest possible cause of
+    :func:`link_messages`), with probability 1; none within x: spontaneous. ``candidates``
+    is 1 for a message with a cause, 0 otherwise: the rule weighs nothing else."""
+    p = params or LinkParams()
+    ev_msg, ev_time, lo, hi, t_eff = _candidates(messages, int(p.window_s * NS))
+    latest, delay = _latest(lo, hi, ev_msg, ev_time, t_eff)
+    has = np.flatnonzero(latest >= 0)
+    return Links(
+        cause=latest[has].astype(np.int32),
+        effect=has.astype(np.int32),
+        prob=np.ones(len(has)),
+        delay=delay[has].astype(np.int64),
+        candidates=(latest >= 0).astype(np.int32),
+        spontaneous=(latest < 0).astype(np.float64),
+        best=latest,
+        mean_delay={},
+    )
 
 
 def _candidates(
@@ -278,7 +326,7 @@ def _find(key, table_keys, table_values, default):  # pragma: no cover - compile
 @numba.njit(cache=True)
 def _weigh(
     e0, e1, lo, hi, ev_msg, ev_time, ev_from, t_eff, src, dst, m, table_keys, table_mean,
-    window, y, max_causes, keep, candidates, spontaneous, best,
+    window, y, max_causes, keep, per_pair, candidates, spontaneous, best,
 ):  # pragma: no cover - compiled  # fmt: skip
     """Weigh, normalize and choose the causes of messages ``e0:e1`` (see the module
     docstring): fills their ``candidates``, ``spontaneous`` and ``best``; returns their links."""
@@ -301,8 +349,9 @@ def _weigh(
                 break
             if ev_msg[k] == e:
                 continue
-            if ev_from[k] != last_from:  # causes from one node often come in runs
-                last_from = ev_from[k]
+            sender = 0 if per_pair else ev_from[k]
+            if sender != last_from:  # causes from one node often come in runs
+                last_from = sender
                 mean = _find(last_from * m * m + base, table_keys, table_mean, window)
                 log_mean = np.log(mean)
             w = -log_mean - (t_eff[e] - ev_time[k]) / mean

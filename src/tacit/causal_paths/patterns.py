@@ -30,9 +30,20 @@ from tacit.runs import run_starts
 HISTOGRAM_EDGES_NS = np.r_[0, np.logspace(3, 11, 33)]
 """Node-delay histogram bins: 0, then 1 µs to 100 s at four bins per decade."""
 
-RANKINGS = ("count", "expected", "max_probability", "total_time", "mean_latency")
+RANKINGS = (
+    "count",
+    "expected",
+    "expected_per_count",
+    "expected_per_sqrt_count",
+    "max_probability",
+    "total_time",
+    "mean_latency",
+)
 """Orders in which patterns can be listed (§6.6): how often a path occurs, how often it is
-expected to, how sure the best instance is, and time spent (count × mean latency) or latency."""
+expected to (the paper's "generally the most useful"), the paper's two composite metrics —
+expectation ÷ count (the mean probability of its instances: favours confident paths) and
+expectation ÷ √count (frequency raises confidence, but not linearly) — how sure the best
+instance is, and time spent (count × mean latency) or latency."""
 
 
 @dataclass
@@ -202,9 +213,14 @@ class PatternSet:
         if ranking not in RANKINGS:
             raise ValueError(f"unknown ranking {ranking!r}; one of {', '.join(RANKINGS)}")
         latency = np.nan_to_num(self.mean_latency_ns)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_count = np.nan_to_num(self.expected / self.count)
+            per_sqrt = np.nan_to_num(self.expected / np.sqrt(self.count))
         value = {
             "count": self.count,
             "expected": self.expected,
+            "expected_per_count": per_count,
+            "expected_per_sqrt_count": per_sqrt,
             "max_probability": self.max_probability,
             "total_time": self.count * latency,
             "mean_latency": latency,

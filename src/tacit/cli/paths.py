@@ -60,8 +60,12 @@ def link(
     ] = None,
     top: Annotated[int, typer.Option(help="Patterns to show (and to draw).")] = 10,
     rank: Annotated[
-        str, typer.Option(help="count, expected, max_probability, total_time or mean_latency.")
-    ] = "count",
+        str,
+        typer.Option(
+            help="expected (WAP5 §6.6: the most useful), count, expected_per_count, "
+            "expected_per_sqrt_count, max_probability, total_time or mean_latency."
+        ),
+    ] = "expected",
     timeline: Annotated[
         Path | None, typer.Option("--timeline", help="Directory for timeline pictures.")
     ] = None,
