@@ -53,6 +53,7 @@ from tacit.experiment.capture import Capture, CaptureStats, stop_process
 from tacit.experiment.cpu_series import CpuSeriesParams, cpu_allocation_series
 from tacit.experiment.cpu_server import CPU_US
 from tacit.experiment.impair import ImpairParams
+from tacit.experiment.memcached import memcached_command, memcached_unavailable
 from tacit.experiment.netns import ManagedProcess, namespaces_unavailable
 from tacit.experiment.web_clients import ResponseLog
 from tacit.formats.pcap import read_packets
@@ -67,13 +68,17 @@ from tacit.response_latency.evaluate import trigger_from_completions
 from tacit.response_latency.rtt_baselines import METHODS, SERVER, rtt_samples
 
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
-PORT = 8080
+SERVERS = ("http", "memcached")
+PORTS = {"http": 8080, "memcached": 11211}
 
 
 @dataclass(frozen=True)
 class AsymmetricParams:
-    """The run: ``seconds`` of clients on ``connections`` connections (each with at most
-    ``max_outstanding`` requests; ``browser``: browser-like clients,
+    """The run: ``seconds`` of clients of ``server`` (``http``: :mod:`.cpu_server` and the web
+    clients; ``memcached``: Debian's memcached and §5.7's memtier-style clients,
+    :class:`~.memcached.MemtierProtocol`, whose connections hold one request each) on
+    ``connections`` connections (each with at most ``max_outstanding`` requests; ``browser``:
+    browser-like clients,
     :class:`~.web_clients.ClientParams`), the server's ``cpu_us`` per request, its CPU
     allocation series (``cpu``) enforced with a CFS period of ``cfs_period_us``, and the
     ``subnet`` (10.<subnet>.x.y) of the namespaces. ``client_capture``: capture both
@@ -82,6 +87,7 @@ class AsymmetricParams:
     (module docstring); reordered packets overtake the others, held ``reorder_delay_ns``."""
 
     seconds: float = 20.0
+    server: str = "http"
     connections: int = 8
     max_outstanding: int = 4
     browser: bool = False
@@ -96,6 +102,8 @@ class AsymmetricParams:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.server not in SERVERS:
+            raise ConfigError(f"server must be one of {SERVERS}, got {self.server!r}")
         if not self.seconds > 0 or self.connections < 1 or self.max_outstanding < 1:
             raise ConfigError("need seconds > 0, connections ≥ 1 and max_outstanding ≥ 1")
         if not 1_000 <= self.cfs_period_us <= 1_000_000 or not 0 < self.subnet < 255:
@@ -241,6 +249,36 @@ def _start_relay(ns: dict[str, str], net: str, params: AsymmetricParams, stats: 
     return relay
 
 
+def _start_server(
+    ns: dict[str, str], net: str, params: AsymmetricParams, cgroup: Path
+) -> subprocess.Popen:
+    """The server in S, moved into the cgroup at once; the HTTP server reports its port when
+    it listens (memcached's readiness is the keyspace's population, which retries)."""
+    if params.server == "http":
+        cmd = [sys.executable, "-m", "tacit.experiment.cpu_server", "--host", f"{net}.2.2",
+               "--port", str(PORTS["http"]), "--seed", str(params.seed),
+               "--cpu-us", str(params.cpu_us)]  # fmt: skip
+    else:
+        reason = memcached_unavailable()
+        if reason:
+            raise ConfigError(reason)
+        cmd = memcached_command(f"{net}.2.2", PORTS["memcached"], 256)
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", ns["s"], *cmd],
+        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        (cgroup / "cgroup.procs").write_text(str(server.pid))
+        if params.server == "http" and not (
+            server.stdout and server.stdout.readline().strip().isdigit()
+        ):
+            raise ConfigError(f"the server did not start (exit code {server.poll()})")
+    except BaseException:
+        stop_process(server)
+        raise
+    return server
+
+
 class _Allocator(threading.Thread):
     """Sets the cgroup's CPU quota every second from the series until stopped."""
 
@@ -310,24 +348,23 @@ def run_asymmetric_experiment(
         (cgroup / "cpu.cfs_period_us").write_text(str(params.cfs_period_us))
         allocator = _Allocator(cgroup, allocation, params.cfs_period_us)
         allocator.set(float(allocation[0]))
-        server = subprocess.Popen(
-            ["ip", "netns", "exec", ns["s"], sys.executable, "-m", "tacit.experiment.cpu_server",
-             "--host", f"{net}.2.2", "--port", str(PORT), "--seed", str(params.seed),
-             "--cpu-us", str(params.cpu_us)],
-            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, start_new_session=True,
-        )  # fmt: skip
-        (cgroup / "cgroup.procs").write_text(str(server.pid))
-        if not (server.stdout and server.stdout.readline().strip().isdigit()):
-            raise ConfigError(f"the server did not start (exit code {server.poll()})")
-        capture = Capture(pcap, f"tcp port {PORT}", interface="vl", namespace=ns["v"]).start()
+        port = PORTS[params.server]
+        address = f"{net}.2.2:{port}"
+        server = _start_server(ns, net, params, cgroup)
+        if params.server == "memcached":  # the keyspace, before the capture starts
+            _run("ip", "netns", "exec", ns["c"], sys.executable, "-m",
+                 "tacit.experiment.memcached", "populate", "--address", address,
+                 "--seed", str(params.seed))  # fmt: skip
+        capture = Capture(pcap, f"tcp port {port}", interface="vl", namespace=ns["v"]).start()
         if params.client_capture:
-            at_client = Capture(client_pcap, f"tcp port {PORT}", "any", namespace=ns["c"])
+            at_client = Capture(client_pcap, f"tcp port {port}", "any", namespace=ns["c"])
             at_client.start()
         allocator.start()
         start = time.monotonic()
         clients = subprocess.run(
             ["ip", "netns", "exec", ns["c"], sys.executable, "-m",
-             "tacit.experiment.web_clients", "--address", f"{net}.2.2:{PORT}",
+             "tacit.experiment.web_clients", "--address", address,
+             "--protocol", "http" if params.server == "http" else "memtier",
              "--seconds", str(params.seconds), "--out", str(log_path),
              "--connections", str(params.connections),
              "--outstanding", str(params.max_outstanding), "--seed", str(params.seed),
@@ -355,12 +392,11 @@ def run_asymmetric_experiment(
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
     log = ResponseLog.load(str(log_path))
     packets = read_packets(pcap).packets
-    from_server = int((packets.sport == PORT).sum())
+    from_server = int((packets.sport == port).sum())
     endpoints = [f"{net}.1.1:{p}" for p in log.port.tolist()]
     pirate = {}
     for name, (pp, algorithm) in estimators.items():
-        server_at = f"{net}.2.2:{PORT}"
-        est = estimate_response_latency(packets, pp, server=server_at, algorithm=algorithm)
+        est = estimate_response_latency(packets, pp, server=address, algorithm=algorithm)
         pirate[name] = score_responses(est, endpoints, log.sent, log.latency)
     return AsymmetricResult(
         params=params,
@@ -374,7 +410,7 @@ def run_asymmetric_experiment(
         server_packets_at_vantage=from_server,
         client_packets_at_vantage=len(packets) - from_server,
         capture=stats,
-        rtt=rtt_baselines(read_packets(client_pcap).packets, f"{net}.2.2:{PORT}", log, pirate)
+        rtt=rtt_baselines(read_packets(client_pcap).packets, address, log, pirate)
         if params.client_capture
         else None,
         relay=json.loads(relay_stats.read_text()) if params.impaired else None,

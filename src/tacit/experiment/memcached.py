@@ -1,4 +1,9 @@
-"""The memcached variant of Pirate's live experiment: Debian's memcached and a get/set client.
+"""The memcached variants of Pirate's live experiments: Debian's memcached, and two clients.
+
+:class:`MemtierProtocol` is Pirate §5.7's workload, a memtier-style benchmark: each connection
+has one request in flight (memtier's default pipeline of 1), gets and sets 1:1 over a keyspace
+populated beforehand (:func:`populate_keys`), values of 40–10,000 bytes. The rest of this
+module is the tree-walking variant of the loopback experiment:
 
 Pirate (arXiv 2505.14358, §6) needs requests whose successors depend on their responses. Here
 the items stored in memcached form the same kind of dependency trees as the web site
@@ -18,11 +23,13 @@ with them, from about a hundred microseconds to a few milliseconds.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import zlib
 from dataclasses import dataclass
@@ -70,10 +77,11 @@ def start_memcached(port: int, memory_mb: int, host: str = "127.0.0.1") -> subpr
     reason = memcached_unavailable()
     if reason:
         raise ConfigError(reason)
-    cmd = [MEMCACHED, "-l", host, "-p", str(port), "-U", "0", "-m", str(memory_mb), "-t", "1"]
-    cmd += ["-u", "root"] if os.geteuid() == 0 else []  # memcached refuses root without -u
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        memcached_command(host, port, memory_mb),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
     deadline = time.monotonic() + START_TIMEOUT
     while True:
@@ -148,6 +156,104 @@ class MemcachedProtocol:
         return len(line) + length + 2 + len(end), named
 
 
+@dataclass(frozen=True)
+class MemtierParams:
+    """Pirate §5.7's memtier run: ``connections`` (10 threads of one connection each), gets
+    and sets ``get_share`` : 1 − ``get_share`` (1:1), values uniform in ``value_bytes``
+    (40–10,000), over ``keys`` keys (chosen: 1,000, populated first so that gets hit, as the
+    paper's "data size for responses" implies)."""
+
+    connections: int = 10
+    get_share: float = 0.5
+    value_bytes: tuple[int, int] = (40, 10_000)
+    keys: int = 1_000
+
+
+@dataclass(frozen=True)
+class MemtierProtocol:
+    """Random gets and sets, one per "tree" (:func:`.web_clients.run_clients` sends the next
+    as soon as the response is read); a target is ``get KEY`` or ``set KEY SIZE``."""
+
+    params: MemtierParams
+
+    def root(self, rng: np.random.Generator, now: float) -> str:
+        k = f"k{int(rng.integers(self.params.keys))}"
+        if rng.random() < self.params.get_share:
+            return f"get {k}"
+        lo, hi = self.params.value_bytes
+        return f"set {k} {int(rng.integers(lo, hi + 1))}"
+
+    def request(self, target: str) -> bytes:
+        verb, name, *size = target.split(" ")
+        if verb == "set":
+            n = int(size[0])
+            return b"set %s 0 0 %d\r\n%s\r\n" % (name.encode(), n, b"v" * n)
+        return b"get %s\r\n" % name.encode()
+
+    async def response(self, reader: asyncio.StreamReader, target: str) -> tuple[int, list[str]]:
+        line = await reader.readline()
+        if target.startswith("set"):
+            if line != b"STORED\r\n":
+                raise ConfigError(f"memcached answered {line!r} to {target}")
+            return len(line), []
+        if line == b"END\r\n":
+            return len(line), []  # a miss (the key was evicted)
+        if not line.startswith(b"VALUE "):
+            raise ConfigError(f"memcached answered {line!r} to {target}")
+        length = int(line.split()[3])
+        await reader.readexactly(length + 2)
+        end = await reader.readline()
+        if end != b"END\r\n":
+            raise ConfigError(f"memcached answered {end!r} after the value of {target}")
+        return len(line) + length + 2 + len(end), []
+
+
+def populate_keys(address: tuple[str, int], params: MemtierParams, seed: int) -> None:
+    """Store every key of the keyspace with a value of random size, retrying the connection for
+    up to :data:`START_TIMEOUT` seconds while memcached starts."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            conn = socket.create_connection(address, timeout=STOP_TIMEOUT)
+            break
+        except OSError as e:
+            if time.monotonic() > deadline:
+                raise ConfigError(f"memcached at {address[0]}:{address[1]}: {e}") from None
+            time.sleep(0.05)
+    rng = np.random.default_rng([seed, 7])
+    protocol = MemtierProtocol(params)
+    lo, hi = params.value_bytes
+    with conn, conn.makefile("rb") as f:
+        for k in range(params.keys):
+            conn.sendall(protocol.request(f"set k{k} {int(rng.integers(lo, hi + 1))}"))
+            answer = f.readline()
+            if answer != b"STORED\r\n":
+                raise ConfigError(f"memcached refused set k{k}: {answer!r}")
+
+
+def memcached_command(host: str, port: int, memory_mb: int) -> list[str]:
+    """The memcached command line: TCP only (``-U 0``), one worker thread."""
+    cmd = [MEMCACHED, "-l", host, "-p", str(port), "-U", "0", "-m", str(memory_mb), "-t", "1"]
+    return cmd + (["-u", "root"] if os.geteuid() == 0 else [])  # memcached refuses root
+
+
 def memcached_site(params: MemcachedParams, seed: int) -> Site:
     """The trees stored in memcached: ``params.trees`` of them, shaped as the web site's."""
     return generate_site(SiteParams(pages=params.trees), seed)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``populate --address HOST:PORT [--seed S]``: store :class:`MemtierParams`' keyspace
+    (run inside the client's network namespace by the asymmetric experiment)."""
+    parser = argparse.ArgumentParser(prog="python -m tacit.experiment.memcached")
+    sub = parser.add_subparsers(dest="command", required=True)
+    fill = sub.add_parser("populate")
+    fill.add_argument("--address", required=True)
+    fill.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    host, _, port = args.address.rpartition(":")
+    populate_keys((host, int(port)), MemtierParams(), args.seed)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -272,9 +272,10 @@ def run_clients(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run HTTP clients against a :mod:`.web_server` or :mod:`.cpu_server` in another process
-    (or network namespace) and save their log: ``python -m tacit.experiment.web_clients
-    --address HOST:PORT --seconds S --out LOG.npz [--connections N] [--seed S]``."""
+    """Run clients against a :mod:`.web_server`, :mod:`.cpu_server` or memcached
+    (``--protocol memtier``) in another process or network namespace and save their log:
+    ``python -m tacit.experiment.web_clients --address HOST:PORT --seconds S --out LOG.npz
+    [--connections N] [--outstanding K] [--browser] [--seed S]``."""
     parser = argparse.ArgumentParser(description="Pirate's web clients; saves their log.")
     parser.add_argument("--address", required=True)
     parser.add_argument("--seconds", type=float, required=True)
@@ -283,10 +284,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--outstanding", type=int, default=ClientParams.max_outstanding)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--browser", action="store_true", help="browser-like clients")
+    parser.add_argument("--protocol", choices=("http", "memtier"), default="http")
     args = parser.parse_args(argv)
     host, _, port = args.address.rpartition(":")
     params = ClientParams(args.connections, args.outstanding, args.browser)
-    protocol = HttpProtocol(SiteParams().pages, host)
+    protocol: ClientProtocol = HttpProtocol(SiteParams().pages, host)
+    if args.protocol == "memtier":
+        from tacit.experiment.memcached import MemtierParams, MemtierProtocol
+
+        protocol = MemtierProtocol(MemtierParams())
     run_clients(protocol, (host, int(port)), args.seconds, params, args.seed).save(args.out)
 
 
