@@ -1,11 +1,12 @@
 """Critical paths of traces and each service's contribution to end-to-end latency.
 
-YTrace (Kanuparthy et al., §4 localization; the paper's text could not be retrieved here, this
-follows the issue's description): on a trace's execution graph
-(:mod:`tacit.diagnosis.execution_graph`) the critical path is the causal round-trip path with
-the largest total latency, and a service's contribution is the sum of its computation latencies
-on that path; the top contributors, with their share of the end-to-end latency, localize a slow
-request.
+YTrace (Kanuparthy et al., §Service localization): on a trace's execution graph
+(:mod:`tacit.diagnosis.execution_graph`) the critical path is "the causal round trip path in the
+graph with the largest total (service and network) latency"; a service's contribution is "the
+sum of computation latencies for all incoming-causal outgoing edge pairs", and YTrace reports
+"the top service contributors, and their fraction of end-to-end ... latency" on the critical
+path. The network latency of an RPC edge is its time between the caller's send and the callee's
+receipt (the paper: the edge's (de)serialization time at the caller).
 
 On spans the longest causal path is found backwards from the root's end: the call that returned
 last before the current instant, among those the parent waited for (the execution graph's

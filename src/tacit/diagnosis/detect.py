@@ -1,12 +1,14 @@
 """Detection: which traces are significantly slower or faster than their baseline.
 
-YTrace (Kanuparthy et al., §3 detection; the paper's text could not be retrieved here, this
-follows the issue's description): a session's latency is compared with a baseline learned from
-history *for its key*, the combination of its declared confounders (endpoint, client group,
-time-of-day bucket), so that a request is judged against requests that should behave alike.
-The baseline is the inter-quartile range of the key's history: a latency above
-``Q3 + k·IQR`` is slower, below ``Q1 - k·IQR`` faster. ``k = 1.5`` is Tukey's fence, the
-standard IQR outlier rule.
+YTrace (Kanuparthy et al., "End-to-end Performance Diagnosis in Large Cloud and Content
+Providers", §Detection): a session's latency is compared with "a baseline (normal behavior) ...
+based on history", conditioned on "pre-defined confounding variables" (the page's attributes,
+the user's, the time of day), and flagged when it deviates significantly; "YTrace currently
+estimates a simple baseline as the historic inter-quartile range, since we are interested in
+... both low and high user experience metrics". Here the key is the combination of the declared
+confounders (endpoint, client group, time-of-day bucket), and a latency above ``Q3 + k·IQR``
+is slower, below ``Q1 - k·IQR`` faster. The paper gives no multiplier: ``k = 1.5`` is Tukey's
+fence, the standard IQR outlier rule (tacit's choice).
 
 Confounders are read off each trace's root span (:data:`CONFOUNDERS`) or computed by a function
 of the spans and the root rows. Every trace is accounted for: evaluated (normal, slower,

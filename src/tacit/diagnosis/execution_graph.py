@@ -5,8 +5,11 @@ al., §4 localization) localizes a slow session on its *execution graph*: nodes 
 the request (a request's first byte leaving the caller, reaching the callee, the response's last
 byte leaving the callee, reaching the caller) and edges are either network transit (request and
 response edges of an RPC) or computation inside one process, with happens-before edges between
-the calls a process makes. The paper's text could not be retrieved here; this module follows the
-issue's description of it.
+the calls a process makes. The paper infers causality between sibling RPC edges from
+happens-before, for its two fan-out patterns: non-parallelism (a call follows another when it
+is sent after that one's response arrived) and redundancy (the reply to the caller follows the
+first k responses of a fan-out of n). The stages below are tacit's way of finding both from
+spans.
 
 From spans, the events are the start and end of each span: for an RPC, the client span's start
 and end are the caller's first byte out and last byte in, and the server span's start and end

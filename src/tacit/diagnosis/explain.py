@@ -5,7 +5,11 @@ Providers") diagnoses in three steps: detection flags a session slower than its 
 (:mod:`tacit.diagnosis.detect`), localization finds where its time went (the critical path,
 :mod:`tacit.diagnosis.critical_path`), and root-cause rules written in its small language
 (:mod:`tacit.diagnosis.rules`) are evaluated on the *features of each detected problem*. The
-paper's text could not be retrieved here; this follows the issue's description of it.
+paper models "a performance problem as a boolean-valued expression on one or more
+boolean-valued symptoms", in the grammar ``SYMPTOM``, ``PATHOLOGY p DEF (symptom | NOT
+symptom)`` with ``AND``/``OR``/parentheses, and ``PROCEDURE symptom funcname``, and evaluates the
+matching expressions for each detected problem. Which symptoms to offer is left to operators;
+the features below are tacit's.
 
 The features of a flagged trace, from its critical path and its execution graph:
 

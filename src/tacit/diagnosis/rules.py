@@ -15,11 +15,11 @@ features of a detected problem::
 name (true or false), or what the procedure named by ``PROCEDURE name funcname`` computes from
 the problem's features (a Python function in :data:`PROCEDURES` or one passed to
 :func:`parse_rules`). ``PATHOLOGY name DEF expr`` defines a pathology as a boolean expression
-of symptoms and other pathologies with ``NOT`` > ``AND`` > ``OR`` and parentheses. The paper's
-full text was not retrievable when this was written; the language follows the issue's
-description of it. Ours: statements may span lines (each starts with its keyword), keywords
-are upper case, and a symptom whose feature is missing is *unknown* — three-valued (Kleene)
-logic, so that ``NOT`` of a missing feature does not claim a pathology; a pathology holds only
+of symptoms and other pathologies with ``NOT`` > ``AND`` > ``OR`` and parentheses: the
+paper's grammar (§Root cause analysis: ``SYMPTOM``, ``PATHOLOGY p DEF``, ``AND``, ``OR``,
+``NOT``, parentheses, ``PROCEDURE symptom funcname``). Ours: statements may span lines (each
+starts with its keyword), keywords are upper case, and a symptom whose feature is missing is
+*unknown* — three-valued (Kleene) logic, so that ``NOT`` of a missing feature does not claim a pathology; a pathology holds only
 when it is true, and is reported as undetermined when unknown.
 
 The parser is a tokenizer and a recursive descent (the grammar is five productions; a parser

@@ -1,12 +1,14 @@
 """Causal rules between syslog templates: lagged correlation, then a quasi-experiment.
 
-YTrace (Kanuparthy et al., arXiv 1602.03273, §4, network diagnosis) mines rules "template A on
-a device causes template B on the same device (intra-device) or on a neighbour (inter-device)"
-offline, following Log-Prophet (Zhou et al., arXiv 1605.06150, §4): first a cheap filter, the
-correlation of the two templates' windowed count series at small lags, then a quasi-experimental
-design (QED) that only keeps a pair when the effect is significantly more frequent after the
-cause than in matched situations without it. Neither paper's text was retrievable in full here,
-so the details below are tacit's, following that outline:
+YTrace (Kanuparthy et al., §Datacenter network diagnosis) mines causal rules "template A causes
+template B", intra-device or inter-device, with Quasi Experimental Design: "first, we find (in a
+larger time window) template pairs that have a statistically significant correlation in their
+timeseries"; then, per correlated pair, QED tests "the hypothesis that an element of the treated
+set [A and B together] is much more likely than an element of the untreated set [B without A]".
+Problem graphs are then built per small time window, intra-device edges first, then
+inter-device ones; "at any point of time, we typically have 100-200 causal rules". The paper
+gives no window lengths, lags, tests or thresholds (it refers to its earlier work, Log-Prophet,
+Zhou et al., arXiv 1605.06150), so the details below are tacit's:
 
 * Series are per (device, template) presence in ``window_ns`` windows; for inter-device rules
   the effect's series of a device is its presence on any topology neighbour. The correlation

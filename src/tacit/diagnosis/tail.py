@@ -3,8 +3,10 @@
 TraceWeaver's first use case takes the slowest p% of requests by end-to-end latency and compares
 each service's latency in them with its latency in all traffic: the services that are much
 slower in the slow requests are the culprits. A per-span view (each service's own slowest p% of
-spans) cannot do this — every service has a tail, so it blames every service. The paper's text
-was not retrievable here; this follows its description in the issue. YTrace (Kanuparthy et al.,
+spans) cannot do this — every service has a tail, so it blames every service. The paper's
+experiment (§6.4.1): Reserve and Profile are slowed by 40 ms in a random 10 % of requests, the
+slowest 2 % are taken, and the reconstructed traces name the two culprits as the ground truth
+does (Fig. 6c; ``bench/bench_tail.py`` repeats it on the real exports). YTrace (Kanuparthy et al.,
 §4, localization) supplies the latency a service is charged with: its *self* latency, the time
 its server spans are not waiting on a call they made (span duration minus the union of its
 children), so that a slow callee does not make its callers look slow too.

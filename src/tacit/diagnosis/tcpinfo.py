@@ -3,9 +3,9 @@
 YTrace ("End-to-end Performance Diagnosis in Large Cloud and Content Providers", Kanuparthy et
 al.) diagnoses a slow user session across the server, the Internet path and the client. Its
 network view is the server's TCP connection statistics (``tcp_info``, here as ``ss -tin``
-prints them): smoothed RTT, RTO and retransmissions. The full text of the paper was not
-retrievable when this was written (only its abstract); the rules below follow the issue's
-description of it, and the choices we made are marked as ours:
+prints them): smoothed RTT, RTO and retransmissions; the paper uses them "to localize throughput
+bottlenecks to sender (content generation), receiver and path-based limitations". It states no
+decision rule; the rules below are tacit's, and marked as ours:
 
 * network time of an RPC ≈ ``srtt + k × rto`` for ``k`` retransmissions during it: a response's
   first byte crosses the path once per round trip, and each retransmission waits about one RTO
