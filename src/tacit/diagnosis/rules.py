@@ -19,8 +19,9 @@ of symptoms and other pathologies with ``NOT`` > ``AND`` > ``OR`` and parenthese
 paper's grammar (§Root cause analysis: ``SYMPTOM``, ``PATHOLOGY p DEF``, ``AND``, ``OR``,
 ``NOT``, parentheses, ``PROCEDURE symptom funcname``). Ours: statements may span lines (each
 starts with its keyword), keywords are upper case, and a symptom whose feature is missing is
-*unknown* — three-valued (Kleene) logic, so that ``NOT`` of a missing feature does not claim a pathology; a pathology holds only
-when it is true, and is reported as undetermined when unknown.
+*unknown* — three-valued (Kleene) logic, so that ``NOT`` of a missing feature does not claim a
+pathology; a pathology holds only when it is true, and is reported as undetermined when
+unknown.
 
 The parser is a tokenizer and a recursive descent (the grammar is five productions; a parser
 library would add a dependency for no gain). Every error — syntax, an undefined symptom, a
