@@ -76,7 +76,9 @@ def register(app: typer.Typer) -> None:
         key_file: Annotated[
             Path | None, typer.Option(help=f"Shared HMAC key file (else ${KEY_ENV}).")
         ] = None,
-        interval: Annotated[str, typer.Option(help="Interval length δ, e.g. 10ms.")] = "10ms",
+        interval: Annotated[
+            str, typer.Option(help="Interval length δ (RDA §IX: one second), e.g. 10ms.")
+        ] = "1s",
         grace: Annotated[str, typer.Option(help="Wait for late packets after an interval.")] = (
             "50ms"
         ),

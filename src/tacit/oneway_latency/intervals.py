@@ -33,10 +33,11 @@ from tacit.oneway_latency.stream import PacketStream
 class IntervalParams:
     """Interval boundaries ``t_i = start_ns + i · length_ns`` on the synchronized clock.
 
-    ``length_ns`` (δ): 10 ms. The RDA paper's interval length is not available to us; 10 ms
-    keeps an interval at 10^3–10^5 packets at 0.1–10 Mpps, the range the synopses are sized
-    for, and is well above the one-way delays simulated (tens of µs), so that few packets
-    cross a boundary.
+    ``length_ns`` (δ): 10 ms for the simulations. The paper's prototype (§IX) measures in
+    one-second intervals, which the agent uses (``tacit latency oneway agent --interval``); its
+    §VII simulation replays whole traces without intervals. 10 ms keeps a simulated interval at
+    10^3–10^5 packets at 0.1–10 Mpps, the range the synopses are sized for, and is well above
+    the one-way delays simulated (tens of µs), so that few packets cross a boundary.
     """
 
     start_ns: int = 0
