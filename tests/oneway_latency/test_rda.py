@@ -229,7 +229,7 @@ def test_late_binding_sizes_the_synopsis_from_the_minhash_estimate():
     diff = len(np.setxor1d(work.sender.ids, work.receiver.ids))
     assert 1.0 * diff < m < 3.0 * diff  # 2 × the estimate, which is within ±50 % here
     result = rda_interval(work, params)
-    assert result.decoded and result.memory_bytes == 3 * m * 20
+    assert result.decoded and result.memory_bytes == params.k * m * 20
     quiet = simulated(loss_rate=0.0, reorder_rate=0.0)
     assert late_binding_buckets(works(quiet)[1].sender, works(quiet)[1].sender, params) == 64
 
@@ -250,16 +250,19 @@ def test_sampling_measures_the_same_sample_at_both_sides_exactly():
 
 
 def test_equal_memory_sizing():
-    assert RDAParams().with_memory(65_536).layout(1_092).memory_bytes == 65_520
+    sized = RDAParams().with_memory(65_536)  # k = 2 banks of 65,536 // (2 · 20) buckets
+    assert sized.buckets_per_bank == 1_638
+    assert sized.layout(sized.buckets_per_bank).memory_bytes == 65_520
+    assert RDAParams.tacit().with_memory(65_536).buckets_per_bank == 1_092
     assert SRDAParams().with_memory(65_536).layout().memory_bytes == 2_730 * 24
     with pytest.raises(ConfigError):
-        RDAParams().with_memory(50)
+        RDAParams().with_memory(30)  # not one bucket per bank
 
 
 def test_ten_thousand_differences_decode_fast():
     ids = random_ids(110_000, 7)
     send = np.arange(100_000) * 90
-    layout = RDAParams().layout(20_000)
+    layout = RDAParams().layout(40_000)  # §VIII-A: twice the 20,000 differences per bank
     work = work_of((ids[:100_000], send), (ids[10_000:], np.r_[send[10_000:] + 700, send[:10_000]]))
     reconcile_interval(work, layout, 3)  # compile
     sender = Synopsis.build(layout, work.sender.ids, work.sender.ts)

@@ -88,6 +88,8 @@ class SweepParams:
     intervals: IntervalParams = field(default_factory=IntervalParams)
     path: StreamParams = field(default_factory=StreamParams)
     methods: tuple[str, ...] = METHODS
+    rda: RDAParams = field(default_factory=RDAParams)
+    """RDA's parameters (its memory follows ``memory_bytes``, or the difference when late)."""
 
     def __post_init__(self) -> None:
         if not self.differences or min(self.differences) < 0:
@@ -291,7 +293,7 @@ def _poisson(params: SweepParams, seed: int) -> PacketStream:
 
 
 def _score_all(sim: SimulatedStream, params: SweepParams) -> dict[str, MethodScore]:
-    common = {"intervals": params.intervals}
+    common = {"intervals": params.intervals, "rda": params.rda}
     scores = compare_methods(
         sim.sender, sim.receiver, params.memory_bytes, methods=params.methods, **common
     )
@@ -302,7 +304,7 @@ def _score_all(sim: SimulatedStream, params: SweepParams) -> dict[str, MethodSco
             params.memory_bytes,
             finecomb=FineCombParams(repair="ideal"),
             methods=("finecomb",),
-            **common,
+            intervals=params.intervals,
         )["finecomb"]
     if "rda" in params.methods:
         scores["rda_late_binding"] = compare_methods(
