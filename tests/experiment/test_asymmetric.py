@@ -4,6 +4,7 @@ namespaces, tcpdump or the cgroup cpu controller are not available."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import numpy as np
@@ -18,6 +19,7 @@ from tacit.experiment.asymmetric import (
 )
 from tacit.experiment.cpu_series import CpuSeriesParams, cpu_allocation_series
 from tacit.experiment.cpu_server import spin
+from tacit.experiment.memcached import MemtierParams, MemtierProtocol, memcached_unavailable
 
 pytestmark = pytest.mark.live
 
@@ -73,3 +75,58 @@ def test_spin_uses_cpu_time():
     before = time.thread_time()
     spin(0.01)
     assert time.thread_time() - before >= 0.01
+
+
+@pytest.fixture(scope="module")
+def memcached_run(tmp_path_factory) -> AsymmetricResult:
+    reason = experiment_unavailable() or memcached_unavailable()
+    if reason:
+        pytest.skip(f"the memcached experiment cannot run here: {reason}")
+    params = AsymmetricParams(
+        seconds=5.0, server="memcached", connections=10, max_outstanding=1, subnet=80, seed=2
+    )
+    return run_asymmetric_experiment(params, tmp_path_factory.mktemp("memcached"))
+
+
+def test_memcached_follows_the_memtier_style_clients(memcached_run):
+    """§5.7. Measured (20 s runs, seeds 0–2): Pirate's default 2.8–3.5 % below the clients'
+    latency per response (median), of which 2.5 points are the clients' own processing."""
+    run = memcached_run
+    assert run.server_packets_at_vantage == 0
+    assert np.all(run.log.outstanding == 1)  # memtier's pipeline of one
+    gets = sum(run.log.strings[int(t)].startswith("get") for t in run.log.target)
+    assert 0.4 < gets / len(run.log) < 0.6  # get:set 1:1
+    assert run.req_to_req.median_relative_error < 0.05
+    modes = run.pirate["modes"]
+    assert abs(modes.median_signed_error) < 0.08 and modes.median_relative_error < 0.15
+
+
+def test_impairment_is_the_relays():
+    p = AsymmetricParams(loss=0.01, reorder=0.25, seed=4)
+    assert p.impaired and not AsymmetricParams().impaired
+    relay = p.impairment()
+    assert (relay.loss, relay.reorder, relay.delay_ns, relay.seed) == (0.01, 0.25, 1_000_000, 4)
+    assert AsymmetricParams(loss=0.01).impairment().delay_ns == 0  # no reordering, no delay
+    with pytest.raises(ConfigError):
+        AsymmetricParams(loss=1.5)
+    with pytest.raises(ConfigError):
+        AsymmetricParams(server="nginx")
+
+
+def test_memtier_protocol_speaks_memcached_text():
+    asyncio.run(_memtier_protocol())
+
+
+async def _memtier_protocol():
+
+    protocol = MemtierProtocol(MemtierParams(keys=10, value_bytes=(40, 40)))
+    rng = np.random.default_rng(0)
+    targets = [protocol.root(rng, 0.0) for _ in range(200)]
+    assert {t.split()[0] for t in targets} == {"get", "set"}
+    assert protocol.request("set k3 40") == b"set k3 0 0 40\r\n" + b"v" * 40 + b"\r\n"
+    assert protocol.request("get k3") == b"get k3\r\n"
+    reader = asyncio.StreamReader()
+    reader.feed_data(b"VALUE k3 0 4\r\nabcd\r\nEND\r\nSTORED\r\nEND\r\n")
+    assert await protocol.response(reader, "get k3") == (len(b"VALUE k3 0 4\r\n") + 6 + 5, [])
+    assert await protocol.response(reader, "set k3 4") == (8, [])
+    assert await protocol.response(reader, "get k9") == (5, [])  # a miss
