@@ -1,5 +1,5 @@
-"""Benchmark and reproduction: Pirate §5.2–5.4, §5.7 and §5.8 on this machine, the paper's
-numbers beside tacit's.
+"""Benchmark and reproduction: Pirate §5.2–5.4, §5.6 (simulated), §5.7 and §5.8 on this
+machine, the paper's numbers beside tacit's.
 
 Runs :func:`tacit.experiment.asymmetric.run_asymmetric_experiment` (namespaces with
 asymmetric routing, a server whose CPU follows a per-second series through a cgroup) in the
@@ -8,7 +8,8 @@ as §5.1 defines accuracy, prints one JSON object per run, then the tables: per 
 (Algorithm 2 as published with ε of 10 µs, 100 µs and 1 ms; Pirate's default in tacit; tacit's
 centre-tracking histogram; the §5.8 heuristics off) the median error per response, beside the
 client-side req-to-req reference and two oracles (an estimate equal to each epoch's true mean,
-or median); for §5.3 the RTT techniques; for §5.4 the change under loss and reordering.
+or median); for §5.3 the RTT techniques; for §5.4 the change under loss and reordering; for
+§5.6 the simulated load balancer's p99 with and without the controller.
 With ``--markdown PATH`` it writes the tables as the report's Pirate part (``make
 reproduce``). Where the experiment cannot run, it says why.
 """
@@ -246,7 +247,7 @@ WHY = """## Why tacit differs from the paper
    - The MTU heuristic changes nothing here: every request fits in one packet.
    - Coalescing pure ACKs depends on the workload.
      - Web workload: it *raises* the error. Without it, the median error per run falls from
-       −3…−9 % to −1…−3 %. The client's ACKs to large responses fall inside the response time
+       −3…−10 % to −1…−3 %. The client's ACKs to large responses fall inside the response time
        and split those gaps; why that helps the mode sum there is not analysed.
      - memcached: the heuristic is needed. Without it the error is +28 %.
    - The paper found both heuristics help; its ACK pattern is not known here.
