@@ -121,3 +121,17 @@ def test_close_to_the_simulated_causal_pairs(seed):
     assert pairs.samples >= 30
     assert pairs.median_relative_error < 0.1, pairs
     assert np.isfinite(pairs.median_signed_error)
+
+
+def test_discarded_gaps_are_reported_per_connection():
+    """Gaps Algorithm 2 cannot place (all N modes live, none near) are counted, not lost."""
+    rows, t = [], T0
+    for k in range(30):  # 30 gaps of widely different lengths: 3 modes at most, 27 discarded
+        rows.append({"t": t, "src": CLIENT, "dst": SERVER, "payload": 100, "seq": 100 * k})
+        t += (k + 1) * 7 * MS
+    params = PirateParams(max_modes=3, mode_epsilon_ratio=0, epoch_ns=10**10)
+    est = estimate_response_latency(packet_table(rows), params)
+    assert est.discarded_gaps.tolist() == [26]  # 29 gaps; the first 3 made the modes
+    assert estimate_response_latency(
+        packet_table(rows), params, algorithm="centres"
+    ).discarded_gaps.tolist() == [0]

@@ -106,6 +106,8 @@ def response(
         "direction_decided_by": estimates.connections.decided_counts(),
         "capture_accounting": accounting.as_dict(),
         "packet_accounting": estimates.accounting.as_dict(),
+        "gaps_in_estimates": int(estimates.gap_samples.sum()),
+        "gaps_discarded": int(estimates.discarded_gaps.sum()),
     }
     if truth:
         doc.update(_scored(read, estimates, server))

@@ -88,8 +88,10 @@ class ResponseEstimates:
     Columns: ``connection`` (index into ``connections``), ``epoch_start`` / ``epoch_end`` (ns),
     ``latency_ns`` (the estimate) and ``samples`` (the gaps it rests on). ``connections``: every
     connection seen so far; ``used_packets`` and ``gap_samples``: per connection, packets used
-    and gaps counted in estimates so far. ``accounting``: the packets of the batch(es) these
-    estimates came from, by bucket.
+    and gaps counted in estimates so far; ``discarded_gaps``: per connection, gaps Algorithm 2
+    discarded so far because all ``N`` modes were live and none was near (0 for the other
+    algorithms). ``accounting``: the packets of the batch(es) these estimates came from, by
+    bucket.
     """
 
     connection: np.ndarray
@@ -100,6 +102,7 @@ class ResponseEstimates:
     connections: ConnectionTable
     used_packets: np.ndarray
     gap_samples: np.ndarray
+    discarded_gaps: np.ndarray
     accounting: ResponseAccounting
     algorithm: str
     params: PirateParams
@@ -147,6 +150,7 @@ def concat_estimates(parts: list[ResponseEstimates]) -> ResponseEstimates:
         connections=last.connections,
         used_packets=last.used_packets,
         gap_samples=last.gap_samples,
+        discarded_gaps=last.discarded_gaps,
         accounting=accounting,
         algorithm=last.algorithm,
         params=last.params,
@@ -298,10 +302,16 @@ class StreamingEstimator:
             connections=self.registry.table(),
             used_packets=self._used[:k].copy(),
             gap_samples=self._samples[:k].copy(),
+            discarded_gaps=self._discarded(k),
             accounting=accounting,
             algorithm=self.algorithm,
             params=self.params,
         )
+
+    def _discarded(self, k: int) -> np.ndarray:
+        if self._code == MODE_SUM:
+            return self._sums["discarded"][:k].astype(np.int64)
+        return np.zeros(k, dtype=np.int64)
 
     def _grow(self, need: int) -> None:
         if need <= self._cap:
