@@ -237,34 +237,35 @@ WHY = """## Why tacit differs from the paper
    with its epoch's single estimate. The CPU quota is enforced per 100 ms CFS period, so
    responses within one epoch range from a few ms to tens of ms. Even an estimate equal to the
    epoch's true mean has a large per-response error (the oracle rows). The paper's per-response
-   tails (±15 %) suggest its latencies within an epoch were far more alike.
+   tails (±15 %) suggest its latencies within an epoch were far more alike. Runs differ: on
+   some seeds the latency spread is wider (see the oracle rows per run) and every estimator's
+   error grows with it.
 3. **The clients send one request per response, not bursts.** Closed-loop clients with 4
    outstanding requests do this, so §3.2's prominent-gap assumption is weak.
    - Browser-like clients (one request per connection) wait on other connections'
      responses, and those waits are not causal pairs.
    - With one request in flight (§5.3), the structure is clean and Pirate is close.
-4. **§5.8, the heuristics.**
+4. **§5.8, the heuristics** (rows "no ACK coalescing", "no MTU heuristic").
    - The MTU heuristic changes nothing here: every request fits in one packet.
    - Coalescing pure ACKs depends on the workload.
-     - Web workload: it *raises* the error. Without it, the median error per run falls from
-       −3…−10 % to −1…−3 %. The client's ACKs to large responses fall inside the response time
-       and split those gaps; why that helps the mode sum there is not analysed.
-     - memcached: the heuristic is needed. Without it the error is +28 %.
+     - Web workload: the error is smaller without it. The client's ACKs to large responses
+       fall inside the response time and split those gaps; why that helps the mode sum there
+       is not analysed.
+     - memcached: the heuristic is needed.
    - The paper found both heuristics help; its ACK pattern is not known here.
 5. **§5.7, memcached.**
-   - Pirate is 2.8–3.5 % below the latency the clients log, stable over the three runs.
-   - 2.5 points of that are the client's own processing: req-to-req exceeds req-to-res by
-     2.5 %. Pirate measures req-to-req (§3.1's caveat). On 0.4 ms latencies, the Python
-     client's few µs per request weigh more than memtier's in C would.
-   - The remaining per-response spread (7.6 % median absolute error) is at the floor that one
-     estimate per epoch allows (the oracles: 7.2–8.7 %).
+   - The req-to-req row is the client's own processing. Pirate measures req-to-req (§3.1's
+     caveat), and on sub-millisecond latencies the Python client's few µs per request weigh
+     more than memtier's in C would.
+   - The per-response spread left is at the floor that one estimate per epoch allows (the
+     oracle rows).
 6. **§5.4, reordering.** Reordering is the relay's netem-style rule: 25 % of the packets go at
    once and the rest are held 1 ms. Every held packet's gap then moves by up to 1 ms, against
    gaps of about 1.5 ms, so reordering changes the IPG distribution itself. The paper does not
    say how it reordered.
 
-The client's own req-to-req delay is within 0.1 % of req-to-res, so client processing is not the
-cause.
+On the web workload the client's own req-to-req delay is within 0.1 % of req-to-res, so client
+processing is not the cause there.
 """
 
 
