@@ -129,6 +129,33 @@ def scored(doc: dict) -> dict[str, dict]:
     }
 
 
+CDF_ROWS = ("modes", "centres", "req-to-req (client)", "oracle: true epoch median")
+"""The estimators a setup's figure draws (the paper's Figs. 3c, 6 and 10 draw Pirate beside the
+client's req-to-req and req-to-res)."""
+
+
+def error_cdf(errors: dict[str, np.ndarray], title: str, path: Path) -> None:
+    """The CDF of per-response errors (the paper's sign) of each estimator, as Fig. 3c."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
+    for name, e in errors.items():
+        x = np.sort(np.clip(e, -1.0, 1.0))
+        ax.plot(x, np.arange(1, len(x) + 1) / len(x), label=name)
+    ax.axvline(0, color="grey", linewidth=0.5)
+    ax.set_xlabel("(req-to-res − estimate) / req-to-res, per response (clipped to ±1)")
+    ax.set_ylabel("CDF of responses")
+    ax.set_title(title, fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+
+
 def section(setup: Setup, docs: list[dict], args) -> list[str]:
     rate = np.mean([d["requests_per_second"] for d in docs])
     latency = np.median([d["median_latency_ms"] for d in docs])
@@ -145,6 +172,11 @@ def section(setup: Setup, docs: list[dict], args) -> list[str]:
     ]
     for name in scored(docs[0]):
         lines.append(_row(name, [scored(d)[name] for d in docs]))
+    if args.figures:
+        lines += [
+            "",
+            f"![CDF of per-response errors, {setup.key}](reproduction/pirate-{setup.key}-cdf.png)",
+        ]
     if setup.key == "single":
         lines += [
             "",
@@ -162,14 +194,18 @@ def section(setup: Setup, docs: list[dict], args) -> list[str]:
     return [*lines, ""]
 
 
-def load_balancer(seeds: int) -> list[str]:
+def load_balancer(seeds: int, figure: Path | None = None) -> list[str]:
     """§5.6 in simulation (:mod:`tacit.simulate.loadbalancer`): p99 with and without the
-    latency-aware controller, per seed."""
+    latency-aware controller, per seed (a bar chart, as Fig. 8, in ``figure`` when given)."""
     rows = []
     for seed in range(seeds):
         doc = run_loadbalancer_experiment(LoadBalancerParams(seed=seed)).as_dict()
         print(json.dumps({"benchmark": "pirate_reproduction", "setup": "lb", **doc}), flush=True)
         rows.append(doc)
+    shown = []
+    if figure is not None:
+        p99_bars(rows, figure)
+        shown = ["", "![p99 with and without the controller](reproduction/pirate-lb-p99.png)"]
     cells = ", ".join(f"−{d['p99_reduction']:.0%}" for d in rows)
     p50 = ", ".join(f"{-d['p50_reduction']:+.0%}" for d in rows)
     return [
@@ -191,8 +227,29 @@ def load_balancer(seeds: int) -> list[str]:
         "paper's; the simulated slowdown is severe, which we take to be the reason (other "
         "severities were not measured). The median rises because the other servers take the "
         "slow one's load.",
+        *shown,
         "",
     ]
+
+
+def p99_bars(rows: list[dict], path: Path) -> None:
+    """p99 latency per seed, equal weights against the controller (Fig. 8)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=110)
+    x = np.arange(len(rows))
+    for offset, key, label in ((-0.2, "unweighted", "Maglev"), (0.2, "controlled", "+ Pirate")):
+        ax.bar(x + offset, [r[key]["p99_ms"] for r in rows], width=0.4, label=label)
+    ax.set_xticks(x, [f"seed {i}" for i in x])
+    ax.set_ylabel("p99 response latency (ms)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
 
 
 def robustness(results: dict[str, list[dict]]) -> list[str]:
@@ -238,8 +295,9 @@ WHY = """## Why tacit differs from the paper
    responses within one epoch range from a few ms to tens of ms. Even an estimate equal to the
    epoch's true mean has a large per-response error (the oracle rows). The paper's per-response
    tails (±15 %) suggest its latencies within an epoch were far more alike. Runs differ: on
-   some seeds the latency spread is wider (see the oracle rows per run) and every estimator's
-   error grows with it.
+   some runs the latency spread is wider (see the oracle rows per run) and every estimator's
+   error grows with it. In the figures, the step at −1 is responses whose epoch estimate is
+   more than twice their latency.
 3. **The clients send one request per response, not bursts.** Closed-loop clients with 4
    outstanding requests do this, so §3.2's prominent-gap assumption is weak.
    - Browser-like clients (one request per connection) wait on other connections'
@@ -281,20 +339,31 @@ def main() -> None:
         if args.markdown:
             args.markdown.write_text(f"# Pirate\n\nNot run: {reason}.\n")
         return
+    figures = args.markdown.parent if args.markdown else None
+    args.figures = figures is not None
     results: dict[str, list[dict]] = {}
     for setup in SETUPS:
+        errors: dict[str, list[np.ndarray]] = {}
         for seed in range(setup.seeds or args.runs):
             with tempfile.TemporaryDirectory() as tmp:
                 params = setup.setup(args.seconds, seed)
-                doc = run_asymmetric_experiment(params, tmp, estimators()).as_dict()
+                result = run_asymmetric_experiment(params, tmp, estimators())
+            doc = result.as_dict()
+            summaries = {**result.pirate, "req-to-req (client)": result.req_to_req}
+            summaries["oracle: true epoch median"] = result.oracle["median"]
+            for name in CDF_ROWS:
+                errors.setdefault(name, []).append(-summaries[name].signed_errors)
             results.setdefault(setup.key, []).append(doc)
             record = {"benchmark": "pirate_reproduction", "setup": setup.key, **doc}
             print(json.dumps(record), flush=True)
+        if figures is not None:
+            merged = {name: np.concatenate(e) for name, e in errors.items()}
+            error_cdf(merged, setup.title, figures / f"pirate-{setup.key}-cdf.png")
     lines = [INTRO]
     for setup in SETUPS:
         lines += section(setup, results[setup.key], args)
     lines += robustness(results)
-    lines += load_balancer(args.runs)
+    lines += load_balancer(args.runs, figures / "pirate-lb-p99.png" if figures else None)
     report = "\n".join(lines) + "\n" + WHY
     print(report)
     if args.markdown:

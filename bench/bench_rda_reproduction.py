@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from tacit.oneway_latency.rda import RDAParams
-from tacit.oneway_latency.sweep import SweepParams, run_sweep
+from tacit.oneway_latency.sweep import SweepParams, plot_sweep, run_sweep
 
 COLUMNS = (
     ("rda", "RDA k = 2"),
@@ -76,6 +76,15 @@ def main() -> None:
         "1e-14 is floating-point noise). Where decoding fails, RDA still measures on its clean "
         "buckets and stays at or below FineComb's error.",
     ]
+    if args.markdown:
+        plot_sweep(paper, args.markdown.parent, prefix="rda-k2-")
+        lines += [
+            "",
+            "The paper's Figs. 7–8 for k = 2 (all methods at equal memory):",
+            "",
+            "![Relative error of the mean](reproduction/rda-k2-mean-error.png)",
+            "![Relative error of the standard deviation](reproduction/rda-k2-std-error.png)",
+        ]
     report = "\n".join(lines) + "\n"
     print(report)
     if args.markdown:
