@@ -271,8 +271,15 @@ def run_netns_experiment(params: NetnsParams, workdir: str | Path) -> NetnsResul
         time.sleep(0.5 + 2 * params.delay_ms / 1e3)  # the last packets reach both captures
         for proc, _ in agents.values():
             proc.proc.send_signal(signal.SIGTERM)  # stop capturing, finish the intervals
-        for proc, _ in agents.values():
-            proc.proc.wait(timeout=params.duration_s + 60)
+        for role, (proc, _) in agents.items():
+            try:
+                proc.proc.wait(timeout=params.duration_s + 60)
+            except subprocess.TimeoutExpired:
+                said = " | ".join(proc.lines[-3:]) or "nothing on stderr"
+                raise ConfigError(
+                    f"the {role} agent did not finish within {params.duration_s + 60:g} s of "
+                    f"SIGTERM: {said}"
+                ) from None
             if proc.proc.returncode:
                 raise ConfigError(f"agent failed: {' | '.join(proc.lines[-3:])}")
         for p in tcpdumps:

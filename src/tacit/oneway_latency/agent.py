@@ -504,6 +504,11 @@ class Agent:
         for i in sorted(self._pending):
             p = self._pending.pop(i)
             self._emit(self._record(i, INCOMPLETE if p.requested else PEER_MISSING, p.packets))
+        self._abandon_sketches()
+
+    def _abandon_sketches(self) -> None:
+        """Publish, as incomplete, every interval whose reconciliation the receiver began but
+        never finished (the connection closed in the middle of it, and no peer came back)."""
         for i in sorted(self._sketches):
             if i not in self._results:
                 self._results[i] = self._record(i, INCOMPLETE, self._sketches[i].size)
@@ -620,6 +625,8 @@ class Agent:
                     if n and i not in self._results:
                         self._results[i] = self._record(i, PEER_MISSING, None)
                         self._emit(self._results[i])
+            # Reconciliations cut off by a closed connection would otherwise wait forever.
+            self._abandon_sketches()
             self._sender_end = self._sender_end if self._sender_end is not None else -1
             self._bye = True
 
