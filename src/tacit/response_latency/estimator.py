@@ -207,7 +207,7 @@ class StreamingEstimator:
             rows = rows[np.argsort(time[rows], kind="stable")]
         p = self.params
         min_full = p.min_full_payload if p.batch_end_only else np.iinfo(np.int32).max
-        s, m, h = self._state, self._modes, self._sums
+        s = self._state
         out = _run(
             rows,
             conns.row_connection,
@@ -216,20 +216,14 @@ class StreamingEstimator:
             packets.payload_len,
             packets.seq,
             packets.proto == TCP,
-            self._code,
             p.epoch_ns,
-            p.gap_threshold_ns,
             p.from_burst_start,
             p.idle_gap_ns,
             min_full,
             p.merge_epsilon,
             p.mode_epsilon_ns,
             p.mode_epsilon_ratio,
-            self._timers,
-            p.timer_tolerance,
-            p.remove_timer_modes,
-            p.mode_floor_ratio,
-            p.ibg_min_share,
+            self._closing(),
             s["last_time"],
             s["last_full"],
             s["full_size"],
@@ -239,11 +233,8 @@ class StreamingEstimator:
             s["burst_start"],
             s["burst_gap"],
             s["epoch"],
-            m["centre"],
-            m["count"],
-            m["epoch_count"],
-            m["epoch_sum"],
-            *_sum_arrays(h),
+            _centre_arrays(self._modes),
+            _sum_arrays(self._sums),
             self._used,
             self._samples,
         )
@@ -264,25 +255,16 @@ class StreamingEstimator:
     def _close(self, out: tuple, watermark: int | None) -> tuple:
         """Close the epochs that end before ``watermark`` (all when None) and add them to the
         ones the pass closed."""
-        p, s, m = self.params, self._state, self._modes
+        s = self._state
         limit = np.iinfo(np.int64).max if watermark is None else watermark
         more = _close_before(
             self.registry.count,
             limit,
-            self._code,
-            p.gap_threshold_ns,
-            self._timers,
-            p.timer_tolerance,
-            p.remove_timer_modes,
-            p.mode_floor_ratio,
-            p.ibg_min_share,
+            self._closing(),
             s["burst_gap"],
             s["epoch"],
-            m["centre"],
-            m["count"],
-            m["epoch_count"],
-            m["epoch_sum"],
-            *_sum_arrays(self._sums),
+            _centre_arrays(self._modes),
+            _sum_arrays(self._sums),
             self._samples,
         )
         return tuple(np.concatenate([a, b]) for a, b in zip(out, more, strict=True))
@@ -306,6 +288,20 @@ class StreamingEstimator:
             accounting=accounting,
             algorithm=self.algorithm,
             params=self.params,
+        )
+
+    def _closing(self) -> tuple:
+        """What closing an epoch needs besides the histograms, in the order
+        :func:`_close_one` unpacks it."""
+        p = self.params
+        return (
+            self._code,
+            p.gap_threshold_ns,
+            self._timers,
+            p.timer_tolerance,
+            p.remove_timer_modes,
+            p.mode_floor_ratio,
+            p.ibg_min_share,
         )
 
     def _discarded(self, k: int) -> np.ndarray:
@@ -384,33 +380,24 @@ def _emit(c, e, total, n, samples, k, oc, oe, ot, on):  # pragma: no cover - com
     return k + 1, oc, oe, ot, on
 
 
+def _centre_arrays(m: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """The centre-tracking histogram's arrays (Algorithm 1's sum and count among them)."""
+    return m["centre"], m["count"], m["epoch_count"], m["epoch_sum"]
+
+
 def _sum_arrays(h: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
     """Algorithm 2's arrays in the order the compiled functions take them."""
     return h["low"], h["high"], h["count"], h["total"], h["candidates"], h["live"], h["discarded"]
 
 
 @njit(cache=True)
-def _close_one(
-    c,
-    algo,
-    floor,
-    timers,
-    tol,
-    remove,
-    ratio,
-    min_share,
-    centre,
-    count,
-    ecount,
-    esum,
-    low,
-    high,
-    pcount,
-    ptotal,
-    pcand,
-    live,
-):  # pragma: no cover - compiled
+def _close_one(c, closing, centres, sums):  # pragma: no cover - compiled
+    """Close connection ``c``'s epoch with the algorithm ``closing`` names: ``(sum, n,
+    floor)``, the floor being the connection's δ from now on."""
+    algo, floor, timers, tol, remove, ratio, min_share = closing
+    centre, count, ecount, esum = centres
     if algo == MODE_SUM:
+        low, high, pcount, ptotal, pcand, live, _ = sums
         total, n = close_epoch_published(
             low, high, pcount, ptotal, pcand, live, c, timers, tol, remove, True, min_share
         )
@@ -432,20 +419,14 @@ def _run(
     payload,
     seq,
     is_tcp,
-    algo,
     epoch_ns,
-    floor,
     from_burst,
     idle,
     min_full,
     eps,
     mode_eps,
     mode_ratio,
-    timers,
-    tol,
-    remove,
-    ratio,
-    min_share,
+    closing,
     last_time,
     last_full,
     full_size,
@@ -455,21 +436,15 @@ def _run(
     burst_start,
     burst_gap,
     epoch,
-    centre,
-    count,
-    ecount,
-    esum,
-    low,
-    high,
-    pcount,
-    ptotal,
-    pcand,
-    live,
-    discarded,
+    centres,
+    sums,
     used,
     samples,
 ):  # pragma: no cover - compiled
     """The per-packet pass over ``rows`` (the used packets, in time order); closed epochs out."""
+    algo, floor = closing[0], closing[1]
+    centre, count, ecount, esum = centres
+    low, high, pcount, ptotal, pcand, live, discarded = sums
     k = 0
     oc = np.empty(64, dtype=np.int64)
     oe, ot, on = np.empty(64, np.int64), np.empty(64, np.int64), np.empty(64, np.int64)
@@ -500,45 +475,16 @@ def _run(
         e = t // epoch_ns
         if epoch[c] != e:
             if epoch[c] >= 0:
-                total, n, burst_gap[c] = _close_one(
-                    c,
-                    algo,
-                    floor,
-                    timers,
-                    tol,
-                    remove,
-                    ratio,
-                    min_share,
-                    centre,
-                    count,
-                    ecount,
-                    esum,
-                    low,
-                    high,
-                    pcount,
-                    ptotal,
-                    pcand,
-                    live,
-                )
+                total, n, burst_gap[c] = _close_one(c, closing, centres, sums)
                 k, oc, oe, ot, on = _emit(c, epoch[c], total, n, samples, k, oc, oe, ot, on)
             epoch[c] = e
         if gap == NO_GAP or gap >= idle:
             continue
         if algo == MODE_SUM:
             add_gap_published(
-                low,
-                high,
-                pcount,
-                ptotal,
-                pcand,
-                live,
-                discarded,
-                c,
-                gap,
-                mode_eps,
-                mode_ratio,
+                low, high, pcount, ptotal, pcand, live, discarded, c, gap, mode_eps, mode_ratio,
                 candidate,
-            )
+            )  # fmt: skip
         elif not candidate:
             continue
         elif algo == CENTRES:
@@ -551,29 +497,7 @@ def _run(
 
 @njit(cache=True)
 def _close_before(
-    count_conns,
-    limit,
-    algo,
-    floor,
-    timers,
-    tol,
-    remove,
-    ratio,
-    min_share,
-    burst_gap,
-    epoch,
-    centre,
-    count,
-    ecount,
-    esum,
-    low,
-    high,
-    pcount,
-    ptotal,
-    pcand,
-    live,
-    discarded,
-    samples,
+    count_conns, limit, closing, burst_gap, epoch, centres, sums, samples
 ):  # pragma: no cover - compiled
     """Close the open epochs of every connection that end at or before epoch ``limit``."""
     k = 0
@@ -582,26 +506,7 @@ def _close_before(
     for c in range(count_conns):
         if epoch[c] < 0 or epoch[c] >= limit:
             continue
-        total, n, burst_gap[c] = _close_one(
-            c,
-            algo,
-            floor,
-            timers,
-            tol,
-            remove,
-            ratio,
-            min_share,
-            centre,
-            count,
-            ecount,
-            esum,
-            low,
-            high,
-            pcount,
-            ptotal,
-            pcand,
-            live,
-        )
+        total, n, burst_gap[c] = _close_one(c, closing, centres, sums)
         k, oc, oe, ot, on = _emit(c, epoch[c], total, n, samples, k, oc, oe, ot, on)
         epoch[c] = -1  # closed: the connection's next packet opens a new epoch
     return oc[:k], oe[:k], ot[:k], on[:k]
