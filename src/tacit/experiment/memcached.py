@@ -118,6 +118,30 @@ def populate(address: tuple[str, int], site: Site, params: MemcachedParams) -> N
                     raise ConfigError(f"memcached refused set {key(family, obj)}: {answer!r}")
 
 
+CRLF = b"\r\n"
+
+
+async def read_reply(reader: asyncio.StreamReader, target: str) -> tuple[int, bytes | None]:
+    """Read memcached's text-protocol reply to ``target`` (``set …`` or ``get KEY``): its size
+    in bytes and, for a get that found its key, the value (None for a set or a miss). Anything
+    else memcached answers is a :class:`ConfigError`."""
+    line = await reader.readline()
+    if target.startswith("set"):
+        if line != b"STORED" + CRLF:
+            raise ConfigError(f"memcached answered {line!r} to {target}")
+        return len(line), None
+    if line == b"END" + CRLF:
+        return len(line), None
+    if not line.startswith(b"VALUE "):
+        raise ConfigError(f"memcached answered {line!r} to {target}")
+    length = int(line.split()[3])
+    data = await reader.readexactly(length + 2)
+    end = await reader.readline()
+    if end != b"END" + CRLF:
+        raise ConfigError(f"memcached answered {end!r} after the value of {target}")
+    return len(line) + length + 2 + len(end), data[:length]
+
+
 @dataclass(frozen=True)
 class MemcachedProtocol:
     """Text-protocol gets down the trees, sets of visit records; see the module docstring."""
@@ -136,24 +160,17 @@ class MemcachedProtocol:
         return b"get %s\r\n" % name.encode()
 
     async def response(self, reader: asyncio.StreamReader, target: str) -> tuple[int, list[str]]:
-        line = await reader.readline()
+        size, data = await read_reply(reader, target)
         if target.startswith("set"):
-            if line != b"STORED\r\n":
-                raise ConfigError(f"memcached answered {line!r} to {target}")
-            return len(line), []
-        if not line.startswith(b"VALUE "):
-            raise ConfigError(f"memcached answered {line!r} to {target}")
-        length = int(line.split()[3])
-        data = await reader.readexactly(length + 2)
-        end = await reader.readline()
-        if end != b"END\r\n":
-            raise ConfigError(f"memcached answered {end!r} after the value of {target}")
+            return size, []
+        if data is None:  # every item of a tree was stored before the run
+            raise ConfigError(f"memcached answered {b'END' + CRLF!r} to {target}")
         named = [f"get {k}" for k in data[: data.index(b"\n")].decode().split()]
         # Whether a key's visits are recorded is a function of the key, so runs are reproducible.
         name = target[4:]
         if zlib.crc32(name.encode()) % 1000 < self.params.set_probability * 1000:
             named.append(f"set seen:{name}")
-        return len(line) + length + 2 + len(end), named
+        return size, named
 
 
 @dataclass(frozen=True)
@@ -191,21 +208,8 @@ class MemtierProtocol:
         return b"get %s\r\n" % name.encode()
 
     async def response(self, reader: asyncio.StreamReader, target: str) -> tuple[int, list[str]]:
-        line = await reader.readline()
-        if target.startswith("set"):
-            if line != b"STORED\r\n":
-                raise ConfigError(f"memcached answered {line!r} to {target}")
-            return len(line), []
-        if line == b"END\r\n":
-            return len(line), []  # a miss (the key was evicted)
-        if not line.startswith(b"VALUE "):
-            raise ConfigError(f"memcached answered {line!r} to {target}")
-        length = int(line.split()[3])
-        await reader.readexactly(length + 2)
-        end = await reader.readline()
-        if end != b"END\r\n":
-            raise ConfigError(f"memcached answered {end!r} after the value of {target}")
-        return len(line) + length + 2 + len(end), []
+        size, _ = await read_reply(reader, target)  # a miss (the key was evicted) is an answer
+        return size, []
 
 
 def populate_keys(address: tuple[str, int], params: MemtierParams, seed: int) -> None:
