@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from report_part import publish
 from tacit.experiment.asymmetric import (
     AsymmetricParams,
     default_estimators,
@@ -336,8 +337,7 @@ def main() -> None:
     reason = experiment_unavailable()
     if reason:
         print(json.dumps({"benchmark": "pirate_reproduction", "skipped": reason}))
-        if args.markdown:
-            args.markdown.write_text(f"# Pirate\n\nNot run: {reason}.\n")
+        publish(f"# Pirate\n\nNot run: {reason}.\n", args.markdown, echo=False)
         return
     figures = args.markdown.parent if args.markdown else None
     args.figures = figures is not None
@@ -365,10 +365,7 @@ def main() -> None:
     lines += robustness(results)
     lines += load_balancer(args.runs, figures / "pirate-lb-p99.png" if figures else None)
     report = "\n".join(lines) + "\n" + WHY
-    print(report)
-    if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(report)
+    publish(report, args.markdown)
 
 
 if __name__ == "__main__":

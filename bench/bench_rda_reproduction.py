@@ -21,6 +21,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from report_part import publish
 from tacit.errors import ConfigError
 from tacit.experiment.netns import NetnsParams, namespaces_unavailable, run_netns_experiment
 from tacit.oneway_latency.rda import RDAParams
@@ -94,10 +95,7 @@ def main() -> None:
         ]
     lines += prototype()
     report = "\n".join(lines) + "\n"
-    print(report)
-    if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(report)
+    publish(report, args.markdown)
 
 
 def prototype(seconds: float = 8.0) -> list[str]:

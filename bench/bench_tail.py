@@ -17,6 +17,7 @@ import json
 import time
 from pathlib import Path
 
+from report_part import publish
 from tacit.diagnosis.inject import delay_spans, pick_requests, resample_traces
 from tacit.diagnosis.tail import (
     TailParams,
@@ -159,14 +160,12 @@ def main() -> None:
     args = parser.parse_args()
     if not DATA.is_dir():
         print(json.dumps({"skipped": f"{DATA} not found"}))
-        if args.markdown:
-            args.markdown.write_text(f"## TraceWeaver §6.4.1\n\nNot run: {DATA} absent.\n")
+        publish(f"## TraceWeaver §6.4.1\n\nNot run: {DATA} absent.\n", args.markdown, echo=False)
         return
     t0 = time.perf_counter()
     tail = tail_rows(args.seeds)
     if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(markdown(tail))
+        publish(markdown(tail), args.markdown, echo=False)
         print(json.dumps({"tail": tail}))
         return
     print(

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from bench_traceweaver import DATA, files
+from report_part import publish
 
 PAPER_R = 0.89
 
@@ -48,8 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     if not DATA.is_dir():
         print(json.dumps({"benchmark": "traceweaver_confidence", "skipped": f"{DATA} absent"}))
-        if args.markdown:
-            args.markdown.write_text(f"## TraceWeaver §6.3.2\n\nNot run: {DATA} absent.\n")
+        publish(f"## TraceWeaver §6.3.2\n\nNot run: {DATA} absent.\n", args.markdown, echo=False)
         return
     by_app: dict[str, list[dict]] = {}
     for name, path in files():
@@ -84,10 +84,7 @@ def main() -> None:
         "many candidate mappings per request), it understates how often the top choice is right.",
     ]
     report = "\n".join(lines) + "\n"
-    print(report)
-    if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(report)
+    publish(report, args.markdown)
 
 
 if __name__ == "__main__":

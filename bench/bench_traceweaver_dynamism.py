@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from report_part import publish
 from tacit.model.roles import infer_roles
 from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.reconstruct.pipeline import evaluate
@@ -110,10 +111,7 @@ def main() -> None:
         interleaving,
     )
     report = "\n".join(lines)
-    print(report)
-    if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(report)
+    publish(report, args.markdown)
 
 
 if __name__ == "__main__":

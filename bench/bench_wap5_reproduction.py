@@ -19,6 +19,7 @@ import argparse
 import json
 from pathlib import Path
 
+from report_part import publish
 from tacit.causal_paths.analysis import PathParams, analyze_paths, score_paths
 from tacit.causal_paths.linking import LinkParams, latest_links
 from tacit.simulate.widearea import WideAreaParams, simulate_widearea
@@ -106,10 +107,7 @@ def main() -> None:
             rows.append(row)
             print(json.dumps({"benchmark": "wap5_reproduction"} | row), flush=True)
     report = markdown(rows, args.seconds)
-    print(report)
-    if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(report)
+    publish(report, args.markdown)
 
 
 if __name__ == "__main__":
