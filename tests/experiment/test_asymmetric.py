@@ -1,4 +1,4 @@
-"""Pirate's §5.1 experiment: three namespaces with asymmetric routing and a CPU-limited
+"""Pirate's §5.1 experiment: network namespaces with asymmetric routing and a CPU-limited
 server. A short run, checked against the clients' log. Skips, with the reason, where
 namespaces, tcpdump or the cgroup cpu controller are not available."""
 

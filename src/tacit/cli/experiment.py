@@ -1,5 +1,5 @@
 """``tacit experiment web|asymmetric|loadbalancer|netns``: Pirate's live experiments on this
-machine (loopback, and §5.1's three namespaces with asymmetric routing), its load-balancer
+machine (loopback, and §5.1's namespaces with asymmetric routing), its load-balancer
 simulation, and RDA's agents across namespaces."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def asymmetric(
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Pirate §5.1: client, vantage point and server in three network namespaces (responses
+    """Pirate §5.1: client, vantage point and server in network namespaces (responses
     bypass the vantage point), the server's CPU following a per-second series through a
     cgroup; the error of every response's estimate against the client's log (§5.2)."""
     import tempfile
