@@ -163,6 +163,36 @@ def test_one_overlapping_request_makes_calls_parallel():
     assert seq.preds == [[], [0]] and seq.is_sequential()
 
 
+def _fan_out(offsets: list[tuple[int, int]]) -> SpanTable:
+    """Requests of a.E (1 ms apart) calling b.X and b.Y in parallel, at these start offsets."""
+    rows: list[tuple] = []
+    for i, (x, y) in enumerate(offsets):
+        t, r = 1000 * i, len(rows)
+        rows += [
+            ("a", "E", SERVER, t, t + 500, None, NONE),
+            ("a", "X", CLIENT, t + x, t + x + 200, "b", r),
+            ("a", "Y", CLIENT, t + y, t + y + 200, "b", r),
+        ]
+    return _table(rows)
+
+
+def test_a_call_launched_with_a_sibling_is_timed_from_the_sibling():
+    # X starts after varying work; Y leaves 5 to 9 ns after X: its gap from X varies less.
+    g = learn_callgraph(_fan_out([(10 + 7 * i, 15 + 7 * i + i % 5) for i in range(12)]))
+    g = g.get("a", "E")
+    assert g.preds == [[], []] and g.anchors == [None, 0]
+    assert g.paths[0].anchors == [None, 0] and g.order == [0, 1]
+
+
+def test_a_call_timed_from_the_arrival_keeps_its_trigger():
+    # Y leaves 40 to 44 ns after the arrival whenever X leaves: the arrival times it better.
+    g = learn_callgraph(_fan_out([(10 + 7 * i, 40 + i % 5) for i in range(12)])).get("a", "E")
+    assert g.preds == [[], []] and g.anchors == [None, None]
+    # Too few requests to tell: no anchor either.
+    few = learn_callgraph(_fan_out([(10 + 7 * i, 15 + 7 * i) for i in range(5)])).get("a", "E")
+    assert few.anchors == [None, None]
+
+
 def test_yaml_round_trip_preserves_graph(learned, tmp_path):
     path = tmp_path / "cg.yaml"
     learned.save(path)
@@ -178,6 +208,10 @@ def test_yaml_round_trip_preserves_graph(learned, tmp_path):
         for a, b in zip(h.slots, g.slots, strict=True):
             assert a.probability == pytest.approx(b.probability, abs=1e-6)
         assert h.order == g.order
+        assert h.anchors == g.anchors
+        assert [p.anchors for p in h.paths] == [p.anchors for p in g.paths]
+    # The default app launches parallel calls at once: they are timed from each other.
+    assert any(a is not None for g in learned.endpoints.values() for a in g.anchors)
     assert back.to_yaml() == learned.to_yaml()
 
 
@@ -207,6 +241,14 @@ def test_hand_written_yaml_with_ids(tmp_path):
         "s:\n  E:\n    calls:\n      - {id: 0, service: b, endpoint: X, after: [0]}\n",
         # unknown id in after
         "s:\n  E:\n    calls:\n      - {id: 0, service: b, endpoint: X, after: [7]}\n",
+        # unknown id in from_start_of
+        "s:\n  E:\n    calls:\n      - {id: 0, service: b, endpoint: X, from_start_of: 7}\n",
+        # a gap timed from its own call
+        "s:\n  E:\n    calls:\n      - {id: 0, service: b, endpoint: X, from_start_of: 0}\n",
+        # two calls timed from each other
+        "s:\n  E:\n    calls:\n"
+        "      - {id: 0, service: b, endpoint: X, from_start_of: 1}\n"
+        "      - {id: 1, service: b, endpoint: Y, from_start_of: 0}\n",
         # missing endpoint
         "s:\n  E:\n    calls:\n      - {service: b}\n",
         # not a mapping at the top

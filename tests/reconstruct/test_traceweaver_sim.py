@@ -171,6 +171,57 @@ def test_thread_ids_are_used_where_the_spans_carry_them(threads):
         assert 0.6 < accuracy < 1.0
 
 
+FANOUT_APP = {
+    "name": "fanout",
+    "launch_us": 400,
+    "roots": [{"service": "front", "endpoint": "Do"}],
+    "services": {
+        "front": {
+            "workers": 64,
+            "endpoints": {
+                "Do": {
+                    "median_ms": 4.0,
+                    "sigma": 0.8,
+                    "calls": [
+                        {
+                            "parallel": [
+                                {"service": "a", "endpoint": "A"},
+                                {"service": "b", "endpoint": "B"},
+                                {"service": "c", "endpoint": "C"},
+                            ]
+                        }
+                    ],
+                }
+            },
+        },
+        **{
+            name: {"workers": 64, "endpoints": {name.upper(): {"median_ms": 1.0, "sigma": 0.5}}}
+            for name in "abc"
+        },
+    },
+}
+"""An asynchronous fan-out after work of widely varying length (Media Microservices'
+compose-review-service): the three calls leave one after the other, 0.4 ms apart on average."""
+
+
+def test_an_async_fan_out_is_placed_by_the_gaps_between_siblings():
+    app = parse_app(FANOUT_APP, "fanout")
+    graph = learn_callgraph(
+        infer_roles(simulate(app, 300, n_requests=300, seed=11, record_threads=False)).spans
+    )
+    assert graph.get("front", "Do").anchors == [None, 0, 1]
+    obs = infer_roles(simulate(app, 300, n_requests=300, seed=1, record_threads=False))
+    accuracy = {
+        on: score_reconstruction(
+            obs.spans,
+            reconstruct_traceweaver(obs.without_truth(), graph, TraceWeaverParams(sibling_gaps=on)),
+        ).accuracy
+        for on in (True, False)
+    }
+    fcfs = score_reconstruction(obs.spans, reconstruct_fcfs(obs.without_truth(), graph)).accuracy
+    assert accuracy[True] >= accuracy[False] + 0.1 and accuracy[True] > fcfs, (accuracy, fcfs)
+
+
 def test_known_parents_are_kept_and_the_rest_reconstructed():
     """A hybrid deployment: frontend propagates trace context, the others do not."""
     spans = simulate(load_app(None), 600, n_requests=300, seed=4, record_threads=False)

@@ -239,6 +239,18 @@ def test_parallel_calls_overlap_and_sequential_calls_do_not(
     assert not any(overlaps["sequential"])
 
 
+def test_a_parallel_group_leaves_launch_us_apart(shop: AppSpec) -> None:
+    t = simulate(dataclasses.replace(shop, launch_us=300.0), 50, n_requests=300, seed=5)
+    gaps = []
+    for parent, kids in children(t).items():
+        # GET /product's pricing and reviews calls: its only parallel step.
+        if t.kind[parent] == SERVER and t.name("endpoint", parent) == "GET /product":
+            both = [k for k in kids if t.name("peer", k) in ("pricing", "reviews")]
+            gaps.append(abs(int(t.start[both[0]]) - int(t.start[both[1]])) / 1e3)
+    assert len(gaps) > 200 and min(gaps) > 0
+    assert np.mean(gaps) == pytest.approx(300, rel=0.15)
+
+
 def test_latency_at_the_bottleneck_grows_with_load(shop: AppSpec) -> None:
     sweep = load_sweep(shop, [50.0, 700.0], n_requests=3000, seed=4)
     assert list(sweep) == [50.0, 700.0]

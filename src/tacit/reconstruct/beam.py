@@ -20,6 +20,9 @@ minus the slot's ``early`` tolerance) and ends no later than the response plus t
 backend take their calls in the order of their occurrence numbers, which count calls in start
 order (:func:`.callgraph.learn_callgraph`), so that no mapping is listed twice.
 
+A slot's gap is measured from its trigger, or, where the call graph gives the slot an anchor
+(a sibling launched with it, :func:`.callgraph._anchors`), from the start of the anchor's call.
+
 The kernel is compiled (numba); :func:`search` is the Python wrapper that lays the paths and
 pools out as arrays for it, and the tests compare it with an exhaustive enumeration.
 """
@@ -160,7 +163,7 @@ def search(
     ep_ptr = np.searchsorted(ep_ids[order], np.arange(n_ep + 1)).astype(np.int64)
     # Slots of every path in topological order.
     slot_ptr = [0]
-    slot_index, slot_pool, slot_model, slot_early, slot_late = [], [], [], [], []
+    slot_index, slot_pool, slot_model, slot_early, slot_late, slot_anchor = [], [], [], [], [], []
     slot_made, slot_skip, pred_ptr, preds = [], [], [0], []
     twin_ptr, twins, twin_after = [0], [], []
     need_ptr, need_pool, need_count, need_early, need_late = [0], [], [], [], []
@@ -186,6 +189,8 @@ def search(
             slot_model.append(int(p.model[j]))
             slot_early.append(sl.early_ns)
             slot_late.append(sl.late_ns)
+            a = p.path.anchor(j)
+            slot_anchor.append(-1 if a is None else pos[a])
             slot_made.append(float(p.made_logp[j]))
             slot_skip.append(float(p.skip_logp[j]))
             preds.extend(pos[q] for q in p.path.preds[j])
@@ -226,6 +231,7 @@ def search(
         np.array(slot_model, dtype=i64),
         np.array(slot_early, dtype=i64),
         np.array(slot_late, dtype=i64),
+        np.array(slot_anchor, dtype=i64),
         np.array(slot_made, dtype=np.float64),
         np.array(slot_skip, dtype=np.float64),
         np.array(pred_ptr, dtype=i64),
@@ -373,6 +379,7 @@ def _beam(  # pragma: no cover - compiled
     slot_model,
     slot_early,
     slot_late,
+    slot_anchor,
     slot_made,
     slot_skip,
     pred_ptr,
@@ -446,6 +453,12 @@ def _beam(  # pragma: no cover - compiled
                     else:
                         earliest = r0 - slot_early[s]
                     latest = r1 + slot_late[s]
+                    # The gap's origin: the trigger, or the start of the anchor's call.
+                    origin = t
+                    if slot_anchor[s] >= 0:
+                        x = _ancestor(par, d - 1, e, slot_anchor[s])
+                        if pos[slot_anchor[s], x] >= 0:
+                            origin = call_start[pos[slot_anchor[s], x]]
                     # Calls to one backend go to its slots in occurrence order.
                     above = -1
                     below = 2**62
@@ -482,7 +495,7 @@ def _beam(  # pragma: no cover - compiled
                                 if branches == max_branch:
                                     truncated += 1
                                     break
-                                gap = (call_start[k] - t) / 1000.0
+                                gap = (call_start[k] - origin) / 1000.0
                                 sc = score[e] + slot_made[s] + _logpdf(m, win, gap, model)
                                 if sc < floor and m >= 0 and gap > peak[m]:
                                     break

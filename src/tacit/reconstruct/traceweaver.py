@@ -13,7 +13,7 @@ For every service instance, each incoming span is mapped to the outgoing spans i
 5. a per-service confidence score (§6.3.2): the share of incoming spans whose chosen mapping is
    their own best-scored candidate.
 
-Two settings select between the paper's formulation and tacit's extensions of it:
+Three settings select between the paper's formulation and tacit's extensions of it:
 
 * ``call_paths`` (on by default): each endpoint has the distinct paths its test requests took,
   each with its own dependency order and prior probability, and the joint assignment maximises
@@ -21,6 +21,9 @@ Two settings select between the paper's formulation and tacit's extensions of it
   §4.2: one call graph per endpoint whose missing calls are "skip" spans, their number per
   callee bounded by the discrepancy between expected and observed calls and water-filled over
   the batches.
+* ``sibling_gaps`` (on by default): a call that the test traces show launched together with a
+  sibling (an asynchronous fan-out) has its gap measured from the sibling's start instead of
+  from its trigger. Off measures every gap from its trigger, as the paper does.
 * ``arrival_order`` (on by default): from the second iteration each call's rank displacement
   (:mod:`.order`) is scored with the gaps, so that in-order services are not out-scored by
   swapped mappings. Off gives the paper's scoring.
@@ -105,6 +108,10 @@ class TraceWeaverParams:
     """At a join (:class:`~.callgraph.Join`), group the incoming spans by the request their
     callers' mapping gives them and let each group call onward once (a tacit extension: the
     paper reconstructs every service on its own)."""
+    sibling_gaps: bool = True
+    """Measure the gap of a call launched together with a sibling from the sibling's start,
+    where the call graph learned that this varies less (:func:`.callgraph._anchors`; a tacit
+    extension, off measures every gap from its trigger as the paper does)."""
     arrival_order: bool = True
     """Also score the rank displacement of each call (:mod:`.order`; a tacit extension, off
     reproduces the paper's scoring)."""
@@ -122,6 +129,8 @@ def reconstruct_traceweaver(
 ) -> Reconstruction:
     """Map every outgoing span of ``spans`` (a blind view: kinds and links, no parents)."""
     params = params or TraceWeaverParams()
+    if not params.sibling_gaps:
+        callgraph = callgraph.without_anchors()
     result = Reconstruction.start("traceweaver", spans)
     stats = SolveStats()
     proc = process_key(spans)
@@ -246,11 +255,14 @@ class _Pass:
 
 
 def _edge_key(endpoint: int, path: CallPath, keys: list[int], j: int | None) -> tuple:
-    """What a gap model is shared by: the endpoint, the callees that trigger the gap, and the
-    callee it leads to (``j`` None: the response, triggered by the path's sinks)."""
+    """What a gap model is shared by: the endpoint, the callees that trigger the gap (or the
+    anchor whose start it is measured from), and the callee it leads to (``j`` None: the
+    response, triggered by the path's sinks)."""
     if j is None:
         return (endpoint, "response", tuple(sorted(keys[q] for q in path.sinks())))
-    return (endpoint, tuple(sorted(keys[q] for q in path.preds[j])), keys[j])
+    a = path.anchor(j)
+    origin = tuple(sorted(keys[q] for q in path.preds[j])) if a is None else ("start", keys[a])
+    return (endpoint, origin, keys[j])
 
 
 class _Instance:
@@ -439,12 +451,13 @@ class _Instance:
             for j in range(len(g.slots) + 1):
                 if j < len(g.slots):
                     t2 = series(j, "start")
-                    pr = g.preds[j]
-                    t1 = (
-                        spans.start[reqs]
-                        if not pr
-                        else (series(pr[0], "end") if len(pr) == 1 else None)
-                    )
+                    pr, a = g.preds[j], g.anchor(j)
+                    if a is not None:
+                        t1 = series(a, "start")
+                    elif not pr:
+                        t1 = spans.start[reqs]
+                    else:
+                        t1 = series(pr[0], "end") if len(pr) == 1 else None
                     m = spec.model[j]
                 else:
                     t2 = spans.end[reqs]

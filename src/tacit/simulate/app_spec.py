@@ -9,7 +9,9 @@ worker handles one request from start to end, including the time it waits for it
 An endpoint's handler draws a service time from a lognormal distribution (``median_ms``,
 ``sigma``) and spends it in equal compute phases around the steps of its call plan, each phase
 lengthened by an exponential jitter of mean ``compute_jitter_us``. A step is one call or a
-``parallel`` group of calls issued together and awaited together. A call names a ``service``
+``parallel`` group of calls issued one after the other, ``launch_us`` apart on average
+(exponential; 0, the default: at once), as an asynchronous client sends them in turn, and
+awaited together. A call names a ``service``
 and an ``endpoint``; ``repeat: N`` makes it N calls in sequence (separated by a compute jitter),
 ``repeat: [lo, hi]`` a number drawn uniformly from lo to hi for each request (one call per item
 of a cart), and ``probability: p`` makes each of them happen with probability p only (skipped
@@ -121,6 +123,7 @@ class AppSpec:
     jitter_us: float = 50.0
     clock_skew_us: float = 300.0
     compute_jitter_us: float = 10.0
+    launch_us: float = 0.0
     balance: str = "round_robin"
 
 
@@ -166,6 +169,7 @@ _APP_FIELDS = (
     "network",
     "clock_skew_us",
     "compute_jitter_us",
+    "launch_us",
     "balance",
 )
 
@@ -197,6 +201,7 @@ def _parse_app(data: Any) -> AppSpec:
         jitter_us=number(network, "jitter_us", "network", AppSpec.jitter_us),
         clock_skew_us=number(top, "clock_skew_us", "top level", AppSpec.clock_skew_us),
         compute_jitter_us=number(top, "compute_jitter_us", "top level", AppSpec.compute_jitter_us),
+        launch_us=number(top, "launch_us", "top level", AppSpec.launch_us),
         balance=balance,
     )
 

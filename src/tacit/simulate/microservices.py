@@ -209,6 +209,7 @@ class _Simulation:
         self.latency = app.latency_us * 1e3
         self.jitter = app.jitter_us * 1e3
         self.compute_jitter = app.compute_jitter_us * 1e3
+        self.launch = app.launch_us * 1e3
         self.random_balance = app.balance == "random"
         self.strings = StringPool()
         self.events: list[tuple[float, int, Callable[[float, Any], None], Any]] = []
@@ -332,6 +333,7 @@ class _Simulation:
         calls = job.plan[job.step]
         job.step += 1
         pending = 0
+        launch = t  # when the step's next call leaves
         for call in calls:
             made = call.repeat
             if call.repeat_max is not None:
@@ -340,7 +342,13 @@ class _Simulation:
                 made = sum(next(self.uniform) < call.probability for _ in range(made))
             if made:
                 pending += not call.detached
-                self._call(t, _Branch(job, call.target, made, call.detached))
+                branch = _Branch(job, call.target, made, call.detached)
+                if launch > t:
+                    self._at(launch, self._call, branch)
+                else:
+                    self._call(t, branch)
+                if self.launch:
+                    launch += self.launch * next(self.exp)
         job.pending = pending
         if not pending:
             self._compute(t, job)
