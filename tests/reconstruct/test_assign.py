@@ -146,6 +146,16 @@ def test_solve_batch_matches_brute_force(seed, node_limit):
     assert float(cands.weight[chosen].sum()) == pytest.approx(opt, rel=1e-9, abs=1e-9)
 
 
+def test_highs_solves_by_the_relaxation_or_the_integer_program():
+    """Both ways are taken (and checked above): an integral relaxation is optimal as it is,
+    a fractional one goes on to the integer program."""
+    stats = SolveStats()
+    for seed in range(60):
+        cands, quota = random_instance(np.random.default_rng(seed))
+        solve_batch(cands, np.arange(len(cands.incoming)), quota, 5.0, stats, 0)
+    assert stats.solver_calls == 60 and 0 < stats.relaxed < 60
+
+
 def test_solve_batch_resolves_conflict_of_best_candidates():
     # Incoming 0: a (row 0, w=5); incoming 1: b (rows 0+1, w=8) or c (row 1, w=2).
     # The best per span (a, b) conflict on row 0: b alone (8) beats a + c (7) ...

@@ -171,6 +171,7 @@ def reconstruct_traceweaver(
         "iterations": max(iterations, default=0),
         "batches": stats.batches,
         "solver_calls": stats.solver_calls,
+        "solved_by_relaxation": stats.relaxed,
         "solver_fallbacks": stats.fallbacks,
         "search_branches_cut": truncated,
         "unmapped_by_the_algorithm": unmapped,
@@ -252,6 +253,27 @@ class _Pass:
         for c in self.picked:
             out[self.origin[c, 0]].append(self.origin[c, 1])
         return [np.array(c, dtype=np.int64) for c in out]
+
+
+SCORE_RANGE = 1000.0
+"""Log-likelihood (nats) below the instance's best candidate beyond which candidates count as
+equally unlikely in the joint assignment (:func:`_relative_weight`)."""
+
+
+def _relative_weight(raw: np.ndarray) -> np.ndarray:
+    """Each candidate's weight in (0, 1] for the joint assignment: its log-likelihood above a
+    floor :data:`SCORE_RANGE` below the instance's best candidate, scaled to that range.
+
+    Within the range, weights are the paper's log-likelihoods (Appendix A) up to a constant and
+    a scale. Scaling by the scores' whole range instead let one hopeless candidate set the
+    scale: on a Nezha OnlineBoutique minute the front end's scores span 2.4e7 nats, so every
+    difference between competing candidates shrank below the solvers' tolerances and the
+    choice among the mappings of most coverage depended on which solver ran. With the floor, a
+    difference of 0.01 nat still counts.
+    """
+    if not len(raw):
+        return raw
+    return (np.maximum(raw - raw.max(), -SCORE_RANGE) + SCORE_RANGE + 1.0) / (SCORE_RANGE + 1.0)
 
 
 def _edge_key(endpoint: int, path: CallPath, keys: list[int], j: int | None) -> tuple:
@@ -585,7 +607,7 @@ class _Instance:
             origin.append(np.stack([np.full(len(keep), s), keep], axis=1))
         raw = np.concatenate(wts)
         n_calls = np.concatenate(counts)
-        positive = (raw - raw.min(initial=0.0) + 1.0) / (np.ptp(raw) + 1.0 if len(raw) else 1.0)
+        positive = _relative_weight(raw)
         if self.params.call_paths:
             # Coverage first: any candidate giving one more call a cause outweighs every score
             # difference within a batch (at most max_batch spans of weight <= 1 each).
