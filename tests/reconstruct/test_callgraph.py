@@ -193,6 +193,31 @@ def test_a_call_timed_from_the_arrival_keeps_its_trigger():
     assert few.anchors == [None, None]
 
 
+def _queue(n: int, lag: list[int]) -> SpanTable:
+    """n requests of a.E arriving 10 ns apart, request i calling b.X lag[i % len(lag)] ns
+    after its arrival (so that later requests arrive before earlier calls leave)."""
+    rows: list[tuple] = []
+    for i in range(n):
+        t, r, x = 10 * i, len(rows), lag[i % len(lag)]
+        rows += [
+            ("a", "E", SERVER, t, t + 100, None, NONE),
+            ("a", "X", CLIENT, t + x, t + x + 5, "b", r),
+        ]
+    return _table(rows)
+
+
+def test_calls_that_leave_out_of_arrival_order_are_learned_as_reordering(tmp_path):
+    # Every call 25 ns after its request: the later requests arrived first, order kept.
+    assert not learn_callgraph(_queue(40, [25])).get("a", "E").reorders
+    # Every other call leaves 20 ns sooner: it overtakes the call of the request before it.
+    swapped = learn_callgraph(_queue(40, [25, 5]))
+    assert swapped.get("a", "E").reorders
+    swapped.save(tmp_path / "cg.yaml")
+    assert CallGraph.load(tmp_path / "cg.yaml").get("a", "E").reorders
+    # Too few calls that could have swapped to tell.
+    assert not learn_callgraph(_queue(6, [25, 5])).get("a", "E").reorders
+
+
 def test_yaml_round_trip_preserves_graph(learned, tmp_path):
     path = tmp_path / "cg.yaml"
     learned.save(path)
@@ -209,6 +234,7 @@ def test_yaml_round_trip_preserves_graph(learned, tmp_path):
             assert a.probability == pytest.approx(b.probability, abs=1e-6)
         assert h.order == g.order
         assert h.anchors == g.anchors
+        assert h.reorders == g.reorders
         assert [p.anchors for p in h.paths] == [p.anchors for p in g.paths]
     # The default app launches parallel calls at once: they are timed from each other.
     assert any(a is not None for g in learned.endpoints.values() for a in g.anchors)

@@ -26,7 +26,8 @@ Three settings select between the paper's formulation and tacit's extensions of 
   from its trigger. Off measures every gap from its trigger, as the paper does.
 * ``arrival_order`` (on by default): from the second iteration each call's rank displacement
   (:mod:`.order`) is scored with the gaps, so that in-order services are not out-scored by
-  swapped mappings. Off gives the paper's scoring.
+  swapped mappings; only at endpoints whose test requests kept their calls in trigger order.
+  Off gives the paper's scoring.
 """
 
 from __future__ import annotations
@@ -116,8 +117,9 @@ class TraceWeaverParams:
     where the call graph learned that this varies less (:func:`.callgraph._anchors`; a tacit
     extension, off measures every gap from its trigger as the paper does)."""
     arrival_order: bool = True
-    """Also score the rank displacement of each call (:mod:`.order`; a tacit extension, off
-    reproduces the paper's scoring)."""
+    """Also score the rank displacement of each call of the endpoints whose test requests kept
+    their calls in trigger order (:attr:`.callgraph.EndpointGraph.reorders`; a tacit extension,
+    off reproduces the paper's scoring)."""
     seed: int = 0
 
 
@@ -389,6 +391,7 @@ class _Instance:
         self.by_row = np.argsort(self.incoming, kind="stable")
         self.group = self._join_groups(graphs, mapped)
         self.joins = [g.join for g in graphs]
+        self.in_order = np.array([not g.reorders for g in graphs], dtype=bool)
         self.trigger = np.array([sp.path.role == "trigger" for sp in self.specs], dtype=bool)
 
     def _index(self, rows: np.ndarray) -> np.ndarray:
@@ -736,6 +739,8 @@ class _Instance:
             if rank_models and order is not None:  # from the second iteration on
                 d_all = order.displacements(sets, ready)
                 for s, (cs, sc, d) in enumerate(zip(sets, scores, d_all, strict=True)):
+                    if not self.in_order[self.specs[s].endpoint]:
+                        continue
                     rank = [rank_models[m] for m in self.specs[s].model]
                     sc += log_likelihood(d, rank, np.zeros(len(cs), np.int64))
             cands, raw, origin = self._flat(sets, scores)
@@ -763,7 +768,7 @@ class _Instance:
             return 0
         p = self.params
         models = self._seed_models()
-        order = ArrivalOrder(self.pools) if p.arrival_order else None
+        order = ArrivalOrder(self.pools) if p.arrival_order and self.in_order.any() else None
         rank_models: list[GapModel | None] = []
         seen: set[frozenset] = set()
         best: tuple[tuple[int, float], list[_Pass]] | None = None
