@@ -260,6 +260,10 @@ class _Pass:
         return [np.array(c, dtype=np.int64) for c in out]
 
 
+NO_TIME = np.iinfo(np.int64).min
+"""No such time (an incoming span outside a join's group has no others' end)."""
+NEVER = np.iinfo(np.int64).max
+"""A time after every other (the start of a call that was not made)."""
 SCORE_RANGE = 1000.0
 """Log-likelihood (nats) below the instance's best candidate beyond which candidates count as
 equally unlikely in the joint assignment (:func:`_relative_weight`)."""
@@ -391,6 +395,7 @@ class _Instance:
         self.by_row = np.argsort(self.incoming, kind="stable")
         self.group = self._join_groups(graphs, mapped)
         self.joins = [g.join for g in graphs]
+        self.others_end = self._others_end()
         self.in_order = np.array([not g.reorders for g in graphs], dtype=bool)
         self.trigger = np.array([sp.path.role == "trigger" for sp in self.specs], dtype=bool)
 
@@ -415,41 +420,40 @@ class _Instance:
         group[member] = np.where(size[gid] >= 2, gid, NONE)
         return group
 
-    def _score_joins(self, sets: list[CandidateSet], scores: list[np.ndarray]) -> None:
-        """At a join, a trigger path's calls usually begin after the other calls of its request
-        have been answered (learned as :attr:`.callgraph.Join.after_others`): the log of that
-        share, or of its complement, is added to the candidate's score."""
-        grouped = self.group != NONE
-        if not grouped.any():
-            return
-        # Per group, the latest and second latest end of its members.
+    def _others_end(self) -> np.ndarray:
+        """Per incoming span in a join's group, the latest end of the group's other members
+        (when the rest of the request's calls to the join were answered); NO_TIME elsewhere."""
+        out = np.full(len(self.incoming), NO_TIME, dtype=np.int64)
+        grouped = np.flatnonzero(self.group != NONE)
+        if not len(grouped):
+            return out
         gid = self.group[grouped]
         ends = self.spans.end[self.incoming[grouped]]
         order = np.lexsort((-ends, gid))
         head = run_heads(gid[order])
-        latest = np.full(gid.max() + 1, np.iinfo(np.int64).min)
+        latest = np.full(gid.max() + 1, NO_TIME)
         second = latest.copy()
         latest[gid[order][head]] = ends[order][head]
         after = np.flatnonzero(~head)
         runner = after[head[after - 1]]  # the second of each group
         second[gid[order][runner]] = ends[order][runner]
+        out[grouped] = np.where(ends >= latest[gid], second[gid], latest[gid])
+        return out
+
+    def _score_joins(self, sets: list[CandidateSet], scores: list[np.ndarray]) -> None:
+        """At a join, a trigger path's calls usually begin after the other calls of its request
+        have been answered (learned as :attr:`.callgraph.Join.after_others`): the log of that
+        share, or of its complement, is added to the candidate's score."""
         for s, (cs, sc) in enumerate(zip(sets, scores, strict=True)):
-            spec = self.specs[s]
-            join = self.joins[spec.endpoint]
+            join = self.joins[self.specs[s].endpoint]
             if not self.trigger[s] or join is None or not len(cs):
                 continue
-            g = self.group[self._index(cs.incoming)]
+            others = self.others_end[self._index(cs.incoming)]
             made = cs.calls >= 0
-            first = np.where(
-                made, self.spans.start[np.maximum(cs.calls, 0)], np.iinfo(np.int64).max
-            )
-            first = first.min(axis=1)
-            own = self.spans.end[cs.incoming]
-            safe = np.maximum(g, 0)
-            others = np.where(own >= latest[safe], second[safe], latest[safe])
-            waits = others <= first
+            first = np.where(made, self.spans.start[np.maximum(cs.calls, 0)], NEVER)
+            waits = others <= first.min(axis=1)
             p = min(max(join.after_others, 0.01), 0.99)
-            sc += np.where(g == NONE, 0.0, np.where(waits, math.log(p), math.log(1 - p)))
+            sc += np.where(others == NO_TIME, 0.0, np.where(waits, math.log(p), math.log(1 - p)))
 
     # -- distributions -------------------------------------------------------------------------
     def _seed_models(self) -> list[GapModel]:
