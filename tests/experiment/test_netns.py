@@ -62,6 +62,8 @@ def test_agents_measure_the_impaired_delay(impaired) -> None:
 
 
 def test_the_path_lost_and_reordered_packets(impaired) -> None:
+    for side in ("s", "r"):  # the truth is complete: tcpdump dropped nothing
+        assert impaired.captures[side]["dropped"] == 0, impaired.captures
     sent = impaired.truth_sent
     assert sent == sum(r["truth_sent"] for r in impaired.rows)
     assert impaired.truth_received == sent - impaired.truth_lost

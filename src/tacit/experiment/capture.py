@@ -69,7 +69,8 @@ def stop_process(
 
 class Capture:
     """tcpdump writing the packets matching ``bpf`` on ``interface`` (of network namespace
-    ``namespace``, when given) to ``path``, with a kernel buffer of ``buffer_kib``.
+    ``namespace``, when given) to ``path``, with a kernel buffer of ``buffer_kib``, and
+    timestamps in nanoseconds when ``nanoseconds`` (microseconds otherwise, libpcap's default).
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`; :meth:`stop` is
     idempotent and always leaves no tcpdump behind. Raises :class:`ConfigError` when tcpdump is
@@ -83,8 +84,10 @@ class Capture:
         interface: str = "lo",
         buffer_kib: int = BUFFER_KIB,
         namespace: str | None = None,
+        nanoseconds: bool = False,
     ) -> None:
         self.path = Path(path)
+        self.nanoseconds = nanoseconds
         self.namespace = namespace
         self.buffer_kib = buffer_kib
         self.bpf = bpf
@@ -101,6 +104,8 @@ class Capture:
             raise ConfigError("packet capture needs tcpdump, which is not installed (PATH)")
         cmd = [tcpdump, "-i", self.interface, "-U", "-s", "0", "--immediate-mode", "-n"]
         cmd += ["-B", str(self.buffer_kib)]
+        if self.nanoseconds:
+            cmd.append("--time-stamp-precision=nano")
         if os.geteuid() == 0:
             # As root, Debian's tcpdump drops to user "tcpdump" before opening the file, which
             # then may not write to a private directory; keep the identity we were started with.

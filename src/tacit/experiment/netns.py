@@ -16,8 +16,9 @@ the interface's qdisc: netem on ``s0`` itself would delay packets before the sen
 point saw them, and the measured latency would not include it. A UDP generator in S sends
 datagrams of varying content (a sequence number and a varying pad, so every packet has its own
 identifier) to R; one agent captures live on ``s0``, the other on ``r0``, and they exchange
-synopses over TCP across the same path. tcpdump (nanosecond timestamps) captures both ends for
-the truth: packets matched by identifier (:func:`tacit.oneway_latency.truth.latency_truth`),
+synopses over TCP across the same path. tcpdump (nanosecond timestamps, immediate mode: without
+it the packets still in libpcap's buffer when it stops are lost) captures both ends for the
+truth: packets matched by identifier (:func:`tacit.oneway_latency.truth.latency_truth`),
 with the packets lost and those that arrived out of order. The namespaces and their veth pairs
 have unique names and are always deleted, and every process started is ended by its id.
 
@@ -44,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from tacit.errors import ConfigError
+from tacit.experiment.capture import Capture
 from tacit.experiment.impair import ImpairParams
 from tacit.formats.pcap import read_packets
 from tacit.oneway_latency.intervals import IntervalParams
@@ -127,6 +129,8 @@ class NetnsResult:
     truth_reordered: int = 0
     sender_summary: dict[str, Any] = field(default_factory=dict)
     receiver_summary: dict[str, Any] = field(default_factory=dict)
+    captures: dict[str, dict[str, int]] = field(default_factory=dict)
+    """tcpdump's closing counts at S and at R (:class:`.capture.CaptureStats`)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -226,6 +230,7 @@ def run_netns_experiment(params: NetnsParams, workdir: str | Path) -> NetnsResul
     ns = {side: f"tacit-{tag}-{side}" for side in ("s", "m", "r")}
     net = f"10.{params.subnet}"
     procs: list[ManagedProcess] = []
+    captures: dict[str, Capture] = {}
     relay_stats = work / "relay.json"
     try:
         _build_path(ns, tag, net, params, impairment)
@@ -236,16 +241,10 @@ def run_netns_experiment(params: NetnsParams, workdir: str | Path) -> NetnsResul
         key = work / "agent.key"
         key.write_text(secrets.token_hex(16))
         bpf = f"udp and dst port {params.data_port}"
-        dumps, tcpdumps = {}, []
+        dumps = {side: work / f"truth-{side}.pcap" for side in ("s", "r")}
         for side, dev in (("s", "s0"), ("r", "r0")):
-            dumps[side] = work / f"truth-{side}.pcap"
-            tcpdump = [
-                "tcpdump", "-i", dev, "-n", "-U", "--time-stamp-precision=nano",
-                "-w", str(dumps[side]), bpf,
-            ]  # fmt: skip
-            tcpdumps.append(ManagedProcess(["ip", "netns", "exec", ns[side], *tcpdump]))
-            procs.append(tcpdumps[-1])
-            tcpdumps[-1].wait_for("listening on", 10)
+            captures[side] = Capture(dumps[side], bpf, dev, namespace=ns[side], nanoseconds=True)
+            captures[side].start()
         agents = {}
         for side, role, dev in (("r", "receiver", "r0"), ("s", "sender", "s0")):
             out = work / f"{role}.jsonl"
@@ -282,8 +281,7 @@ def run_netns_experiment(params: NetnsParams, workdir: str | Path) -> NetnsResul
                 ) from None
             if proc.proc.returncode:
                 raise ConfigError(f"agent failed: {' | '.join(proc.lines[-3:])}")
-        for p in tcpdumps:
-            p.end(signal.SIGINT)  # tcpdump writes out and exits
+        stats = {side: c.stop() for side, c in captures.items()}
         relay = {}
         if impairment == "relay":
             relay_proc.end()  # the relay writes its counts and exits
@@ -291,8 +289,12 @@ def run_netns_experiment(params: NetnsParams, workdir: str | Path) -> NetnsResul
                 raise ConfigError(f"the relay failed: {' | '.join(relay_proc.lines[-3:])}")
             relay = json.loads(relay_stats.read_text())
         records = {r: _records(o) for r, (_, o) in agents.items()}
-        return _compare(params, dumps, records, impairment, relay)
+        result = _compare(params, dumps, records, impairment, relay)
+        result.captures = {side: st.as_dict() if st else {} for side, st in stats.items()}
+        return result
     finally:
+        for c in captures.values():
+            c.stop()
         for p in procs:
             p.end()
         for name in ns.values():
