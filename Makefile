@@ -19,6 +19,7 @@ demo: install
 
 lint: install
 	$(BIN)/ruff check src tests bench
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/pytest -n 2 -m 'not live'

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from tacit.diagnosis.abtest import ab_power, self_time_factor
 from tacit.diagnosis.inject import resample_traces
-from tacit.reconstruct.pipeline import observe
+from tacit.formats import observe
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SOURCE = "traceweaver/hotel_reservation/load100.jaeger.json.gz"

@@ -104,9 +104,8 @@ def agreement(truth, rebuilt) -> dict[str, float]:
 
 def links() -> None:
     from tacit.diagnosis.tail import blind_and_reconstruct
-    from tacit.formats import read_spans
+    from tacit.formats import observe, read_spans
     from tacit.model.spans import concat
-    from tacit.reconstruct.pipeline import observe
 
     files = sorted((DATA / "traceweaver/hotel_reservation").glob("load*.jaeger.json.gz"))
     tables = {f.name.split(".")[0]: read_spans([f]) for f in files}

@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 
-from tacit.simulate.loadbalancer import LoadBalancerParams, run_loadbalancer_experiment
+from tacit.experiment.loadbalancer import LoadBalancerParams, run_loadbalancer_experiment
 
 SEEDS = range(5)
 

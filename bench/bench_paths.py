@@ -28,7 +28,7 @@ OFFSET_MAX_NS = 5_000_000_000
 
 
 def real() -> dict:
-    from tacit.reconstruct.pipeline import observe
+    from tacit.formats import observe
 
     if not DATA.is_dir():
         return {"skipped": f"{DATA} not found"}

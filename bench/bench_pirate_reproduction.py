@@ -32,8 +32,8 @@ from tacit.experiment.asymmetric import (
     experiment_unavailable,
     run_asymmetric_experiment,
 )
+from tacit.experiment.loadbalancer import LoadBalancerParams, run_loadbalancer_experiment
 from tacit.response_latency import PirateParams
-from tacit.simulate.loadbalancer import LoadBalancerParams, run_loadbalancer_experiment
 
 
 def estimators() -> dict[str, tuple[PirateParams, str]]:
@@ -196,7 +196,7 @@ def section(setup: Setup, docs: list[dict], args) -> list[str]:
 
 
 def load_balancer(seeds: int, figure: Path | None = None) -> list[str]:
-    """§5.6 in simulation (:mod:`tacit.simulate.loadbalancer`): p99 with and without the
+    """§5.6 in simulation (:mod:`tacit.experiment.loadbalancer`): p99 with and without the
     latency-aware controller, per seed (a bar chart, as Fig. 8, in ``figure`` when given)."""
     rows = []
     for seed in range(seeds):

@@ -26,7 +26,7 @@ from tacit.diagnosis.tail import (
     span_tail_profile,
     tail_profile,
 )
-from tacit.reconstruct.pipeline import observe
+from tacit.formats import observe
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 LOADS = (25, 50, 75, 100, 125, 150)

@@ -49,8 +49,8 @@ def files() -> list[tuple[str, Path]]:
 
 def one(path: Path) -> dict:
     """Evaluate one file in this process (after a warm-up) and report."""
+    from tacit.evaluation.reconstruction import evaluate
     from tacit.model.roles import infer_roles
-    from tacit.reconstruct.pipeline import evaluate
     from tacit.simulate import load_app, simulate
 
     t0 = time.perf_counter()

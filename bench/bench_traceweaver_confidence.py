@@ -25,7 +25,7 @@ PAPER_R = 0.89
 
 
 def pairs(path: Path) -> list[dict]:
-    from tacit.reconstruct.pipeline import evaluate
+    from tacit.evaluation.reconstruction import evaluate
 
     result = evaluate([path], ["traceweaver"]).results[0]
     return [  # the confidence is reported in percent

@@ -24,9 +24,9 @@ from pathlib import Path
 import yaml
 
 from report_part import publish
+from tacit.evaluation.reconstruction import evaluate
 from tacit.model.roles import infer_roles
 from tacit.reconstruct.callgraph import learn_callgraph
-from tacit.reconstruct.pipeline import evaluate
 from tacit.simulate import simulate
 from tacit.simulate.app_spec import parse_app
 

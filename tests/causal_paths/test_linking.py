@@ -218,7 +218,7 @@ def test_pattern_shape_ignores_sibling_order():
 
 
 def test_real_hotel_reservation(shared_data):
-    from tacit.reconstruct.pipeline import observe
+    from tacit.formats import observe
 
     observed, _ = observe([shared_data / "traceweaver/hotel_reservation/load25.jaeger.json.gz"])
     ev = evaluate_paths(observed.spans, 5_000_000_000)

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tacit.causal_paths.inputs import read_messages
 from tacit.causal_paths.reconcile import ReconcileParams, reconcile
 from tacit.errors import ConfigError
-from tacit.formats.messages_input import read_messages
 from tacit.formats.socketevents import concat_events
 from tacit.formats.strace import read_strace
 from tacit.model.messages import MISSING, MessageTable

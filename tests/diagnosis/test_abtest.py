@@ -19,7 +19,7 @@ from tacit.diagnosis.abtest import (
 from tacit.diagnosis.inject import resample_traces
 from tacit.diagnosis.tail import blind_and_reconstruct, self_latency
 from tacit.errors import ConfigError, InputError
-from tacit.reconstruct.pipeline import observe
+from tacit.formats import observe
 
 HOTEL = "traceweaver/hotel_reservation/load100.jaeger.json.gz"
 

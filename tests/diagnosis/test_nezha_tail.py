@@ -13,7 +13,7 @@ import json
 import pytest
 
 from tacit.diagnosis.tail import TailParams, requests_between, tail_profile
-from tacit.reconstruct.pipeline import observe
+from tacit.formats import observe
 
 DAY = "nezha/online_boutique/2022-08-22"
 

@@ -17,7 +17,7 @@ from tacit.diagnosis.tail import (
     tail_profile,
 )
 from tacit.errors import ConfigError, InputError
-from tacit.reconstruct.pipeline import observe
+from tacit.formats import observe
 from tacit.reconstruct.result import Reconstruction
 
 HOTEL = "traceweaver/hotel_reservation/load{}.jaeger.json.gz"

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tacit.causal_paths.inputs import read_messages
 from tacit.errors import InputError
-from tacit.formats.messages_input import detect_message_input, read_messages
+from tacit.formats.messages_input import detect_message_input
 from tacit.formats.messagetable import (
     ns_to_iso,
     read_message_table,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tacit.reconstruct.pipeline import evaluate
+from tacit.evaluation.reconstruction import evaluate
 
 pytestmark = pytest.mark.realdata
 

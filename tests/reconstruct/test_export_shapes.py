@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from reviews_app import UNTRACED, reviews_app
+from tacit.evaluation.reconstruction import evaluate
 from tacit.model.roles import infer_roles
 from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
-from tacit.reconstruct.pipeline import evaluate
 from tacit.simulate import simulate
 from tacit.simulate.exports import export_shape
 

@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
             span_tail_profile,
             tail_profile,
         )
-        from tacit.reconstruct.pipeline import observe
+        from tacit.formats import observe
 
         params = TailParams(percent=percent)
         observed, _ = observe(list(traces))
@@ -129,7 +129,7 @@ def register(app: typer.Typer) -> None:
         latency of B's requests against A's (Welch t-test; TraceWeaver §6.4.2)."""
         from tacit.diagnosis.abtest import ab_periods, ab_spans, ab_traces, route_to_b
         from tacit.diagnosis.tail import blind_and_reconstruct
-        from tacit.reconstruct.pipeline import observe
+        from tacit.formats import observe
 
         observed, _ = observe(list(traces))
         routed, rows = route_to_b(observed.spans, service, share, effect, seed, basis)

@@ -43,9 +43,9 @@ def _read(files: list[Path], fmt: str):
 
 
 def _mine(files: list[Path], fmt: str, topology: Path, window: str, horizon: str):
-    from tacit.diagnosis.problem_graphs import Topology
     from tacit.diagnosis.syslog_causality import CausalityParams, mine_syslog_rules
     from tacit.formats.textio import read_text
+    from tacit.model.topology import Topology
 
     read = _read(files, fmt)
     topo = Topology.parse(read_text(topology), str(topology))

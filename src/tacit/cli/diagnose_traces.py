@@ -33,7 +33,7 @@ def _paths(traces: list[Path], input_format: str, blind: bool = False, weigh: bo
     if not blind:
         return critical_paths(read_spans(list(traces), input_format))
     from tacit.diagnosis.tail import blind_and_reconstruct
-    from tacit.reconstruct.pipeline import observe
+    from tacit.formats import observe
 
     observed, _ = observe(list(traces), input_format)
     rebuilt, rec = blind_and_reconstruct(observed.spans)

@@ -115,7 +115,7 @@ def loadbalancer(
 ) -> None:
     """Simulate 2 clients and 4 servers behind Maglev, one server losing CPU for a while, with
     and without Pirate's watermark controller; p50 and p99 latency of both."""
-    from tacit.simulate.loadbalancer import LoadBalancerParams, run_loadbalancer_experiment
+    from tacit.experiment.loadbalancer import LoadBalancerParams, run_loadbalancer_experiment
 
     params = replace(LoadBalancerParams(), seed=seed, latency_source=source)
     doc = run_loadbalancer_experiment(params).as_dict()

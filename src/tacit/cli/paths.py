@@ -73,7 +73,7 @@ def link(
 ) -> None:
     """Link messages to their causes and list the causal path patterns."""
     from tacit.causal_paths.analysis import analyze_paths
-    from tacit.formats.message_sources import read_any_messages
+    from tacit.causal_paths.inputs import read_any_messages
 
     messages, accounting = read_any_messages(list(inputs), input_format, host=host)
     analysis = analyze_paths(messages)
@@ -132,7 +132,7 @@ def evaluate(
 ) -> None:
     """Turn real traces into message traces, link them and score them against the truth."""
     from tacit.causal_paths.analysis import evaluate_paths
-    from tacit.reconstruct.pipeline import observe
+    from tacit.formats import observe
 
     observed, read_seconds = observe(list(traces))
     ev = evaluate_paths(observed.spans, parse_duration(clock_offset_max), seed=seed)

@@ -100,7 +100,7 @@ def register(app: typer.Typer) -> None:
         json_out: JsonOpt = False,
     ) -> None:
         """Blind ground-truth traces, reconstruct them with each algorithm, and score them."""
-        from tacit.reconstruct.pipeline import evaluate as run
+        from tacit.evaluation.reconstruction import evaluate as run
 
         algos = comma_list(algorithm)
         ev = run(
@@ -174,10 +174,9 @@ def register(app: typer.Typer) -> None:
         json_out: JsonOpt = False,
     ) -> None:
         """Reconstruct traces from spans without identifiers and write them out."""
-        from tacit.formats import write_traces
-        from tacit.model.traces import assemble
+        from tacit.formats import observe, write_traces
         from tacit.reconstruct.callgraph import learn_callgraph
-        from tacit.reconstruct.pipeline import observe, run_algorithm
+        from tacit.reconstruct.pipeline import reconstruct_blind
 
         observed, _ = observe(list(spans))
         cg = _load_callgraph(callgraph)
@@ -191,8 +190,7 @@ def register(app: typer.Typer) -> None:
             cg = learn_callgraph(observed.spans)
         blind = observed.without_truth()
         with progress_bar(len(blind), "reconstructing", not json_out) as cb:
-            rec = run_algorithm(algorithm, blind, cg, progress=cb)
-        traces, tags = assemble(blind, rec)
+            traces, tags, rec = reconstruct_blind(blind, cg, algorithm, progress=cb)
         write_traces(out_path, traces, tags, format=output_format)
         reasons: dict[str, int] = {}
         for r in rec.unmapped.values():
@@ -224,8 +222,8 @@ def register(app: typer.Typer) -> None:
         json_out: JsonOpt = False,
     ) -> None:
         """Write what a non-intrusive collector sees: spans per instance, no identifiers."""
+        from tacit.formats import observe
         from tacit.formats.blind import write_blind
-        from tacit.reconstruct.pipeline import observe
 
         observed, _ = observe(list(traces))
         write_blind(out_path, observed.without_truth())
@@ -248,8 +246,8 @@ def register(app: typer.Typer) -> None:
         json_out: JsonOpt = False,
     ) -> None:
         """Learn call graphs and dependency order from isolated test traces (§5.2.2)."""
+        from tacit.formats import observe
         from tacit.reconstruct.callgraph import learn_callgraph
-        from tacit.reconstruct.pipeline import observe
 
         observed, _ = observe(list(traces))
         cg = learn_callgraph(observed.spans)

@@ -18,13 +18,14 @@ from tacit.diagnosis.critical_path import CriticalPaths, critical_paths, weigh_u
 from tacit.diagnosis.detect import Detection, DetectParams, detect
 from tacit.diagnosis.execution_graph import ExecutionGraph, GraphParams, build_graph
 from tacit.diagnosis.explain import ExplainParams, explain, trace_features, trace_rules
-from tacit.diagnosis.problem_graphs import Topology, graphs_for_rpcs, problem_graphs
+from tacit.diagnosis.problem_graphs import graphs_for_rpcs, problem_graphs
 from tacit.diagnosis.queueing import QueueingParams, queueing_delay
 from tacit.diagnosis.rules import RuleSet, RuleSyntaxError, parse_rules, read_rules
 from tacit.diagnosis.syslog_causality import CausalityParams, mine_syslog_rules
 from tacit.diagnosis.syslog_templates import grouping_accuracy, mine_templates
 from tacit.diagnosis.tail import TailParams, TailProfile, span_tail_profile, tail_profile
 from tacit.diagnosis.tcpinfo import PathSplitParams, rpc_tcp_stats, split_rpcs
+from tacit.model.topology import Topology
 
 __all__ = [
     "CausalityParams",

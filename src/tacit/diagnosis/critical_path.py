@@ -93,7 +93,7 @@ def critical_paths(
     """The critical path and per-service contributions of every trace of ``spans``.
 
     ``spans`` need ``parent`` rows (ground truth, or reconstructed ones from
-    :func:`tacit.model.traces.assemble`); an already built :class:`ExecutionGraph` is reused.
+    :func:`tacit.reconstruct.assemble.assemble`); an already built :class:`ExecutionGraph` is reused.
     With ``rec`` (the reconstruction the parents come from), ``contribution`` is the expected
     one over the alternatives of uncertain links (:func:`weigh_uncertain_links`); ``on_path``
     and ``self_ns`` stay those of the most likely traces.

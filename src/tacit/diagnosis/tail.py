@@ -344,14 +344,11 @@ def _culprits(profile: dict[str, dict[str, float]], min_ratio: float) -> list[st
 def blind_and_reconstruct(spans: SpanTable) -> tuple[SpanTable, Reconstruction]:
     """Blind ground-truth traces (as :func:`tacit.model.roles.infer_roles` left them) and
     reconstruct them with TraceWeaver, the call graph learned from their own ground truth as
-    :func:`tacit.reconstruct.pipeline.evaluate` does; returns the reconstructed traces (parents
+    :func:`tacit.evaluation.reconstruction.evaluate` does; returns the reconstructed traces (parents
     from the reconstruction) and the reconstruction."""
     from tacit.model.roles import infer_roles
-    from tacit.model.traces import assemble
     from tacit.reconstruct.callgraph import learn_callgraph
-    from tacit.reconstruct.pipeline import run_algorithm
+    from tacit.reconstruct.pipeline import reconstruct_blind
 
-    blind = infer_roles(spans).without_truth()
-    rec = run_algorithm("traceweaver", blind, learn_callgraph(spans))
-    traces, _ = assemble(blind, rec)
+    traces, _, rec = reconstruct_blind(infer_roles(spans).without_truth(), learn_callgraph(spans))
     return traces, rec

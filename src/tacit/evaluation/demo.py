@@ -13,11 +13,11 @@ import html
 import io
 from pathlib import Path
 
+from tacit.evaluation.reconstruction import evaluate
 from tacit.formats.jaeger import write_jaeger
 from tacit.model.roles import infer_roles
-from tacit.model.traces import assemble
 from tacit.reconstruct.callgraph import learn_callgraph
-from tacit.reconstruct.pipeline import ALGORITHMS, evaluate, run_algorithm
+from tacit.reconstruct.pipeline import ALGORITHMS, reconstruct_blind
 from tacit.simulate import load_app, simulate
 
 DEMO_RATES = (100, 300, 500, 700)
@@ -45,9 +45,7 @@ def run_demo(out_dir: Path, *, requests: int = 400, rates: tuple[int, ...] = DEM
             }
         )
         last = spans
-    blind = infer_roles(last).without_truth()
-    rec = run_algorithm("traceweaver", blind, callgraph)
-    traces, tags = assemble(blind, rec)
+    traces, tags, _ = reconstruct_blind(infer_roles(last).without_truth(), callgraph)
     trace_path = out_dir / "traces.jaeger.json"
     write_jaeger(trace_path, traces, tags)
     report = out_dir / "report.html"

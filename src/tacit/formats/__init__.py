@@ -2,11 +2,13 @@
 
 :func:`read_spans` reads Jaeger JSON, Zipkin v2 JSON, OTLP JSON, CSV span tables and JSON-lines
 "blind" spans, telling them apart by content (after gzip) rather than by file name, since all the
-JSON formats share the ``.json`` suffix. :func:`write_traces` writes Jaeger, OTLP or Zipkin.
+JSON formats share the ``.json`` suffix; :func:`observe` reads them and infers each span's role
+(:func:`tacit.model.roles.infer_roles`). :func:`write_traces` writes Jaeger, OTLP or Zipkin.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from tacit.formats.otlp import read_otlp, write_otlp
 from tacit.formats.spancsv import COLUMNS, read_span_csv
 from tacit.formats.textio import load_json, parse_json, read_text
 from tacit.formats.zipkin import read_zipkin, write_zipkin
+from tacit.model.roles import Observed, infer_roles
 from tacit.model.spans import SpanTable, concat
 
 SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz", ".csv", ".csv.gz")
@@ -55,6 +58,13 @@ def read_spans(paths: Paths, format: str = "auto") -> SpanTable:
         fmt, doc = _detect(f)
         tables.append(_DOCUMENT_READERS[fmt](f, doc) if doc is not None else _reader(fmt, f)([f]))
     return concat(tables)
+
+
+def observe(paths: list[str | Path] | SpanTable, format: str = "auto") -> tuple[Observed, float]:
+    """Read (unless given a table) and infer roles; returns the observation and seconds taken."""
+    t0 = time.perf_counter()
+    spans = paths if isinstance(paths, SpanTable) else read_spans(list(paths), format)
+    return infer_roles(spans), time.perf_counter() - t0
 
 
 def detect_format(path: str | Path) -> str:

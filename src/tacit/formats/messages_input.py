@@ -1,27 +1,27 @@
-"""Messages from any input that carries them, behind one reader.
+"""Every input that carries messages, behind one reader.
 
-:func:`read_messages` takes strace logs (:mod:`tacit.formats.strace`), socket-event JSON lines
-(:mod:`tacit.formats.socketevents`) and message tables (:mod:`tacit.formats.messagetable`:
-CSV, JSON lines, Parquet), tells them apart by content (after gzip) or suffix, reconciles all
-the socket-level inputs together (WAP5, Reynolds et al., WWW '06, §4: the two ends of a
-connection are usually in different logs) with :func:`tacit.causal_paths.reconcile.reconcile`,
-and appends the rows of the message tables.
+:func:`read_message_inputs` takes strace logs (:mod:`tacit.formats.strace`), socket-event JSON
+lines (:mod:`tacit.formats.socketevents`) and message tables (:mod:`tacit.formats.messagetable`:
+CSV, JSON lines, Parquet) and tells them apart by content (after gzip) or suffix. The socket-level
+inputs come back as one table of events, to be reconciled into messages together
+(:func:`tacit.causal_paths.inputs.read_messages`), the message tables as they are.
 """
 
 from __future__ import annotations
 
 import codecs
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from tacit.causal_paths.reconcile import ReconcileParams, reconcile
 from tacit.errors import ConfigError, InputError
 from tacit.formats import messagetable, socketevents, strace
+from tacit.formats.socketevents import SocketEvents
 from tacit.formats.textio import expand_inputs, read_head
-from tacit.model.messages import MessageTable, concat_messages
+from tacit.model.messages import MessageTable
 
 INPUT_FORMATS = ("auto", "strace", "events", "table")
 SUFFIXES = tuple(
@@ -75,7 +75,18 @@ def _detect(path: str | Path) -> str:
     )
 
 
-def read_messages(
+@dataclass
+class MessageInputs:
+    """What message inputs hold before reconciliation: the socket events of every strace log
+    and event file (None: there were none), the message tables, and the accounting (``files``,
+    the readers' line counts under ``input ...``, ``message table rows``)."""
+
+    events: SocketEvents | None
+    tables: list[MessageTable]
+    accounting: dict[str, int]
+
+
+def read_message_inputs(
     paths: str | Path | list[str | Path],
     *,
     format: str = "auto",
@@ -85,17 +96,14 @@ def read_messages(
     program: str | None = None,
     names: Mapping[int, str] | None = None,
     node_per_pid: bool = False,
-    params: ReconcileParams | None = None,
-) -> tuple[MessageTable, dict[str, int]]:
-    """Messages from strace logs, socket-event JSON lines and message tables (or directories).
+) -> MessageInputs:
+    """Socket events and message tables from strace logs, socket-event JSON lines and message
+    tables (or directories of them).
 
     ``format`` forces one kind for every file (:data:`INPUT_FORMATS`). ``host``, ``date``,
     ``utc_offset_s``, ``program``, ``names`` and ``node_per_pid`` go to
     :func:`~tacit.formats.strace.read_strace` (``host`` names every log given, so pass it
-    only with one log, or name logs ``HOST.PID.strace``); ``params`` to the reconciliation.
-
-    The accounting holds ``files``, the readers' line counts under ``input ...``, the
-    reconciliation's counts, ``message table rows`` and the total ``messages``.
+    only with one log, or name logs ``HOST.PID.strace``).
     """
     if format not in INPUT_FORMATS:
         raise ConfigError(f"unknown message input format {format!r}: expected {INPUT_FORMATS}")
@@ -125,13 +133,8 @@ def read_messages(
             t = messagetable.read_message_table(f)
             acc["message table rows"] = acc.get("message table rows", 0) + len(t)
             tables.append(t)
-    if event_tables:
-        events = socketevents.concat_events(event_tables)
+    events = socketevents.concat_events(event_tables) if event_tables else None
+    if events is not None:
         for k, n in events.accounting.items():
             acc[f"input {k}"] = n
-        result = reconcile(events, params)
-        acc.update(result.accounting)
-        tables.insert(0, result.messages)
-    messages = concat_messages(tables) if len(tables) != 1 else tables[0]
-    acc["messages"] = len(messages)
-    return messages, acc
+    return MessageInputs(events, tables, acc)

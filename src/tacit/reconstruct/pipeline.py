@@ -1,28 +1,21 @@
-"""End-to-end reconstruction jobs: evaluate against ground truth, or reconstruct blind spans.
+"""Reconstruction jobs: run an algorithm by name, or reconstruct blind spans into traces.
 
-``evaluate`` follows the TraceWeaver evaluation (SIGCOMM '24, §6): blind the ground-truth
-traces, reconstruct them with each algorithm, score the result. Each algorithm's ``seconds``
-covers reading the input, reconstruction and scoring. Besides tacit's accuracy (every link of
-every trace), each result has the accuracy over the links the paper's artifact scores
-(:func:`~tacit.evaluation.trace_accuracy.artifact_scope`), to set beside published numbers.
+:func:`run_algorithm` maps the calls of blind spans with one of :data:`ALGORITHMS` (or the
+streamed TraceWeaver, :data:`ONLINE`); :func:`reconstruct_blind` also assembles the result into
+traces with their evidence as span tags (:func:`.assemble.assemble`): the workflow of
+``tacit reconstruct``, of the tail diagnosis and of the demo. Evaluating against ground truth is
+:func:`tacit.evaluation.reconstruction.evaluate`.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-
-import numpy as np
 
 from tacit.errors import ConfigError
-from tacit.evaluation.trace_accuracy import artifact_scope, score_reconstruction
-from tacit.formats import read_spans
-from tacit.model.roles import Observed, infer_roles
 from tacit.model.spans import SpanTable
+from tacit.reconstruct.assemble import assemble
 from tacit.reconstruct.baselines import ALGORITHMS as BASELINES
-from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
+from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.online import reconstruct_streamed
 from tacit.reconstruct.result import Reconstruction
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
@@ -58,99 +51,15 @@ def check_algorithm(name: str) -> None:
         )
 
 
-@dataclass
-class Evaluation:
-    traces: int
-    spans: int
-    callgraph: str
-    accounting: dict[str, int]
-    results: list[dict] = field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return {
-            "traces": self.traces,
-            "spans": self.spans,
-            "callgraph": self.callgraph,
-            "accounting": self.accounting,
-            "results": self.results,
-        }
-
-
-def observe(paths: list[str | Path] | SpanTable, format: str = "auto") -> tuple[Observed, float]:
-    """Read (unless given a table) and infer roles; returns the observation and seconds taken."""
-    t0 = time.perf_counter()
-    spans = paths if isinstance(paths, SpanTable) else read_spans(list(paths), format)
-    return infer_roles(spans), time.perf_counter() - t0
-
-
-def evaluate(
-    source: list[str | Path] | SpanTable,
-    algorithms: list[str] | tuple[str, ...] = ALGORITHMS,
-    *,
-    callgraph: CallGraph | None = None,
-    callgraph_sample: float = 1.0,
+def reconstruct_blind(
+    blind: SpanTable,
+    callgraph: CallGraph,
+    algorithm: str = "traceweaver",
     params: TraceWeaverParams | None = None,
-    seed: int = 0,
     progress: Progress | None = None,
-    instrumented: list[str] | tuple[str, ...] = (),
-) -> Evaluation:
-    """Blind ground-truth traces, reconstruct them with each algorithm, and score each.
-
-    Without ``callgraph`` it is learned from the input's own ground truth (standing in for a
-    test environment), from a random ``callgraph_sample`` fraction of its traces. The calls of
-    the ``instrumented`` services keep their parents (they propagate trace context): every
-    algorithm maps only the rest, and the score still counts every link.
-    """
-    for a in algorithms:  # fail before the (long) read
-        check_algorithm(a)
-    observed, read_seconds = observe(source)
-    truth = observed.spans
-    how = "given"
-    if callgraph is None:
-        t0 = time.perf_counter()
-        callgraph = learn_callgraph(_sample_traces(truth, callgraph_sample, seed))
-        read_seconds += time.perf_counter() - t0
-        how = (
-            "learned from the input's own ground-truth traces"
-            if callgraph_sample >= 1
-            else f"learned from {callgraph_sample:.0%} of the input's ground-truth traces"
-        )
-    blind = observed.without_truth(instrumented)
-    scope = artifact_scope(truth)
-    ev = Evaluation(
-        traces=len(np.unique(truth.trace)),
-        spans=len(truth),
-        callgraph=how,
-        accounting=observed.accounting,
-    )
-    for name in algorithms:
-        t0 = time.perf_counter()
-        rec = run_algorithm(name, blind, callgraph, params, progress)
-        score = score_reconstruction(truth, rec)
-        seconds = read_seconds + time.perf_counter() - t0
-        narrow = score_reconstruction(truth, rec, scored=scope)
-        ev.results.append(
-            {
-                "algorithm": name,
-                "accuracy": score.accuracy,
-                "link_accuracy": score.link_accuracy,
-                "top5_accuracy": score.top5_accuracy,
-                "artifact_scope_accuracy": narrow.accuracy,
-                "seconds": seconds,
-                "spans_per_second": len(truth) / seconds if seconds > 0 else None,
-                "unmapped": len(rec.unmapped),
-                "per_latency_bin": score.per_latency_bin,
-                "per_service": score.per_service,
-                "info": rec.info,
-            }
-        )
-    return ev
-
-
-def _sample_traces(truth: SpanTable, fraction: float, seed: int) -> SpanTable:
-    if fraction >= 1:
-        return truth
-    traces = np.unique(truth.trace)
-    rng = np.random.default_rng(seed)
-    keep = rng.choice(traces, max(1, round(fraction * len(traces))), replace=False)
-    return truth.take(np.isin(truth.trace, keep))
+) -> tuple[SpanTable, dict[int, dict], Reconstruction]:
+    """Reconstruct ``blind`` spans with ``algorithm`` and assemble the traces: the spans with
+    their reconstructed parents and a trace per root, their span tags, and the reconstruction."""
+    rec = run_algorithm(algorithm, blind, callgraph, params, progress)
+    traces, tags = assemble(blind, rec)
+    return traces, tags, rec

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tacit.diagnosis.problem_graphs import Topology
 from tacit.errors import ConfigError
 from tacit.formats.syslog import format_rfc5424
+from tacit.model.topology import Topology
 
 S = 1_000_000_000
 MS = 1_000_000

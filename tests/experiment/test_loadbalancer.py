@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from tacit.errors import ConfigError
-from tacit.model.packets import ACK, FIN, SYN, parse_address
-from tacit.simulate.loadbalancer import (
+from tacit.experiment.loadbalancer import (
     MS,
     SECOND,
     VIP,
@@ -19,6 +18,7 @@ from tacit.simulate.loadbalancer import (
     run_loadbalancer_experiment,
     simulate_run,
 )
+from tacit.model.packets import ACK, FIN, SYN, parse_address
 
 
 def mva(service: float, think: float, n: int) -> tuple[float, float]:
