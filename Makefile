@@ -20,6 +20,7 @@ demo: install
 lint: install
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 test: lint
 	$(BIN)/pytest -n 2 -m 'not live'

@@ -521,7 +521,7 @@ def _patterns(
         shape[v] = intern((node_l[v], tuple(groups)))
 
     def name(code: int) -> str:
-        return m.strings[code - 1] if code > 0 else "?"
+        return (m.strings[code - 1] if code > 0 else None) or "?"
 
     rendered: list[str] = []
     for code, groups in shape_list:  # topological: children are rendered already

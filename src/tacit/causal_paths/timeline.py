@@ -166,7 +166,9 @@ class _Labels:
     boxes: list[tuple[float, float, float, float]]
 
     @staticmethod
-    def extent(x: float, y: float, text: str, angle: float = 0.0) -> tuple[float, ...]:
+    def extent(
+        x: float, y: float, text: str, angle: float = 0.0
+    ) -> tuple[float, float, float, float]:
         w, h = len(text) * _CHAR + 0.06, _LINE
         a = math.radians(angle)
         bw = w * abs(math.cos(a)) + h * abs(math.sin(a))
@@ -285,11 +287,11 @@ def _figure(pattern: Pattern, title: str | None) -> Figure:
         for c in children:
             by_node.setdefault(hops[c].src, []).append(c)
         for node, group in by_node.items():
-            known = [c for c in group if hops[c].node_delay_ns is not None]
-            if not known:
+            timed = [c for c in group if hops[c].node_delay_ns is not None]
+            if not timed:
                 continue
             start = y_of(times[p][1])
-            end = max(y_of(times[c][0]) for c in known)
+            end = max(y_of(times[c][0]) for c in timed)
             x = x_of(node)
             ax.add_patch(
                 Rectangle(
@@ -304,9 +306,9 @@ def _figure(pattern: Pattern, title: str | None) -> Figure:
             )
             if node == hops[p].dst:
                 boxed_recv.add(p)
-            boxed_send.update(known)
-            several = len({hops[c].dst for c in known}) > 1
-            for c in sorted(known, key=lambda c: times[c][0]):
+            boxed_send.update(timed)
+            several = len({hops[c].dst for c in timed}) > 1
+            for c in sorted(timed, key=lambda c: times[c][0]):
                 send = y_of(times[c][0])
                 if send < end:  # an earlier send from the same stay
                     ax.plot(
@@ -381,15 +383,15 @@ def _figure(pattern: Pattern, title: str | None) -> Figure:
                 zorder=3,
             )
         )
-        text = network_delay_label(h)
-        if text is None:
+        label = network_delay_label(h)
+        if label is None:
             continue
         if self_message:
-            x, y = labels.place([(sx + 0.35 + len(text) * _CHAR / 2, (sy + ey) / 2)], text)
+            x, y = labels.place([(sx + 0.35 + len(label) * _CHAR / 2, (sy + ey) / 2)], label)
             ax.text(
                 x,
                 y,
-                text,
+                label,
                 fontsize=_LABEL_PT,
                 color=color,
                 ha="center",
@@ -398,7 +400,7 @@ def _figure(pattern: Pattern, title: str | None) -> Figure:
                 bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none"),
             )
             continue
-        _label_message(ax, labels, (sx, sy), (ex, ey), text, color, x_of(h.src), x_of(h.dst))
+        _label_message(ax, labels, (sx, sy), (ex, ey), label, color, x_of(h.src), x_of(h.dst))
 
     # Legend.
     ax.text(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -67,7 +68,7 @@ _REPORT_COLUMNS = {
 """The per-service report columns (:attr:`Reconstruction.service_report` keys)."""
 
 
-def _advice(confidence: dict[str, float | None]) -> str:
+def _advice(confidence: Mapping[str, float | None]) -> str:
     """§6.3.2: the services to instrument first are those of lowest confidence."""
     scored = sorted((c, name) for name, c in confidence.items() if c is not None)
     low = [f"{name} ({conf:.1f}%)" for conf, name in scored[:3] if conf < 99.0]

@@ -24,6 +24,7 @@ traced (a database, a cache) is the callee's, named by its ``peer`` when known.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import numpy as np
 from numba import njit
@@ -65,7 +66,8 @@ class CriticalPaths:
         """Trace ``i``'s id, or its root span's record when it has none."""
         code = int(self.trace[i])
         spans = self.graph.spans
-        return spans.strings[code] if code != NONE else f"record-{int(spans.record[self.root[i]])}"
+        name = spans.strings[code] if code != NONE else None
+        return name or f"record-{int(spans.record[self.root[i]])}"
 
     def shares(self) -> np.ndarray:
         """``contribution`` as fractions of each trace's latency (0 for zero-length traces)."""
@@ -93,7 +95,8 @@ def critical_paths(
     """The critical path and per-service contributions of every trace of ``spans``.
 
     ``spans`` need ``parent`` rows (ground truth, or reconstructed ones from
-    :func:`tacit.reconstruct.assemble.assemble`); an already built :class:`ExecutionGraph` is reused.
+    :func:`tacit.reconstruct.assemble.assemble`); an already built :class:`ExecutionGraph` is
+    reused.
     With ``rec`` (the reconstruction the parents come from), ``contribution`` is the expected
     one over the alternatives of uncertain links (:func:`weigh_uncertain_links`); ``on_path``
     and ``self_ns`` stay those of the most likely traces.
@@ -254,7 +257,9 @@ def _by_owner(
     return flat.reshape(n, len(codes))
 
 
-def _search(sorted_pairs: np.ndarray, want: np.ndarray, side: str) -> np.ndarray:
+def _search(
+    sorted_pairs: np.ndarray, want: np.ndarray, side: Literal["left", "right"]
+) -> np.ndarray:
     """``np.searchsorted`` on rows of two int64 columns sorted lexicographically."""
     view = np.dtype([("a", np.int64), ("b", np.int64)])
     hay = np.ascontiguousarray(sorted_pairs, dtype=np.int64).view(view).ravel()

@@ -120,19 +120,28 @@ def confounder_keys(
     params = params or DetectParams()
     if not confounders:
         return np.zeros(len(roots), dtype=np.int64), [()]
-    cols, shows = [], []
+    cols: list[np.ndarray] = []
+    shows: list[Callable[[int], str]] = []
     for c in confounders:
         if c == "hour":
             bucket = (spans.start[roots] % DAY_NS) // params.bucket_ns
             cols.append(bucket)
             minutes = params.bucket_ns // (60 * 10**9)
-            shows.append(lambda v, m=minutes: f"{v * m // 60:02d}:{v * m % 60:02d}")
+
+            def clock(v: int, m: int = minutes) -> str:
+                return f"{v * m // 60:02d}:{v * m % 60:02d}"
+
+            shows.append(clock)
         elif isinstance(c, str):
             if c not in CONFOUNDERS:
                 known = ", ".join([*CONFOUNDERS, "hour"])
                 raise ConfigError(f"unknown confounder {c!r}: expected one of {known}")
             cols.append(CONFOUNDERS[c](spans, roots))
-            shows.append(lambda v: spans.strings[v] or "-")
+
+            def name(v: int) -> str:
+                return spans.strings[v] or "-"
+
+            shows.append(name)
         else:
             values = np.asarray(c(spans, roots))
             if len(values) != len(roots):
@@ -141,7 +150,11 @@ def confounder_keys(
                 )
             uniq, codes = np.unique(values, return_inverse=True)
             cols.append(codes)
-            shows.append(lambda v, u=uniq: u[v].item())
+
+            def value(v: int, u: np.ndarray = uniq) -> str:
+                return u[v].item()
+
+            shows.append(value)
     uniq, key = np.unique(
         np.stack([np.asarray(x, np.int64) for x in cols], axis=1), axis=0, return_inverse=True
     )

@@ -153,7 +153,9 @@ def _edges(
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Edges between nodes: a rule's effect node following its cause node within the horizon
     on the same device (intra) or on a linked device (inter). Intra-device rules first."""
-    src, dst, scope = [], [], []
+    src: list[int] = []
+    dst: list[int] = []
+    scope: list[str] = []
     by_template: dict[int, np.ndarray] = {int(x): np.flatnonzero(k == x) for x in np.unique(k)}
     for r in sorted(rules, key=lambda r: r.scope != INTRA):
         ca, eb = by_template.get(r.cause), by_template.get(r.effect)

@@ -24,7 +24,9 @@ svg text{font-size:11px;font-family:ui-monospace,monospace}
 """
 
 
-def render_report(cp: CriticalPaths, traces: Sequence[int], title: str, top: int = 5) -> str:
+def render_report(
+    cp: CriticalPaths, traces: Sequence[int] | np.ndarray, title: str, top: int = 5
+) -> str:
     """The report for trace indices ``traces`` of ``cp`` (e.g. the slowest or the flagged)."""
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",

@@ -13,6 +13,7 @@ import html
 import io
 from pathlib import Path
 
+from tacit.errors import ConfigError
 from tacit.evaluation.reconstruction import evaluate
 from tacit.formats.jaeger import write_jaeger
 from tacit.model.roles import infer_roles
@@ -30,8 +31,9 @@ def run_demo(out_dir: Path, *, requests: int = 400, rates: tuple[int, ...] = DEM
     test_env = infer_roles(simulate(app, 10, n_requests=200, seed=1))
     callgraph = learn_callgraph(test_env.spans)
     callgraph.save(out_dir / "callgraph.yaml")
+    if not rates:
+        raise ConfigError("the demo needs at least one load")
     loads = []
-    last = None
     for i, rate in enumerate(rates):
         # A sidecar sees no thread ids: the thread-based baseline gets one thread per instance.
         spans = simulate(app, rate, n_requests=requests, seed=100 + i, record_threads=False)
@@ -44,8 +46,8 @@ def run_demo(out_dir: Path, *, requests: int = 400, rates: tuple[int, ...] = DEM
                 "link_accuracy": {r["algorithm"]: r["link_accuracy"] for r in ev.results},
             }
         )
-        last = spans
-    traces, tags, _ = reconstruct_blind(infer_roles(last).without_truth(), callgraph)
+    # The highest load's traces, as TraceWeaver reconstructs them.
+    traces, tags, _ = reconstruct_blind(infer_roles(spans).without_truth(), callgraph)
     trace_path = out_dir / "traces.jaeger.json"
     write_jaeger(trace_path, traces, tags)
     report = out_dir / "report.html"

@@ -194,6 +194,7 @@ class ManagedProcess:
         self._reader.start()
 
     def _read(self) -> None:
+        assert self.proc.stderr is not None  # started with stderr=PIPE
         for line in self.proc.stderr:
             self.lines.append(line.rstrip())
 

@@ -114,7 +114,9 @@ _FIELDS = (
 _WANTED_TAGS = frozenset(("span.kind", *_PEER_TAGS, *THREAD_TAGS))
 
 
-def _fast_fields(span: Any, trace: dict, processes: dict, known: dict) -> tuple | None:
+def _fast_fields(
+    span: Any, trace: dict, processes: dict, known: dict[str, tuple[str, str]]
+) -> tuple | None:
     """The fields of a span in the common shape, or None for :func:`_checked_fields`."""
     if type(span) is not dict:
         return None

@@ -39,13 +39,14 @@ from __future__ import annotations
 import calendar
 import re
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from tacit.errors import InputError
@@ -136,7 +137,7 @@ class SocketEvents(ColumnTable):
     source: np.ndarray
     sources: list[str] = field(default_factory=list)
     accounting: dict[str, int] = field(default_factory=dict)
-    COLUMNS: ClassVar[dict[str, type]] = _COLUMNS
+    COLUMNS: ClassVar[Mapping[str, npt.DTypeLike]] = _COLUMNS
 
     def where(self, row: int) -> str:
         """``FILE line N`` of one event, for messages."""

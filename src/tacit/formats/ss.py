@@ -289,7 +289,7 @@ class _Parser:
             if "rto" in r or "rtt" in r:
                 for name in ZERO_WHEN_ABSENT:
                     r.setdefault(name, 0)
-        cols = {}
+        cols: dict[str, np.ndarray] = {}
         for name, dtype in TcpInfoTable.COLUMNS.items():
             cols[name] = np.fromiter((r.get(name, NONE) for r in self.rows), dtype=dtype, count=n)
         return TcpInfoTable(self.strings, **cols)

@@ -214,7 +214,7 @@ def _parse(sources: list[tuple[str, list[str]]], format: str, errors: str, year:
                     t = to_time(m, year)
                 except ValueError as e:
                     reason = f"bad timestamp ({e})"
-            if reason is not None:
+            if m is None or reason is not None:
                 if errors == "raise":
                     raise InputError(f"{reason}: {ln[:80]!r}", path=path, record=f"line {n}")
                 acc["unparsed"] += 1

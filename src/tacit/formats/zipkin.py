@@ -168,8 +168,8 @@ def zipkin_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | No
     trace_ids, span_ids = hex_ids(spans)
     out = []
     for row in sorted(range(len(spans)), key=lambda r: (trace_ids[r], spans.start[r])):
-        service = s[int(spans.service[row])]
-        instance = s[int(spans.instance[row])]
+        service = s[int(spans.service[row])] or "?"
+        instance = s[int(spans.instance[row])] or service
         local: dict[str, Any] = {"serviceName": service}
         span_tags: dict[str, str] = {}
         if instance != service:

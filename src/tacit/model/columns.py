@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar, Self
 
 import numpy as np
+import numpy.typing as npt
 
 NONE = -1
 """The code of an absent string or row."""
@@ -48,13 +49,13 @@ class ColumnTable:
     (name → numpy dtype).
     """
 
-    COLUMNS: ClassVar[dict[str, type]]
+    COLUMNS: ClassVar[Mapping[str, npt.DTypeLike]]
     strings: StringPool
 
     def __post_init__(self) -> None:
         n = len(getattr(self, next(iter(self.COLUMNS))))
         for name, dtype in self.COLUMNS.items():
-            col = np.asarray(getattr(self, name), dtype=dtype)
+            col: np.ndarray = np.asarray(getattr(self, name), dtype=dtype)
             if len(col) != n:
                 raise ValueError(f"column {name} has {len(col)} rows, expected {n}")
             setattr(self, name, col)
@@ -64,7 +65,8 @@ class ColumnTable:
 
     @classmethod
     def empty(cls, strings: StringPool | None = None) -> Self:
-        return cls(strings or StringPool(), **{k: np.empty(0, v) for k, v in cls.COLUMNS.items()})
+        make: Callable[..., Self] = cls  # the subclass's dataclass fields are its columns
+        return make(strings or StringPool(), **{k: np.empty(0, v) for k, v in cls.COLUMNS.items()})
 
     def columns(self) -> dict[str, np.ndarray]:
         return {k: getattr(self, k) for k in self.COLUMNS}

@@ -14,11 +14,12 @@ int32 codes. Times are int64 nanoseconds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from tacit.model.columns import ColumnTable, StringPool, recode
 
@@ -66,7 +67,7 @@ class MessageTable(ColumnTable):
     flow: np.ndarray
     record: np.ndarray
     sources: list[str] = field(default_factory=list)
-    COLUMNS: ClassVar[dict[str, type]] = _COLUMNS
+    COLUMNS: ClassVar[Mapping[str, npt.DTypeLike]] = _COLUMNS
 
     def take(self, rows: np.ndarray) -> MessageTable:
         """The messages at ``rows`` (an index array or mask)."""

@@ -16,11 +16,12 @@ both versions.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 from numba import njit
 
 from tacit.errors import ConfigError
@@ -128,12 +129,13 @@ class PacketTable(ColumnTable):
     truncated: np.ndarray
     ident: np.ndarray
     sources: list[str] = field(default_factory=list)
-    COLUMNS: ClassVar[dict[str, type]] = _COLUMNS
+    COLUMNS: ClassVar[Mapping[str, npt.DTypeLike]] = _COLUMNS
 
     @classmethod
     def allocate(cls, n: int) -> PacketTable:
         """A table of ``n`` uninitialised rows, for a reader to fill in place."""
-        return cls(StringPool(), **{k: np.empty(n, v) for k, v in _COLUMNS.items()})
+        columns: dict[str, Any] = {k: np.empty(n, v) for k, v in _COLUMNS.items()}
+        return cls(StringPool(), **columns)
 
     def take(self, rows: np.ndarray) -> PacketTable:
         """The packets at ``rows`` (an index array or mask)."""

@@ -8,11 +8,12 @@ numpy operations rather than loops over objects. Times are int64 nanoseconds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from tacit.errors import InputError
 from tacit.model.columns import NONE, ColumnTable, StringPool, recode
@@ -76,7 +77,7 @@ class SpanTable(ColumnTable):
     link: np.ndarray
     record: np.ndarray
     sources: list[str] = field(default_factory=list)
-    COLUMNS: ClassVar[dict[str, type]] = _COLUMNS
+    COLUMNS: ClassVar[Mapping[str, npt.DTypeLike]] = _COLUMNS
 
     def take(self, rows: np.ndarray) -> SpanTable:
         """The spans at ``rows`` (an index array or mask), with row references remapped.

@@ -38,7 +38,7 @@ def check32(x: np.uint64, seed: np.uint64) -> np.uint32:
 
 
 @njit(cache=True, inline="always")
-def bucket_of(x: np.uint64, seed: np.uint64, m: int) -> int:
+def bucket_of(x: np.uint64, seed: np.uint64, m: int) -> np.int64:
     """The bucket in ``[0, m)`` that the hash with ``seed`` sends identifier ``x`` to."""
     return np.int64(mix64(x, seed) % np.uint64(m))
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -51,8 +52,12 @@ class IntervalParams:
         """The interval of every timestamp (negative before ``start_ns``)."""
         return (np.asarray(time, dtype=np.int64) - self.start_ns) // self.length_ns
 
-    def start(self, i: int) -> int:
-        """``t_i``, the first nanosecond of interval ``i``."""
+    @overload
+    def start(self, i: int) -> int: ...
+    @overload
+    def start(self, i: np.ndarray) -> np.ndarray: ...
+    def start(self, i: int | np.ndarray) -> int | np.ndarray:
+        """``t_i``, the first nanosecond of interval ``i`` (of each, for an array)."""
         return self.start_ns + i * self.length_ns
 
 

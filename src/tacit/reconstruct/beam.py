@@ -164,7 +164,9 @@ def search(
     # Slots of every path in topological order.
     slot_ptr = [0]
     slot_index, slot_pool, slot_model, slot_early, slot_late, slot_anchor = [], [], [], [], [], []
-    slot_made, slot_skip, pred_ptr, preds = [], [], [0], []
+    slot_made: list[float] = []
+    slot_skip: list[float] = []
+    pred_ptr, preds = [0], list[int]()
     twin_ptr, twins, twin_after = [0], [], []
     need_ptr, need_pool, need_count, need_early, need_late = [0], [], [], [], []
     for p in paths:

@@ -417,7 +417,7 @@ def _learn_endpoint(
     paths = []
     for signature, members in sorted(by_path.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         path = _learn_path(spans, s, members, children, tolerance)
-        path.role = signature[0] or None
+        path.role = str(signature[0]) or None
         paths.append(path)
     pairs = [(spans.thread[r], spans.thread[c]) for r in reqs for c in children.get(r, [])]
     known = [(a, b) for a, b in pairs if a != NONE and b != NONE]
@@ -470,9 +470,9 @@ def _reorders(
     pairs = kept = 0
     for v in calls.values():
         a = np.array(sorted(v), dtype=np.int64)
-        ready, start = a[:, 0], a[:, 1]
+        trigger, start = a[:, 0], a[:, 1]
         for offset in range(1, min(len(a), ORDER_WINDOW + 1)):
-            could_swap = ready[offset:] < start[:-offset]
+            could_swap = trigger[offset:] < start[:-offset]
             pairs += int(could_swap.sum())
             kept += int((could_swap & (start[:-offset] < start[offset:])).sum())
     return pairs >= ORDER_MIN_PAIRS and kept < ORDER_AGREEMENT * pairs

@@ -390,7 +390,8 @@ class _Instance:
             np.arange(len(self.requests)), [len(r) for r in self.requests]
         ).astype(np.int64)
         self.window = np.concatenate(
-            [np.arange(len(r)) // params.seed_window for r in self.requests] or [np.empty(0)]
+            [np.arange(len(r)) // params.seed_window for r in self.requests]
+            or [np.empty(0, np.int64)]
         ).astype(np.int64)
         self.by_row = np.argsort(self.incoming, kind="stable")
         self.group = self._join_groups(graphs, mapped)
@@ -542,9 +543,10 @@ class _Instance:
         for r, e in zip(self.incoming.tolist(), self.endpoint_of.tolist(), strict=True):
             mine = sorted(kids.get(r, []), key=lambda o: (spans.start[o], spans.end[o]))
             keys = call_keys(spans, np.array(mine, dtype=np.int64)).tolist()
-            i = by_signature.get((e, tuple(sorted(keys))))
-            if i is None:
+            found = by_signature.get((e, tuple(sorted(keys))))
+            if found is None:
                 continue
+            i = found
             by_key: dict[int, list[int]] = {}
             for o, k in zip(mine, keys, strict=True):
                 by_key.setdefault(k, []).append(o)

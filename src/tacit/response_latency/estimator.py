@@ -315,7 +315,7 @@ class StreamingEstimator:
         cap = max(need, 2 * self._cap)
         old = self._cap
         for name, t in _STATE_DTYPES.items():
-            a = np.zeros(cap, dtype=t)
+            a: np.ndarray = np.zeros(cap, dtype=t)
             a[:old] = self._state.get(name, a[:0])
             self._state[name] = a
         self._state["last_time"][old:] = NO_TIME

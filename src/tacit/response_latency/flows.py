@@ -132,6 +132,9 @@ def parse_server(server: str | None) -> tuple[int | None, int | None, int | None
     if server is None:
         return None, None, None
     text = server.strip()
+    hi: int | None
+    lo: int | None
+    port: int | None
     if text.isdigit():
         hi, lo, port = None, None, int(text)
     else:
@@ -258,7 +261,7 @@ class ConnectionRegistry:
             match = []
             for end in (0, 1):
                 m = np.ones(hi - lo, dtype=bool)
-                if s_hi is not None:
+                if s_hi is not None and s_lo is not None:
                     m &= (keys[:, 2 * end] == np.uint64(s_hi)) & (
                         keys[:, 2 * end + 1] == np.uint64(s_lo)
                     )

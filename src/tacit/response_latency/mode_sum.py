@@ -53,7 +53,9 @@ CONNECTION_DTYPES = {"live": np.uint8, "discarded": np.uint32}
 def mode_sum_arrays(connections: int, n: int) -> dict[str, np.ndarray]:
     """Empty histograms: the :data:`MODE_SUM_DTYPES` arrays ``(connections, n)`` and the
     :data:`CONNECTION_DTYPES` arrays ``(connections,)``."""
-    arrays = {k: np.zeros((connections, n), dtype=t) for k, t in MODE_SUM_DTYPES.items()}
+    arrays: dict[str, np.ndarray] = {
+        k: np.zeros((connections, n), dtype=t) for k, t in MODE_SUM_DTYPES.items()
+    }
     arrays.update({k: np.zeros(connections, dtype=t) for k, t in CONNECTION_DTYPES.items()})
     return arrays
 

@@ -81,7 +81,9 @@ def rtt_samples(p: PacketTable, server: str | None = None) -> RttSamples:
     conns = tcp_connections(p, server)
     rows = np.concatenate([np.concatenate([c, s]) for _, c, s in conns] or [np.empty(0, int)])
     conn = np.repeat(np.arange(len(conns)), [len(c) + len(s) for _, c, s in conns])
-    side = np.concatenate([np.repeat([0, 1], [len(c), len(s)]) for _, c, s in conns] or [[]])
+    side = np.concatenate(
+        [np.repeat([0, 1], [len(c), len(s)]) for _, c, s in conns] or [np.empty(0, int)]
+    )
     # One group per (connection, direction): 2 * connection + 0 (client → server) or 1.
     group = (2 * conn + side.astype(np.int64)).astype(np.int64)
     order = np.lexsort((p.time[rows], group))

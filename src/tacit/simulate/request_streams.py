@@ -281,7 +281,7 @@ def simulate_requests(params: RequestStreamParams | None = None) -> RequestStrea
     rtts = rng.integers(p.rtt_ns[0], p.rtt_ns[1] + 1, p.clients)
     starts = _T0 + rng.integers(0, 1_000 * MS, p.clients)
     ports = 32_768 + rng.choice(28_000, p.clients, replace=False)
-    out, truth = _Columns(), []
+    out, truth = _Columns(), list[tuple[int, ...]]()
     for c in range(p.clients):
         conn_rng = np.random.default_rng([p.seed, c])
         _Connection(p, conn_rng, c, int(rtts[c]), int(starts[c]), out, truth).run()
