@@ -1,2 +1,58 @@
-"""Live experiments on this machine that measure tacit against ground truth: Pirate's web and
-memcached experiment on loopback, and RDA's two agents across a network-namespace link."""
+"""Live and simulated experiments that reproduce the papers' setups.
+
+- :mod:`~.asymmetric`: Pirate §5.1, asymmetric routing and a CPU-limited server in namespaces.
+- :mod:`~.web`: Pirate on loopback web and memcached clients.
+- :mod:`~.loadbalancer`: Pirate §4's latency-aware Maglev, simulated.
+- :mod:`~.netns`: RDA §IX, two live agents across an impaired path.
+- :mod:`~.capture`: tcpdump for all of them.
+
+The names below are imported on first use (PEP 562): the experiments start helper processes
+from modules of this package (``python -m tacit.experiment.impair``), which should not pay for
+importing every experiment.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tacit.experiment.asymmetric import AsymmetricParams, run_asymmetric_experiment
+    from tacit.experiment.capture import Capture, capture_unavailable
+    from tacit.experiment.loadbalancer import LoadBalancerParams, run_loadbalancer_experiment
+    from tacit.experiment.netns import NetnsParams, run_netns_experiment
+    from tacit.experiment.web import run_web_experiment
+
+_MODULES = {
+    "AsymmetricParams": "asymmetric",
+    "run_asymmetric_experiment": "asymmetric",
+    "Capture": "capture",
+    "capture_unavailable": "capture",
+    "LoadBalancerParams": "loadbalancer",
+    "run_loadbalancer_experiment": "loadbalancer",
+    "NetnsParams": "netns",
+    "run_netns_experiment": "netns",
+    "run_web_experiment": "web",
+}
+
+__all__ = [
+    "AsymmetricParams",
+    "Capture",
+    "LoadBalancerParams",
+    "NetnsParams",
+    "capture_unavailable",
+    "run_asymmetric_experiment",
+    "run_loadbalancer_experiment",
+    "run_netns_experiment",
+    "run_web_experiment",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_MODULES[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -60,7 +60,7 @@ SETTLE_SECONDS = 0.2
 
 @dataclass
 class WebExperimentResult:
-    """What one run measured. :meth:`as_dict` has the issue's fields; the rest is for tests
+    """What one run measured. :meth:`as_dict` has the figures a run reports; the rest is for tests
     and further analysis: the clients' ``log``, the captured ``packet_table``, the ``estimates``
     and the server's port. ``errors``: against the mean latency of the requests completing in
     each epoch; ``causal_errors``: against the causal pairs' gaps (:func:`score_web_log`)."""

@@ -37,7 +37,7 @@ from tacit.model.columns import NONE, ColumnTable, StringPool
 @dataclass(frozen=True)
 class ClientParams:
     """``connections`` concurrent clients, one persistent connection each, with at most
-    ``max_outstanding`` pipelined requests (the issue's 4). With ``browser``, each client is
+    ``max_outstanding`` pipelined requests (4 in Pirate's §5.1). With ``browser``, each client is
     instead a browser-like one: ``max_outstanding`` persistent connections, each with one
     request at a time (HTTP/1.1 without pipelining, as browsers do), fetching one tree's
     objects over them as they become known (:func:`_browser`)."""

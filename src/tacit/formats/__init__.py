@@ -24,6 +24,23 @@ from tacit.formats.zipkin import read_zipkin, write_zipkin
 from tacit.model.roles import Observed, infer_roles
 from tacit.model.spans import SpanTable, concat
 
+__all__ = [
+    "READ_FORMATS",
+    "SUFFIXES",
+    "WRITE_FORMATS",
+    "detect_format",
+    "observe",
+    "read_jaeger",
+    "read_otlp",
+    "read_span_csv",
+    "read_spans",
+    "read_zipkin",
+    "write_jaeger",
+    "write_otlp",
+    "write_traces",
+    "write_zipkin",
+]
+
 SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz", ".csv", ".csv.gz")
 """The files :func:`read_spans` takes from a directory when the format is detected."""
 

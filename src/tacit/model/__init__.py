@@ -1,5 +1,8 @@
 """Plain data types through which tacit's stages talk to each other."""
 
+from tacit.model.messages import MessageTable
+from tacit.model.packets import PacketTable
+from tacit.model.roles import Observed, infer_roles
 from tacit.model.spans import (
     CLIENT,
     INTERNAL,
@@ -22,8 +25,12 @@ __all__ = [
     "NONE",
     "SERVER",
     "UNKNOWN",
+    "MessageTable",
+    "Observed",
+    "PacketTable",
     "SpanTable",
     "SpanTableBuilder",
     "StringPool",
     "concat",
+    "infer_roles",
 ]
