@@ -8,8 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tacit.cli.jsonout import print_json
-from tacit.cli.traces import JsonOpt, out
+from tacit.cli.common import JsonOpt, out, print_json
 from tacit.errors import ConfigError
 
 TracesArg = Annotated[list[Path], typer.Argument(help="Trace files or directories.")]

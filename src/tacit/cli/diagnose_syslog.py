@@ -8,9 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tacit.cli.jsonout import print_json
-from tacit.cli.paths import parse_duration
-from tacit.cli.traces import JsonOpt, console, out
+from tacit.cli.common import JsonOpt, console, out, parse_duration, print_json
 
 syslog_app = typer.Typer(help="Network diagnosis from device syslogs (YTrace §4).")
 

@@ -9,9 +9,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from tacit.cli.jsonout import print_json
-from tacit.cli.paths import parse_duration
-from tacit.cli.traces import JsonOpt, comma_list, console, out
+from tacit.cli.common import JsonOpt, comma_list, console, out, parse_duration, print_json
 
 TracesArg = Annotated[list[Path], typer.Argument(help="Trace files or directories.")]
 FormatOpt = Annotated[str, typer.Option("--format", help="Input format (auto, jaeger, ...).")]

@@ -11,8 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tacit.cli.jsonout import finite, print_json
-from tacit.cli.traces import JsonOpt, out
+from tacit.cli.common import JsonOpt, finite, out, print_json
 
 experiment_app = typer.Typer(help="Experiments that measure tacit against ground truth.")
 

@@ -3,7 +3,6 @@ synopses on a replayed or simulated packet stream."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,7 +11,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from tacit.cli.traces import JsonOpt, console, out, progress_bar
+from tacit.cli.common import JsonOpt, console, out, print_json, progress_bar
 from tacit.errors import ConfigError
 from tacit.oneway_latency.sweep import PAPER_MEMORY_BYTES
 
@@ -125,7 +124,7 @@ def _single(
     run = run_once(sender, path, memory)
     doc = {**run.as_dict(), "replay": replay.as_dict() if replay else None}
     if json_out:
-        out.print_json(json.dumps(doc))
+        print_json(doc)
         return
     if replay is not None:
         console.print(replay.describe())
@@ -190,7 +189,7 @@ def _sweep(
     drawn = [str(p) for p in plot_sweep(result, plots)] if plots is not None else []
     if json_out:
         doc = {**result.as_dict(), "replay": replay.as_dict() if replay else None, "plots": drawn}
-        out.print_json(json.dumps(doc))
+        print_json(doc)
         return
     if replay is not None:
         console.print(replay.describe())

@@ -12,8 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tacit.cli.paths import parse_duration
-from tacit.cli.traces import console, out
+from tacit.cli.common import console, finite, out, parse_duration
 from tacit.errors import ConfigError
 
 KEY_ENV = "TACIT_AGENT_KEY"
@@ -128,7 +127,7 @@ def register(app: typer.Typer) -> None:
         sink = open(output, "w") if output is not None else None  # noqa: SIM115
 
         def publish(record: dict[str, Any]) -> None:
-            line = json.dumps(record)
+            line = json.dumps(finite(record))
             if sink is not None:
                 sink.write(line + "\n")
                 sink.flush()

@@ -2,37 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from tacit.cli.traces import JsonOpt, console, out
-from tacit.errors import ConfigError
+from tacit.cli.common import JsonOpt, console, out, parse_duration, print_json
 
 paths_app = typer.Typer(help="Causal path patterns from black-box message traces (WAP5).")
-
-UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-
-
-def parse_duration(text: str) -> int:
-    """``5s``, ``250ms``, ``100us``, ``10ns`` or plain seconds → nanoseconds."""
-    t = text.strip().lower()
-    for unit in sorted(UNITS_NS, key=len, reverse=True):
-        if t.endswith(unit):
-            number, scale = t[: -len(unit)], UNITS_NS[unit]
-            break
-    else:
-        number, scale = t, UNITS_NS["s"]
-    try:
-        value = float(number)
-    except ValueError:
-        raise ConfigError(f"not a duration: {text!r} (e.g. 5s, 250ms)") from None
-    if value < 0:
-        raise ConfigError(f"a duration cannot be negative: {text!r}")
-    return round(value * scale)
 
 
 def _ms(ns: float | None) -> str:
@@ -97,7 +75,7 @@ def link(
             "timelines": drawn,
             "seconds": analysis.seconds,
         }
-        out.print_json(json.dumps(doc))
+        print_json(doc)
         return
     t = Table(title=f"{len(messages)} messages, {len(analysis.patterns)} patterns (by {rank})")
     for col in ("#", "count", "expected", "max p", "latency ms", "hops", "root"):
@@ -138,7 +116,7 @@ def evaluate(
     ev = evaluate_paths(observed.spans, parse_duration(clock_offset_max), seed=seed)
     ev.seconds += read_seconds
     if json_out:
-        out.print_json(json.dumps(ev.as_dict()))
+        print_json(ev.as_dict())
         return
     t = Table(title=f"{ev.messages} messages from {len(traces)} input(s)")
     t.add_column("measure")

@@ -13,9 +13,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from tacit.cli.jsonout import print_json
-from tacit.cli.paths import parse_duration
-from tacit.cli.traces import JsonOpt, out
+from tacit.cli.common import JsonOpt, out, parse_duration, print_json
 from tacit.errors import ConfigError
 
 

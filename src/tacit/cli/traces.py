@@ -2,47 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tacit.cli.common import JsonOpt, comma_list, out, print_json, progress_bar
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT
-
-console = Console(stderr=True)
-out = Console()
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
-
-
-@contextmanager
-def progress_bar(total: int, label: str, enabled: bool):
-    """A rich progress bar on stderr advanced by a callback taking a count (quiet if disabled)."""
-    if not enabled:
-        yield None
-        return
-    with Progress(
-        TextColumn(label),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as p:
-        task = p.add_task(label, total=total)
-        yield lambda n: p.advance(task, n)
-
-
-def comma_list(text: str) -> list[str]:
-    """The items of a comma-separated option, stripped, empty ones dropped."""
-    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def _pct(x: float | None) -> str:
@@ -112,7 +81,7 @@ def register(app: typer.Typer) -> None:
             instrumented=comma_list(instrumented),
         )
         if json_out:
-            out.print_json(json.dumps(ev.as_dict()))
+            print_json(ev.as_dict())
             return
         t = Table(title=f"{ev.traces} traces, {ev.spans} spans; call graph {ev.callgraph}")
         t.add_column("algorithm", no_wrap=True)
@@ -208,7 +177,7 @@ def register(app: typer.Typer) -> None:
             "out": str(out_path),
         }
         if json_out:
-            out.print_json(json.dumps(summary))
+            print_json(summary)
         else:
             out.print(f"{summary['spans']} spans -> {summary['traces']} traces in {out_path}")
             for r, n in reasons.items():
@@ -234,7 +203,7 @@ def register(app: typer.Typer) -> None:
             "out": str(out_path),
         }
         if json_out:
-            out.print_json(json.dumps(summary))
+            print_json(summary)
         else:
             out.print(f"{summary['spans']} blind spans in {out_path}")
             for k, v in observed.accounting.items():
@@ -257,7 +226,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             import yaml
 
-            out.print_json(json.dumps(yaml.safe_load(cg.to_yaml())))
+            print_json(yaml.safe_load(cg.to_yaml()))
         elif not out_path:
             out.print(cg.to_yaml(), end="")
 
@@ -274,7 +243,7 @@ def register(app: typer.Typer) -> None:
 
         res = run_demo(out_dir, requests=requests)
         if json_out:
-            out.print_json(json.dumps(res))
+            print_json(res)
             return
         t = Table(
             title=f"End-to-end accuracy, simulated app '{res['app']}', {requests} requests/load"
