@@ -70,6 +70,8 @@ def response(
     """Estimate response latency per connection per epoch from the client-to-server packets."""
     from tacit.formats.pcap import read_packets
     from tacit.response_latency import ALGORITHMS, PirateParams, estimate_response_latency
+    from tacit.response_latency.evaluate import score_capture
+    from tacit.response_latency.live import estimate_live
 
     params = PirateParams.pipelining() if pipelining else PirateParams()
     if gap_threshold is not None:
@@ -88,8 +90,10 @@ def response(
         t1 = time.perf_counter()
         estimates = estimate_response_latency(read.packets, params, server, algorithm)
         n, accounting, source = len(read.packets), read.accounting, str(capture)
-    else:
-        estimates, n, accounting, t1 = _live(interface, bpf, seconds, params, server, algorithm)
+    elif interface is not None:
+        live = estimate_live(interface, bpf, seconds, params, server, algorithm)
+        estimates, n, accounting = live.estimates, live.packets, live.accounting
+        t1 = time.perf_counter() - live.busy_seconds  # the estimation alone, not the wait
         source = f"{interface} (live, {seconds:g} s)"
     t2 = time.perf_counter()
     doc: dict = {
@@ -108,7 +112,7 @@ def response(
         "gaps_discarded": int(estimates.discarded_gaps.sum()),
     }
     if truth:
-        doc.update(_scored(read, estimates, server))
+        doc.update(score_capture(read, estimates, server))
     if rows:
         doc["rows"] = estimates.as_rows()
     if json_out:
@@ -117,61 +121,10 @@ def response(
     _print(doc, estimates)
 
 
-def _live(interface: str, bpf: str, seconds: float, params, server, algorithm: str):
-    """Estimates from a live capture fed to the streaming estimator batch by batch; the
-    packets, their accounting, and a start time such that the caller's clock, read after this
-    returns, measures the estimation alone (not the wait for packets)."""
-    from tacit.formats.live import LiveCapture
-    from tacit.formats.pcap import PacketAccounting
-    from tacit.response_latency import StreamingEstimator, concat_estimates
-
-    est = StreamingEstimator(params, server, algorithm)
-    parts, n, accounting, busy = [], 0, PacketAccounting(), 0.0
-    with LiveCapture(interface, bpf) as cap:
-        for read in cap.batches(seconds):
-            t = time.perf_counter()
-            parts.append(est.feed(read.packets))
-            busy += time.perf_counter() - t
-            n += len(read.packets)
-            accounting = accounting + read.accounting
-    t = time.perf_counter()
-    parts.append(est.flush())
-    return concat_estimates(parts), n, accounting, t - busy
-
-
 def _state_bytes(params, algorithm: str) -> int:
     from tacit.response_latency import StreamingEstimator
 
     return StreamingEstimator(params, algorithm=algorithm).state_bytes_per_connection
-
-
-def _scored(read, estimates, server: str | None) -> dict:
-    """The issue's error fields against the capture's truth (the mean response latency per
-    connection and epoch; ``causal_pairs``: against the request-to-triggered-request gaps, what
-    Pirate estimates), and the RTT baselines."""
-    from tacit.response_latency.evaluate import score_capture_truth
-    from tacit.response_latency.rtt_baselines import METHODS, rtt_samples
-    from tacit.response_latency.truth import request_truth
-
-    t = request_truth(read, server=server)
-    summary, causal = score_capture_truth(estimates, t)
-    rtt = rtt_samples(read.packets, server=server)
-    baselines = {}
-    for i, name in enumerate(METHODS):
-        sel = rtt.rtt[rtt.method == i]
-        baselines[name] = {
-            "samples": len(sel),
-            "median_rtt_ns": float(np.median(sel)) if len(sel) else None,
-        }
-    latency = t.response_latency[t.answered]
-    return {
-        **{k: v for k, v in summary.as_dict().items() if k != "connections"},
-        "scored_connections": summary.connections,
-        "causal_pairs": causal.as_dict(),
-        "truth": t.as_dict(),
-        "median_true_latency_ns": float(np.median(latency)) if len(latency) else None,
-        "rtt_baselines": baselines,
-    }
 
 
 def _ms(ns) -> str:

@@ -30,9 +30,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tacit.errors import ConfigError
+from tacit.formats.pcap import PacketRead
 from tacit.model.packets import parse_endpoint
 from tacit.response_latency.estimator import ResponseEstimates
-from tacit.response_latency.truth import RequestTruth
+from tacit.response_latency.rtt_baselines import METHODS, rtt_samples
+from tacit.response_latency.truth import RequestTruth, request_truth
 
 
 @dataclass
@@ -232,6 +234,32 @@ def score_capture_truth(
     )
     trigger = trigger_from_triggered(truth.triggered)
     return latency, score_causal_pairs(estimates, client, truth.request_first, trigger)
+
+
+def score_capture(read: PacketRead, estimates: ResponseEstimates, server: str | None) -> dict:
+    """``estimates`` of a capture scored against the truth parsed from its both directions
+    (:func:`score_capture_truth`: the mean response latency per connection and epoch, and, as
+    ``causal_pairs``, the request-to-triggered-request gaps that Pirate estimates), with the
+    truth's summary and the RTT baselines' median (:mod:`.rtt_baselines`)."""
+    t = request_truth(read, server=server)
+    summary, causal = score_capture_truth(estimates, t)
+    rtt = rtt_samples(read.packets, server=server)
+    baselines = {}
+    for i, name in enumerate(METHODS):
+        sel = rtt.rtt[rtt.method == i]
+        baselines[name] = {
+            "samples": len(sel),
+            "median_rtt_ns": float(np.median(sel)) if len(sel) else None,
+        }
+    latency = t.response_latency[t.answered]
+    return {
+        **{k: v for k, v in summary.as_dict().items() if k != "connections"},
+        "scored_connections": summary.connections,
+        "causal_pairs": causal.as_dict(),
+        "truth": t.as_dict(),
+        "median_true_latency_ns": float(np.median(latency)) if len(latency) else None,
+        "rtt_baselines": baselines,
+    }
 
 
 def _score(
