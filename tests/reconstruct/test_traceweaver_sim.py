@@ -41,14 +41,16 @@ def shop_run(request, shop_graph):
     return obs, blind, rec
 
 
-def test_traceweaver_at_least_as_accurate_as_baselines(shop_run, shop_graph):
+def test_traceweaver_is_more_accurate_than_every_baseline(shop_run, shop_graph):
+    """Measured (seeds 3-5): 100% at 100 requests/s, where FCFS is 86-88%; 89-94% at 500,
+    where FCFS is 25-33% and WAP5 and vPath at most 11%."""
     obs, blind, rec = shop_run
     score = score_reconstruction(obs.spans, rec)
     assert score.traces == N
-    assert score.accuracy > 0.5
+    assert score.accuracy >= 0.85
     for name, algo in BASELINES.items():
         base = score_reconstruction(obs.spans, algo(blind, shop_graph))
-        assert score.accuracy >= base.accuracy - 0.005, (name, score.accuracy, base.accuracy)
+        assert score.accuracy >= base.accuracy + 0.1, (name, score.accuracy, base.accuracy)
     assert score.top5_accuracy is not None
     assert score.top5_accuracy >= score.accuracy
 
@@ -139,19 +141,25 @@ def test_fcfs_is_exact_on_a_single_worker_service(serial, rate):
 
 
 def test_vpath_with_threads_is_exact_without_queueing(serial):
+    """One request at a time per worker thread: the thread names the cause (vPath, §2.2.4)."""
     app, graph = serial
-    obs = infer_roles(simulate(app, 20, n_requests=60, seed=4, record_threads=True))
-    t = obs.spans
-    front = np.flatnonzero((t.kind == SERVER) & (t.service == t.strings.find("front")))
-    front = front[np.argsort(t.start[front])]
-    keep = np.r_[True, t.start[front][1:] >= t.end[front][:-1]]  # sanity: overlaps are rare
-    assert keep.mean() > 0.8
+    obs = infer_roles(simulate(app, 5, n_requests=40, seed=4, record_threads=True))
+    assert not queued(obs)  # 5 requests/s of ~1 ms each: none waits
     rec = reconstruct_vpath(obs.without_truth(), graph)
-    score = score_reconstruction(obs.spans, rec)
-    if not queued(obs):
-        assert score.accuracy == 1.0
-    else:  # an overlap breaks exactness only for the traces involved
-        assert score.accuracy >= keep.mean() - 0.1
+    assert score_reconstruction(obs.spans, rec).accuracy == 1.0
+
+
+def test_vpath_loses_requests_that_queue_for_the_thread(serial):
+    """With queueing, requests wait for the one worker thread, which serves them in turn; vPath
+    gives each call the latest request that arrived for the thread (a waiting one) and is wrong
+    almost always (0% measured, seeds 1-3), while FCFS, which follows the queue, stays exact."""
+    app, graph = serial
+    obs = infer_roles(simulate(app, 1500, n_requests=200, seed=2, record_threads=True))
+    assert queued(obs)
+    blind = obs.without_truth()
+    vpath = score_reconstruction(obs.spans, reconstruct_vpath(blind, graph)).accuracy
+    fcfs = score_reconstruction(obs.spans, reconstruct_fcfs(blind, graph)).accuracy
+    assert fcfs == 1.0 and vpath < 0.5
 
 
 @pytest.mark.parametrize("threads", [True, False])
