@@ -116,11 +116,12 @@ def register(app: typer.Typer) -> None:
             grace_ns=parse_duration(grace),
             retention_s=parse_duration(retention) / 1e9,
         )
+        source: PcapSource | LiveSource
         if pcap is not None:
             if not pcap.is_file():
                 raise ConfigError(f"{pcap}: no such capture file")
             source = PcapSource(pcap, realtime=realtime, bpf_filter=bpf)
-        else:
+        elif interface is not None:
             seconds = None if duration is None else parse_duration(duration) / 1e9
             source = LiveSource(interface, bpf, seconds)
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")

@@ -195,7 +195,8 @@ def _effect_times(
     (intra), or any of its neighbours (inter)."""
     if scope == INTRA:
         return events.times(b, device)
-    return np.sort(np.concatenate([events.times(b, int(e)) for e in neighbors[device]] or [[]]))
+    times = [events.times(b, int(e)) for e in neighbors[device]]
+    return np.sort(np.concatenate(times or [np.empty(0, np.int64)]))
 
 
 def _trial(
@@ -281,14 +282,14 @@ def mine_rules(
             candidates.append((scope, int(a), int(b), float(c[a, b]), int(lag[a, b])))
     tests = max(1, len(candidates))
     rules = []
-    for scope, a, b, c, lag in candidates:
+    for scope, a, b, strength, delay in candidates:
         tr = _trial(events, a, b, scope, neighbors, p)
         if len(tr.t) < p.min_treated:
             continue
         pv = _mcnemar(tr.treated, tr.control)
         rt, rc = float(tr.treated.mean()), float(tr.control.mean())
         if pv * tests < p.alpha and rt - rc >= p.min_lift:
-            rules.append(Rule(a, b, scope, c, lag, rt, rc, len(tr.t), pv))
+            rules.append(Rule(a, b, scope, strength, delay, rt, rc, len(tr.t), pv))
     return _transitive_reduction(rules, events, neighbors, p, tests)
 
 

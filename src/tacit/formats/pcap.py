@@ -33,7 +33,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
 from numba import njit
@@ -215,7 +215,7 @@ class PacketAccounting:
         return self.records - sum(self.buckets().values())
 
     def __add__(self, other: PacketAccounting) -> PacketAccounting:
-        merged = {}
+        merged: dict[str, Any] = {}
         for f in fields(self):
             a, b = getattr(self, f.name), getattr(other, f.name)
             merged[f.name] = _add_counts(a, b) if isinstance(a, dict) else a + b
@@ -263,7 +263,11 @@ def read_packets(
         fmt = parts[0].format
         table = concat_packets([p.packets for p in parts])
         table.sources = [str(path)]
-        held = PacketPayloads.concat([p.payloads for p in parts]) if payloads else None
+        held = (
+            PacketPayloads.concat([p.payloads for p in parts if p.payloads is not None])
+            if payloads
+            else None
+        )
         return PacketRead(table, accounting, fmt, held)
     return read_packet_buffer(_file_array(str(path)), str(path), payloads=payloads)
 
@@ -351,7 +355,8 @@ def iter_packet_chunks(
 
 
 def _rows(table: PacketTable, rows: int, source: str) -> PacketTable:
-    out = PacketTable(table.strings, **{k: v[:rows] for k, v in table.columns().items()})
+    columns: dict[str, Any] = {k: v[:rows] for k, v in table.columns().items()}
+    out = PacketTable(table.strings, **columns)
     out.sources = [source]
     return out
 
@@ -478,7 +483,7 @@ class _Walk:
             if len(head) < 24:
                 raise InputError("pcap file header cut short", path=path)
             big, unit = PCAP_MAGIC[magic]
-            order = "big" if big else "little"
+            order: Literal["big", "little"] = "big" if big else "little"
             snaplen = int.from_bytes(head[16:20], order)
             linktype = int.from_bytes(head[20:24], order) & 0xFFFF  # upper bits: FCS length
             self.state[_BIG], self.state[_UNIT], self.state[_LINK] = big, unit, linktype

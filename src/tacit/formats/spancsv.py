@@ -14,6 +14,7 @@ import csv
 import io
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -139,8 +140,8 @@ def _lines_match(data: bytes, rows: int) -> bool:
 def _read_rows(path: Path) -> SpanTable:
     src = str(path)
     rows = csv.reader(io.StringIO(read_text(path), newline=""))
-    header = next(rows, None)
-    missing = [c for c in COLUMNS if c not in (header or [])]
+    header = next(rows, None) or []
+    missing = [c for c in COLUMNS if c not in header]
     if missing:
         raise InputError(f"not a span CSV: missing column(s) {', '.join(missing)}", path=src)
     builder = SpanTableBuilder(src)
@@ -156,7 +157,7 @@ def _read_rows(path: Path) -> SpanTable:
         if not pod:
             raise r.fail("empty PodName")
         parent = r.string(rec, "ParentID")
-        span = {
+        span: dict[str, Any] = {
             "service": workload_name(pod),
             "instance": pod,
             "endpoint": r.string(rec, "OperationName"),

@@ -18,6 +18,7 @@ and packets (of either side) timestamped before the first interval.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -94,7 +95,7 @@ def compare_methods(
     ):
         if name in methods:
             sized = params if memory_bytes is None else params.with_memory(memory_bytes)
-            runners[name] = lambda work, run=run, sized=sized: run(work, sized)
+            runners[name] = functools.partial(_run_sized, run, sized)
 
     truth = latency_truth(sender, receiver, intervals)
     sent = IntervalSplit(sender, intervals, "sender")
@@ -106,8 +107,10 @@ def compare_methods(
         if row is None or truth.matched[row] < 2:
             unscored += 1
             continue
-        for name, run in runners.items():
-            tallies[name].add(run(work), truth.mean_ns[row], truth.std_ns[row], truth.matched[row])
+        for name, runner in runners.items():
+            tallies[name].add(
+                runner(work), truth.mean_ns[row], truth.std_ns[row], truth.matched[row]
+            )
     early = sent.before_start + received.before_start
     return {name: tally.score(unscored, early) for name, tally in tallies.items()}
 
@@ -153,6 +156,11 @@ class _Tally:
             packets_before_start=before_start,
             details=self.details,
         )
+
+
+def _run_sized(run: Callable[[IntervalWork, Any], Any], params: Any, work: IntervalWork) -> Any:
+    """One method on one interval, with its (sized) parameters."""
+    return run(work, params)
 
 
 def _numeric_fields(result: Any, prefix: str = "") -> list[tuple[str, float]]:
