@@ -28,7 +28,9 @@ from tacit.simulate import load_app, simulate
 
 RATE = 100
 DURATIONS = (10, 20, 40)
-ONLINE = OnlineParams(window_s=2.0, lookahead_s=2.0, max_request_s=2.0, lateness_s=0.1)
+ONLINE = OnlineParams(
+    window_ns=2 * 10**9, lookahead_ns=2 * 10**9, max_request_ns=2 * 10**9, lateness_ns=10**8
+)
 
 
 def online_run(blind, truth_parent_pos, graph) -> dict:

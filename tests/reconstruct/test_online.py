@@ -19,7 +19,12 @@ from tacit.reconstruct.online import (
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 from tacit.simulate import load_app, simulate
 
-WINDOWS = OnlineParams(window_s=0.5, lookahead_s=0.5, max_request_s=0.5, lateness_s=0.05)
+WINDOWS = OnlineParams(
+    window_ns=500_000_000,
+    lookahead_ns=500_000_000,
+    max_request_ns=500_000_000,
+    lateness_ns=50_000_000,
+)
 """Short windows so that a few seconds of traffic take many rounds."""
 FAST = TraceWeaverParams(max_components=2, max_iterations=4)
 

@@ -1,19 +1,19 @@
 """Online reconstruction over an unbounded span stream (TraceWeaver, SIGCOMM '24, §5.3).
 
 A collector hands spans over as they end, so a stream arrives roughly in order of span end,
-late by at most ``lateness_s``. The stream is cut into windows of ``window_s``. When the
-watermark (latest end seen minus the lateness) passes a window's boundary B by ``lookahead_s``,
+late by at most ``lateness_ns``. The stream is cut into windows of ``window_ns``. When the
+watermark (latest end seen minus the lateness) passes a window's boundary B by ``lookahead_ns``,
 every span not yet final is reconstructed with the offline algorithm, and then
 
 * every incoming span that ended by B is final, with the outgoing spans chosen for it: a span
   that ends later has not arrived or arrived after B, and the lookahead gives the joint
   assignment the spans just after B as context;
-* an outgoing span still without parent that started before B - ``max_request_s`` is final and
-  unmapped (with its reason): no request longer than ``max_request_s`` could still claim it.
+* an outgoing span still without parent that started before B - ``max_request_ns`` is final and
+  unmapped (with its reason): no request longer than ``max_request_ns`` could still claim it.
 
 Spans that are not final are reconstructed again with the next window. A trace is emitted once
 its root and every span under it are final (no later span can change it), and then forgotten,
-so memory is bounded by the spans of about ``window_s + lookahead_s + max_request_s`` of
+so memory is bounded by the spans of about ``window_ns + lookahead_ns + max_request_ns`` of
 traffic, whatever the length of the stream.
 
 Input chunks are :class:`~tacit.model.spans.SpanTable` slices of the stream (a blind view:
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tacit.errors import InputError
+from tacit.errors import ConfigError, InputError
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, concat
 from tacit.model.traces import roots
 from tacit.reconstruct.callgraph import CallGraph
@@ -39,18 +39,25 @@ from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_tracewe
 NS = 1_000_000_000
 
 
-@dataclass
+@dataclass(frozen=True)
 class OnlineParams:
-    """Windowing of the stream; times in seconds."""
+    """Windowing of the stream; times in nanoseconds."""
 
-    window_s: float = 10.0
+    window_ns: int = 10 * NS
     """How far the final boundary advances per reconstruction round."""
-    lookahead_s: float = 10.0
+    lookahead_ns: int = 10 * NS
     """Spans after the boundary reconstructed with it as context but not yet final."""
-    max_request_s: float = 10.0
+    max_request_ns: int = 10 * NS
     """The longest a request may take: an unclaimed outgoing span older than this is final."""
-    lateness_s: float = 1.0
+    lateness_ns: int = 1 * NS
     """How late a span may arrive after the span that ended last before it."""
+
+    def __post_init__(self) -> None:
+        for name in ("window_ns", "lookahead_ns", "max_request_ns"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.lateness_ns < 0:
+            raise ConfigError(f"lateness_ns cannot be negative, got {self.lateness_ns}")
 
 
 @dataclass
@@ -110,12 +117,12 @@ class OnlineTraceWeaver:
                 record=int(chunk.record[bad[0]]),
             )
         o = self.online
-        last_allowed = self.latest_end - o.lateness_s * NS
+        last_allowed = self.latest_end - o.lateness_ns
         late = np.flatnonzero(chunk.end < last_allowed)
         if len(late):
             raise InputError(
                 f"span ends {(last_allowed - chunk.end[late[0]]) / NS:.3f} s later than the "
-                f"allowed lateness ({o.lateness_s} s): raise lateness_s",
+                f"allowed lateness ({o.lateness_ns / NS:g} s): raise lateness_ns",
                 path=chunk.sources[0] if chunk.sources else None,
                 record=int(chunk.record[late[0]]),
             )
@@ -141,13 +148,13 @@ class OnlineTraceWeaver:
                         self.parent[i] = p
         self.latest_end = max(self.latest_end, float(chunk.end.max()))
         if self.boundary is None:
-            self.boundary = float(chunk.start.min()) + o.window_s * NS
+            self.boundary = float(chunk.start.min()) + o.window_ns
         self.peak_pending = max(self.peak_pending, len(self.spans))
         done: list[Finished] = []
-        watermark = self.latest_end - o.lateness_s * NS
-        while watermark >= self.boundary + o.lookahead_s * NS:
+        watermark = self.latest_end - o.lateness_ns
+        while watermark >= self.boundary + o.lookahead_ns:
             done.extend(self._round(self.boundary))
-            self.boundary += o.window_s * NS
+            self.boundary += o.window_ns
         return done
 
     def close(self) -> list[Finished]:
@@ -172,7 +179,7 @@ class OnlineTraceWeaver:
         chosen = (kind == CLIENT) & (rec.parent != NONE)
         chosen[chosen] = final_in[rec.parent[chosen]]
         given_up = (kind == CLIENT) & ~chosen
-        given_up &= spans.start < boundary - self.online.max_request_s * NS
+        given_up &= spans.start < boundary - self.online.max_request_ns
         rows = work[final_in | chosen | given_up]
         self.final[rows] = True
         for r in np.flatnonzero(chosen):

@@ -63,7 +63,7 @@ from tacit.reconstruct.result import Reconstruction, open_problem
 from tacit.runs import run_bounds, run_heads, run_positions
 
 
-@dataclass
+@dataclass(frozen=True)
 class TraceWeaverParams:
     """Parameters; defaults are the paper's (the artifact's where the paper gives none)."""
 
