@@ -309,3 +309,12 @@ def test_malformed_structure_raises_config_error(tmp_path, text):
     path.write_text(text)
     with pytest.raises(ConfigError):
         CallGraph.load(path)
+
+
+def test_blind_spans_teach_no_call_graph():
+    """Calls without their parents are blind: learning from them is refused, not an empty
+    graph that would leave every call unmapped."""
+    rows = _fan_out([(10, 20)] * 3)
+    rows.parent[:] = NONE
+    with pytest.raises(ConfigError, match="no call carries its parent"):
+        learn_callgraph(rows)

@@ -149,15 +149,7 @@ def register(app: typer.Typer) -> None:
         from tacit.reconstruct.pipeline import reconstruct_blind
 
         observed, _ = observe(list(spans))
-        cg = _load_callgraph(callgraph)
-        if cg is None:
-            truth = observed.spans.parent[observed.spans.kind == CLIENT]
-            if (truth < 0).all():
-                raise ConfigError(
-                    "blind spans carry no ground truth to learn a call graph from: "
-                    "pass --callgraph FILE (see 'tacit callgraph')"
-                )
-            cg = learn_callgraph(observed.spans)
+        cg = _load_callgraph(callgraph) or learn_callgraph(observed.spans)
         blind = observed.without_truth()
         with progress_bar(len(blind), "reconstructing", not json_out) as cb:
             traces, tags, rec = reconstruct_blind(blind, cg, algorithm, progress=cb)

@@ -337,11 +337,17 @@ def learn_callgraph(spans: SpanTable) -> CallGraph:
     Each server span is one request of its (service, endpoint); its true children are its calls.
     Occurrences of the same backend are numbered in start order. §5.2.2: orderings violated by
     any request that makes both calls are eliminated, over all requests for the union graph and
-    over the requests of each path for the paths.
+    over the requests of each path for the paths. Raises :class:`ConfigError` when there are
+    calls but none carries its parent (blind spans: nothing to learn from).
     """
     s = spans.strings
     servers = np.flatnonzero(spans.kind == SERVER)
     clients = np.flatnonzero((spans.kind == CLIENT) & (spans.parent != NONE))
+    if not len(clients) and (spans.kind == CLIENT).any():
+        raise ConfigError(
+            "no call carries its parent: blind spans hold no ground truth to learn a call graph "
+            "from; give test traces, or a call graph file (--callgraph; see 'tacit callgraph')"
+        )
     clients = clients[np.lexsort((spans.end[clients], spans.start[clients]))]
     children: dict[int, list[int]] = {}
     for c in clients:
