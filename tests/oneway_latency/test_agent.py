@@ -15,7 +15,8 @@ from oneway_streams import agent_captures
 
 from tacit.errors import InputError
 from tacit.formats.pcap import read_packets
-from tacit.oneway_latency.agent import Agent, AgentParams, PcapSource
+from tacit.oneway_latency.agent import Agent, AgentParams
+from tacit.oneway_latency.capture_sources import PcapSource
 from tacit.oneway_latency.intervals import IntervalParams, IntervalSplit, pipeline
 from tacit.oneway_latency.protocol import ConfigMismatchError
 from tacit.oneway_latency.rda import RDAParams, rda_interval

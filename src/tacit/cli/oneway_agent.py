@@ -102,7 +102,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run one agent of the two-point one-way latency service (RDA): capture, exchange
         synopses with the peer, publish each interval's mean and standard deviation."""
-        from tacit.oneway_latency.agent import Agent, AgentParams, LiveSource, PcapSource
+        from tacit.oneway_latency.agent import Agent, AgentParams
+        from tacit.oneway_latency.capture_sources import LiveSource, PcapSource
         from tacit.oneway_latency.intervals import IntervalParams
         from tacit.oneway_latency.rda import RDAParams
 

@@ -23,7 +23,8 @@ follow their published descriptions as we know them, section numbers are cited o
 so where it is chosen, with the reason.
 """
 
-from tacit.oneway_latency.agent import Agent, AgentParams, LiveSource, PcapSource
+from tacit.oneway_latency.agent import Agent, AgentParams
+from tacit.oneway_latency.capture_sources import LiveSource, PcapSource
 from tacit.oneway_latency.comparison import METHODS, MethodScore, compare_methods
 from tacit.oneway_latency.estimate import LatencyEstimate
 from tacit.oneway_latency.finecomb import FineCombParams, finecomb_interval
