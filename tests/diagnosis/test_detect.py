@@ -53,6 +53,21 @@ def test_baseline_quartiles_and_planted_outliers():
     assert sum(d.accounting[VERDICT_NAMES[v]] for v in VERDICT_NAMES) == len(latency)
 
 
+def test_flagged_traces_rank_by_distance_from_their_keys_middle():
+    rng = np.random.default_rng(1)
+    latency, key, history = _two_endpoints(rng)
+    ev = ~history
+    one, two = np.flatnonzero(ev & (key == 0))[:2]
+    latency[one] *= 3  # slower than its key's quartiles
+    latency[two] *= 9  # farther still
+    d = detect(latency, key, history, ev)
+    ranked = d.ranked()
+    assert set(ranked.tolist()) == set(d.flagged().tolist())
+    distance = np.abs(d.latency[ranked] - (d.q1[ranked] + d.q3[ranked]) / 2)
+    assert np.all(np.diff(distance) <= 0)
+    assert ranked.tolist().index(two) < ranked.tolist().index(one)
+
+
 def test_confounders_change_the_verdict():
     """50 ms is slow for the 10 ms endpoint and fast for the 100 ms one; pooled, it is normal."""
     rng = np.random.default_rng(2)

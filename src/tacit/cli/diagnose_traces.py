@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from tacit.cli.common import JsonOpt, comma_list, console, out, parse_duration, print_json
+from tacit.errors import ConfigError
 
 TracesArg = Annotated[list[Path], typer.Argument(help="Trace files or directories.")]
 FormatOpt = Annotated[str, typer.Option("--format", help="Input format (auto, jaeger, ...).")]
@@ -91,10 +92,11 @@ def detect(
     """Flag traces slower or faster than their key's history (YTrace detection)."""
     from tacit.diagnosis.detect import FASTER, VERDICT_NAMES
 
+    if top < 0:
+        raise ConfigError(f"--top must be 0 or more, got {top}")
     cp = _paths(traces, input_format)
     confounders, labels, params, d = _detect(cp, by, k, history_fraction, min_history, bucket)
-    flagged = d.flagged()
-    flagged = flagged[np.argsort(-np.abs(d.latency[flagged] - (d.q1[flagged] + d.q3[flagged]) / 2))]
+    flagged = d.ranked()
     rows = [
         {
             "trace": cp.trace_name(int(i)),

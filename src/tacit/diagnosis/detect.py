@@ -106,6 +106,12 @@ class Detection:
         """Indices of the traces flagged slower or faster."""
         return np.flatnonzero((self.verdict == SLOWER) | (self.verdict == FASTER))
 
+    def ranked(self) -> np.ndarray:
+        """The flagged traces, farthest from their key's interquartile midpoint first."""
+        flagged = self.flagged()
+        distance = np.abs(self.latency[flagged] - (self.q1[flagged] + self.q3[flagged]) / 2)
+        return flagged[np.argsort(-distance, kind="stable")]
+
 
 def confounder_keys(
     spans: SpanTable,
