@@ -9,9 +9,9 @@ import socket
 from pathlib import Path
 
 import pytest
-from oneway_streams import agent_captures
 
 from clirun import finish, start
+from oneway_streams import agent_captures
 from tacit.formats.pcap import read_packets
 from tacit.oneway_latency.intervals import IntervalParams, IntervalSplit, pipeline
 from tacit.oneway_latency.rda import RDAParams, rda_interval
