@@ -135,3 +135,33 @@ def test_discarded_gaps_are_reported_per_connection():
     assert estimate_response_latency(
         packet_table(rows), params, algorithm="centres"
     ).discarded_gaps.tolist() == [0]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_compiled_histogram_matches_a_naive_algorithm_2(seed):
+    """Random epochs of gaps around a few latencies, some far apart: joins, extensions, merges
+    and discards all happen; the compiled kernel and :func:`naive.mode_sum_naive` agree."""
+    from naive import mode_sum_naive
+
+    rng = np.random.default_rng(seed)
+    centres = rng.choice([50, 300, 1_000, 5_000, 20_000], size=3) * US
+    gaps = (rng.choice(centres, 60) * rng.lognormal(0, 0.3, 60)).astype(np.int64).tolist()
+    n_max = int(rng.integers(2, 6))
+    eps = int(rng.choice([5, 50, 200])) * US
+    ratio = float(rng.choice([0.0, 0.1, 0.25]))
+    share = float(rng.choice([0.0, 0.05, 0.2]))
+    params = PirateParams(
+        max_modes=n_max,
+        mode_epsilon_ns=eps,
+        mode_epsilon_ratio=ratio,
+        ibg_min_share=share,
+        remove_timer_modes=False,
+        batch_end_only=False,
+    )
+    h = ModeSumHistogram(params)
+    for g in gaps:
+        h.add(g)
+    modes, discarded, estimate = mode_sum_naive(gaps, n_max, eps, ratio, share)
+    assert h.modes() == [tuple(m) for m in modes]
+    assert h.discarded == discarded
+    assert h.close_epoch()[0] == estimate

@@ -1,0 +1,56 @@
+"""Slow, obvious reference versions of compiled kernels, written from the papers' text, for
+the tests to compare the kernels against on random inputs (as stumpy's tests do)."""
+
+from __future__ import annotations
+
+
+def mode_sum_naive(
+    gaps: list[int], n_max: int, eps: int, ratio: float, min_share: float
+) -> tuple[list[list[int]], int, int | None]:
+    """Pirate's Algorithm 2 (§3.3–3.4) over one epoch's gaps, then the proportional mode sum.
+
+    Returns the modes ``[min, max, count, sum]`` (ascending) as the epoch ends, the gaps
+    discarded, and the estimate in ns (None without an inter-batch gap). ε around a mode is
+    ``max(eps, ratio · its max)``; the inter-batch gap is the largest mode holding at least
+    ``min_share`` of the epoch's gaps; no timer or batch-end filtering.
+    """
+    modes: list[list[int]] = []
+    discarded = 0
+
+    def epsilon(m: list[int]) -> int:
+        return max(eps, int(ratio * m[1]))
+
+    def consider_merge(i: int) -> None:
+        """Merge modes ``i`` and ``i + 1`` when they come within ε of mode ``i``."""
+        if 0 <= i < len(modes) - 1 and modes[i + 1][0] - modes[i][1] <= epsilon(modes[i]):
+            a, b = modes[i], modes.pop(i + 1)
+            modes[i] = [a[0], max(a[1], b[1]), a[2] + b[2], a[3] + b[3]]
+
+    for g in gaps:
+        joined, at = False, len(modes)
+        for i, m in enumerate(modes):
+            if m[0] - epsilon(m) <= g <= m[1] + epsilon(m):
+                m[2] += 1
+                m[3] += g
+                if g < m[0]:
+                    m[0] = g
+                    consider_merge(i - 1)
+                elif g > m[1]:
+                    m[1] = g
+                    consider_merge(i)
+                joined = True
+                break
+            if g < m[0]:
+                at = i
+                break
+        if joined:
+            continue
+        if len(modes) >= n_max:
+            discarded += 1
+            continue
+        modes.insert(at, [g, g, 1, g])
+    total = sum(m[2] for m in modes)
+    ibg = next((i for i in reversed(range(len(modes))) if modes[i][2] >= min_share * total), None)
+    if ibg is None:
+        return modes, discarded, None
+    return modes, discarded, sum(m[3] for m in modes[: ibg + 1]) // modes[ibg][2]
