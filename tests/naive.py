@@ -54,3 +54,20 @@ def mode_sum_naive(
     if ibg is None:
         return modes, discarded, None
     return modes, discarded, sum(m[3] for m in modes[: ibg + 1]) // modes[ibg][2]
+
+
+def synopsis_naive(positions, ident, time, id_check: bool, check32=None):
+    """RDA's synopsis (ID xor, TS sum modulo 2^64, Δ, and sRDA's IDSH when ``id_check``) built
+    packet by packet: each packet updates the buckets ``positions[:, i]`` names.
+
+    ``check32``: the 32-bit identifier hash of IDSH (called with the identifier)."""
+    n = int(positions.max()) + 1 if positions.size else 0
+    idx, ts, count, check = [0] * n, [0] * n, [0] * n, [0] * n
+    for i, (x, t) in enumerate(zip(ident.tolist(), time.tolist(), strict=True)):
+        for p in positions[:, i].tolist():
+            idx[p] ^= x
+            ts[p] = (ts[p] + t) % 2**64
+            count[p] += 1
+            if id_check:
+                check[p] ^= int(check32(x))
+    return idx, ts, count, check

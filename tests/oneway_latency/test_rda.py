@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oneway_streams import random_ids, simulated, work_of, works
 
+from oneway_streams import random_ids, simulated, work_of, works
 from tacit.errors import ConfigError
 from tacit.oneway_latency.identifiers import bank_hashes
 from tacit.oneway_latency.rda import (
@@ -272,3 +272,32 @@ def test_ten_thousand_differences_decode_fast():
     elapsed = time.perf_counter() - t0
     assert result.decoded and result.lost + result.foreign == 20_000
     assert elapsed < 0.2  # the bench measures it; the target is 20 ms on an idle core
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+@pytest.mark.parametrize("seed", range(5))
+def test_the_compiled_insert_matches_a_naive_synopsis(name, seed):
+    """Every field of every bucket, against :func:`naive.synopsis_naive` fed the layout's
+    positions (the vectorised hashes) packet by packet."""
+    from naive import synopsis_naive
+    from tacit.oneway_latency.identifiers import check32
+
+    layout = LAYOUTS[name](300)
+    rng = np.random.default_rng(seed)
+    ident = random_ids(500, seed)
+    stamps = rng.integers(0, 2**62, 500, dtype=np.int64)
+    syn = Synopsis.build(layout, ident, stamps)
+    check_seed = layout._seeds()[1]
+    idx, ts, count, check = synopsis_naive(
+        layout.positions(ident),
+        ident,
+        stamps,
+        layout.id_check,
+        lambda x: check32(np.uint64(x), check_seed),
+    )
+    used = len(idx)
+    assert syn.idx[:used].tolist() == idx and syn.ts[:used].tolist() == ts
+    assert syn.count[:used].tolist() == count
+    assert not syn.idx[used:].any() and not syn.count[used:].any()
+    if layout.id_check:
+        assert syn.check[:used].tolist() == check
