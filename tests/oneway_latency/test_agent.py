@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from oneway_streams import agent_captures
 
+from oneway_streams import agent_captures
 from tacit.errors import InputError
 from tacit.formats.pcap import read_packets
 from tacit.oneway_latency.agent import Agent, AgentParams

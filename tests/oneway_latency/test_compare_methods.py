@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from oneway_streams import simulated
 
+from oneway_streams import simulated
 from tacit.errors import ConfigError
 from tacit.oneway_latency.comparison import METHODS, compare_methods
 

@@ -6,8 +6,8 @@ import dataclasses
 
 import numpy as np
 import pytest
-from oneway_streams import random_ids, work_of
 
+from oneway_streams import random_ids, work_of
 from tacit.errors import ConfigError
 from tacit.oneway_latency.finecomb import (
     STASH_ENTRY_BYTES,

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oneway_streams import random_ids
 
+from oneway_streams import random_ids
 from tacit.errors import ConfigError
 from tacit.hashing import hash64, mix64
 from tacit.oneway_latency.identifiers import (

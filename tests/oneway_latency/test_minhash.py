@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from oneway_streams import random_ids
 
+from oneway_streams import random_ids
 from tacit.errors import ConfigError
 from tacit.oneway_latency.minhash import bottom_k, jaccard, set_difference
 

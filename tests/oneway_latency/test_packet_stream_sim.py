@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from oneway_streams import simulated
 from scipy import stats
 
+from oneway_streams import simulated
 from tacit.errors import ConfigError
 from tacit.oneway_latency.intervals import IntervalParams
 from tacit.oneway_latency.simulate import StreamParams, replay_stream, simulate_stream
