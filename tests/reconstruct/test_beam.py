@@ -27,6 +27,10 @@ PARALLEL = CallPath([Slot("b", "X", 0), Slot("c", "Y", 0), Slot("d", "Z", 0)], [
 TWINS = CallPath([Slot("b", "X", 0), Slot("b", "X", 1), Slot("c", "Y", 0)], [[], [], [0, 1]])
 """a.E -> (b.X || b.X) -> c.Y: two unordered calls to one backend"""
 LATE = CallPath([Slot("b", "X", 0, early_ns=15, late_ns=25), Slot("c", "Y", 0)], [[], []])
+ANCHORED = CallPath(
+    [Slot("b", "X", 0), Slot("c", "Y", 0), Slot("d", "Z", 0)], [[], [], []], anchors=[None, 0, 1]
+)
+"""An asynchronous fan-out: Y's gap timed from X's start, Z's from Y's."""
 """a.E -> (b.X, which may start 15 before and end 25 after the request || c.Y)"""
 
 
@@ -118,8 +122,10 @@ def reference(spans: SpanTable, path: CallPath, models, r: int, skip: list[float
                 ok = False
                 break
             done[j] = int(spans.end[o])
+            a = path.anchor(j)  # a gap timed from a sibling's start, where it has one
+            origin = int(spans.start[combo[a]]) if a is not None and combo[a] != SKIP else t
             score += (math.log1p(-math.exp(skip[j])) if skip[j] > -np.inf else 0.0) + logpdf(
-                models[j], (spans.start[o] - t) / 1000
+                models[j], (spans.start[o] - origin) / 1000
             )
         if ok:
             last = max([r0, *done.values()])
@@ -135,7 +141,9 @@ def listed(cs, scores, r: int) -> dict:
 
 
 @pytest.mark.parametrize(
-    "path", [SEQUENTIAL, PARALLEL, TWINS, LATE], ids=["sequential", "parallel", "twins", "late"]
+    "path",
+    [SEQUENTIAL, PARALLEL, TWINS, LATE, ANCHORED],
+    ids=["sequential", "parallel", "twins", "late", "anchored"],
 )
 @pytest.mark.parametrize("seed", range(12))
 def test_exhaustive_search_is_the_papers_ranking(path, seed):
@@ -155,7 +163,9 @@ def test_exhaustive_search_is_the_papers_ranking(path, seed):
         assert np.all(np.diff(scores[mine]) <= 1e-12), "candidates come best first"
 
 
-@pytest.mark.parametrize("path", [SEQUENTIAL, PARALLEL], ids=["sequential", "parallel"])
+@pytest.mark.parametrize(
+    "path", [SEQUENTIAL, PARALLEL, ANCHORED], ids=["sequential", "parallel", "anchored"]
+)
 @pytest.mark.parametrize("seed", range(8))
 def test_optional_slots_add_skipped_mappings(path, seed):
     rng = np.random.default_rng(100 + seed)
@@ -227,3 +237,18 @@ def test_a_path_lacking_enough_calls_is_skipped():
     models = [Gaussian(np.zeros(1), np.ones(1) * 1e6)] * 4
     cs, _ = run_search(spans, SEQUENTIAL, models)
     assert len(cs) == 0
+
+
+def test_the_refit_measures_anchored_gaps_as_the_search_scores_them():
+    """``candidate_gaps`` (what the models are refitted on) times an anchored slot from its
+    anchor's start, as the compiled search does."""
+    from tacit.reconstruct.delays import candidate_gaps, slot_ready
+
+    rng = np.random.default_rng(3)
+    spans, _ = simulate_instance(ANCHORED, rng, n_in=3, noise=2)
+    cs, _ = run_search(spans, ANCHORED)
+    gaps = candidate_gaps(spans, cs, slot_ready(spans, cs))
+    start = spans.start[cs.calls]
+    assert np.allclose(gaps[:, 0], (start[:, 0] - spans.start[cs.incoming]) / 1000)
+    assert np.allclose(gaps[:, 1], (start[:, 1] - start[:, 0]) / 1000)
+    assert np.allclose(gaps[:, 2], (start[:, 2] - start[:, 1]) / 1000)
