@@ -111,3 +111,10 @@ def test_filtered_file_applies_bpf(tmp_path) -> None:
 def test_bad_interface_or_filter_is_a_config_error(interface, bpf, message) -> None:
     with pytest.raises(ConfigError, match=message):
         _capture_or_skip(interface, bpf).close()
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf"), 0.0, -1.0])
+def test_a_capture_needs_a_positive_finite_duration(seconds) -> None:
+    """A NaN deadline never passes: the capture would run forever."""
+    with _capture_or_skip("lo", "") as cap, pytest.raises(ConfigError, match="positive, finite"):
+        next(cap.batches(seconds))

@@ -19,6 +19,7 @@ timeout does not fire while no packet arrives, so a blocking read could not hono
 
 from __future__ import annotations
 
+import math
 import select
 import struct
 import threading
@@ -148,7 +149,12 @@ class LiveCapture:
         """Decoded batches of what has been captured, until ``max_seconds`` have passed (from
         this call) or :meth:`stop`. Waits at most ``poll_seconds`` between batches; with
         ``idle``, yields None after every wait that found nothing more, so that a consumer
-        sees time pass (:attr:`drained_ns`) when nothing arrives."""
+        sees time pass (:attr:`drained_ns`) when nothing arrives. A ``max_seconds`` that is not
+        positive and finite is refused (a NaN deadline would never pass)."""
+        if max_seconds is not None and not (math.isfinite(max_seconds) and max_seconds > 0):
+            raise ConfigError(
+                f"a live capture needs a positive, finite duration, got {max_seconds} s"
+            )
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         fd = self._handle.getfd()
         while not self._stop.is_set():

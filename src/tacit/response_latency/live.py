@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
-from tacit.errors import ConfigError
 from tacit.formats.pcap import PacketAccounting
 from tacit.response_latency.estimator import (
     ResponseEstimates,
@@ -35,12 +33,11 @@ def estimate_live(
     server: str | None = None,
     algorithm: str = "modes",
 ) -> LiveEstimates:
-    """Capture on ``interface`` (through BPF filter ``bpf``) for ``seconds`` and estimate the
-    response latency of its connections, batch by batch as the packets arrive."""
+    """Capture on ``interface`` (through BPF filter ``bpf``) for ``seconds`` (positive and
+    finite: :meth:`~tacit.formats.live.LiveCapture.batches`) and estimate the response latency
+    of its connections, batch by batch as the packets arrive."""
     from tacit.formats.live import LiveCapture
 
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ConfigError(f"a live capture needs a positive, finite duration, got {seconds} s")
     est = StreamingEstimator(params, server, algorithm)
     parts, n, accounting, busy = [], 0, PacketAccounting(), 0.0
     with LiveCapture(interface, bpf) as cap:
