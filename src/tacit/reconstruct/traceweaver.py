@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tacit.model.messages import MISSING
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SpanTable
 from tacit.model.traces import roots
@@ -260,8 +261,6 @@ class _Pass:
         return [np.array(c, dtype=np.int64) for c in out]
 
 
-NO_TIME = np.iinfo(np.int64).min
-"""No such time (an incoming span outside a join's group has no others' end)."""
 NEVER = np.iinfo(np.int64).max
 """A time after every other (the start of a call that was not made)."""
 SCORE_RANGE = 1000.0
@@ -423,8 +422,8 @@ class _Instance:
 
     def _others_end(self) -> np.ndarray:
         """Per incoming span in a join's group, the latest end of the group's other members
-        (when the rest of the request's calls to the join were answered); NO_TIME elsewhere."""
-        out = np.full(len(self.incoming), NO_TIME, dtype=np.int64)
+        (when the rest of the request's calls to the join were answered); MISSING elsewhere."""
+        out = np.full(len(self.incoming), MISSING, dtype=np.int64)
         grouped = np.flatnonzero(self.group != NONE)
         if not len(grouped):
             return out
@@ -432,7 +431,7 @@ class _Instance:
         ends = self.spans.end[self.incoming[grouped]]
         order = np.lexsort((-ends, gid))
         head = run_heads(gid[order])
-        latest = np.full(gid.max() + 1, NO_TIME)
+        latest = np.full(gid.max() + 1, MISSING)
         second = latest.copy()
         latest[gid[order][head]] = ends[order][head]
         after = np.flatnonzero(~head)
@@ -454,7 +453,7 @@ class _Instance:
             first = np.where(made, self.spans.start[np.maximum(cs.calls, 0)], NEVER)
             waits = others <= first.min(axis=1)
             p = min(max(join.after_others, 0.01), 0.99)
-            sc += np.where(others == NO_TIME, 0.0, np.where(waits, math.log(p), math.log(1 - p)))
+            sc += np.where(others == MISSING, 0.0, np.where(waits, math.log(p), math.log(1 - p)))
 
     # -- distributions -------------------------------------------------------------------------
     def _seed_models(self) -> list[GapModel]:
@@ -652,7 +651,7 @@ class _Instance:
         spans = self.spans
         # Owners are rows or groups; batches need a dense index, ordered by start.
         uniq, dense = np.unique(owner, return_inverse=True)
-        first = np.full(len(uniq), np.iinfo(np.int64).max)
+        first = np.full(len(uniq), NEVER)
         np.minimum.at(first, dense, spans.start[cands.incoming])
         local = Candidates(dense, cands.weight, cands.out_ptr, cands.out_rows, cands.skips)
         parts, continued = batches(local, first, self.params.max_batch)
