@@ -11,7 +11,6 @@ tables, blind JSON lines): each RPC becomes a request and a response, as WAP5 wo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,32 +28,17 @@ FORMATS = ("auto", "strace", "events", "table", "spans")
 def read_messages(
     paths: str | Path | list[str | Path],
     *,
-    format: str = "auto",
-    host: str | None = None,
-    date: Any = None,
-    utc_offset_s: int = 0,
-    program: str | None = None,
-    names: Mapping[int, str] | None = None,
-    node_per_pid: bool = False,
     params: ReconcileParams | None = None,
+    **reading: Any,
 ) -> tuple[MessageTable, dict[str, int]]:
     """Messages from strace logs, socket-event JSON lines and message tables (or directories).
 
-    The reading options are :func:`~tacit.formats.messages_input.read_message_inputs`';
-    ``params`` go to the reconciliation. The accounting holds ``files``, the readers' line
-    counts under ``input ...``, the reconciliation's counts, ``message table rows`` and the total
-    ``messages``.
+    ``reading`` holds the options of :func:`~tacit.formats.messages_input.read_message_inputs`
+    (``format``, ``host``, ``date``, ...); ``params`` go to the reconciliation. The accounting
+    holds ``files``, the readers' line counts under ``input ...``, the reconciliation's counts,
+    ``message table rows`` and the total ``messages``.
     """
-    inputs = read_message_inputs(
-        paths,
-        format=format,
-        host=host,
-        date=date,
-        utc_offset_s=utc_offset_s,
-        program=program,
-        names=names,
-        node_per_pid=node_per_pid,
-    )
+    inputs = read_message_inputs(paths, **reading)
     tables, acc = list(inputs.tables), dict(inputs.accounting)
     if inputs.events is not None:
         result = reconcile(inputs.events, params)
