@@ -543,10 +543,12 @@ def _learn_path(
         for (peer, ep, k), j in sorted(slot_ids.items(), key=lambda kv: kv[1])
     ]
     preds = [sorted(np.flatnonzero(immediate[:, j]).tolist()) for j in range(n)]
-    return CallPath(slots, preds, len(reqs), anchors=_anchors(preds, start, end))
+    path = CallPath(slots, preds, len(reqs))
+    path.anchors = _anchors(path, start, end)
+    return path
 
 
-def _anchors(preds: list[list[int]], start: np.ndarray, end: np.ndarray) -> list[int | None]:
+def _anchors(path: CallPath, start: np.ndarray, end: np.ndarray) -> list[int | None]:
     """Per slot, the sibling whose call start its gap is best measured from, learned from the
     test requests (a tacit extension of §4.1's gaps).
 
@@ -559,16 +561,17 @@ def _anchors(preds: list[list[int]], start: np.ndarray, end: np.ndarray) -> list
     it is what tells one request's fan-out from another's. A slot takes the earlier sibling
     whose gap has the smallest interquartile range over the test requests that made both,
     when that is smaller than its trigger gap's. ``start``/``end`` hold one row per request and
-    one column per slot, relative to the request's arrival (NaN: not made).
+    one column per slot of ``path`` (which has no anchors yet), relative to the request's
+    arrival (NaN: not made).
     """
-    n = len(preds)
+    preds, n = path.preds, len(path.slots)
     ready = np.zeros_like(start)
     for j in range(n):
         for q in preds[j]:
             ready[:, j] = np.fmax(ready[:, j], end[:, q])
     anchors: list[int | None] = [None] * n
     placed: list[int] = []
-    for j in CallPath([Slot("", "", 0)] * n, preds).order:
+    for j in path.order:
         best = np.inf
         for q in placed:
             if preds[q] != preds[j]:
