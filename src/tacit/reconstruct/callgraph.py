@@ -435,13 +435,12 @@ def _learn_endpoint(
         anchors=union.anchors,
         paths=paths,
         same_thread=same,
-        reorders=_reorders(spans, s, reqs, children, union),
+        reorders=_reorders(spans, reqs, children, union),
     )
 
 
 def _reorders(
     spans: SpanTable,
-    s: StringPool,
     reqs: list[int],
     children: dict[int, list[int]],
     union: CallPath,
@@ -457,15 +456,9 @@ def _reorders(
     of at least :data:`ORDER_MIN_PAIRS` such pairs kept order; with fewer pairs there is no
     evidence that it does.
     """
-    index = {(sl.service, sl.endpoint, sl.occurrence): j for j, sl in enumerate(union.slots)}
     calls: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
-    for r in reqs:
-        occ: dict[tuple[int, int], int] = {}
-        slot_of: dict[int, int] = {}
-        for c in children.get(r, []):
-            key = (int(spans.peer[c]), int(spans.endpoint[c]))
-            slot_of[index[(s[key[0]] or "?", s[key[1]] or "?", occ.get(key, 0))]] = c
-            occ[key] = occ.get(key, 0) + 1
+    # The union path was learned from the same requests: its slots are numbered alike.
+    for r, slot_of in zip(reqs, _slot_calls(spans, reqs, children)[1], strict=True):
         for j, c in slot_of.items():
             ready = max(
                 [int(spans.start[r])]
@@ -502,13 +495,12 @@ def _tolerances(
     }
 
 
-def _learn_path(
-    spans: SpanTable,
-    s: StringPool,
-    reqs: list[int],
-    children: dict[int, list[int]],
-    tolerance: dict[tuple[int, int], tuple[int, int]],
-) -> CallPath:
+def _slot_calls(
+    spans: SpanTable, reqs: list[int], children: dict[int, list[int]]
+) -> tuple[dict[tuple[int, int, int], int], list[dict[int, int]]]:
+    """The slots of ``reqs``' calls, numbered by first appearance: ``(peer, endpoint,
+    occurrence) → slot``, and per request ``slot → call row`` (occurrences count a request's
+    calls to one backend in start order)."""
     slot_ids: dict[tuple[int, int, int], int] = {}
     rows_per_req: list[dict[int, int]] = []
     for r in reqs:
@@ -518,9 +510,19 @@ def _learn_path(
             key = (int(spans.peer[c]), int(spans.endpoint[c]))
             k = occ.get(key, 0)
             occ[key] = k + 1
-            j = slot_ids.setdefault((*key, k), len(slot_ids))
-            placed[j] = c
+            placed[slot_ids.setdefault((*key, k), len(slot_ids))] = c
         rows_per_req.append(placed)
+    return slot_ids, rows_per_req
+
+
+def _learn_path(
+    spans: SpanTable,
+    s: StringPool,
+    reqs: list[int],
+    children: dict[int, list[int]],
+    tolerance: dict[tuple[int, int], tuple[int, int]],
+) -> CallPath:
+    slot_ids, rows_per_req = _slot_calls(spans, reqs, children)
     n = len(slot_ids)
     start = np.full((len(reqs), n), np.nan)
     end = np.full((len(reqs), n), np.nan)
