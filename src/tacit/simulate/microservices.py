@@ -71,6 +71,7 @@ def simulate(
         raise ConfigError(f"simulate: duration_s must be a positive number, got {duration_s}")
     rng = np.random.default_rng(seed)
     if n_requests is None:
+        assert duration_s is not None  # checked above
         count = rng.poisson(rate * duration_s)
         arrivals = np.sort(rng.uniform(0.0, duration_s, count))
     else:
@@ -239,8 +240,8 @@ class _Simulation:
                 threads = range(first_thread, first_thread + spec.workers)
                 first_thread += spec.workers
                 service.instances.append(_Instance(code(f"{name}-{i}"), service, threads))
-            for ep in spec.endpoints.values():
-                endpoints[name, ep.name] = _Endpoint(code(ep.name), service, ep)
+            for ep_spec in spec.endpoints.values():
+                endpoints[name, ep_spec.name] = _Endpoint(code(ep_spec.name), service, ep_spec)
 
         def plan(steps: tuple[StepSpec, ...]) -> list[list[_Call]]:
             return [[_Call(endpoints[c.service, c.endpoint], c) for c in s.calls] for s in steps]
@@ -457,7 +458,7 @@ class _Simulation:
             end=recorded(self.end)[order],
             thread=thread[order],
             link=row_of[np.array(self.link, dtype=np.int64)][order],
-            span_id=[self.strings.code(f"{x:016x}") for x in ids],
+            span_id=np.array([self.strings.code(f"{x:016x}") for x in ids], dtype=np.int64),
             record=np.arange(1, n + 1),
             sources=[source],
         )
