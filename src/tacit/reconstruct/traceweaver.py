@@ -829,12 +829,20 @@ class _Instance:
         self, result: Reconstruction, cands: Candidates, raw: np.ndarray, picked: np.ndarray
     ) -> None:
         """Write the mapping, scores and top-K alternatives into ``result``; count the requests
-        not given their top choice."""
+        not given their top choice.
+
+        A request's candidates rank as the joint assignment weighs them: with ``call_paths``,
+        by the calls they give a cause first and by score second. Ranking by score alone made
+        every request whose longest path scored below a shorter one count as not given its top
+        choice, though the assignment never prefers the shorter one: on the simulated shop the
+        front end's confidence was 75-84 % where its accuracy was 98-100 %.
+        """
         k = self.params.top_k
         if not len(raw):
             self._count(result, cands, raw, picked, {})
             return
-        by_rank = np.lexsort((np.arange(len(raw)), -raw, cands.incoming))
+        coverage = np.diff(cands.out_ptr) if self.params.call_paths else np.zeros(len(raw))
+        by_rank = np.lexsort((np.arange(len(raw)), -raw, -coverage, cands.incoming))
         first = run_heads(cands.incoming[by_rank])
         best = dict(
             zip(cands.incoming[by_rank[first]].tolist(), by_rank[first].tolist(), strict=True)
