@@ -159,22 +159,31 @@ class _Rows:
         return ResponseLog(self.strings, *(np.array(c) for c in cols))
 
 
-async def _client(
-    conn: int,
-    protocol: ClientProtocol,
-    address: tuple[str, int],
-    params: ClientParams,
-    start: float,
-    seconds: float,
-    rng: np.random.Generator,
-    rows: _Rows,
-) -> None:
-    """One client: trees until ``seconds`` have passed since ``start`` (monotonic), then it
-    finishes the tree it is in and closes."""
-    reader, writer = await asyncio.open_connection(*address)
+@dataclass(frozen=True)
+class _Run:
+    """What every client of one run shares: the protocol and server, the load, when the run
+    started (monotonic) and stops, and the log the responses go to."""
+
+    protocol: ClientProtocol
+    address: tuple[str, int]
+    params: ClientParams
+    start: float
+    seconds: float
+    rows: _Rows
+
+    def going(self) -> bool:
+        """Whether a client may start another tree."""
+        return time.monotonic() - self.start < self.seconds
+
+
+async def _client(conn: int, run: _Run, rng: np.random.Generator) -> None:
+    """One client: trees until the run's ``seconds`` have passed, then it finishes the tree it
+    is in and closes."""
+    protocol, params, rows = run.protocol, run.params, run.rows
+    reader, writer = await asyncio.open_connection(*run.address)
     port = writer.get_extra_info("sockname")[1]
     try:
-        while time.monotonic() - start < seconds:
+        while run.going():
             todo: deque[tuple[str, int]] = deque([(protocol.root(rng, time.time()), NONE)])
             inflight: deque[tuple[str, int, int, int]] = deque()
             while todo or inflight:
@@ -194,22 +203,14 @@ async def _client(
         await writer.wait_closed()
 
 
-async def _browser(
-    client: int,
-    protocol: ClientProtocol,
-    address: tuple[str, int],
-    params: ClientParams,
-    start: float,
-    seconds: float,
-    rng: np.random.Generator,
-    rows: _Rows,
-) -> None:
+async def _browser(client: int, run: _Run, rng: np.random.Generator) -> None:
     """One browser-like client: ``params.max_outstanding`` connections, one request in flight
     on each; an object is requested on the first free connection once the response naming it
     has been read; the next tree starts when the last object of the previous one is read.
     Connection ``k`` of client ``c`` is logged as ``conn`` ``c · max_outstanding + k``."""
-    n = params.max_outstanding
-    streams = [await asyncio.open_connection(*address) for _ in range(n)]
+    protocol, rows = run.protocol, run.rows
+    n = run.params.max_outstanding
+    streams = [await asyncio.open_connection(*run.address) for _ in range(n)]
     todo: asyncio.Queue[tuple[str, int] | None] = asyncio.Queue()
     left = [0]  # objects of the current tree queued or in flight
     tree_done = asyncio.Event()
@@ -233,7 +234,7 @@ async def _browser(
         async with asyncio.TaskGroup() as group:
             for k, (reader, writer) in enumerate(streams):
                 group.create_task(connection(k, reader, writer))
-            while time.monotonic() - start < seconds:
+            while run.going():
                 tree_done.clear()
                 left[0] = 1
                 todo.put_nowait((protocol.root(rng, time.time()), NONE))
@@ -249,14 +250,13 @@ async def _browser(
 async def _run(
     protocol: ClientProtocol, address: tuple[str, int], seconds: float, params: ClientParams, seed
 ) -> ResponseLog:
-    rows = _Rows()
     rngs = [np.random.default_rng([seed, c]) for c in range(params.connections)]
-    start = time.monotonic()
+    run = _Run(protocol, address, params, time.monotonic(), seconds, _Rows())
     client = _browser if params.browser else _client
     async with asyncio.TaskGroup() as group:
         for c in range(params.connections):
-            group.create_task(client(c, protocol, address, params, start, seconds, rngs[c], rows))
-    return rows.table()
+            group.create_task(client(c, run, rngs[c]))
+    return run.rows.table()
 
 
 def run_clients(
