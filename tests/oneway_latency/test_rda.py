@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -259,19 +257,16 @@ def test_equal_memory_sizing():
         RDAParams().with_memory(30)  # not one bucket per bank
 
 
-def test_ten_thousand_differences_decode_fast():
+def test_ten_thousand_differences_decode():
+    """§VIII-A's scale; bench_oneway.py measures the decode time."""
     ids = random_ids(110_000, 7)
     send = np.arange(100_000) * 90
     layout = RDAParams().layout(40_000)  # §VIII-A: twice the 20,000 differences per bank
     work = work_of((ids[:100_000], send), (ids[10_000:], np.r_[send[10_000:] + 700, send[:10_000]]))
-    reconcile_interval(work, layout, 3)  # compile
     sender = Synopsis.build(layout, work.sender.ids, work.sender.ts)
     receiver = Synopsis.build(layout, work.receiver.ids, work.receiver.ts)
-    t0 = time.perf_counter()
     result = reconcile(sender, receiver, work, 3)
-    elapsed = time.perf_counter() - t0
     assert result.decoded and result.lost + result.foreign == 20_000
-    assert elapsed < 0.2  # the bench measures it; the target is 20 ms on an idle core
 
 
 @pytest.mark.parametrize("name", LAYOUTS)

@@ -6,7 +6,6 @@ import copy
 import dataclasses
 import math
 import re
-import time
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -324,11 +323,11 @@ def test_duration_bounds_the_arrivals(shop: AppSpec) -> None:
     assert (both.parent == NONE).sum() == 50
 
 
-def test_two_thousand_requests_are_fast(shop: AppSpec) -> None:
-    began = time.perf_counter()
+def test_two_thousand_requests(shop: AppSpec) -> None:
+    """bench_simulators.py measures how fast this is."""
     t = simulate(shop, 300, n_requests=2000)
-    assert time.perf_counter() - began < 2.0
     assert len(t) > 20_000
+    assert (t.parent == NONE).sum() == 2000
 
 
 BASE = yaml.safe_load(

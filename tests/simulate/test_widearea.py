@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -342,9 +341,7 @@ def test_no_heartbeats() -> None:
     assert run.n_requests == len(run.request_shape)
 
 
-def test_generation_speed() -> None:
-    start = time.perf_counter()
+def test_a_minute_at_a_thousand_requests_per_second() -> None:
+    """The scale the path benchmark runs at (bench_simulators.py measures its speed)."""
     run = simulate_widearea(WideAreaParams(rate=1000, duration_s=60))
-    elapsed = time.perf_counter() - start
     assert len(run.messages) > 200_000
-    assert elapsed < 10, f"{len(run.messages)} messages took {elapsed:.1f} s"
