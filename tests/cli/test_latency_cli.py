@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from capture_probe import needs_capture
 from clirun import finish, start
 from tacit.formats.pcap_write import write_packets
 from tacit.response_latency import estimate_response_latency
@@ -88,14 +89,10 @@ def test_loadbalancer_compares_both_runs(runs):
 
 
 @pytest.mark.live
+@needs_capture(tool=False)
 def test_live_capture_on_loopback(tmp_path):
     """``--interface``: a request-response loop on loopback (5 ms service time) captured live;
     the estimates are near 5 ms and every packet is accounted for."""
-    from tacit.experiment.capture import capture_unavailable
-
-    reason = capture_unavailable()
-    if reason:
-        pytest.skip(reason)
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen()

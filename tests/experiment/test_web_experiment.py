@@ -9,8 +9,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from capture_probe import capture_refused, needs_capture
 from tacit.errors import ConfigError
-from tacit.experiment.capture import Capture, capture_unavailable
+from tacit.experiment.capture import Capture
 from tacit.experiment.memcached import (
     MemcachedParams,
     MemcachedProtocol,
@@ -34,9 +35,8 @@ SEED = 7
 
 @pytest.fixture(scope="module", params=["http", "memcached"])
 def run(request, tmp_path_factory) -> WebExperimentResult:
-    reason = capture_unavailable()
-    if reason:
-        pytest.skip(f"packet capture unavailable: {reason}")
+    if reason := capture_refused():
+        pytest.skip(reason)
     if request.param == "memcached" and (reason := memcached_unavailable()):
         pytest.skip(reason)
     workdir = tmp_path_factory.mktemp(request.param)
@@ -179,8 +179,7 @@ def test_latency_varies_over_the_run(run: WebExperimentResult):
     assert len(medians) >= 2 and max(medians) > 1.3 * min(medians)
 
 
+@needs_capture()
 def test_capture_error_is_a_config_error(tmp_path):
-    if reason := capture_unavailable():
-        pytest.skip(f"packet capture unavailable: {reason}")
     with pytest.raises(ConfigError, match="no-such-interface"):
         Capture(tmp_path / "x.pcap", "tcp", interface="no-such-interface").start()

@@ -8,20 +8,12 @@ import threading
 import numpy as np
 import pytest
 
+from capture_probe import needs_capture
 from tacit.errors import ConfigError
 from tacit.formats.live import LiveCapture, filtered_file, wrap_frames
 from tacit.formats.pcap import read_packet_buffer, read_packets
 from tacit.formats.pcap_write import build_frame, write_pcap
 from tacit.model.packets import UDP
-
-
-def _capture_or_skip(interface: str, bpf: str) -> LiveCapture:
-    try:
-        return LiveCapture(interface, bpf)
-    except ConfigError as e:
-        if "ermission" in str(e) or "not permitted" in str(e):
-            pytest.skip(f"live capture not permitted here: {e}")
-        raise
 
 
 def _free_udp_port() -> int:
@@ -30,10 +22,11 @@ def _free_udp_port() -> int:
         return s.getsockname()[1]
 
 
+@needs_capture(tool=False)
 def test_loopback_udp_is_captured_and_decoded() -> None:
     port = _free_udp_port()
     n = 200
-    with _capture_or_skip("lo", f"udp and dst port {port}") as cap:
+    with LiveCapture("lo", f"udp and dst port {port}") as cap:
         sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sink.bind(("127.0.0.1", port))
 
@@ -108,13 +101,15 @@ def test_filtered_file_applies_bpf(tmp_path) -> None:
     ("interface", "bpf", "message"),
     [("tacit-nosuch0", "", "cannot capture on 'tacit-nosuch0'"), ("lo", "udp and and", "filter")],
 )
+@needs_capture(tool=False)
 def test_bad_interface_or_filter_is_a_config_error(interface, bpf, message) -> None:
     with pytest.raises(ConfigError, match=message):
-        _capture_or_skip(interface, bpf).close()
+        LiveCapture(interface, bpf).close()
 
 
 @pytest.mark.parametrize("seconds", [float("nan"), float("inf"), 0.0, -1.0])
+@needs_capture(tool=False)
 def test_a_capture_needs_a_positive_finite_duration(seconds) -> None:
     """A NaN deadline never passes: the capture would run forever."""
-    with _capture_or_skip("lo", "") as cap, pytest.raises(ConfigError, match="positive, finite"):
+    with LiveCapture("lo", "") as cap, pytest.raises(ConfigError, match="positive, finite"):
         next(cap.batches(seconds))
