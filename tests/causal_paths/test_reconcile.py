@@ -10,9 +10,9 @@ import pytest
 from tacit.causal_paths.inputs import read_messages
 from tacit.causal_paths.reconcile import ReconcileParams, reconcile
 from tacit.errors import ConfigError
-from tacit.formats.socketevents import concat_events
 from tacit.formats.strace import read_strace
 from tacit.model.messages import MISSING, MessageTable
+from tacit.model.socket_events import concat_events
 
 DATE = "2024-05-01"
 TEN = (1_714_521_600 + 10 * 3600) * 10**9  # 2024-05-01T10:00:00Z in ns

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tacit.errors import InputError
 from tacit.formats import pcap
-from tacit.formats.pcap import PacketRead, iter_packet_chunks, read_packets
+from tacit.formats.pcap import iter_packet_chunks, read_packets
 from tacit.formats.pcap_write import (
     AUTH,
     DEST_OPTS,
@@ -45,6 +45,7 @@ from tacit.formats.pcap_write import (
     write_pcap,
     write_pcapng,
 )
+from tacit.model.captures import PacketAccounting, PacketRead
 from tacit.model.packets import (
     ACK,
     FIN,
@@ -582,7 +583,7 @@ def test_chunks_equal_whole_read(tmp_path: Path, monkeypatch, chunk: int, block:
         whole = read(path)
         parts = list(iter_packet_chunks(path, chunk))
         assert all(p.accounting.records <= chunk for p in parts)
-        assert sum((p.accounting for p in parts), pcap.PacketAccounting()) == whole.accounting
+        assert sum((p.accounting for p in parts), PacketAccounting()) == whole.accounting
         joined = read(path, chunk_records=chunk)
         assert joined.accounting == whole.accounting
         for k, v in whole.packets.columns().items():
@@ -650,8 +651,8 @@ def test_payloads_across_read_blocks(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_accounting_adds_and_serialises() -> None:
-    a = pcap.PacketAccounting(records=2, ip_packets=1, unsupported_link={9: 1})
-    b = pcap.PacketAccounting(records=1, non_ip=1, reasons={"ethertype 0x0806 ARP": 1})
+    a = PacketAccounting(records=2, ip_packets=1, unsupported_link={9: 1})
+    b = PacketAccounting(records=1, non_ip=1, reasons={"ethertype 0x0806 ARP": 1})
     s = a + b
     assert s.records == 3 and s.unaccounted == 0 and s.unsupported_link == {9: 1}
     assert s.as_dict()["unsupported_link"] == {"9": 1}

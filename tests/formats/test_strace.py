@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from tacit.errors import InputError
-from tacit.formats.socketevents import (
+from tacit.formats.socketevents import iso_to_ns, read_event_lines, write_event_lines
+from tacit.formats.strace import host_from_filename, looks_like_strace, read_strace
+from tacit.model.socket_events import (
     ACCEPT,
     BIND,
     CLOSE,
@@ -23,11 +25,7 @@ from tacit.formats.socketevents import (
     TCP,
     UDP,
     SocketEvents,
-    iso_to_ns,
-    read_event_lines,
-    write_event_lines,
 )
-from tacit.formats.strace import host_from_filename, looks_like_strace, read_strace
 
 MIDNIGHT = 1_714_521_600 * 10**9  # 2024-05-01T00:00:00Z
 INET = '{{sa_family=AF_INET, sin_port=htons({port}), sin_addr=inet_addr("{ip}")}}'

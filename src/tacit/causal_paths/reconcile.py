@@ -72,7 +72,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tacit.errors import ConfigError
-from tacit.formats.socketevents import (
+from tacit.model.messages import MISSING, MessageTable
+from tacit.model.socket_events import (
     ACCEPT,
     BIND,
     CLOSE,
@@ -86,7 +87,6 @@ from tacit.formats.socketevents import (
     format_addr,
     split_addr,
 )
-from tacit.model.messages import MISSING, MessageTable
 from tacit.model.spans import NONE, StringPool
 from tacit.runs import run_heads, run_starts
 

@@ -41,7 +41,7 @@ from tacit.diagnosis.syslog_templates import (
     window_counts,
 )
 from tacit.errors import ConfigError
-from tacit.formats.syslog import SyslogRecords
+from tacit.model.syslog_records import SyslogRecords
 
 S = 1_000_000_000
 INTRA, INTER = "intra", "inter"

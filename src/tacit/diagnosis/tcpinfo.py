@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from tacit.formats.ss import TcpInfoTable
 from tacit.model.columns import NONE
+from tacit.model.tcp_info import TcpInfoTable
 
 BOUNDS = ("server", "network", "client")
 """Names of the :attr:`PathSplit.bound` codes (-1: undetermined, no connection statistics)."""

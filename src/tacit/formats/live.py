@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from tacit.errors import ConfigError, InputError
-from tacit.formats.pcap import MAX_SNAPLEN, PacketRead, read_packet_buffer
+from tacit.formats.pcap import MAX_SNAPLEN, read_packet_buffer
+from tacit.model.captures import PacketRead
 
 _PCAP_HEADER = struct.Struct("<IHHiIII")
 _PCAP_US_MAGIC = 0xA1B2C3D4

@@ -19,9 +19,9 @@ import orjson
 
 from tacit.errors import ConfigError, InputError
 from tacit.formats import messagetable, socketevents, strace
-from tacit.formats.socketevents import SocketEvents
 from tacit.formats.textio import expand_inputs, read_head
 from tacit.model.messages import MessageTable
+from tacit.model.socket_events import SocketEvents, concat_events
 
 INPUT_FORMATS = ("auto", "strace", "events", "table")
 SUFFIXES = tuple(
@@ -133,7 +133,7 @@ def read_message_inputs(
             t = messagetable.read_message_table(f)
             acc["message table rows"] = acc.get("message table rows", 0) + len(t)
             tables.append(t)
-    events = socketevents.concat_events(event_tables) if event_tables else None
+    events = concat_events(event_tables) if event_tables else None
     if events is not None:
         for k, n in events.accounting.items():
             acc[f"input {k}"] = n

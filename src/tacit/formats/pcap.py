@@ -10,12 +10,12 @@ tags), RAW (101), LOOP (108), LINUX_SLL (113), IPV4 (228), IPV6 (229), LINUX_SLL
 with options and IPv6 with hop-by-hop, routing, fragment, destination options and AH extension
 headers are walked to TCP or UDP; TCP options to the timestamp option (RFC 7323).
 
-Every packet record is accounted for (:class:`PacketAccounting`): a row of the table, or a
-count with its reason (not IP, unsupported link type, cut before the end of the IP header, a
-non-first fragment, malformed, or cut by the end of the file). A capture killed mid-write ends
-in a cut record: that is counted (``truncated_file``), not an error. A length that cannot be
-right (a record longer than any snap length, a pcapng block of impossible size) is garbage: an
-:class:`~tacit.errors.InputError` naming the file, record and byte offset.
+Every packet record is accounted for (:class:`~tacit.model.captures.PacketAccounting`): a row
+of the table, or a count with its reason (not IP, unsupported link type, cut before the end of
+the IP header, a non-first fragment, malformed, or cut by the end of the file). A capture killed
+mid-write ends in a cut record: that is counted (``truncated_file``), not an error. A length
+that cannot be right (a record longer than any snap length, a pcapng block of impossible size)
+is garbage: an :class:`~tacit.errors.InputError` naming the file, record and byte offset.
 
 Why hand-written rather than dpkt: dpkt builds a Python object per header and, taken to the
 same fields, decodes 30,000 to 60,000 packets/s (bench/bench_pcap.py), while the latency
@@ -31,7 +31,6 @@ import gzip
 import mmap
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
@@ -40,6 +39,7 @@ from numba import njit
 
 from tacit.errors import InputError
 from tacit.formats.textio import GZIP_MAGIC, read_bytes
+from tacit.model.captures import PacketAccounting, PacketRead
 from tacit.model.packets import (
     IDENT_HEADER,
     IDENT_PAYLOAD,
@@ -164,86 +164,6 @@ _POW10 = np.array([10**k for k in range(19)], dtype=np.int64)
 _SEC = 1_000_000_000
 _SHB, _IDB, _OPB, _SPB, _EPB = PCAPNG_MAGIC, 1, 2, 3, 6
 _READ_BLOCK = 8 * 2**20
-
-
-@dataclass
-class PacketAccounting:
-    """What became of every record of a capture.
-
-    The buckets (:meth:`buckets`) partition the packet records: ``ip_packets`` became rows;
-    ``non_ip`` were another protocol (ARP, LLDP, ...); ``unsupported_link`` had a link type this
-    reader does not decode (per link type); ``truncated`` were cut before the end of the fixed
-    IP header; ``fragments`` were non-first IP fragments (no transport header to decode);
-    ``malformed`` had inconsistent IP or transport headers; ``truncated_file`` is the last record
-    (or pcapng block), cut by the end of the file. ``reasons`` breaks every bucket but
-    ``ip_packets`` down by reason.
-
-    Beside the buckets: ``truncated_packets`` rows were cut by the snap length (flagged
-    ``truncated``), ``first_fragments`` rows are first fragments, ``no_timestamp`` rows came from
-    Simple Packet Blocks, and ``blocks`` counts pcapng blocks that hold no packet, by type.
-    """
-
-    records: int = 0
-    ip_packets: int = 0
-    non_ip: int = 0
-    unsupported_link: dict[int, int] = field(default_factory=dict)
-    truncated: int = 0
-    fragments: int = 0
-    malformed: int = 0
-    truncated_file: int = 0
-    reasons: dict[str, int] = field(default_factory=dict)
-    truncated_packets: int = 0
-    first_fragments: int = 0
-    no_timestamp: int = 0
-    blocks: dict[str, int] = field(default_factory=dict)
-
-    def buckets(self) -> dict[str, int]:
-        """Records per bucket; they sum to ``records``."""
-        return {
-            "ip_packets": self.ip_packets,
-            "non_ip": self.non_ip,
-            "unsupported_link": sum(self.unsupported_link.values()),
-            "truncated": self.truncated,
-            "fragments": self.fragments,
-            "malformed": self.malformed,
-            "truncated_file": self.truncated_file,
-        }
-
-    @property
-    def unaccounted(self) -> int:
-        """Records in no bucket: 0 unless the reader has a bug."""
-        return self.records - sum(self.buckets().values())
-
-    def __add__(self, other: PacketAccounting) -> PacketAccounting:
-        merged: dict[str, Any] = {}
-        for f in fields(self):
-            a, b = getattr(self, f.name), getattr(other, f.name)
-            merged[f.name] = _add_counts(a, b) if isinstance(a, dict) else a + b
-        return PacketAccounting(**merged)
-
-    def as_dict(self) -> dict:
-        """A JSON-ready dict (link types as strings)."""
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["unsupported_link"] = {str(k): v for k, v in self.unsupported_link.items()}
-        return d
-
-
-def _add_counts(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = out.get(k, 0) + v
-    return out
-
-
-@dataclass
-class PacketRead:
-    """The packets of a capture, what became of every record, and the file format; with
-    ``payloads``, the captured payload bytes of every row."""
-
-    packets: PacketTable
-    accounting: PacketAccounting
-    format: str
-    payloads: PacketPayloads | None = None
 
 
 def read_packets(

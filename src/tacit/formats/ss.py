@@ -1,4 +1,5 @@
-"""TCP connection statistics as ``ss -tin`` prints them (iproute2), read into columns.
+"""TCP connection statistics as ``ss -tin`` prints them (iproute2), read into a table
+(:class:`~tacit.model.tcp_info.TcpInfoTable`).
 
 ``ss -i`` prints the kernel's ``tcp_info`` of each socket as ``key:value`` tokens after the
 connection line (on a tab-indented continuation line, or on the same line with ``-O``). This
@@ -19,14 +20,14 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 
 from tacit.errors import InputError
 from tacit.formats.socketevents import seconds_to_ns
 from tacit.formats.textio import read_text
-from tacit.model.columns import NONE, ColumnTable, StringPool
+from tacit.model.columns import NONE, StringPool
+from tacit.model.tcp_info import TcpInfoTable
 
 MS = 1_000_000
 """Nanoseconds per millisecond: ``ss`` prints its times in milliseconds."""
@@ -85,81 +86,6 @@ NETIDS = frozenset({"tcp", "mptcp"})
 _NUMBER = re.compile(r"^[+-]?\d+(\.\d*)?$")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)([KMG]?)bps$")
 _RATE_SCALE = {"": 1, "K": 1_000, "M": 1_000_000, "G": 1_000_000_000}
-
-
-@dataclass
-class TcpInfoTable(ColumnTable):
-    """One row per connection per snapshot. Times are int64 ns; absent values are -1.
-
-    ``retrans_now``/``retrans_total`` are ``retrans:A/B`` (segments retransmitted and not yet
-    acknowledged / retransmitted over the connection's life); ``rtt``/``rttvar`` are the
-    smoothed RTT and its mean deviation (RFC 6298), ``minrtt`` the smallest RTT seen.
-    """
-
-    COLUMNS: ClassVar[dict[str, type]] = {
-        "sample": np.int32,
-        "time": np.int64,
-        "line": np.int32,
-        "state": np.int32,
-        "local": np.int32,
-        "peer": np.int32,
-        "cc": np.int32,
-        "recv_q": np.int64,
-        "send_q": np.int64,
-        "rtt": np.int64,
-        "rttvar": np.int64,
-        **{c: np.int64 for c in TIME_MS.values()},
-        **{c: np.int64 for c in LAST_MS.values()},
-        **{c: np.int64 for c in COUNTS.values()},
-        **{c: np.int64 for c in RATES.values()},
-        "retrans_now": np.int64,
-        "retrans_total": np.int64,
-    }
-    strings: StringPool
-    sample: np.ndarray
-    time: np.ndarray
-    line: np.ndarray
-    state: np.ndarray
-    local: np.ndarray
-    peer: np.ndarray
-    cc: np.ndarray
-    recv_q: np.ndarray
-    send_q: np.ndarray
-    rtt: np.ndarray
-    rttvar: np.ndarray
-    rto: np.ndarray
-    ato: np.ndarray
-    minrtt: np.ndarray
-    rcv_rtt: np.ndarray
-    lastsnd: np.ndarray
-    lastrcv: np.ndarray
-    lastack: np.ndarray
-    cwnd: np.ndarray
-    ssthresh: np.ndarray
-    mss: np.ndarray
-    bytes_sent: np.ndarray
-    bytes_retrans: np.ndarray
-    bytes_acked: np.ndarray
-    bytes_received: np.ndarray
-    segs_out: np.ndarray
-    segs_in: np.ndarray
-    data_segs_out: np.ndarray
-    data_segs_in: np.ndarray
-    lost: np.ndarray
-    unacked: np.ndarray
-    notsent: np.ndarray
-    send_bps: np.ndarray
-    delivery_bps: np.ndarray
-    pacing_bps: np.ndarray
-    retrans_now: np.ndarray
-    retrans_total: np.ndarray
-
-    def connection_keys(self) -> list[str]:
-        """``LOCAL PEER`` of every row: the key that joins RPCs to their connection."""
-        s = self.strings
-        return [
-            f"{s[a]} {s[b]}" for a, b in zip(self.local.tolist(), self.peer.tolist(), strict=True)
-        ]
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""strace logs of socket calls, read into :class:`~tacit.formats.socketevents.SocketEvents`.
+"""strace logs of socket calls, read into :class:`~tacit.model.socket_events.SocketEvents`.
 
 WAP5 (Reynolds et al., WWW '06, §4) intercepts each traced process's socket calls; strace gives
 the same record without touching the program::
@@ -57,7 +57,9 @@ from pathlib import Path
 from typing import Any
 
 from tacit.errors import InputError
-from tacit.formats.socketevents import (
+from tacit.formats.socketevents import FdTable, content_checksum, midnight_ns
+from tacit.formats.textio import read_text
+from tacit.model.socket_events import (
     ACCEPT,
     BIND,
     CLOSE,
@@ -70,14 +72,10 @@ from tacit.formats.socketevents import (
     TCP,
     UDP,
     UNKNOWN_PROTO,
-    FdTable,
     SocketEvents,
     SocketEventsBuilder,
-    content_checksum,
     format_addr,
-    midnight_ns,
 )
-from tacit.formats.textio import read_text
 from tacit.model.spans import NONE
 
 SUFFIXES = (".strace", ".strace.gz")

@@ -1,4 +1,5 @@
-"""Device syslogs: RFC 5424, RFC 3164 (BSD) and the loghub sample formats, as columns.
+"""Device syslogs: RFC 5424, RFC 3164 (BSD) and the loghub sample formats, read into
+:class:`~tacit.model.syslog_records.SyslogRecords`.
 
 YTrace (Kanuparthy et al., arXiv 1602.03273, §4 "network") diagnoses the network from the
 syslogs of its devices; the first step is to read them. One line is one record. The format of a
@@ -19,7 +20,7 @@ import csv
 import io
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,6 +29,7 @@ import numpy as np
 from tacit.errors import ConfigError, InputError
 from tacit.formats.common import Paths, input_files
 from tacit.formats.textio import read_text
+from tacit.model.syslog_records import SyslogRecords
 
 SUFFIXES = (".log", ".log.gz", ".syslog", ".syslog.gz", ".txt", ".txt.gz")
 """The files :func:`read_syslog` takes from a directory."""
@@ -59,29 +61,6 @@ _PATTERNS = {
     ),
 }
 FORMATS = ("auto", *_PATTERNS)
-
-
-@dataclass
-class SyslogRecords:
-    """One row per parsed line: ``time`` (ns), ``device`` (code into ``devices``), the message
-    ``content`` (after the header), the emitting ``app``, and the 1-based ``line`` in its file
-    (``file``: index into ``files``)."""
-
-    time: np.ndarray
-    device: np.ndarray
-    devices: list[str]
-    content: list[str]
-    app: list[str]
-    line: np.ndarray
-    file: np.ndarray
-    files: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.time)
-
-    def device_names(self) -> np.ndarray:
-        """The device name of every row."""
-        return np.asarray(self.devices, dtype=object)[self.device]
 
 
 @dataclass

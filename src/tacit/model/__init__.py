@@ -1,8 +1,10 @@
 """Plain data types through which tacit's stages talk to each other."""
 
+from tacit.model.captures import PacketAccounting, PacketRead
 from tacit.model.messages import MessageTable
 from tacit.model.packets import PacketTable
 from tacit.model.roles import Observed, infer_roles
+from tacit.model.socket_events import SocketEvents, SocketEventsBuilder, concat_events
 from tacit.model.spans import (
     CLIENT,
     INTERNAL,
@@ -16,6 +18,8 @@ from tacit.model.spans import (
     StringPool,
     concat,
 )
+from tacit.model.syslog_records import SyslogRecords
+from tacit.model.tcp_info import TcpInfoTable
 
 __all__ = [
     "CLIENT",
@@ -27,10 +31,17 @@ __all__ = [
     "UNKNOWN",
     "MessageTable",
     "Observed",
+    "PacketAccounting",
+    "PacketRead",
     "PacketTable",
+    "SocketEvents",
+    "SocketEventsBuilder",
     "SpanTable",
     "SpanTableBuilder",
     "StringPool",
+    "SyslogRecords",
+    "TcpInfoTable",
     "concat",
+    "concat_events",
     "infer_roles",
 ]

@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from tacit.errors import ConfigError, TacitError
-from tacit.formats.pcap import PacketAccounting
+from tacit.model.captures import PacketAccounting
 from tacit.model.packets import NO_TIME
 from tacit.oneway_latency.capture_sources import LiveSource, PcapSource
 from tacit.oneway_latency.intervals import IntervalCache, IntervalParams, IntervalWork

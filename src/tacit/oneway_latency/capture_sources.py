@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tacit.formats.pcap import PacketAccounting, PacketRead, iter_packet_chunks
+from tacit.formats.pcap import iter_packet_chunks
+from tacit.model.captures import PacketAccounting, PacketRead
 from tacit.model.packets import NO_TIME
 
 log = logging.getLogger("tacit.oneway_latency.agent")

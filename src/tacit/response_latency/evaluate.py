@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tacit.errors import ConfigError
-from tacit.formats.pcap import PacketRead
+from tacit.model.captures import PacketRead
 from tacit.model.packets import parse_endpoint
 from tacit.response_latency.estimator import ResponseEstimates
 from tacit.response_latency.rtt_baselines import METHODS, rtt_samples

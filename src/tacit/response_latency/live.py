@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from tacit.formats.pcap import PacketAccounting
+from tacit.model.captures import PacketAccounting
 from tacit.response_latency.estimator import (
     ResponseEstimates,
     StreamingEstimator,

@@ -43,7 +43,6 @@ import numpy as np
 from numba import njit
 
 from tacit.errors import ConfigError, InputError
-from tacit.formats.pcap import PacketRead
 from tacit.formats.protocols import (
     HTTP,
     MEMCACHED,
@@ -57,6 +56,7 @@ from tacit.formats.protocols import (
     find,
 )
 from tacit.formats.tcp_stream import ByteStream, StreamBytes, reassemble
+from tacit.model.captures import PacketRead
 from tacit.model.columns import StringPool
 from tacit.model.messages import MISSING
 from tacit.model.packets import (
