@@ -71,3 +71,19 @@ def synopsis_naive(positions, ident, time, id_check: bool, check32=None):
             if id_check:
                 check[p] ^= int(check32(x))
     return idx, ts, count, check
+
+
+def climb_naive(parent: list[int]) -> tuple[list[int], list[int], bool]:
+    """Each row's depth and topmost ancestor by walking up its parents one by one, and whether
+    any walk met a row twice (a cycle; depths and ancestors are then meaningless)."""
+    depth, root = [], []
+    for i in range(len(parent)):
+        seen, x = [i], i
+        while parent[x] != -1:
+            x = parent[x]
+            if x in seen:
+                return [], [], True
+            seen.append(x)
+        depth.append(len(seen) - 1)
+        root.append(x)
+    return depth, root, False

@@ -71,6 +71,7 @@ def _jaeger_span(sid: str, parent: str, service: str, kind: str, start: int, us:
 
 
 def test_a_cycle_of_parents_is_one_line_naming_the_trace(tmp_path):
+    """Every command that reads traces refuses parent links that would send it round a cycle."""
     spans = [
         _jaeger_span("r", "c2", "front", "server", 0, 100),
         _jaeger_span("c1", "r", "front", "client", 10, 50),
@@ -84,8 +85,13 @@ def test_a_cycle_of_parents_is_one_line_naming_the_trace(tmp_path):
         {
             "tail": start("diagnose", "tail", f, cwd=tmp_path),
             "ab": start("diagnose", "abtest", f, "--service", "back", cwd=tmp_path),
+            "evaluate": start("evaluate", f, cwd=tmp_path),
+            "paths": start("paths", "evaluate", f, cwd=tmp_path),
+            "blind": start("blind", f, "--out", tmp_path / "b.jsonl", cwd=tmp_path),
+            "critical": start("diagnose", "critical-path", f, "--blind", cwd=tmp_path),
         }
     )
+    assert not (tmp_path / "b.jsonl").exists()
     for r in res.values():
         assert r.returncode == 2
         assert r.stderr.count("\n") == 1 and "trace abc: parent links form a cycle" in r.stderr

@@ -41,6 +41,7 @@ import numpy as np
 from numba import njit
 
 from tacit.errors import InputError
+from tacit.model.parents import climb
 from tacit.model.roles import process_key
 from tacit.model.spans import NONE, SpanTable
 
@@ -116,7 +117,7 @@ def trace_roots(spans: SpanTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, d
     parentless spans (a parent is missing), the longest is its root and the others' subtrees are
     counted as fragments. A cycle of parent links raises :class:`InputError` naming the trace.
     """
-    depth, root, cycle = _climb(spans.parent)
+    depth, root, cycle = climb(spans.parent)
     if cycle >= 0:
         raise InputError(
             f"trace {spans.name('trace', cycle) or '(no id)'}: parent links form a cycle "
@@ -221,41 +222,6 @@ def build_graph(spans: SpanTable, params: GraphParams | None = None) -> Executio
         blocking=blocking,
         warnings=warnings,
     )
-
-
-@njit(cache=True)
-def _climb(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:  # pragma: no cover
-    """Depth and topmost ancestor of every row, and a row on a cycle of parents (-1: none)."""
-    n = len(parent)
-    depth = np.full(n, -1, np.int64)
-    root = np.full(n, -1, np.int64)
-    stack = np.empty(n, np.int64)
-    for i in range(n):
-        if depth[i] >= 0:
-            continue
-        top = 0
-        x = i
-        d = -1
-        r = -1
-        while x != -1:
-            if depth[x] >= 0:
-                d = depth[x]
-                r = root[x]
-                break
-            if depth[x] == -2:
-                return depth, root, x
-            depth[x] = -2
-            stack[top] = x
-            top += 1
-            x = parent[x]
-        for j in range(top - 1, -1, -1):
-            y = stack[j]
-            d += 1
-            if r == -1:
-                r = y
-            depth[y] = d
-            root[y] = r
-    return depth, root, -1
 
 
 @njit(cache=True)

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from tacit.errors import InputError
 from tacit.model.columns import NONE, ColumnTable, StringPool, recode
+from tacit.model.parents import climb
 
 __all__ = ["NONE", "StringPool"]  # re-exported: where spans' users have always found them
 
@@ -206,7 +207,8 @@ def resolve_parents(
     """The row of each span's parent (by its span id within the same trace; codes of
     ``strings``, -1 for none) and how many named parents are not in the input.
 
-    Raises :class:`InputError` naming the record of a span id repeated within a trace.
+    Raises :class:`InputError` naming the record of a span id repeated within a trace, or of a
+    span on a cycle of parent links (a span its own ancestor).
     """
     n = len(trace)
     key = _span_key(trace, span_id)
@@ -229,6 +231,14 @@ def resolve_parents(
     found = at < len(sorted_key)
     found[found] = sorted_key[at[found]] == want[found]
     parent[named[found]] = order[at[found]]
+    cycle = climb(parent)[2]
+    if cycle >= 0:
+        raise InputError(
+            f"trace {strings[int(trace[cycle])]}: parent links form a cycle through span "
+            f"{strings[int(span_id[cycle])]}",
+            path=source,
+            record=int(record[cycle]),
+        )
     return parent, int((~found).sum())
 
 
