@@ -61,7 +61,7 @@ import numpy as np
 
 from tacit.errors import ConfigError
 from tacit.oneway_latency.estimate import LatencyEstimate, estimate_from_buckets
-from tacit.oneway_latency.intervals import IntervalCache, IntervalWork
+from tacit.oneway_latency.intervals import CacheLookup, IntervalCache, IntervalWork
 from tacit.oneway_latency.minhash import BottomK, bottom_k, set_difference
 from tacit.oneway_latency.synopsis import (
     Synopsis,
@@ -158,7 +158,7 @@ def reconcile_interval(
 
 
 def reconcile(
-    sender: Synopsis, receiver: Synopsis, work: IntervalWork, max_peel_rounds: int
+    sender: Synopsis, receiver: Synopsis, work: IntervalWork[CacheLookup], max_peel_rounds: int
 ) -> ReconcileResult:
     """Steps 4–7 of the module docstring; ``sender`` and ``receiver`` are updated in place."""
     if max_peel_rounds < 1:
