@@ -174,7 +174,7 @@ class IntervalWork(Generic[SenderCache]):
     """The sender's packets: an :class:`IntervalCache`, except where only reconciliation
     (:func:`~tacit.oneway_latency.rda.reconcile`) uses them, which only calls ``lookup``: a
     receiving agent passes a stand-in that fetches the timestamps from the sender instead
-    (:mod:`tacit.oneway_latency.agent`)."""
+    (:class:`~tacit.oneway_latency.remote_cache.RemoteCache`)."""
     receiver: IntervalCache
     receiver_later: IntervalCache
     """The receiver's packets of the next ``lookahead`` intervals (late arrivals live here)."""
