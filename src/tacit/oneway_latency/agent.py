@@ -215,8 +215,9 @@ class Agent:
         """Receiver: start listening (idempotent); the bound port."""
         if self._server is None:
             self._server = await asyncio.start_server(self._accept, self.peer[0], self.peer[1])
-            self.port = self._server.sockets[0].getsockname()[1]
-        return self.port
+        port: int = self._server.sockets[0].getsockname()[1]
+        self.port = port
+        return port
 
     def run_sync(self) -> list[dict[str, Any]]:
         """Run until done (:meth:`run` in a new event loop)."""
@@ -226,15 +227,15 @@ class Agent:
         """Capture, exchange and publish until the source has ended and every interval is
         published; returns the published records. A source error (e.g. a corrupt capture) is
         raised after the intervals read before it are finished."""
-        self._changed = asyncio.Event()
+        changed = self._changed = asyncio.Event()
         _warm_up(self.params)
         if self.role == Role.RECEIVER:
             await self.listen()
-        tasks = [asyncio.create_task(self._consume())]
+        tasks = [asyncio.create_task(self._consume(changed))]
         if self.role == Role.SENDER:
             tasks.append(asyncio.create_task(self._connect_loop()))
         try:
-            await self._until_done(tasks)
+            await self._until_done(tasks, changed)
         finally:
             self._finished = True
             self.source.stop()
@@ -253,14 +254,14 @@ class Agent:
             raise self._source_error
         return self.records
 
-    async def _until_done(self, tasks: list[asyncio.Task]) -> None:
+    async def _until_done(self, tasks: list[asyncio.Task], changed: asyncio.Event) -> None:
         while True:
             self._expire()
             if self._done():
                 return
-            self._changed.clear()
+            changed.clear()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout=0.1)
+                await asyncio.wait_for(changed.wait(), timeout=0.1)
             for t in [t for t in [*tasks, *self._tasks.values()] if t.done()]:
                 t.result()  # a fatal error (configuration mismatch) or a bug: raise it
 
@@ -291,7 +292,7 @@ class Agent:
 
     # ---------------------------------------------------------------- source
 
-    async def _consume(self) -> None:
+    async def _consume(self, changed: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue(maxsize=4)
         done = object()
@@ -317,8 +318,8 @@ class Agent:
         thread.start()
         while True:
             while not self.source.live and self._backlog() >= self.params.max_pending:
-                self._changed.clear()
-                await self._changed.wait()
+                changed.clear()
+                await changed.wait()
             item = await queue.get()
             if item is done:
                 break
@@ -382,9 +383,11 @@ class Agent:
                 p = self._pending.pop(i)
                 self._emit(self._record(i, INCOMPLETE if p.requested else PEER_MISSING, p.packets))
             return
-        if self._source_done and self._done_at is None:
+        if not self._source_done:
+            return
+        if self._done_at is None:
             self._done_at = now
-        if self._source_done and now - self._done_at > self.params.retention_s:
+        if now - self._done_at > self.params.retention_s:
             if self._sender_end is None:  # the sender never finished: say what we saw
                 for i, n in sorted(self._received.items()):
                     if n and i not in self._results:

@@ -97,12 +97,15 @@ class RDAParams:
     def layout(self, buckets_per_bank: int) -> SynopsisLayout:
         return SynopsisLayout(self.k, self.k * buckets_per_bank, banked=True, seed=self.seed)
 
-    def with_memory(self, memory_bytes: int) -> RDAParams:
-        """The same parameters with the most buckets per bank that fit ``memory_bytes``."""
-        per_bank = buckets_fitting(
+    def per_bank_fitting(self, memory_bytes: int) -> int:
+        """The most buckets per bank whose synopsis fits ``memory_bytes``."""
+        return buckets_fitting(
             memory_bytes, self.k, bucket_bytes(banked=True), 1, "one RDA bucket per bank"
         )
-        return dataclasses.replace(self, buckets_per_bank=per_bank)
+
+    def with_memory(self, memory_bytes: int) -> RDAParams:
+        """The same parameters with the most buckets per bank that fit ``memory_bytes``."""
+        return dataclasses.replace(self, buckets_per_bank=self.per_bank_fitting(memory_bytes))
 
 
 @dataclass(frozen=True)
