@@ -158,3 +158,18 @@ def test_wrong_role_and_malformed_payloads() -> None:
         )
     with pytest.raises(ProtocolError, match="found flags"):
         decode_timestamps(b, encode_timestamps(1, np.array([2], np.uint8), np.zeros(1, int)))
+
+
+@pytest.mark.parametrize(("sent", "refused"), [(0, False), (1, True), (19, True), (25, True)])
+def test_a_stream_ending_inside_a_frame_is_a_cut_frame(sent: int, refused: bool) -> None:
+    a, b = connected()
+    frame = a.seal(MessageType.BYE, b"")
+
+    async def read() -> None:
+        reader = asyncio.StreamReader()
+        reader.feed_data(frame[:sent])
+        reader.feed_eof()
+        await b.read(reader)
+
+    with pytest.raises(ProtocolError if refused else asyncio.IncompleteReadError):
+        asyncio.run(read())

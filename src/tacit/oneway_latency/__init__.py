@@ -14,7 +14,8 @@ Latencies using Reconcilable Difference Aggregator" (RDA):
 ground truth; :mod:`~tacit.oneway_latency.simulate` makes packet streams to run them on,
 :mod:`~tacit.oneway_latency.replay` replays a real capture as one, and
 :mod:`~tacit.oneway_latency.sweep` runs the §VII error-versus-set-difference evaluation.
-:mod:`~tacit.oneway_latency.agent` is the two-agent service (wire format in
+:mod:`~tacit.oneway_latency.agent` is the two-agent service (its connection in
+:mod:`~tacit.oneway_latency.agent_transport`, wire format in
 :mod:`~tacit.oneway_latency.protocol`).
 
 The full texts of the three papers were not available when this was written: the algorithms

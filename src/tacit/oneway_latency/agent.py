@@ -4,13 +4,14 @@ reconciles, both publish one JSON line per interval.
 "Every Timestamp Counts: Accurate Tracking of Network Latencies using Reconcilable Difference
 Aggregator" (RDA) measures between two capture points that exchange, per interval, small
 summaries instead of every timestamp. Here that exchange runs over TCP between two processes
-(:mod:`~tacit.oneway_latency.protocol`), and per sender interval ``i``:
+(:mod:`~tacit.oneway_latency.agent_transport`; the frames are
+:mod:`~tacit.oneway_latency.protocol`), and per sender interval ``i``:
 
 1. Both agents cut their packets into intervals ``t_{i+1} = t_i + δ`` and close interval ``i``
    once their capture clock is ``grace_ns`` past its end (late deliveries from the capture);
    a closed interval's packets become an :class:`~tacit.oneway_latency.intervals.IntervalCache`
    (flow-hash sampled as configured; a packet identifier seen twice in one interval is kept
-   once and counted as a duplicate).
+   once and counted as a duplicate): :mod:`~tacit.oneway_latency.interval_book`.
 2. The sender sends the interval's MinHash sketch (late binding, RDA step 2).
 3. The receiver, once it has also closed ``i + lookahead`` (late arrivals live there), sizes the
    synopsis from the two sketches and asks for the sender's synopsis of that size.
@@ -18,7 +19,8 @@ summaries instead of every timestamp. Here that exchange runs over TCP between t
    single-process algorithm). Reconciliation looks the decoded identifiers up in both sides'
    caches; the sender's cache is remote, so the lookups it needs are gathered, requested from
    the sender in one message, and reconciliation is rerun with the answers until it needs
-   none it lacks (at most ``max_peel_rounds`` requests: each peeling round may list new ids).
+   none it lacks (at most ``max_peel_rounds`` requests: each peeling round may list new ids):
+   :mod:`~tacit.oneway_latency.remote_cache`.
 5. The receiver publishes the result and sends it to the sender, which publishes it too and
    forgets the interval.
 
@@ -57,8 +59,9 @@ import numpy as np
 
 from tacit.errors import ConfigError, TacitError
 from tacit.model.captures import PacketAccounting
-from tacit.model.packets import NO_TIME
+from tacit.oneway_latency.agent_transport import Connection, IntervalExpired, handshake
 from tacit.oneway_latency.capture_sources import LiveSource, PcapSource
+from tacit.oneway_latency.interval_book import IntervalBook
 from tacit.oneway_latency.intervals import IntervalCache, IntervalParams, IntervalWork
 from tacit.oneway_latency.minhash import BottomK, bottom_k
 from tacit.oneway_latency.protocol import (
@@ -78,8 +81,6 @@ from tacit.oneway_latency.protocol import (
     decode_synopsis,
     decode_timestamps,
     encode_end,
-    encode_ids,
-    encode_interval_count,
     encode_json,
     encode_sketch,
     encode_synopsis,
@@ -87,6 +88,7 @@ from tacit.oneway_latency.protocol import (
     params_config,
 )
 from tacit.oneway_latency.rda import RDAParams, late_binding_size, reconcile
+from tacit.oneway_latency.remote_cache import RemoteCache, reconcile_remote
 from tacit.oneway_latency.synopsis import Synopsis
 
 log = logging.getLogger("tacit.oneway_latency.agent")
@@ -144,57 +146,6 @@ def _warm_up(params: AgentParams) -> None:
     bottom_k(ids, 4, 0)
 
 
-class IntervalBook:
-    """One side's packets grouped by interval, closed into caches as the clock passes."""
-
-    def __init__(self, params: AgentParams) -> None:
-        self.params = params
-        self._open: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
-        self.closed_below: int | None = None
-        """Every interval below this is closed (None: none yet)."""
-        self.counts = {"packets": 0, "no_timestamp": 0, "before_start": 0, "after_close": 0}
-        self.duplicates = 0
-
-    def add(self, ident: np.ndarray, stamp: np.ndarray) -> None:
-        self.counts["packets"] += len(ident)
-        has_time = stamp != NO_TIME
-        self.counts["no_timestamp"] += int(np.count_nonzero(~has_time))
-        index = self.params.intervals.index(stamp)
-        self.counts["before_start"] += int(np.count_nonzero(has_time & (index < 0)))
-        keep = has_time & (index >= 0)
-        if self.closed_below is not None:
-            late = keep & (index < self.closed_below)
-            self.counts["after_close"] += int(np.count_nonzero(late))
-            keep &= ~late
-        index, ident, stamp = index[keep], ident[keep], stamp[keep]
-        for i in np.unique(index).tolist():
-            mine = index == i
-            self._open.setdefault(i, []).append((ident[mine], stamp[mine]))
-
-    def close(self, clock_ns: int | None) -> list[tuple[int, IntervalCache, int]]:
-        """Close every open interval whose end is ``grace_ns`` before ``clock_ns`` (all, when
-        None): ``(index, cache, packets before sampling)`` in order."""
-        iv = self.params.intervals
-        if clock_ns is None:
-            limit = max(self._open, default=-1) + 1
-        else:
-            limit = max(0, int(iv.index(np.int64(clock_ns - self.params.grace_ns))))
-        if self.closed_below is not None:
-            limit = max(limit, self.closed_below)
-        out = []
-        for i in sorted(j for j in self._open if j < limit):
-            parts = self._open.pop(i)
-            ident = np.concatenate([p[0] for p in parts])
-            stamp = np.concatenate([p[1] for p in parts])
-            ident, first = np.unique(ident, return_index=True)
-            self.duplicates += len(stamp) - len(first)
-            cache = IntervalCache(ident, stamp[first])
-            rda = self.params.rda
-            out.append((i, cache.sampled(rda.sampling_rate, rda.seed), len(first)))
-        self.closed_below = limit
-        return out
-
-
 @dataclass
 class _Pending:
     """A sender interval waiting for its result."""
@@ -203,90 +154,6 @@ class _Pending:
     packets: int
     closed_at: float
     requested: bool = False
-
-
-class _RemoteCache:
-    """The sender's cache as far as the receiver has asked: exact for identifiers asked,
-    recording the others (``missing``) — which reconciliation is then rerun with."""
-
-    def __init__(self) -> None:
-        self.known = IntervalCache.empty()
-        self.asked: np.ndarray = np.empty(0, np.uint64)
-        self.missing: set[int] = set()
-
-    def lookup(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        query = np.asarray(query, dtype=np.uint64)
-        unasked = query[~np.isin(query, self.asked)]
-        self.missing.update(unasked.tolist())
-        return self.known.lookup(query)
-
-    def learn(self, ids: np.ndarray, found: np.ndarray, ts: np.ndarray) -> None:
-        self.asked = np.union1d(self.asked, ids)
-        merged_ids = np.concatenate([self.known.ids, ids[found]])
-        merged_ts = np.concatenate([self.known.ts, ts[found]])
-        self.known = IntervalCache.build(merged_ids, merged_ts, "sender's answers")
-        self.missing.clear()
-
-
-class _Expired(Exception):
-    """The sender answered that it no longer holds an interval."""
-
-
-class _Connection:
-    """One authenticated connection: frames out, replies to awaited requests in."""
-
-    def __init__(
-        self, channel: Channel, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        self.channel = channel
-        self.reader = reader
-        self.writer = writer
-        self.waiting: dict[tuple[MessageType, int], asyncio.Future] = {}
-
-    def send_now(self, mtype: MessageType, payload: bytes) -> None:
-        """Queue a frame (sealing and writing in one step keeps sequence numbers in order)."""
-        self.writer.write(self.channel.seal(mtype, payload))
-
-    async def send(self, mtype: MessageType, payload: bytes) -> None:
-        self.send_now(mtype, payload)
-        await self.writer.drain()
-
-    def expect(self, mtype: MessageType, interval: int) -> asyncio.Future:
-        fut = asyncio.get_running_loop().create_future()
-        self.waiting[(mtype, interval)] = fut
-        return fut
-
-    def deliver(self, mtype: MessageType, interval: int, value: Any) -> None:
-        fut = self.waiting.pop((mtype, interval), None)
-        if fut is None or fut.done():
-            raise self.channel.error(f"unexpected {mtype.name} for interval {interval}")
-        fut.set_result(value)
-
-    def expired(self, interval: int) -> None:
-        """The sender no longer holds ``interval``: fail whatever awaits it."""
-        for (_, i), fut in list(self.waiting.items()):
-            if i == interval and not fut.done():
-                fut.set_exception(_Expired(interval))
-
-    def close(self) -> None:
-        for fut in self.waiting.values():
-            if not fut.done():
-                fut.set_exception(ConnectionError("connection closed"))
-        self.waiting.clear()
-        self.writer.close()
-
-
-async def _handshake(
-    channel: Channel,
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    role: Role,
-    config: dict[str, Any],
-) -> None:
-    writer.write(channel.hello(role, config))
-    await writer.drain()
-    peer = Role.RECEIVER if role == Role.SENDER else Role.SENDER
-    channel.accept_hello(await channel.read(reader), peer, config)
 
 
 class Agent:
@@ -314,7 +181,7 @@ class Agent:
         self.params = params or AgentParams()
         self.records: list[dict[str, Any]] = []
         self._publish = publish
-        self.book = IntervalBook(self.params)
+        self.book = IntervalBook(self.params.intervals, self.params.rda, self.params.grace_ns)
         self.accounting = PacketAccounting()
         self.rejected: list[str] = []
         """Every refused frame or connection, with its reason."""
@@ -324,7 +191,7 @@ class Agent:
         self._source_done = False
         self._source_error: TacitError | None = None
         self._changed: asyncio.Event | None = None
-        self._conn: _Connection | None = None
+        self._conn: Connection | None = None
         self._server: asyncio.base_events.Server | None = None
         self._finished = False
         self._empty_intervals = 0
@@ -348,8 +215,9 @@ class Agent:
         """Receiver: start listening (idempotent); the bound port."""
         if self._server is None:
             self._server = await asyncio.start_server(self._accept, self.peer[0], self.peer[1])
-            self.port = self._server.sockets[0].getsockname()[1]
-        return self.port
+        port: int = self._server.sockets[0].getsockname()[1]
+        self.port = port
+        return port
 
     def run_sync(self) -> list[dict[str, Any]]:
         """Run until done (:meth:`run` in a new event loop)."""
@@ -359,15 +227,15 @@ class Agent:
         """Capture, exchange and publish until the source has ended and every interval is
         published; returns the published records. A source error (e.g. a corrupt capture) is
         raised after the intervals read before it are finished."""
-        self._changed = asyncio.Event()
+        changed = self._changed = asyncio.Event()
         _warm_up(self.params)
         if self.role == Role.RECEIVER:
             await self.listen()
-        tasks = [asyncio.create_task(self._consume())]
+        tasks = [asyncio.create_task(self._consume(changed))]
         if self.role == Role.SENDER:
             tasks.append(asyncio.create_task(self._connect_loop()))
         try:
-            await self._until_done(tasks)
+            await self._until_done(tasks, changed)
         finally:
             self._finished = True
             self.source.stop()
@@ -386,14 +254,14 @@ class Agent:
             raise self._source_error
         return self.records
 
-    async def _until_done(self, tasks: list[asyncio.Task]) -> None:
+    async def _until_done(self, tasks: list[asyncio.Task], changed: asyncio.Event) -> None:
         while True:
             self._expire()
             if self._done():
                 return
-            self._changed.clear()
+            changed.clear()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout=0.1)
+                await asyncio.wait_for(changed.wait(), timeout=0.1)
             for t in [t for t in [*tasks, *self._tasks.values()] if t.done()]:
                 t.result()  # a fatal error (configuration mismatch) or a bug: raise it
 
@@ -424,7 +292,7 @@ class Agent:
 
     # ---------------------------------------------------------------- source
 
-    async def _consume(self) -> None:
+    async def _consume(self, changed: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue(maxsize=4)
         done = object()
@@ -450,8 +318,8 @@ class Agent:
         thread.start()
         while True:
             while not self.source.live and self._backlog() >= self.params.max_pending:
-                self._changed.clear()
-                await self._changed.wait()
+                changed.clear()
+                await changed.wait()
             item = await queue.get()
             if item is done:
                 break
@@ -515,9 +383,11 @@ class Agent:
                 p = self._pending.pop(i)
                 self._emit(self._record(i, INCOMPLETE if p.requested else PEER_MISSING, p.packets))
             return
-        if self._source_done and self._done_at is None:
+        if not self._source_done:
+            return
+        if self._done_at is None:
             self._done_at = now
-        if self._source_done and now - self._done_at > self.params.retention_s:
+        if now - self._done_at > self.params.retention_s:
             if self._sender_end is None:  # the sender never finished: say what we saw
                 for i, n in sorted(self._received.items()):
                     if n and i not in self._results:
@@ -565,7 +435,7 @@ class Agent:
             log.warning("send failed: %s", e)
             self._drop(conn, str(e))
 
-    def _drop(self, conn: _Connection, why: str) -> None:
+    def _drop(self, conn: Connection, why: str) -> None:
         if self._conn is conn:
             self._conn = None
             for i, t in list(self._tasks.items()):
@@ -575,7 +445,7 @@ class Agent:
         log.info("connection closed: %s", why)
         self._poke()
 
-    async def _serve(self, conn: _Connection) -> None:
+    async def _serve(self, conn: Connection) -> None:
         """Read and dispatch frames until the connection ends; a bad frame drops it."""
         self._conn = conn
         self.connections += 1
@@ -598,7 +468,7 @@ class Agent:
         finally:
             self._drop(conn, why)
 
-    async def _dispatch(self, conn: _Connection, frame: Frame) -> None:
+    async def _dispatch(self, conn: Connection, frame: Frame) -> None:
         ch, t, body = conn.channel, frame.type, frame.payload
         if self.role == Role.SENDER:
             if t == MessageType.SYNOPSIS_REQUEST:
@@ -646,7 +516,7 @@ class Agent:
             channel = Channel(self.key, connector=True, peer=f"{host}:{port}")
             try:
                 await asyncio.wait_for(
-                    _handshake(channel, reader, writer, self.role, self._config),
+                    handshake(channel, reader, writer, self.role, self._config),
                     self.params.retention_s,
                 )
             except ConfigMismatchError:
@@ -660,7 +530,7 @@ class Agent:
                 delay = min(2 * delay, self.params.retry_max_s)
                 continue
             delay = self.params.retry_initial_s
-            await self._serve(_Connection(channel, reader, writer))
+            await self._serve(Connection(channel, reader, writer))
             if self._source_done and not self._pending:
                 return
             await asyncio.sleep(self.params.retry_initial_s)
@@ -682,7 +552,7 @@ class Agent:
         sketch = bottom_k(p.cache.ids, rda.minhash_size, rda.seed)
         self._safe_send(MessageType.SKETCH, encode_sketch(i, sketch.size, sketch.values))
 
-    def _send_synopsis(self, conn: _Connection, i: int, per_bank: int) -> None:
+    def _send_synopsis(self, conn: Connection, i: int, per_bank: int) -> None:
         p = self._pending.get(i)
         if p is None:
             conn.send_now(MessageType.EXPIRED, encode_end(i))
@@ -695,7 +565,7 @@ class Agent:
             MessageType.SYNOPSIS, encode_synopsis(i, per_bank, syn.idx, syn.ts, syn.count)
         )
 
-    def _send_timestamps(self, conn: _Connection, i: int, ids: np.ndarray) -> None:
+    def _send_timestamps(self, conn: Connection, i: int, ids: np.ndarray) -> None:
         p = self._pending.get(i)
         if p is None:
             conn.send_now(MessageType.EXPIRED, encode_end(i))
@@ -719,7 +589,7 @@ class Agent:
         channel = Channel(self.key, connector=False, peer=f"{addr[0]}:{addr[1]}")
         try:
             await asyncio.wait_for(
-                _handshake(channel, reader, writer, self.role, self._config),
+                handshake(channel, reader, writer, self.role, self._config),
                 self.params.retention_s,
             )
         except (ProtocolError, ConfigMismatchError) as e:
@@ -733,7 +603,7 @@ class Agent:
             return
         if self._conn is not None:  # the sender reconnected: the old connection is dead
             self._drop(self._conn, "replaced by a new connection")
-        await self._serve(_Connection(channel, reader, writer))
+        await self._serve(Connection(channel, reader, writer))
 
     def _on_sketch(self, sketch: Sketch) -> None:
         i = sketch.interval
@@ -787,7 +657,7 @@ class Agent:
         theirs = BottomK(sender.values, rda.minhash_size, sender.size)
         return late_binding_size(theirs, bottom_k(mine.ids, rda.minhash_size, rda.seed), rda)
 
-    async def _exchange(self, conn: _Connection, i: int) -> None:
+    async def _exchange(self, conn: Connection, i: int) -> None:
         try:
             record = await asyncio.wait_for(self._reconcile(conn, i), self.params.retention_s)
         except (ConnectionError, OSError, asyncio.CancelledError, ProtocolError) as e:
@@ -797,42 +667,33 @@ class Agent:
                 self.rejected.append(str(e))
                 self._drop(conn, str(e))
             return
-        except _Expired:
+        except IntervalExpired:
             record = self._record(i, EXPIRED, self._sketches[i].size)
         except TimeoutError:
             record = self._record(i, INCOMPLETE, self._sketches[i].size)
         self._tasks.pop(i, None)
         self._resolve(i, record)
 
-    async def _reconcile(self, conn: _Connection, i: int) -> dict[str, Any]:
+    async def _reconcile(self, conn: Connection, i: int) -> dict[str, Any]:
         sketch, mine = self._sketches[i], self._cache(i)
         rda = self.params.rda
         m = self._synopsis_size(sketch, mine)
         layout = rda.layout(m)
-        reply = conn.expect(MessageType.SYNOPSIS, i)
-        await conn.send(MessageType.SYNOPSIS_REQUEST, encode_interval_count(i, m))
-        arrays = await reply
-        if arrays.buckets_per_bank != m:
-            raise conn.channel.error(f"synopsis of interval {i} has the wrong size")
+        arrays = await conn.request_synopsis(i, m)
         sender = Synopsis(layout, arrays.idx, arrays.ts, arrays.count, np.empty(0, np.uint32))
         receiver = Synopsis.build(layout, mine.ids, mine.ts)
         later = [self._cache(i + j) for j in range(1, self.params.lookahead + 1)]
-        remote = _RemoteCache()
         iv = self.params.intervals
         work = IntervalWork(
-            i, iv.start(i), iv.start(i + 1), remote, mine, IntervalCache.merge(later)
+            i, iv.start(i), iv.start(i + 1), RemoteCache(), mine, IntervalCache.merge(later)
         )
-        while True:
-            result = reconcile(sender.copy(), receiver.copy(), work, rda.max_peel_rounds)
-            if not remote.missing:
-                break
-            ids = np.array(sorted(remote.missing), dtype=np.uint64)
-            reply = conn.expect(MessageType.TIMESTAMPS, i)
-            await conn.send(MessageType.TIMESTAMP_REQUEST, encode_ids(i, ids))
-            found, ts = await reply
-            if len(found) != len(ids):
-                raise conn.channel.error(f"timestamps of interval {i}: wrong count")
-            remote.learn(ids, found, ts)
+        result = await reconcile_remote(
+            sender,
+            receiver,
+            work,
+            rda.max_peel_rounds,
+            lambda ids: conn.request_timestamps(i, ids),
+        )
         est = result.estimate
         return {
             **self._record(i, COMPLETE if result.decoded else UNDECODABLE, sketch.size),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import overload
+from typing import Generic, Protocol, TypeVar, overload
 
 import numpy as np
 
@@ -125,6 +125,16 @@ class IntervalCache:
         return IntervalCache(self.ids[keep], self.ts[keep])
 
 
+class CacheLookup(Protocol):
+    """What reconciliation (:func:`~tacit.oneway_latency.rda.reconcile`) asks of the sender's
+    cache: :meth:`IntervalCache.lookup`."""
+
+    def lookup(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+SenderCache = TypeVar("SenderCache", bound=CacheLookup, covariant=True)
+
+
 class IntervalSplit:
     """One capture point's stream cut into intervals by its own (synchronized) clock.
 
@@ -154,21 +164,24 @@ class IntervalSplit:
 
 
 @dataclass(frozen=True)
-class IntervalWork:
+class IntervalWork(Generic[SenderCache]):
     """Everything the reconciliation of one sender interval may use."""
 
     index: int
     start_ns: int
     end_ns: int
-    sender: IntervalCache
-    """The sender's packets. Reconciliation (:func:`~tacit.oneway_latency.rda.reconcile`) only
-    calls its ``lookup``: a receiving agent passes a stand-in that fetches the timestamps from
-    the sender instead (:mod:`tacit.oneway_latency.agent`)."""
+    sender: SenderCache
+    """The sender's packets: an :class:`IntervalCache`, except where only reconciliation
+    (:func:`~tacit.oneway_latency.rda.reconcile`) uses them, which only calls ``lookup``: a
+    receiving agent passes a stand-in that fetches the timestamps from the sender instead
+    (:class:`~tacit.oneway_latency.remote_cache.RemoteCache`)."""
     receiver: IntervalCache
     receiver_later: IntervalCache
     """The receiver's packets of the next ``lookahead`` intervals (late arrivals live here)."""
 
-    def sampled(self, rate: float, seed: int) -> IntervalWork:
+    def sampled(
+        self: IntervalWork[IntervalCache], rate: float, seed: int
+    ) -> IntervalWork[IntervalCache]:
         """The same interval restricted to a flow-hash sample of its packets."""
         if rate >= 1.0:
             return self
@@ -182,7 +195,7 @@ class IntervalWork:
 
 def pipeline(
     sender: IntervalSplit, receiver: IntervalSplit, lookahead: int = 1
-) -> Iterator[IntervalWork]:
+) -> Iterator[IntervalWork[IntervalCache]]:
     """The sender's non-empty intervals in order, each with the receiver's caches of the same
     interval and of the ``lookahead`` following ones; each cache is built once."""
     if lookahead < 1:

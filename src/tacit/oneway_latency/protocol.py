@@ -238,7 +238,13 @@ class Channel:
     async def read(self, reader: asyncio.StreamReader) -> Frame:
         """The next frame from a stream (:class:`ProtocolError` on a cut or bad frame;
         :class:`asyncio.IncompleteReadError` when the peer closed between frames)."""
-        header = await reader.readexactly(HEADER.size)
+        try:
+            header = await reader.readexactly(HEADER.size)
+        except asyncio.IncompleteReadError as e:
+            if not e.partial:
+                raise
+            cut = f"connection closed inside a frame header ({len(e.partial)} bytes)"
+            raise self.error(cut) from None
         _, length, seq = self.check_header(header)
         try:
             rest = await reader.readexactly(length + MAC_BYTES)

@@ -61,7 +61,7 @@ import numpy as np
 
 from tacit.errors import ConfigError
 from tacit.oneway_latency.estimate import LatencyEstimate, estimate_from_buckets
-from tacit.oneway_latency.intervals import IntervalCache, IntervalWork
+from tacit.oneway_latency.intervals import CacheLookup, IntervalCache, IntervalWork
 from tacit.oneway_latency.minhash import BottomK, bottom_k, set_difference
 from tacit.oneway_latency.synopsis import (
     Synopsis,
@@ -97,12 +97,15 @@ class RDAParams:
     def layout(self, buckets_per_bank: int) -> SynopsisLayout:
         return SynopsisLayout(self.k, self.k * buckets_per_bank, banked=True, seed=self.seed)
 
-    def with_memory(self, memory_bytes: int) -> RDAParams:
-        """The same parameters with the most buckets per bank that fit ``memory_bytes``."""
-        per_bank = buckets_fitting(
+    def per_bank_fitting(self, memory_bytes: int) -> int:
+        """The most buckets per bank whose synopsis fits ``memory_bytes``."""
+        return buckets_fitting(
             memory_bytes, self.k, bucket_bytes(banked=True), 1, "one RDA bucket per bank"
         )
-        return dataclasses.replace(self, buckets_per_bank=per_bank)
+
+    def with_memory(self, memory_bytes: int) -> RDAParams:
+        """The same parameters with the most buckets per bank that fit ``memory_bytes``."""
+        return dataclasses.replace(self, buckets_per_bank=self.per_bank_fitting(memory_bytes))
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,7 @@ def reconcile_interval(
 
 
 def reconcile(
-    sender: Synopsis, receiver: Synopsis, work: IntervalWork, max_peel_rounds: int
+    sender: Synopsis, receiver: Synopsis, work: IntervalWork[CacheLookup], max_peel_rounds: int
 ) -> ReconcileResult:
     """Steps 4–7 of the module docstring; ``sender`` and ``receiver`` are updated in place."""
     if max_peel_rounds < 1:

@@ -293,9 +293,13 @@ def _poisson(params: SweepParams, seed: int) -> PacketStream:
 
 
 def _score_all(sim: SimulatedStream, params: SweepParams) -> dict[str, MethodScore]:
-    common = {"intervals": params.intervals, "rda": params.rda}
     scores = compare_methods(
-        sim.sender, sim.receiver, params.memory_bytes, methods=params.methods, **common
+        sim.sender,
+        sim.receiver,
+        params.memory_bytes,
+        methods=params.methods,
+        intervals=params.intervals,
+        rda=params.rda,
     )
     if "finecomb" in params.methods:
         scores["finecomb_ideal"] = compare_methods(
@@ -308,7 +312,12 @@ def _score_all(sim: SimulatedStream, params: SweepParams) -> dict[str, MethodSco
         )["finecomb"]
     if "rda" in params.methods:
         scores["rda_late_binding"] = compare_methods(
-            sim.sender, sim.receiver, None, methods=("rda",), **common
+            sim.sender,
+            sim.receiver,
+            None,
+            methods=("rda",),
+            intervals=params.intervals,
+            rda=params.rda,
         )["rda"]
     return scores
 
@@ -389,8 +398,8 @@ def run_once(sender: PacketStream, path: StreamParams, memory_bytes: int) -> Sin
 
 def rda_insertion_rate(stream: PacketStream, memory_bytes: int) -> float:
     """Packets per second inserted into one RDA synopsis of ``memory_bytes`` (one core)."""
-    params = RDAParams().with_memory(memory_bytes)
-    layout = params.layout(params.buckets_per_bank)
+    params = RDAParams()
+    layout = params.layout(params.per_bank_fitting(memory_bytes))
     Synopsis.build(layout, stream.ident[:1], stream.time[:1])  # load the compiled kernel
     t0 = time.perf_counter()
     Synopsis.build(layout, stream.ident, stream.time)
