@@ -31,3 +31,11 @@ class InputError(TacitError):
 
 class ConfigError(TacitError):
     """Bad parameters or a bad call graph file."""
+
+
+class OutputError(TacitError):
+    """An output file that could not be written; ``str()`` gives ``FILE: MESSAGE``."""
+
+    def __init__(self, message: str, *, path: str):
+        self.path = path
+        super().__init__(f"{path}: {message}")

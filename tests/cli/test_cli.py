@@ -29,6 +29,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     sim = simulate(load_app(None), 80, n_requests=REQUESTS, seed=11)
     write_jaeger(d / "traces.json", sim)
     write_blind(d / "inproc.jsonl", infer_roles(sim).without_truth())
+    (d / "inproc.orig").write_bytes((d / "inproc.jsonl").read_bytes())
     data = gzip.compress((d / "traces.json").read_bytes())
     (d / "cut.json.gz").write_bytes(data[: len(data) // 2])
     (d / "broken.json").write_text('{"data": [{"traceID": "t1", "spans": [')
@@ -50,6 +51,9 @@ def runs(work: Path) -> dict[str, subprocess.CompletedProcess]:
         "malformed": start("blind", "broken.json", "--out", "x.jsonl", cwd=work),
         "missing": start("callgraph", "missing.json", cwd=work),
         "debug": start("blind", "broken.json", "--out", "y.jsonl", "--debug", cwd=work),
+        "out_is_input": start("blind", "inproc.jsonl", "--out", "./inproc.jsonl", cwd=work),
+        "out_is_dir": start("callgraph", "traces.json", "--out", ".", cwd=work),
+        "out_full": start("blind", "traces.json", "--out", "/dev/full", cwd=work),
     }
     res = finish(first)
     second = {}
@@ -167,6 +171,15 @@ def test_malformed_json(runs) -> None:
 def test_nonexistent_file(runs) -> None:
     line = one_error_line(runs["missing"], "missing.json")
     assert "no such file" in line
+
+
+def test_outputs_that_cannot_be_written_are_refused_in_one_line(runs, work: Path) -> None:
+    """An output that is an input, a directory or a full device: one line, exit 2, and the
+    input left as it was."""
+    one_error_line(runs["out_is_input"], "also an input")
+    assert (work / "inproc.jsonl").read_bytes() == (work / "inproc.orig").read_bytes()
+    one_error_line(runs["out_is_dir"], "is a directory")
+    one_error_line(runs["out_full"], "/dev/full: cannot write: No space left on device")
 
 
 def test_debug_shows_traceback(runs) -> None:

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from tacit.cli.common import JsonOpt, comma_list, console, out, parse_duration, print_json
 from tacit.errors import ConfigError
+from tacit.outputs import refuse_input_as_output, write_bytes
 
 TracesArg = Annotated[list[Path], typer.Argument(help="Trace files or directories.")]
 FormatOpt = Annotated[str, typer.Option("--format", help="Input format (auto, jaeger, ...).")]
@@ -156,12 +157,15 @@ def critical_path(
     json_out: JsonOpt = False,
 ) -> None:
     """Critical paths of the slowest traces and each service's contribution (YTrace)."""
+    if html is not None:
+        refuse_input_as_output(html, traces)
     cp = _paths(traces, input_format, blind, weigh_links)
     chosen = np.argsort(-cp.latency, kind="stable")[:slowest]
     if html is not None:
         from tacit.diagnosis.report import render_report
 
-        html.write_text(render_report(cp, chosen, f"Critical paths: {slowest} slowest traces"))
+        report = render_report(cp, chosen, f"Critical paths: {slowest} slowest traces")
+        write_bytes(html, report.encode())
     share = cp.contribution.sum(axis=0) / max(int(cp.latency.sum()), 1)
     if json_out:
         print_json(

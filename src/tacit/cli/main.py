@@ -38,7 +38,8 @@ def main() -> None:
         sys.argv.remove("--debug")
     try:
         app()
-    except TacitError as e:
+    except (TacitError, OSError) as e:
+        # An OSError tacit did not turn into one of its own errors still names its file.
         if debug:
             raise
         print(f"tacit: error: {e}", file=sys.stderr)

@@ -14,6 +14,7 @@ import typer
 
 from tacit.cli.common import console, finite, out, parse_duration
 from tacit.errors import ConfigError
+from tacit.outputs import refuse_input_as_output
 
 KEY_ENV = "TACIT_AGENT_KEY"
 
@@ -125,7 +126,12 @@ def register(app: typer.Typer) -> None:
         elif interface is not None:
             seconds = None if duration is None else parse_duration(duration) / 1e9
             source = LiveSource(interface, bpf, seconds)
+        key = read_key(key_file)
+        if output is not None:
+            refuse_input_as_output(output, [pcap] if pcap is not None else [])
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+        # Lines are appended as intervals finish (a log, not one document): opened only once
+        # every check has passed, so a refused start leaves an existing file alone.
         sink = open(output, "w") if output is not None else None  # noqa: SIM115
 
         def publish(record: dict[str, Any]) -> None:
@@ -141,7 +147,7 @@ def register(app: typer.Typer) -> None:
         # SIGTERM ends the capture; the agent then finishes the intervals it holds and exits.
         signal.signal(signal.SIGTERM, lambda *_: source.stop())
         try:
-            Agent(role, parse_address(peer), read_key(key_file), source, params, publish).run_sync()
+            Agent(role, parse_address(peer), key, source, params, publish).run_sync()
         except KeyboardInterrupt:
             console.print("interrupted")
         finally:

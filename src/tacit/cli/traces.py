@@ -12,6 +12,7 @@ from rich.table import Table
 from tacit.cli.common import JsonOpt, comma_list, out, print_json, progress_bar
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT
+from tacit.outputs import refuse_input_as_output
 
 
 def _pct(x: float | None) -> str:
@@ -148,6 +149,7 @@ def register(app: typer.Typer) -> None:
         from tacit.reconstruct.callgraph import learn_callgraph
         from tacit.reconstruct.pipeline import reconstruct_blind
 
+        refuse_input_as_output(out_path, [*spans, *([callgraph] if callgraph != "learn" else [])])
         observed, _ = observe(list(spans))
         cg = _load_callgraph(callgraph) or learn_callgraph(observed.spans)
         blind = observed.without_truth()
@@ -187,6 +189,7 @@ def register(app: typer.Typer) -> None:
         from tacit.formats import observe
         from tacit.formats.blind import write_blind
 
+        refuse_input_as_output(out_path, traces)
         observed, _ = observe(list(traces))
         write_blind(out_path, observed.without_truth())
         summary = {
@@ -211,6 +214,8 @@ def register(app: typer.Typer) -> None:
         from tacit.formats import observe
         from tacit.reconstruct.callgraph import learn_callgraph
 
+        if out_path:
+            refuse_input_as_output(out_path, traces)
         observed, _ = observe(list(traces))
         cg = learn_callgraph(observed.spans)
         if out_path:

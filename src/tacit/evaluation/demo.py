@@ -17,6 +17,7 @@ from tacit.errors import ConfigError
 from tacit.evaluation.reconstruction import evaluate
 from tacit.formats.jaeger import write_jaeger
 from tacit.model.roles import infer_roles
+from tacit.outputs import write_bytes
 from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.reconstruct.pipeline import ALGORITHMS, reconstruct_blind
 from tacit.simulate import load_app, simulate
@@ -51,7 +52,7 @@ def run_demo(out_dir: Path, *, requests: int = 400, rates: tuple[int, ...] = DEM
     trace_path = out_dir / "traces.jaeger.json"
     write_jaeger(trace_path, traces, tags)
     report = out_dir / "report.html"
-    report.write_text(_report(app.name, loads, requests))
+    write_bytes(report, _report(app.name, loads, requests).encode())
     return {
         "app": app.name,
         "algorithms": list(ALGORITHMS),

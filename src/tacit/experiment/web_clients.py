@@ -32,6 +32,7 @@ import numpy as np
 from tacit.errors import ConfigError
 from tacit.experiment.web_server import EMBED, PAGE_PREFIX, SiteParams
 from tacit.model.columns import NONE, ColumnTable, StringPool
+from tacit.outputs import atomic_output
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,8 @@ class ResponseLog(ColumnTable):
     def save(self, path: str) -> None:
         """Write the log to ``path`` (NumPy ``.npz``), for :meth:`load`."""
         cols = {name: getattr(self, name) for name in self.COLUMNS}
-        np.savez(path, strings=np.array(self.strings.values, dtype=str), **cols)
+        with atomic_output(path) as f:
+            np.savez(f, strings=np.array(self.strings.values, dtype=str), **cols)
 
     @classmethod
     def load(cls, path: str) -> ResponseLog:

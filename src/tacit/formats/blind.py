@@ -22,9 +22,10 @@ import numpy as np
 
 from tacit.formats.common import Paths, input_files
 from tacit.formats.fields import RecordReader
-from tacit.formats.textio import iter_json_lines, write_bytes
+from tacit.formats.textio import iter_json_lines
 from tacit.model.roles import process_key
 from tacit.model.spans import KIND_CODES, KIND_NAMES, NONE, SpanTable, SpanTableBuilder, concat
+from tacit.outputs import write_bytes
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
 

@@ -43,9 +43,10 @@ import orjson
 
 from tacit.errors import ConfigError, InputError
 from tacit.formats.socketevents import iso_to_ns, seconds_to_ns
-from tacit.formats.textio import iter_json_lines, read_bytes, read_text, write_bytes
+from tacit.formats.textio import iter_json_lines, read_bytes, read_text
 from tacit.model.messages import MISSING, MessageTable, concat_messages
 from tacit.model.spans import NONE, StringPool
+from tacit.outputs import write_bytes
 
 COLUMNS = (
     "sender",

@@ -10,16 +10,15 @@ fast enough for millions of packets, and simpler than a vectorised builder.
 
 from __future__ import annotations
 
-import gzip
 import ipaddress
 import struct
 import sys
 from array import array
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import BinaryIO
 
 from tacit.model.packets import ACK, TCP, UDP, PacketTable, format_address
+from tacit.outputs import atomic_output
 
 NULL = 0
 ETHERNET = 1
@@ -235,7 +234,7 @@ def write_pcap(
     record = struct.Struct(e + "IIII")
     unit = 1 if nanosecond else 1000
     n = 0
-    with _open_out(path) as f:
+    with atomic_output(path) as f:
         f.write(struct.pack(e + "IHHiIII", magic, 2, 4, 0, 0, snaplen, linktype))
         for frame, t in zip(frames, times_ns, strict=True):
             sec, frac = divmod(int(t), 1_000_000_000)
@@ -292,7 +291,7 @@ def write_pcapng(
     (9: nanoseconds; 0x80 | n: 2^-n s), ``tsoffset`` the ``if_tsoffset`` seconds."""
     e = ">" if big_endian else "<"
     n = 0
-    with _open_out(path) as f:
+    with atomic_output(path) as f:
         f.write(pcapng_section(e))
         f.write(pcapng_interface(linktype, snaplen, tsresol=tsresol, tsoffset=tsoffset, e=e))
         for frame, t in zip(frames, times_ns, strict=True):
@@ -360,10 +359,3 @@ def pcapng_units(time_ns: int, tsresol: int = 9, tsoffset: int = 0) -> int:
     if tsresol & 0x80:
         return (t << (tsresol & 0x7F)) // 1_000_000_000
     return t * 10**tsresol // 1_000_000_000
-
-
-def _open_out(path: str | Path) -> BinaryIO:
-    p = Path(path)
-    if p.name.endswith(".gz"):
-        return gzip.open(p, "wb")  # type: ignore[return-value]
-    return p.open("wb")

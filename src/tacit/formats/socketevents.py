@@ -48,7 +48,7 @@ import orjson
 
 from tacit.errors import InputError
 from tacit.formats.fields import RecordReader
-from tacit.formats.textio import iter_json_lines, write_bytes
+from tacit.formats.textio import iter_json_lines
 from tacit.model.socket_events import (
     ACCEPT,
     CLOSE,
@@ -66,6 +66,7 @@ from tacit.model.socket_events import (
     format_addr,
     split_addr,
 )
+from tacit.outputs import write_bytes
 
 CALL_ALIASES = {
     "accept4": ACCEPT,

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from tacit.errors import InputError
+from tacit.outputs import write_bytes
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -108,14 +109,6 @@ def expand_inputs(paths: list[str | Path], suffixes: tuple[str, ...]) -> list[Pa
         else:
             raise InputError("no such file or directory", path=str(p))
     return out
-
-
-def write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data``, gzip-compressed when the name ends in ``.gz``."""
-    p = Path(path)
-    if p.parent and not p.parent.exists():
-        p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_bytes(gzip.compress(data, compresslevel=6) if p.name.endswith(".gz") else data)
 
 
 def write_json(path: str | Path, obj: Any) -> None:

@@ -63,6 +63,7 @@ from tacit.oneway_latency.simulate import (
 from tacit.oneway_latency.stream import PacketStream
 from tacit.oneway_latency.synopsis import Synopsis
 from tacit.oneway_latency.truth import packet_latencies
+from tacit.outputs import atomic_output
 
 DIFFERENCES = (0, 10, 100, 1_000, 2_000, 5_000, 10_000)
 PAPER_MEMORY_BYTES = 100_000
@@ -488,7 +489,8 @@ def plot_sweep(result: SweepResult, directory: str | Path, prefix: str = "rda-")
         ax.legend(fontsize=7)
         fig.tight_layout()
         path = directory / f"{prefix}{name}.png"
-        fig.savefig(path, format="png")
+        with atomic_output(path) as f:
+            fig.savefig(f, format="png")
         plt.close(fig)
         written.append(path)
     return written

@@ -39,6 +39,7 @@ import yaml
 from tacit.config_fields import flag, number
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, StringPool
+from tacit.outputs import write_bytes
 
 TOLERANCE_MARGIN = 2.0
 """Learned start/end tolerances are this many times the largest overshoot seen in the test
@@ -217,7 +218,7 @@ class CallGraph:
         return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_yaml())
+        write_bytes(path, self.to_yaml().encode())
 
     @classmethod
     def load(cls, path: str | Path) -> CallGraph:

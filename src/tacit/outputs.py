@@ -1,0 +1,94 @@
+"""Output files written atomically: a reader, a crash or a kill sees the previous file or the
+complete new one, never a part.
+
+Every file tacit writes for a user goes through :func:`atomic_output`: the data goes to a
+temporary file beside the destination, is flushed to disk, and is renamed over the
+destination only when all of it was written. An error on the way removes the temporary file
+and leaves the destination as it was; an operating-system error becomes an
+:class:`~tacit.errors.OutputError` naming the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+from tacit.errors import ConfigError, OutputError
+
+
+@contextmanager
+def atomic_output(path: str | Path) -> Iterator[BinaryIO]:
+    """A binary file that becomes ``path`` when the ``with`` block ends without an error
+    (gzip-compressed when the name ends in ``.gz``). Missing parent directories are created;
+    an existing file keeps its permissions."""
+    p = Path(path)
+    if p.is_dir():
+        raise OutputError("is a directory, not a file", path=str(p))
+    if p.exists() and not p.is_file():  # a device or pipe (/dev/stdout): nothing to replace
+        with _output_errors(p), p.open("wb") as raw:
+            yield from _maybe_gzip(p, raw)
+        return
+    with _output_errors(p):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        mode = p.stat().st_mode & 0o777 if p.exists() else 0o666 & ~_umask()
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".partial")
+    try:
+        with _output_errors(p):
+            with os.fdopen(fd, "wb") as raw:
+                yield from _maybe_gzip(p, raw)
+                raw.flush()
+                os.fsync(raw.fileno())
+            os.chmod(tmp, mode)
+            os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _maybe_gzip(p: Path, raw: BinaryIO) -> Iterator[BinaryIO]:
+    """Yields ``raw``, or a gzip stream into it when ``p`` ends in ``.gz``."""
+    if p.name.endswith(".gz"):
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6) as gz:
+            yield gz  # type: ignore[misc]  # GzipFile is a binary file
+    else:
+        yield raw
+
+
+@contextmanager
+def _output_errors(p: Path) -> Iterator[None]:
+    """Operating-system errors while writing ``p`` as :class:`OutputError` naming it."""
+    try:
+        yield
+    except OSError as e:
+        raise OutputError(f"cannot write: {e.strerror or e}", path=str(p)) from e
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, gzip-compressed when the name ends in ``.gz``."""
+    with atomic_output(path) as f:
+        f.write(data)
+
+
+def refuse_input_as_output(output: str | Path, inputs: Iterable[str | Path]) -> None:
+    """Raise :class:`ConfigError` when ``output`` is one of ``inputs`` (the same file, by any
+    name): writing it would destroy what is being read."""
+    out = Path(output)
+    if not out.exists():
+        return
+    for given in inputs:
+        src = Path(given)
+        files = src.iterdir() if src.is_dir() else [src]
+        for f in files:
+            if f.exists() and os.path.samefile(f, out):
+                raise ConfigError(f"{output} is also an input: choose another output file")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
