@@ -240,11 +240,14 @@ def test_parameters_are_the_papers():
     from tacit.causal_paths.linking import LinkParams
 
     p = LinkParams()
-    assert (p.window_s, p.spontaneous_factor, p.delay_model) == (2.0, 4.0, "pair")  # §5.1
+    assert (p.window_ns, p.spontaneous_factor, p.delay_model) == (2 * 10**9, 4.0, "pair")  # §5.1
     t = LinkParams.tacit()
-    assert (t.window_s, t.spontaneous_factor, t.delay_model) == (1.0, 5.0, "triple")
+    assert (t.window_ns, t.spontaneous_factor, t.delay_model) == (10**9, 5.0, "triple")
     with pytest.raises(ConfigError):
         LinkParams(delay_model="gamma")
+    for window in (0, -1, 2.0, True):  # a positive integer of ns, not seconds
+        with pytest.raises(ConfigError):
+            LinkParams(window_ns=window)
     with pytest.raises(ConfigError):
         PathParams(rule="oracle")
 
