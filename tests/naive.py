@@ -199,3 +199,103 @@ def pirate_naive(rows: list[dict], server: str, params) -> dict:
         if epoch is not None:
             close(key, epoch, gaps)
     return {"estimates": estimates, "used": used, "discarded": discarded, "buckets": buckets}
+
+
+def linking_naive(messages, params) -> dict:
+    """WAP5's message linking (Reynolds et al., WWW '06, §5.1), message by message.
+
+    Possible causes of a message *i* B→C: with B traced, every message into B received within
+    x before *i* was sent, at delay ``send_i − recv_j``; with B untraced, only messages C→B:
+    on a known connection the one before *i* on it (by time at the traced end), else every
+    one sent within x before *i* was received, at ``recv_i − send_j`` (§5.1, untraced nodes).
+    Most recent first (ties: the later message first), at most ``max_causes``.
+
+    Step 1: the mean delay of each B→C pair (per (A, B, C) with ``delay_model="triple"``) is
+    the mean delay from each B→C message's latest possible cause (A: its sender), floored at
+    ``min_mean_delay_ns``; a pair never seen gets x. Step 2: a cause weighs the exponential
+    density λ·exp(−λ·d), λ = 1/mean; spontaneity weighs as a cause ``y`` mean delays back, at
+    the mean of the heaviest cause. Weights are normalized; the best cause is the most likely
+    one, if more likely than spontaneity (the first in recency order among equals).
+
+    Returns per message ``causes`` (``(j, delay)`` weighed), ``prob`` (their probabilities),
+    ``spontaneous``, ``best`` (-1: spontaneous), ``latest`` (the latest possible cause, -1:
+    none), and ``mean_delay`` {(A or "*", B, C): ns}.
+    """
+    import math
+
+    from tacit.model.messages import MISSING
+
+    p = params
+    x = p.window_ns
+    names = messages.strings.values
+    src = [names[c] for c in messages.src.tolist()]
+    dst = [names[c] for c in messages.dst.tolist()]
+    send, recv, flow = messages.send.tolist(), messages.recv.tolist(), messages.flow.tolist()
+    n = len(send)
+
+    def at_end(j: int) -> int:
+        """The time of message ``j`` at its traced end (its send when the sender is traced)."""
+        return send[j] if send[j] != MISSING else recv[j]
+
+    possible: list[list[tuple[int, int]]] = []  # (cause, delay), most recent first
+    for i in range(n):
+        found = []
+        if send[i] != MISSING:
+            for j in range(n):
+                into_sender = j != i and dst[j] == src[i] and recv[j] != MISSING
+                if into_sender and send[i] - x <= recv[j] <= send[i]:
+                    found.append((recv[j], j, send[i] - recv[j]))
+        elif recv[i] != MISSING and flow[i] >= 0:
+            on_flow = sorted((at_end(j), j) for j in range(n) if flow[j] == flow[i])
+            k = on_flow.index((at_end(i), i))
+            if k > 0:
+                j = on_flow[k - 1][1]
+                if src[j] == dst[i] and dst[j] == src[i] and send[j] != MISSING:
+                    found.append((send[j], j, recv[i] - send[j]))
+        elif recv[i] != MISSING:
+            for j in range(n):
+                back = src[j] == dst[i] and dst[j] == src[i] and send[j] != MISSING
+                if back and recv[i] - x <= send[j] <= recv[i]:
+                    found.append((send[j], j, recv[i] - send[j]))
+        found.sort(reverse=True)
+        possible.append([(j, d) for _, j, d in found])
+
+    triple = p.delay_model == "triple"
+    delays: dict[tuple[str, str, str], list[int]] = {}
+    for i in range(n):
+        if possible[i]:
+            j, d = possible[i][0]
+            delays.setdefault((src[j] if triple else "*", src[i], dst[i]), []).append(d)
+    mean_delay = {k: max(sum(v) / len(v), p.min_mean_delay_ns) for k, v in delays.items()}
+
+    causes, prob, spontaneous, best = [], [], [], []
+    for i in range(n):
+        weighed = possible[i][: p.max_causes]
+        causes.append(weighed)
+        if not weighed:
+            prob.append([])
+            spontaneous.append(1.0)
+            best.append(-1)
+            continue
+        means = [mean_delay.get((src[j] if triple else "*", src[i], dst[i]), x) for j, _ in weighed]
+        log_w = [-math.log(m) - d / m for (_, d), m in zip(weighed, means, strict=True)]
+        heaviest = max(range(len(weighed)), key=lambda k: (log_w[k], -k))
+        log_s = -math.log(means[heaviest]) - p.spontaneous_factor
+        top = max(*log_w, log_s)
+        total = math.exp(log_s - top) + sum(math.exp(w - top) for w in log_w)
+        prob.append([math.exp(w - top) / total for w in log_w])
+        spontaneous.append(math.exp(log_s - top) / total)
+        lead, choice = spontaneous[-1], -1
+        for (j, _), q in zip(weighed, prob[-1], strict=True):
+            if q > lead:
+                lead, choice = q, j
+        best.append(choice)
+    latest = [c[0][0] if c else -1 for c in possible]
+    return {
+        "causes": causes,
+        "prob": prob,
+        "spontaneous": spontaneous,
+        "best": best,
+        "latest": latest,
+        "mean_delay": mean_delay,
+    }

@@ -288,3 +288,85 @@ def test_composite_rankings_of_section_6_6(widearea):
     ):
         top = [value(p) for p in patterns.ranked(ranking, 20)]
         assert top == sorted(top, reverse=True)
+
+
+def random_messages(rng: np.random.Generator):
+    """Messages among a few nodes, some untraced (their end MISSING), with clock offsets,
+    network delays, coarse timestamps now and then (ties), and connections known for some."""
+    from tacit.causal_paths.linking import NS
+
+    nodes = [f"n{k}" for k in range(int(rng.integers(3, 7)))]
+    untraced = set(rng.choice(nodes, size=int(rng.integers(0, 3)), replace=False).tolist())
+    offset = {v: int(rng.integers(-NS, NS)) for v in nodes}
+    grain = int(rng.choice([1, 1_000, 100_000]))
+    b = MessageTableBuilder()
+    t = 0
+    for r in range(int(rng.integers(50, 250))):
+        s, d = rng.choice(nodes, size=2, replace=False).tolist()
+        if s in untraced and d in untraced:
+            continue
+        t += int(rng.exponential(MS // 2))
+        arrive = t + int(rng.integers(0, 4 * MS))
+        pair = sorted((nodes.index(s), nodes.index(d)))
+        b.add(
+            src=s,
+            dst=d,
+            send=MISSING if s in untraced else (t + offset[s]) // grain * grain,
+            recv=MISSING if d in untraced else (arrive + offset[d]) // grain * grain,
+            record=r,
+            flow=10 * (pair[0] * 10 + pair[1]) + int(rng.integers(2)) if rng.random() < 0.5 else -1,
+        )
+    return b.build()
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_compiled_linking_matches_a_naive_wap5(seed):
+    """Random message traces and parameters: the compiled candidate ranges and weighing agree
+    with :func:`naive.linking_naive`, which enumerates every pair of messages: the number of
+    causes weighed, the latest possible cause, the mean delays, the probability of
+    spontaneity, the links kept (exactly, with their probabilities within float tolerance),
+    and the best cause (exactly, the more recent of equals, save where two choices come
+    within rounding of each other without being equal)."""
+    from naive import linking_naive
+    from tacit.causal_paths.linking import LinkParams
+
+    rng = np.random.default_rng(seed)
+    msgs = random_messages(rng)
+    p = LinkParams(
+        window_ns=int(rng.choice([2, 10, 2_000])) * MS,
+        spontaneous_factor=float(rng.choice([1.0, 4.0, 5.0])),
+        delay_model=str(rng.choice(["pair", "triple"])),
+        max_causes=int(rng.choice([1, 2, 4, 64])),
+        min_mean_delay_ns=int(rng.choice([1_000, MS])),
+        keep_probability=float(rng.choice([0.0, 0.01, 0.05])),
+    )
+    links = link_messages(msgs, p)
+    want = linking_naive(msgs, p)
+    assert links.candidates.tolist() == [len(c) for c in want["causes"]]
+    assert latest_links(msgs, p).best.tolist() == want["latest"]
+    assert links.mean_delay.keys() == want["mean_delay"].keys()
+    for key, mean in want["mean_delay"].items():
+        assert links.mean_delay[key] == pytest.approx(mean, rel=1e-9)
+    assert np.allclose(links.spontaneous, want["spontaneous"], rtol=1e-9, atol=1e-12)
+    expected, borderline = {}, set()
+    for i, (causes, probs) in enumerate(zip(want["causes"], want["prob"], strict=True)):
+        for (j, delay), q in zip(causes, probs, strict=True):
+            if abs(q - p.keep_probability) < 1e-9:
+                borderline.add((i, j))
+            elif q >= p.keep_probability:
+                expected[(i, j)] = (delay, q)
+    columns = (links.effect, links.cause, links.delay, links.prob)
+    kept = zip(*(a.tolist() for a in columns), strict=True)
+    got = {(e, c): (d, q) for e, c, d, q in kept if (e, c) not in borderline}
+    assert got.keys() == expected.keys()
+    for k, (delay, q) in expected.items():
+        assert got[k][0] == delay and got[k][1] == pytest.approx(q, rel=1e-9, abs=1e-12)
+    ties = 0
+    for i, best in enumerate(want["best"]):
+        choices = sorted([want["spontaneous"][i], *want["prob"][i]], reverse=True)
+        if len(choices) > 1 and 0 < choices[0] - choices[1] < 1e-9:  # exact ties: recency decides
+            ties += 1
+        else:
+            assert links.best[i] == best, i
+    assert ties <= 0.05 * len(msgs)
+    assert (links.candidates >= min(p.max_causes, 2)).sum() > 5  # choices to make, or cut
