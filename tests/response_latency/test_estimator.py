@@ -11,7 +11,7 @@ from pirate_packets import CLIENT, MS, SERVER, T0, causal_gap, packet_table, req
 
 from tacit.errors import ConfigError
 from tacit.formats.pcap import read_packets
-from tacit.model.packets import ACK, PSH, UDP, concat_packets
+from tacit.model.packets import ACK, FIN, PSH, SYN, TCP, UDP, concat_packets
 from tacit.response_latency import (
     BUCKETS,
     PirateParams,
@@ -32,6 +32,7 @@ from tacit.simulate.request_streams import (
     simulate_requests,
 )
 
+US = 1_000
 SIM = RequestStreamParams(clients=6, duration_ns=6_000 * MS, seed=3)
 SECOND = 10**9
 PAPER = PirateParams(epoch_ns=SECOND)
@@ -340,3 +341,99 @@ def test_per_response_scoring_is_the_papers():
     by_epoch = score_estimates(est, [CLIENT] * 3, sent, truth)
     assert by_epoch.samples == 1
     assert by_epoch.median_signed_error == pytest.approx(30 / (94 / 3) - 1)
+
+
+def random_connections(rng: np.random.Generator) -> list[dict]:
+    """Clients of one server (TCP, some UDP) sending bursts of full-size and smaller segments,
+    pausing for a response (a few latencies, noisy; now and then a timer's length or an idle
+    period), with pure ACKs in the pauses, handshakes and closes, retransmissions soon after
+    the original or after a pause, the server's own packets, and a stray connection."""
+    rows: list[dict] = []
+    for k in range(int(rng.integers(2, 5))):
+        client = f"10.0.1.{k + 1}:{40000 + k}"
+        udp = rng.random() < 0.25
+        proto = UDP if udp else TCP
+        latencies = rng.choice([300, 2_000, 9_000, 40_000], size=2) * US
+        t = T0 + int(rng.integers(0, 50 * MS))
+        seq = int(rng.integers(0, 2**32))  # some connections wrap around
+        sent: list[tuple[int, int]] = []
+        if not udp:
+            rows.append({"t": t, "src": client, "dst": SERVER, "flags": SYN, "seq": seq})
+        for _ in range(int(rng.integers(10, 80))):
+            for j in range(int(rng.integers(1, 5))):
+                size = int(rng.choice([1448, 1448, 600, 90, 40] if not udp else [1200, 300, 50]))
+                if j:
+                    t += int(rng.integers(0, 200 * US))
+                packet = {"t": t, "src": client, "dst": SERVER, "payload": size, "seq": seq}
+                rows.append(packet | {"proto": proto})
+                sent.append((seq, size))
+                seq = (seq + size) % 2**32
+            r = rng.random()
+            if r < 0.04:
+                pause = int(rng.choice([200, 400, 1_000])) * MS  # a retransmission timer
+            elif r < 0.07:
+                pause = int(rng.integers(1, 4)) * SECOND  # idle (the test's idle gap is 1 s)
+            else:
+                pause = int(rng.choice(latencies) * rng.lognormal(0, 0.2))
+            for _ in range(int(rng.poisson(0.7))):
+                at = t + int(rng.integers(0, pause + 1))
+                rows.append({"t": at, "src": client, "dst": SERVER, "seq": seq, "proto": proto})
+            if not udp and rng.random() < 0.1:  # a retransmission, soon or after a pause
+                old_seq, old_size = sent[int(rng.integers(len(sent)))]
+                at = t + int(rng.choice([10 * US, pause // 2]))
+                rows.append(
+                    {"t": at, "src": client, "dst": SERVER, "payload": old_size, "seq": old_seq}
+                )
+            if rng.random() < 0.5:
+                rows.append({"t": t + pause // 2, "src": SERVER, "dst": client, "payload": 500})
+            t += pause
+        if not udp:
+            rows.append({"t": t, "src": client, "dst": SERVER, "flags": FIN | ACK, "seq": seq})
+    rows.append({"t": T0, "src": "10.0.9.9:5000", "dst": "10.0.9.8:6000", "payload": 100})
+    if rng.random() < 0.5:
+        rows.append({"t": T0 + MS, "src": CLIENT, "dst": SERVER, "payload": -1})
+    return [rows[i] for i in rng.permutation(len(rows))]  # the estimator sorts them by time
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_compiled_pass_matches_a_naive_pirate(seed):
+    """Random connections and parameters: the compiled per-packet pass (Algorithm 2 as
+    published) and :func:`naive.pirate_naive`, written from the paper's text, give the same
+    estimates (latency and samples per connection per epoch), packets used, gaps discarded,
+    and packets per bucket."""
+    from naive import pirate_naive
+
+    rng = np.random.default_rng(seed)
+    rows = random_connections(rng)
+    params = PirateParams(
+        gap_threshold_ns=int(rng.choice([1, 20])) * MS,
+        max_modes=int(rng.integers(2, 11)),
+        mode_epsilon_ns=int(rng.choice([20, 100, 500])) * US,
+        mode_epsilon_ratio=float(rng.choice([0.0, 0.25])),
+        ibg_min_share=float(rng.choice([0.0, 0.05, 0.2])),
+        epoch_ns=int(rng.choice([50, 300, 2_000])) * MS,
+        coalesce_acks=bool(rng.random() < 0.8),
+        batch_end_only=bool(rng.random() < 0.7),
+        remove_timer_modes=bool(rng.random() < 0.7),
+        idle_gap_ns=SECOND,
+    )
+    est = estimate_response_latency(packet_table(rows), params, server=SERVER)
+    want = pirate_naive(rows, SERVER, params)
+    conns = est.connections
+    key = [(int(conns.proto[c]), conns.client(c)) for c in range(len(conns))]
+    got = {
+        (*key[c], s): (v, n)
+        for c, s, v, n in zip(
+            est.connection.tolist(),
+            est.epoch_start.tolist(),
+            est.latency_ns.tolist(),
+            est.samples.tolist(),
+            strict=True,
+        )
+    }
+    assert got == want["estimates"]
+    assert got
+    served = [c for c in range(len(conns)) if key[c] in want["used"]]
+    assert {key[c]: int(est.used_packets[c]) for c in served} == want["used"]
+    assert {key[c]: int(est.discarded_gaps[c]) for c in served} == want["discarded"]
+    assert {k: v for k, v in est.accounting.counts.items() if v} == want["buckets"]

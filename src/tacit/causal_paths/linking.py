@@ -1,7 +1,7 @@
 """WAP5 message linking (Reynolds et al., WWW '06, §5.1): which received message caused each send.
 
 For a message *i* sent by node B to node C, every message *j* that B received from some node A
-within ``window_s`` (x) before sending *i* is a possible cause, at the causal delay
+within ``window_ns`` (x) before sending *i* is a possible cause, at the causal delay
 ``d = send_i − recv_j`` (both on B's clock, so clock offsets never enter). WAP5 (§5.1, step 1)
 models the causal delay of each B→C pair as exponential with the pair's mean delay, estimated
 from the trace itself: over the B→C messages, the mean delay from the latest message into B
@@ -55,8 +55,8 @@ DELAY_MODELS = ("pair", "triple")
 class LinkParams:
     """Parameters of message linking, WAP5 §5.1's by default (:meth:`tacit` for tacit's)."""
 
-    window_s: float = 2.0
-    """x: how long before a send a received message can still have caused it (s). WAP5 §5.1
+    window_ns: int = 2 * NS
+    """x: how long before a send a received message can still have caused it (ns). WAP5 §5.1
     uses 2 s for its wide-area traces (CoDeeN, Coral) and 100 ms for a LAN trace (Slurpee):
     "longer than the longest real delay in the trace"."""
     spontaneous_factor: float = 4.0
@@ -78,15 +78,17 @@ class LinkParams:
             raise ConfigError(
                 f"delay_model must be one of {DELAY_MODELS}, got {self.delay_model!r}"
             )
-        if not self.window_s > 0 or not self.spontaneous_factor > 0:
-            raise ConfigError("window_s and spontaneous_factor must be positive")
+        if isinstance(self.window_ns, bool) or not isinstance(self.window_ns, int | np.integer):
+            raise ConfigError(f"window_ns must be an integer (ns), got {self.window_ns!r}")
+        if not self.window_ns > 0 or not self.spontaneous_factor > 0:
+            raise ConfigError("window_ns and spontaneous_factor must be positive")
 
     @classmethod
     def tacit(cls, **overrides) -> LinkParams:
         """tacit's earlier choices, chosen for RPC traces before the paper's text was at hand:
         x = 1 s, y = 5 (a true cause that late has probability exp(−5) < 1 % under the
         exponential model), one delay model per (A, B, C) triple."""
-        return cls(**{"window_s": 1.0, "spontaneous_factor": 5.0, "delay_model": "triple",
+        return cls(**{"window_ns": 1 * NS, "spontaneous_factor": 5.0, "delay_model": "triple",
                       **overrides})  # fmt: skip
 
 
@@ -116,7 +118,7 @@ class Links:
 def link_messages(messages: MessageTable, params: LinkParams | None = None) -> Links:
     """Link every message to its possible causes (WAP5 §5.1); see the module docstring."""
     p = params or LinkParams()
-    window = int(p.window_s * NS)
+    window = p.window_ns
     ev_msg, ev_time, lo, hi, t_eff = _candidates(messages, window)
     src, dst = messages.src, messages.dst  # int32; products widen to int64 where it matters
     ev_from = src[ev_msg]
@@ -162,7 +164,7 @@ def latest_links(messages: MessageTable, params: LinkParams | None = None) -> Li
     :func:`link_messages`), with probability 1; none within x: spontaneous. ``candidates``
     is 1 for a message with a cause, 0 otherwise: the rule weighs nothing else."""
     p = params or LinkParams()
-    ev_msg, ev_time, lo, hi, t_eff = _candidates(messages, int(p.window_s * NS))
+    ev_msg, ev_time, lo, hi, t_eff = _candidates(messages, p.window_ns)
     latest, delay = _latest(lo, hi, ev_msg, ev_time, t_eff)
     has = np.flatnonzero(latest >= 0)
     return Links(

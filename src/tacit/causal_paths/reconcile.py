@@ -191,7 +191,7 @@ class _Reconciler:
         a = self._addr_cache.get(code, ...)
         if a is ...:
             try:
-                ip, port = split_addr(self.ev.strings[code])
+                ip, port = split_addr(self.ev.strings.values[code])
                 a = (None if ip in WILDCARD_IPS else ip, port or None)
             except ValueError:
                 a = None
@@ -318,9 +318,9 @@ class _Reconciler:
 
     def peer(self, addr: Addr | None, server: bool | None, own: Addr | None) -> tuple[str, str]:
         """(node, host) of an untraced peer at ``addr``; ``server`` when its role is known."""
-        if addr is None or addr[0] is None:
+        ip, port = addr or (None, None)
+        if ip is None:
             return "unknown", "unknown"
-        ip, port = addr
         if port is None:
             return ip, ip
         if server is None:
@@ -419,32 +419,33 @@ class _Reconciler:
                     used.update((s.id, best[1].id))
                     pairs.append(_client_first(s, best[1]))
         self.count("tcp connections matched exactly", len(pairs))
-        # By time: connects to port P against accepts on port P.
-        servers: dict[int, list[_Sock]] = {}
+        # By time: connects to port P against accepts on port P, by the time each was opened.
+        servers: dict[int, list[tuple[int, int, _Sock]]] = {}  # (open time, id, socket)
         for s in socks:
-            if s.role == ACCEPT and s.id not in used and s.local and s.local[1]:
-                servers.setdefault(s.local[1], []).append(s)
-        for group in servers.values():
-            group.sort(key=lambda x: (x.open_time, x.id))
-        times = {port: [s.open_time for s in group] for port, group in servers.items()}
+            listens_on = s.local[1] if s.local else None
+            if s.role == ACCEPT and s.open_time is not None and s.id not in used and listens_on:
+                servers.setdefault(listens_on, []).append((s.open_time, s.id, s))
+        for accepts in servers.values():
+            accepts.sort(key=lambda x: x[:2])
+        times = {port: [t for t, _, _ in accepts] for port, accepts in servers.items()}
         unused_from = dict.fromkeys(servers, 0)  # accepts before this index are all paired
         clients = sorted(
-            (s for s in socks if s.role == CONNECT and s.id not in used and s.remote),
-            key=lambda x: (x.open_time, x.id),
+            (s.open_time, s.id, s.remote[1] or -1, s)
+            for s in socks
+            if s.role == CONNECT and s.open_time is not None and s.id not in used and s.remote
         )
         n = 0
-        for c in clients:
-            port = c.remote[1] or -1
-            group = servers.get(port, [])
-            if not group:
+        for opened, _, port, c in clients:
+            accepts = servers.get(port, [])
+            if not accepts:
                 continue
-            while unused_from[port] < len(group) and group[unused_from[port]].id in used:
+            while unused_from[port] < len(accepts) and accepts[unused_from[port]][2].id in used:
                 unused_from[port] += 1
-            lo = max(bisect.bisect_left(times[port], c.open_time - tol), unused_from[port])
+            lo = max(bisect.bisect_left(times[port], opened - tol), unused_from[port])
             chosen = None
             looked = 0
-            for s in group[lo:]:
-                if s.open_time > c.open_time + tol or looked > _BYTES_LOOKAHEAD:
+            for accepted, _, s in accepts[lo:]:
+                if accepted > opened + tol or looked > _BYTES_LOOKAHEAD:
                     break
                 if s.id in used or not self._ends_compatible(c, s):
                     continue
@@ -493,9 +494,8 @@ class _Reconciler:
             if b is None:
                 server = True if a.role == CONNECT else False if a.role == ACCEPT else None
                 node, host = self.peer(a.remote, server, a.local)
-                ep = format_addr(*a.remote) if a.remote and a.remote[0] and a.remote[1] else None
                 mine = (a.node, a.host, self.endpoint(a.local, None, a.host))
-                theirs = (node, host, ep)
+                theirs = (node, host, _known_endpoint(a.remote))
                 dir_kind[2 * c : 2 * c + 2] = (_TO_UNTRACED, _FROM_UNTRACED)
             else:
                 conn_of[b.id] = c
@@ -749,11 +749,18 @@ class _Reconciler:
 
     def _untraced(self, addr: Addr | None, own: Addr | None) -> tuple[str, str, str | None]:
         node, host = self.peer(addr, None, own)
-        ep = format_addr(addr[0], addr[1]) if addr and addr[0] and addr[1] else None
-        return node, host, ep
+        return node, host, _known_endpoint(addr)
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
+
+def _known_endpoint(addr: Addr | None) -> str | None:
+    """``ip:port`` of an address whose IP and port are both known, else None."""
+    if addr is None:
+        return None
+    ip, port = addr
+    return format_addr(ip, port) if ip and port else None
 
 
 def _loopback(ip: str) -> bool:
