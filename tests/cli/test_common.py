@@ -1,12 +1,16 @@
-"""The helpers every command shares: durations and ``--json`` output."""
+"""The helpers every command shares: durations, numeric options and ``--json`` output."""
 
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 
+import click
 import pytest
 
-from tacit.cli.common import comma_list, finite, parse_duration, print_json
+from clirun import finish, start
+from tacit.cli.common import bounded, comma_list, finite, parse_duration, print_json
 from tacit.errors import ConfigError
 
 
@@ -33,3 +37,44 @@ def test_json_output_has_null_for_what_is_not_finite(capsys):
 
 def test_comma_lists_drop_empty_items():
     assert comma_list(" a, b,,c ,") == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    ("check", "good", "bad"),
+    [
+        (bounded(0), [0, 3, 2.5], [-1, -0.1, math.nan, math.inf]),
+        (bounded(0, 1, lo_open=True), [1e-9, 0.5, 1], [0, 1.01, -math.inf]),
+        (bounded(0, 1, lo_open=True, hi_open=True), [0.5], [0, 1]),
+        (bounded(-1, lo_open=True), [-0.5, 7], [-1, -2, math.nan]),
+    ],
+)
+def test_numeric_options_outside_their_range_are_refused_by_name(check, good, bad):
+    param = click.Option(["--share"])
+    for value in good:
+        assert check(param, value) == value
+    assert check(param, None) is None  # an option left unset
+    for value in bad:
+        with pytest.raises(ConfigError, match="--share must be"):
+            check(param, value)
+
+
+def test_every_command_refuses_out_of_range_numbers_in_one_line(tmp_path: Path):
+    """A few commands of each group: each names the option, exits 2, and runs nothing."""
+    runs = finish(
+        {
+            option: start(*args, cwd=tmp_path)
+            for option, args in {
+                "--sample": ("evaluate", "x.json", "--sample", "-1"),
+                "--top": ("diagnose", "detect", "x.json", "--top", "-1"),
+                "--seed": ("paths", "evaluate", "x.json", "--seed", "-2"),
+                "--seconds": ("latency", "response", "--interface", "lo", "--seconds", "nan"),
+                "--loss": ("latency", "oneway", "simulate", "--loss", "2"),
+                "--rate": ("experiment", "netns", "--rate", "0"),
+                "--network-share": ("diagnose", "tcp", "--network-share", "inf"),
+            }.items()
+        }
+    )
+    for option, r in runs.items():
+        assert r.returncode == 2, (option, r.stderr)
+        assert r.stderr.startswith(f"tacit: error: {option} must be"), (option, r.stderr)
+        assert r.stderr.count("\n") == 1

@@ -85,3 +85,40 @@ def parse_duration(text: str) -> int:
     if value * scale > MAX_NS:
         raise ConfigError(f"a duration longer than 292 years: {text!r}")
     return round(value * scale)
+
+
+def bounded(
+    lo: float = -math.inf, hi: float = math.inf, *, lo_open: bool = False, hi_open: bool = False
+) -> Callable[[typer.CallbackParam, Any], Any]:
+    """A typer callback that refuses a number outside ``lo``..``hi`` (ends included unless
+    ``*_open``), or NaN or infinite, as a one-line :class:`ConfigError` naming the option."""
+    left = "(" if lo_open else "["
+    right = ")" if hi_open else "]"
+    if hi == math.inf:
+        wanted = f"> {lo:g}" if lo_open else f">= {lo:g}"
+    else:
+        wanted = f"in {left}{lo:g}, {hi:g}{right}"
+
+    def check(param: typer.CallbackParam, value: Any) -> Any:
+        if value is None:
+            return value
+        inside = (lo < value if lo_open else lo <= value) and (
+            value < hi if hi_open else value <= hi
+        )
+        if not (math.isfinite(value) and inside):
+            raise ConfigError(f"{param.opts[0]} must be {wanted}, got {value}")
+        return value
+
+    return check
+
+
+COUNT = bounded(0)
+"""A count or a number of items to show: 0 or more."""
+POSITIVE = bounded(0, lo_open=True)
+"""A rate, a size or a length: more than 0."""
+SEED = bounded(0)
+"""A random seed: numpy's generators take any whole number from 0."""
+FRACTION = bounded(0, 1)
+"""A probability or a share: 0 to 1."""
+PERCENT = bounded(0, 100)
+"""A percentage: 0 to 100."""

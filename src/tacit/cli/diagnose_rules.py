@@ -13,7 +13,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from tacit.cli.common import JsonOpt, out, print_json
+from tacit.cli.common import FRACTION, JsonOpt, out, print_json
 from tacit.errors import InputError
 
 RulesOpt = Annotated[
@@ -65,7 +65,8 @@ def tcp_cmd(
     ],
     rules: RulesOpt = None,
     network_share: Annotated[
-        float, typer.Option(help="Network-bound above this share of network + server.")
+        float,
+        typer.Option(callback=FRACTION, help="Network-bound above this share of network + server."),
     ] = 0.5,
     json_out: JsonOpt = False,
 ) -> None:

@@ -8,14 +8,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tacit.cli.common import JsonOpt, out, print_json
+from tacit.cli.common import SEED, JsonOpt, bounded, out, print_json
 from tacit.errors import ConfigError
 
 TracesArg = Annotated[list[Path], typer.Argument(help="Trace files or directories.")]
 BlindOpt = Annotated[
     bool, typer.Option("--blind", help="Blind the traces and reconstruct them with traceweaver.")
 ]
-SeedOpt = Annotated[int, typer.Option(help="Seed of the random choice of requests.")]
+SeedOpt = Annotated[int, typer.Option(callback=SEED, help="Seed of the random choice of requests.")]
 
 
 def _parse_injection(spec: str) -> tuple[str, int]:
@@ -51,14 +51,23 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def tail(
         traces: TracesArg,
-        percent: Annotated[float, typer.Option(help="The slowest share of requests, in %.")] = 2.0,
+        percent: Annotated[
+            float,
+            typer.Option(
+                callback=bounded(0, 100, lo_open=True), help="The slowest share of requests, in %."
+            ),
+        ] = 2.0,
         blind: BlindOpt = False,
         inject: Annotated[
             list[str] | None,
             typer.Option(help="SERVICE:MS — delay that service's server spans (repeatable)."),
         ] = None,
         inject_share: Annotated[
-            float, typer.Option(help="Share of requests each --inject delays.")
+            float,
+            typer.Option(
+                callback=bounded(0, 1, lo_open=True, hi_open=True),
+                help="Share of requests each --inject delays.",
+            ),
         ] = 0.1,
         seed: SeedOpt = 0,
         json_out: JsonOpt = False,
@@ -107,9 +116,18 @@ def register(app: typer.Typer) -> None:
     def abtest(
         traces: TracesArg,
         service: Annotated[str, typer.Option(help="The service with versions A and B.")],
-        share: Annotated[float, typer.Option(help="Share of its calls routed to B.")] = 0.02,
+        share: Annotated[
+            float,
+            typer.Option(
+                callback=bounded(0, 1, lo_open=True, hi_open=True),
+                help="Share of its calls routed to B.",
+            ),
+        ] = 0.02,
         effect: Annotated[
-            float, typer.Option(help="B's latency change (-0.05: 5% faster).")
+            float,
+            typer.Option(
+                callback=bounded(-1, lo_open=True), help="B's latency change (-0.05: 5% faster)."
+            ),
         ] = -0.05,
         basis: Annotated[
             str,

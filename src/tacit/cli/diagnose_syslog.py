@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tacit.cli.common import JsonOpt, console, out, parse_duration, print_json
+from tacit.cli.common import COUNT, JsonOpt, console, out, parse_duration, print_json
 
 syslog_app = typer.Typer(help="Network diagnosis from device syslogs (YTrace §4).")
 
@@ -59,7 +59,7 @@ def templates(
         Path | None,
         typer.Option(help="loghub *_structured.csv: score grouping accuracy against EventId."),
     ] = None,
-    top: Annotated[int, typer.Option(help="Templates to show.")] = 20,
+    top: Annotated[int, typer.Option(callback=COUNT, help="Templates to show.")] = 20,
     json_out: JsonOpt = False,
 ) -> None:
     """Group messages into templates (Drain3), optionally scored against loghub's truth."""

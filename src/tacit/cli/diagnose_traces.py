@@ -9,7 +9,16 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from tacit.cli.common import JsonOpt, comma_list, console, out, parse_duration, print_json
+from tacit.cli.common import (
+    COUNT,
+    JsonOpt,
+    bounded,
+    comma_list,
+    console,
+    out,
+    parse_duration,
+    print_json,
+)
 from tacit.errors import ConfigError
 from tacit.outputs import refuse_input_as_output, write_bytes
 
@@ -71,11 +80,17 @@ def _detect(cp, by: str, k: float, history_fraction: float, min_history: int, bu
 ByOpt = Annotated[
     str, typer.Option(help="Comma-separated confounders: endpoint, service, client, hour.")
 ]
-KOpt = Annotated[float, typer.Option(help="IQR fence multiplier (Tukey's 1.5).")]
+KOpt = Annotated[float, typer.Option(callback=COUNT, help="IQR fence multiplier (Tukey's 1.5).")]
 HistoryOpt = Annotated[
-    float, typer.Option(help="The first fraction of the time span is the history.")
+    float,
+    typer.Option(
+        callback=bounded(0, 1, lo_open=True, hi_open=True),
+        help="The first fraction of the time span is the history.",
+    ),
 ]
-MinHistoryOpt = Annotated[int, typer.Option(help="History a key needs for a baseline.")]
+MinHistoryOpt = Annotated[
+    int, typer.Option(callback=COUNT, help="History a key needs for a baseline.")
+]
 BucketOpt = Annotated[str, typer.Option(help="Time-of-day bucket of 'hour' (e.g. 1h, 15m).")]
 
 
@@ -86,7 +101,7 @@ def detect(
     history_fraction: HistoryOpt = 0.5,
     min_history: MinHistoryOpt = 20,
     bucket: BucketOpt = "3600s",
-    top: Annotated[int, typer.Option(help="Flagged traces to list.")] = 20,
+    top: Annotated[int, typer.Option(callback=COUNT, help="Flagged traces to list.")] = 20,
     input_format: FormatOpt = "auto",
     json_out: JsonOpt = False,
 ) -> None:
@@ -146,8 +161,10 @@ def detect(
 
 def critical_path(
     traces: TracesArg,
-    slowest: Annotated[int, typer.Option(help="Traces to show, slowest first.")] = 10,
-    top: Annotated[int, typer.Option(help="Contributors to list per trace.")] = 3,
+    slowest: Annotated[
+        int, typer.Option(callback=COUNT, help="Traces to show, slowest first.")
+    ] = 10,
+    top: Annotated[int, typer.Option(callback=COUNT, help="Contributors to list per trace.")] = 3,
     html: Annotated[
         Path | None, typer.Option("--html", help="Write an HTML report of those traces.")
     ] = None,
@@ -218,7 +235,7 @@ def explain(
     bucket: BucketOpt = "3600s",
     blind: BlindOpt = False,
     weigh_links: WeighOpt = False,
-    top: Annotated[int, typer.Option(help="Slow traces to list.")] = 20,
+    top: Annotated[int, typer.Option(callback=COUNT, help="Slow traces to list.")] = 20,
     input_format: FormatOpt = "auto",
     json_out: JsonOpt = False,
 ) -> None:

@@ -11,7 +11,17 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tacit.cli.common import JsonOpt, finite, out, print_json
+from tacit.cli.common import (
+    COUNT,
+    PERCENT,
+    POSITIVE,
+    SEED,
+    JsonOpt,
+    bounded,
+    finite,
+    out,
+    print_json,
+)
 
 experiment_app = typer.Typer(help="Experiments that measure tacit against ground truth.")
 
@@ -31,10 +41,14 @@ def _table(title: str, rows: dict) -> Table:
 
 @experiment_app.command()
 def web(
-    seconds: Annotated[float, typer.Option(help="How long the clients run.")] = 10.0,
+    seconds: Annotated[
+        float, typer.Option(callback=POSITIVE, help="How long the clients run.")
+    ] = 10.0,
     server: Annotated[str, typer.Option(help="http (tacit's server) or memcached.")] = "http",
-    clients: Annotated[int, typer.Option(help="Client connections.")] = 8,
-    seed: Annotated[int, typer.Option(help="Seed of the site, service times and clients.")] = 0,
+    clients: Annotated[int, typer.Option(callback=bounded(1), help="Client connections.")] = 8,
+    seed: Annotated[
+        int, typer.Option(callback=SEED, help="Seed of the site, service times and clients.")
+    ] = 0,
     keep: Annotated[
         Path | None, typer.Option(help="Directory to keep the capture and client log in.")
     ] = None,
@@ -62,10 +76,16 @@ def web(
 
 @experiment_app.command()
 def asymmetric(
-    seconds: Annotated[float, typer.Option(help="How long the clients run.")] = 20.0,
-    connections: Annotated[int, typer.Option(help="Client connections.")] = 8,
-    cpu_period: Annotated[int, typer.Option(help="The cgroup's CFS period, µs.")] = 100_000,
-    seed: Annotated[int, typer.Option(help="Seed of the site, CPU series and clients.")] = 0,
+    seconds: Annotated[
+        float, typer.Option(callback=POSITIVE, help="How long the clients run.")
+    ] = 20.0,
+    connections: Annotated[int, typer.Option(callback=bounded(1), help="Client connections.")] = 8,
+    cpu_period: Annotated[
+        int, typer.Option(callback=POSITIVE, help="The cgroup's CFS period, µs.")
+    ] = 100_000,
+    seed: Annotated[
+        int, typer.Option(callback=SEED, help="Seed of the site, CPU series and clients.")
+    ] = 0,
     keep: Annotated[
         Path | None, typer.Option(help="Directory to keep the capture and client log in.")
     ] = None,
@@ -105,7 +125,7 @@ def asymmetric(
 
 @experiment_app.command()
 def loadbalancer(
-    seed: Annotated[int, typer.Option(help="Seed of the simulation.")] = 0,
+    seed: Annotated[int, typer.Option(callback=SEED, help="Seed of the simulation.")] = 0,
     source: Annotated[
         str,
         typer.Option(help="What the controller is fed: pirate (estimates) or truth (oracle)."),
@@ -133,12 +153,16 @@ def loadbalancer(
 
 @experiment_app.command()
 def netns(
-    seconds: Annotated[float, typer.Option(help="How long the generator sends.")] = 2.0,
-    delay: Annotated[float, typer.Option(help="One-way delay added, ms.")] = 5.0,
-    jitter: Annotated[float, typer.Option(help="Jitter (normal), ms.")] = 1.0,
-    loss: Annotated[float, typer.Option(help="Loss, percent.")] = 1.0,
-    reorder: Annotated[float, typer.Option(help="Packets sent ahead, percent.")] = 5.0,
-    rate: Annotated[float, typer.Option(help="Datagrams per second.")] = 1000.0,
+    seconds: Annotated[
+        float, typer.Option(callback=POSITIVE, help="How long the generator sends.")
+    ] = 2.0,
+    delay: Annotated[float, typer.Option(callback=COUNT, help="One-way delay added, ms.")] = 5.0,
+    jitter: Annotated[float, typer.Option(callback=COUNT, help="Jitter (normal), ms.")] = 1.0,
+    loss: Annotated[float, typer.Option(callback=PERCENT, help="Loss, percent.")] = 1.0,
+    reorder: Annotated[
+        float, typer.Option(callback=PERCENT, help="Packets sent ahead, percent.")
+    ] = 5.0,
+    rate: Annotated[float, typer.Option(callback=POSITIVE, help="Datagrams per second.")] = 1000.0,
     impairment: Annotated[
         str, typer.Option(help="auto, netem, relay (userspace) or none (kernel forwarding).")
     ] = "auto",

@@ -11,7 +11,17 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from tacit.cli.common import JsonOpt, console, out, print_json, progress_bar
+from tacit.cli.common import (
+    FRACTION,
+    POSITIVE,
+    SEED,
+    JsonOpt,
+    bounded,
+    console,
+    out,
+    print_json,
+    progress_bar,
+)
 from tacit.errors import ConfigError
 from tacit.oneway_latency.sweep import PAPER_MEMORY_BYTES
 
@@ -38,17 +48,22 @@ def simulate(
             "many (fresh identifiers per repetition).",
         ),
     ] = None,
-    loss: Annotated[float, typer.Option(help="Loss probability per packet.")] = 1e-3,
+    loss: Annotated[
+        float, typer.Option(callback=FRACTION, help="Loss probability per packet.")
+    ] = 1e-3,
     reorder: Annotated[
         float,
         typer.Option(
+            callback=FRACTION,
             help="Probability that a packet sent in the last 100 µs of an interval is held "
-            "past the boundary."
+            "past the boundary.",
         ),
     ] = 0.1,
-    seed: Annotated[int, typer.Option(help="Seed of the path (and of the simulated sender).")] = 0,
+    seed: Annotated[
+        int, typer.Option(callback=SEED, help="Seed of the path (and of the simulated sender).")
+    ] = 0,
     memory: Annotated[
-        int, typer.Option(help="Bytes per synopsis, the same for every method.")
+        int, typer.Option(callback=POSITIVE, help="Bytes per synopsis, the same for every method.")
     ] = PAPER_MEMORY_BYTES,
     rate: Annotated[
         float | None,
@@ -67,7 +82,9 @@ def simulate(
         str | None,
         typer.Option(help="Sweep: comma-separated set differences per interval."),
     ] = None,
-    seeds: Annotated[int, typer.Option(help="Sweep: seeds per set difference.")] = 3,
+    seeds: Annotated[
+        int, typer.Option(callback=bounded(1), help="Sweep: seeds per set difference.")
+    ] = 3,
     plots: Annotated[
         Path | None, typer.Option("--plots", help="Sweep: directory for the PNG figures.")
     ] = None,

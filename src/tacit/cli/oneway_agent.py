@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tacit.cli.common import console, finite, out, parse_duration
+from tacit.cli.common import SEED, bounded, console, finite, out, parse_duration
 from tacit.errors import ConfigError
 from tacit.outputs import refuse_input_as_output
 
@@ -86,10 +86,16 @@ def register(app: typer.Typer) -> None:
             str, typer.Option(help="How long an interval waits for its peer.")
         ] = "60s",
         buckets: Annotated[
-            int | None, typer.Option(help="Buckets per bank (default: late binding).")
+            int | None,
+            typer.Option(callback=bounded(1), help="Buckets per bank (default: late binding)."),
         ] = None,
-        sampling_rate: Annotated[float, typer.Option(help="Flow-hash sampling rate.")] = 1.0,
-        seed: Annotated[int, typer.Option(help="Hash seed (both agents alike).")] = 0,
+        sampling_rate: Annotated[
+            float,
+            typer.Option(callback=bounded(0, 1, lo_open=True), help="Flow-hash sampling rate."),
+        ] = 1.0,
+        seed: Annotated[
+            int, typer.Option(callback=SEED, help="Hash seed (both agents alike).")
+        ] = 0,
         duration: Annotated[
             str | None, typer.Option(help="Live capture: stop after this long.")
         ] = None,

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tacit.cli.common import JsonOpt, console, out, parse_duration, print_json
+from tacit.cli.common import COUNT, SEED, JsonOpt, console, out, parse_duration, print_json
 
 paths_app = typer.Typer(help="Causal path patterns from black-box message traces (WAP5).")
 
@@ -36,7 +36,7 @@ def link(
     host: Annotated[
         str | None, typer.Option(help="Host of a single strace log (default: from its name).")
     ] = None,
-    top: Annotated[int, typer.Option(help="Patterns to show (and to draw).")] = 10,
+    top: Annotated[int, typer.Option(callback=COUNT, help="Patterns to show (and to draw).")] = 10,
     rank: Annotated[
         str,
         typer.Option(
@@ -105,7 +105,7 @@ def evaluate(
     clock_offset_max: Annotated[
         str, typer.Option("--clock-offset-max", help="Bound of each host's random clock offset.")
     ] = "5s",
-    seed: Annotated[int, typer.Option(help="Seed of the clock offsets.")] = 0,
+    seed: Annotated[int, typer.Option(callback=SEED, help="Seed of the clock offsets.")] = 0,
     json_out: JsonOpt = False,
 ) -> None:
     """Turn real traces into message traces, link them and score them against the truth."""

@@ -13,7 +13,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from tacit.cli.common import JsonOpt, out, parse_duration, print_json
+from tacit.cli.common import POSITIVE, JsonOpt, out, parse_duration, print_json
 from tacit.errors import ConfigError
 
 
@@ -30,7 +30,9 @@ def response(
         str | None, typer.Option(help="Capture live on this interface instead (libpcap).")
     ] = None,
     bpf: Annotated[str, typer.Option("--filter", help="Live capture: a BPF filter.")] = "",
-    seconds: Annotated[float, typer.Option(help="Live capture: how long.")] = 10.0,
+    seconds: Annotated[
+        float, typer.Option(callback=POSITIVE, help="Live capture: how long.")
+    ] = 10.0,
     server: Annotated[
         str | None,
         typer.Option(help="The server as ADDR:PORT, ADDR or PORT (default: from handshakes)."),

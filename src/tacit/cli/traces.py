@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tacit.cli.common import JsonOpt, comma_list, out, print_json, progress_bar
+from tacit.cli.common import JsonOpt, bounded, comma_list, out, print_json, progress_bar
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT
 from tacit.outputs import refuse_input_as_output
@@ -59,7 +59,11 @@ def register(app: typer.Typer) -> None:
             str, typer.Option(help="'learn' (from the input's ground truth) or a YAML file.")
         ] = "learn",
         sample: Annotated[
-            float, typer.Option(help="Fraction of traces the call graph is learned from.")
+            float,
+            typer.Option(
+                callback=bounded(0, 1, lo_open=True),
+                help="Fraction of traces the call graph is learned from.",
+            ),
         ] = 1.0,
         instrumented: Annotated[
             str,
@@ -232,7 +236,9 @@ def register(app: typer.Typer) -> None:
         out_dir: Annotated[Path, typer.Option("--out", help="Where traces and report go.")] = Path(
             "demo-output"
         ),
-        requests: Annotated[int, typer.Option(help="Requests per load level.")] = 400,
+        requests: Annotated[
+            int, typer.Option(callback=bounded(1), help="Requests per load level.")
+        ] = 400,
         json_out: JsonOpt = False,
     ) -> None:
         """Simulate a small app under rising load, reconstruct, score every algorithm, report."""
