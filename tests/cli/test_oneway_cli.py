@@ -122,7 +122,7 @@ def test_sweep_json_and_plots(runs):
     ("name", "words"),
     [
         ("bad_pcap", "bad.pcap"),
-        ("bad_loss", "loss_rate must be a probability"),
+        ("bad_loss", "--loss must be in [0, 1]"),
         ("nothing", "--packets N"),
     ],
 )
