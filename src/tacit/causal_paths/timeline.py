@@ -193,47 +193,109 @@ class _Labels:
         return chosen
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Where the parts of one drawing go: node columns, the depth of every event time, and the
+    figure's size, in inches from the top left."""
+
+    pattern: Pattern
+    times: list[tuple[float, float]]
+    kids: dict[int, list[int]]
+    nodes: list[str]
+    column: dict[str, int]
+    traced: dict[str, bool]
+    depth: dict[float, float]
+    stagger: bool  # names too long for their column alternate between two heights
+    legend: list[str]
+    width: float
+    height: float
+    top: float  # where the first event is drawn
+    bottom: float  # below the last event
+
+    @classmethod
+    def of(cls, pattern: Pattern) -> _Layout:
+        """The layout of ``pattern``'s drawing; a pattern without hops cannot be drawn."""
+        hops = pattern.hops
+        if not hops:
+            raise ValueError("cannot draw a pattern without hops")
+        times = event_times(pattern)
+        kids = _children(hops)
+        nodes = _columns(hops, kids)
+        depth = _vertical([t for pair in times for t in pair], len(hops))
+
+        # Which nodes are traced (any of their events has a timestamp).
+        traced = dict.fromkeys(nodes, False)
+        for h in hops:
+            traced[h.src] |= h.src_traced
+            traced[h.dst] |= h.dst_traced
+
+        width = max(_MIN_WIDTH, _LEFT + _COLUMN * len(nodes) + _RIGHT)
+        stagger = any(len(n) * 0.075 > _COLUMN - 0.1 for n in nodes) and len(nodes) > 1
+        title_h = 0.7
+        names_h = 0.6 + (0.2 if stagger else 0.0)
+        top = title_h + names_h
+        timeline_h = max(depth.values())
+        legend = textwrap.wrap(_LEGEND, max(40, int((width - 0.3) / (0.6 * 7 / 72))))
+        height = top + timeline_h + 0.45 + 0.16 * len(legend) + 0.2
+        column = {n: j for j, n in enumerate(nodes)}
+        bottom = top + timeline_h + 0.2
+        return cls(
+            pattern=pattern,
+            times=times,
+            kids=kids,
+            nodes=nodes,
+            column=column,
+            traced=traced,
+            depth=depth,
+            stagger=stagger,
+            legend=legend,
+            width=width,
+            height=height,
+            top=top,
+            bottom=bottom,
+        )
+
+    def x(self, node: str) -> float:
+        """The middle of ``node``'s column."""
+        return _LEFT + _COLUMN * (self.column[node] + 0.5)
+
+    def y(self, t: float) -> float:
+        """How far below the top event time ``t`` (ms) is drawn."""
+        return self.top + self.depth[_key(t)]
+
+
 def _figure(pattern: Pattern, title: str | None) -> Figure:
-    hops = pattern.hops
-    if not hops:
-        raise ValueError("cannot draw a pattern without hops")
-    times = event_times(pattern)
-    kids = _children(hops)
-    nodes = _columns(hops, kids)
-    column = {n: j for j, n in enumerate(nodes)}
-    depth = _vertical([t for pair in times for t in pair], len(hops))
-
-    # Which nodes are traced (any of their events has a timestamp).
-    traced = dict.fromkeys(nodes, False)
-    for h in hops:
-        traced[h.src] |= h.src_traced
-        traced[h.dst] |= h.dst_traced
-
-    width = max(_MIN_WIDTH, _LEFT + _COLUMN * len(nodes) + _RIGHT)
-    stagger = any(len(n) * 0.075 > _COLUMN - 0.1 for n in nodes) and len(nodes) > 1
-    heading = summary_line(pattern)
-    title_h = 0.7
-    names_h = 0.6 + (0.2 if stagger else 0.0)
-    top = title_h + names_h
-    timeline_h = max(depth.values())
-    legend = textwrap.wrap(_LEGEND, max(40, int((width - 0.3) / (0.6 * 7 / 72))))
-    height = top + timeline_h + 0.45 + 0.16 * len(legend) + 0.2
-
-    fig = Figure(figsize=(width, height))
+    """The timeline of ``pattern``, drawn part by part: heading, node columns, time axis,
+    stays, event markers, messages, legend."""
+    layout = _Layout.of(pattern)
+    fig = Figure(figsize=(layout.width, layout.height))
     ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
-    ax.set_xlim(0, width)
-    ax.set_ylim(height, 0)  # inches from the top: time flows downward
+    ax.set_xlim(0, layout.width)
+    ax.set_ylim(layout.height, 0)  # inches from the top: time flows downward
     ax.set_axis_off()
+    _draw_heading(ax, pattern, title)
+    _draw_columns(ax, layout)
+    _draw_time_axis(ax, layout)
+    labels = _Labels([])
+    boxed_send, boxed_recv = _draw_stays(ax, layout, labels)
+    _draw_marks(ax, layout, boxed_send, boxed_recv)
+    for i in range(len(pattern.hops)):
+        _draw_message(ax, layout, labels, i, i in boxed_send, i in boxed_recv)
+    ax.text(
+        0.15,
+        layout.bottom + 0.2,
+        "\n".join(layout.legend),
+        fontsize=7,
+        color="#555555",
+        va="top",
+        ha="left",
+        linespacing=1.3,
+    )
+    return fig
 
-    def x_of(node: str) -> float:
-        return _LEFT + _COLUMN * (column[node] + 0.5)
 
-    def y_of(t: float) -> float:
-        return top + depth[_key(t)]
-
-    bottom = top + timeline_h + 0.2
-
-    # Title and statistics.
+def _draw_heading(ax: Axes, pattern: Pattern, title: str | None) -> None:
+    """The title and the statistics line."""
     ax.text(
         0.15,
         0.12,
@@ -243,14 +305,17 @@ def _figure(pattern: Pattern, title: str | None) -> Figure:
         va="top",
         ha="left",
     )
-    ax.text(0.15, 0.42, heading, fontsize=8.5, va="top", ha="left", color="#333333")
+    ax.text(0.15, 0.42, summary_line(pattern), fontsize=8.5, va="top", ha="left", color="#333333")
 
-    # Node columns.
-    for j, n in enumerate(nodes):
-        x = x_of(n)
-        lift = 0.2 if stagger and j % 2 else 0.0
+
+def _draw_columns(ax: Axes, layout: _Layout) -> None:
+    """Each node's name, "untraced" under it for an untraced node, and its vertical line."""
+    top = layout.top
+    for j, n in enumerate(layout.nodes):
+        x = layout.x(n)
+        lift = 0.2 if layout.stagger and j % 2 else 0.0
         ax.text(x, top - 0.3 - lift, n, fontsize=9.5, weight="bold", ha="center", va="bottom")
-        if not traced[n]:
+        if not layout.traced[n]:
             ax.text(
                 x,
                 top - 0.28 - lift,
@@ -261,26 +326,35 @@ def _figure(pattern: Pattern, title: str | None) -> Figure:
                 ha="center",
                 va="top",
             )
-        ax.plot([x, x], [top - 0.05, bottom], color="#c8c8c8", lw=0.9, zorder=0)
+        ax.plot([x, x], [top - 0.05, layout.bottom], color="#c8c8c8", lw=0.9, zorder=0)
 
-    # Time ticks and faint grid lines.
+
+def _draw_time_axis(ax: Axes, layout: _Layout) -> None:
+    """Time ticks in the left margin and faint grid lines across."""
+    top = layout.top
     ax.text(
         _LEFT - 0.12, top - 0.3, "time (ms)", fontsize=7, color="#666666", ha="right", va="bottom"
     )
-    for t, d in depth.items():
+    for t, d in layout.depth.items():
         ax.text(
             _LEFT - 0.12, top + d, f"{t:.3f}", fontsize=7, color="#666666", ha="right", va="center"
         )
         ax.plot(
-            [_LEFT - 0.06, width - _RIGHT], [top + d, top + d], color="#eeeeee", lw=0.6, zorder=0
+            [_LEFT - 0.06, layout.width - _RIGHT],
+            [top + d, top + d],
+            color="#eeeeee",
+            lw=0.6,
+            zorder=0,
         )
 
-    labels = _Labels([])
 
-    # Stays: one box per receipt followed by sends of known delay at the same node.
+def _draw_stays(ax: Axes, layout: _Layout, labels: _Labels) -> tuple[set[int], set[int]]:
+    """One box per receipt followed by sends of known delay at the same node; returns the hops
+    sent from a box and the hops received into one."""
+    hops = layout.pattern.hops
     boxed_send: set[int] = set()
     boxed_recv: set[int] = set()
-    for p, children in kids.items():
+    for p, children in layout.kids.items():
         if p < 0:
             continue
         by_node: dict[str, list[int]] = {}
@@ -290,130 +364,135 @@ def _figure(pattern: Pattern, title: str | None) -> Figure:
             timed = [c for c in group if hops[c].node_delay_ns is not None]
             if not timed:
                 continue
-            start = y_of(times[p][1])
-            end = max(y_of(times[c][0]) for c in timed)
-            x = x_of(node)
-            ax.add_patch(
-                Rectangle(
-                    (x - _BOX / 2, start),
-                    _BOX,
-                    max(end - start, 0.05),
-                    facecolor=_BOX_FACE,
-                    edgecolor=_BOX_EDGE,
-                    lw=1.0,
-                    zorder=2,
-                )
-            )
             if node == hops[p].dst:
                 boxed_recv.add(p)
             boxed_send.update(timed)
-            several = len({hops[c].dst for c in timed}) > 1
-            for c in sorted(timed, key=lambda c: times[c][0]):
-                send = y_of(times[c][0])
-                if send < end:  # an earlier send from the same stay
-                    ax.plot(
-                        [x - _BOX / 2, x + _BOX / 2],
-                        [send, send],
-                        color=_BOX_EDGE,
-                        lw=0.8,
-                        zorder=2,
-                    )
-                text = node_delay_label(hops[c]) or ""
-                if several:
-                    text = f"{text} → {hops[c].dst}"
-                mid = (start + send) / 2
-                steps = (0.0, _LINE, -_LINE, 2 * _LINE, -2 * _LINE)
-                lx, ly = labels.place([(x, mid + s) for s in steps], text)
-                ax.text(
-                    lx,
-                    ly,
-                    text,
-                    fontsize=_LABEL_PT,
-                    ha="center",
-                    va="center",
-                    zorder=6,
-                    bbox=dict(boxstyle="square,pad=0.1", fc=_BOX_FACE, ec="none"),
-                )
+            _draw_stay(ax, layout, labels, p, node, timed)
+    return boxed_send, boxed_recv
 
-    # Event markers: diamonds at untraced nodes, dots where a traced event has no box.
+
+def _draw_stay(
+    ax: Axes, layout: _Layout, labels: _Labels, parent: int, node: str, timed: list[int]
+) -> None:
+    """The box at ``node`` from the receipt of hop ``parent`` to the last of the sends
+    ``timed``, a tick at each earlier send, and each send's node delay (with its destination
+    when they go to several)."""
+    hops, times = layout.pattern.hops, layout.times
+    start = layout.y(times[parent][1])
+    end = max(layout.y(times[c][0]) for c in timed)
+    x = layout.x(node)
+    ax.add_patch(
+        Rectangle(
+            (x - _BOX / 2, start),
+            _BOX,
+            max(end - start, 0.05),
+            facecolor=_BOX_FACE,
+            edgecolor=_BOX_EDGE,
+            lw=1.0,
+            zorder=2,
+        )
+    )
+    several = len({hops[c].dst for c in timed}) > 1
+    for c in sorted(timed, key=lambda c: times[c][0]):
+        send = layout.y(times[c][0])
+        if send < end:  # an earlier send from the same stay
+            ax.plot([x - _BOX / 2, x + _BOX / 2], [send, send], color=_BOX_EDGE, lw=0.8, zorder=2)
+        text = node_delay_label(hops[c]) or ""
+        if several:
+            text = f"{text} → {hops[c].dst}"
+        mid = (start + send) / 2
+        steps = (0.0, _LINE, -_LINE, 2 * _LINE, -2 * _LINE)
+        lx, ly = labels.place([(x, mid + s) for s in steps], text)
+        ax.text(
+            lx,
+            ly,
+            text,
+            fontsize=_LABEL_PT,
+            ha="center",
+            va="center",
+            zorder=6,
+            bbox=dict(boxstyle="square,pad=0.1", fc=_BOX_FACE, ec="none"),
+        )
+
+
+def _draw_marks(ax: Axes, layout: _Layout, boxed_send: set[int], boxed_recv: set[int]) -> None:
+    """Event markers: diamonds at untraced nodes, dots where a traced event has no box."""
     marks: dict[tuple[str, float], bool] = {}
-    for i, h in enumerate(hops):
-        send, recv = times[i]
+    for i, h in enumerate(layout.pattern.hops):
+        send, recv = layout.times[i]
         if i not in boxed_send:
             marks.setdefault((h.src, _key(send)), h.src_traced)
         if i not in boxed_recv:
             marks.setdefault((h.dst, _key(recv)), h.dst_traced)
     for (node, t), is_traced in marks.items():
+        x, y = layout.x(node), layout.y(t)
         if is_traced:
-            ax.plot(x_of(node), y_of(t), marker="o", ms=3.5, color=_BOX_EDGE, zorder=5)
+            ax.plot(x, y, marker="o", ms=3.5, color=_BOX_EDGE, zorder=5)
         else:
-            ax.plot(
-                x_of(node), y_of(t), marker="D", ms=7, mfc="white", mec="#444444", mew=1.0, zorder=5
-            )
+            ax.plot(x, y, marker="D", ms=7, mfc="white", mec="#444444", mew=1.0, zorder=5)
 
-    # Messages.
-    for i, h in enumerate(hops):
-        send, recv = times[i]
-        sx, sy = x_of(h.src), y_of(send)
-        ex, ey = x_of(h.dst), y_of(recv)
-        direction = 1.0 if ex >= sx else -1.0
-        shrink_a = 0.0 if i in boxed_send else 4.0
-        shrink_b = 0.0 if i in boxed_recv else 5.0
-        if i in boxed_send:
-            sx += direction * _BOX / 2
-        if i in boxed_recv:
-            ex -= direction * _BOX / 2
-        known = h.network_delay_ns is not None
-        color = _UNKNOWN if not known else (_MSG if h.src_traced else _RTT)
-        self_message = h.src == h.dst
-        if self_message:
-            sx, ex = x_of(h.src) + _BOX / 2, x_of(h.dst) + _BOX / 2
-        ax.add_patch(
-            FancyArrowPatch(
-                (sx, sy),
-                (ex, ey),
-                arrowstyle="-|>",
-                mutation_scale=9,
-                color=color,
-                lw=1.1,
-                linestyle="-" if known else (0, (4, 3)),
-                shrinkA=shrink_a,
-                shrinkB=shrink_b,
-                connectionstyle="arc3,rad=-0.6" if self_message else "arc3",
-                zorder=3,
-            )
+
+def _draw_message(
+    ax: Axes, layout: _Layout, labels: _Labels, i: int, boxed_send: bool, boxed_recv: bool
+) -> None:
+    """Hop ``i``'s arrow, from the edge of a box where it leaves or enters one (a message to
+    the sender itself loops out to the right), dashed when its delay is unknown, and its
+    label."""
+    h = layout.pattern.hops[i]
+    send, recv = layout.times[i]
+    sx, sy = layout.x(h.src), layout.y(send)
+    ex, ey = layout.x(h.dst), layout.y(recv)
+    direction = 1.0 if ex >= sx else -1.0
+    if boxed_send:
+        sx += direction * _BOX / 2
+    if boxed_recv:
+        ex -= direction * _BOX / 2
+    known = h.network_delay_ns is not None
+    color = _UNKNOWN if not known else (_MSG if h.src_traced else _RTT)
+    self_message = h.src == h.dst
+    if self_message:
+        sx, ex = layout.x(h.src) + _BOX / 2, layout.x(h.dst) + _BOX / 2
+    ax.add_patch(
+        FancyArrowPatch(
+            (sx, sy),
+            (ex, ey),
+            arrowstyle="-|>",
+            mutation_scale=9,
+            color=color,
+            lw=1.1,
+            linestyle="-" if known else (0, (4, 3)),
+            shrinkA=0.0 if boxed_send else 4.0,
+            shrinkB=0.0 if boxed_recv else 5.0,
+            connectionstyle="arc3,rad=-0.6" if self_message else "arc3",
+            zorder=3,
         )
-        label = network_delay_label(h)
-        if label is None:
-            continue
-        if self_message:
-            x, y = labels.place([(sx + 0.35 + len(label) * _CHAR / 2, (sy + ey) / 2)], label)
-            ax.text(
-                x,
-                y,
-                label,
-                fontsize=_LABEL_PT,
-                color=color,
-                ha="center",
-                va="center",
-                zorder=6,
-                bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none"),
-            )
-            continue
-        _label_message(ax, labels, (sx, sy), (ex, ey), label, color, x_of(h.src), x_of(h.dst))
-
-    # Legend.
-    ax.text(
-        0.15,
-        bottom + 0.2,
-        "\n".join(legend),
-        fontsize=7,
-        color="#555555",
-        va="top",
-        ha="left",
-        linespacing=1.3,
     )
-    return fig
+    label = network_delay_label(h)
+    if label is None:
+        return
+    if self_message:
+        _label_self_message(ax, labels, (sx, sy), ey, label, color)
+        return
+    _label_message(ax, labels, (sx, sy), (ex, ey), label, color, layout.x(h.src), layout.x(h.dst))
+
+
+def _label_self_message(
+    ax: Axes, labels: _Labels, start: tuple[float, float], end_y: float, text: str, color: str
+) -> None:
+    """Write the delay of a message from a node to itself right of its loop."""
+    sx, sy = start
+    x, y = labels.place([(sx + 0.35 + len(text) * _CHAR / 2, (sy + end_y) / 2)], text)
+    ax.text(
+        x,
+        y,
+        text,
+        fontsize=_LABEL_PT,
+        color=color,
+        ha="center",
+        va="center",
+        zorder=6,
+        bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none"),
+    )
 
 
 def _label_message(

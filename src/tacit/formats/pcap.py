@@ -701,223 +701,301 @@ def _walk_pcapng(buf, pos, row, max_records, ifaces, state, cols, spans, tallies
     return _LIMIT, pos, row, records, 0
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _decode(buf, o, caplen, wire, linktype, out, counts, ethertypes, linktypes, key):
     """Decode the frame of ``caplen`` bytes at ``o`` into ``out`` (a row's fields by column
     index, all but time, record and interface); returns what became of it (``_IP``: a packet).
 
     Single arrays rather than tuples of them come in, and one scratch row goes out, because
     numba counts references to every array taken out of a tuple on every path through a
-    function: with the 25 columns here that cost more than the decoding itself.
+    function: with the 25 columns here that cost more than the decoding itself. The helpers each
+    decode one layer into ``out`` and return what became of the frame (``_IP``: go on) with
+    what the next layer needs; they are inlined, so the loop stays one compiled function.
+
+    Compiled without numba's reference counting (``_nrt=False``): nothing here allocates and
+    every array is the caller's for the whole call, while counting the references that each
+    inlined helper takes to them more than doubled the time of a walk.
     """
     end = o + caplen
-    ip = o
-    if linktype == 1:  # ETHERNET: dst, src, ethertype
-        if caplen < 14:
-            return _LINK_CUT
-        ethertype = _be16(buf, o + 12)
-        ip = o + 14
-    elif linktype == 113:  # LINUX_SLL: packet type, ARPHRD, address length, address, protocol
-        if caplen < 16:
-            return _LINK_CUT
-        ethertype = _be16(buf, o + 14)
-        ip = o + 16
-    elif linktype == 276:  # LINUX_SLL2: protocol first, 20 bytes in all
-        if caplen < 20:
-            return _LINK_CUT
-        ethertype = _be16(buf, o)
-        ip = o + 20
-    elif linktype == 101 or linktype == 228 or linktype == 229:  # RAW, IPV4, IPV6
-        if caplen < 1:
-            return _IP_CUT
-        version = buf[o] >> 4
-        if (
-            (version != 4 and version != 6)
-            or (linktype == 228 and version != 4)
-            or (linktype == 229 and version != 6)
-        ):
-            return _BAD_VERSION
-        ethertype = 0x0800 if version == 4 else 0x86DD
-    elif linktype == 0 or linktype == 108:  # NULL (host byte order), LOOP (network order)
-        if caplen < 4:
-            return _LINK_CUT
-        family = _be32(buf, o)
-        if linktype == 0 and family > 0xFFFF:
-            family = _u32(buf, o, False)
-        if family == 2:
-            ethertype = 0x0800
-        elif family == 24 or family == 28 or family == 30:  # AF_INET6 on the BSDs and macOS
-            ethertype = 0x86DD
-        else:
-            return _NOT_IP_FAMILY
-        ip = o + 4
-    else:
+    r, ethertype, ip = _link_layer(buf, o, caplen, linktype)
+    if r == _UNSUPPORTED_LINK:
         linktypes[linktype] += 1
-        return _UNSUPPORTED_LINK
-    while ethertype == 0x8100 or ethertype == 0x88A8 or ethertype == 0x9100:  # VLAN tags
-        if ip + 4 > end:
-            return _LINK_CUT
-        ethertype = _be16(buf, ip + 2)
-        ip += 4
+    if r == _IP:
+        r, ethertype, ip = _vlan_tags(buf, ethertype, ip, end)
+    if r != _IP:
+        return r
     if ethertype != 0x0800 and ethertype != 0x86DD:
         ethertypes[ethertype] += 1
         return _NON_IP
-
-    captured = end - ip
     on_wire = wire - (ip - o)  # the IP length the link layer saw, for lengths left as 0 (TSO)
-    ip_id = 0
-    first_fragment = False
     if ethertype == 0x0800:
-        if captured < 20:
-            return _IP_CUT
-        if buf[ip] >> 4 != 4:
-            return _BAD_VERSION
-        version = 4
-        ihl = (buf[ip] & 15) * 4
-        if ihl < 20:
-            return _BAD_IHL
-        total = _be16(buf, ip + 2)
-        if total == 0:
-            total = on_wire
-        if total < ihl:
-            return _BAD_IP_LENGTH
-        frag = _be16(buf, ip + 6)
-        if frag & 0x1FFF:
-            return _FRAG4
-        first_fragment = (frag & 0x2000) != 0
-        ip_id = _be16(buf, ip + 4)
-        ttl = buf[ip + 8]
-        proto = np.int64(buf[ip + 9])
-        src_hi = np.uint64(0)
-        dst_hi = np.uint64(0)
-        src_lo = np.uint64(V4_MAPPED | _be32(buf, ip + 12))
-        dst_lo = np.uint64(V4_MAPPED | _be32(buf, ip + 16))
-        th = ip + ihl
-        ip_end = ip + total
-        known = True
+        r, proto, th, ip_end, known, first_fragment = _ipv4(buf, ip, end, on_wire, out)
     else:
-        if captured < 40:
-            return _IP_CUT
-        if buf[ip] >> 4 != 6:
-            return _BAD_VERSION
-        version = 6
-        length = _be16(buf, ip + 4)
-        ip_end = ip + max(40 + length if length else on_wire, 40)  # 0: jumbogram or TSO
-        proto = np.int64(buf[ip + 6])
-        ttl = buf[ip + 7]
-        src_hi, src_lo = _be64(buf, ip + 8), _be64(buf, ip + 16)
-        dst_hi, dst_lo = _be64(buf, ip + 24), _be64(buf, ip + 32)
-        th = ip + 40
-        known = True
-        # hop-by-hop, routing, fragment, destination options, authentication
-        while proto == 0 or proto == 43 or proto == 44 or proto == 60 or proto == 51:
-            if th + 8 > ip_end:
-                return _BAD_IP_LENGTH
-            if th + 8 > end:
-                known = False
-                break
-            if proto == 44:
-                frag = _be16(buf, th + 2)
-                if frag >> 3:
-                    return _FRAG6
-                first_fragment = (frag & 1) != 0
-                size = 8
-            elif proto == 51:
-                size = (np.int64(buf[th + 1]) + 2) * 4
-            else:
-                size = (np.int64(buf[th + 1]) + 1) * 8
-            proto = np.int64(buf[th])
-            th += size
-        if th > ip_end:
-            return _BAD_IP_LENGTH
-
+        r, proto, th, ip_end, known, first_fragment = _ipv6(buf, ip, end, on_wire, out)
+    if r != _IP:
+        return r
     cap_end = min(end, ip_end)
-    have = cap_end - th if known else -1
-    sport = dport = flags = window = 0
-    seq = ack = ts_val = ts_ecr = 0
-    has_ts = False
-    header = -1  # transport header length, -1 while unknown
-    if not known:
-        pass
-    elif proto == 6:
-        if ip_end - th < 20:
-            return _BAD_TRANSPORT_LENGTH
-        if have >= 4:
-            sport, dport = _be16(buf, th), _be16(buf, th + 2)
-        if have >= 8:
-            seq = _be32(buf, th + 4)
-        if have >= 12:
-            ack = _be32(buf, th + 8)
-        if have >= 14:
-            header = (buf[th + 12] >> 4) * 4
-            if header < 20:
-                return _BAD_TCP_OFFSET
-            flags = ((np.int64(buf[th + 12]) & 1) << 8) | buf[th + 13]
-        if have >= 16:
-            window = _be16(buf, th + 14)
-        i = th + 20
-        opt_end = min(th + header, cap_end)
-        while i < opt_end:  # options (RFC 9293 §3.1): end, no-op, or kind-length-value
-            kind = buf[i]
-            if kind == 0:
-                break
-            if kind == 1:
-                i += 1
-                continue
-            if i + 2 > opt_end or buf[i + 1] < 2 or i + buf[i + 1] > opt_end:
-                break
-            if kind == 8 and buf[i + 1] == 10:
-                ts_val, ts_ecr, has_ts = _be32(buf, i + 2), _be32(buf, i + 6), True
-            i += buf[i + 1]
-    elif proto == 17:
-        if have >= 4:
-            sport, dport = _be16(buf, th), _be16(buf, th + 2)
-        header = 8
-    else:
-        header = 0
+    r, header = _transport(buf, proto, th, ip_end, cap_end, known, out)
+    if r != _IP:
+        return r
     payload = -1
+    start = held = 0
     if header >= 0:
         payload = ip_end - th - header
         if payload < 0:
             return _BAD_TRANSPORT_LENGTH
-
-    ident_key(key, version, proto, src_hi, src_lo, dst_hi, dst_lo, sport, dport, ip_id, seq, ack)
-    n = IDENT_HEADER
-    start = held = 0
-    if header >= 0:
         start = th + header
         held = max(0, min(cap_end - start, payload))
-        for k in range(min(IDENT_PAYLOAD, held)):
-            key[n] = buf[start + k]
-            n += 1
     truncated = end < ip_end
     counts[_CUT_ROW] += truncated
     counts[_FIRST_FRAGMENT] += first_fragment
     out[_WIRE] = wire
     out[_CAP] = caplen
-    out[_VER] = version
-    out[_SRC_HI] = src_hi
-    out[_SRC_LO] = src_lo
-    out[_DST_HI] = dst_hi
-    out[_DST_LO] = dst_lo
-    out[_PROTO] = proto
-    out[_SPORT] = sport
-    out[_DPORT] = dport
-    out[_IPID] = ip_id
-    out[_TTL] = ttl
-    out[_FLAGS] = flags
-    out[_SEQ] = seq
-    out[_ACK] = ack
-    out[_WIN] = window
-    out[_TSVAL] = ts_val
-    out[_TSECR] = ts_ecr
-    out[_HASTS] = has_ts
     out[_PAYLEN] = payload
     out[_TRUNC] = truncated
-    out[_IDENT] = xxh64_array(key, n, np.uint64(0))
+    out[_IDENT] = _ident(buf, start, held, out, key)
     out[_PAYLOAD_AT] = start
     out[_PAYLOAD_HELD] = held
     return _IP
+
+
+@njit(cache=True, inline="always")
+def _link_layer(buf, o, caplen, linktype):
+    """The link-layer header of a frame: (what became of it, its ethertype, where the network
+    header starts)."""
+    if linktype == 1:  # ETHERNET: dst, src, ethertype
+        return _fixed_link(buf, o, caplen, 14, 12)
+    if linktype == 113:  # LINUX_SLL: packet type, ARPHRD, address length, address, protocol
+        return _fixed_link(buf, o, caplen, 16, 14)
+    if linktype == 276:  # LINUX_SLL2: protocol first, 20 bytes in all
+        return _fixed_link(buf, o, caplen, 20, 0)
+    if linktype == 101 or linktype == 228 or linktype == 229:  # RAW, IPV4, IPV6
+        return _raw_ip(buf, o, caplen, linktype)
+    if linktype == 0 or linktype == 108:  # NULL (host byte order), LOOP (network order)
+        return _loopback(buf, o, caplen, linktype)
+    return _UNSUPPORTED_LINK, 0, o
+
+
+@njit(cache=True, inline="always")
+def _fixed_link(buf, o, caplen, size, at):
+    """A link-layer header of ``size`` bytes with the ethertype at offset ``at``."""
+    if caplen < size:
+        return _LINK_CUT, 0, o
+    return _IP, _be16(buf, o + at), o + size
+
+
+@njit(cache=True, inline="always")
+def _raw_ip(buf, o, caplen, linktype):
+    """A frame that is an IP packet (RAW: either version; IPV4, IPV6: that version only); its
+    version stands for the ethertype."""
+    if caplen < 1:
+        return _IP_CUT, 0, o
+    version = buf[o] >> 4
+    if (
+        (version != 4 and version != 6)
+        or (linktype == 228 and version != 4)
+        or (linktype == 229 and version != 6)
+    ):
+        return _BAD_VERSION, 0, o
+    return _IP, 0x0800 if version == 4 else 0x86DD, o
+
+
+@njit(cache=True, inline="always")
+def _loopback(buf, o, caplen, linktype):
+    """A NULL or LOOP frame: a 4-byte address family (NULL: in the capturing host's byte order)
+    stands for the ethertype."""
+    if caplen < 4:
+        return _LINK_CUT, 0, o
+    family = _be32(buf, o)
+    if linktype == 0 and family > 0xFFFF:
+        family = _u32(buf, o, False)
+    if family == 2:
+        return _IP, 0x0800, o + 4
+    if family == 24 or family == 28 or family == 30:  # AF_INET6 on the BSDs and macOS
+        return _IP, 0x86DD, o + 4
+    return _NOT_IP_FAMILY, 0, o
+
+
+@njit(cache=True, inline="always")
+def _vlan_tags(buf, ethertype, ip, end):
+    """Skip 802.1Q, 802.1ad and QinQ tags: (what became of the frame, the ethertype after
+    them, where the network header starts)."""
+    while ethertype == 0x8100 or ethertype == 0x88A8 or ethertype == 0x9100:
+        if ip + 4 > end:
+            return _LINK_CUT, ethertype, ip
+        ethertype = _be16(buf, ip + 2)
+        ip += 4
+    return _IP, ethertype, ip
+
+
+@njit(cache=True, inline="always")
+def _ipv4(buf, ip, end, on_wire, out):
+    """The IPv4 header (RFC 791, options skipped) at ``ip`` into ``out``: (what became of the
+    packet, its protocol, where the transport header starts, where the packet ends, True: the
+    transport header is reached, whether it is a first fragment)."""
+    if end - ip < 20:
+        return _IP_CUT, 0, 0, 0, False, False
+    if buf[ip] >> 4 != 4:
+        return _BAD_VERSION, 0, 0, 0, False, False
+    ihl = (buf[ip] & 15) * 4
+    if ihl < 20:
+        return _BAD_IHL, 0, 0, 0, False, False
+    total = _be16(buf, ip + 2)
+    if total == 0:
+        total = on_wire
+    if total < ihl:
+        return _BAD_IP_LENGTH, 0, 0, 0, False, False
+    frag = _be16(buf, ip + 6)
+    if frag & 0x1FFF:
+        return _FRAG4, 0, 0, 0, False, False
+    out[_VER] = 4
+    out[_IPID] = _be16(buf, ip + 4)
+    out[_TTL] = buf[ip + 8]
+    out[_SRC_HI] = 0
+    out[_DST_HI] = 0
+    out[_SRC_LO] = V4_MAPPED | _be32(buf, ip + 12)
+    out[_DST_LO] = V4_MAPPED | _be32(buf, ip + 16)
+    return _IP, np.int64(buf[ip + 9]), ip + ihl, ip + total, True, (frag & 0x2000) != 0
+
+
+@njit(cache=True, inline="always")
+def _ipv6(buf, ip, end, on_wire, out):
+    """The IPv6 header (RFC 8200) at ``ip`` and its extension headers into ``out``; returns what
+    :func:`_ipv4` does."""
+    if end - ip < 40:
+        return _IP_CUT, 0, 0, 0, False, False
+    if buf[ip] >> 4 != 6:
+        return _BAD_VERSION, 0, 0, 0, False, False
+    length = _be16(buf, ip + 4)
+    ip_end = ip + max(40 + length if length else on_wire, 40)  # 0: jumbogram or TSO
+    out[_VER] = 6
+    out[_IPID] = 0
+    out[_TTL] = buf[ip + 7]
+    out[_SRC_HI] = _be64(buf, ip + 8)
+    out[_SRC_LO] = _be64(buf, ip + 16)
+    out[_DST_HI] = _be64(buf, ip + 24)
+    out[_DST_LO] = _be64(buf, ip + 32)
+    r, proto, th, known, first_fragment = _extension_headers(
+        buf, np.int64(buf[ip + 6]), ip + 40, ip_end, end
+    )
+    return r, proto, th, ip_end, known, first_fragment
+
+
+@njit(cache=True, inline="always")
+def _extension_headers(buf, proto, th, ip_end, end):
+    """Walk IPv6 hop-by-hop, routing, fragment, destination options and authentication headers
+    from ``th``: (what became of the packet, the protocol after them, where it starts, False
+    when the capture ends within them, whether the packet is a first fragment)."""
+    first_fragment = False
+    while proto == 0 or proto == 43 or proto == 44 or proto == 60 or proto == 51:
+        if th + 8 > ip_end:
+            return _BAD_IP_LENGTH, proto, th, False, first_fragment
+        if th + 8 > end:
+            return _IP, proto, th, False, first_fragment
+        if proto == 44:
+            frag = _be16(buf, th + 2)
+            if frag >> 3:
+                return _FRAG6, proto, th, False, first_fragment
+            first_fragment = (frag & 1) != 0
+            size = 8
+        elif proto == 51:
+            size = (np.int64(buf[th + 1]) + 2) * 4
+        else:
+            size = (np.int64(buf[th + 1]) + 1) * 8
+        proto = np.int64(buf[th])
+        th += size
+    if th > ip_end:
+        return _BAD_IP_LENGTH, proto, th, False, first_fragment
+    return _IP, proto, th, True, first_fragment
+
+
+@njit(cache=True, inline="always")
+def _transport(buf, proto, th, ip_end, cap_end, known, out):
+    """The transport header at ``th`` into ``out`` (zeros for what is not there): (what became
+    of the packet, the header's length: -1 while unknown, 0 for a protocol other than TCP and
+    UDP)."""
+    out[_PROTO] = proto
+    out[_SPORT] = out[_DPORT] = out[_FLAGS] = out[_WIN] = 0
+    out[_SEQ] = out[_ACK] = out[_TSVAL] = out[_TSECR] = out[_HASTS] = 0
+    if not known:
+        return _IP, -1
+    if proto == 6:
+        return _tcp(buf, th, ip_end, cap_end, out)
+    if proto == 17:
+        if cap_end - th >= 4:
+            out[_SPORT], out[_DPORT] = _be16(buf, th), _be16(buf, th + 2)
+        return _IP, 8
+    return _IP, 0
+
+
+@njit(cache=True, inline="always")
+def _tcp(buf, th, ip_end, cap_end, out):
+    """The TCP header (RFC 9293 §3.1) at ``th``, as far as the capture holds it; returns what
+    :func:`_transport` does."""
+    if ip_end - th < 20:
+        return _BAD_TRANSPORT_LENGTH, -1
+    have = cap_end - th
+    header = -1
+    if have >= 4:
+        out[_SPORT], out[_DPORT] = _be16(buf, th), _be16(buf, th + 2)
+    if have >= 8:
+        out[_SEQ] = _be32(buf, th + 4)
+    if have >= 12:
+        out[_ACK] = _be32(buf, th + 8)
+    if have >= 14:
+        header = (buf[th + 12] >> 4) * 4
+        if header < 20:
+            return _BAD_TCP_OFFSET, -1
+        out[_FLAGS] = ((np.int64(buf[th + 12]) & 1) << 8) | buf[th + 13]
+    if have >= 16:
+        out[_WIN] = _be16(buf, th + 14)
+    _tcp_timestamp(buf, th + 20, min(th + header, cap_end), out)
+    return _IP, header
+
+
+@njit(cache=True, inline="always")
+def _tcp_timestamp(buf, i, opt_end, out):
+    """The timestamp option (RFC 7323) among the TCP options from ``i`` to ``opt_end`` into
+    ``out``; options are end, no-op, or kind-length-value (RFC 9293 §3.1)."""
+    while i < opt_end:
+        kind = buf[i]
+        if kind == 0:
+            break
+        if kind == 1:
+            i += 1
+            continue
+        if i + 2 > opt_end or buf[i + 1] < 2 or i + buf[i + 1] > opt_end:
+            break
+        if kind == 8 and buf[i + 1] == 10:
+            out[_TSVAL], out[_TSECR], out[_HASTS] = _be32(buf, i + 2), _be32(buf, i + 6), 1
+        i += buf[i + 1]
+
+
+@njit(cache=True, inline="always")
+def _ident(buf, start, held, out, key):
+    """The row's ident (:func:`~tacit.model.packets.packet_ident`): the xxHash64 of its header
+    fields and of the first of the ``held`` payload bytes at ``start``."""
+    src_hi, src_lo = np.uint64(out[_SRC_HI]), np.uint64(out[_SRC_LO])
+    dst_hi, dst_lo = np.uint64(out[_DST_HI]), np.uint64(out[_DST_LO])
+    ident_key(
+        key,
+        out[_VER],
+        out[_PROTO],
+        src_hi,
+        src_lo,
+        dst_hi,
+        dst_lo,
+        out[_SPORT],
+        out[_DPORT],
+        out[_IPID],
+        out[_SEQ],
+        out[_ACK],
+    )
+    n = IDENT_HEADER
+    for k in range(min(IDENT_PAYLOAD, held)):
+        key[n] = buf[start + k]
+        n += 1
+    return xxh64_array(key, n, np.uint64(0))
 
 
 @njit(cache=True)
