@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from tacit.causal_paths.patterns import Hop, Pattern
+from tacit.outputs import atomic_output
 
 NS_PER_MS = 1e6
 
@@ -555,10 +556,11 @@ def draw_timeline(pattern: Pattern, path: str | Path, title: str | None = None) 
     """
     fig = _figure(pattern, title)
     svg, png = _outputs(path)
-    svg.parent.mkdir(parents=True, exist_ok=True)
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "tacit-timeline"}):
-        fig.savefig(svg, format="svg", metadata={"Date": None})
-        fig.savefig(png, format="png", dpi=100)
+        with atomic_output(svg) as f:
+            fig.savefig(f, format="svg", metadata={"Date": None})
+        with atomic_output(png) as f:
+            fig.savefig(f, format="png", dpi=100)
     return [svg, png]
 
 
