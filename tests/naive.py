@@ -315,3 +315,28 @@ def linking_naive(messages, params) -> dict:
         "latest": latest,
         "mean_delay": mean_delay,
     }
+
+
+def lagged_correlation_naive(cause, effect, max_lag: int):
+    """YTrace rule mining's correlation filter on dense [template, unit, window] 0/1 arrays:
+    per lag, each template's series over all units and the windows the lag leaves, centred
+    and scaled to unit length (all zeros where constant), then their dot products; the
+    largest over lags, and its lag."""
+    import numpy as np
+
+    def unit_length(x):
+        x = x - x.mean(axis=1, keepdims=True)
+        norm = np.sqrt((x * x).sum(axis=1, keepdims=True))
+        return np.divide(x, norm, out=np.zeros_like(x), where=norm > 0)
+
+    n_t, _, n_w = cause.shape
+    best = np.full((n_t, n_t), -np.inf)
+    lag_of = np.zeros((n_t, n_t), dtype=np.int64)
+    for lag in range(min(max_lag, n_w - 1) + 1):
+        a = unit_length(cause[:, :, : n_w - lag].reshape(n_t, -1).astype(np.float64))
+        b = unit_length(effect[:, :, lag:].reshape(n_t, -1).astype(np.float64))
+        c = a @ b.T
+        better = c > best
+        best[better] = c[better]
+        lag_of[better] = lag
+    return best, lag_of

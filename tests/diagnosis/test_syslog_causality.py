@@ -6,15 +6,20 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from naive import lagged_correlation_naive
 from tacit.diagnosis.syslog_causality import (
     INTER,
     INTRA,
     CausalityParams,
+    Presence,
     SyslogEvents,
     lagged_correlation,
     mine_rules,
     mine_syslog_rules,
+    neighbor_lists,
 )
 from tacit.errors import ConfigError
 from tacit.formats.syslog import parse_syslog_text
@@ -59,12 +64,47 @@ def test_no_rule_without_a_link():
 
 
 def test_lagged_correlation_finds_the_lag():
-    x = np.zeros((2, 1, 100))
-    x[0, 0, ::7] = 1
-    x[1, 0, 1::7] = 1
+    w = np.r_[np.arange(0, 100, 7), np.arange(1, 100, 7)]
+    t = np.r_[np.zeros(15, np.int64), np.ones(15, np.int64)]
+    x = Presence(t, np.zeros(len(w), np.int64), w, 2, 1, 100)
     corr, lag = lagged_correlation(x, x, 2)
     assert corr[0, 1] == pytest.approx(1.0) and lag[0, 1] == 1
     assert corr[1, 0] < 0.2
+
+
+def _dense(p: Presence) -> np.ndarray:
+    x = np.zeros((p.n_templates, p.n_units, p.n_windows))
+    x[p.template, p.unit, p.window] = 1
+    return x
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(1, 5), st.integers(0, 3))
+def test_sparse_correlation_matches_the_dense_one(seed, n_templates, n_devices, max_lag):
+    """Presence and its neighbours' presence, correlated from the non-empty cells only, give
+    what the dense arrays give (the naive reference), every lag and every pair."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 60))
+    events = SyslogEvents(
+        rng.integers(0, 40 * 60 * S, n),
+        rng.integers(0, n_devices, n),
+        rng.integers(0, n_templates, n),
+        n_devices,
+        n_templates,
+    )
+    links = rng.integers(0, n_devices, (int(rng.integers(0, 6)), 2))
+    x = Presence.of(events, 60 * S)
+    near = x.around(neighbor_lists(n_devices, links))
+    for effect in (x, near):
+        got = lagged_correlation(x, effect, max_lag)
+        want = lagged_correlation_naive(_dense(x), _dense(effect), max_lag)
+        np.testing.assert_allclose(got[0], want[0], atol=1e-9)
+    adjacency = np.zeros((n_devices, n_devices))
+    for a, b in links:
+        if a != b:
+            adjacency[a, b] = adjacency[b, a] = 1
+    spread = np.minimum(np.einsum("de,tew->tdw", adjacency, _dense(x)), 1)
+    assert np.array_equal(_dense(near), spread)
 
 
 def test_bad_params():

@@ -54,8 +54,6 @@ def test_window_counts_against_a_counter():
     cells = zip(wc.window.tolist(), wc.device.tolist(), wc.template.tolist(), strict=True)
     got = dict(zip(cells, wc.count, strict=True))
     assert got == expected
-    dense, first = wc.dense(4, 6)
-    assert dense.sum() == 500 and dense[k[0], d[0], t[0] // 1000 - first] >= 1
     with pytest.raises(ConfigError):
         window_counts(t, d, k, 0)
 

@@ -123,14 +123,6 @@ class WindowCounts:
     count: np.ndarray
     window_ns: int
 
-    def dense(self, n_devices: int, n_templates: int) -> tuple[np.ndarray, int]:
-        """Counts as an array [template, device, window - first window], and the first window."""
-        first = int(self.window.min()) if len(self.window) else 0
-        n_w = int(self.window.max()) - first + 1 if len(self.window) else 0
-        out = np.zeros((n_templates, n_devices, n_w), dtype=np.int32)
-        np.add.at(out, (self.template, self.device, self.window - first), self.count)
-        return out, first
-
 
 def window_counts(
     time: np.ndarray, device: np.ndarray, template: np.ndarray, window_ns: int
