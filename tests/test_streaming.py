@@ -1,6 +1,7 @@
 """Streaming equals batch, wherever a reader or an algorithm has both and says they agree: the
 input is cut at random places, fed piece by piece, and the result compared with one pass.
 
+- a text file's head (what format detection reads) against the whole file, gzip or not;
 - the pcap reader, chunk by chunk and a read block at a time, against the whole file;
 - libpcap's batches of a filtered file (the live capture's decoding) against the file reader;
 - Pirate's streaming estimator, batch by batch, against the whole capture at once;
@@ -18,13 +19,14 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from tacit.formats import pcap
 from tacit.formats.live import filtered_file
 from tacit.formats.pcap import PacketAccounting, iter_packet_chunks, read_packets
 from tacit.formats.pcap_write import build_frame, link_frame, write_pcap, write_pcapng
+from tacit.formats.textio import GZIP_MAGIC, read_bytes, read_head, write_bytes
 from tacit.model.packets import TCP, UDP, concat_packets
 from tacit.model.roles import infer_roles
 from tacit.oneway_latency.agent import AgentParams, IntervalBook
@@ -62,6 +64,20 @@ def assert_same_columns(a, b) -> None:
     """Two column tables hold the same values in every column."""
     for column, values in a.columns().items():
         assert np.array_equal(getattr(b, column), values), column
+
+
+# --- files -----------------------------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.binary(max_size=3000), size=st.integers(0, 4000), gz=st.booleans())
+def test_a_files_head_is_the_start_of_the_whole_read(data: bytes, size: int, gz: bool) -> None:
+    assume(gz or not data.startswith(GZIP_MAGIC))  # gzip is told by its magic, not by name
+    with TemporaryDirectory() as tmp:
+        path = Path(tmp) / ("f.gz" if gz else "f")
+        write_bytes(path, data)
+        assert read_bytes(path) == data
+        assert read_head(path, size) == data[:size]
 
 
 # --- capture files -------------------------------------------------------------------------

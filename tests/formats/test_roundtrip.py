@@ -44,7 +44,6 @@ from tacit.formats.spancsv import COLUMNS as CSV_COLUMNS
 from tacit.formats.spancsv import workload_name
 from tacit.formats.textio import write_bytes
 from tacit.model.messages import MISSING, MessageTable
-from tacit.model.packets import _COLUMNS as PACKET_COLUMNS
 from tacit.model.packets import TCP, UDP, PacketTable, parse_address
 from tacit.model.roles import infer_roles
 from tacit.model.spans import CLIENT, INTERNAL, NONE, SERVER, UNKNOWN, SpanTable, StringPool
@@ -598,7 +597,7 @@ def test_packet_tables_round_trip(suffix: str, packets: PacketTable) -> None:
         path = Path(tmp) / f"packets{suffix}"
         assert write_packets(path, packets) == len(packets)
         got = read_packets(path).packets
-    assert set(CARRIED) < set(PACKET_COLUMNS)
+    assert set(CARRIED) < set(PacketTable.COLUMNS)
     for column in CARRIED:
         assert getattr(got, column).tolist() == getattr(packets, column).tolist(), column
     assert got.record.tolist() == list(range(len(packets)))
