@@ -8,7 +8,8 @@ incoming one).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +33,6 @@ _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 def input_files(paths: Paths, suffixes: tuple[str, ...]) -> list[Path]:
     """The files named by ``paths``, directories expanded to their files with ``suffixes``."""
     return expand_inputs(paths if isinstance(paths, list) else [paths], suffixes)
-
-
-def hex_id(value: str | None, row: int, width: int = 16) -> str:
-    """``value`` as a lowercase hex id of ``width`` digits, or one made from ``row``.
-
-    The formats need fixed-width hex ids (OTLP: 16-byte trace and 8-byte span ids; Jaeger and
-    Zipkin: 64- or 128-bit). Hex ids that fit are zero-padded; other ids (not hex, such as the
-    ``:server`` side of a shared Zipkin span, or too long) are replaced by the row number.
-    """
-    if value and len(value) <= width and _HEX_DIGITS.issuperset(value):
-        return value.lower().rjust(width, "0")
-    return f"{row + 1:0{width}x}"
 
 
 def kind_code(value: Any) -> int:
@@ -71,12 +60,15 @@ def first_tag(tags: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
 
 
 def tag(key: str, value: Any) -> dict[str, Any]:
-    """A typed tag ``{"key", "type", "value"}`` (Jaeger's JSON model; OTLP maps the types)."""
+    """A typed tag ``{"key", "type", "value"}`` (Jaeger's JSON model; OTLP maps the types).
+
+    JSON has no infinity or NaN: a float that is not finite is written as a string.
+    """
     if isinstance(value, bool):
         return {"key": key, "type": "bool", "value": value}
     if isinstance(value, (int, np.integer)):
         return {"key": key, "type": "int64", "value": int(value)}
-    if isinstance(value, (float, np.floating)):
+    if isinstance(value, (float, np.floating)) and math.isfinite(value):
         return {"key": key, "type": "float64", "value": float(value)}
     return {"key": key, "type": "string", "value": str(value)}
 
@@ -84,14 +76,45 @@ def tag(key: str, value: Any) -> dict[str, Any]:
 def hex_ids(spans: SpanTable) -> tuple[list[str], list[str]]:
     """The (trace id, span id) of every row as 32- and 16-digit hex, for writers.
 
-    A trace id that is not hex is made from the first row of its trace, so that all its spans
-    still share one id.
+    The formats need fixed-width hex ids (OTLP: 16-byte trace and 8-byte span ids; Jaeger and
+    Zipkin: 64- or 128-bit). Hex ids that fit are lower-cased and zero-padded. Other ids (absent,
+    not hex, such as the ``:server`` side of a shared Zipkin span, or too long) are replaced by
+    the row number plus one (for a trace id, that of the trace's first row, so that all its
+    spans still share one id), or the next number when that one is an id the spans already
+    use: a replacement never merges two traces or gives two spans one id.
     """
     s = spans.strings
-    by_trace: dict[int, str] = {}
-    traces = []
-    for row, t in enumerate(spans.trace.tolist()):
-        if t not in by_trace:
-            by_trace[t] = hex_id(s[t], row, width=32)
-        traces.append(by_trace[t])
-    return traces, [hex_id(s[c], row) for row, c in enumerate(spans.span_id.tolist())]
+    trace_codes = spans.trace.tolist()
+    first_row: dict[int, int] = {}
+    for row, t in enumerate(trace_codes):
+        first_row.setdefault(t, row)
+    traces = _fixed_ids({t: s[t] for t in first_row}, first_row, 32)
+    rows = range(len(spans))
+    span_ids = _fixed_ids({r: s[c] for r, c in enumerate(spans.span_id.tolist())}, rows, 16)
+    return [traces[t] for t in trace_codes], [span_ids[r] for r in rows]
+
+
+def _fixed_ids(
+    values: Mapping[int, str | None], rows: Mapping[int, int] | Sequence[int], width: int
+) -> dict[int, str]:
+    """Each of ``values`` as a hex id of ``width`` digits (see :func:`hex_ids`); ``rows``: the
+    row each replacement is made from."""
+    kept = {k: _fixed_hex(v, width) for k, v in values.items()}
+    used = {v for v in kept.values() if v is not None}
+    out: dict[int, str] = {}
+    for k, v in kept.items():
+        if v is None:
+            n = rows[k] + 1
+            while f"{n:0{width}x}" in used:
+                n += 1
+            v = f"{n:0{width}x}"
+            used.add(v)
+        out[k] = v
+    return out
+
+
+def _fixed_hex(value: str | None, width: int) -> str | None:
+    """``value`` as a lowercase hex id of ``width`` digits, or None when it is not one."""
+    if value and len(value) <= width and _HEX_DIGITS.issuperset(value):
+        return value.lower().rjust(width, "0")
+    return None

@@ -16,8 +16,7 @@ import numpy as np
 from tacit.errors import InputError
 from tacit.formats.common import HOST_TAGS as _HOST_TAGS
 from tacit.formats.common import PEER_TAGS as _PEER_TAGS
-from tacit.formats.common import THREAD_TAGS
-from tacit.formats.common import hex_id as _hex_id
+from tacit.formats.common import THREAD_TAGS, hex_ids
 from tacit.formats.common import kind_code as _kind
 from tacit.formats.common import tag as _tag
 from tacit.formats.common import thread_id as _thread
@@ -247,17 +246,18 @@ def _parent(r: RecordReader, span: dict) -> str | None:
 def jaeger_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | None = None) -> dict:
     """The Jaeger API/UI export of ``spans``, grouped by their ``trace`` column.
 
-    ``tags`` adds tags to individual rows. Spans with no span id get one made from their row.
+    ``tags`` adds tags to individual rows. Ids that are not hex are replaced (see
+    :func:`common.hex_ids`).
     """
     tags = tags or {}
     s = spans.strings
-    span_ids = [_hex_id(s[int(c)], row) for row, c in enumerate(spans.span_id)]
+    trace_ids, span_ids = hex_ids(spans)
     traces: dict[int, list[int]] = {}
     for row, t in enumerate(spans.trace):
         traces.setdefault(int(t), []).append(row)
     data = []
-    for t, rows in traces.items():
-        trace_id = _hex_id(s[t], rows[0], width=32) if t != NONE else _hex_id(None, rows[0], 32)
+    for rows in traces.values():
+        trace_id = trace_ids[rows[0]]
         processes: dict[tuple[int, int], str] = {}
         out = []
         for row in sorted(rows, key=lambda r: spans.start[r]):

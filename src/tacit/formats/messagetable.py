@@ -350,7 +350,7 @@ def write_message_table(path: str | Path, table: MessageTable, *, time_format: s
         data = b"".join(orjson.dumps(dict(zip(COLUMNS, r, strict=True))) + b"\n" for r in rows)
     else:
         buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
+        w = csv.writer(buf)  # lines end in CRLF (RFC 4180), so that a name with a CR is quoted
         w.writerow(COLUMNS)
         w.writerows(["" if v is None else v for v in r] for r in rows)
         data = buf.getvalue().encode()

@@ -169,7 +169,7 @@ def otlp_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | None
 
     One ``resourceSpans`` per (service, instance), the instance as ``service.instance.id`` when
     it differs from the service. ``tags`` adds attributes to individual rows, typed by their
-    Python type. Ids that are not hex are replaced (see :func:`common.hex_id`).
+    Python type. Ids that are not hex are replaced (see :func:`common.hex_ids`).
     """
     tags = tags or {}
     s = spans.strings

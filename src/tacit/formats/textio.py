@@ -81,8 +81,12 @@ def load_json(path: str | Path, text: str | None = None) -> Any:
 
 
 def iter_json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """(line number, object) for every non-blank line of a JSON-lines file."""
-    for lineno, line in enumerate(read_text(path).splitlines(), start=1):
+    """(line number, object) for every non-blank line of a JSON-lines file.
+
+    Lines end at ``\n`` (JSON Lines), not at the other characters :meth:`str.splitlines`
+    breaks at: a JSON string may hold U+2028 or U+0085 unescaped.
+    """
+    for lineno, line in enumerate(read_text(path).split("\n"), start=1):
         if not line.strip():
             continue
         try:

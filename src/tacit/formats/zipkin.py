@@ -128,9 +128,14 @@ def _parse(r: RecordReader, span: Any) -> tuple[dict[str, Any], bool]:
 
 def _address(r: RecordReader, endpoint: dict) -> str | None:
     """``ip`` or ``ip:port`` (``[ipv6]:port``) of an endpoint, None when it has no address."""
-    ipv4 = r.string(endpoint, "ipv4", default=None)
-    ipv6 = r.string(endpoint, "ipv6", default=None)
-    port = r.integer(endpoint, "port", default=None)
+    return _address_text(
+        r.string(endpoint, "ipv4", default=None),
+        r.string(endpoint, "ipv6", default=None),
+        r.integer(endpoint, "port", default=None),
+    )
+
+
+def _address_text(ipv4: str | None, ipv6: str | None, port: int | None) -> str | None:
     ip = ipv4 or ipv6
     if ip is None or port is None:
         return ip
@@ -138,7 +143,11 @@ def _address(r: RecordReader, endpoint: dict) -> str | None:
 
 
 def _endpoint_fields(instance: str) -> dict[str, Any] | None:
-    """The ``ipv4``/``ipv6``/``port`` fields for an instance that is an address, else None."""
+    """The ``ipv4``/``ipv6``/``port`` fields for an instance that is an address, else None.
+
+    Only an address written as the reader writes it back (:func:`_address_text`) qualifies, so
+    that the instance reads back unchanged: ``0:0::1`` or ``10.0.0.1:080`` is not one.
+    """
     host, sep, port = instance.rpartition(":")
     candidates = [(instance, "")]
     if sep and port.isdigit():
@@ -151,7 +160,8 @@ def _endpoint_fields(instance: str) -> dict[str, Any] | None:
         fields: dict[str, Any] = {f"ipv{ip.version}": str(ip)}
         if port:
             fields["port"] = int(port)
-        return fields
+        if _address_text(fields.get("ipv4"), fields.get("ipv6"), fields.get("port")) == instance:
+            return fields
     return None
 
 
@@ -160,7 +170,7 @@ def zipkin_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | No
 
     ``tags`` adds tags to individual rows (Zipkin tag values are strings). An instance that is
     an IP address (with optional port) goes into ``localEndpoint``, any other instance into the
-    ``hostname`` tag. Ids that are not hex are replaced (see :func:`common.hex_id`); durations
+    ``hostname`` tag. Ids that are not hex are replaced (see :func:`common.hex_ids`); durations
     are rounded up to whole microseconds, at least one, as the model asks.
     """
     tags = tags or {}

@@ -239,9 +239,9 @@ class StreamingEstimator:
             self._samples,
         )
         counts = np.bincount(kinds, minlength=len(BUCKETS))
-        valid = time[packets.time != NO_TIME] if len(time) else time
-        watermark = int(valid.max()) // p.epoch_ns if len(valid) else None
-        closed = self._close(out, watermark)
+        valid = time[time != NO_TIME]
+        # A batch without a time (none captured, say) moves no epoch's end: only flush closes all.
+        closed = self._close(out, int(valid.max()) // p.epoch_ns) if len(valid) else out
         return self._result(
             closed,
             ResponseAccounting({name: int(c) for name, c in zip(BUCKETS, counts, strict=True)}),
