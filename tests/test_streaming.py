@@ -29,7 +29,8 @@ from tacit.formats.pcap_write import build_frame, link_frame, write_pcap, write_
 from tacit.formats.textio import GZIP_MAGIC, read_bytes, read_head, write_bytes
 from tacit.model.packets import TCP, UDP, concat_packets
 from tacit.model.roles import infer_roles
-from tacit.oneway_latency.agent import AgentParams, IntervalBook
+from tacit.oneway_latency.agent import AgentParams
+from tacit.oneway_latency.interval_book import IntervalBook
 from tacit.oneway_latency.intervals import IntervalParams, IntervalSplit
 from tacit.oneway_latency.stream import PacketStream
 from tacit.reconstruct.callgraph import learn_callgraph
@@ -202,7 +203,7 @@ def test_interval_book_equals_the_interval_split(
     params = AgentParams(intervals=IntervalParams(start_ns=0, length_ns=length), grace_ns=grace)
     stream = PacketStream(np.arange(len(times), dtype=np.uint64) * 7919 + 1, times)
     split = IntervalSplit(stream, params.intervals, "sender")
-    book = IntervalBook(params)
+    book = IntervalBook(params.intervals, params.rda, params.grace_ns)
     closed = []
     for a, b in pieces(len(times), points):
         book.add(stream.ident[a:b], stream.time[a:b])
