@@ -200,13 +200,12 @@ def _grow_all(
     grows breadth first through the links it takes; a message reached twice (equal timestamps
     can link two messages both ways) keeps its first parent.
     """
-    n = len(child_start) - 1
-    queue = np.empty(n + 1, np.int64)
+    children = (child_start, child_e, child_q, child_best)
+    queue = np.empty(len(child_start), np.int64)
     forks = np.empty(max_forks, np.int64)
     bits = np.empty(max_forks, np.bool_)
-    cap = 16 * max(len(roots), 1)
-    members = np.empty(cap, np.int64)
-    parents = np.empty(cap, np.int64)
+    members = np.empty(16 * max(len(roots), 1), np.int64)
+    parents = np.empty(len(members), np.int64)
     icap = max(len(roots), 16)
     starts = np.empty(icap, np.int64)
     tree_root = np.empty(icap, np.int64)
@@ -216,67 +215,23 @@ def _grow_all(
     stamp = 0
     for r in range(len(roots)):
         root = roots[r]
-        # Walk 1: the links reachable from the root, and the forks among them.
-        seen[root] = walk0 + r
-        queue[0], head, tail, f = root, 0, 1, 0
-        while head < tail:
-            c = queue[head]
-            head += 1
-            for li in range(child_start[c], child_start[c + 1]):
-                q = child_q[li]
-                if f < max_forks and pf < q < pt:
-                    fork_of[li] = f
-                    forks[f] = li
-                    f += 1
-                e = child_e[li]
-                if seen[e] != walk0 + r:
-                    seen[e] = walk0 + r
-                    queue[tail] = e
-                    tail += 1
-        likely = 0
-        for j in range(f):  # bit j set: decision j goes against its link being the best
-            if not child_best[forks[j]]:
-                likely |= 1 << (f - 1 - j)
-        for x in range(-1, 1 << f):
+        f, reached = _find_forks(root, walk0 + r, children, pf, pt, seen, fork_of, queue, forks)
+        likely = _likeliest(forks, f, child_best)
+        for x in range(-1, 1 << f):  # the likeliest instance first
             if x == likely:
                 continue
-            combo = likely if x < 0 else x
-            for j in range(f):
-                bits[j] = ((combo >> (f - 1 - j)) & 1) == 0
-            # Walk 2: this instance.
-            if out + tail > cap:
-                cap = 2 * (out + tail)
-                members, parents = grown(members, cap), grown(parents, cap)
-            if stamp == icap:
-                icap *= 2
-                starts, tree_root = grown(starts, icap), grown(tree_root, icap)
-                probs, first = grown(probs, icap), grown(first, icap)
+            if out + reached > len(members):
+                members = grown(members, 2 * (out + reached))
+                parents = grown(parents, len(members))
+            if stamp == len(starts):
+                starts, tree_root = grown(starts, 2 * stamp), grown(tree_root, 2 * stamp)
+                probs, first = grown(probs, 2 * stamp), grown(first, 2 * stamp)
+            _decide(likely if x < 0 else x, f, bits)
             starts[stamp], tree_root[stamp], first[stamp] = out, root, x < 0
-            placed[root] = stamp0 + stamp
-            where[root] = 0
-            members[out], parents[out] = root, -1
-            size, prob = 1, root_prob[r]
-            queue[0], head, tail2 = root, 0, 1
-            while head < tail2:
-                c = queue[head]
-                head += 1
-                for li in range(child_start[c], child_start[c + 1]):
-                    q = child_q[li]
-                    fj = fork_of[li]
-                    take = bits[fj] if fj >= 0 else child_best[li]
-                    e = child_e[li]
-                    if not take:
-                        prob *= 1 - q
-                    elif placed[e] != stamp0 + stamp:
-                        placed[e] = stamp0 + stamp
-                        where[e] = size
-                        members[out + size] = e
-                        parents[out + size] = where[c]
-                        size += 1
-                        prob *= q
-                        queue[tail2] = e
-                        tail2 += 1
-            probs[stamp] = prob
+            size, probs[stamp] = _grow_one(
+                root, stamp0 + stamp, root_prob[r], out, children, fork_of, bits,
+                placed, where, queue, members, parents,
+            )  # fmt: skip
             out += size
             stamp += 1
         for j in range(f):
@@ -291,6 +246,88 @@ def _grow_all(
         walk0 + len(roots),
         stamp0 + stamp,
     )
+
+
+@numba.njit(cache=True)
+def _find_forks(root, walk, children, pf, pt, seen, fork_of, queue, forks):  # pragma: no cover
+    """Walk 1 of the tree at ``root`` (walk number ``walk`` in ``seen``): the messages its
+    usable links reach, and its try-both decisions, the first ``len(forks)`` links strictly
+    between ``pf`` and ``pt`` met breadth first, numbered in ``fork_of`` and listed in
+    ``forks``. Returns how many decisions and how many messages."""
+    child_start, child_e, child_q, _ = children
+    seen[root] = walk
+    queue[0], head, tail, f = root, 0, 1, 0
+    while head < tail:
+        c = queue[head]
+        head += 1
+        for li in range(child_start[c], child_start[c + 1]):
+            q = child_q[li]
+            if f < len(forks) and pf < q < pt:
+                fork_of[li] = f
+                forks[f] = li
+                f += 1
+            e = child_e[li]
+            if seen[e] != walk:
+                seen[e] = walk
+                queue[tail] = e
+                tail += 1
+    return f, tail
+
+
+@numba.njit(cache=True)
+def _likeliest(forks, f, child_best):  # pragma: no cover - compiled
+    """The combination of the ``f`` decisions that the likeliest instance makes: bit
+    ``f - 1 - j`` set where decision ``j`` drops its link, as the link is not its message's
+    most likely cause."""
+    likely = 0
+    for j in range(f):
+        if not child_best[forks[j]]:
+            likely |= 1 << (f - 1 - j)
+    return likely
+
+
+@numba.njit(cache=True)
+def _decide(combo, f, bits):  # pragma: no cover - compiled
+    """``bits[j]``: whether combination ``combo`` of ``f`` decisions takes decision j's link."""
+    for j in range(f):
+        bits[j] = ((combo >> (f - 1 - j)) & 1) == 0
+
+
+@numba.njit(cache=True)
+def _grow_one(
+    root, stamp, prob, at, children, fork_of, bits, placed, where, queue, members, parents
+):  # pragma: no cover - compiled
+    """Walk 2: the instance (number ``stamp`` in ``placed``) that grows breadth first from
+    ``root`` through the links it takes, a decision's link where ``bits`` says so and any other
+    link where it is its message's most likely cause, written to ``members`` and ``parents``
+    from ``at`` on (``where``: each message's position). Returns its size and probability,
+    ``prob`` (the root's) times ``p`` per link taken and ``1 − p`` per link dropped."""
+    child_start, child_e, child_q, child_best = children
+    placed[root] = stamp
+    where[root] = 0
+    members[at], parents[at] = root, -1
+    size = 1
+    queue[0], head, tail = root, 0, 1
+    while head < tail:
+        c = queue[head]
+        head += 1
+        for li in range(child_start[c], child_start[c + 1]):
+            q = child_q[li]
+            fj = fork_of[li]
+            take = bits[fj] if fj >= 0 else child_best[li]
+            e = child_e[li]
+            if not take:
+                prob *= 1 - q
+            elif placed[e] != stamp:
+                placed[e] = stamp
+                where[e] = size
+                members[at + size] = e
+                parents[at + size] = where[c]
+                size += 1
+                prob *= q
+                queue[tail] = e
+                tail += 1
+    return size, prob
 
 
 def _join(parts: list[tuple]) -> Instances:

@@ -540,21 +540,21 @@ class _Estimator:
 # The compiled event loop
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _work(cum, share, knots, s, t):  # pragma: no cover - compiled
     """Full-core CPU time server ``s`` has had by time ``t``."""
     k = np.searchsorted(knots, t, side="right") - 1
     return cum[s, k] + share[s, k] * (t - knots[k])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _when(cum, share, knots, s, w):  # pragma: no cover - compiled
     """When server ``s`` will have had ``w`` of full-core CPU time."""
     k = np.searchsorted(cum[s], w, side="right") - 1
     return knots[k] + (w - cum[s, k]) / share[s, k]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _catch_up(server_t, jobs, cum, share, knots, s, t):  # pragma: no cover - compiled
     """Advance server ``s``'s processor-sharing virtual time to ``t``."""
     if jobs[s] > 0:
@@ -563,13 +563,13 @@ def _catch_up(server_t, jobs, cum, share, knots, s, t):  # pragma: no cover - co
     server_t[_LAST, s] = t
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _size(rng, mean, mss):  # pragma: no cover - compiled
     """A message size: 100 + exponential bytes, at most MAX_SEGMENTS segments."""
     return min(100 + int(rng.exponential(max(mean - 100.0, 1.0))), MAX_SEGMENTS * mss)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _push(counts, pkt_t, pkt_i, t, conn, flags, seq, ack, length):  # pragma: no cover
     i = counts[2]
     pkt_t[i] = t
@@ -579,110 +579,179 @@ def _push(counts, pkt_t, pkt_i, t, conn, flags, seq, ack, length):  # pragma: no
 
 
 # fmt: off
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _loop(
     t_stop, slot_t, slot_i, server_t, jobs, next_port, counts, req_t, req_i, conn_rec, pkt_t,
     pkt_i, entries, knots, share, cum, conf, addresses, vip, seed, rng,
 ):  # pragma: no cover - compiled
     """Process events until ``t_stop``; True when it stopped early for want of room in the
-    output arrays (grow them and call again: no event was half done)."""
-    d, lb, seg, service = conf[0], conf[1], conf[2], conf[3]
-    req_mean, resp_mean, life, think_p = conf[4], conf[5], conf[6], conf[7]
-    think, proc, mss = conf[8], conf[9], int(conf[10])
-    m = np.uint64(entries.size)
-    n_slots, n_servers = slot_i.shape[1], jobs.size
-    phase, event, tag = slot_i[_PHASE], slot_t[_EVENT], slot_t[_TAG]
-    seq, ack, where = slot_i[_SEQ], slot_i[_ACK], slot_i[_SERVER]
+    output arrays (grow them and call again: no event was half done).
+
+    The random draws are made here and handed to the helpers, and divisions follow numpy's
+    error model (no divisor can be zero: shares, segment size and the Maglev table are
+    checked), so that the helpers cannot raise: numba then drops the reference counting of
+    the arrays they are given, which would cost more than an event."""
+    mss, proc = int(conf[10]), conf[9]
     while True:
         if (counts[0] + 1 > req_t.shape[1] or counts[1] + 1 > conn_rec.shape[1]
                 or counts[2] + _RESERVE > pkt_t.size):
             return True
-        # the next event: a connection opening or a request reaching its server (per slot), or
-        # the next completion of a server (its request with the smallest finish tag)
-        t, c, done_at = np.inf, -1, -1
-        for i in range(n_slots):
-            if phase[i] != _SERVE and event[i] < t:
-                t, c = event[i], i
-        for s in range(n_servers):
-            if jobs[s] == 0:
-                continue
-            best = -1
-            for i in range(n_slots):
-                if phase[i] == _SERVE and where[i] == s and (best < 0 or tag[i] < tag[best]):
-                    best = i
-            w = _work(cum, share, knots, s, server_t[_LAST, s])
-            when = _when(cum, share, knots, s, w + (tag[best] - server_t[_VIRTUAL, s]) * jobs[s])
-            if when < t:
-                t, c, done_at = when, best, s
+        t, c, done_at = _next_event(slot_t, slot_i, server_t, jobs, knots, share, cum)
         if t >= t_stop:
             return False
-        conn = slot_i[_CONN, c]
-        send = False
         if done_at >= 0:  # server done_at answers the request of slot c
-            _catch_up(server_t, jobs, cum, share, knots, done_at, t)
-            jobs[done_at] -= 1
-            r = slot_i[_REQUEST, c]
-            req_t[_DONE, r] = t
-            # the response's segments reach the client one after another, ACKed in pairs
-            size = req_i[_R_RESPONSE, r]
-            segs = (size + mss - 1) // mss
-            for j in range(segs):
-                if j % 2 == 1 or j == segs - 1:
-                    _push(counts, pkt_t, pkt_i, t + d + (j + 1) * seg + lb, conn, ACK, seq[c],
-                          ack[c] + min((j + 1) * mss, size), 0)
-            ack[c] += size
-            received = t + d + segs * seg
-            req_t[_RECEIVED, r] = received
-            slot_i[_LEFT, c] -= 1
-            pause = rng.exponential(think) if rng.random() < think_p else rng.exponential(proc)
+            _leave(t, done_at, server_t, jobs, knots, share, cum)
+            received = _respond(t, c, slot_i, counts, req_t, req_i, pkt_t, pkt_i, conf)
+            pause = rng.exponential(conf[8]) if rng.random() < conf[7] else rng.exponential(proc)
             t = received + pause
-            if slot_i[_LEFT, c] == 0:  # close; a new connection replaces this one
-                _push(counts, pkt_t, pkt_i, t + lb, conn, FIN | ACK, seq[c], ack[c], 0)
-                _push(counts, pkt_t, pkt_i, t + 2 * d + lb, conn, ACK, seq[c] + 1, ack[c] + 1, 0)
-                phase[c] = _OPEN
-                event[c] = t
-            else:
-                send = True
-        elif phase[c] == _OPEN:  # SYN: Maglev places the new connection
-            k = slot_i[_CLIENT, c]
-            port = next_port[k]
-            next_port[k] = FIRST_PORT + (port + 1 - FIRST_PORT) % (65536 - FIRST_PORT)
-            h = flow_key(addresses[k, 0], addresses[k, 1], vip[0], vip[1], np.uint64(port),
-                         np.uint64(SERVICE_PORT), np.uint64(TCP), seed)
-            s = entries[np.int64(h % m)]
-            conn = counts[1]
-            counts[1] = conn + 1
-            conn_rec[_C_CLIENT, conn], conn_rec[_C_PORT, conn] = k, port
-            conn_rec[_C_SERVER, conn] = s
-            slot_i[_CONN, c], where[c] = conn, s
-            isn = rng.integers(0, 1 << 32)
-            _push(counts, pkt_t, pkt_i, t + lb, conn, SYN, isn, 0, 0)
-            seq[c], ack[c] = isn + 1, rng.integers(0, 1 << 32) + 1
-            _push(counts, pkt_t, pkt_i, t + 2 * d + lb, conn, ACK, seq[c], ack[c], 0)
-            slot_i[_LEFT, c] = rng.geometric(1.0 / life)
-            t = t + 2 * d + rng.exponential(proc)
+            send = _answered(t, c, slot_t, slot_i, counts, pkt_t, pkt_i, conf)
+        elif slot_i[_PHASE, c] == _OPEN:  # SYN: Maglev places the new connection
+            _connect(c, slot_i, next_port, counts, conn_rec, entries, addresses, vip, seed)
+            isn, peer = rng.integers(0, 1 << 32), rng.integers(0, 1 << 32)
+            _handshake(t, c, isn, peer, slot_i, counts, pkt_t, pkt_i, conf)
+            slot_i[_LEFT, c] = rng.geometric(1.0 / conf[6])
+            t = t + 2 * conf[0] + rng.exponential(proc)
             send = True
         else:  # the request of slot c reaches its server
-            s = where[c]
-            _catch_up(server_t, jobs, cum, share, knots, s, t)
-            jobs[s] += 1
-            tag[c] = server_t[_VIRTUAL, s] + rng.exponential(service)
-            phase[c] = _SERVE
-            req_t[_ARRIVED, slot_i[_REQUEST, c]] = t
+            demand = rng.exponential(conf[3])
+            _arrive(t, c, demand, slot_t, slot_i, server_t, jobs, req_t, knots, share, cum)
+            send = False
         if send:  # slot c sends its next request at t
-            r = counts[0]
-            counts[0] = r + 1
-            size = _size(rng, req_mean, mss)
-            req_t[_SENT, r] = t
-            req_i[_R_CONN, r], req_i[_R_SERVER, r] = conn, where[c]
-            req_i[_R_RESPONSE, r] = _size(rng, resp_mean, mss)
-            slot_i[_REQUEST, c] = r
-            segs = (size + mss - 1) // mss
-            for j in range(segs):
-                length = min(mss, size - j * mss)
-                flags = ACK | PSH if j == segs - 1 else ACK
-                _push(counts, pkt_t, pkt_i, t + lb + j * seg, conn, flags, seq[c], ack[c], length)
-                seq[c] += length
-            phase[c] = _ARRIVE
-            event[c] = t + d + (segs - 1) * seg
+            size, response = _size(rng, conf[4], mss), _size(rng, conf[5], mss)
+            _send(t, c, size, response, slot_t, slot_i, counts, req_t, req_i, pkt_t, pkt_i, conf)
 # fmt: on
+
+
+@njit(cache=True, inline="always")
+def _next_event(slot_t, slot_i, server_t, jobs, knots, share, cum):  # pragma: no cover
+    """The next event: a connection opening or a request reaching its server (per slot), or
+    the next completion of a server (its request with the smallest finish tag). Returns its
+    time, slot and the server that completes it (-1: not a completion)."""
+    phase, event, tag, where = slot_i[_PHASE], slot_t[_EVENT], slot_t[_TAG], slot_i[_SERVER]
+    t, c, done_at = np.inf, -1, -1
+    for i in range(slot_i.shape[1]):
+        if phase[i] != _SERVE and event[i] < t:
+            t, c = event[i], i
+    for s in range(jobs.size):
+        if jobs[s] == 0:
+            continue
+        best = -1
+        for i in range(slot_i.shape[1]):
+            if phase[i] == _SERVE and where[i] == s and (best < 0 or tag[i] < tag[best]):
+                best = i
+        w = _work(cum, share, knots, s, server_t[_LAST, s])
+        when = _when(cum, share, knots, s, w + (tag[best] - server_t[_VIRTUAL, s]) * jobs[s])
+        if when < t:
+            t, c, done_at = when, best, s
+    return t, c, done_at
+
+
+@njit(cache=True, error_model="numpy")
+def _arrive(
+    t, c, demand, slot_t, slot_i, server_t, jobs, req_t, knots, share, cum
+):  # pragma: no cover
+    """The request of slot ``c`` reaches its server at ``t`` and joins its processor-sharing
+    queue, its finish tag its CPU ``demand`` past the server's virtual time."""
+    s = slot_i[_SERVER, c]
+    _catch_up(server_t, jobs, cum, share, knots, s, t)
+    jobs[s] += 1
+    slot_t[_TAG, c] = server_t[_VIRTUAL, s] + demand
+    slot_i[_PHASE, c] = _SERVE
+    req_t[_ARRIVED, slot_i[_REQUEST, c]] = t
+
+
+@njit(cache=True, error_model="numpy")
+def _leave(t, s, server_t, jobs, knots, share, cum):  # pragma: no cover - compiled
+    """A request leaves server ``s``'s processor-sharing queue at ``t``."""
+    _catch_up(server_t, jobs, cum, share, knots, s, t)
+    jobs[s] -= 1
+
+
+@njit(cache=True, error_model="numpy")
+def _respond(t, c, slot_i, counts, req_t, req_i, pkt_t, pkt_i, conf):  # pragma: no cover
+    """The server answers the request of slot ``c`` at ``t``: the response's segments reach
+    the client one after another, ACKed in pairs (the ACKs pass the balancer), and the
+    connection has one request fewer left. Returns when the last segment arrives."""
+    d, lb, seg, mss = conf[0], conf[1], conf[2], int(conf[10])
+    seq, ack, conn = slot_i[_SEQ], slot_i[_ACK], slot_i[_CONN, c]
+    r = slot_i[_REQUEST, c]
+    req_t[_DONE, r] = t
+    size = req_i[_R_RESPONSE, r]
+    segs = (size + mss - 1) // mss
+    for j in range(segs):
+        if j % 2 == 1 or j == segs - 1:
+            _push(counts, pkt_t, pkt_i, t + d + (j + 1) * seg + lb, conn, ACK, seq[c],
+                  ack[c] + min((j + 1) * mss, size), 0)  # fmt: skip
+    ack[c] += size
+    received = t + d + segs * seg
+    req_t[_RECEIVED, r] = received
+    slot_i[_LEFT, c] -= 1
+    return received
+
+
+@njit(cache=True, error_model="numpy")
+def _answered(t, c, slot_t, slot_i, counts, pkt_t, pkt_i, conf):  # pragma: no cover
+    """After its pause, at ``t``, slot ``c``'s client sends its next request (True) or, with
+    no request left, closes the connection and opens a new one (False)."""
+    if slot_i[_LEFT, c] != 0:
+        return True
+    d, lb = conf[0], conf[1]
+    seq, ack, conn = slot_i[_SEQ, c], slot_i[_ACK, c], slot_i[_CONN, c]
+    _push(counts, pkt_t, pkt_i, t + lb, conn, FIN | ACK, seq, ack, 0)
+    _push(counts, pkt_t, pkt_i, t + 2 * d + lb, conn, ACK, seq + 1, ack + 1, 0)
+    slot_i[_PHASE, c] = _OPEN
+    slot_t[_EVENT, c] = t
+    return False
+
+
+@njit(cache=True, error_model="numpy")
+def _connect(
+    c, slot_i, next_port, counts, conn_rec, entries, addresses, vip, seed
+):  # pragma: no cover
+    """Slot ``c``'s client opens a new connection from its next port, placed by Maglev by the
+    hash of its 5-tuple, and records it."""
+    k = slot_i[_CLIENT, c]
+    port = next_port[k]
+    next_port[k] = FIRST_PORT + (port + 1 - FIRST_PORT) % (65536 - FIRST_PORT)
+    h = flow_key(addresses[k, 0], addresses[k, 1], vip[0], vip[1], np.uint64(port),
+                 np.uint64(SERVICE_PORT), np.uint64(TCP), seed)  # fmt: skip
+    s = entries[np.int64(h % np.uint64(entries.size))]
+    conn = counts[1]
+    counts[1] = conn + 1
+    conn_rec[_C_CLIENT, conn], conn_rec[_C_PORT, conn] = k, port
+    conn_rec[_C_SERVER, conn] = s
+    slot_i[_CONN, c], slot_i[_SERVER, c] = conn, s
+
+
+@njit(cache=True, error_model="numpy")
+def _handshake(t, c, isn, peer, slot_i, counts, pkt_t, pkt_i, conf):  # pragma: no cover
+    """The client's SYN (initial sequence number ``isn``) at ``t`` and its ACK of the server's
+    SYN-ACK (the server's ``peer``) pass the balancer."""
+    d, lb, conn = conf[0], conf[1], slot_i[_CONN, c]
+    _push(counts, pkt_t, pkt_i, t + lb, conn, SYN, isn, 0, 0)
+    slot_i[_SEQ, c], slot_i[_ACK, c] = isn + 1, peer + 1
+    _push(counts, pkt_t, pkt_i, t + 2 * d + lb, conn, ACK, slot_i[_SEQ, c], slot_i[_ACK, c], 0)
+
+
+@njit(cache=True, error_model="numpy")
+def _send(
+    t, c, size, response, slot_t, slot_i, counts, req_t, req_i, pkt_t, pkt_i, conf
+):  # pragma: no cover
+    """Slot ``c`` sends a request of ``size`` bytes (answered by ``response`` bytes) at
+    ``t``: its segments pass the balancer back to back."""
+    d, lb, seg, mss = conf[0], conf[1], conf[2], int(conf[10])
+    seq, ack, conn = slot_i[_SEQ], slot_i[_ACK], slot_i[_CONN, c]
+    r = counts[0]
+    counts[0] = r + 1
+    req_t[_SENT, r] = t
+    req_i[_R_CONN, r], req_i[_R_SERVER, r] = conn, slot_i[_SERVER, c]
+    req_i[_R_RESPONSE, r] = response
+    slot_i[_REQUEST, c] = r
+    segs = (size + mss - 1) // mss
+    for j in range(segs):
+        length = min(mss, size - j * mss)
+        flags = ACK | PSH if j == segs - 1 else ACK
+        _push(counts, pkt_t, pkt_i, t + lb + j * seg, conn, flags, seq[c], ack[c], length)
+        seq[c] += length
+    slot_i[_PHASE, c] = _ARRIVE
+    slot_t[_EVENT, c] = t + d + (segs - 1) * seg

@@ -214,45 +214,44 @@ def search(
     call_rows = np.array(pool_call, dtype=np.int64)
     # No partial mapping can branch more often than the largest pool has calls.
     max_branch = max(1, min(max_branch, int(np.diff(pool_ptr).max(initial=0))))
-    i64 = np.int64
-    out = _beam(
-        spans.start[incoming].astype(i64),
-        spans.end[incoming].astype(i64),
-        window.astype(i64),
-        endpoint_of.astype(i64),
+    i64, f64 = np.int64, np.float64
+    # The kernel's arguments, grouped as it reads them (:func:`_beam`).
+    in_cols = (
+        spans.start[incoming],
+        spans.end[incoming],
+        window,
+        endpoint_of,
+        spans.thread[incoming],
+    )
+    path_cols = (
         ep_ptr,
         order.astype(i64),
         np.array(slot_ptr, dtype=i64),
         np.array([p.response_model for p in paths], dtype=i64),
-        np.array([p.log_prior for p in paths], dtype=np.float64),
+        np.array([p.log_prior for p in paths], dtype=f64),
         np.array([p.same_thread for p in paths], dtype=np.bool_),
-        spans.thread[incoming].astype(i64),
-        spans.thread[call_rows].astype(i64),
-        np.array(slot_index, dtype=i64),
-        np.array(slot_pool, dtype=i64),
-        np.array(slot_model, dtype=i64),
-        np.array(slot_early, dtype=i64),
-        np.array(slot_late, dtype=i64),
-        np.array(slot_anchor, dtype=i64),
-        np.array(slot_made, dtype=np.float64),
-        np.array(slot_skip, dtype=np.float64),
-        np.array(pred_ptr, dtype=i64),
-        np.array(preds, dtype=i64),
-        np.array(twin_ptr, dtype=i64),
-        np.array(twins, dtype=i64),
+    )
+    slot_ints = (slot_index, slot_pool, slot_model, slot_early, slot_late, slot_anchor)
+    slot_cols = (
+        *(np.array(a, dtype=i64) for a in slot_ints),
+        np.array(slot_made, dtype=f64),
+        np.array(slot_skip, dtype=f64),
+    )
+    dep_cols = (
+        *(np.array(a, dtype=i64) for a in (pred_ptr, preds, twin_ptr, twins)),
         np.array(twin_after, dtype=np.bool_),
-        tuple(
-            np.array(a, dtype=i64) for a in (need_ptr, need_pool, need_count, need_early, need_late)
-        ),
-        np.array(pool_ptr, dtype=i64),
-        spans.start[call_rows].astype(i64),
-        spans.end[call_rows].astype(i64),
-        models.arrays(),
-        models.peak,
-        beam_width,
-        max_branch,
-        keep,
-        max(max_slots, 1),
+    )
+    need_cols = (need_ptr, need_pool, need_count, need_early, need_late)
+    call_cols = (spans.start[call_rows], spans.end[call_rows], spans.thread[call_rows])
+    out = _beam(
+        tuple(a.astype(i64) for a in in_cols),
+        path_cols,
+        slot_cols,
+        dep_cols,
+        tuple(np.array(a, dtype=i64) for a in need_cols),
+        (np.array(pool_ptr, dtype=i64), *(a.astype(i64) for a in call_cols)),
+        (models.arrays(), models.peak),
+        (beam_width, max_branch, keep, max(max_slots, 1)),
     )
     out_in, out_path, out_calls, out_score, truncated = out
     sets, scores = [], []
@@ -266,7 +265,7 @@ def search(
     return SearchResult(sets, scores, int(truncated))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _logpdf(m, window, x, model):  # pragma: no cover - compiled
     """Log density of gap ``x`` (µs) under model ``m`` in seed ``window`` (0 for m = -1);
     ``model`` is :meth:`ModelTable.arrays`."""
@@ -293,7 +292,7 @@ def _logpdf(m, window, x, model):  # pragma: no cover - compiled
     return top + np.log(total)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _first_at_or_after(times, a, b, t):  # pragma: no cover - compiled
     """The first index in [a, b) of sorted ``times`` whose value is >= t (b if none)."""
     lo, hi = a, b
@@ -347,14 +346,7 @@ def _top(score, n, width):  # pragma: no cover - compiled
     return out
 
 
-@njit(cache=True)
-def _grow(a, cap, n):  # pragma: no cover - compiled
-    out = np.empty(cap, a.dtype)
-    out[:n] = a[:n]
-    return out
-
-
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ancestor(par, depth, e, target):  # pragma: no cover - compiled
     """The index at depth ``target`` of the ancestor of entry ``e`` at ``depth``."""
     for d in range(depth, target, -1):
@@ -362,206 +354,303 @@ def _ancestor(par, depth, e, target):  # pragma: no cover - compiled
     return e
 
 
+# Rows of the per-entry bounds of one depth: the trigger, the earliest a call may start, the
+# origin of its gap, and the pool positions its call must lie strictly between.
+_TRIGGER, _EARLIEST, _ORIGIN, _ABOVE, _BELOW = range(5)
+
+
 @njit(cache=True)
-def _beam(  # pragma: no cover - compiled
-    in_start,
-    in_end,
-    in_window,
-    in_ep,
-    ep_ptr,
-    ep_paths,
-    path_slot_ptr,
-    path_resp_model,
-    path_logprior,
-    path_same_thread,
-    in_thread,
-    call_thread,
-    slot_index,
-    slot_pool,
-    slot_model,
-    slot_early,
-    slot_late,
-    slot_anchor,
-    slot_made,
-    slot_skip,
-    pred_ptr,
-    preds,
-    twin_ptr,
-    twins,
-    twin_after,
-    need,
-    pool_ptr,
-    call_start,
-    call_end,
-    model,
-    peak,
-    beam_width,
-    max_branch,
-    keep,
-    max_slots,
-):
-    n_in = len(in_start)
-    cap = n_in * keep
-    out_in = np.empty(cap, np.int64)
-    out_path = np.empty(cap, np.int64)
-    out_calls = np.full((cap, max_slots), -1, np.int64)
-    out_score = np.empty(cap, np.float64)
+def _beam(incoming, paths, slots, deps, need, calls, gaps, limits):  # pragma: no cover - compiled
+    """The best ``keep`` candidates along each feasible path of every incoming span's endpoint,
+    best first: their incoming span, path, each slot's pool position (SKIP: skipped; -1 past the
+    path's slots) and score; and how many partial mappings had calls left untried at
+    ``max_branch``. The arguments are the tuples :func:`search` lays out.
+
+    The helpers called inside the loops neither allocate nor raise, so that numba drops the
+    reference counting of the arrays they are given, which would cost more than their work;
+    what allocates (the beam's selection, the ranking, growing the output) is done here."""
+    in_start, in_end, _, in_ep, in_thread = incoming
+    ep_ptr, ep_paths, slot_ptr, _, _, same_thread = paths
+    _, slot_pool, _, slot_early, _, slot_anchor, _, _ = slots
+    pred_ptr, preds, twin_ptr, twins, twin_after = deps
+    pool_ptr, call_start = calls[0], calls[1]
+    beam_width, max_branch, keep, max_slots = limits
+    out = _outputs(len(in_start) * keep, max_slots)
+    tree, nxt = _scratch(beam_width, max_branch, max_slots)
+    best_score = np.empty(beam_width, np.float64)  # complete candidates' scores
     n_out = 0
     truncated = 0
-    wide = beam_width * (max_branch + 1)
-    # The beam as a tree: entry e at depth d placed slot position d at pool position
-    # pos[d, e] (SKIP: skipped), done at done[d, e], extending entry par[d, e] of depth d - 1.
-    pos = np.empty((max_slots, beam_width), np.int64)
-    done = np.empty((max_slots, beam_width), np.int64)
-    par = np.empty((max_slots, beam_width), np.int64)
-    score = np.empty(beam_width, np.float64)
-    nxt_parent = np.empty(wide, np.int64)
-    nxt_pos = np.empty(wide, np.int64)
-    nxt_done = np.empty(wide, np.int64)
-    nxt_score = np.empty(wide, np.float64)
-    best_score = np.empty(beam_width, np.float64)  # complete candidates' scores
-    for i in range(n_in):
-        r0 = in_start[i]
-        r1 = in_end[i]
-        win = in_window[i]
-        ep = in_ep[i]
-        for pp in range(ep_ptr[ep], ep_ptr[ep + 1]):
+    for i in range(len(in_start)):
+        for pp in range(ep_ptr[in_ep[i]], ep_ptr[in_ep[i] + 1]):
             p = ep_paths[pp]
-            if not _feasible(p, r0, r1, need, pool_ptr, call_start):
+            if not _feasible(p, in_start[i], in_end[i], need, pool_ptr, call_start):
                 continue
-            s0 = path_slot_ptr[p]
-            ns = path_slot_ptr[p + 1] - s0
+            # Where the endpoint is thread-per-request, the thread its calls must be on.
+            thread = in_thread[i] if same_thread[p] else -1
             nb = 1
-            score[0] = 0.0
-            for d in range(ns):
-                s = s0 + d
-                pool = slot_pool[s]
-                m = slot_model[s]
-                n_next = 0
-                # The beam_width-th best extension so far: a call whose gap is past the
-                # model's peak and scores below it is not kept, and no later call would be.
-                floor = -np.inf
-                check = 2 * beam_width
-                for e in range(nb):
-                    # Trigger (gaps are measured from it): the predecessors' end, or the
-                    # arrival; a call with no predecessor may start up to `early` before it.
-                    t = r0
-                    if pred_ptr[s + 1] > pred_ptr[s]:
-                        for q in range(pred_ptr[s], pred_ptr[s + 1]):
-                            x = _ancestor(par, d - 1, e, preds[q])
-                            if done[preds[q], x] > t:
-                                t = done[preds[q], x]
-                        earliest = t
-                    else:
-                        earliest = r0 - slot_early[s]
-                    latest = r1 + slot_late[s]
-                    # The gap's origin: the trigger, or the start of the anchor's call.
-                    origin = t
-                    if slot_anchor[s] >= 0:
-                        x = _ancestor(par, d - 1, e, slot_anchor[s])
-                        if pos[slot_anchor[s], x] >= 0:
-                            origin = call_start[pos[slot_anchor[s], x]]
-                    # Calls to one backend go to its slots in occurrence order.
-                    above = -1
-                    below = 2**62
-                    seen_after = False
-                    seen_before = False
-                    for tw in range(twin_ptr[s], twin_ptr[s + 1]):
-                        if (twin_after[tw] and seen_after) or (not twin_after[tw] and seen_before):
-                            continue
-                        q = twins[tw]
-                        x = _ancestor(par, d - 1, e, q)
-                        other = pos[q, x]
-                        if other < 0:
-                            continue
-                        if twin_after[tw]:
-                            above = other
-                            seen_after = True
-                        else:
-                            below = other
-                            seen_before = True
-                    branches = 0
-                    if pool >= 0:
-                        a = pool_ptr[pool]
-                        b = pool_ptr[pool + 1]
-                        k = _first_at_or_after(call_start, a, b, earliest)
-                        if k <= above:
-                            k = above + 1
-                        while k < b and k < below and call_start[k] <= latest:
-                            if call_end[k] <= latest and (
-                                not path_same_thread[p]
-                                or in_thread[i] < 0
-                                or call_thread[k] < 0
-                                or call_thread[k] == in_thread[i]
-                            ):
-                                if branches == max_branch:
-                                    truncated += 1
-                                    break
-                                gap = (call_start[k] - origin) / 1000.0
-                                sc = score[e] + slot_made[s] + _logpdf(m, win, gap, model)
-                                if sc < floor and m >= 0 and gap > peak[m]:
-                                    break
-                                nxt_parent[n_next] = e
-                                nxt_pos[n_next] = k
-                                nxt_done[n_next] = call_end[k]
-                                nxt_score[n_next] = sc
-                                n_next += 1
-                                branches += 1
-                                if n_next >= check:
-                                    floor = -np.partition(-nxt_score[:n_next], beam_width - 1)[
-                                        beam_width - 1
-                                    ]
-                                    check += beam_width
-                            k += 1
-                    if slot_skip[s] > -np.inf:
-                        nxt_parent[n_next] = e
-                        nxt_pos[n_next] = SKIP
-                        nxt_done[n_next] = t
-                        nxt_score[n_next] = score[e] + slot_skip[s]
-                        n_next += 1
+            tree[3][0] = 0.0
+            # Slot by slot in topological order: every partial mapping extended, the
+            # beam_width best kept.
+            for d in range(slot_ptr[p + 1] - slot_ptr[p]):
+                s = slot_ptr[p] + d
+                _triggers(s, d, nb, in_start[i], slot_early[s], pred_ptr, preds, tree)
+                if slot_pool[s] >= 0:
+                    _origins(slot_anchor[s], d, nb, call_start, tree)
+                    _twin_bounds(twin_ptr[s], twin_ptr[s + 1], d, nb, twins, twin_after, tree)
+                n_next, cut = _extend(
+                    i, s, nb, thread, incoming, slots, calls, gaps, tree, nxt, limits
+                )
+                truncated += cut
                 if n_next == 0:
                     nb = 0
                     break
-                # Keep the best beam_width extensions.
-                chosen = _top(nxt_score, n_next, beam_width)
-                nb = len(chosen)
-                for c in range(nb):
-                    x = chosen[c]
-                    pos[d, c] = nxt_pos[x]
-                    done[d, c] = nxt_done[x]
-                    par[d, c] = nxt_parent[x]
-                    score[c] = nxt_score[x]
-            # Complete candidates: add the response gap and the path's prior; the best
-            # `keep` of them, best first.
-            for e in range(nb):
-                last = r0
-                x = e
-                for d in range(ns - 1, -1, -1):
-                    if done[d, x] > last:
-                        last = done[d, x]
-                    x = par[d, x]
-                gap = (r1 - last) / 1000.0
-                best_score[e] = (
-                    score[e] + path_logprior[p] + _logpdf(path_resp_model[p], win, gap, model)
-                )
+                nb = _keep(d, _top(nxt[3], n_next, beam_width), tree, nxt)
+            _complete(i, p, nb, incoming, paths, gaps[0], tree, best_score)
             ranked = np.argsort(-best_score[:nb], kind="mergesort")[:keep]
-            n_best = len(ranked)
-            if n_out + n_best > len(out_in):
-                cap = 2 * (n_out + n_best)
-                out_in = _grow(out_in, cap, n_out)
-                out_path = _grow(out_path, cap, n_out)
-                out_score = _grow(out_score, cap, n_out)
-                grown = np.full((cap, max_slots), -1, np.int64)
-                grown[:n_out] = out_calls[:n_out]
-                out_calls = grown
-            for c in range(n_best):
-                e = ranked[c]
-                out_in[n_out] = i
-                out_path[n_out] = p
-                out_score[n_out] = best_score[e]
-                x = e
-                for d in range(ns - 1, -1, -1):
-                    out_calls[n_out, slot_index[s0 + d]] = pos[d, x]
-                    x = par[d, x]
-                n_out += 1
-    return out_in[:n_out], out_path[:n_out], out_calls[:n_out], out_score[:n_out], truncated
+            if n_out + len(ranked) > len(out[0]):
+                out = _grown(out, 2 * (n_out + len(ranked)), n_out)
+            n_out = _emit(out, n_out, i, p, ranked, best_score, slot_ptr, slots[0], tree)
+    return out[0][:n_out], out[1][:n_out], out[2][:n_out], out[3][:n_out], truncated
+
+
+@njit(cache=True)
+def _outputs(cap, max_slots):  # pragma: no cover - compiled
+    """Room for ``cap`` candidates: incoming span, path, pool positions (-1) and score."""
+    return (
+        np.empty(cap, np.int64),
+        np.empty(cap, np.int64),
+        np.full((cap, max_slots), -1, np.int64),
+        np.empty(cap, np.float64),
+    )
+
+
+@njit(cache=True)
+def _grown(out, cap, n):  # pragma: no cover - compiled
+    """:func:`_outputs` of ``cap`` rows holding the first ``n`` rows of ``out``."""
+    grown = _outputs(cap, out[2].shape[1])
+    grown[0][:n] = out[0][:n]
+    grown[1][:n] = out[1][:n]
+    grown[2][:n] = out[2][:n]
+    grown[3][:n] = out[3][:n]
+    return grown
+
+
+@njit(cache=True)
+def _scratch(beam_width, max_branch, max_slots):  # pragma: no cover - compiled
+    """The beam and the extensions of one depth.
+
+    The beam is a tree: entry e at depth d placed slot position d at pool position pos[d, e]
+    (SKIP: skipped), done at done[d, e], extending entry par[d, e] of depth d - 1; score[e] is
+    the score of entry e at the last depth, bounds[:, e] its bounds for the next slot. An
+    extension is a parent entry, pool position, done and score; the last array is room for
+    :func:`_kth_best`."""
+    tree = (
+        np.empty((max_slots, beam_width), np.int64),  # pos
+        np.empty((max_slots, beam_width), np.int64),  # done
+        np.empty((max_slots, beam_width), np.int64),  # par
+        np.empty(beam_width, np.float64),  # score
+        np.empty((5, beam_width), np.int64),  # bounds
+    )
+    wide = beam_width * (max_branch + 1)
+    nxt = (
+        np.empty(wide, np.int64),
+        np.empty(wide, np.int64),
+        np.empty(wide, np.int64),
+        np.empty(wide, np.float64),
+        np.empty(wide, np.float64),
+    )
+    return tree, nxt
+
+
+@njit(cache=True, inline="always")
+def _triggers(s, d, nb, r0, early, pred_ptr, preds, tree):  # pragma: no cover - compiled
+    """For each of the ``nb`` entries of depth ``d - 1``: slot ``s``'s trigger (gaps are
+    measured from it), the end of its predecessors or the request's arrival ``r0``; and the
+    earliest its call may start, the trigger, or for a slot with no predecessor ``early``
+    before the arrival."""
+    done, par, bounds = tree[1], tree[2], tree[4]
+    for e in range(nb):
+        t = r0
+        if pred_ptr[s + 1] > pred_ptr[s]:
+            for q in range(pred_ptr[s], pred_ptr[s + 1]):
+                x = _ancestor(par, d - 1, e, preds[q])
+                if done[preds[q], x] > t:
+                    t = done[preds[q], x]
+            bounds[_EARLIEST, e] = t
+        else:
+            bounds[_EARLIEST, e] = r0 - early
+        bounds[_TRIGGER, e] = t
+
+
+@njit(cache=True, inline="always")
+def _origins(anchor, d, nb, call_start, tree):  # pragma: no cover - compiled
+    """For each of the ``nb`` entries of depth ``d - 1``, the origin of the slot's gap: the
+    start of the call of its ``anchor`` (a slot position, -1: none) where that made one, else
+    its trigger."""
+    pos, par, bounds = tree[0], tree[2], tree[4]
+    for e in range(nb):
+        bounds[_ORIGIN, e] = bounds[_TRIGGER, e]
+        if anchor >= 0:
+            x = _ancestor(par, d - 1, e, anchor)
+            if pos[anchor, x] >= 0:
+                bounds[_ORIGIN, e] = call_start[pos[anchor, x]]
+
+
+@njit(cache=True, inline="always")
+def _twin_bounds(a, b, d, nb, twins, twin_after, tree):  # pragma: no cover - compiled
+    """For each of the ``nb`` entries of depth ``d - 1``, the pool positions the slot's call
+    must lie strictly between, as calls to one backend go to its slots in occurrence order:
+    those of the nearest earlier-placed, not skipped, slots calling the same backend before
+    and after it (its twins ``a:b``, nearest first)."""
+    pos, par, bounds = tree[0], tree[2], tree[4]
+    for e in range(nb):
+        above = -1
+        below = 2**62
+        seen_after = False
+        seen_before = False
+        for tw in range(a, b):
+            if (twin_after[tw] and seen_after) or (not twin_after[tw] and seen_before):
+                continue
+            q = twins[tw]
+            x = _ancestor(par, d - 1, e, q)
+            other = pos[q, x]
+            if other < 0:
+                continue
+            if twin_after[tw]:
+                above = other
+                seen_after = True
+            else:
+                below = other
+                seen_before = True
+        bounds[_ABOVE, e] = above
+        bounds[_BELOW, e] = below
+
+
+@njit(cache=True, inline="always")
+def _extend(i, s, nb, thread, incoming, slots, calls, gaps, tree, nxt, limits):  # pragma: no cover
+    """Every extension of the ``nb`` entries by slot ``s`` within their bounds: with each call
+    that ends by the response plus the slot's ``late`` tolerance and, where ``thread`` >= 0,
+    runs on that thread, scored by its gap; and with a skip where the slot may be skipped.
+    Returns how many it put in ``nxt``, and how many entries ``max_branch`` cut short."""
+    r1, win = incoming[1][i], incoming[2][i]
+    _, slot_pool, slot_model, _, slot_late, _, slot_made, slot_skip = slots
+    pool_ptr, call_start, call_end, call_thread = calls
+    model, peak = gaps
+    beam_width, max_branch = limits[0], limits[1]
+    nxt_parent, nxt_pos, nxt_done, nxt_score, _ = nxt
+    score, bounds = tree[3], tree[4]
+    pool = slot_pool[s]
+    m = slot_model[s]
+    latest = r1 + slot_late[s]
+    n_next = 0
+    truncated = 0
+    # The beam_width-th best extension so far: a call whose gap is past the model's peak and
+    # scores below it is not kept, and no later call would be.
+    floor = -np.inf
+    check = 2 * beam_width
+    for e in range(nb):
+        if pool >= 0:
+            b = pool_ptr[pool + 1]
+            k = _first_at_or_after(call_start, pool_ptr[pool], b, bounds[_EARLIEST, e])
+            k = max(k, bounds[_ABOVE, e] + 1)
+            end = min(b, bounds[_BELOW, e])
+            branches = 0
+            while k < end and call_start[k] <= latest:
+                if call_end[k] <= latest and (
+                    thread < 0 or call_thread[k] < 0 or call_thread[k] == thread
+                ):
+                    if branches == max_branch:
+                        truncated += 1
+                        break
+                    gap = (call_start[k] - bounds[_ORIGIN, e]) / 1000.0
+                    sc = score[e] + slot_made[s] + _logpdf(m, win, gap, model)
+                    if sc < floor and m >= 0 and gap > peak[m]:
+                        break
+                    nxt_parent[n_next] = e
+                    nxt_pos[n_next] = k
+                    nxt_done[n_next] = call_end[k]
+                    nxt_score[n_next] = sc
+                    n_next += 1
+                    branches += 1
+                    if n_next >= check:
+                        floor = _kth_best(nxt_score, n_next, beam_width, nxt[4])
+                        check += beam_width
+                k += 1
+        if slot_skip[s] > -np.inf:
+            nxt_parent[n_next] = e
+            nxt_pos[n_next] = SKIP
+            nxt_done[n_next] = bounds[_TRIGGER, e]
+            nxt_score[n_next] = score[e] + slot_skip[s]
+            n_next += 1
+    return n_next, truncated
+
+
+@njit(cache=True, inline="always")
+def _keep(d, chosen, tree, nxt):  # pragma: no cover - compiled
+    """Depth ``d`` of the beam: the extensions ``chosen`` in ``nxt``. Returns how many."""
+    pos, done, par, score, _ = tree
+    nxt_parent, nxt_pos, nxt_done, nxt_score, _ = nxt
+    for c in range(len(chosen)):
+        x = chosen[c]
+        pos[d, c] = nxt_pos[x]
+        done[d, c] = nxt_done[x]
+        par[d, c] = nxt_parent[x]
+        score[c] = nxt_score[x]
+    return len(chosen)
+
+
+@njit(cache=True, inline="always")
+def _complete(i, p, nb, incoming, paths, model, tree, best_score):  # pragma: no cover - compiled
+    """The scores of the ``nb`` complete mappings of path ``p`` for incoming span ``i``, in
+    ``best_score``: their gaps, the response gap from the last call's end and the path's
+    prior."""
+    r0, r1, win = incoming[0][i], incoming[1][i], incoming[2][i]
+    path_slot_ptr, path_resp_model, path_logprior = paths[2], paths[3], paths[4]
+    done, par, score = tree[1], tree[2], tree[3]
+    ns = path_slot_ptr[p + 1] - path_slot_ptr[p]
+    for e in range(nb):
+        last = r0
+        x = e
+        for d in range(ns - 1, -1, -1):
+            if done[d, x] > last:
+                last = done[d, x]
+            x = par[d, x]
+        gap = (r1 - last) / 1000.0
+        best_score[e] = score[e] + path_logprior[p] + _logpdf(path_resp_model[p], win, gap, model)
+
+
+@njit(cache=True, inline="always")
+def _emit(
+    out, n_out, i, p, ranked, best_score, path_slot_ptr, slot_index, tree
+):  # pragma: no cover
+    """Write the mappings ``ranked`` of path ``p`` for incoming span ``i`` into ``out`` from row
+    ``n_out`` on, each slot's pool position at its slot index; returns the rows now used."""
+    out_in, out_path, out_calls, out_score = out
+    pos, par = tree[0], tree[2]
+    s0 = path_slot_ptr[p]
+    for c in range(len(ranked)):
+        e = ranked[c]
+        out_in[n_out] = i
+        out_path[n_out] = p
+        out_score[n_out] = best_score[e]
+        x = e
+        for d in range(path_slot_ptr[p + 1] - s0 - 1, -1, -1):
+            out_calls[n_out, slot_index[s0 + d]] = pos[d, x]
+            x = par[d, x]
+        n_out += 1
+    return n_out
+
+
+@njit(cache=True, inline="always")
+def _kth_best(values, n, k, scratch):  # pragma: no cover - compiled
+    """The ``k``-th highest of ``values[:n]`` (what ``-np.partition(-values[:n], k - 1)[k - 1]``
+    gives), found in ``scratch`` without allocating."""
+    for x in range(n):
+        scratch[x] = values[x]
+    for j in range(k):  # scratch[:j] holds the j highest, highest first
+        top = j
+        for x in range(j + 1, n):
+            if scratch[x] > scratch[top]:
+                top = x
+        scratch[j], scratch[top] = scratch[top], scratch[j]
+    return scratch[k - 1]
