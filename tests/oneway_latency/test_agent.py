@@ -163,7 +163,7 @@ def cutting_proxy(cuts: list[int]):
 def test_dropped_connections_lose_no_interval(pcaps) -> None:
     start, connections = cutting_proxy([300, 1200, 2500])
     sender, receiver = asyncio.run(pair(pcaps, via=start))
-    assert len(connections) == 4 and sender.connections == 3  # the first cut: in the hello
+    assert len(connections) == 4 and sender.connections == 3  # the first cut: in the handshake
     check_against_truth(pcaps, sender, receiver, FAST)
 
 
