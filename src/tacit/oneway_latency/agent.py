@@ -105,7 +105,7 @@ PEER_MISSING, INCOMPLETE, EXPIRED = "peer_missing", "incomplete", "expired"
 @dataclass(frozen=True)
 class AgentParams:
     """Parameters of one agent; both agents must agree on ``intervals``, ``rda`` and
-    ``lookahead`` (checked at the hello), the rest is local.
+    ``lookahead`` (checked in the handshake, once both have proven the key), the rest is local.
 
     ``grace_ns`` (50 ms): how long after an interval's end its packets may still be delivered
     by the capture (libpcap buffers up to its timeout; a replayed file needs none but the
@@ -147,7 +147,7 @@ class AgentParams:
             raise ConfigError("grace must be non-negative, retention and handshake time positive")
 
     def config(self) -> dict[str, Any]:
-        """What both agents must agree on (sent in the hello)."""
+        """What both agents must agree on (exchanged once both have proven the key)."""
         return {**params_config(self.intervals, self.rda), "lookahead": self.lookahead}
 
 
