@@ -7,8 +7,6 @@ from pathlib import Path
 
 import numpy as np
 
-from tacit.formats.pcap_write import build_frame, write_pcap
-from tacit.model.packets import UDP
 from tacit.oneway_latency.intervals import (
     IntervalCache,
     IntervalParams,
@@ -16,7 +14,12 @@ from tacit.oneway_latency.intervals import (
     IntervalWork,
     pipeline,
 )
-from tacit.oneway_latency.simulate import SimulatedStream, StreamParams, simulate_stream
+from tacit.oneway_latency.simulate import (
+    SimulatedStream,
+    StreamParams,
+    simulate_stream,
+    write_captures,
+)
 
 
 @lru_cache(maxsize=8)
@@ -60,32 +63,12 @@ def random_ids(n: int, seed: int) -> np.ndarray:
     return rng.permutation(ids)[:n]
 
 
-BASE_NS = 1_700_000_000 * 10**9  # an epoch time on an interval boundary
-
-
 @lru_cache(maxsize=1)
 def agent_captures(directory: str) -> tuple[Path, Path]:
     """The simulated stream (20 k packets, 10 intervals of 10 ms, loss and reordering across
-    boundaries) written as the sender's and the receiver's pcap: UDP datagrams whose payload
-    is the simulated packet's number, so that every packet has its own identifier."""
+    boundaries) written as the sender's and the receiver's pcap (:func:`write_captures`)."""
     sim = simulate_stream(StreamParams(rate_pps=200_000, loss_rate=3e-3, reorder_rate=0.3))
-    number = {int(x): n for n, x in enumerate(sim.sender.ident)}
-
-    def frames(ident: np.ndarray) -> list[bytes]:
-        return [
-            build_frame(
-                "10.1.0.1",
-                "10.2.0.2",
-                proto=UDP,
-                sport=4000,
-                dport=5000,
-                payload=number[int(x)].to_bytes(8, "big") + b"p" * (number[int(x)] % 23),
-            )
-            for x in ident
-        ]
-
     out = Path(directory)
     sender, receiver = out / "sender.pcap", out / "receiver.pcap"
-    write_pcap(sender, frames(sim.sender.ident), (BASE_NS + sim.sender.time).tolist())
-    write_pcap(receiver, frames(sim.receiver.ident), (BASE_NS + sim.receiver.time).tolist())
+    write_captures(sim, sender, receiver)
     return sender, receiver

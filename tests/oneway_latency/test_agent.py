@@ -6,105 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
-from pathlib import Path
 
-import numpy as np
 import pytest
 
-from oneway_streams import agent_captures
+from oneway_agents import FAST, KEY, check_against_truth, free_port, intervals, pair, stream
 from tacit.errors import InputError
-from tacit.formats.pcap import read_packets
 from tacit.oneway_latency.agent import Agent, AgentParams
 from tacit.oneway_latency.capture_sources import PcapSource
 from tacit.oneway_latency.intervals import IntervalParams, IntervalSplit, pipeline
 from tacit.oneway_latency.protocol import ConfigMismatchError
 from tacit.oneway_latency.rda import RDAParams, rda_interval
-from tacit.oneway_latency.stream import PacketStream
 from tacit.oneway_latency.truth import latency_truth
-
-KEY = b"test key of the two agents"
-FAST = AgentParams(retention_s=20.0)
-
-
-@pytest.fixture(scope="module")
-def pcaps(tmp_path_factory) -> tuple[Path, Path]:
-    return agent_captures(str(tmp_path_factory.mktemp("agent")))
-
-
-def stream(path: Path) -> PacketStream:
-    p = read_packets(path).packets
-    return PacketStream(p.ident, p.time)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def pair(
-    pcaps: tuple[Path, Path],
-    sender_params: AgentParams = FAST,
-    receiver_params: AgentParams = FAST,
-    *,
-    sender_start_s: float = 0.0,
-    receiver_start_s: float = 0.0,
-    via=None,
-) -> tuple[Agent, Agent]:
-    """Run both agents to the end; ``via(port) -> port`` may put a proxy between them."""
-    port = free_port()
-    receiver = Agent("receiver", ("127.0.0.1", port), KEY, PcapSource(pcaps[1]), receiver_params)
-    if via is not None:
-        await receiver.listen()
-    target = port if via is None else await via(port)
-    sender = Agent("sender", ("127.0.0.1", target), KEY, PcapSource(pcaps[0]), sender_params)
-
-    async def later(agent: Agent, delay: float):
-        await asyncio.sleep(delay)
-        return await agent.run()
-
-    await asyncio.gather(later(receiver, receiver_start_s), later(sender, sender_start_s))
-    return sender, receiver
-
-
-def intervals(agent: Agent) -> dict[int, dict]:
-    rows = [r for r in agent.records if "interval" in r]
-    assert len({r["interval"] for r in rows}) == len(rows), "an interval published twice"
-    return {r["interval"]: r for r in rows}
-
-
-def check_against_truth(pcaps, sender: Agent, receiver: Agent, params: AgentParams) -> None:
-    s, r = stream(pcaps[0]), stream(pcaps[1])
-    truth = latency_truth(s, r, params.intervals)
-    mine, theirs = intervals(receiver), intervals(sender)
-    assert sorted(mine) == truth.index.tolist()  # every sender interval, none lost
-    assert mine == {i: {**row, "role": "receiver"} for i, row in theirs.items()}
-    central = {
-        w.index: rda_interval(w, params.rda)
-        for w in pipeline(
-            IntervalSplit(s, params.intervals, "sender"),
-            IntervalSplit(r, params.intervals, "receiver"),
-        )
-    }
-    for i, row in mine.items():
-        t = truth.row(i)
-        assert row["packets_sender"] == truth.sent[t]
-        assert row["status"] == "complete"
-        assert row["matched"] == truth.matched[t]
-        assert abs(row["mean_ns"] - truth.mean_ns[t]) <= 1e-9 * truth.mean_ns[t]
-        c = central[i]  # the distributed protocol computes exactly what RDA computes
-        assert (row["mean_ns"], row["std_ns"]) == (c.estimate.mean_ns, c.estimate.std_ns)
-        assert (row["lost"], row["late"], row["foreign"]) == (c.lost, c.late, c.foreign)
-    # The standard deviation rests on k·64 buckets (late binding's floor; k = 2, the paper's):
-    # with these heavy-tailed (Weibull 0.65) delays its relative error per interval is about
-    # 5 % (measured here: RMS 6.9 %, worst 11.4 %; with tacit's k = 3, 192 buckets, within
-    # 5 % / 10 %). The bound allows that spread, not a bias.
-    std_error = np.array([mine[i]["std_ns"] / truth.std_ns[truth.row(i)] - 1 for i in mine])
-    assert np.sqrt(np.mean(std_error**2)) <= 0.08 and np.abs(std_error).max() <= 0.15
-    assert abs(np.mean(std_error)) <= 0.05
-    assert sum(row["late"] for row in mine.values()) > 0
-    assert sum(row["lost"] for row in mine.values()) > 0
 
 
 def test_two_agents_measure_every_interval_exactly(pcaps) -> None:
@@ -162,8 +74,8 @@ def cutting_proxy(cuts: list[int]):
 
 def test_dropped_connections_lose_no_interval(pcaps) -> None:
     start, connections = cutting_proxy([300, 1200, 2500])
-    sender, receiver = asyncio.run(pair(pcaps, via=start))
-    assert len(connections) == 4 and sender.connections == 3  # the first cut: in the hello
+    sender, receiver = asyncio.run(pair(pcaps, via=lambda r: start(r.port)))
+    assert len(connections) == 4 and sender.connections == 3  # the first cut: in the handshake
     check_against_truth(pcaps, sender, receiver, FAST)
 
 
@@ -186,7 +98,8 @@ def test_a_missing_peer_is_published_not_skipped(pcaps) -> None:
 
 
 def test_forged_and_garbage_connections_are_refused_and_survived(pcaps) -> None:
-    async def attack(port: int) -> int:
+    async def attack(receiver: Agent) -> int:
+        port = receiver.port
         for junk in (b"GET / HTTP/1.1\r\nHost: agent\r\n\r\n", b"TRDA" + bytes(40), b"\x00" * 3):
             _, w = await asyncio.open_connection("127.0.0.1", port)
             w.write(junk)

@@ -8,13 +8,18 @@ import struct
 import numpy as np
 import pytest
 
+from oneway_channels import CONFIG, KEY, connected, handshake
 from tacit.oneway_latency.agent import AgentParams
 from tacit.oneway_latency.intervals import IntervalParams
 from tacit.oneway_latency.protocol import (
     HEADER,
+    MAC_BYTES,
+    MAX_HANDSHAKE_PAYLOAD,
     MAX_PAYLOAD,
+    VERSION,
     Channel,
     ConfigMismatchError,
+    Frame,
     MessageType,
     ProtocolError,
     Role,
@@ -26,18 +31,6 @@ from tacit.oneway_latency.protocol import (
     encode_timestamps,
 )
 from tacit.oneway_latency.rda import RDAParams
-
-KEY = b"shared secret"
-CONFIG = AgentParams().config()
-
-
-def connected(config_a=CONFIG, config_b=CONFIG, key_b=KEY) -> tuple[Channel, Channel]:
-    """A connector and a listener that have exchanged hellos."""
-    a, b = Channel(KEY, connector=True, peer="b"), Channel(key_b, connector=False, peer="a")
-    hello_a, hello_b = a.hello(Role.SENDER, config_a), b.hello(Role.RECEIVER, config_b)
-    b.accept_hello(b.decode(hello_a), Role.SENDER, config_b)
-    a.accept_hello(a.decode(hello_b), Role.RECEIVER, config_a)
-    return a, b
 
 
 def test_round_trip_of_every_payload() -> None:
@@ -55,7 +48,7 @@ def test_round_trip_of_every_payload() -> None:
     assert np.array_equal(syn.count, count)
     ids = np.array([1, 2**64 - 1, 5], np.uint64)
     frame = a.decode(b.seal(MessageType.TIMESTAMP_REQUEST, encode_ids(-2, ids)))
-    assert frame.sequence == 1 and frame.type == MessageType.TIMESTAMP_REQUEST
+    assert frame.sequence == 2 and frame.type == MessageType.TIMESTAMP_REQUEST
     interval, got = decode_ids(a, frame.payload)
     assert interval == -2 and np.array_equal(got, ids)
     found, stamps = np.array([True, False, True]), np.array([10, 0, -4], np.int64)
@@ -68,10 +61,10 @@ def test_replayed_and_reordered_frames_are_refused() -> None:
     a, b = connected()
     first = a.seal(MessageType.BYE, b"")
     second = a.seal(MessageType.BYE, b"")
-    with pytest.raises(ProtocolError, match="sequence number 2, expected 1"):
+    with pytest.raises(ProtocolError, match="sequence number 4, expected 3"):
         b.decode(second)
     b.decode(first)
-    with pytest.raises(ProtocolError, match="sequence number 1, expected 2"):
+    with pytest.raises(ProtocolError, match="sequence number 3, expected 4"):
         b.decode(first)
 
 
@@ -88,7 +81,7 @@ def test_frames_of_another_connection_or_direction_do_not_verify() -> None:
     ("mutate", "message"),
     [
         (lambda f: b"XRDA" + f[4:], "bad magic"),
-        (lambda f: f[:4] + b"\x02" + f[5:], "protocol version 2, this agent speaks 1"),
+        (lambda f: f[:4] + b"\x01" + f[5:], "protocol version 1, this agent speaks 2"),
         (lambda f: f[:5] + b"\x63" + f[6:], "unknown message type 99"),
         (lambda f: f[:6] + b"\x00\x01" + f[8:], "reserved header field"),
         (lambda f: f[:-40] + bytes([f[-40] ^ 1]) + f[-39:], "MAC does not verify"),
@@ -107,16 +100,71 @@ def test_bad_frames_are_refused_with_their_reason(mutate, message) -> None:
         b.decode(mutate(frame))
 
 
-def test_forged_hello_with_another_key() -> None:
-    a = Channel(b"attacker", connector=True)
-    b = Channel(KEY, connector=False, peer="10.0.0.9:1234")
-    with pytest.raises(ProtocolError, match=r"10\.0\.0\.9:1234: record frame 0: MAC does not"):
-        b.decode(a.hello(Role.SENDER, CONFIG))
+def payload(frame: bytes) -> bytes:
+    return frame[HEADER.size : -MAC_BYTES]
+
+
+def test_a_listener_without_the_key_fails_its_proof() -> None:
+    a = Channel(KEY, connector=True, peer="10.0.0.9:1234")
+    b = Channel(b"attacker", connector=False)
+    b.accept_hello(Frame(MessageType.HELLO, 0, payload(a.hello(Role.SENDER))), Role.SENDER)
+    challenge = b.challenge(Role.RECEIVER)
+    with pytest.raises(ProtocolError, match=r"10\.0\.0\.9:1234: .*MAC does not verify"):
+        a.decode(challenge)  # the challenge frame is MAC'd with the key
+    # and the proof inside it, should its frame's MAC be taken, does not verify either
+    with pytest.raises(ProtocolError, match="listener's proof does not verify"):
+        a.accept_challenge(Frame(MessageType.CHALLENGE, 0, payload(challenge)), Role.RECEIVER)
+    assert not a.authenticated
+
+
+def test_a_captured_handshake_replayed_into_a_new_session_is_refused() -> None:
+    old_a, old_b = Channel(KEY, True), Channel(KEY, False)
+    hello, _, proof = handshake(old_a, old_b)
+    replayed = Channel(KEY, connector=False)
+    replayed.accept_hello(replayed.decode(hello), Role.SENDER)  # a hello proves nothing
+    replayed.challenge(Role.RECEIVER)  # a fresh nonce: the old proof is for another session
+    with pytest.raises(ProtocolError, match="MAC does not verify"):
+        replayed.decode(proof)
+    assert not replayed.authenticated
+    with pytest.raises(ProtocolError, match="configuration withheld"):
+        replayed.config_frame(CONFIG)
+
+
+def test_configuration_and_data_only_after_authentication() -> None:
+    a, b = Channel(KEY, True), Channel(KEY, False)
+    with pytest.raises(ProtocolError, match="configuration withheld"):
+        b.config_frame(CONFIG)
+    with pytest.raises(ProtocolError, match="no proof before"):
+        a.proof()
+    sketch = HEADER.pack(b"TRDA", VERSION, MessageType.SKETCH, 0, 10, 0)
+    with pytest.raises(ProtocolError, match="a SKETCH frame before authentication"):
+        b.check_header(sketch)
+
+
+def test_the_proofs_are_bound_to_the_roles() -> None:
+    a, b = Channel(KEY, True), Channel(KEY, False)
+    with pytest.raises(ProtocolError, match="peer is a receiver, expected a sender"):
+        b.accept_hello(b.decode(a.hello(Role.RECEIVER)), Role.SENDER)
+
+
+@pytest.mark.parametrize("length", [MAX_HANDSHAKE_PAYLOAD + 1, MAX_PAYLOAD])
+def test_a_large_frame_before_authentication_is_refused_on_its_header(length: int) -> None:
+    b = Channel(KEY, connector=False)
+    header = HEADER.pack(b"TRDA", VERSION, MessageType.HELLO, 0, length, 0)
+
+    async def read() -> int:
+        reader = asyncio.StreamReader()
+        reader.feed_data(header + bytes(1000))  # whatever follows is not read
+        with pytest.raises(ProtocolError, match="limit before authentication"):
+            await b.read(reader)
+        return len(await reader.read(2000))
+
+    assert asyncio.run(asyncio.wait_for(read(), 2)) == 1000
 
 
 def test_oversized_frame_is_refused_before_its_payload_is_read() -> None:
-    b = Channel(KEY, connector=False)
-    header = HEADER.pack(b"TRDA", 1, MessageType.SYNOPSIS, 0, 2**31, 0)
+    _, b = connected()
+    header = HEADER.pack(b"TRDA", VERSION, MessageType.SYNOPSIS, 0, 2**31, 0)
 
     async def read() -> None:
         reader = asyncio.StreamReader()
@@ -147,11 +195,8 @@ def test_local_settings_need_not_match() -> None:
     connected(CONFIG, AgentParams(grace_ns=0, retention_s=5, concurrency=2).config())
 
 
-def test_wrong_role_and_malformed_payloads() -> None:
-    a, b = Channel(KEY, True), Channel(KEY, False)
-    with pytest.raises(ProtocolError, match="peer is a receiver, expected a sender"):
-        b.accept_hello(b.decode(a.hello(Role.RECEIVER, CONFIG)), Role.SENDER, CONFIG)
-    a, b = connected()
+def test_malformed_payloads() -> None:
+    _, b = connected()
     with pytest.raises(ProtocolError, match="synopsis: payload of"):
         decode_synopsis(
             b, encode_synopsis(1, 10, *(np.zeros(30, t) for t in ("u8", "u8", "i4")))[:-1], 3

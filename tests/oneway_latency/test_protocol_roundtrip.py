@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from oneway_channels import KEY, connected, handshake
 from tacit.oneway_latency.agent import AgentParams
 from tacit.oneway_latency.protocol import (
     Channel,
@@ -42,10 +43,7 @@ from tacit.oneway_latency.protocol import (
     encode_timestamps,
 )
 
-KEY = b"shared secret"
-PARAMS = AgentParams()
-CONFIG = PARAMS.config()
-K = PARAMS.rda.k
+K = AgentParams().rda.k
 """Banks of a synopsis: the agreed configuration's, which the receiver decodes with."""
 
 intervals = st.integers(-(2**63), 2**63 - 1)
@@ -133,6 +131,8 @@ KINDS = [
     Kind(MessageType.EXPIRED, intervals, encode_end, decode_end),
     Kind(MessageType.BYE, st.just(b""), bytes, lambda ch, data: data),
 ]
+FIRST = 3
+"""The connector's first data frame's sequence number (after hello, proof, configuration)."""
 WITH_PAYLOAD = [k for k in KINDS if k.type != MessageType.BYE]
 BINARY = [k for k in WITH_PAYLOAD if k.type != MessageType.RESULT]
 """The payloads whose length is fixed by their counts (JSON tolerates trailing spaces)."""
@@ -147,15 +147,6 @@ def plain(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(plain(v) for v in value)
     return value
-
-
-def connected() -> tuple[Channel, Channel]:
-    """A connector (the sender) and a listener that have exchanged hellos."""
-    a, b = Channel(KEY, connector=True, peer="b"), Channel(KEY, connector=False, peer="a")
-    hello_a, hello_b = a.hello(Role.SENDER, CONFIG), b.hello(Role.RECEIVER, CONFIG)
-    b.accept_hello(b.decode(hello_a), Role.SENDER, CONFIG)
-    a.accept_hello(a.decode(hello_b), Role.RECEIVER, CONFIG)
-    return a, b
 
 
 def messages(kinds: list[Kind] = KINDS) -> st.SearchStrategy[tuple[Kind, Any]]:
@@ -196,7 +187,7 @@ def test_every_payload_decodes_to_what_was_encoded(kind: Kind, data: st.DataObje
     value = data.draw(kind.values)
     a, b = connected()
     frame = b.decode(a.seal(kind.type, kind.encode(value)))
-    assert (frame.type, frame.sequence) == (kind.type, 1)
+    assert (frame.type, frame.sequence) == (kind.type, FIRST)
     assert plain(kind.decode(b, frame.payload)) == plain(value)
 
 
@@ -212,10 +203,38 @@ def test_synopses_of_any_bank_count_round_trip(k: int, synopsis: st.DataObject) 
 
 @given(config=st.dictionaries(st.text(max_size=12), json_values, max_size=8))
 @settings(max_examples=60, deadline=None)
-def test_hellos_carry_role_nonce_and_configuration(config: dict[str, Any]) -> None:
+def test_configurations_cross_after_the_handshake(config: dict[str, Any]) -> None:
     a, b = Channel(KEY, connector=True), Channel(KEY, connector=False)
-    hello = b.accept_hello(b.decode(a.hello(Role.SENDER, config)), Role.SENDER, config)
-    assert (hello.role, hello.nonce, hello.config) == (Role.SENDER, a.nonce, config)
+    handshake(a, b)
+    assert b.accept_config(b.decode(a.config_frame(config)), config) == config
+    assert a.accept_config(a.decode(b.config_frame(config)), config) == config
+
+
+@given(data=st.data())
+@settings(max_examples=100, deadline=None)
+def test_every_handshake_frame_altered_is_refused(data: st.DataObject) -> None:
+    """Any byte of the hello, the challenge or the proof changed: the handshake fails with a
+    :class:`ProtocolError` and the listener never counts the connector as authenticated."""
+    a, b = Channel(KEY, connector=True), Channel(KEY, connector=False)
+    which = data.draw(st.integers(0, 2))
+    steps = [
+        (lambda: a.hello(Role.SENDER), lambda f: b.accept_hello(b.decode(f), Role.SENDER)),
+        (
+            lambda: b.challenge(Role.RECEIVER),
+            lambda f: a.accept_challenge(a.decode(f), Role.RECEIVER),
+        ),
+        (a.proof, lambda f: b.accept_proof(b.decode(f))),
+    ]
+    for n, (make, take) in enumerate(steps):
+        frame = bytearray(make())
+        if n == which:
+            at = data.draw(st.integers(0, len(frame) - 1))
+            frame[at] ^= data.draw(st.integers(1, 255))
+            with pytest.raises(ProtocolError):
+                take(bytes(frame))
+            break
+        take(bytes(frame))
+    assert not b.authenticated
 
 
 @given(stream=st.data())
@@ -226,7 +245,7 @@ def test_frames_read_from_a_stream_in_any_chunks(stream: st.DataObject) -> None:
     wire = b"".join(a.seal(kind.type, kind.encode(value)) for kind, value in sent)
     frames = asyncio.run(read_frames(b, chunked(wire, stream.draw), len(sent)))
     assert [(f.type, f.sequence) for f in frames] == [
-        (kind.type, n) for n, (kind, _) in enumerate(sent, start=1)
+        (kind.type, n) for n, (kind, _) in enumerate(sent, start=FIRST)
     ]
     for frame, (kind, value) in zip(frames, sent, strict=True):
         assert plain(kind.decode(b, frame.payload)) == plain(value)
@@ -301,12 +320,13 @@ def test_found_flags_other_than_0_and_1_are_refused(
 
 @given(config=st.dictionaries(st.text(max_size=12), json_values, max_size=8), data=st.data())
 @settings(max_examples=60, deadline=None)
-def test_a_cut_hello_is_refused(config: dict[str, Any], data: st.DataObject) -> None:
+def test_a_cut_configuration_is_refused(config: dict[str, Any], data: st.DataObject) -> None:
     a, b = Channel(KEY, connector=True), Channel(KEY, connector=False)
-    frame = b.decode(a.hello(Role.SENDER, config))
+    handshake(a, b)
+    frame = b.decode(a.config_frame(config))
     cut = data.draw(st.integers(0, len(frame.payload) - 1))
     with pytest.raises(ProtocolError):
-        b.accept_hello(dataclasses.replace(frame, payload=frame.payload[:cut]), Role.SENDER, config)
+        b.accept_config(dataclasses.replace(frame, payload=frame.payload[:cut]), config)
 
 
 def test_results_are_json_objects_with_an_integer_interval() -> None:

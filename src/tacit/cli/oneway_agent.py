@@ -46,7 +46,7 @@ def _line(record: dict[str, Any]) -> str:
         return (
             f"summary: {record['intervals_published']} intervals, "
             f"{record['accounting']['records']} records, {record['connections']} connections, "
-            f"{len(record['rejected'])} refused"
+            f"{record['rejected_total']} refused"
         )
     mean, std = record["mean_ns"], record["std_ns"]
     value = "" if mean is None else f" mean {mean / 1e3:.3f} µs"

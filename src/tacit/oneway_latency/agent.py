@@ -59,7 +59,12 @@ import numpy as np
 
 from tacit.errors import ConfigError, TacitError
 from tacit.model.captures import PacketAccounting
-from tacit.oneway_latency.agent_transport import Connection, IntervalExpired, handshake
+from tacit.oneway_latency.agent_transport import (
+    Connection,
+    IntervalExpired,
+    RejectionLog,
+    handshake,
+)
 from tacit.oneway_latency.capture_sources import LiveSource, PcapSource
 from tacit.oneway_latency.interval_book import IntervalBook
 from tacit.oneway_latency.intervals import IntervalCache, IntervalParams, IntervalWork
@@ -100,7 +105,7 @@ PEER_MISSING, INCOMPLETE, EXPIRED = "peer_missing", "incomplete", "expired"
 @dataclass(frozen=True)
 class AgentParams:
     """Parameters of one agent; both agents must agree on ``intervals``, ``rda`` and
-    ``lookahead`` (checked at the hello), the rest is local.
+    ``lookahead`` (checked in the handshake, once both have proven the key), the rest is local.
 
     ``grace_ns`` (50 ms): how long after an interval's end its packets may still be delivered
     by the capture (libpcap buffers up to its timeout; a replayed file needs none but the
@@ -108,8 +113,14 @@ class AgentParams:
     at δ = 10 ms): the retention limits of the module docstring. ``concurrency``: intervals
     the receiver reconciles at once (their exchanges overlap on the connection, so that a
     round-trip time longer than δ does not make the receiver fall behind). Retries wait
-    ``retry_initial_s`` doubling up to ``retry_max_s``. These are engineering choices of ours;
-    the RDA paper describes no agent protocol.
+    ``retry_initial_s`` doubling up to ``retry_max_s``.
+
+    Limits on unauthenticated peers (anyone who can reach the receiver's port):
+    ``max_unauthenticated`` (8) connections may be in their handshake at once, further ones are
+    closed at once; a handshake must complete within ``handshake_timeout_s`` (5 s); the agent
+    keeps the last ``rejections_kept`` (100) refusals with their reasons, and counts them all.
+
+    These are engineering choices of ours; the RDA paper describes no agent protocol.
     """
 
     intervals: IntervalParams = field(default_factory=IntervalParams)
@@ -121,15 +132,22 @@ class AgentParams:
     concurrency: int = 8
     retry_initial_s: float = 0.05
     retry_max_s: float = 2.0
+    max_unauthenticated: int = 8
+    handshake_timeout_s: float = 5.0
+    rejections_kept: int = 100
 
     def __post_init__(self) -> None:
-        if self.lookahead < 1 or self.max_pending < 1 or self.concurrency < 1:
-            raise ConfigError("lookahead, max_pending and concurrency must be at least 1")
-        if self.grace_ns < 0 or self.retention_s <= 0:
-            raise ConfigError("grace must be non-negative and retention positive")
+        counts = (self.lookahead, self.max_pending, self.concurrency, self.max_unauthenticated)
+        if min(counts) < 1 or self.rejections_kept < 1:
+            raise ConfigError(
+                "lookahead, max_pending, concurrency, max_unauthenticated and rejections_kept "
+                "must be at least 1"
+            )
+        if self.grace_ns < 0 or self.retention_s <= 0 or not self.handshake_timeout_s > 0:
+            raise ConfigError("grace must be non-negative, retention and handshake time positive")
 
     def config(self) -> dict[str, Any]:
-        """What both agents must agree on (sent in the hello)."""
+        """What both agents must agree on (exchanged once both have proven the key)."""
         return {**params_config(self.intervals, self.rda), "lookahead": self.lookahead}
 
 
@@ -183,8 +201,7 @@ class Agent:
         self._publish = publish
         self.book = IntervalBook(self.params.intervals, self.params.rda, self.params.grace_ns)
         self.accounting = PacketAccounting()
-        self.rejected: list[str] = []
-        """Every refused frame or connection, with its reason."""
+        self.rejections = RejectionLog(self.params.rejections_kept)
         self.connections = 0
         self.port: int | None = None
         self._config = self.params.config()
@@ -192,6 +209,7 @@ class Agent:
         self._source_error: TacitError | None = None
         self._changed: asyncio.Event | None = None
         self._conn: Connection | None = None
+        self._handshaking = 0
         self._server: asyncio.base_events.Server | None = None
         self._finished = False
         self._empty_intervals = 0
@@ -420,7 +438,8 @@ class Agent:
             "accounting": self.accounting.as_dict(),
             "packets": self.book.counts,
             "duplicates": self.book.duplicates,
-            "rejected": self.rejected,
+            "rejected": list(self.rejections.recent),
+            "rejected_total": self.rejections.total,
             "connections": self.connections,
             "source_error": None if self._source_error is None else str(self._source_error),
         }
@@ -460,7 +479,7 @@ class Agent:
                 frame = await conn.channel.read(conn.reader)
                 await self._dispatch(conn, frame)
         except ProtocolError as e:
-            self.rejected.append(str(e))
+            self.rejections.add(str(e))
             log.warning("refused frame: %s", e)
             why = str(e)
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
@@ -517,13 +536,13 @@ class Agent:
             try:
                 await asyncio.wait_for(
                     handshake(channel, reader, writer, self.role, self._config),
-                    self.params.retention_s,
+                    self.params.handshake_timeout_s,
                 )
             except ConfigMismatchError:
                 writer.close()
                 raise
             except (ProtocolError, asyncio.IncompleteReadError, OSError, TimeoutError) as e:
-                self.rejected.append(f"handshake: {e}")
+                self.rejections.add(f"handshake: {e}")
                 log.warning("handshake with %s:%s failed: %s", host, port, e)
                 writer.close()
                 await asyncio.sleep(delay)
@@ -585,25 +604,43 @@ class Agent:
     # ---------------------------------------------------------------- receiver
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A new connection: at most ``max_unauthenticated`` in their handshake at once, each
+        for at most ``handshake_timeout_s``; the current sender's connection is replaced only
+        by one that has authenticated."""
         addr = writer.get_extra_info("peername")
-        channel = Channel(self.key, connector=False, peer=f"{addr[0]}:{addr[1]}")
+        peer = f"{addr[0]}:{addr[1]}"
+        if self._handshaking >= self.params.max_unauthenticated:
+            self._refuse(writer, f"{peer}: {self._handshaking} connections already unauthenticated")
+            return
+        self._handshaking += 1
+        channel = Channel(self.key, connector=False, peer=peer)
         try:
             await asyncio.wait_for(
                 handshake(channel, reader, writer, self.role, self._config),
-                self.params.retention_s,
+                self.params.handshake_timeout_s,
             )
         except (ProtocolError, ConfigMismatchError) as e:
-            self.rejected.append(f"handshake: {e}")
-            log.warning("refused connection from %s: %s", channel.peer, e)
+            self._refuse(writer, f"handshake: {e}")
+            return
+        except TimeoutError:
+            timeout = self.params.handshake_timeout_s
+            self._refuse(writer, f"{peer}: no handshake within {timeout} s")
+            return
+        except (asyncio.IncompleteReadError, OSError) as e:
+            log.info("connection from %s ended in the handshake: %s", peer, e)
             writer.close()
             return
-        except (asyncio.IncompleteReadError, OSError, TimeoutError) as e:
-            log.info("connection from %s ended in the handshake: %s", channel.peer, e)
-            writer.close()
-            return
+        finally:
+            self._handshaking -= 1
         if self._conn is not None:  # the sender reconnected: the old connection is dead
             self._drop(self._conn, "replaced by a new connection")
         await self._serve(Connection(channel, reader, writer))
+
+    def _refuse(self, writer: asyncio.StreamWriter, reason: str) -> None:
+        """Close a connection that has not authenticated (nothing more it sends is read)."""
+        self.rejections.add(reason)
+        log.warning("refused connection: %s", reason)
+        writer.close()
 
     def _on_sketch(self, sketch: Sketch) -> None:
         i = sketch.interval
@@ -664,7 +701,7 @@ class Agent:
             if self._tasks.get(i) is asyncio.current_task():
                 del self._tasks[i]
             if isinstance(e, ProtocolError):  # retried on the next connection
-                self.rejected.append(str(e))
+                self.rejections.add(str(e))
                 self._drop(conn, str(e))
             return
         except IntervalExpired:

@@ -1,10 +1,11 @@
-"""The agents' connection over TCP: the handshake, frames out, and the replies to the receiver's
-requests matched to the requests that await them (the frames themselves, their authentication
-and payloads are :mod:`~tacit.oneway_latency.protocol`)."""
+"""The agents' connection over TCP: the handshake, frames out, the replies to the receiver's
+requests matched to the requests that await them, and the bounded log of refusals (the frames
+themselves, their authentication and payloads are :mod:`~tacit.oneway_latency.protocol`)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -94,8 +95,37 @@ async def handshake(
     role: Role,
     config: dict[str, Any],
 ) -> None:
-    """Send our hello and check the peer's (:meth:`Channel.accept_hello`)."""
-    writer.write(channel.hello(role, config))
-    await writer.drain()
+    """Run the challenge-response handshake of :mod:`~tacit.oneway_latency.protocol` on a new
+    connection, then exchange and check configurations (:class:`ConfigMismatchError` names the
+    differences). The listener reveals its configuration only after the connector's proof,
+    and the connector only after the listener's."""
     peer = Role.RECEIVER if role == Role.SENDER else Role.SENDER
-    channel.accept_hello(await channel.read(reader), peer, config)
+    if channel.connector:
+        writer.write(channel.hello(role))
+        await writer.drain()
+        channel.accept_challenge(await channel.read(reader), peer)
+        writer.write(channel.proof() + channel.config_frame(config))
+        await writer.drain()
+        channel.accept_config(await channel.read(reader), config)
+        return
+    channel.accept_hello(await channel.read(reader), peer)
+    writer.write(channel.challenge(role))
+    await writer.drain()
+    channel.accept_proof(await channel.read(reader))
+    theirs = await channel.read(reader)
+    writer.write(channel.config_frame(config))  # to a proven peer: it may name the differences
+    await writer.drain()
+    channel.accept_config(theirs, config)
+
+
+class RejectionLog:
+    """The last ``kept`` refused frames or connections, with their reasons, and how many were
+    refused in all (an unauthenticated peer can be refused without end: the log stays small)."""
+
+    def __init__(self, kept: int) -> None:
+        self.recent: deque[str] = deque(maxlen=kept)
+        self.total = 0
+
+    def add(self, reason: str) -> None:
+        self.recent.append(reason)
+        self.total += 1

@@ -8,23 +8,37 @@ specify a wire format; this one is ours:
 Every message is one frame::
 
     magic "TRDA" | version u8 | type u8 | reserved u16 (0) | payload length u32 | sequence u64
-    | payload | HMAC-SHA256(key, header + payload)  (32 bytes)
+    | payload | HMAC-SHA256(MAC key, header + payload)  (32 bytes)
 
 all integers big-endian. A frame is refused (:class:`ProtocolError`) when its magic, version,
-type or reserved field is wrong, its payload exceeds :data:`MAX_PAYLOAD` (checked on the header,
-before anything is read), its MAC does not verify (compared with :func:`hmac.compare_digest`),
-or its sequence number is not the next one expected on that connection (replay, reordering,
-deletion). The first frame each way is a :attr:`MessageType.HELLO` (sequence 0, MAC'd with the
-shared key) carrying a fresh random nonce, the agent's role, and its configuration with a
-SHA-256 digest of it; every later frame is MAC'd with a key of that connection and direction,
-``HMAC(key, direction ‖ nonce_connector ‖ nonce_listener)``, so that frames of one connection,
-or of one direction, cannot be replayed on another. Two agents whose configurations differ
-(interval, synopsis size, k, seeds, sampling, ...) refuse each other with
+type or reserved field is wrong, its payload exceeds the limit (checked on the header, before
+anything else is read: :data:`MAX_HANDSHAKE_PAYLOAD` until the peer has proven the key,
+:data:`MAX_PAYLOAD` afterwards), its MAC does not verify (compared with
+:func:`hmac.compare_digest`), or its sequence number is not the next one expected on that
+connection (replay, reordering, deletion).
+
+The handshake is a challenge-response with key confirmation; nothing but roles and random
+nonces crosses the connection before the peer has proven that it holds the shared key:
+
+1. connector → listener :attr:`MessageType.HELLO`: its role and a fresh random nonce ``Nc``;
+2. listener → connector :attr:`MessageType.CHALLENGE`: its role, a fresh random nonce ``Nl``
+   and its proof ``HMAC(S, "listener proof")``;
+3. connector → listener :attr:`MessageType.PROOF`: its proof ``HMAC(S, "connector proof")``;
+4. each way :attr:`MessageType.CONFIG`: the configuration with a SHA-256 digest of it.
+
+``S = HMAC(key, "tacit-rda session" ‖ role_c ‖ Nc ‖ role_l ‖ Nl)`` is the session secret; the
+frames' MAC keys are ``HMAC(S, "key c2l")`` and ``HMAC(S, "key l2c")`` from the proof on
+(the hello and the challenge are MAC'd with the shared key itself). A frame of one session,
+or of one direction, therefore does not verify in another, and a captured handshake replayed
+into a new connection fails at its proof: the listener's nonce is new. The proofs use distinct
+labels, so the listener's proof, which it gives to any connector, is never a connector's. The
+configurations are exchanged only once both sides are proven; two agents whose configurations
+differ (interval, synopsis size, k, seeds, sampling, ...) refuse each other with
 :class:`ConfigMismatchError`, naming every field that differs.
 
 Payloads are compact: arrays are numpy buffers (little-endian), scalars ``struct``; only the
-hello's configuration and the published result of an interval (a handful of named values) are
-JSON. Every decoder checks the payload's exact length against what its counts announce.
+configuration and the published result of an interval (a handful of named values) are JSON.
+Every decoder checks the payload's exact length against what its counts announce.
 """
 
 from __future__ import annotations
@@ -45,17 +59,20 @@ import numpy as np
 from tacit.errors import ConfigError, InputError
 
 MAGIC = b"TRDA"
-VERSION = 1
+VERSION = 2
+"""2: challenge-response handshake with key confirmation, configuration after it."""
 HEADER = struct.Struct("!4sBBHIQ")
 MAC_BYTES = 32
-NONCE_BYTES = 16
+NONCE_BYTES = 32
 MAX_PAYLOAD = 64 * 2**20
 """Largest payload accepted (64 MiB): a synopsis of 3 banks × 1 M buckets is 60 MiB."""
+MAX_HANDSHAKE_PAYLOAD = 4096
+"""Largest payload accepted before the peer has proven the key (a challenge is 65 bytes)."""
 
 
 class MessageType(enum.IntEnum):
     HELLO = 1
-    """Role, nonce, configuration (JSON) and its digest; the first frame each way."""
+    """Connector → listener, the first frame: its role and a fresh nonce."""
     SKETCH = 2
     """Sender → receiver: an interval is closed; its MinHash sketch (late binding)."""
     SYNOPSIS_REQUEST = 3
@@ -74,6 +91,16 @@ class MessageType(enum.IntEnum):
     """Sender → receiver: every interval has its result; the sender is leaving."""
     EXPIRED = 10
     """Sender → receiver: an interval asked for is no longer held (it was given up)."""
+    CHALLENGE = 11
+    """Listener → connector: its role, a fresh nonce and its proof of the key."""
+    PROOF = 12
+    """Connector → listener: its proof of the key (the first frame under the session keys)."""
+    CONFIG = 13
+    """Each way, once both are proven: the configuration (JSON) and its digest."""
+
+
+HANDSHAKE_TYPES = frozenset({MessageType.HELLO, MessageType.CHALLENGE, MessageType.PROOF})
+"""The only frames taken before the peer has proven the key."""
 
 
 class Role(enum.IntEnum):
@@ -116,27 +143,24 @@ def config_differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str
     ]
 
 
-@dataclass(frozen=True)
-class Hello:
-    role: Role
-    nonce: bytes
-    config: dict[str, Any]
-    digest: bytes
+_HELLO = struct.Struct(f"!B{NONCE_BYTES}s")  # role, nonce
+_CHALLENGE = struct.Struct(f"!B{NONCE_BYTES}s{MAC_BYTES}s")  # role, nonce, listener's proof
+_PROOF = struct.Struct(f"!{MAC_BYTES}s")
 
 
-_HELLO = struct.Struct(f"!B{NONCE_BYTES}s32s")
-
-
-def encode_hello(role: Role, nonce: bytes, config: dict[str, Any]) -> bytes:
-    return _HELLO.pack(role, nonce, config_digest(config)) + _canonical(config)
+def _sha(key: bytes, data: bytes) -> bytes:
+    return hmac.digest(key, data, "sha256")
 
 
 class Channel:
-    """One connection's framing, MACs and sequence numbers (no I/O: :meth:`seal` makes the bytes
-    of a frame, :meth:`check_header` and :meth:`open` check what was read).
+    """One connection's handshake, framing, MACs and sequence numbers (no I/O: the methods make
+    the bytes of frames and check what was read).
 
-    ``connector`` is True on the side that opened the connection. Until both hellos have been
-    seen, frames are MAC'd with the shared key; afterwards with the connection's direction keys.
+    ``connector`` is True on the side that opened the connection. The connector calls
+    :meth:`hello`, :meth:`accept_challenge`, :meth:`proof`; the listener :meth:`accept_hello`,
+    :meth:`challenge`, :meth:`accept_proof`; then both :meth:`config_frame` and
+    :meth:`accept_config`. :attr:`authenticated` turns True once the peer has proven the key;
+    until then only handshake frames of at most :data:`MAX_HANDSHAKE_PAYLOAD` bytes are taken.
     """
 
     def __init__(self, key: bytes, connector: bool, peer: str = "peer") -> None:
@@ -148,47 +172,118 @@ class Channel:
         self.nonce = os.urandom(NONCE_BYTES)
         self.send_seq = 0
         self.recv_seq = 0
+        self.authenticated = False
+        """The peer has proven that it holds the key, in this session."""
         self._send_key = key
         self._recv_key = key
-        self._peer_nonce: bytes | None = None
+        self._role: Role | None = None
+        self._peer_hello: tuple[Role, bytes] | None = None
+        self._session_keys = (key, key)
+        self._connector_proof: bytes | None = None
 
     def error(self, message: str, sequence: int | None = None) -> ProtocolError:
         return ProtocolError(
             message, path=self.peer, record=None if sequence is None else f"frame {sequence}"
         )
 
-    def hello(self, role: Role, config: dict[str, Any]) -> bytes:
-        """Our hello frame (the first frame we send)."""
-        return self.seal(MessageType.HELLO, encode_hello(role, self.nonce, config))
+    def _expect(self, frame: Frame, mtype: MessageType, st: struct.Struct) -> tuple:
+        if frame.type != mtype:
+            raise self.error(f"expected a {mtype.name}, got {frame.type.name}", frame.sequence)
+        if len(frame.payload) != st.size:
+            raise self.error(f"{mtype.name}: payload of {len(frame.payload)} bytes", frame.sequence)
+        return st.unpack(frame.payload)
 
-    def accept_hello(self, frame: Frame, expected: Role, config: dict[str, Any]) -> Hello:
-        """Check the peer's hello (role and configuration) and switch to the connection keys."""
-        if frame.type != MessageType.HELLO:
-            raise self.error(f"expected a hello, got {frame.type.name}", frame.sequence)
-        body = frame.payload
-        if len(body) < _HELLO.size:
-            raise self.error("hello too short", frame.sequence)
-        role, nonce, digest = _HELLO.unpack_from(body)
+    def _role_of(self, value: int, expected: Role, frame: Frame) -> Role:
         try:
-            theirs = json.loads(body[_HELLO.size :])
-            peer_role = Role(role)
+            role = Role(value)
+        except ValueError:
+            raise self.error(f"unknown role {value}", frame.sequence) from None
+        if role != expected:
+            raise self.error(f"peer is a {role.name.lower()}, expected a {expected.name.lower()}")
+        return role
+
+    def _derive(self, connector: tuple[Role, bytes], listener: tuple[Role, bytes]) -> bytes:
+        """The session secret (from the shared key and both sides' roles and nonces) and the
+        listener's proof; the connector's proof and the frames' MAC keys come from it too."""
+        transcript = b"".join(_HELLO.pack(*side) for side in (connector, listener))
+        session = _sha(self.key, b"tacit-rda session" + transcript)
+        self._connector_proof = _sha(session, b"connector proof")
+        c2l, l2c = (_sha(session, label) for label in (b"key c2l", b"key l2c"))
+        self._session_keys = (c2l, l2c) if self.connector else (l2c, c2l)
+        return _sha(session, b"listener proof")
+
+    def _use_session_keys(self) -> None:
+        self._send_key, self._recv_key = self._session_keys
+
+    # connector
+    def hello(self, role: Role) -> bytes:
+        """Connector: the first frame."""
+        self._role = role
+        return self.seal(MessageType.HELLO, _HELLO.pack(role, self.nonce))
+
+    def accept_challenge(self, frame: Frame, expected: Role) -> None:
+        """Connector: check the listener's role and proof; switch to the session keys."""
+        role, nonce, proof = self._expect(frame, MessageType.CHALLENGE, _CHALLENGE)
+        peer = self._role_of(role, expected, frame)
+        if self._role is None:
+            raise self.error("a challenge before our hello", frame.sequence)
+        if not hmac.compare_digest(proof, self._derive((self._role, self.nonce), (peer, nonce))):
+            raise self.error("the listener's proof does not verify (wrong key)", frame.sequence)
+        self.authenticated = True
+        self._use_session_keys()
+
+    def proof(self) -> bytes:
+        """Connector: its proof of the key, once the listener's has verified."""
+        if not self.authenticated or self._connector_proof is None:
+            raise self.error("no proof before the listener has proven the key")
+        return self.seal(MessageType.PROOF, _PROOF.pack(self._connector_proof))
+
+    # listener
+    def accept_hello(self, frame: Frame, expected: Role) -> None:
+        """Listener: take the connector's role and nonce."""
+        role, nonce = self._expect(frame, MessageType.HELLO, _HELLO)
+        self._peer_hello = (self._role_of(role, expected, frame), nonce)
+
+    def challenge(self, role: Role) -> bytes:
+        """Listener: its nonce and proof; later frames use the session keys."""
+        if self._peer_hello is None:
+            raise self.error("no challenge before the connector's hello")
+        proof = self._derive(self._peer_hello, (role, self.nonce))
+        frame = self.seal(MessageType.CHALLENGE, _CHALLENGE.pack(role, self.nonce, proof))
+        self._use_session_keys()
+        return frame
+
+    def accept_proof(self, frame: Frame) -> None:
+        """Listener: check the connector's proof (its frame's MAC already used the session key)."""
+        (proof,) = self._expect(frame, MessageType.PROOF, _PROOF)
+        if self._connector_proof is None:
+            raise self.error("a proof before our challenge", frame.sequence)
+        if not hmac.compare_digest(proof, self._connector_proof):
+            raise self.error("the connector's proof does not verify", frame.sequence)
+        self.authenticated = True
+
+    # both
+    def config_frame(self, config: dict[str, Any]) -> bytes:
+        """Our configuration: only to a peer that has proven the key."""
+        if not self.authenticated:
+            raise self.error("configuration withheld: the peer has not proven the key")
+        return self.seal(MessageType.CONFIG, config_digest(config) + _canonical(config))
+
+    def accept_config(self, frame: Frame, config: dict[str, Any]) -> dict[str, Any]:
+        """The peer's configuration, checked against its digest and against ours."""
+        if frame.type != MessageType.CONFIG:
+            raise self.error(f"expected a CONFIG, got {frame.type.name}", frame.sequence)
+        digest, body = frame.payload[:32], frame.payload[32:]
+        try:
+            theirs = json.loads(body)
         except (ValueError, UnicodeDecodeError) as e:
-            raise self.error(f"malformed hello: {e}", frame.sequence) from None
+            raise self.error(f"malformed configuration: {e}", frame.sequence) from None
         if not isinstance(theirs, dict) or config_digest(theirs) != digest:
-            raise self.error("hello configuration does not match its digest", frame.sequence)
-        if peer_role != expected:
-            raise self.error(
-                f"peer is a {peer_role.name.lower()}, expected a {expected.name.lower()}"
-            )
+            raise self.error("configuration does not match its digest", frame.sequence)
         if digest != config_digest(config):
             diff = "; ".join(config_differences(config, theirs))
             raise ConfigMismatchError(f"{self.peer}: agent configurations differ: {diff}")
-        first, second = (self.nonce, nonce) if self.connector else (nonce, self.nonce)
-        out, back = (b"c2l", b"l2c") if self.connector else (b"l2c", b"c2l")
-        self._send_key = hmac.digest(self.key, out + first + second, "sha256")
-        self._recv_key = hmac.digest(self.key, back + first + second, "sha256")
-        self._peer_nonce = nonce
-        return Hello(peer_role, nonce, theirs, digest)
+        return theirs
 
     def seal(self, mtype: MessageType, payload: bytes) -> bytes:
         """The bytes of one frame; advances our sequence number."""
@@ -196,7 +291,7 @@ class Channel:
             raise ConfigError(f"{mtype.name} payload of {len(payload)} bytes exceeds the limit")
         header = HEADER.pack(MAGIC, VERSION, mtype, 0, len(payload), self.send_seq)
         self.send_seq += 1
-        return header + payload + hmac.digest(self._send_key, header + payload, "sha256")
+        return header + payload + _sha(self._send_key, header + payload)
 
     def check_header(self, header: bytes) -> tuple[MessageType, int, int]:
         """``(type, payload length, sequence)`` of a frame header, or :class:`ProtocolError`."""
@@ -209,12 +304,16 @@ class Channel:
             raise self.error(f"protocol version {version}, this agent speaks {VERSION}", seq)
         if reserved:
             raise self.error(f"reserved header field is {reserved}, not 0", seq)
-        if length > MAX_PAYLOAD:
-            raise self.error(f"payload of {length} bytes exceeds the {MAX_PAYLOAD} limit", seq)
+        limit = MAX_PAYLOAD if self.authenticated else MAX_HANDSHAKE_PAYLOAD
+        if length > limit:
+            before = "" if self.authenticated else " before authentication"
+            raise self.error(f"payload of {length} bytes exceeds the {limit} limit{before}", seq)
         try:
             kind = MessageType(mtype)
         except ValueError:
             raise self.error(f"unknown message type {mtype}", seq) from None
+        if not self.authenticated and kind not in HANDSHAKE_TYPES:
+            raise self.error(f"a {kind.name} frame before authentication", seq)
         return kind, length, seq
 
     def open(self, header: bytes, rest: bytes) -> Frame:
@@ -223,8 +322,7 @@ class Channel:
         if len(rest) != length + MAC_BYTES:
             raise self.error(f"frame cut: {len(rest)} of {length + MAC_BYTES} bytes", seq)
         payload, mac = rest[:length], rest[length:]
-        expected = hmac.digest(self._recv_key, header + payload, "sha256")
-        if not hmac.compare_digest(mac, expected):
+        if not hmac.compare_digest(mac, _sha(self._recv_key, header + payload)):
             raise self.error("MAC does not verify (wrong key, or forged or corrupt frame)", seq)
         if seq != self.recv_seq:
             raise self.error(f"sequence number {seq}, expected {self.recv_seq} (replay?)", seq)

@@ -21,11 +21,14 @@ scale 6.647 × 10 time units, and drop and reorder probabilities of 0.1 each.)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from tacit.errors import ConfigError
+from tacit.formats.pcap_write import build_frame, write_pcap
 from tacit.hashing import hash64
+from tacit.model.packets import UDP
 from tacit.oneway_latency.intervals import IntervalParams
 from tacit.oneway_latency.stream import PacketStream
 from tacit.oneway_latency.truth import IntervalTruth, latency_truth
@@ -109,3 +112,30 @@ def simulate_stream(params: StreamParams | None = None) -> SimulatedStream:
     """A synthetic Poisson stream through the simulated path."""
     params = params or StreamParams()
     return replay_stream(poisson_sender(params), params)
+
+
+CAPTURE_EPOCH_NS = 1_700_000_000 * 10**9
+"""Where :func:`write_captures` puts a stream's time 0: an epoch time on an interval boundary."""
+
+
+def write_captures(sim: SimulatedStream, sender: Path, receiver: Path) -> None:
+    """A simulated stream as the two capture points' pcap files (time 0 at
+    :data:`CAPTURE_EPOCH_NS`): UDP datagrams whose payload is the packet's number in the sender's
+    stream, so that every packet has its own identifier, as the agents' captures."""
+    number = {int(x): n for n, x in enumerate(sim.sender.ident)}
+
+    def frames(ident: np.ndarray) -> list[bytes]:
+        return [
+            build_frame(
+                "10.1.0.1",
+                "10.2.0.2",
+                proto=UDP,
+                sport=4000,
+                dport=5000,
+                payload=number[int(x)].to_bytes(8, "big") + b"p" * (number[int(x)] % 23),
+            )
+            for x in ident
+        ]
+
+    for path, side in ((sender, sim.sender), (receiver, sim.receiver)):
+        write_pcap(path, frames(side.ident), (CAPTURE_EPOCH_NS + side.time).tolist())
