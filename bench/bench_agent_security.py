@@ -31,7 +31,7 @@ from tacit.oneway_latency.protocol import HEADER, MAX_PAYLOAD, VERSION, Channel,
 from tacit.oneway_latency.simulate import StreamParams, simulate_stream, write_captures
 
 KEY = b"bench key of the two agents"
-PARAMS = AgentParams(retention_s=60.0)
+PARAMS = AgentParams(retention_ns=60 * 10**9)
 ATTACKERS = 20
 REPLAYS = 20
 MB = 2**20

@@ -18,7 +18,7 @@ from tacit.oneway_latency.stream import PacketStream
 from tacit.oneway_latency.truth import latency_truth
 
 KEY = b"test key of the two agents"
-FAST = AgentParams(retention_s=20.0)
+FAST = AgentParams(retention_ns=20 * 10**9)
 
 
 def stream(path: Path) -> PacketStream:

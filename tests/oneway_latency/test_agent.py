@@ -87,7 +87,7 @@ def test_a_peer_that_starts_late(pcaps) -> None:
 
 
 def test_a_missing_peer_is_published_not_skipped(pcaps) -> None:
-    params = AgentParams(retention_s=0.3)
+    params = AgentParams(retention_ns=300_000_000)
     sender = Agent("sender", ("127.0.0.1", free_port()), KEY, PcapSource(pcaps[0]), params)
     sender.run_sync()
     rows = intervals(sender)
@@ -120,7 +120,7 @@ def test_forged_and_garbage_connections_are_refused_and_survived(pcaps) -> None:
 
 def test_mismatched_configurations_are_refused(pcaps) -> None:
     other = dataclasses.replace(FAST, intervals=IntervalParams(length_ns=20_000_000))
-    short = dataclasses.replace(FAST, retention_s=0.5)
+    short = dataclasses.replace(FAST, retention_ns=500_000_000)
 
     async def run() -> Agent:
         port = free_port()

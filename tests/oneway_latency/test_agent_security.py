@@ -167,7 +167,7 @@ def test_a_replayed_handshake_neither_authenticates_nor_displaces_the_sender(pca
         assert receiver.port is not None
         return await start(receiver.port)
 
-    params = dataclasses.replace(FAST, handshake_timeout_s=30.0)
+    params = dataclasses.replace(FAST, handshake_timeout_ns=30 * 10**9)
     sender, receiver = asyncio.run(pair(pcaps, params, params, via=via))
     # each replay got a challenge of its own (a fresh nonce), then was closed at its proof
     assert [len(r or b"") for r in refused] == [CHALLENGE_BYTES] * 10 and len(set(refused)) == 10
@@ -179,7 +179,7 @@ def test_a_replayed_handshake_neither_authenticates_nor_displaces_the_sender(pca
 
 def test_unauthenticated_connections_are_capped_timed_out_and_logged_in_bounds(pcaps) -> None:
     params = dataclasses.replace(
-        FAST, max_unauthenticated=8, handshake_timeout_s=1.0, rejections_kept=100
+        FAST, max_unauthenticated=8, handshake_timeout_ns=10**9, rejections_kept=100
     )
 
     async def silent(port: int) -> tuple[float, bytes | None]:

@@ -192,7 +192,7 @@ def test_mismatched_configurations_are_refused_by_name(other, field) -> None:
 
 
 def test_local_settings_need_not_match() -> None:
-    connected(CONFIG, AgentParams(grace_ns=0, retention_s=5, concurrency=2).config())
+    connected(CONFIG, AgentParams(grace_ns=0, retention_ns=5 * 10**9, concurrency=2).config())
 
 
 def test_malformed_payloads() -> None:

@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
             intervals=IntervalParams(length_ns=parse_duration(interval)),
             rda=RDAParams(buckets_per_bank=buckets, sampling_rate=sampling_rate, seed=seed),
             grace_ns=parse_duration(grace),
-            retention_s=parse_duration(retention) / 1e9,
+            retention_ns=parse_duration(retention),
         )
         source: PcapSource | LiveSource
         if pcap is not None:

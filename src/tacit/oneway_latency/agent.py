@@ -31,7 +31,7 @@ receiver answers again from what it kept (a result it already published is resen
 recomputed), so a dropped connection or a late peer loses no interval that can still be
 completed.
 
-Retention (documented limits): an interval waits for its peer at most ``retention_s`` seconds
+Retention (documented limits): an interval waits for its peer at most ``retention_ns``
 (wall clock) after it closed; at most ``max_pending`` intervals wait at once — a file source
 then pauses (backpressure), a live source publishes the oldest as given up. An interval that
 cannot be completed is published with its status: ``peer_missing`` (the peer never asked for
@@ -98,6 +98,8 @@ from tacit.oneway_latency.synopsis import Synopsis
 
 log = logging.getLogger("tacit.oneway_latency.agent")
 
+NS = 1_000_000_000
+
 COMPLETE, UNDECODABLE = "complete", "undecodable"
 PEER_MISSING, INCOMPLETE, EXPIRED = "peer_missing", "incomplete", "expired"
 
@@ -109,15 +111,15 @@ class AgentParams:
 
     ``grace_ns`` (50 ms): how long after an interval's end its packets may still be delivered
     by the capture (libpcap buffers up to its timeout; a replayed file needs none but the
-    margin costs nothing). ``retention_s`` (60 s) and ``max_pending`` (1000 intervals, 10 s
+    margin costs nothing). ``retention_ns`` (60 s) and ``max_pending`` (1000 intervals, 10 s
     at δ = 10 ms): the retention limits of the module docstring. ``concurrency``: intervals
     the receiver reconciles at once (their exchanges overlap on the connection, so that a
     round-trip time longer than δ does not make the receiver fall behind). Retries wait
-    ``retry_initial_s`` doubling up to ``retry_max_s``.
+    ``retry_initial_ns`` doubling up to ``retry_max_ns``.
 
     Limits on unauthenticated peers (anyone who can reach the receiver's port):
     ``max_unauthenticated`` (8) connections may be in their handshake at once, further ones are
-    closed at once; a handshake must complete within ``handshake_timeout_s`` (5 s); the agent
+    closed at once; a handshake must complete within ``handshake_timeout_ns`` (5 s); the agent
     keeps the last ``rejections_kept`` (100) refusals with their reasons, and counts them all.
 
     These are engineering choices of ours; the RDA paper describes no agent protocol.
@@ -127,13 +129,13 @@ class AgentParams:
     rda: RDAParams = field(default_factory=RDAParams)
     lookahead: int = 1
     grace_ns: int = 50_000_000
-    retention_s: float = 60.0
+    retention_ns: int = 60 * NS
     max_pending: int = 1000
     concurrency: int = 8
-    retry_initial_s: float = 0.05
-    retry_max_s: float = 2.0
+    retry_initial_ns: int = 50_000_000
+    retry_max_ns: int = 2 * NS
     max_unauthenticated: int = 8
-    handshake_timeout_s: float = 5.0
+    handshake_timeout_ns: int = 5 * NS
     rejections_kept: int = 100
 
     def __post_init__(self) -> None:
@@ -143,8 +145,16 @@ class AgentParams:
                 "lookahead, max_pending, concurrency, max_unauthenticated and rejections_kept "
                 "must be at least 1"
             )
-        if self.grace_ns < 0 or self.retention_s <= 0 or not self.handshake_timeout_s > 0:
-            raise ConfigError("grace must be non-negative, retention and handshake time positive")
+        waits = (
+            self.retention_ns,
+            self.retry_initial_ns,
+            self.retry_max_ns,
+            self.handshake_timeout_ns,
+        )
+        if self.grace_ns < 0 or min(waits) <= 0:
+            raise ConfigError(
+                "grace must be non-negative; retention, retries and handshake time positive"
+            )
 
     def config(self) -> dict[str, Any]:
         """What both agents must agree on (exchanged once both have proven the key)."""
@@ -394,7 +404,9 @@ class Agent:
         now = time.monotonic()
         if self.role == Role.SENDER:
             old = [
-                i for i, p in self._pending.items() if now - p.closed_at > self.params.retention_s
+                i
+                for i, p in self._pending.items()
+                if now - p.closed_at > self.params.retention_ns / NS
             ]
             over = sorted(self._pending)[: max(0, len(self._pending) - self.params.max_pending)]
             for i in sorted(set(old) | (set(over) if self.source.live else set())):
@@ -405,7 +417,7 @@ class Agent:
             return
         if self._done_at is None:
             self._done_at = now
-        if now - self._done_at > self.params.retention_s:
+        if now - self._done_at > self.params.retention_ns / NS:
             if self._sender_end is None:  # the sender never finished: say what we saw
                 for i, n in sorted(self._received.items()):
                     if n and i not in self._results:
@@ -522,7 +534,7 @@ class Agent:
     # ---------------------------------------------------------------- sender
 
     async def _connect_loop(self) -> None:
-        delay = self.params.retry_initial_s
+        delay = self.params.retry_initial_ns / NS
         host, port = self.peer
         while True:
             try:
@@ -530,13 +542,13 @@ class Agent:
             except OSError as e:
                 log.info("connecting to %s:%s failed (%s); retrying in %.2fs", host, port, e, delay)
                 await asyncio.sleep(delay)
-                delay = min(2 * delay, self.params.retry_max_s)
+                delay = min(2 * delay, self.params.retry_max_ns / NS)
                 continue
             channel = Channel(self.key, connector=True, peer=f"{host}:{port}")
             try:
                 await asyncio.wait_for(
                     handshake(channel, reader, writer, self.role, self._config),
-                    self.params.handshake_timeout_s,
+                    self.params.handshake_timeout_ns / NS,
                 )
             except ConfigMismatchError:
                 writer.close()
@@ -546,13 +558,13 @@ class Agent:
                 log.warning("handshake with %s:%s failed: %s", host, port, e)
                 writer.close()
                 await asyncio.sleep(delay)
-                delay = min(2 * delay, self.params.retry_max_s)
+                delay = min(2 * delay, self.params.retry_max_ns / NS)
                 continue
-            delay = self.params.retry_initial_s
+            delay = self.params.retry_initial_ns / NS
             await self._serve(Connection(channel, reader, writer))
             if self._source_done and not self._pending:
                 return
-            await asyncio.sleep(self.params.retry_initial_s)
+            await asyncio.sleep(self.params.retry_initial_ns / NS)
 
     def _resume(self) -> None:
         """After (re)connecting: announce every unanswered interval, and the end if reached."""
@@ -605,7 +617,7 @@ class Agent:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """A new connection: at most ``max_unauthenticated`` in their handshake at once, each
-        for at most ``handshake_timeout_s``; the current sender's connection is replaced only
+        for at most ``handshake_timeout_ns``; the current sender's connection is replaced only
         by one that has authenticated."""
         addr = writer.get_extra_info("peername")
         peer = f"{addr[0]}:{addr[1]}"
@@ -617,13 +629,13 @@ class Agent:
         try:
             await asyncio.wait_for(
                 handshake(channel, reader, writer, self.role, self._config),
-                self.params.handshake_timeout_s,
+                self.params.handshake_timeout_ns / NS,
             )
         except (ProtocolError, ConfigMismatchError) as e:
             self._refuse(writer, f"handshake: {e}")
             return
         except TimeoutError:
-            timeout = self.params.handshake_timeout_s
+            timeout = self.params.handshake_timeout_ns / NS
             self._refuse(writer, f"{peer}: no handshake within {timeout} s")
             return
         except (asyncio.IncompleteReadError, OSError) as e:
@@ -696,7 +708,7 @@ class Agent:
 
     async def _exchange(self, conn: Connection, i: int) -> None:
         try:
-            record = await asyncio.wait_for(self._reconcile(conn, i), self.params.retention_s)
+            record = await asyncio.wait_for(self._reconcile(conn, i), self.params.retention_ns / NS)
         except (ConnectionError, OSError, asyncio.CancelledError, ProtocolError) as e:
             if self._tasks.get(i) is asyncio.current_task():
                 del self._tasks[i]
