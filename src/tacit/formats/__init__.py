@@ -114,12 +114,14 @@ def _detect(path: str | Path) -> tuple[str, Any]:
     head = _first_object(first)
     if isinstance(head, dict) and {"rpc", "kind"} <= head.keys() and "traceID" not in head:
         return "blind", None
-    if isinstance(head, dict) and "resourceSpans" in head and otlp.is_json_lines(start):
+    if isinstance(head, dict) and "resourceSpans" in head and otlp.is_json_lines(Path(path)):
         return "otlp", None
     text = read_text(path)
     if text.lstrip()[:1] in ("{", "["):
         first = text.split("\n", 1)[0].strip()
         head = _first_object(first)
+        if isinstance(head, dict) and "resourceSpans" in head and first != text.strip():
+            return "otlp", None  # JSON Lines whose first line is longer than the head
         doc = head if head is not None and first == text.strip() else load_json(path, text)
         fmt = _json_format(doc)
         if fmt is not None:

@@ -93,9 +93,9 @@ def _read_file(path: Path) -> SpanTable:
     b = SpanTableBuilder(src)
     rpcs: list[int] = []
     for lineno, obj in iter_json_lines(path):
-        span, rpc = _record(RecordReader(src, f"line {lineno}"), lineno, obj)
+        span, number = _record(RecordReader(src, f"line {lineno}"), lineno, obj)
         b.add(**span)
-        rpcs.append(rpc)
+        rpcs.append(number)
     table = b.build()
     rpc = np.array(rpcs, dtype=np.int64)
     rows = np.flatnonzero(rpc != NONE)

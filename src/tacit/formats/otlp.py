@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tacit.errors import InputError
 from tacit.formats.common import (
     PEER_TAGS,
     THREAD_TAGS,
@@ -37,8 +38,6 @@ from tacit.formats.textio import (
     dump_json,
     iter_json_lines,
     load_json,
-    parse_json,
-    read_head,
     write_json,
 )
 from tacit.model.spans import (
@@ -82,7 +81,7 @@ def read_document(path: Path, doc: Any = None) -> SpanTable:
     its records numbered from the file's start."""
     src = str(path)
     builder = SpanTableBuilder(src)
-    if doc is not None or not is_json_lines(read_head(path)):
+    if doc is not None or not is_json_lines(path):
         docs: Iterable[tuple[str, Any]] = [("", load_json(path) if doc is None else doc)]
     else:
         docs = ((f"line {n} ", d) for n, d in iter_json_lines(path))
@@ -92,16 +91,18 @@ def read_document(path: Path, doc: Any = None) -> SpanTable:
     return builder.build()
 
 
-def is_json_lines(head: bytes) -> bool:
-    """Whether a file starting with ``head`` holds JSON Lines: a first line that is a whole JSON
-    object, with more after it."""
-    first, _, rest = head.partition(b"\n")
-    if not rest.strip():
-        return False
+def is_json_lines(path: Path) -> bool:
+    """Whether ``path`` holds JSON Lines: a first line that is a whole JSON object, and a second
+    line (only those two are parsed)."""
+    lines = iter_json_lines(path)
     try:
-        return isinstance(parse_json(first), dict)
-    except ValueError:
+        _, first = next(lines)
+        next(lines)
+    except (StopIteration, InputError):
         return False
+    finally:
+        lines.close()
+    return isinstance(first, dict)
 
 
 def _read_export(builder: SpanTableBuilder, src: str, where: str, doc: Any, record: int) -> int:

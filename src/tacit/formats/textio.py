@@ -9,7 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -87,7 +87,7 @@ def load_json(path: str | Path, text: str | None = None) -> Any:
         ) from None
 
 
-def iter_json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
+def iter_json_lines(path: str | Path) -> Generator[tuple[int, Any], None, None]:
     """(line number, object) for every non-blank line of a JSON-lines file, read line by line
     (gzip or not), so that memory does not grow with the file.
 
