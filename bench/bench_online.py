@@ -8,17 +8,30 @@ what was allocated before it (the input table and the feeder's arrays excluded),
 accuracy of the streamed result, and for comparison the offline algorithm's peak memory and
 link accuracy on the same spans. Flat memory: the online peak stays the same as the stream
 grows while the offline peak grows with it.
+
+Then the same through the command line: ``tacit reconstruct --algorithm traceweaver-online`` in a
+subprocess on blind-span files of about 20,000 and 200,000 spans at the same rate, written in
+order of span end (streamed) and grouped by instance (read whole, the batch path), with each
+run's peak resident memory (``ru_maxrss`` of the child) and the ratio of the long stream's peak
+to the short one's. Flat memory: a 10x longer stream streamed in at most 1.2x the memory.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 
+import tacit
+from tacit.formats.blind import write_blind
 from tacit.model.roles import infer_roles
 from tacit.model.spans import CLIENT, NONE
 from tacit.reconstruct.callgraph import learn_callgraph
@@ -28,6 +41,16 @@ from tacit.simulate import load_app, simulate
 
 RATE = 100
 DURATIONS = (10, 20, 40)
+CLI_DURATIONS = (12.5, 125.0)
+"""About 20,000 and 200,000 spans of the shop app at :data:`RATE`."""
+_PEAK_OF_CHILD = (
+    "import json, resource, subprocess, sys; "
+    "out = subprocess.run(sys.argv[1:], check=True, capture_output=True, text=True).stdout; "
+    "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss; "
+    "print(json.dumps({'peak_kib': peak, 'summary': json.loads(out)}))"
+)
+"""Runs a command (a fresh process per measurement) and prints its peak resident set (KiB)
+and its JSON output."""
 ONLINE = OnlineParams(
     window_ns=2 * 10**9, lookahead_ns=2 * 10**9, max_request_ns=2 * 10**9, lateness_ns=10**8
 )
@@ -73,6 +96,54 @@ def offline_run(blind, truth_parent, graph) -> dict:
     }
 
 
+def cli_run(spans_file: Path, graph_file: Path, work: Path) -> dict:
+    """``tacit reconstruct --algorithm traceweaver-online`` on ``spans_file`` in a subprocess:
+    its peak resident memory, time and whether it streamed."""
+    cli = "from tacit.cli.main import main; main()"
+    args = ["reconstruct", str(spans_file), "--out", str(work / "traces.json")]
+    args += ["--callgraph", str(graph_file), "--algorithm", "traceweaver-online", "--json"]
+    src = str(Path(tacit.__file__).parents[1])
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    t0 = time.perf_counter()
+    run = subprocess.run(
+        [sys.executable, "-c", _PEAK_OF_CHILD, sys.executable, "-c", cli, *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    result = json.loads(run.stdout)
+    return {
+        "spans": result["summary"]["spans"],
+        "streamed": result["summary"]["streamed"],
+        "peak_rss_mb": round(result["peak_kib"] / 1024, 1),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def cli_rows(app, graph) -> dict:
+    """The command line's peak memory, streamed and batch, on a short and a 10x longer stream."""
+    runs: dict[str, list[dict]] = {"streamed": [], "batch": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        graph_file = work / "callgraph.yaml"
+        graph.save(graph_file)
+        for duration in CLI_DURATIONS:
+            sim = simulate(app, RATE, duration_s=duration, seed=3, record_threads=False)
+            blind = infer_roles(sim).without_truth()
+            for name, in_end_order in (("streamed", True), ("batch", False)):
+                spans_file = work / f"{name}.jsonl"
+                write_blind(spans_file, blind, in_end_order)
+                runs[name].append(cli_run(spans_file, graph_file, work))
+    return {
+        name: {
+            "runs": r,
+            "peak_ratio": round(r[-1]["peak_rss_mb"] / r[0]["peak_rss_mb"], 2),
+        }
+        for name, r in runs.items()
+    }
+
+
 def main() -> None:
     app = load_app(None)
     graph = learn_callgraph(infer_roles(simulate(app, 20, n_requests=400, seed=7)).spans)
@@ -93,7 +164,17 @@ def main() -> None:
                 "offline": offline_run(blind, truth, graph),
             }
         )
-    print(json.dumps({"benchmark": "online", "rate": RATE, "params": vars(ONLINE), "rows": rows}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "online",
+                "rate": RATE,
+                "params": vars(ONLINE),
+                "rows": rows,
+                "cli": cli_rows(app, graph),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,14 @@ import pytest
 
 from tacit.errors import InputError
 from tacit.formats import detect_format, read_spans
-from tacit.formats.blind import blind_lines, read_blind, write_blind
+from tacit.formats.blind import (
+    LATER,
+    blind_lines,
+    in_stream_order,
+    read_blind,
+    read_blind_chunks,
+    write_blind,
+)
 from tacit.model.roles import infer_roles
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.simulate import load_app, simulate
@@ -220,3 +227,84 @@ def test_rpc_within_one_instance(tmp_path: Path) -> None:
     server = {**SERVER_LINE, "service": "frontend", "instance": "fe-0"}
     msg = blind_error(write_lines(tmp_path, [CLIENT_LINE, server]))
     assert "rpc 5" in msg and "same instance" in msg
+
+
+# --------------------------------------------------------------------------------------------
+# Reading chunk by chunk (a stream for the online mode)
+
+
+@pytest.mark.parametrize("name", ["b.jsonl", "b.jsonl.gz"])
+def test_chunks_are_the_file_read_whole(blind: SpanTable, tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    write_blind(path, blind, in_end_order=True)
+    whole = read_blind(path)
+    chunks = list(read_blind_chunks(path, 7))
+    assert [len(c) for c in chunks[:-1]] == [7] * (len(chunks) - 1)
+    assert sum(len(c) for c in chunks) == len(whole)
+    pos = 0
+    for c in chunks:
+        assert len(c.strings) <= 4 * len(c) + 1  # its own strings only
+        for r in range(len(c)):
+            w = pos + r
+            assert c.record[r] == whole.record[w] == w + 1
+            for col in ("service", "instance", "endpoint", "peer"):
+                assert c.name(col, r) == whole.name(col, w)
+            assert (c.kind[r], c.start[r], c.end[r], c.thread[r]) == (
+                whole.kind[w],
+                whole.start[w],
+                whole.end[w],
+                whole.thread[w],
+            )
+            partner = int(whole.link[w])
+            if partner == NONE:
+                assert c.link[r] == NONE
+            elif partner > w:
+                assert c.link[r] == LATER
+            else:
+                assert c.link[r] == partner
+        pos += len(c)
+
+
+def test_end_order_is_stream_order(blind: SpanTable, tmp_path: Path) -> None:
+    write_blind(tmp_path / "s.jsonl", blind, in_end_order=True)
+    write_blind(tmp_path / "g.jsonl", blind)
+    assert in_stream_order(tmp_path / "s.jsonl")
+    assert not in_stream_order(tmp_path / "g.jsonl")
+    assert not in_stream_order(write_lines(tmp_path, [{**CLIENT_LINE, "peer": None}]))
+    assert not in_stream_order(write_lines(tmp_path, [CLIENT_LINE, "{"], name="bad.jsonl"))
+
+
+def test_later_side_gets_the_earlier_sides_service_as_peer(tmp_path: Path) -> None:
+    path = write_lines(tmp_path, [SERVER_LINE, {**CLIENT_LINE, "peer": None}])
+    (chunk,) = read_blind_chunks(path)
+    assert chunk.link.tolist() == [LATER, 0]
+    assert chunk.name("peer", 1) == "cart"
+
+
+@pytest.mark.parametrize(
+    ("lines", "words"),
+    [
+        ([CLIENT_LINE, CLIENT_LINE], ("line 2", "rpc 5", "one server span")),
+        (
+            [CLIENT_LINE, {**SERVER_LINE, "service": "frontend", "instance": "fe-0"}],
+            ("line 2", "same instance"),
+        ),
+        ([SERVER_LINE, '{"kind": '], ("line 2", "malformed JSON")),
+        ([SERVER_LINE, {**CLIENT_LINE, "kind": "internal"}], ("line 2", "kind")),
+    ],
+)
+def test_bad_records_name_file_and_line(tmp_path: Path, lines: list, words: tuple) -> None:
+    path = write_lines(tmp_path, lines)
+    with pytest.raises(InputError) as e:
+        list(read_blind_chunks(path))
+    assert str(path) in str(e.value)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_truncated_gzip_stream(tmp_path: Path) -> None:
+    data = gzip.compress(("\n".join([json.dumps(SERVER_LINE)] * 500)).encode())
+    p = tmp_path / "cut.jsonl.gz"
+    p.write_bytes(data[:-12])
+    with pytest.raises(InputError, match="gzip"):
+        list(read_blind_chunks(p))

@@ -42,15 +42,18 @@ def print_json(doc: Any) -> None:
 
 
 @contextmanager
-def progress_bar(total: int, label: str, enabled: bool) -> Iterator[Callable[[int], None] | None]:
-    """A rich progress bar on stderr advanced by a callback taking a count (quiet if disabled)."""
+def progress_bar(
+    total: int | None, label: str, enabled: bool
+) -> Iterator[Callable[[int], None] | None]:
+    """A rich progress bar on stderr advanced by a callback taking a count (quiet if disabled);
+    with ``total`` None (a stream of unknown length), a running count."""
     if not enabled:
         yield None
         return
     with Progress(
         TextColumn(label),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.completed}/{task.total}" if total is not None else "{task.completed}"),
         TimeElapsedColumn(),
         console=console,
         transient=True,

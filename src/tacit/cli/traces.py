@@ -148,45 +148,97 @@ def register(app: typer.Typer) -> None:
         output_format: Annotated[str, typer.Option("--format", help="jaeger or otlp.")] = "jaeger",
         json_out: JsonOpt = False,
     ) -> None:
-        """Reconstruct traces from spans without identifiers and write them out."""
-        from tacit.formats import observe, write_traces
+        """Reconstruct traces from spans without identifiers and write them out.
+
+        traceweaver-online streams one blind JSON-lines file in order of span end (as
+        ``blind --in-end-order`` writes it) when given a call graph file and jaeger or otlp
+        output: traces are written as they finish, in memory that does not grow with the
+        stream. Any other input is read whole first, with the same results."""
+        from tacit.formats import STREAM_WRITE_FORMATS, observe, write_traces, write_traces_stream
+        from tacit.formats.blind import read_blind_chunks
         from tacit.reconstruct.callgraph import learn_callgraph
-        from tacit.reconstruct.pipeline import reconstruct_blind
+        from tacit.reconstruct.online import CHUNK_SIZE
+        from tacit.reconstruct.pipeline import (
+            ONLINE,
+            StreamTotals,
+            check_algorithm,
+            reconstruct_blind,
+            reconstruct_stream,
+            stream_source,
+        )
 
         refuse_input_as_output(out_path, [*spans, *([callgraph] if callgraph != "learn" else [])])
-        observed, _ = observe(list(spans))
-        cg = _load_callgraph(callgraph) or learn_callgraph(observed.spans)
-        blind = observed.without_truth()
-        with progress_bar(len(blind), "reconstructing", not json_out) as cb:
-            traces, tags, rec = reconstruct_blind(blind, cg, algorithm, progress=cb)
-        write_traces(out_path, traces, tags, format=output_format)
-        reasons: dict[str, int] = {}
-        for r in rec.unmapped.values():
-            reasons[r] = reasons.get(r, 0) + 1
-        summary = {
-            "spans": len(blind),
-            "traces": len(set(traces.trace.tolist())),
-            "mapped": int(((blind.kind == CLIENT) & (rec.parent >= 0)).sum()),
-            "unmapped": reasons,
-            "accounting": observed.accounting,
-            "confidence": rec.confidence,
-            "service_report": rec.service_report,
-            "fallback": len(rec.fallback),
-            "out": str(out_path),
-        }
+        check_algorithm(algorithm)
+        source = None
+        if algorithm == ONLINE and callgraph != "learn" and output_format in STREAM_WRITE_FORMATS:
+            source = stream_source(list(spans))
+        if source is not None:
+            totals = StreamTotals()
+            with progress_bar(None, "reconstructing (streamed)", not json_out) as cb:
+                traces = reconstruct_stream(
+                    read_blind_chunks(source, CHUNK_SIZE),
+                    _load_callgraph(callgraph),
+                    totals=totals,
+                    progress=cb,
+                )
+                write_traces_stream(out_path, traces, format=output_format)
+            reasons = totals.unmapped
+            summary = {
+                "spans": totals.spans,
+                "traces": totals.traces,
+                "mapped": totals.mapped,
+                "unmapped": reasons,
+                "accounting": totals.accounting,
+                "confidence": {},
+                "service_report": {},
+                "fallback": 0,
+                "streamed": True,
+                "out": str(out_path),
+            }
+            confidence: Mapping[str, float | None] = {}
+        else:
+            observed, _ = observe(list(spans))
+            cg = _load_callgraph(callgraph) or learn_callgraph(observed.spans)
+            blind = observed.without_truth()
+            with progress_bar(len(blind), "reconstructing", not json_out) as cb:
+                rec_traces, tags, rec = reconstruct_blind(blind, cg, algorithm, progress=cb)
+            write_traces(out_path, rec_traces, tags, format=output_format)
+            reasons = {}
+            for r in rec.unmapped.values():
+                reasons[r] = reasons.get(r, 0) + 1
+            summary = {
+                "spans": len(blind),
+                "traces": len(set(rec_traces.trace.tolist())),
+                "mapped": int(((blind.kind == CLIENT) & (rec.parent >= 0)).sum()),
+                "unmapped": reasons,
+                "accounting": observed.accounting,
+                "confidence": rec.confidence,
+                "service_report": rec.service_report,
+                "fallback": len(rec.fallback),
+                "streamed": False,
+                "out": str(out_path),
+            }
+            confidence = rec.confidence
         if json_out:
             print_json(summary)
         else:
             out.print(f"{summary['spans']} spans -> {summary['traces']} traces in {out_path}")
             for r, n in reasons.items():
                 out.print(f"  unmapped: {n} ({r})")
-            if rec.confidence:
-                out.print(_advice(rec.confidence))
+            if confidence:
+                out.print(_advice(confidence))
 
     @app.command()
     def blind(
         traces: Annotated[list[Path], typer.Argument(help="Trace files or directories.")],
         out_path: Annotated[Path, typer.Option("--out", help="Blind spans (.jsonl[.gz]).")],
+        in_end_order: Annotated[
+            bool,
+            typer.Option(
+                help="Sorted by span end, as a collector streams them (what "
+                "'reconstruct --algorithm traceweaver-online' streams), not grouped by instance."
+            ),
+        ] = False,
         json_out: JsonOpt = False,
     ) -> None:
         """Write what a non-intrusive collector sees: spans per instance, no identifiers."""
@@ -195,7 +247,7 @@ def register(app: typer.Typer) -> None:
 
         refuse_input_as_output(out_path, traces)
         observed, _ = observe(list(traces))
-        write_blind(out_path, observed.without_truth())
+        write_blind(out_path, observed.without_truth(), in_end_order)
         summary = {
             "spans": len(observed.spans),
             "accounting": observed.accounting,

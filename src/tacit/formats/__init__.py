@@ -3,29 +3,31 @@
 :func:`read_spans` reads Jaeger JSON, Zipkin v2 JSON, OTLP JSON, CSV span tables and JSON-lines
 "blind" spans, telling them apart by content (after gzip) rather than by file name, since all the
 JSON formats share the ``.json`` suffix; :func:`observe` reads them and infers each span's role
-(:func:`tacit.model.roles.infer_roles`). :func:`write_traces` writes Jaeger, OTLP or Zipkin.
+(:func:`tacit.model.roles.infer_roles`). :func:`write_traces` writes Jaeger, OTLP or Zipkin;
+:func:`write_traces_stream` writes Jaeger or OTLP (JSON Lines) batch by batch.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tacit.errors import ConfigError, InputError
 from tacit.formats import jaeger, otlp, zipkin
-from tacit.formats.common import Paths, input_files
+from tacit.formats.common import Paths, Traces, input_files
 from tacit.formats.jaeger import read_jaeger, write_jaeger
 from tacit.formats.otlp import read_otlp, write_otlp
 from tacit.formats.spancsv import COLUMNS, read_span_csv
-from tacit.formats.textio import load_json, parse_json, read_text
+from tacit.formats.textio import load_json, parse_json, read_head, read_text
 from tacit.formats.zipkin import read_zipkin, write_zipkin
 from tacit.model.roles import Observed, infer_roles
 from tacit.model.spans import SpanTable, concat
 
 __all__ = [
     "READ_FORMATS",
+    "STREAM_WRITE_FORMATS",
     "SUFFIXES",
     "WRITE_FORMATS",
     "detect_format",
@@ -38,6 +40,7 @@ __all__ = [
     "write_jaeger",
     "write_otlp",
     "write_traces",
+    "write_traces_stream",
     "write_zipkin",
 ]
 
@@ -56,8 +59,10 @@ _DOCUMENT_READERS: dict[str, Callable[[Path, Any], SpanTable]] = {
     "otlp": otlp.read_document,
 }
 _WRITERS = {"jaeger": write_jaeger, "otlp": write_otlp, "zipkin": write_zipkin}
+_STREAM_WRITERS = {"jaeger": jaeger.write_jaeger_stream, "otlp": otlp.write_otlp_lines}
 READ_FORMATS = ("auto", *_READERS, "blind")
 WRITE_FORMATS = tuple(_WRITERS)
+STREAM_WRITE_FORMATS = tuple(_STREAM_WRITERS)
 
 
 def read_spans(paths: Paths, format: str = "auto") -> SpanTable:
@@ -97,18 +102,26 @@ def detect_format(path: str | Path) -> str:
 
 
 def _detect(path: str | Path) -> tuple[str, Any]:
-    """The format, and for a JSON document its parsed content (None otherwise)."""
-    text = read_text(path)
-    first = text.split("\n", 1)[0].strip()
+    """The format, and for a JSON document its parsed content (None otherwise). CSV, blind
+    spans and OTLP JSON Lines are told from the file's head, without reading it whole."""
+    start = read_head(path)
+    try:
+        first = start.split(b"\n", 1)[0].decode("utf-8").strip()
+    except UnicodeDecodeError:
+        first = ""  # not text, or a line cut in the middle of a character: read it all
     if first.startswith("TraceID,") or set(COLUMNS) <= set(first.split(",")):
         return "csv", None
+    head = _first_object(first)
+    if isinstance(head, dict) and {"rpc", "kind"} <= head.keys() and "traceID" not in head:
+        return "blind", None
+    if isinstance(head, dict) and "resourceSpans" in head and otlp.is_json_lines(Path(path)):
+        return "otlp", None
+    text = read_text(path)
     if text.lstrip()[:1] in ("{", "["):
-        try:
-            head = parse_json(first)
-        except ValueError:
-            head = None
-        if isinstance(head, dict) and {"rpc", "kind"} <= head.keys() and "traceID" not in head:
-            return "blind", None
+        first = text.split("\n", 1)[0].strip()
+        head = _first_object(first)
+        if isinstance(head, dict) and "resourceSpans" in head and first != text.strip():
+            return "otlp", None  # JSON Lines whose first line is longer than the head
         doc = head if head is not None and first == text.strip() else load_json(path, text)
         fmt = _json_format(doc)
         if fmt is not None:
@@ -118,6 +131,16 @@ def _detect(path: str | Path) -> tuple[str, Any]:
         "or a Jaeger, Zipkin v2 or OTLP JSON document",
         path=str(path),
     )
+
+
+def _first_object(line: str) -> Any:
+    """The JSON value on a file's first line, or None when it is not one."""
+    if line[:1] not in ("{", "["):
+        return None
+    try:
+        return parse_json(line)
+    except ValueError:
+        return None
 
 
 def _json_format(doc: Any) -> str | None:
@@ -160,3 +183,16 @@ def write_traces(
     if writer is None:
         raise ConfigError(f"unknown trace format {format!r}: expected one of {WRITE_FORMATS}")
     writer(path, spans, tags)
+
+
+def write_traces_stream(
+    path: str | Path, batches: Iterable[Traces], format: str = "jaeger"
+) -> None:
+    """Write batches of traces as ``format`` (one of :data:`STREAM_WRITE_FORMATS`) as they come:
+    Jaeger as one export document, OTLP as JSON Lines (one export per batch); gzip when ``.gz``."""
+    writer = _STREAM_WRITERS.get(format)
+    if writer is None:
+        raise ConfigError(
+            f"traces cannot be streamed as {format!r}: expected one of {STREAM_WRITE_FORMATS}"
+        )
+    writer(path, batches)

@@ -20,6 +20,8 @@ from tacit.model.spans import CLIENT, KIND_CODES, NONE, SERVER, UNKNOWN, SpanTab
 
 Paths = str | Path | list[str | Path]
 """One input file or directory, or a list of them."""
+Traces = tuple[SpanTable, Mapping[int, Mapping[str, Any]]]
+"""Spans with their tags per row, as the trace writers take them."""
 
 HOST_TAGS = ("hostname", "host.name", "k8s.pod.name", "ip")
 """Tags naming the instance a span ran on; the first one present wins."""

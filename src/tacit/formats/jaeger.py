@@ -7,7 +7,7 @@ Writes the API/UI export form, which Jaeger's UI loads with "JSON File".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +16,14 @@ import numpy as np
 from tacit.errors import InputError
 from tacit.formats.common import HOST_TAGS as _HOST_TAGS
 from tacit.formats.common import PEER_TAGS as _PEER_TAGS
-from tacit.formats.common import THREAD_TAGS, hex_ids
+from tacit.formats.common import THREAD_TAGS, Traces, hex_ids
 from tacit.formats.common import kind_code as _kind
 from tacit.formats.common import tag as _tag
 from tacit.formats.common import thread_id as _thread
 from tacit.formats.fields import RecordReader
-from tacit.formats.textio import expand_inputs, load_json, write_json
+from tacit.formats.textio import dump_json, expand_inputs, load_json, write_json
 from tacit.model.spans import KIND_NAMES, NONE, UNKNOWN, SpanTable, concat, table_from_columns
+from tacit.outputs import atomic_output
 
 SUFFIXES = (".json", ".json.gz")
 
@@ -244,7 +245,18 @@ def _parent(r: RecordReader, span: dict) -> str | None:
 
 
 def jaeger_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | None = None) -> dict:
-    """The Jaeger API/UI export of ``spans``, grouped by their ``trace`` column.
+    """The Jaeger API/UI export of ``spans``: :func:`jaeger_traces` under ``data``."""
+    return {"data": jaeger_traces(spans, tags), **_EXPORT_FIELDS}
+
+
+_EXPORT_FIELDS = {"total": 0, "limit": 0, "offset": 0, "errors": None}
+"""The fields of the API/UI export beside ``data``."""
+
+
+def jaeger_traces(
+    spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | None = None
+) -> list[dict]:
+    """The traces of ``spans`` as Jaeger JSON, grouped by their ``trace`` column.
 
     ``tags`` adds tags to individual rows. Ids that are not hex are replaced (see
     :func:`common.hex_ids`).
@@ -297,7 +309,7 @@ def jaeger_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | No
             for (svc, inst), pid in processes.items()
         }
         data.append({"traceID": trace_id, "spans": out, "processes": procs, "warnings": None})
-    return {"data": data, "total": 0, "limit": 0, "offset": 0, "errors": None}
+    return data
 
 
 def write_jaeger(
@@ -305,3 +317,18 @@ def write_jaeger(
 ) -> None:
     """Write ``spans`` as a Jaeger API/UI export (gzip when the name ends in .gz)."""
     write_json(path, jaeger_document(spans, tags))
+
+
+def write_jaeger_stream(path: str | Path, batches: Iterable[Traces]) -> None:
+    """Write batches of traces (spans and their tags) as one Jaeger API/UI export, each batch
+    written as it comes, the same document :func:`write_jaeger` writes of them all at once;
+    the file appears whole when the batches end (:func:`tacit.outputs.atomic_output`)."""
+    head, tail = dump_json({"data": [], **_EXPORT_FIELDS}).split(b"[]", 1)
+    with atomic_output(path) as f:
+        f.write(head + b"[")
+        sep = b""
+        for spans, tags in batches:
+            for trace in jaeger_traces(spans, tags):
+                f.write(sep + dump_json(trace))
+                sep = b","
+        f.write(b"]" + tail)

@@ -16,14 +16,16 @@ or as its name, and attribute values are ``AnyValue`` objects (``{"stringValue":
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tacit.errors import InputError
 from tacit.formats.common import (
     PEER_TAGS,
     THREAD_TAGS,
     Paths,
+    Traces,
     first_tag,
     hex_ids,
     input_files,
@@ -32,7 +34,12 @@ from tacit.formats.common import (
     thread_id,
 )
 from tacit.formats.fields import RecordReader
-from tacit.formats.textio import load_json, write_json
+from tacit.formats.textio import (
+    dump_json,
+    iter_json_lines,
+    load_json,
+    write_json,
+)
 from tacit.model.spans import (
     CLIENT,
     INTERNAL,
@@ -43,6 +50,7 @@ from tacit.model.spans import (
     SpanTableBuilder,
     concat,
 )
+from tacit.outputs import atomic_output
 
 SUFFIXES = (".json", ".json.gz")
 SERVICE_ATTR = "service.name"
@@ -68,14 +76,42 @@ def read_otlp(paths: Paths) -> SpanTable:
 
 
 def read_document(path: Path, doc: Any = None) -> SpanTable:
-    """One file's spans; ``doc``: its already parsed JSON, if at hand."""
+    """One file's spans; ``doc``: its already parsed JSON, if at hand. A file of JSON Lines,
+    one export per line (the OpenTelemetry Collector's file exporter), is read line by line,
+    its records numbered from the file's start."""
     src = str(path)
     builder = SpanTableBuilder(src)
-    top = RecordReader(src, "document")
-    doc = top.obj(load_json(path) if doc is None else doc, "OTLP document")
+    if doc is not None or not is_json_lines(path):
+        docs: Iterable[tuple[str, Any]] = [("", load_json(path) if doc is None else doc)]
+    else:
+        docs = ((f"line {n} ", d) for n, d in iter_json_lines(path))
     record = 0
+    for where, d in docs:
+        record = _read_export(builder, src, where, d, record)
+    return builder.build()
+
+
+def is_json_lines(path: Path) -> bool:
+    """Whether ``path`` holds JSON Lines: a first line that is a whole JSON object, and a second
+    line (only those two are parsed)."""
+    lines = iter_json_lines(path)
+    try:
+        _, first = next(lines)
+        next(lines)
+    except (StopIteration, InputError):
+        return False
+    finally:
+        lines.close()
+    return isinstance(first, dict)
+
+
+def _read_export(builder: SpanTableBuilder, src: str, where: str, doc: Any, record: int) -> int:
+    """Add the spans of one ``ExportTraceServiceRequest`` (``where``: its line, for messages,
+    and ``record``: the records before it); returns the records read so far."""
+    top = RecordReader(src, f"{where}document")
+    doc = top.obj(doc, "OTLP document")
     for ri, rs in enumerate(top.get(doc, "resourceSpans", list)):
-        rr = RecordReader(src, f"resourceSpans {ri}")
+        rr = RecordReader(src, f"{where}resourceSpans {ri}")
         rs = rr.obj(rs, "resourceSpans entry")
         resource = _attributes(rr, rr.get(rs, "resource", dict, default={}).get("attributes"))
         service = resource.get(SERVICE_ATTR)
@@ -106,7 +142,7 @@ def read_document(path: Path, doc: Any = None) -> SpanTable:
                     span_id=span_id,
                     parent_id=r.string(span, "parentSpanId", default="") or None,
                 )
-    return builder.build()
+    return record
 
 
 def _kind(r: RecordReader, span: dict) -> int:
@@ -215,3 +251,13 @@ def write_otlp(
 ) -> None:
     """Write ``spans`` as OTLP JSON (gzip when the name ends in .gz)."""
     write_json(path, otlp_document(spans, tags))
+
+
+def write_otlp_lines(path: str | Path, batches: Iterable[Traces]) -> None:
+    """Write batches of traces (spans and their tags) as OTLP JSON Lines, one
+    ``ExportTraceServiceRequest`` (:func:`otlp_document`) per batch and line, as the
+    OpenTelemetry Collector's file exporter writes them; each written as it comes, the file
+    appearing whole when the batches end (:func:`tacit.outputs.atomic_output`)."""
+    with atomic_output(path) as f:
+        for spans, tags in batches:
+            f.write(dump_json(otlp_document(spans, tags)) + b"\n")

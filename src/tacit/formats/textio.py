@@ -9,7 +9,8 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +39,20 @@ def read_head(path: str | Path, size: int = HEAD_BYTES) -> bytes:
 
 def _read(path: str | Path, size: int | None) -> bytes:
     p = Path(path)
+    with _input_errors(p), p.open("rb") as f:
+        gzipped = f.read(2) == GZIP_MAGIC
+        f.seek(0)
+        if not gzipped:
+            return f.read() if size is None else f.read(size)
+        with gzip.GzipFile(fileobj=f) as z:
+            return z.read() if size is None else z.read(size)
+
+
+@contextmanager
+def _input_errors(p: Path) -> Iterator[None]:
+    """Errors opening or reading ``p`` (gzip included) as :class:`InputError` naming it."""
     try:
-        with p.open("rb") as f:
-            gzipped = f.read(2) == GZIP_MAGIC
-            f.seek(0)
-            if not gzipped:
-                return f.read() if size is None else f.read(size)
-            with gzip.GzipFile(fileobj=f) as z:
-                return z.read() if size is None else z.read(size)
+        yield
     except FileNotFoundError:
         raise InputError("no such file", path=str(p)) from None
     except IsADirectoryError:
@@ -80,21 +87,38 @@ def load_json(path: str | Path, text: str | None = None) -> Any:
         ) from None
 
 
-def iter_json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """(line number, object) for every non-blank line of a JSON-lines file.
+def iter_json_lines(path: str | Path) -> Generator[tuple[int, Any], None, None]:
+    """(line number, object) for every non-blank line of a JSON-lines file, read line by line
+    (gzip or not), so that memory does not grow with the file.
 
     Lines end at ``\n`` (JSON Lines), not at the other characters :meth:`str.splitlines`
     breaks at: a JSON string may hold U+2028 or U+0085 unescaped.
     """
-    for lineno, line in enumerate(read_text(path).split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            yield lineno, orjson.loads(line)
-        except orjson.JSONDecodeError as e:
-            raise InputError(
-                f"malformed JSON: {e.msg}", path=str(path), record=f"line {lineno}"
-            ) from None
+    p = Path(path)
+    with _input_errors(p):
+        raw = p.open("rb")
+    with raw, _input_errors(p):
+        gzipped = raw.read(2) == GZIP_MAGIC
+        raw.seek(0)
+        lines = gzip.GzipFile(fileobj=raw) if gzipped else raw
+        for lineno, data in enumerate(lines, start=1):
+            try:
+                line = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(
+                    f"not UTF-8 text (byte {e.start} of the line)",
+                    path=str(p),
+                    record=f"line {lineno}",
+                ) from None
+            if not line.strip():
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                raise InputError(
+                    f"malformed JSON: {e.msg}", path=str(p), record=f"line {lineno}"
+                ) from None
+            yield lineno, obj
 
 
 def expand_inputs(paths: list[str | Path], suffixes: tuple[str, ...]) -> list[Path]:
@@ -115,5 +139,10 @@ def expand_inputs(paths: list[str | Path], suffixes: tuple[str, ...]) -> list[Pa
     return out
 
 
+def dump_json(obj: Any) -> bytes:
+    """``obj`` as compact JSON, as every writer writes it."""
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
 def write_json(path: str | Path, obj: Any) -> None:
-    write_bytes(path, json.dumps(obj, separators=(",", ":")).encode())
+    write_bytes(path, dump_json(obj))

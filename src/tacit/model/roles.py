@@ -157,14 +157,19 @@ def infer_roles(spans: SpanTable) -> Observed:
     order = np.lexsort((table.end, table.start))
     table = table.take(order)
     synthesized = np.concatenate([np.zeros(m, bool), np.ones(k, bool)])[order]
-    accounting = {
-        "input": n,
+    return Observed(table, synthesized, span_accounting(kind, k))
+
+
+def span_accounting(kind: np.ndarray, synthesized: int) -> dict[str, int]:
+    """What became of input spans whose roles are ``kind``, with ``synthesized`` client spans
+    made for RPCs the caller did not record (:attr:`Observed.accounting`)."""
+    return {
+        "input": len(kind),
         "server": int((kind == SERVER).sum()),
         "client": int((kind == CLIENT).sum()),
         "internal (in-process, invisible to a collector)": int((kind == INTERNAL).sum()),
-        "client spans synthesized for RPCs the caller did not record": k,
+        "client spans synthesized for RPCs the caller did not record": synthesized,
     }
-    return Observed(table, synthesized, accounting)
 
 
 def _wraps_one_rpc(

@@ -3,14 +3,21 @@
 - :mod:`~.callgraph`: call graphs with dependency order, learned from test traces (§5.2.2).
 - :mod:`~.traceweaver`: the reconstruction (§4); :mod:`~.online` streams it (§5.3).
 - :mod:`~.baselines`: FCFS, WAP5's nearest parent and vPath's threads (§6).
-- :mod:`~.pipeline`: an algorithm by name; blind spans into assembled traces.
+- :mod:`~.pipeline`: an algorithm by name; blind spans, or a stream of them, into assembled
+  traces.
 """
 
 from tacit.reconstruct.assemble import assemble
 from tacit.reconstruct.baselines import reconstruct_fcfs, reconstruct_vpath, reconstruct_wap5
 from tacit.reconstruct.callgraph import CallGraph, EndpointGraph, learn_callgraph
 from tacit.reconstruct.online import OnlineTraceWeaver, reconstruct_online, stream_chunks
-from tacit.reconstruct.pipeline import ALGORITHMS, ONLINE, reconstruct_blind, run_algorithm
+from tacit.reconstruct.pipeline import (
+    ALGORITHMS,
+    ONLINE,
+    reconstruct_blind,
+    reconstruct_stream,
+    run_algorithm,
+)
 from tacit.reconstruct.result import Reconstruction
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 
@@ -27,6 +34,7 @@ __all__ = [
     "reconstruct_blind",
     "reconstruct_fcfs",
     "reconstruct_online",
+    "reconstruct_stream",
     "reconstruct_traceweaver",
     "reconstruct_vpath",
     "reconstruct_wap5",

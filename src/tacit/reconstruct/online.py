@@ -18,7 +18,10 @@ traffic, whatever the length of the stream.
 
 Input chunks are :class:`~tacit.model.spans.SpanTable` slices of the stream (a blind view:
 kinds, no parents) whose ``link`` column holds *stream positions* (the n-th span pushed is
-position n), so that an RPC's two sides may arrive in different chunks.
+position n), so that an RPC's two sides may arrive in different chunks. A reader that cannot
+know the position of a partner still to come gives any position not pushed yet (such as the
+largest int64): the span waits for the partner, which names it by its position when it arrives.
+A partner that never arrives is taken as unobserved when the stream closes.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from tacit.reconstruct.result import Reconstruction
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 
 NS = 1_000_000_000
+CHUNK_SIZE = 1000
+"""Spans per chunk when a table is streamed (:func:`reconstruct_streamed`)."""
 
 
 @dataclass(frozen=True)
@@ -158,9 +163,13 @@ class OnlineTraceWeaver:
         return done
 
     def close(self) -> list[Finished]:
-        """End of stream: everything left becomes final."""
+        """End of stream: everything left becomes final; an RPC partner announced but never
+        pushed was not observed."""
         if self.boundary is None:
             return []
+        never = self.link >= self.pushed
+        self.link[never] = NONE
+        self.parent[never & (self.spans.kind == SERVER)] = NONE
         return self._round(math.inf)
 
     # -- one round ----------------------------------------------------------------------------
@@ -259,7 +268,7 @@ def reconstruct_streamed(
     callgraph: CallGraph,
     params: TraceWeaverParams | None = None,
     online: OnlineParams | None = None,
-    chunk_size: int = 1000,
+    chunk_size: int = CHUNK_SIZE,
 ) -> Reconstruction:
     """Reconstruct a table by streaming it (in order of span end) through the online mode, and
     gather the result as one row-indexed :class:`Reconstruction`, comparable with offline."""

@@ -3,20 +3,34 @@
 :func:`run_algorithm` maps the calls of blind spans with one of :data:`ALGORITHMS` (or the
 streamed TraceWeaver, :data:`ONLINE`); :func:`reconstruct_blind` also assembles the result into
 traces with their evidence as span tags (:func:`.assemble.assemble`): the workflow of
-``tacit reconstruct``, of the tail diagnosis and of the demo. Evaluating against ground truth is
-:func:`tacit.evaluation.reconstruction.evaluate`.
+``tacit reconstruct``, of the tail diagnosis and of the demo. :func:`reconstruct_stream` is the
+same for the online mode over a stream read incrementally (:func:`stream_source`), yielding
+traces as they finish, in memory that depends on the traffic rate, not on the stream's length.
+Evaluating against ground truth is :func:`tacit.evaluation.reconstruction.evaluate`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from tacit.errors import ConfigError
-from tacit.model.spans import SpanTable
+import numpy as np
+
+from tacit.errors import ConfigError, InputError
+from tacit.formats import detect_format
+from tacit.formats.blind import in_stream_order
+from tacit.model.roles import span_accounting
+from tacit.model.spans import CLIENT, NONE, SpanTable
 from tacit.reconstruct.assemble import assemble
 from tacit.reconstruct.baselines import ALGORITHMS as BASELINES
 from tacit.reconstruct.callgraph import CallGraph
-from tacit.reconstruct.online import reconstruct_streamed
+from tacit.reconstruct.online import (
+    Finished,
+    OnlineParams,
+    reconstruct_online,
+    reconstruct_streamed,
+)
 from tacit.reconstruct.result import Reconstruction
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 
@@ -63,3 +77,82 @@ def reconstruct_blind(
     rec = run_algorithm(algorithm, blind, callgraph, params, progress)
     traces, tags = assemble(blind, rec)
     return traces, tags, rec
+
+
+def stream_source(paths: list[Path]) -> Path | None:
+    """The input to stream when ``paths`` is one blind JSON-lines file in stream order
+    (:func:`tacit.formats.blind.in_stream_order`), read as the batch online mode orders it; None
+    otherwise. CSV and OTLP spans are not streamed: their roles and RPC pairs are inferred from
+    whole traces (:func:`tacit.model.roles.infer_roles`)."""
+    if len(paths) != 1 or not paths[0].is_file():
+        return None
+    try:
+        if detect_format(paths[0]) != "blind":
+            return None
+    except InputError:
+        return None
+    return paths[0] if in_stream_order(paths[0]) else None
+
+
+@dataclass
+class StreamTotals:
+    """What :func:`reconstruct_stream` has read and written so far."""
+
+    spans: int = 0
+    traces: int = 0
+    mapped: int = 0
+    unmapped: dict[str, int] = field(default_factory=dict)
+    accounting: dict[str, int] = field(default_factory=dict)
+
+
+def reconstruct_stream(
+    chunks: Iterable[SpanTable],
+    callgraph: CallGraph,
+    params: TraceWeaverParams | None = None,
+    online: OnlineParams | None = None,
+    totals: StreamTotals | None = None,
+    progress: Progress | None = None,
+) -> Iterator[tuple[SpanTable, dict[int, dict]]]:
+    """Reconstruct a stream of blind chunks (see :mod:`.online`) and yield the traces with their
+    tags as soon as they are final, each batch numbered by stream position (span id: position
+    plus one; trace id: its root's). Spans are dropped once their traces are out. ``totals`` is
+    updated as chunks are read and traces come out; ``progress`` gets each chunk's span count.
+    The traces are those :func:`reconstruct_blind` makes with :data:`ONLINE` of the same spans
+    in the same order, chunked alike."""
+    totals = totals if totals is not None else StreamTotals()
+
+    def read() -> Iterator[SpanTable]:
+        for chunk in chunks:
+            totals.spans += len(chunk)
+            for k, v in span_accounting(chunk.kind, 0).items():
+                totals.accounting[k] = totals.accounting.get(k, 0) + v
+            if progress is not None:
+                progress(len(chunk))
+            yield chunk
+
+    for f in reconstruct_online(read(), callgraph, params, online):
+        traces, tags = assemble_finished(f)
+        totals.traces += int((traces.parent == NONE).sum())
+        totals.mapped += int(((traces.kind == CLIENT) & (traces.parent != NONE)).sum())
+        for why in f.unmapped.values():
+            totals.unmapped[why] = totals.unmapped.get(why, 0) + 1
+        yield traces, tags
+
+
+def assemble_finished(f: Finished) -> tuple[SpanTable, dict[int, dict]]:
+    """The traces of ``f`` with their tags, as :func:`.assemble.assemble` makes them, numbered
+    by stream position."""
+    rec = Reconstruction.start(ONLINE, f.spans)
+    has = f.parent != NONE
+    rec.parent[has] = np.searchsorted(f.position, f.parent[has])
+    rec.score[:] = f.score
+    ids = f.position.tolist()
+    row = {p: r for r, p in enumerate(ids)}
+    rec.unmapped = {row[p]: why for p, why in f.unmapped.items()}
+    for p, alts in f.alternatives.items():
+        for q, _ in alts:  # a candidate parent in a trace already out, or still to come
+            if q not in row:
+                row[q] = len(ids)
+                ids.append(q)
+        rec.alternatives[row[p]] = [(row[q], s) for q, s in alts]
+    return assemble(f.spans, rec, ids=np.array(ids, dtype=np.int64))
