@@ -114,7 +114,13 @@ def _read_rpcs(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
         raise InputError(f"missing CSV column(s): {', '.join(missing)}", path=str(path))
     extra = [c for c in header if c not in (*RPC_COLUMNS, "id")]
     rows = []
-    for lineno, raw in enumerate(reader, start=2):
+    for raw in reader:
+        lineno = reader.line_num
+        if None in raw or None in raw.values():  # DictReader's marks of a row too long or short
+            n = len(header) + len(raw.get(None) or ()) - sum(v is None for v in raw.values())
+            raise InputError(
+                f"{n} fields, the header has {len(header)}", path=str(path), record=f"line {lineno}"
+            )
         try:
             row: dict[str, Any] = dict(raw)
             row["start_s"] = seconds_to_ns(raw["start_s"])
