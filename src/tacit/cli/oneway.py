@@ -32,6 +32,8 @@ SIMULATED_RATE = 1e6
 SWEEP_RATE = 10e6
 """Packets per second of a sweep's sender (10^5 packets per 10 ms interval)."""
 SWEEP_INTERVALS = 5
+MAX_PACKETS = 10**8
+"""The longest stream --packets asks for: its packet table alone takes gigabytes."""
 
 
 @oneway_app.command()
@@ -44,8 +46,9 @@ def simulate(
         int | None,
         typer.Option(
             "--packets",
+            callback=bounded(1, MAX_PACKETS),
             help="Packets: of a simulated Poisson sender, or of the capture repeated to this "
-            "many (fresh identifiers per repetition).",
+            "many (fresh identifiers per repetition); at most 10^8.",
         ),
     ] = None,
     loss: Annotated[
@@ -93,8 +96,6 @@ def simulate(
     """Run RDA, sRDA, LDA and FineComb at equal memory on a stream through a simulated path."""
     if pcap is None and packets is None:
         raise ConfigError("give a capture to replay or --packets N for a simulated stream")
-    if packets is not None and packets < 1:
-        raise ConfigError(f"--packets must be at least 1, got {packets}")
     if not sweep and (plots is not None or differences is not None):
         raise ConfigError("--plots and --differences go with --sweep")
     if sweep:
