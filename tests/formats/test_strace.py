@@ -339,3 +339,14 @@ def test_resolver_sendmmsg_on_a_connected_datagram_socket(tmp_path):
     assert ev.checksum[1] != ev.checksum[2]  # A and AAAA differ in one byte
     assert ev.accounting["event"] == 3  # lines
     assert_lines_accounted(ev)
+
+
+def test_an_event_field_beyond_int64_names_file_record_and_column(tmp_path):
+    p = tmp_path / "ev.jsonl"
+    p.write_text(
+        '{"time": 1, "host": "h", "pid": 1, "fd": 3, "call": "send", "bytes": '
+        + str(2**63)
+        + ', "local": "10.0.0.1:1", "remote": "10.0.0.2:2"}\n'
+    )
+    with pytest.raises(InputError, match=r"ev\.jsonl: record 1: bytes 9223372036854775808 out"):
+        read_event_lines(p)
