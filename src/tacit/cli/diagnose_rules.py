@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
@@ -105,22 +103,25 @@ def tcp_cmd(
 def _read_rpcs(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """The RPC rows (times as ns / floats) and the names of the extra feature columns."""
     from tacit.formats.socketevents import seconds_to_ns
-    from tacit.formats.textio import read_text
+    from tacit.formats.textio import csv_rows
 
-    reader = csv.DictReader(io.StringIO(read_text(path)))
-    header = reader.fieldnames or []
+    rows = csv_rows(path)
+    header = next(rows, (0, []))[1]
     missing = [c for c in RPC_COLUMNS if c not in header]
     if missing:
         raise InputError(f"missing CSV column(s): {', '.join(missing)}", path=str(path))
     extra = [c for c in header if c not in (*RPC_COLUMNS, "id")]
-    rows = []
-    for raw in reader:
-        lineno = reader.line_num
-        if None in raw or None in raw.values():  # DictReader's marks of a row too long or short
-            n = len(header) + len(raw.get(None) or ()) - sum(v is None for v in raw.values())
+    out = []
+    for lineno, cells in rows:
+        if not cells:
+            continue
+        if len(cells) != len(header):
             raise InputError(
-                f"{n} fields, the header has {len(header)}", path=str(path), record=f"line {lineno}"
+                f"{len(cells)} fields, the header has {len(header)}",
+                path=str(path),
+                record=f"line {lineno}",
             )
+        raw = dict(zip(header, cells, strict=True))
         try:
             row: dict[str, Any] = dict(raw)
             row["start_s"] = seconds_to_ns(raw["start_s"])
@@ -130,8 +131,8 @@ def _read_rpcs(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
                 row[k] = _feature(raw[k])
         except (ValueError, TypeError) as e:
             raise InputError(f"bad value: {e}", path=str(path), record=f"line {lineno}") from None
-        rows.append(row)
-    return rows, extra
+        out.append(row)
+    return out, extra
 
 
 def _feature(text: str | None) -> bool | float | str | None:
