@@ -409,3 +409,9 @@ def test_messages_decades_apart_are_linked_like_close_ones():
         out = b.add(src="A", dst="client", send=t + 8 * MS, recv=MISSING, record=3, flow=0)
         links = link_messages(b.build())
         assert links.best[[ab, ba, out]].tolist() == [q, ab, ba]
+
+
+def test_an_unknown_ranking_is_a_config_error():
+    msgs, _ = sequential_chain(3)
+    with pytest.raises(ConfigError, match="unknown ranking 'nope'"):
+        analyze_paths(msgs).patterns.ranked("nope")
