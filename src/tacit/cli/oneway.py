@@ -13,7 +13,6 @@ from rich.table import Table
 
 from tacit.cli.common import (
     FRACTION,
-    POSITIVE,
     SEED,
     JsonOpt,
     bounded,
@@ -34,6 +33,8 @@ SWEEP_RATE = 10e6
 SWEEP_INTERVALS = 5
 MAX_PACKETS = 10**8
 """The longest stream --packets asks for: its packet table alone takes gigabytes."""
+MAX_MEMORY = 2**32
+"""The largest synopsis --memory asks for (the paper's is 100 kB): each is allocated."""
 
 
 @oneway_app.command()
@@ -66,7 +67,11 @@ def simulate(
         int, typer.Option(callback=SEED, help="Seed of the path (and of the simulated sender).")
     ] = 0,
     memory: Annotated[
-        int, typer.Option(callback=POSITIVE, help="Bytes per synopsis, the same for every method.")
+        int,
+        typer.Option(
+            callback=bounded(0, MAX_MEMORY, lo_open=True),
+            help="Bytes per synopsis, the same for every method (at most 2^32).",
+        ),
     ] = PAPER_MEMORY_BYTES,
     rate: Annotated[
         float | None,
