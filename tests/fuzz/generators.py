@@ -21,6 +21,7 @@ import json
 import re
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
@@ -658,8 +659,6 @@ def _classify(code: int, stderr: str) -> str:
 
 def run_cli(argv: list[str], timeout_s: float | None = TIMEOUT_S) -> Run:
     """Run ``tacit ARGV`` in this process as the console script does, bounded in time."""
-    import time
-
     out, err = io.StringIO(), io.StringIO()
     saved = sys.argv
     sys.argv = ["tacit", *argv]
