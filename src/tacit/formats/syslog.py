@@ -258,9 +258,10 @@ def read_rpc_csv(path: str | Path) -> RpcDelays:
             continue
         try:
             cells = [row[i].strip() for i in pos]
-            values = [int(cells[0]), cells[1], cells[2], int(cells[3]), int(cells[4])]
-            if not all(-(2**63) <= values[i] < 2**63 for i in (0, 3, 4)):
+            times = [int(cells[0]), int(cells[3]), int(cells[4])]
+            if not all(-(2**63) <= t < 2**63 for t in times):
                 raise ValueError("a time beyond int64 nanoseconds")
+            values = [times[0], cells[1], cells[2], times[1], times[2]]
         except (IndexError, ValueError) as e:
             raise InputError(f"bad RPC row ({e})", path=str(path), record=f"line {n}") from None
         for c, v in zip(cols, values, strict=True):
