@@ -19,6 +19,8 @@ RulesOpt = Annotated[
 ]
 
 RPC_COLUMNS = ("local", "peer", "start_s", "first_byte_ms", "server_ms")
+MAX_MS = 1e12
+"""The longest delay an RPC row may give (about 31 years): its nanoseconds fit in int64."""
 """Required columns of the ``--rpcs`` CSV; any other column is a feature for the rules."""
 
 
@@ -125,8 +127,10 @@ def _read_rpcs(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
         try:
             row: dict[str, Any] = dict(raw)
             row["start_s"] = seconds_to_ns(raw["start_s"])
-            row["first_byte_ms"] = float(raw["first_byte_ms"])
-            row["server_ms"] = float(raw["server_ms"])
+            for k in ("first_byte_ms", "server_ms"):
+                row[k] = float(raw[k])
+                if not 0 <= row[k] < MAX_MS:  # NaN fails too
+                    raise ValueError(f"{k} must be a number of ms from 0 to 10^12, got {raw[k]!r}")
             for k in extra:
                 row[k] = _feature(raw[k])
         except (ValueError, TypeError) as e:
