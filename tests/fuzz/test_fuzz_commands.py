@@ -22,6 +22,7 @@ from generators import (
     input_kinds,
     materialize,
     run_case,
+    run_cli,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -31,7 +32,6 @@ PROFILE = PROFILES[os.environ.get("TACIT_FUZZ_PROFILE", "ci")]
 
 @pytest.fixture(scope="module")
 def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
-    os.environ.setdefault("MPLBACKEND", "Agg")
     return build_seeds(tmp_path_factory.mktemp("seeds"))
 
 
@@ -61,3 +61,22 @@ def test_malformed_inputs_fail_cleanly(command: Command, seeds: dict[str, bytes]
                 assert run.outcome == "ok", describe(case, run)
 
     check()
+
+
+def test_the_harness_tells_every_outcome_apart(
+    seeds: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the properties rest on: each outcome is recognized, so the suite can fail."""
+    traces = tmp_path / "t.json"
+    traces.write_bytes(seeds["jaeger"])
+    assert run_cli(["callgraph", str(traces)]).outcome == "ok"
+    assert run_cli(["callgraph", str(tmp_path / "absent.json")]).outcome == "error"
+    assert run_cli(["diagnose", "tail", str(traces), "--percent", "x"]).outcome == "usage"
+    assert run_cli(["evaluate", str(traces)], timeout_s=1e-3).outcome == "timeout"
+
+    def crash() -> None:
+        raise RuntimeError("a defect")
+
+    monkeypatch.setattr("tacit.cli.main.app", crash)
+    run = run_cli(["callgraph", str(traces)])
+    assert run.outcome == "traceback" and "RuntimeError: a defect" in run.stderr

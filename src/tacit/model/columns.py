@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import ClassVar, Self
 
 import numpy as np
@@ -17,12 +17,12 @@ NONE = -1
 def typed_columns(
     cols: Mapping[str, list],
     dtypes: Mapping[str, npt.DTypeLike],
-    record: list[int],
+    record: Sequence[int | str],
     source: str | None,
 ) -> dict[str, np.ndarray]:
     """A builder's lists as numpy columns of their types. An integer the type cannot hold (a
     time of 2**63 ns, or 1e23 written as an integer) is an :class:`InputError` naming the
-    source, the record (``record``: each row's) and the column."""
+    source, the record (``record``: each row's, a number or a line) and the column."""
     out = {}
     for k, v in cols.items():
         try:
