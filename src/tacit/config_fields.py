@@ -8,12 +8,42 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tacit.errors import ConfigError
 
 REQUIRED: Any = object()
 """The default of a field that must be given."""
+
+
+def parse_yaml(text: str | bytes, source: str) -> Any:
+    """The YAML document in ``text`` (the content of ``source``): bytes that are not UTF-8 and
+    syntax errors raise one line naming ``source`` and the line, never the parser's
+    several-line excerpt."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{source}: not UTF-8 text (byte {e.start})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{source}: invalid YAML{where}: {problem}") from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    """The YAML document in the file ``path`` (errors as in :func:`parse_yaml`)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
+    return parse_yaml(data, str(path))
 
 
 def fields(value: Any, where: str, allowed: tuple[str, ...]) -> Mapping[Any, Any]:

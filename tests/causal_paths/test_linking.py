@@ -392,3 +392,26 @@ def test_under_load_the_true_cause_keeps_a_chance_when_it_is_not_the_latest(scen
     wap5 = score_paths(m, run.truth, analyze_paths(m, PathParams()))
     latest = score_paths(m, run.truth, analyze_paths(m, PathParams(rule="latest")))
     assert wap5.patterns_found > latest.patterns_found
+
+
+def test_no_messages_no_links():
+    links = link_messages(MessageTableBuilder().build())
+    assert len(links.cause) == 0 and len(links.best) == 0
+
+
+def test_messages_decades_apart_are_linked_like_close_ones():
+    """Times are indexed by rank: a log from 1970 beside one from 2116 links as usual."""
+    b = MessageTableBuilder()
+    for t in (0, 2**62):  # the same request, 146 years apart
+        q = b.add(src="client", dst="A", send=MISSING, recv=t, record=0, flow=0)
+        ab = b.add(src="A", dst="B", send=t + MS, recv=t + 3 * MS, record=1, flow=1)
+        ba = b.add(src="B", dst="A", send=t + 5 * MS, recv=t + 7 * MS, record=2, flow=1)
+        out = b.add(src="A", dst="client", send=t + 8 * MS, recv=MISSING, record=3, flow=0)
+        links = link_messages(b.build())
+        assert links.best[[ab, ba, out]].tolist() == [q, ab, ba]
+
+
+def test_an_unknown_ranking_is_a_config_error():
+    msgs, _ = sequential_chain(3)
+    with pytest.raises(ConfigError, match="unknown ranking 'nope'"):
+        analyze_paths(msgs).patterns.ranked("nope")

@@ -33,6 +33,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     (d / "ss.txt").write_text(SS)
     (d / "rpcs.csv").write_text(RPCS)
     (d / "bad.csv").write_text("local,peer,start_s,first_byte_ms,server_ms\na,b,1,x,2\n")
+    (d / "short.csv").write_text(RPCS.split("\n", 1)[0] + "\n\nlossy,10.0.0.1:443\n")
+    (d / "inf.csv").write_text(RPCS.replace(",60,50,", ",inf,50,"))
     (d / "f.jsonl").write_text(
         json.dumps(
             {
@@ -59,6 +61,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
             "tcp": start("diagnose", "tcp", "ss.txt", "--rpcs", "rpcs.csv", "--json", cwd=d),
             "bad_rules": start("diagnose", "rules", "f.jsonl", "--rules", "bad.rules", cwd=d),
             "bad_csv": start("diagnose", "tcp", "ss.txt", "--rpcs", "bad.csv", cwd=d),
+            "short_row": start("diagnose", "tcp", "ss.txt", "--rpcs", "short.csv", cwd=d),
+            "infinite": start("diagnose", "tcp", "ss.txt", "--rpcs", "inf.csv", cwd=d),
         }
     )
 
@@ -93,7 +97,12 @@ def test_tcp_split_and_rules(runs):
 
 
 def test_bad_input_is_one_line(runs):
-    for name, where in (("bad_rules", "bad.rules: record line 3 column 1"), ("bad_csv", "line 2")):
+    for name, where in (
+        ("bad_rules", "bad.rules: record line 3 column 1"),
+        ("bad_csv", "line 2"),
+        ("short_row", "short.csv: record line 3: 2 fields, the header has 7"),
+        ("infinite", "inf.csv: record line 3: bad value: first_byte_ms must be a number of ms"),
+    ):
         r = runs[name]
         assert r.returncode == 2, r.stderr
         assert "Traceback" not in r.stderr

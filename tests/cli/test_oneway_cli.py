@@ -65,6 +65,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         "bad_pcap": start(*sim, "bad.pcap", cwd=d),
         "bad_loss": start(*sim, "--packets", "1000", "--loss", "1.5", cwd=d),
         "nothing": start(*sim, cwd=d),
+        "huge": start(*sim, "--packets", str(2**63), cwd=d),
     }
     return d, finish(procs)
 
@@ -124,6 +125,7 @@ def test_sweep_json_and_plots(runs):
         ("bad_pcap", "bad.pcap"),
         ("bad_loss", "--loss must be in [0, 1]"),
         ("nothing", "--packets N"),
+        ("huge", "--packets must be in [1, 1e+08]"),  # refused before allocating the stream
     ],
 )
 def test_errors_are_one_line_exit_2(runs, name, words):

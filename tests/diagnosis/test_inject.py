@@ -87,3 +87,8 @@ def test_resample_copies_whole_traces_with_fresh_ids_and_own_times():
     assert len(np.unique(starts)) == 4
     with pytest.raises(ConfigError):
         resample_traces(t, 0, seed=0)
+
+
+def test_a_scale_beyond_int64_nanoseconds_is_refused():
+    with pytest.raises(ConfigError, match="beyond int64 nanoseconds"):
+        scale_self_time(trace(), np.array([0]), 1e308)

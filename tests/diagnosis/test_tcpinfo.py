@@ -133,3 +133,12 @@ def test_live_server_delay_is_server_bound(tmp_path):
     assert split.bound_names() == ["server"]
     assert split.network[0] < server / 10
     assert 0 <= split.client_lower[0] < first_byte - server + 1
+
+
+@pytest.mark.parametrize("text", ["", SAMPLES.split("ESTAB")[0]])
+def test_rpcs_without_any_sample_are_unmatched(text):
+    """No connection in the ss output (an empty file, a header alone): every RPC unmatched."""
+    table = parse_ss(text).table
+    stats = rpc_tcp_stats(table, [LOSSY, FINE], np.array([T0, T0]), np.array([T0 + S, T0 + S]))
+    assert stats.matched.tolist() == [False, False]
+    assert stats.rtt.tolist() == [-1, -1] and stats.retransmissions.tolist() == [-1, -1]

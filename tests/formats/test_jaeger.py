@@ -344,3 +344,15 @@ def test_error_names_the_bad_file_in_a_directory(tmp_path: Path) -> None:
 def test_nonexistent_file(tmp_path: Path) -> None:
     msg = read_error(tmp_path / "missing.json")
     assert "no such file" in msg
+
+
+def test_a_time_beyond_int64_nanoseconds_names_file_record_and_column(tmp_path: Path) -> None:
+    doc = trace_doc()
+    doc["spans"][1]["startTime"] = 2**60  # microseconds: 2**60 * 1000 ns overflows int64
+    p = tmp_path / "far.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(
+        InputError,
+        match=r"far\.json: record 2 \(trace t1 span b\): startTime 1152921504606846976 \+",
+    ):
+        read_jaeger(p)

@@ -176,3 +176,12 @@ def test_read_messages_dispatches_message_tables(tmp_path):
     unknown.write_text("hello\n")
     with pytest.raises(InputError, match="unknown message input"):
         read_messages([unknown])
+
+
+def test_bytes_that_are_not_utf8_are_refused_by_the_reader(tmp_path):
+    path = tmp_path / "m.csv"
+    write_message_table(path, sample())
+    path.write_bytes(path.read_bytes().replace(b"web", b"w\xffb", 1))
+    assert detect_message_input(path) == "table"  # the header is still readable
+    with pytest.raises(InputError, match=r"m\.csv: not UTF-8 text"):
+        read_messages([path])

@@ -74,6 +74,8 @@ def test_constructed_values():
         ("ESTAB 0 0 a:1 b:2\n\t rto:200\n\t rto:200\n", 3, "without a connection line"),
         ("hello world\n", 1, "not an ss line"),
         ("ESTAB x 0 a:1 b:2\n", 1, "not an ss line"),
+        ("ESTAB 0 0 a:1 b:2\nESTAB 0 9223372036854775808 a:1 b:2\n", 2, "send_q 92233720"),
+        ("ESTAB 0 0 a:1 b:2\n\t cwnd:9223372036854775808\n", 1, "cwnd 9223372036854775808 out"),
     ],
 )
 def test_bad_lines_name_the_line(text, line, message):

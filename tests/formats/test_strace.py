@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 
 from tacit.errors import InputError
-from tacit.formats.socketevents import iso_to_ns, read_event_lines, write_event_lines
+from tacit.formats.socketevents import (
+    iso_to_ns,
+    read_event_lines,
+    seconds_to_ns,
+    write_event_lines,
+)
 from tacit.formats.strace import host_from_filename, looks_like_strace, read_strace
 from tacit.model.socket_events import (
     ACCEPT,
@@ -339,3 +344,25 @@ def test_resolver_sendmmsg_on_a_connected_datagram_socket(tmp_path):
     assert ev.checksum[1] != ev.checksum[2]  # A and AAAA differ in one byte
     assert ev.accounting["event"] == 3  # lines
     assert_lines_accounted(ev)
+
+
+def test_an_event_field_beyond_int64_names_file_record_and_column(tmp_path):
+    p = tmp_path / "ev.jsonl"
+    p.write_text(
+        '{"time": 1, "host": "h", "pid": 1, "fd": 3, "call": "send", "bytes": '
+        + str(2**63)
+        + ', "local": "10.0.0.1:1", "remote": "10.0.0.2:2"}\n'
+    )
+    with pytest.raises(InputError, match=r"ev\.jsonl: record 1: bytes 9223372036854775808 out"):
+        read_event_lines(p)
+
+
+@pytest.mark.parametrize("text", ["inf", "-inf", "nan", "1e23", "9223372037", "-9223372037.5"])
+def test_seconds_beyond_int64_nanoseconds_are_refused(text):
+    with pytest.raises(ValueError, match="beyond int64 nanoseconds"):
+        seconds_to_ns(text)
+
+
+def test_seconds_within_int64_nanoseconds_are_exact():
+    assert seconds_to_ns("9223372036.854775807") == 2**63 - 1
+    assert seconds_to_ns("-1.5") == -1_500_000_000 and seconds_to_ns("1e3") == 10**12

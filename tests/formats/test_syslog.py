@@ -103,6 +103,9 @@ def test_rpc_csv(tmp_path):
     p.write_text("time_ns,src\n1,a\n")
     with pytest.raises(InputError, match="one_way_ns"):
         read_rpc_csv(p)
+    p.write_text(f"time_ns,src,dst,one_way_ns,end_to_end_ns\n{2**63},a,b,10,100\n")
+    with pytest.raises(InputError, match=r"line 2: bad RPC row \(a time beyond int64"):
+        read_rpc_csv(p)
 
 
 @pytest.mark.parametrize("name", LOGHUB)
@@ -116,3 +119,11 @@ def test_loghub_samples_match_their_structured_content(shared_data, name):
     assert (np.diff(r.records.line) == 1).all()
     truth = read_loghub_truth(d / f"{name}_2k.log_structured.csv", r.records.line)
     assert truth.tolist() == [row["EventId"] for row in rows]
+
+
+def test_a_csv_the_csv_module_cannot_parse_names_its_line(tmp_path):
+    p = tmp_path / "rpcs.csv"
+    huge = "x" * 200_000  # past the csv module's field size limit
+    p.write_text(f"time_ns,src,dst,one_way_ns,end_to_end_ns\n1,a,b,10,100\n2,b,{huge},11,90\n")
+    with pytest.raises(InputError, match=r"rpcs\.csv: record line 3: malformed CSV: "):
+        read_rpc_csv(p)

@@ -140,3 +140,14 @@ def test_single_run_reports_the_issue_fields():
     assert rda["method"] == "rda" and rda["decoded_intervals"] == doc["intervals"] == 3
     assert rda["mean_relative_error"] <= 1e-9 and rda["memory_bytes"] <= 20_000
     assert doc["insert_packets_per_second"] > 0 and doc["decode_seconds"] > 0
+
+
+def test_set_differences_of_a_clock_jumping_by_years():
+    """Counted per interval that has packets: a jump of 30 years allocates nothing per interval."""
+    iv = IntervalParams(0, 100)
+    jump = 30 * 365 * 86_400 * 10**9
+    sender = PacketStream(np.array([1, 2, 3]), np.array([10, 20, jump]))
+    receiver = PacketStream(np.array([1, 3, 9]), np.array([15, jump + 5, jump + 7]))
+    index, diff = set_differences(sender, receiver, iv)
+    assert index.tolist() == [0, jump // 100]
+    assert diff.tolist() == [1, 1]  # {2} and {9}

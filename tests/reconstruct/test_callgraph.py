@@ -318,3 +318,18 @@ def test_blind_spans_teach_no_call_graph():
     rows.parent[:] = NONE
     with pytest.raises(ConfigError, match="no call carries its parent"):
         learn_callgraph(rows)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"s:\n  E: x\n   y: z\n", r"cg\.yaml: invalid YAML at line 3 column 5: "),
+        (b"s:\n  E:\n    calls: [\xff]\n", r"cg\.yaml: not UTF-8 text \(byte 20\)$"),
+    ],
+)
+def test_unreadable_yaml_is_one_line_naming_the_line(tmp_path, data, message):
+    path = tmp_path / "cg.yaml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError, match=message) as e:
+        CallGraph.load(path)
+    assert "\n" not in str(e.value)

@@ -141,7 +141,8 @@ def link_messages(messages: MessageTable, params: LinkParams | None = None) -> L
     spontaneous = np.ones(n, np.float64)
     best = np.full(n, -1, np.int64)
     parts = []
-    for e0 in range(0, n, WEIGH_BATCH):  # the links of a batch are copied out at their size
+    # The links of a batch are copied out at their size (one empty batch when there are none).
+    for e0 in range(0, max(n, 1), WEIGH_BATCH):
         found = _weigh(
             e0, min(e0 + WEIGH_BATCH, n), lo, hi, ev_msg, ev_time, ev_from, t_eff, src, dst, m,
             table_keys, table_mean, float(window), p.spontaneous_factor, p.max_causes,
@@ -240,18 +241,18 @@ def _window_ranges(
     if not len(in_key) or not len(out_key):
         zeros = np.zeros(len(out_key), np.int64)
         return empty, zeros, zeros
-    # One sortable int64 per event: the key's rank, then the time from the earliest event.
-    t0 = min(in_time.min(), out_time.min()) - window
-    span = int(max(in_time.max(), out_time.max()) - t0) + 1
+    # One sortable int64 per event: the key's rank, then the time's rank among every time the
+    # search compares (ranks keep the order, and any times fit: a capture may span decades).
+    start = np.maximum(out_time, np.iinfo(np.int64).min + window) - window
+    times = np.unique(np.concatenate([in_time, out_time, start]))
+    span = len(times)
     keys = np.unique(np.concatenate([in_key, out_key]))
-    if len(keys) * span >= 2**62:
-        raise ValueError("trace spans too long a time to index; split it")
-    in_comp = np.searchsorted(keys, in_key) * span + (in_time - t0)
+    in_comp = np.searchsorted(keys, in_key) * span + np.searchsorted(times, in_time)
     order = np.argsort(in_comp, kind="stable")
     in_comp = in_comp[order]
-    out_at = np.searchsorted(keys, out_key) * span + (out_time - t0)
-    hi = np.searchsorted(in_comp, out_at, side="right")
-    lo = np.searchsorted(in_comp, out_at - window, side="left")
+    out_key_at = np.searchsorted(keys, out_key) * span
+    hi = np.searchsorted(in_comp, out_key_at + np.searchsorted(times, out_time), side="right")
+    lo = np.searchsorted(in_comp, out_key_at + np.searchsorted(times, start), side="left")
     return order, lo, hi
 
 

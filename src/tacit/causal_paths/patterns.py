@@ -23,6 +23,7 @@ import numpy as np
 
 from tacit.causal_paths.clocks import ClockOffsets
 from tacit.causal_paths.instances import Instances
+from tacit.errors import ConfigError
 from tacit.hashing import hash64
 from tacit.model.messages import MISSING, MessageTable
 from tacit.runs import run_starts
@@ -211,7 +212,7 @@ class PatternSet:
         """The patterns in the order of ``ranking`` (ties by key), the first ``top`` only when
         given, with their hops."""
         if ranking not in RANKINGS:
-            raise ValueError(f"unknown ranking {ranking!r}; one of {', '.join(RANKINGS)}")
+            raise ConfigError(f"unknown ranking {ranking!r}; one of {', '.join(RANKINGS)}")
         latency = np.nan_to_num(self.mean_latency_ns)
         with np.errstate(invalid="ignore", divide="ignore"):
             per_count = np.nan_to_num(self.expected / self.count)

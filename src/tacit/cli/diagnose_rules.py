@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +19,8 @@ RulesOpt = Annotated[
 ]
 
 RPC_COLUMNS = ("local", "peer", "start_s", "first_byte_ms", "server_ms")
+MAX_MS = 1e12
+"""The longest delay an RPC row may give (about 31 years): its nanoseconds fit in int64."""
 """Required columns of the ``--rpcs`` CSV; any other column is a feature for the rules."""
 
 
@@ -105,27 +105,38 @@ def tcp_cmd(
 def _read_rpcs(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """The RPC rows (times as ns / floats) and the names of the extra feature columns."""
     from tacit.formats.socketevents import seconds_to_ns
-    from tacit.formats.textio import read_text
+    from tacit.formats.textio import csv_rows
 
-    reader = csv.DictReader(io.StringIO(read_text(path)))
-    header = reader.fieldnames or []
+    rows = csv_rows(path)
+    header = next(rows, (0, []))[1]
     missing = [c for c in RPC_COLUMNS if c not in header]
     if missing:
         raise InputError(f"missing CSV column(s): {', '.join(missing)}", path=str(path))
     extra = [c for c in header if c not in (*RPC_COLUMNS, "id")]
-    rows = []
-    for lineno, raw in enumerate(reader, start=2):
+    out = []
+    for lineno, cells in rows:
+        if not cells:
+            continue
+        if len(cells) != len(header):
+            raise InputError(
+                f"{len(cells)} fields, the header has {len(header)}",
+                path=str(path),
+                record=f"line {lineno}",
+            )
+        raw = dict(zip(header, cells, strict=True))
         try:
             row: dict[str, Any] = dict(raw)
             row["start_s"] = seconds_to_ns(raw["start_s"])
-            row["first_byte_ms"] = float(raw["first_byte_ms"])
-            row["server_ms"] = float(raw["server_ms"])
+            for k in ("first_byte_ms", "server_ms"):
+                row[k] = float(raw[k])
+                if not 0 <= row[k] < MAX_MS:  # NaN fails too
+                    raise ValueError(f"{k} must be a number of ms from 0 to 10^12, got {raw[k]!r}")
             for k in extra:
                 row[k] = _feature(raw[k])
         except (ValueError, TypeError) as e:
             raise InputError(f"bad value: {e}", path=str(path), record=f"line {lineno}") from None
-        rows.append(row)
-    return rows, extra
+        out.append(row)
+    return out, extra
 
 
 def _feature(text: str | None) -> bool | float | str | None:

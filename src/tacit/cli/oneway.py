@@ -13,7 +13,6 @@ from rich.table import Table
 
 from tacit.cli.common import (
     FRACTION,
-    POSITIVE,
     SEED,
     JsonOpt,
     bounded,
@@ -32,6 +31,10 @@ SIMULATED_RATE = 1e6
 SWEEP_RATE = 10e6
 """Packets per second of a sweep's sender (10^5 packets per 10 ms interval)."""
 SWEEP_INTERVALS = 5
+MAX_PACKETS = 10**8
+"""The longest stream --packets asks for: its packet table alone takes gigabytes."""
+MAX_MEMORY = 2**32
+"""The largest synopsis --memory asks for (the paper's is 100 kB): each is allocated."""
 
 
 @oneway_app.command()
@@ -44,8 +47,9 @@ def simulate(
         int | None,
         typer.Option(
             "--packets",
+            callback=bounded(1, MAX_PACKETS),
             help="Packets: of a simulated Poisson sender, or of the capture repeated to this "
-            "many (fresh identifiers per repetition).",
+            "many (fresh identifiers per repetition); at most 10^8.",
         ),
     ] = None,
     loss: Annotated[
@@ -63,7 +67,11 @@ def simulate(
         int, typer.Option(callback=SEED, help="Seed of the path (and of the simulated sender).")
     ] = 0,
     memory: Annotated[
-        int, typer.Option(callback=POSITIVE, help="Bytes per synopsis, the same for every method.")
+        int,
+        typer.Option(
+            callback=bounded(0, MAX_MEMORY, lo_open=True),
+            help="Bytes per synopsis, the same for every method (at most 2^32).",
+        ),
     ] = PAPER_MEMORY_BYTES,
     rate: Annotated[
         float | None,
@@ -93,8 +101,6 @@ def simulate(
     """Run RDA, sRDA, LDA and FineComb at equal memory on a stream through a simulated path."""
     if pcap is None and packets is None:
         raise ConfigError("give a capture to replay or --packets N for a simulated stream")
-    if packets is not None and packets < 1:
-        raise ConfigError(f"--packets must be at least 1, got {packets}")
     if not sweep and (plots is not None or differences is not None):
         raise ConfigError("--plots and --differences go with --sweep")
     if sweep:

@@ -61,11 +61,26 @@ def scale_self_time(spans: SpanTable, rows: np.ndarray, factor: float | np.ndarr
         for c in order:
             s, e = int(out.start[c]), int(out.end[c])
             uncovered += max(0, s - covered_to)
-            shifts[int(c)] = round((f - 1) * uncovered)
+            shifts[int(c)] = _shift(f, uncovered)
             covered_to = max(covered_to, e)
         uncovered += max(0, int(out.end[r]) - covered_to)
-        tree.change(r, shifts, round((f - 1) * uncovered))
+        tree.change(r, shifts, _shift(f, uncovered))
     return out
+
+
+MAX_SHIFT_NS = 2**62
+"""The largest move of a span's events: it keeps every time inside int64 nanoseconds."""
+
+
+def _shift(factor: float, self_time: int) -> int:
+    """How far ``self_time`` scaled by ``factor`` moves what follows it (ns)."""
+    shift = (factor - 1) * self_time
+    if not abs(shift) <= MAX_SHIFT_NS:
+        raise ConfigError(
+            f"a latency scale factor of {factor:g} moves spans by {shift:g} ns, beyond "
+            f"int64 nanoseconds"
+        )
+    return round(shift)
 
 
 def pick_requests(spans: SpanTable, service: str, share: float, seed: int) -> np.ndarray:

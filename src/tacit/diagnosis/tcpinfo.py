@@ -91,17 +91,23 @@ def rpc_tcp_stats(
     else:
         last = np.full(len(codes_of), NONE, dtype=np.int64)
         last[sample_code] = np.arange(len(table))  # rows are in file order: the last wins
-        at_end = np.where(rpc_code >= 0, last[np.maximum(rpc_code, 0)], NONE)
+        at_end = np.full(len(rpc_code), NONE, dtype=np.int64)
+        known = rpc_code >= 0
+        at_end[known] = last[rpc_code[known]]
         at_start = np.full(len(rpc_code), NONE, dtype=np.int64)
     matched = at_end >= 0
     e = np.maximum(at_end, 0)
 
     def pick(col: np.ndarray) -> np.ndarray:
-        return np.where(matched, col[e], NONE)
+        out = np.full(len(e), NONE, dtype=col.dtype)
+        out[matched] = col[e[matched]]
+        return out
 
     total = np.maximum(table.retrans_total, 0)
-    before = np.where(at_start >= 0, total[np.maximum(at_start, 0)], 0)
-    retrans = np.where(matched, np.maximum(total[e] - before, 0), NONE)
+    before = np.zeros(len(at_start), dtype=total.dtype)
+    before[at_start >= 0] = total[at_start[at_start >= 0]]
+    retrans = pick(total)
+    retrans[matched] = np.maximum(retrans[matched] - before[matched], 0)
     return RpcTcpStats(
         rtt=pick(table.rtt),
         rttvar=pick(table.rttvar),

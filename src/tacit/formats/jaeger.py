@@ -97,6 +97,9 @@ def read_document(path: Path, doc: Any = None) -> SpanTable:
     )
 
 
+MAX_US = (2**63 - 1) // 1000
+"""The latest time in µs whose nanoseconds an int64 holds (Jaeger's times are µs)."""
+
 _FIELDS = (
     "service",
     "instance",
@@ -129,6 +132,7 @@ def _fast_fields(
         or type(start) is not int
         or type(duration) is not int
         or duration < 0
+        or not -MAX_US <= start <= MAX_US - duration
         or type(pid) is not str
         or type(trace_id) is not str
         or "process" in span
@@ -191,6 +195,11 @@ def _checked_fields(r: RecordReader, span: Any, trace: dict, processes: dict) ->
     duration = r.integer(span, "duration")
     if duration < 0:
         raise r.fail(f"negative duration {duration}")
+    if not -MAX_US <= start <= MAX_US - duration:
+        raise r.fail(
+            f"startTime {start} + duration {duration} µs is beyond int64 nanoseconds (about 292 "
+            "years from 1970)"
+        )
     instance = _instance(ptags, service)
     op = r.string(span, "operationName")
     return _span_fields(

@@ -51,8 +51,12 @@ def _detect(path: str | Path) -> str:
     raw = read_head(path)
     if raw.startswith(messagetable.PARQUET_MAGIC):
         return "table"
-    # the head may end inside a character: decode what is whole
-    text = codecs.getincrementaldecoder("utf-8")().decode(raw, final=False) if raw else ""
+    # the head may end inside a character: decode what is whole (the reader refuses bad bytes)
+    text = (
+        codecs.getincrementaldecoder("utf-8")(errors="replace").decode(raw, final=False)
+        if raw
+        else ""
+    )
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     if first.startswith("{"):
         try:

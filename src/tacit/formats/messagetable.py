@@ -43,7 +43,7 @@ import orjson
 
 from tacit.errors import ConfigError, InputError
 from tacit.formats.socketevents import iso_to_ns, seconds_to_ns
-from tacit.formats.textio import iter_json_lines, read_bytes, read_text
+from tacit.formats.textio import csv_rows, iter_json_lines, read_bytes
 from tacit.model.messages import MISSING, MessageTable, concat_messages
 from tacit.model.spans import NONE, StringPool
 from tacit.outputs import write_bytes
@@ -119,19 +119,18 @@ def read_message_tables(paths: Sequence[str | Path]) -> MessageTable:
 
 def _csv_columns(path: str | Path) -> tuple[dict[str, list], list[int]]:
     src = str(path)
-    reader = csv.reader(io.StringIO(read_text(path), newline=""))
-    header = next(reader, None)
-    if header is None:
+    reader = csv_rows(path)
+    first = next(reader, None)
+    if first is None:
         raise InputError("empty file, expected a message table header", path=src)
-    header = [h.strip() for h in header]
+    header = [h.strip() for h in first[1]]
     _check_header(header, src)
     index = {h: i for i, h in enumerate(header) if h in COLUMNS}
     cols: dict[str, list] = {h: [] for h in index}
     records: list[int] = []
-    for row in reader:
+    for line, row in reader:
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
-        line = reader.line_num
         if len(row) != len(header):
             raise InputError(
                 f"{len(row)} fields, the header has {len(header)}", path=src, record=f"line {line}"

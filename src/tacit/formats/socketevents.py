@@ -37,6 +37,7 @@ use) to its ``close``: an fd number reused after a close is a new socket.
 from __future__ import annotations
 
 import calendar
+import math
 import re
 import zlib
 from collections.abc import Iterable
@@ -161,15 +162,23 @@ def iso_to_ns(text: str) -> int:
 
 
 def seconds_to_ns(text: str) -> int:
-    """Exact nanoseconds of a decimal number of seconds (``1714557600.000123``)."""
+    """Exact nanoseconds of a decimal number of seconds (``1714557600.000123``). Seconds that
+    are not finite or whose nanoseconds an int64 cannot hold (beyond about 292 years from 1970)
+    raise ValueError, like text that is not a number."""
     m = _DECIMAL.fullmatch(text.strip())
     if m is None:
         try:  # exponent notation: float precision is all there is
-            return round(float(text) * 1e9)
+            seconds = float(text)
         except ValueError:
             raise ValueError(f"not a number of seconds: {text!r}") from None
+        ns = round(seconds * 1e9) if math.isfinite(seconds) else 2**63
+        if not -(2**63) <= ns < 2**63:
+            raise ValueError(f"seconds beyond int64 nanoseconds: {text!r}")
+        return ns
     whole, frac = m.groups()
     ns = int(whole) * 1_000_000_000 + int((frac or "0")[:9].ljust(9, "0"))
+    if ns >= 2**63:
+        raise ValueError(f"seconds beyond int64 nanoseconds: {text!r}")
     return -ns if text.strip().startswith("-") else ns
 
 

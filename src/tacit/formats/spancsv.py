@@ -10,8 +10,6 @@ the service, only the Kubernetes pod: the kind is left UNKNOWN for
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ import numpy as np
 from tacit.errors import InputError
 from tacit.formats.common import Paths, input_files
 from tacit.formats.fields import RecordReader
-from tacit.formats.textio import read_bytes, read_text
+from tacit.formats.textio import csv_rows, read_bytes
 from tacit.model.spans import UNKNOWN, SpanTable, SpanTableBuilder, concat, table_from_columns
 
 SUFFIXES = (".csv", ".csv.gz")
@@ -139,16 +137,15 @@ def _lines_match(data: bytes, rows: int) -> bool:
 
 def _read_rows(path: Path) -> SpanTable:
     src = str(path)
-    rows = csv.reader(io.StringIO(read_text(path), newline=""))
-    header = next(rows, None) or []
+    rows = csv_rows(path)
+    header = next(rows, (0, []))[1]
     missing = [c for c in COLUMNS if c not in header]
     if missing:
         raise InputError(f"not a span CSV: missing column(s) {', '.join(missing)}", path=src)
     builder = SpanTableBuilder(src)
-    for row in rows:
+    for line, row in rows:
         if not row:
             continue
-        line = rows.line_num
         r = RecordReader(src, f"line {line}")
         if len(row) != len(header):
             raise r.fail(f"{len(row)} fields, but the header has {len(header)}")

@@ -21,12 +21,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from tacit.errors import InputError
 from tacit.formats.socketevents import seconds_to_ns
 from tacit.formats.textio import read_text
-from tacit.model.columns import NONE, StringPool
+from tacit.model.columns import NONE, StringPool, typed_columns
 from tacit.model.tcp_info import TcpInfoTable
 
 MS = 1_000_000
@@ -210,14 +208,13 @@ class _Parser:
                 raise self.fail(lineno, f"malformed TCP statistic {tok!r}") from None
 
     def table(self) -> TcpInfoTable:
-        n = len(self.rows)
         for r in self.rows:
             if "rto" in r or "rtt" in r:
                 for name in ZERO_WHEN_ABSENT:
                     r.setdefault(name, 0)
-        cols: dict[str, np.ndarray] = {}
-        for name, dtype in TcpInfoTable.COLUMNS.items():
-            cols[name] = np.fromiter((r.get(name, NONE) for r in self.rows), dtype=dtype, count=n)
+        lists = {name: [r.get(name, NONE) for r in self.rows] for name in TcpInfoTable.COLUMNS}
+        lines = [f"line {r['line']}" for r in self.rows]
+        cols = typed_columns(lists, TcpInfoTable.COLUMNS, lines, self.source)
         return TcpInfoTable(self.strings, **cols)
 
 

@@ -16,8 +16,6 @@ RFC 3164 without a priority), and the message is what loghub calls ``Content``.
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +26,7 @@ import numpy as np
 
 from tacit.errors import ConfigError, InputError
 from tacit.formats.common import Paths, input_files
-from tacit.formats.textio import read_text
+from tacit.formats.textio import csv_rows, read_text
 from tacit.model.syslog_records import SyslogRecords
 
 SUFFIXES = (".log", ".log.gz", ".syslog", ".syslog.gz", ".txt", ".txt.gz")
@@ -246,7 +244,7 @@ class RpcDelays:
 
 def read_rpc_csv(path: str | Path) -> RpcDelays:
     """Read an RPC delay table; a missing column or a non-integer cell is an error naming it."""
-    rows = list(csv.reader(io.StringIO(read_text(path))))
+    rows = [row for _, row in csv_rows(path)]
     if not rows:
         raise InputError("empty RPC table", path=str(path))
     header = [h.strip() for h in rows[0]]
@@ -260,7 +258,10 @@ def read_rpc_csv(path: str | Path) -> RpcDelays:
             continue
         try:
             cells = [row[i].strip() for i in pos]
-            values = [int(cells[0]), cells[1], cells[2], int(cells[3]), int(cells[4])]
+            times = [int(cells[0]), int(cells[3]), int(cells[4])]
+            if not all(-(2**63) <= t < 2**63 for t in times):
+                raise ValueError("a time beyond int64 nanoseconds")
+            values = [times[0], cells[1], cells[2], times[1], times[2]]
         except (IndexError, ValueError) as e:
             raise InputError(f"bad RPC row ({e})", path=str(path), record=f"line {n}") from None
         for c, v in zip(cols, values, strict=True):
@@ -277,10 +278,21 @@ def read_rpc_csv(path: str | Path) -> RpcDelays:
 def read_loghub_truth(path: str | Path, lines: np.ndarray) -> np.ndarray:
     """The true template (``EventId``) of each of ``lines`` (1-based line numbers of the log)
     from a loghub ``*_structured.csv``; a line the table lacks is an error naming it."""
-    table = csv.DictReader(io.StringIO(read_text(path)))
-    if not table.fieldnames or not {"LineId", "EventId"} <= set(table.fieldnames):
+    rows = csv_rows(path)
+    header = next(rows, (0, []))[1]
+    if not {"LineId", "EventId"} <= set(header):
         raise InputError("not a loghub structured CSV (needs LineId, EventId)", path=str(path))
-    event = {int(row["LineId"]): row["EventId"] for row in table}
+    at, ev = header.index("LineId"), header.index("EventId")
+    event = {}
+    for line, row in rows:
+        if not row:
+            continue
+        try:
+            event[int(row[at])] = row[ev]
+        except (IndexError, ValueError):
+            raise InputError(
+                "no LineId or EventId", path=str(path), record=f"line {line}"
+            ) from None
     missing = [int(n) for n in lines if int(n) not in event]
     if missing:
         raise InputError("line has no true template", path=str(path), record=f"line {missing[0]}")

@@ -6,7 +6,9 @@ becomes one :class:`~tacit.errors.InputError` naming the file (and, for JSON, li
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import zlib
 from collections.abc import Generator, Iterator
@@ -69,6 +71,24 @@ def read_text(path: str | Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(f"not UTF-8 text (byte {e.start})", path=str(path)) from None
+
+
+def csv_rows(path: str | Path) -> Iterator[tuple[int, list[str]]]:
+    """(line, row) for every row of the CSV file ``path``, ``line`` being where the row ends
+    (a quoted field may hold newlines). A row the csv module cannot parse (a lone carriage
+    return in an unquoted field, a field past its size limit) is an :class:`InputError` naming
+    its line."""
+    reader = csv.reader(io.StringIO(read_text(path), newline=""))
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise InputError(
+                f"malformed CSV: {e}", path=str(path), record=f"line {reader.line_num}"
+            ) from None
+        yield reader.line_num, row
 
 
 def parse_json(text: str | bytes) -> Any:

@@ -2,14 +2,41 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
 
+from tacit.errors import InputError
+
 NONE = -1
 """The code of an absent string or row."""
+
+
+def typed_columns(
+    cols: Mapping[str, list],
+    dtypes: Mapping[str, npt.DTypeLike],
+    record: Sequence[int | str],
+    source: str | None,
+) -> dict[str, np.ndarray]:
+    """A builder's lists as numpy columns of their types. An integer the type cannot hold (a
+    time of 2**63 ns, or 1e23 written as an integer) is an :class:`InputError` naming the
+    source, the record (``record``: each row's, a number or a line) and the column."""
+    out = {}
+    for k, v in cols.items():
+        try:
+            out[k] = np.asarray(v, dtype=dtypes[k])
+        except OverflowError:
+            info = np.iinfo(dtypes[k])
+            row = next(i for i, x in enumerate(v) if not info.min <= x <= info.max)
+            raise InputError(
+                f"{k} {v[row]} out of range (an {np.dtype(dtypes[k]).name} holds "
+                f"{info.min} to {info.max})",
+                path=source,
+                record=record[row],
+            ) from None
+    return out
 
 
 class StringPool:

@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from tacit.model.columns import NONE, ColumnTable, StringPool, recode
+from tacit.model.columns import NONE, ColumnTable, StringPool, recode, typed_columns
 
 CONNECT, ACCEPT, SEND, RECV, CLOSE, BIND, LISTEN, SHUTDOWN = range(8)
 """Event kinds. Only SEND and RECV carry bytes; the others mark a socket's life."""
@@ -231,7 +231,7 @@ class SocketEventsBuilder:
         return len(self._cols["time"])
 
     def build(self) -> SocketEvents:
-        cols = {k: np.asarray(v, dtype=_COLUMNS[k]) for k, v in self._cols.items()}
+        cols = typed_columns(self._cols, _COLUMNS, self._cols["record"], self.source)
         cols["source"] = np.zeros(len(cols["time"]), dtype=np.int32)
         if len(cols["time"]):
             # Addresses and protocol learnt after an event are filled in (a socket has one local

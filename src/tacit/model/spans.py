@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tacit.errors import InputError
-from tacit.model.columns import NONE, ColumnTable, StringPool, recode
+from tacit.model.columns import NONE, ColumnTable, StringPool, recode, typed_columns
 from tacit.model.parents import climb
 
 __all__ = ["NONE", "StringPool"]  # re-exported: where spans' users have always found them
@@ -183,7 +183,7 @@ class SpanTableBuilder:
 
     def build(self) -> SpanTable:
         c = self._cols
-        cols = {k: np.asarray(v, dtype=_COLUMNS[k]) for k, v in c.items()}
+        cols = typed_columns(c, _COLUMNS, c["record"], self.source)
         parent, self.missing_parents = resolve_parents(
             cols["trace"],
             cols["span_id"],

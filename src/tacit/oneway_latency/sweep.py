@@ -136,10 +136,12 @@ def set_differences(
     index = np.unique(sent_in[sent_in >= 0])
     if not len(index):
         return index, np.zeros(0, np.int64)
+    # Counted per position in ``index``, not per interval number: a capture whose clock jumps
+    # by years must not allocate a count for every interval in between.
     every = np.concatenate(cells)
-    every = every[(every >= 0) & (every <= index[-1])]
-    counts = np.bincount(every, minlength=int(index[-1]) + 1)
-    return index, counts[index]
+    pos = np.minimum(np.searchsorted(index, every), len(index) - 1)
+    hit = index[pos] == every
+    return index, np.bincount(pos[hit], minlength=len(index))
 
 
 def difference_stream(

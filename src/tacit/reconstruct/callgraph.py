@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from tacit.config_fields import flag, number
+from tacit.config_fields import flag, number, read_yaml
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, StringPool
 from tacit.outputs import write_bytes
@@ -223,10 +223,7 @@ class CallGraph:
     @classmethod
     def load(cls, path: str | Path) -> CallGraph:
         """Read a call graph file (the form :meth:`to_yaml` writes)."""
-        try:
-            doc = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as e:
-            raise ConfigError(f"{path}: cannot read call graph: {e}") from None
+        doc = read_yaml(path)
         if not isinstance(doc, dict):
             raise ConfigError(f"{path}: a call graph is a mapping service -> endpoint -> calls")
         graphs = {}

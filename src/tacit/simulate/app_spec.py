@@ -39,9 +39,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tacit.config_fields import fields, flag, get, nonempty_list, number, text
+from tacit.config_fields import (
+    fields,
+    flag,
+    get,
+    nonempty_list,
+    number,
+    parse_yaml,
+    read_yaml,
+    text,
+)
 from tacit.errors import ConfigError
 
 BALANCE_POLICIES = ("round_robin", "random")
@@ -133,17 +140,8 @@ def load_app(path: str | Path | None = None) -> AppSpec:
     if path is None:
         source = "tacit.simulate/default_app.yaml"
         text = resources.files("tacit.simulate").joinpath("default_app.yaml").read_text()
-    else:
-        source = str(path)
-        try:
-            text = Path(path).read_text()
-        except OSError as e:
-            raise ConfigError(f"{source}: cannot read: {e.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: invalid YAML: {e}") from None
-    return parse_app(data, source)
+        return parse_app(parse_yaml(text, source), source)
+    return parse_app(read_yaml(path), str(path))
 
 
 def parse_app(data: Any, source: str = "<app>") -> AppSpec:
