@@ -81,3 +81,23 @@ def test_an_input_is_never_an_output(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="also an input"):
         refuse_input_as_output(src, [tmp_path])  # a directory of inputs holds it
     refuse_input_as_output(tmp_path / "new.json", [src])
+
+
+def test_sigterm_while_writing_leaves_the_previous_file_and_no_partial(tmp_path: Path) -> None:
+    """The command line turns SIGTERM into an exit that unwinds: the output being written is
+    removed, the previous one kept."""
+    out = tmp_path / "a.json"
+    out.write_bytes(b"old")
+    code = (
+        "import os, signal, sys, time\n"
+        "from tacit.cli.main import terminate\n"
+        "from tacit.outputs import atomic_output\n"
+        "signal.signal(signal.SIGTERM, terminate)\n"
+        "with atomic_output(sys.argv[1]) as f:\n"
+        "    f.write(b'x' * 4_000_000)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(5)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], check=False)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert out.read_bytes() == b"old" and os.listdir(tmp_path) == ["a.json"]

@@ -6,6 +6,7 @@ shows the traceback instead.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -28,6 +29,12 @@ experiment.register(app)
 diagnose.register(app)
 
 
+def terminate(signum: int, _frame: object) -> None:
+    """SIGTERM ends the command as an exception would, so that an output being written is
+    removed (:func:`tacit.outputs.atomic_output`) and the previous file stays as it was."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     """Entry point: run the app, turning tacit's errors into one line and exit code 2.
 
@@ -36,6 +43,7 @@ def main() -> None:
     debug = "--debug" in sys.argv
     if debug:
         sys.argv.remove("--debug")
+    signal.signal(signal.SIGTERM, terminate)
     try:
         app()
     except (TacitError, OSError) as e:
