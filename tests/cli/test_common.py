@@ -78,3 +78,11 @@ def test_every_command_refuses_out_of_range_numbers_in_one_line(tmp_path: Path):
         assert r.returncode == 2, (option, r.stderr)
         assert r.stderr.startswith(f"tacit: error: {option} must be"), (option, r.stderr)
         assert r.stderr.count("\n") == 1
+
+
+def test_flags_show_no_value_in_the_help(tmp_path: Path):
+    """A flag's help line has no ``<bool>`` that reads as if ``--json true`` were the usage."""
+    r = finish({"help": start("diagnose", "critical-path", "--help", cwd=tmp_path)})["help"]
+    lines = [line.lstrip("│ ") for line in r.stdout.splitlines()]
+    flags = [line for line in lines if line.startswith(("--json", "--blind"))]
+    assert len(flags) == 2 and not any("<bool>" in line for line in flags), flags

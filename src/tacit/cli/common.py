@@ -19,7 +19,14 @@ console = Console(stderr=True)
 out = Console()
 """Results: stdout."""
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+
+def flag(*names: str, **options: Any) -> Any:
+    """A boolean option (``typer.Option``) whose help shows no value: typer 0.29 with click 8.5
+    shows ``<bool>`` after every flag, which reads as if ``--json true`` were the usage."""
+    return typer.Option(*names, metavar="", **options)
+
+
+JsonOpt = Annotated[bool, flag("--json", help="Machine-readable JSON on stdout.")]
 
 UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 MAX_NS = 2**63 - 1

@@ -8,12 +8,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tacit.cli.common import SEED, JsonOpt, bounded, out, print_json
+from tacit.cli.common import SEED, JsonOpt, bounded, flag, out, print_json
 from tacit.errors import ConfigError
 
 TracesArg = Annotated[list[Path], typer.Argument(help="Trace files or directories.")]
 BlindOpt = Annotated[
-    bool, typer.Option("--blind", help="Blind the traces and reconstruct them with traceweaver.")
+    bool, flag("--blind", help="Blind the traces and reconstruct them with traceweaver.")
 ]
 SeedOpt = Annotated[int, typer.Option(callback=SEED, help="Seed of the random choice of requests.")]
 

@@ -15,6 +15,7 @@ from tacit.cli.common import (
     bounded,
     comma_list,
     console,
+    flag,
     out,
     parse_duration,
     print_json,
@@ -51,11 +52,11 @@ def _paths(traces: list[Path], input_format: str, blind: bool = False, weigh: bo
 
 BlindOpt = Annotated[
     bool,
-    typer.Option("--blind", help="Blind the traces and reconstruct them with TraceWeaver first."),
+    flag("--blind", help="Blind the traces and reconstruct them with TraceWeaver first."),
 ]
 WeighOpt = Annotated[
     bool,
-    typer.Option(
+    flag(
         "--weigh-links/--no-weigh-links",
         help="With --blind: expected contributions over the alternatives of uncertain links "
         "(off by default: on HotelReservation it agreed with the truth no better than the "

@@ -19,6 +19,7 @@ from tacit.cli.common import (
     JsonOpt,
     bounded,
     finite,
+    flag,
     out,
     print_json,
 )
@@ -53,7 +54,7 @@ def web(
         Path | None, typer.Option(help="Directory to keep the capture and client log in.")
     ] = None,
     pipelining: Annotated[
-        bool, typer.Option("--pipelining", help="Estimate with PirateParams.pipelining().")
+        bool, flag("--pipelining", help="Estimate with PirateParams.pipelining().")
     ] = False,
     json_out: JsonOpt = False,
 ) -> None:

@@ -17,6 +17,7 @@ from tacit.cli.common import (
     JsonOpt,
     bounded,
     console,
+    flag,
     out,
     print_json,
     progress_bar,
@@ -82,9 +83,7 @@ def simulate(
     ] = None,
     sweep: Annotated[
         bool,
-        typer.Option(
-            "--sweep", help="Error against set difference (0 … 10,000) instead of one run."
-        ),
+        flag("--sweep", help="Error against set difference (0 … 10,000) instead of one run."),
     ] = False,
     differences: Annotated[
         str | None,

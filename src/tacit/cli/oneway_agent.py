@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tacit.cli.common import SEED, bounded, console, finite, out, parse_duration
+from tacit.cli.common import SEED, bounded, console, finite, flag, out, parse_duration
 from tacit.errors import ConfigError
 from tacit.outputs import refuse_input_as_output
 
@@ -100,12 +100,12 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="Live capture: stop after this long.")
         ] = None,
         realtime: Annotated[
-            bool, typer.Option(help="Replay the file at the pace of its timestamps.")
+            bool, flag(help="Replay the file at the pace of its timestamps.")
         ] = False,
         output: Annotated[
             Path | None, typer.Option("--output", "-o", help="Also write JSON lines here.")
         ] = None,
-        json_out: Annotated[bool, typer.Option("--json", help="JSON lines on stdout.")] = False,
+        json_out: Annotated[bool, flag("--json", help="JSON lines on stdout.")] = False,
     ) -> None:
         """Run one agent of the two-point one-way latency service (RDA): capture, exchange
         synopses with the peer, publish each interval's mean and standard deviation."""

@@ -13,7 +13,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from tacit.cli.common import POSITIVE, JsonOpt, out, parse_duration, print_json
+from tacit.cli.common import POSITIVE, JsonOpt, flag, out, parse_duration, print_json
 from tacit.errors import ConfigError
 
 
@@ -39,7 +39,7 @@ def response(
     ] = None,
     truth: Annotated[
         bool,
-        typer.Option(
+        flag(
             "--truth",
             help="Score against the truth parsed from the other direction (HTTP/1.1, Redis, "
             "memcached) and show the RTT baselines.",
@@ -58,14 +58,14 @@ def response(
     epoch: Annotated[str | None, typer.Option(help="Epoch length, e.g. 1s.")] = None,
     pipelining: Annotated[
         bool,
-        typer.Option(
+        flag(
             "--pipelining",
             help="For clients with several requests in flight: gaps from a burst's first packet "
             "and an adaptive floor (not in the paper; see PirateParams).",
         ),
     ] = False,
     rows: Annotated[
-        bool, typer.Option("--rows", help="With --json: every estimate (connection, epoch).")
+        bool, flag("--rows", help="With --json: every estimate (connection, epoch).")
     ] = False,
     json_out: JsonOpt = False,
 ) -> None:

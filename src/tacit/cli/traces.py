@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tacit.cli.common import JsonOpt, bounded, comma_list, out, print_json, progress_bar
+from tacit.cli.common import JsonOpt, bounded, comma_list, flag, out, print_json, progress_bar
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT
 from tacit.outputs import refuse_input_as_output
@@ -234,7 +234,7 @@ def register(app: typer.Typer) -> None:
         out_path: Annotated[Path, typer.Option("--out", help="Blind spans (.jsonl[.gz]).")],
         in_end_order: Annotated[
             bool,
-            typer.Option(
+            flag(
                 help="Sorted by span end, as a collector streams them (what "
                 "'reconstruct --algorithm traceweaver-online' streams), not grouped by instance."
             ),
