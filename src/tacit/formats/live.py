@@ -54,8 +54,10 @@ class CaptureStats:
 def _pcapy():
     try:
         import pcapy
-    except ImportError as e:  # pragma: no cover - pcapy-ng is a dependency
-        raise ConfigError(f"live capture needs pcapy-ng (libpcap): {e}") from None
+    except ImportError as e:  # pragma: no cover - the test environment has the extra
+        raise ConfigError(
+            f"live capture and BPF filters need pcapy-ng (libpcap): pip install 'tacit[live]' ({e})"
+        ) from None
     return pcapy
 
 
