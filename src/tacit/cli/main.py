@@ -12,6 +12,8 @@ import sys
 import typer
 
 from tacit.cli import diagnose, experiment, latency, paths, traces
+from tacit.cli.common import console
+from tacit.compiled import kernels_cached
 from tacit.errors import TacitError
 
 app = typer.Typer(
@@ -44,6 +46,8 @@ def main() -> None:
     if debug:
         sys.argv.remove("--debug")
     signal.signal(signal.SIGTERM, terminate)
+    if sys.stderr.isatty() and not kernels_cached():
+        console.print("first run: compiling tacit's kernels (once; later runs reuse them)")
     try:
         app()
     except (TacitError, OSError) as e:
