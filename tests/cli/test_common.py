@@ -86,3 +86,18 @@ def test_flags_show_no_value_in_the_help(tmp_path: Path):
     lines = [line.lstrip("│ ") for line in r.stdout.splitlines()]
     flags = [line for line in lines if line.startswith(("--json", "--blind"))]
     assert len(flags) == 2 and not any("<bool>" in line for line in flags), flags
+
+
+def test_format_options_list_every_format(tmp_path: Path):
+    """The help of each --format names every format the command accepts."""
+    from tacit.formats import READ_FORMATS, WRITE_FORMATS
+
+    helps = finish(
+        {
+            "write": start("reconstruct", "--help", cwd=tmp_path),
+            "read": start("diagnose", "detect", "--help", cwd=tmp_path),
+        }
+    )
+    for name, formats in (("write", WRITE_FORMATS), ("read", READ_FORMATS)):
+        text = " ".join(helps[name].stdout.replace("│", " ").split())
+        assert all(f in text for f in formats), (name, formats, text)

@@ -24,7 +24,9 @@ from tacit.errors import ConfigError
 from tacit.outputs import refuse_input_as_output, write_bytes
 
 TracesArg = Annotated[list[Path], typer.Argument(help="Trace files or directories.")]
-FormatOpt = Annotated[str, typer.Option("--format", help="Input format (auto, jaeger, ...).")]
+FormatOpt = Annotated[
+    str, typer.Option("--format", help="Input format: auto, jaeger, zipkin, otlp, csv or blind.")
+]
 
 
 def register(app: typer.Typer) -> None:

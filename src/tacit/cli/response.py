@@ -53,7 +53,8 @@ def response(
         ),
     ] = "modes",
     gap_threshold: Annotated[
-        str | None, typer.Option(help="The gap threshold δ, e.g. 1ms or 50us (default: δ).")
+        str | None,
+        typer.Option(help="The gap threshold δ, e.g. 1ms or 50us (default: 1ms, tacit's choice)."),
     ] = None,
     epoch: Annotated[str | None, typer.Option(help="Epoch length, e.g. 1s.")] = None,
     pipelining: Annotated[

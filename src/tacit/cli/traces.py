@@ -145,7 +145,9 @@ def register(app: typer.Typer) -> None:
         algorithm: Annotated[
             str, typer.Option(help="traceweaver, wap5, fcfs, vpath or traceweaver-online.")
         ] = ("traceweaver"),
-        output_format: Annotated[str, typer.Option("--format", help="jaeger or otlp.")] = "jaeger",
+        output_format: Annotated[
+            str, typer.Option("--format", help="jaeger, otlp or zipkin.")
+        ] = "jaeger",
         json_out: JsonOpt = False,
     ) -> None:
         """Reconstruct traces from spans without identifiers and write them out.
