@@ -234,3 +234,30 @@ def test_malformed_json_names_the_file_and_line(tmp_path: Path, reader) -> None:
     with pytest.raises(InputError, match="malformed JSON at line 3") as e:
         reader(path)
     assert str(e.value).startswith(str(path))
+
+
+def test_a_directory_file_that_holds_no_spans_is_counted_not_fatal(tmp_path: Path) -> None:
+    """A fault list beside the traces (as Nezha's days have) is left out and counted; named
+    directly, it is still an error, and so is a broken file of a span format."""
+    from tacit.formats import SKIPPED_FILES, observe
+
+    day = tmp_path / "day"
+    day.mkdir()
+    write_traces(day / "a.json", sample_table())
+    (day / "fault_list.json").write_text('{"faults": []}')
+    observed, _ = observe([day])
+    whole, _ = observe([day / "a.json"])
+    assert len(observed.spans) == len(whole.spans) > 0
+    assert observed.accounting[SKIPPED_FILES] == 1 and SKIPPED_FILES not in whole.accounting
+    with pytest.raises(InputError, match="unknown span format"):
+        observe([day / "fault_list.json"])
+    with pytest.raises(InputError, match="unknown span format"):
+        read_spans([day])  # a caller that does not collect skipped files is told
+    (day / "b.json").write_text('{"data": [{"traceID": ')
+    with pytest.raises(InputError, match=r"b\.json"):
+        observe([day])
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "fault_list.json").write_text("[1, 2]")
+    with pytest.raises(InputError, match="no span files"):
+        observe([alone])

@@ -27,6 +27,7 @@ from tacit.model.spans import SpanTable, concat
 
 __all__ = [
     "READ_FORMATS",
+    "SKIPPED_FILES",
     "STREAM_WRITE_FORMATS",
     "SUFFIXES",
     "WRITE_FORMATS",
@@ -65,28 +66,55 @@ WRITE_FORMATS = tuple(_WRITERS)
 STREAM_WRITE_FORMATS = tuple(_STREAM_WRITERS)
 
 
-def read_spans(paths: Paths, format: str = "auto") -> SpanTable:
+def read_spans(paths: Paths, format: str = "auto", skipped: list[Path] | None = None) -> SpanTable:
     """Read span files (or directories of them) into one table.
 
     ``format`` is one of :data:`READ_FORMATS`; with ``auto`` each file's format is detected by
     :func:`detect_format`, so one call may mix formats. A JSON document is parsed only once.
+    With ``skipped`` given, a file in a named directory whose content is no span format (a
+    fault list beside the traces, say) is left out and appended to ``skipped``, instead of
+    ending the run; a file named directly, or a broken file of a span format, is an error.
     """
     if format not in READ_FORMATS:
         raise ConfigError(f"unknown trace format {format!r}: expected one of {READ_FORMATS}")
     if format != "auto":
         return _reader(format)(paths)
     tables = []
-    for f in input_files(paths, SUFFIXES):
-        fmt, doc = _detect(f)
-        tables.append(_DOCUMENT_READERS[fmt](f, doc) if doc is not None else _reader(fmt, f)([f]))
+    for p in paths if isinstance(paths, list) else [paths]:
+        in_dir = Path(p).is_dir()
+        for f in input_files([p], SUFFIXES):
+            try:
+                fmt, doc = _detect(f)
+            except _NotSpans:
+                if skipped is None or not in_dir:
+                    raise
+                skipped.append(f)
+                continue
+            tables.append(
+                _DOCUMENT_READERS[fmt](f, doc) if doc is not None else _reader(fmt, f)([f])
+            )
+    if not tables:
+        raise InputError(
+            "no span files among the inputs", path=", ".join(map(str, skipped or [])) or None
+        )
     return concat(tables)
 
 
+SKIPPED_FILES = "files in the input directories that hold no spans (skipped)"
+"""The :attr:`Observed.accounting` key of the files :func:`observe` left out."""
+
+
 def observe(paths: list[str | Path] | SpanTable, format: str = "auto") -> tuple[Observed, float]:
-    """Read (unless given a table) and infer roles; returns the observation and seconds taken."""
+    """Read (unless given a table) and infer roles; returns the observation and seconds taken.
+    Files in input directories that hold no spans are left out and counted in the accounting
+    (:data:`SKIPPED_FILES`)."""
     t0 = time.perf_counter()
-    spans = paths if isinstance(paths, SpanTable) else read_spans(list(paths), format)
-    return infer_roles(spans), time.perf_counter() - t0
+    skipped: list[Path] = []
+    spans = paths if isinstance(paths, SpanTable) else read_spans(list(paths), format, skipped)
+    observed = infer_roles(spans)
+    if skipped:
+        observed.accounting[SKIPPED_FILES] = len(skipped)
+    return observed, time.perf_counter() - t0
 
 
 def detect_format(path: str | Path) -> str:
@@ -126,11 +154,15 @@ def _detect(path: str | Path) -> tuple[str, Any]:
         fmt = _json_format(doc)
         if fmt is not None:
             return fmt, doc
-    raise InputError(
+    raise _NotSpans(
         "unknown span format: expected a CSV span table, blind-span JSON lines, "
         "or a Jaeger, Zipkin v2 or OTLP JSON document",
         path=str(path),
     )
+
+
+class _NotSpans(InputError):
+    """A file whose content is none of the span formats."""
 
 
 def _first_object(line: str) -> Any:
