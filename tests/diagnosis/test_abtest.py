@@ -141,3 +141,15 @@ def test_a_cycle_of_parents_is_an_input_error_naming_the_trace():
     spans.parent[0] = 4  # the root now hangs under its own grandchild's subtree
     with pytest.raises(InputError, match="trace t0: parent links form a cycle"):
         ab_traces(spans, "b")
+
+
+def test_the_effect_is_the_ratio_of_the_geometric_means_shown():
+    """With one very slow request in B, B's arithmetic mean is far above A's while B is
+    faster in the geometric mean the test compares: the effect follows the latter."""
+    from tacit.diagnosis.abtest import welch
+
+    a = np.full(200, 10_000_000.0) * np.exp(np.linspace(-0.1, 0.1, 200))
+    b = np.r_[np.full(49, 9_000_000.0), 300_000_000.0]
+    r = welch("x", a, b)
+    assert r.mean_b_ms > r.mean_a_ms and r.effect < 0
+    assert r.effect == pytest.approx(r.geomean_b_ms / r.geomean_a_ms - 1)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tacit.cli.common import SEED, JsonOpt, bounded, flag, out, print_json
+from tacit.cli.common import SEED, JsonOpt, bounded, console, flag, out, print_json
 from tacit.errors import ConfigError
 
 TracesArg = Annotated[list[Path], typer.Argument(help="Trace files or directories.")]
@@ -176,16 +176,21 @@ def register(app: typer.Typer) -> None:
             f" of {'self time' if basis == 'self' else 'end-to-end latency'}"
             f"{' (expected)' if basis == 'e2e-mean' else ''}"
         )
-        for col in ("comparison", "n A", "n B", "mean A ms", "mean B ms", "effect", "p"):
+        columns = ("comparison", "n A", "n B", "geo. mean A ms", "geo. mean B ms", "effect", "p")
+        for col in columns:
             t.add_column(col, justify="left" if col == "comparison" else "right")
         for r in results:
             t.add_row(
                 r.method,
                 str(r.n_a),
                 str(r.n_b),
-                f"{r.mean_a_ms:.2f}",
-                f"{r.mean_b_ms:.2f}",
+                f"{r.geomean_a_ms:.2f}",
+                f"{r.geomean_b_ms:.2f}",
                 f"{100 * r.effect:+.1f}%",
                 f"{r.p:.3g}",
             )
         out.print(t)
+        console.print(
+            "effect: B's geometric mean over A's (Welch's t-test on log latency); "
+            "arithmetic means are in --json"
+        )

@@ -69,13 +69,19 @@ expected latency of B's requests (module docstring)."""
 
 @dataclass
 class ABResult:
-    """One comparison: sample sizes, mean latencies (ms), relative effect, t and p."""
+    """One comparison: sample sizes, mean latencies (ms), relative effect, t and p.
+
+    The test compares log latencies, so ``effect`` is the ratio of the geometric means
+    (``geomean_b_ms / geomean_a_ms - 1``); the arithmetic means can differ in sign from it
+    when a few slow requests dominate one group."""
 
     method: str
     n_a: int
     n_b: int
     mean_a_ms: float
     mean_b_ms: float
+    geomean_a_ms: float
+    geomean_b_ms: float
     effect: float
     t: float
     p: float
@@ -181,14 +187,17 @@ def welch(method: str, a: np.ndarray, b: np.ndarray) -> ABResult:
     if len(a) < 2 or len(b) < 2:
         raise ConfigError(f"{method}: need two samples of at least 2 (got {len(a)} and {len(b)})")
     a, b = np.maximum(a, 1), np.maximum(b, 1)  # a span cut to nothing: 1 ns, the resolution
-    t, p = stats.ttest_ind(np.log(b), np.log(a), equal_var=False)
+    log_a, log_b = np.log(a), np.log(b)
+    t, p = stats.ttest_ind(log_b, log_a, equal_var=False)
     return ABResult(
         method=method,
         n_a=len(a),
         n_b=len(b),
         mean_a_ms=float(a.mean() / 1e6),
         mean_b_ms=float(b.mean() / 1e6),
-        effect=float(np.exp(np.log(b).mean() - np.log(a).mean()) - 1),
+        geomean_a_ms=float(np.exp(log_a.mean()) / 1e6),
+        geomean_b_ms=float(np.exp(log_b.mean()) / 1e6),
+        effect=float(np.exp(log_b.mean() - log_a.mean()) - 1),
         t=float(t),
         p=float(p),
     )
