@@ -25,3 +25,16 @@ def table(rows: list[tuple]) -> SpanTable:
         link=[NONE] * n,
         record=list(range(n)),
     )
+
+
+def span_key(t: SpanTable, r: int) -> tuple:
+    """What identifies span ``r`` of ``t`` whatever its ids and row: where it ran, its kind and
+    its times (for matching the spans of two tables)."""
+    return (
+        t.name("service", r),
+        t.name("instance", r),
+        t.name("endpoint", r),
+        int(t.kind[r]),
+        int(t.start[r]),
+        int(t.end[r]),
+    )

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from spanrows import span_key
 from tacit.errors import InputError
 from tacit.formats import detect_format, read_spans
 from tacit.formats.blind import (
@@ -34,17 +35,6 @@ def simulated() -> SpanTable:
 @pytest.fixture(scope="module")
 def blind(simulated: SpanTable) -> SpanTable:
     return infer_roles(simulated).without_truth()
-
-
-def key(t: SpanTable, r: int) -> tuple:
-    return (
-        t.name("service", r),
-        t.name("instance", r),
-        t.name("endpoint", r),
-        int(t.kind[r]),
-        int(t.start[r]),
-        int(t.end[r]),
-    )
 
 
 def test_file_carries_no_identifiers(
@@ -75,10 +65,10 @@ def test_round_trip(blind: SpanTable, tmp_path: Path) -> None:
     assert (back.trace == NONE).all() and (back.span_id == NONE).all()
     assert (back.parent == NONE).all()
 
-    keys = [key(blind, r) for r in range(len(blind))]
+    keys = [span_key(blind, r) for r in range(len(blind))]
     assert len(set(keys)) == len(keys)  # so that rows can be matched by content
     row_of = {k: r for r, k in enumerate(keys)}
-    back_rows = np.array([row_of[key(back, r)] for r in range(len(back))])
+    back_rows = np.array([row_of[span_key(back, r)] for r in range(len(back))])
     assert sorted(back_rows.tolist()) == list(range(len(blind)))
     for r in range(len(back)):
         o = back_rows[r]

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from spanrows import span_key
 from tacit.formats.blind import read_blind_chunks, write_blind
 from tacit.model.roles import infer_roles
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
@@ -36,17 +37,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory):
     return d, blind, graph
 
 
-def key(t: SpanTable, r: int) -> tuple:
-    return (
-        t.name("service", r),
-        t.name("instance", r),
-        t.name("endpoint", r),
-        int(t.kind[r]),
-        int(t.start[r]),
-        int(t.end[r]),
-    )
-
-
 def canonical(batches: list[tuple[SpanTable, dict[int, dict]]]) -> dict:
     """Per span (by content): its parent's key, its trace's spans, and its tags with the
     alternatives' span ids replaced by the spans they name."""
@@ -54,19 +44,19 @@ def canonical(batches: list[tuple[SpanTable, dict[int, dict]]]) -> dict:
     rows = []
     for t, tags in batches:
         for r in range(len(t)):
-            by_id[t.name("span_id", r)] = key(t, r)
+            by_id[t.name("span_id", r)] = span_key(t, r)
             rows.append((t, r, tags[r]))
     trace_of: dict[tuple, set] = {}
     for t, r, _ in rows:
-        trace_of.setdefault((id(t), int(t.trace[r])), set()).add(key(t, r))
+        trace_of.setdefault((id(t), int(t.trace[r])), set()).add(span_key(t, r))
     out = {}
     for t, r, tag in rows:
         tag = dict(tag)
         alts = json.loads(tag.pop("tacit.alternatives", "[]"))
         tag["alternatives"] = [(by_id[a], s) for a, s in alts]
         p = int(t.parent[r])
-        out[key(t, r)] = (
-            None if p == NONE else key(t, p),
+        out[span_key(t, r)] = (
+            None if p == NONE else span_key(t, p),
             frozenset(trace_of[(id(t), int(t.trace[r]))]),
             tag,
         )
