@@ -20,14 +20,18 @@ import asyncio
 import contextlib
 import json
 import multiprocessing
-import socket
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from oneway_agents import recording_proxy, sender_handshake_bytes
+from tacit.experiment.memcached import free_port
 from tacit.oneway_latency.agent import Agent, AgentParams
 from tacit.oneway_latency.capture_sources import PcapSource
-from tacit.oneway_latency.protocol import HEADER, MAX_PAYLOAD, VERSION, Channel, MessageType, Role
+from tacit.oneway_latency.protocol import HEADER, MAX_PAYLOAD, VERSION, MessageType
 from tacit.oneway_latency.simulate import StreamParams, simulate_stream, write_captures
 
 KEY = b"bench key of the two agents"
@@ -35,12 +39,6 @@ PARAMS = AgentParams(retention_ns=60 * 10**9)
 ATTACKERS = 20
 REPLAYS = 20
 MB = 2**20
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_bytes(pid: int) -> tuple[int, int]:
@@ -123,37 +121,12 @@ async def _attack(port: int) -> list[tuple[int, bool]]:
 async def replayed_handshake(captures: tuple[Path, Path]) -> dict:
     """The sender goes through a proxy that records its bytes; once its handshake has passed,
     its later frames wait while the handshake is replayed into new connections."""
-    config = PARAMS.config()
-    sizes = Channel(KEY, connector=True)
-    hello = sizes.hello(Role.SENDER)
-    handshake_bytes = len(hello) + HEADER.size + 32 + 32 + HEADER.size + 32 + 32
-    handshake_bytes += len(json.dumps(config, sort_keys=True, separators=(",", ":")))
-    recorded = bytearray()
-    release = asyncio.Event()
+    handshake_bytes = sender_handshake_bytes(PARAMS)
+    start, recorded, release = recording_proxy(handshake_bytes)
     port = free_port()
     receiver = Agent("receiver", ("127.0.0.1", port), KEY, PcapSource(captures[1]), PARAMS)
     await receiver.listen()
-
-    async def handle(cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
-        sr, sw = await asyncio.open_connection("127.0.0.1", port)
-
-        async def pump(src, dst, record: bool) -> None:
-            try:
-                while data := await src.read(4096):
-                    if record:
-                        if len(recorded) >= handshake_bytes:
-                            await release.wait()
-                        recorded.extend(data)
-                    dst.write(data)
-                    await dst.drain()
-            finally:
-                cw.close()
-                sw.close()
-
-        await asyncio.gather(pump(cr, sw, True), pump(sr, cw, False), return_exceptions=True)
-
-    proxy = await asyncio.start_server(handle, "127.0.0.1", 0)
-    proxy_port = proxy.sockets[0].getsockname()[1]
+    proxy_port = await start(port)
     sender = Agent("sender", ("127.0.0.1", proxy_port), KEY, PcapSource(captures[0]), PARAMS)
     outcomes: list[bool] = []
 
@@ -178,7 +151,6 @@ async def replayed_handshake(captures: tuple[Path, Path]) -> dict:
     replaying = asyncio.create_task(replay())
     t0 = time.perf_counter()
     await asyncio.gather(receiver.run(), sender.run(), replaying)
-    proxy.close()
     rows = [r for r in receiver.records if "interval" in r]
     complete = sum(r["status"] == "complete" for r in rows)
     return {

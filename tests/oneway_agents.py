@@ -4,15 +4,17 @@ their per-interval results checked against the per-packet truth and central RDA.
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import numpy as np
 
+from oneway_channels import handshake
+from tacit.experiment.memcached import free_port
 from tacit.formats.pcap import read_packets
 from tacit.oneway_latency.agent import Agent, AgentParams
 from tacit.oneway_latency.capture_sources import PcapSource
 from tacit.oneway_latency.intervals import IntervalSplit, pipeline
+from tacit.oneway_latency.protocol import Channel
 from tacit.oneway_latency.rda import rda_interval
 from tacit.oneway_latency.stream import PacketStream
 from tacit.oneway_latency.truth import latency_truth
@@ -24,12 +26,6 @@ FAST = AgentParams(retention_ns=20 * 10**9)
 def stream(path: Path) -> PacketStream:
     p = read_packets(path).packets
     return PacketStream(p.ident, p.time)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def pair(
@@ -95,3 +91,42 @@ def check_against_truth(pcaps, sender: Agent, receiver: Agent, params: AgentPara
     assert abs(np.mean(std_error)) <= 0.05
     assert sum(row["late"] for row in mine.values()) > 0
     assert sum(row["lost"] for row in mine.values()) > 0
+
+
+def sender_handshake_bytes(params: AgentParams) -> int:
+    """What a sender sends before its first measurement frame: its hello, its proof and its
+    configuration."""
+    a, b = Channel(KEY, connector=True), Channel(KEY, connector=False)
+    frames = handshake(a, b)
+    return len(frames[0]) + len(frames[2]) + len(a.config_frame(params.config()))
+
+
+def recording_proxy(handshake_bytes: int):
+    """A TCP proxy that records what the sender sends and, once the sender's handshake has
+    passed, holds the rest until ``release`` is set."""
+    recorded = bytearray()
+    release = asyncio.Event()
+
+    async def start(target: int) -> int:
+        async def handle(cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+            sr, sw = await asyncio.open_connection("127.0.0.1", target)
+
+            async def pump(src, dst, record: bool) -> None:
+                try:
+                    while data := await src.read(4096):
+                        if record:
+                            if len(recorded) >= handshake_bytes:
+                                await release.wait()
+                            recorded.extend(data)
+                        dst.write(data)
+                        await dst.drain()
+                finally:
+                    cw.close()
+                    sw.close()
+
+            await asyncio.gather(pump(cr, sw, True), pump(sr, cw, False), return_exceptions=True)
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        return server.sockets[0].getsockname()[1]
+
+    return start, recorded, release

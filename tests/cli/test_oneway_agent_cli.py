@@ -5,23 +5,17 @@ one line and exit code 2."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 
 from clirun import finish, start
 from oneway_streams import agent_captures
+from tacit.experiment.memcached import free_port
 from tacit.formats.pcap import read_packets
 from tacit.oneway_latency.intervals import IntervalParams, IntervalSplit, pipeline
 from tacit.oneway_latency.rda import RDAParams, rda_interval
 from tacit.oneway_latency.stream import PacketStream
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,9 @@ import dataclasses
 
 import pytest
 
-from oneway_agents import FAST, KEY, check_against_truth, free_port, intervals, pair, stream
+from oneway_agents import FAST, KEY, check_against_truth, intervals, pair, stream
 from tacit.errors import InputError
+from tacit.experiment.memcached import free_port
 from tacit.oneway_latency.agent import Agent, AgentParams
 from tacit.oneway_latency.capture_sources import PcapSource
 from tacit.oneway_latency.intervals import IntervalParams, IntervalSplit, pipeline

@@ -12,8 +12,14 @@ import gc
 import tracemalloc
 from pathlib import Path
 
-from oneway_agents import FAST, KEY, check_against_truth, pair
-from oneway_channels import handshake
+from oneway_agents import (
+    FAST,
+    KEY,
+    check_against_truth,
+    pair,
+    recording_proxy,
+    sender_handshake_bytes,
+)
 from tacit.oneway_latency.agent import Agent, AgentParams
 from tacit.oneway_latency.capture_sources import PcapSource
 from tacit.oneway_latency.protocol import (
@@ -110,44 +116,11 @@ def test_no_configuration_before_the_peer_proves_the_key(pcaps) -> None:
     assert after_bad_proof == b"" and forged == b""  # closed, nothing more said
 
 
-def recording_proxy(handshake_bytes: int):
-    """A TCP proxy that records what the sender sends and, once the sender's handshake has
-    passed, holds the rest until ``release`` is set."""
-    recorded = bytearray()
-    release = asyncio.Event()
-
-    async def start(target: int) -> int:
-        async def handle(cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
-            sr, sw = await asyncio.open_connection("127.0.0.1", target)
-
-            async def pump(src, dst, record: bool) -> None:
-                try:
-                    while data := await src.read(4096):
-                        if record:
-                            if len(recorded) >= handshake_bytes:
-                                await release.wait()
-                            recorded.extend(data)
-                        dst.write(data)
-                        await dst.drain()
-                finally:
-                    cw.close()
-                    sw.close()
-
-            await asyncio.gather(pump(cr, sw, True), pump(sr, cw, False), return_exceptions=True)
-
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        return server.sockets[0].getsockname()[1]
-
-    return start, recorded, release
-
-
 def test_a_replayed_handshake_neither_authenticates_nor_displaces_the_sender(pcaps) -> None:
     """The sender's handshake, captured on the wire, is replayed ten times while the sender is
     connected (its later frames held back meanwhile): every replay is refused at its proof, the
     sender keeps its one connection, and every interval is measured."""
-    a, b = Channel(KEY, connector=True), Channel(KEY, connector=False)
-    frames = handshake(a, b)
-    handshake_bytes = len(frames[0]) + len(frames[2]) + len(a.config_frame(FAST.config()))
+    handshake_bytes = sender_handshake_bytes(FAST)
     start, recorded, release = recording_proxy(handshake_bytes)
     refused: list[bytes | None] = []
     replays = []
