@@ -11,10 +11,11 @@ import pytest
 from tcp_conversations import MS, T0, Conversation, capture
 
 from tacit.errors import ConfigError, InputError
+from tacit.formats.exchanges import ExchangeParams
 from tacit.formats.pcap import read_packets
 from tacit.model.messages import MISSING
 from tacit.model.packets import ACK, FIN, PSH
-from tacit.response_latency.truth import TruthParams, request_truth
+from tacit.response_latency.truth import request_truth
 
 
 def rows(truth, column: str) -> list:
@@ -245,7 +246,7 @@ def test_protocol_by_content_server_option_and_bad_arguments(tmp_path: Path) -> 
     with pytest.raises(ConfigError):
         request_truth(read, protocol="smtp")
     with pytest.raises(ConfigError):
-        TruthParams(ports={1: "smtp"})
+        ExchangeParams(ports={1: "smtp"})
     with pytest.raises(InputError, match="payloads=True"):
         request_truth(read_packets(tmp_path / "c.pcap"))
 
@@ -293,6 +294,10 @@ def test_real_http_bro_org(shared_data: Path) -> None:
     check_accounting(truth)
     assert truth.accounting.connections == {"http": 13}
     assert truth.accounting.requests >= 13 and truth.accounting.unanswered == 0
-    assert set(truth.strings.values) == {"GET"}
+    assert {truth.strings[k] for k in truth.command} == {"GET"}
+    targets = [truth.strings[k] for k in truth.target]
+    assert all(t.startswith("/") for t in targets) and "/css/pygments.css" in targets
+    statuses = set(truth.status.tolist())
+    assert statuses <= {200, 301, 302, 304, 404} and 200 in statuses
     # The server is across the Internet: every response takes longer than the handshake RTT.
     assert np.nanmin(truth.response_latency) > 50 * MS

@@ -3,7 +3,7 @@ Vannarth Shobhana et al., "Measuring (Round-Trip) Response Latencies Under Asymm
 Routing", arXiv 2505.14358).
 
 - :mod:`~.params`: :class:`PirateParams`, the defaults and where they come from.
-- :mod:`~.flows`: connections and their client-to-server direction.
+- connections and their client-to-server direction: :mod:`tacit.formats.connections`.
 - :mod:`~.gaps`: packet buckets and inter-packet gaps with the §3.4 heuristics.
 - :mod:`~.mode_sum`: Algorithm 2 as published, the proportional mode sum (the default).
 - :mod:`~.modes`: tacit's centre-tracking histogram (``algorithm="centres"``).
@@ -35,13 +35,6 @@ from tacit.response_latency.evaluate import (
     trigger_from_completions,
     trigger_from_triggered,
 )
-from tacit.response_latency.flows import (
-    DECISIONS,
-    ConnectionRegistry,
-    Connections,
-    ConnectionTable,
-    connections,
-)
 from tacit.response_latency.gaps import BUCKETS
 from tacit.response_latency.maglev import MaglevParams, MaglevTable, disruption
 from tacit.response_latency.mode_sum import ModeSumHistogram
@@ -49,16 +42,12 @@ from tacit.response_latency.modes import ModeHistogram
 from tacit.response_latency.params import PirateParams
 from tacit.response_latency.rtt_baselines import RttSamples, rtt_samples
 from tacit.response_latency.timers import timer_gaps_ns
-from tacit.response_latency.truth import RequestTruth, TruthParams, request_truth
+from tacit.response_latency.truth import RequestTruth, request_truth
 from tacit.response_latency.watermark import WatermarkController, WatermarkParams
 
 __all__ = [
     "ALGORITHMS",
     "BUCKETS",
-    "DECISIONS",
-    "ConnectionRegistry",
-    "ConnectionTable",
-    "Connections",
     "ErrorSummary",
     "MaglevParams",
     "MaglevTable",
@@ -70,11 +59,9 @@ __all__ = [
     "ResponseEstimates",
     "RttSamples",
     "StreamingEstimator",
-    "TruthParams",
     "WatermarkController",
     "WatermarkParams",
     "concat_estimates",
-    "connections",
     "disruption",
     "estimate_batches",
     "estimate_response_latency",

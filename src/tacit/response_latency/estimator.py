@@ -35,8 +35,8 @@ from numba import njit
 
 from tacit.compiled import grown
 from tacit.errors import ConfigError
+from tacit.formats.connections import ConnectionRegistry, ConnectionTable
 from tacit.model.packets import NO_TIME, TCP, PacketTable
-from tacit.response_latency.flows import ConnectionRegistry, ConnectionTable
 from tacit.response_latency.gaps import BUCKETS, NO_GAP, USED, next_gap, packet_kinds
 from tacit.response_latency.mode_sum import (
     add_gap_published,

@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tacit.formats.connections import Connections
 from tacit.model.packets import FIN, NO_TIME, RST, SYN, TCP, UDP
-from tacit.response_latency.flows import Connections
 from tacit.response_latency.params import PirateParams
 
 BUCKETS = (

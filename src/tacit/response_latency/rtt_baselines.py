@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tacit.formats.exchanges import Connection, tcp_connections
 from tacit.model.packets import ACK, SYN, PacketTable
-from tacit.response_latency.truth import ConnectionTruth, tcp_connections
 
 METHODS = ("seq_ack", "timestamp", "handshake")
 SEQ_ACK, TIMESTAMP, HANDSHAKE = range(3)
@@ -52,7 +52,7 @@ class RttSamples:
     rtt: np.ndarray
     method: np.ndarray
     far_end: np.ndarray
-    connections: list[ConnectionTruth]
+    connections: list[Connection]
 
     def __len__(self) -> int:
         return len(self.rtt)
@@ -77,7 +77,7 @@ class RttSamples:
 def rtt_samples(p: PacketTable, server: str | None = None) -> RttSamples:
     """Every RTT sample of every TCP connection of ``p`` by the three methods (module
     docstring). ``server`` tells client from server as in
-    :func:`~tacit.response_latency.truth.tcp_connections`."""
+    :func:`~tacit.formats.exchanges.tcp_connections`."""
     conns = tcp_connections(p, server)
     rows = np.concatenate([np.concatenate([c, s]) for _, c, s in conns] or [np.empty(0, int)])
     conn = np.repeat(np.arange(len(conns)), [len(c) + len(s) for _, c, s in conns])

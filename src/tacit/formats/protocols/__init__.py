@@ -2,10 +2,11 @@
 each: HTTP/1.1 (:mod:`.http1`), Redis RESP (:mod:`.resp`), memcached text (:mod:`.memcached`).
 
 Each module has ``requests(stream, max_line, pos)``, a generator of the client's messages, and
-``responses(stream, requests, max_line, skipper, pos)``, one (first byte, end) per request that
-expects an answer, in order; both raise :class:`~.common.Stop` where the stream cannot be parsed
-on. :data:`PARSERS` dispatches by name, :data:`SNIFF` tells a protocol from a client's first
-bytes, :data:`RESYNC` says where a response may be found again after a gap.
+``responses(stream, requests, max_line, skipper, pos)``, one (first byte, end, status; -1 when
+the protocol has none) per request that expects an answer, in order; both raise
+:class:`~.common.Stop` where the stream cannot be parsed on. :data:`PARSERS` dispatches by
+name, :data:`SNIFF` tells a protocol from a client's first bytes, :data:`RESYNC` says where a
+response may be found again after a gap.
 
 Hand-written parsers rather than h11/hiredis: the callers need the stream offset of each
 message's first and last byte under pipelining, which those libraries do not expose, and the
@@ -41,8 +42,13 @@ SNIFF: tuple[tuple[str, re.Pattern], ...] = (
 RESYNC: dict[str, re.Pattern] = {HTTP: http1.RESYNC}
 """Where a response may start, for protocols whose responses can be found again after a gap."""
 
+EXCHANGES: dict[str, Callable] = {}
+"""Per multiplexing protocol, ``exchanges(client, server, skipper)``: every exchange of a
+connection from both streams at once."""
+
 __all__ = [
     "CUT",
+    "EXCHANGES",
     "GAP",
     "HTTP",
     "MEMCACHED",

@@ -49,11 +49,17 @@ def skip_block(s: ByteStream, pos: int, n: int, crlf: bool) -> int:
 
 @dataclass
 class Message:
+    """A request at stream offsets ``[start, end)``: its method or command, whether it expects a
+    response, what its protocol's response parser needs to know (``info``), and for HTTP its
+    target and header fields (lower-case names)."""
+
     start: int
     end: int
     command: str = ""
     expects: bool = True
     info: object = None
+    target: str | None = None
+    headers: dict[str, str] | None = None
 
 
 def find(pattern: re.Pattern, s: ByteStream, pos: int) -> int:

@@ -1,9 +1,9 @@
 """HTTP/1.1 (RFC 9112): requests and responses framed by their headers, pipelined or not.
 
 The parsers are generators over one stream from offset ``pos``: requests yield
-:class:`~.common.Message`, responses (first byte, end) per request that expects one, 1xx interim
-responses included. They raise :class:`~.common.Stop` where they cannot go on; what they yielded
-before is kept."""
+:class:`~.common.Message` (with the request target and header fields), responses (first byte,
+end, status) per request that expects one, 1xx interim responses included. They raise
+:class:`~.common.Stop` where they cannot go on; what they yielded before is kept."""
 
 from __future__ import annotations
 
@@ -34,8 +34,11 @@ def _head(s: ByteStream, pos: int, max_line: int) -> tuple[list[bytes], int]:
     return s.data[pos:end].split(b"\r\n"), end + 4
 
 
-def _body(s: ByteStream, lines: list[bytes], pos: int, max_line: int) -> int | None:
-    """The end of a body framed by its headers (RFC 9112 §6.3), None when it has no framing."""
+def _body(
+    s: ByteStream, lines: list[bytes], pos: int, max_line: int, fields: dict | None = None
+) -> int | None:
+    """The end of a body framed by its headers (RFC 9112 §6.3), None when it has no framing;
+    the header fields go into ``fields`` (lower-case names, the last value of a repeated one)."""
     length: int | None = None
     chunked = False
     for line in lines[1:]:
@@ -43,6 +46,8 @@ def _body(s: ByteStream, lines: list[bytes], pos: int, max_line: int) -> int | N
         name = name.strip().lower()
         if not sep:
             raise Stop("malformed header line", pos)
+        if fields is not None:
+            fields[name.decode("latin-1")] = value.strip().decode("latin-1")
         if name == b"transfer-encoding":
             chunked = value.strip().lower().split(b",")[-1].strip() == b"chunked"
         elif name == b"content-length":
@@ -74,15 +79,18 @@ def requests(s: ByteStream, max_line: int, pos: int) -> Iterator[Message]:
         m = _METHOD.match(lines[0])
         if not m:
             raise Stop("not an HTTP/1.x request line", pos)
-        end = _body(s, lines, body, max_line)
+        fields: dict[str, str] = {}
+        end = _body(s, lines, body, max_line, fields)
         end = body if end is None else end  # a request without framing has no body
-        yield Message(pos, end, m.group(1).decode())
+        yield Message(
+            pos, end, m.group(1).decode(), target=m.group(2).decode("latin-1"), headers=fields
+        )
         pos = end
 
 
 def responses(
     s: ByteStream, requests: list[Message], max_line: int, conn: Skipper, pos: int
-) -> Iterator[tuple[int, int]]:
+) -> Iterator[tuple[int, int, int]]:
     for req in requests:
         first = pos
         while True:
@@ -94,7 +102,7 @@ def responses(
                 raise Stop("not an HTTP/1.x status line", pos)
             status = int(m.group(1))
             if status == 101 or (req.command == "CONNECT" and 200 <= status < 300):
-                yield first, body
+                yield first, body, status
                 raise Stop("connection switched to another protocol", body)
             if 100 <= status < 200:
                 pos = body
@@ -106,7 +114,7 @@ def responses(
                 pos = s.end if end is None else end  # delimited by the connection's close
                 if end is None and not s.closed:
                     raise Stop(CUT, first)
-            yield first, pos
+            yield first, pos, status
             break
 
 

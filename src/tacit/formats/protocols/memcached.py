@@ -55,7 +55,7 @@ _MC_ERRORS = (b"ERROR", b"CLIENT_ERROR", b"SERVER_ERROR")
 
 def responses(
     s: ByteStream, requests: list[Message], max_line: int, conn: Skipper, pos: int
-) -> Iterator[tuple[int, int]]:
+) -> Iterator[tuple[int, int, int]]:
     for req in requests:
         if pos >= s.end:
             return
@@ -77,7 +77,7 @@ def responses(
                 if len(words) < 2 or not words[1].isdigit():
                     raise Stop("bad memcached VA line", first)
                 pos = skip_block(s, pos, int(words[1]), True)
-        yield first, pos
+        yield first, pos, -1
 
 
 SNIFF = re.compile(

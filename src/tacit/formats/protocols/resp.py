@@ -55,7 +55,7 @@ def requests(s: ByteStream, max_line: int, pos: int) -> Iterator[Message]:
 
 def responses(
     s: ByteStream, requests: list[Message], max_line: int, conn: Skipper, pos: int
-) -> Iterator[tuple[int, int]]:
+) -> Iterator[tuple[int, int, int]]:
     for _ in requests:
         while pos < s.end:
             end, kind = _value(s, pos, max_line)
@@ -63,7 +63,7 @@ def responses(
                 conn.skip("RESP3 push message", end - pos)
                 pos = end
                 continue
-            yield pos, end
+            yield pos, end, -1
             pos = end
             break
 

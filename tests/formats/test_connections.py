@@ -1,4 +1,4 @@
-"""Connections and client-to-server direction (Pirate §3; tacit.response_latency.flows)."""
+"""Connections and client-to-server direction (Pirate §3; tacit.formats.connections)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 from pirate_packets import T0, packet_table
 
 from tacit.errors import ConfigError
+from tacit.formats.connections import ConnectionRegistry, connections, parse_server
 from tacit.formats.pcap import read_packets
 from tacit.model.packets import ACK, FIN, SYN, UDP, parse_endpoint
-from tacit.response_latency.flows import ConnectionRegistry, connections, parse_server
 
 
 def handshake(client: str, server: str, t: int = T0) -> list[dict]:

@@ -1,4 +1,5 @@
-"""Connections and their client-to-server direction, for Pirate (arXiv 2505.14358, §3).
+"""Connections and their client-to-server direction: for Pirate (arXiv 2505.14358, §3), for the
+request truth and for spans from packets.
 
 Pirate estimates response latency per connection from the client's packets only, so it must
 know, for every packet, its connection (the 5-tuple, either way round) and whether it travels

@@ -1,0 +1,454 @@
+"""Request/response exchanges from both directions of a packet capture.
+
+Every request and response on every TCP connection, with the capture time of its first and
+last byte: what the response-latency truth (:mod:`tacit.response_latency.truth`) scores Pirate
+against and what spans from packets (:mod:`tacit.formats.capture_spans`) are made of.
+
+Steps:
+
+1. Connections: TCP packets grouped by their two endpoints and told client from server
+   (:func:`tacit.formats.connections.connections`, the same decision Pirate's estimator makes,
+   so that the truth and the estimates name the same ends); split where a new SYN (a new
+   initial sequence number) starts a new incarnation of the same 4-tuple.
+2. Reassembly, per direction (:mod:`tacit.formats.tcp_stream`): sequence numbers unwrapped
+   (RFC 9293 §3.4: 32-bit, modulo 2^32) into stream offsets; every byte takes the time of the
+   first packet that carried it, so retransmitted and duplicate bytes count once; bytes no packet
+   carried are *unseen* gaps, bytes whose packet was cut by the snap length are *uncaptured*
+   (their time is known, their content not).
+3. Parsing, per application protocol (:mod:`tacit.formats.protocols`): HTTP/1.1 (RFC 9112),
+   Redis RESP2/RESP3 and the memcached text protocol answer in request order, so responses are
+   matched to requests in order, skipping requests that expect no answer (memcached
+   ``noreply``); HTTP/2 (RFC 9113, gRPC included) carries each exchange on its own stream.
+
+Nothing is dropped silently: packets that are not TCP, requests without a response, responses
+without a request, bytes that could not be parsed (per connection, with the reason), duplicate
+and missing bytes are all counted in :class:`ExchangeAccounting`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+
+import numpy as np
+
+from tacit.errors import ConfigError, InputError
+from tacit.formats.connections import DECISIONS, connections
+from tacit.formats.protocols import (
+    EXCHANGES,
+    HTTP,
+    MEMCACHED,
+    PARSERS,
+    PROTOCOLS,
+    REDIS,
+    RESYNC,
+    SNIFF,
+    Message,
+    Stop,
+    find,
+)
+from tacit.formats.tcp_stream import ByteStream, StreamBytes, reassemble
+from tacit.model.captures import PacketRead
+from tacit.model.columns import NONE, StringPool
+from tacit.model.messages import MISSING
+from tacit.model.packets import ACK, SYN, TCP, PacketTable
+from tacit.runs import run_bounds
+
+DEFAULT_PORTS: Mapping[int, str] = MappingProxyType(
+    {80: HTTP, 8080: HTTP, 6379: REDIS, 11211: MEMCACHED}
+)
+"""Server ports whose protocol is known without looking at the bytes."""
+
+
+@dataclass(frozen=True)
+class ExchangeParams:
+    """How :func:`read_exchanges` reads a capture.
+
+    - ``ports``: server port → protocol, for choosing the server end and (with protocol "auto")
+      the protocol; other connections are told by their first client bytes.
+    - ``max_line``: the longest header block (HTTP/1.1), command line (memcached) or RESP line
+      looked for before the bytes are counted as unparseable.
+    - ``keep_headers``: request header fields (HTTP/1.1 and HTTP/2, names in any case) whose
+      values are kept per exchange, e.g. a request id to label spans with.
+    """
+
+    ports: Mapping[int, str] = field(default_factory=lambda: DEFAULT_PORTS)
+    max_line: int = 1 << 16
+    keep_headers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        bad = {p: v for p, v in self.ports.items() if v not in PROTOCOLS}
+        if bad:
+            raise ConfigError(f"unknown protocols for ports {bad}; known: {', '.join(PROTOCOLS)}")
+        if self.max_line < 16:
+            raise ConfigError(f"max_line must be at least 16, got {self.max_line}")
+        object.__setattr__(self, "keep_headers", tuple(h.lower() for h in self.keep_headers))
+
+
+@dataclass
+class Connection:
+    """One TCP connection: its ends, protocol, and what could not be turned into messages."""
+
+    client: str
+    server: str
+    protocol: str | None
+    how: str
+    """How the client and server ends were told apart: one of
+    :data:`tacit.formats.connections.DECISIONS`."""
+    packets: int = 0
+    requests: int = 0
+    responses: int = 0
+    unparsed: dict[str, int] = field(default_factory=dict)
+    """Bytes of either stream that are in no message, by reason."""
+
+    def skip(self, reason: str, nbytes: int) -> None:
+        if nbytes > 0:
+            self.unparsed[reason] = self.unparsed.get(reason, 0) + nbytes
+
+
+@dataclass
+class ExchangeAccounting:
+    """What became of the packets and bytes of a capture.
+
+    Packets: ``tcp_packets`` + ``other_packets`` = every row of the table. Requests:
+    ``answered`` + ``unanswered`` + ``noreply`` = ``requests``. Bytes: ``duplicate_bytes`` were
+    carried again by a retransmission or overlap; ``unseen_bytes`` lie in gaps no captured
+    packet covered; ``uncaptured_bytes`` were cut by the snap length; ``unparsed`` counts bytes
+    in no message, by reason.
+    """
+
+    packets: int = 0
+    tcp_packets: int = 0
+    other_packets: int = 0
+    connections: dict[str, int] = field(default_factory=dict)
+    requests: int = 0
+    answered: int = 0
+    unanswered: int = 0
+    noreply: int = 0
+    duplicate_bytes: int = 0
+    unseen_bytes: int = 0
+    uncaptured_bytes: int = 0
+    unparsed: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+COLUMNS = {
+    "connection": np.int32,
+    "command": np.int32,
+    "target": np.int32,
+    "status": np.int32,
+    "request_first": np.int64,
+    "request_last": np.int64,
+    "response_first": np.int64,
+    "response_last": np.int64,
+    "request_bytes": np.int64,
+    "response_bytes": np.int64,
+    "expects_response": np.bool_,
+}
+
+
+@dataclass
+class Exchanges:
+    """Every request of a capture, one row each, in connection then stream order.
+
+    - ``connection``: index into ``connections``. ``command``: the method or command (code in
+      ``strings``: ``GET``, ``PING``, ``get``, ...); ``target``: the HTTP request target (path
+      and query; the gRPC ``/package.Service/Method``), NONE for other protocols.
+    - ``status``: the HTTP status; for gRPC the ``grpc-status`` of the trailers; -1 when none.
+    - ``request_first`` / ``request_last``: capture time (int64 ns) of the request's first and
+      last byte; ``response_first`` / ``response_last`` likewise for its response, from the
+      first byte of the first response message (an HTTP ``1xx`` included) to the last byte of
+      the final one, :data:`MISSING` when there is none (or its bytes were never seen).
+    - ``request_bytes`` / ``response_bytes``: message sizes (0 without a response); for HTTP/2
+      the payload of the stream's DATA frames.
+    - ``expects_response``: False for memcached ``noreply`` (and ``quit``).
+    - ``kept``: per name in :attr:`ExchangeParams.keep_headers`, the request header's value
+      (code in ``strings``, NONE when absent).
+    """
+
+    strings: StringPool
+    connection: np.ndarray
+    command: np.ndarray
+    target: np.ndarray
+    status: np.ndarray
+    request_first: np.ndarray
+    request_last: np.ndarray
+    response_first: np.ndarray
+    response_last: np.ndarray
+    request_bytes: np.ndarray
+    response_bytes: np.ndarray
+    expects_response: np.ndarray
+    kept: dict[str, np.ndarray]
+    connections: list[Connection]
+    accounting: ExchangeAccounting
+
+    def __len__(self) -> int:
+        return len(self.connection)
+
+    @property
+    def answered(self) -> np.ndarray:
+        """Requests with a complete response."""
+        return self.response_last != MISSING
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {k: getattr(self, k) for k in COLUMNS}
+
+
+_Row = tuple[str, str | None, int, int, int, int, int, int, int, bool, dict[str, str] | None]
+"""command, target, status, four times, two sizes, expects, request headers."""
+
+
+def read_exchanges(
+    read: PacketRead,
+    server: str | None = None,
+    protocol: str = "auto",
+    params: ExchangeParams | None = None,
+) -> Exchanges:
+    """Every request and response of every TCP connection in ``read`` (which must have been read
+    with ``payloads=True``).
+
+    ``server`` names the server end (``ADDR``, ``ADDR:PORT``, ``[V6]:PORT`` or a bare port), for
+    connections without a SYN; ``protocol`` is one of :data:`PROTOCOLS` for every connection, or
+    "auto" (by server port, else by the first client bytes).
+    """
+    params = params or ExchangeParams()
+    if protocol != "auto" and protocol not in PROTOCOLS:
+        raise ConfigError(f"unknown protocol {protocol!r}; expected auto or {', '.join(PROTOCOLS)}")
+    if read.payloads is None:
+        source = read.packets.sources[0] if read.packets.sources else None
+        raise InputError("exchanges need payloads: read with payloads=True", path=source)
+    p, payloads = read.packets, read.payloads
+    acc = ExchangeAccounting(packets=len(p))
+    acc.tcp_packets = int((p.proto == TCP).sum())
+    acc.other_packets = len(p) - acc.tcp_packets
+    pool = StringPool()
+    rows: list[tuple[int, _Row]] = []
+    conns: list[Connection] = []
+    counts = StreamBytes()
+    for conn, c2s, s2c in tcp_connections(p, server):
+        up, down = (reassemble(p, payloads, rows_, counts) for rows_ in (c2s, s2c))
+        conn.protocol = protocol if protocol != "auto" else _detect(conn, up, params)
+        index = len(conns)
+        conns.append(conn)
+        name = conn.protocol or "unknown"
+        acc.connections[name] = acc.connections.get(name, 0) + 1
+        if conn.protocol is None:
+            conn.skip("protocol not recognised", up.end + down.end)
+            continue
+        if conn.protocol in EXCHANGES:
+            found = _streams(conn, conn.protocol, up, down)
+        else:
+            found = _in_order(conn, conn.protocol, up, down, params)
+        conn.requests = len(found)
+        conn.responses = sum(r[6] != MISSING for r in found)
+        for r in found:
+            acc.requests += 1
+            if not r[9]:
+                acc.noreply += 1
+            elif r[6] != MISSING:
+                acc.answered += 1
+            else:
+                acc.unanswered += 1
+            rows.append((index, r))
+    acc.duplicate_bytes, acc.unseen_bytes = counts.duplicate, counts.unseen
+    acc.uncaptured_bytes = counts.uncaptured
+    for c in conns:
+        for k, v in c.unparsed.items():
+            acc.unparsed[k] = acc.unparsed.get(k, 0) + v
+    return _table(pool, rows, params.keep_headers, conns, acc)
+
+
+def _table(
+    pool: StringPool,
+    rows: list[tuple[int, _Row]],
+    keep: Iterable[str],
+    conns: list[Connection],
+    acc: ExchangeAccounting,
+) -> Exchanges:
+    cols: dict[str, list] = {k: [] for k in COLUMNS}
+    kept: dict[str, list[int]] = {h: [] for h in keep}
+    for index, (command, target, *numbers, expects, headers) in rows:
+        cols["connection"].append(index)
+        cols["command"].append(pool.code(command))
+        cols["target"].append(pool.code(target))
+        for k, v in zip(list(COLUMNS)[3:10], numbers, strict=True):
+            cols[k].append(v)
+        cols["expects_response"].append(expects)
+        for h, values in kept.items():
+            values.append(pool.code(headers.get(h)) if headers else NONE)
+    arrays = {k: np.array(v, dtype=COLUMNS[k]) for k, v in cols.items()}
+    codes = {h: np.array(v, dtype=np.int32) for h, v in kept.items()}
+    return Exchanges(pool, **arrays, kept=codes, connections=conns, accounting=acc)
+
+
+def tcp_connections(
+    p: PacketTable, server: str | None = None
+) -> list[tuple[Connection, np.ndarray, np.ndarray]]:
+    """The TCP connections of ``p`` in the order they start: each with its client → server and
+    server → client rows (time order). See the module docstring, step 1, and
+    :func:`read_exchanges` for ``server``."""
+    conns = connections(p, server)
+    rows = np.flatnonzero((conns.row_connection >= 0) & (p.proto == TCP))
+    rows = rows[np.lexsort((p.time[rows], conns.row_connection[rows]))]
+    starts, sizes = run_bounds(conns.row_connection[rows])
+    table = conns.table
+    out = []
+    for start, size in zip(starts.tolist(), sizes.tolist(), strict=True):
+        group = rows[start : start + size]
+        c = int(conns.row_connection[group[0]])
+        for members in _incarnations(p, group):
+            up = conns.to_server[members]
+            conn = Connection(table.client(c), table.server(c), None, DECISIONS[table.decided[c]])
+            conn.packets = len(members)
+            out.append((conn, members[up], members[~up]))
+    out.sort(key=lambda item: p.time[np.concatenate(item[1:])].min())
+    return out
+
+
+def _incarnations(p: PacketTable, group: np.ndarray) -> list[np.ndarray]:
+    """The rows of one 4-tuple (time order) cut where a SYN with a new initial sequence number
+    opens a new incarnation."""
+    flags, seq = p.tcp_flags[group], p.seq[group]
+    syn = np.flatnonzero((flags & (SYN | ACK)) == SYN)
+    cuts = [int(i) for k, i in enumerate(syn) if k > 0 and seq[i] != seq[syn[k - 1]] and i > 0]
+    if len(syn) and syn[0] > 0:
+        cuts.insert(0, int(syn[0]))
+    return np.split(group, cuts)
+
+
+def _detect(conn: Connection, client: ByteStream, params: ExchangeParams) -> str | None:
+    port = int(conn.server.rsplit(":", 1)[1])
+    if port in params.ports:
+        return params.ports[port]
+    head = client.data[:256]
+    for name, pattern in SNIFF:
+        if pattern.match(head):
+            return name
+    return None
+
+
+def _streams(conn: Connection, protocol: str, c: ByteStream, s: ByteStream) -> list[_Row]:
+    """The exchanges of a multiplexed connection (HTTP/2: one per stream), in request order."""
+    out: list[_Row] = []
+    for x in EXCHANGES[protocol](c, s, conn):
+        answered = x.response_start >= 0 and x.response_end >= 0
+        out.append(
+            (
+                x.method,
+                x.path or None,
+                x.grpc_status if x.grpc else x.status,
+                c.time(x.request_start),
+                c.time(x.request_end - 1) if x.request_end >= 0 else MISSING,
+                s.time(x.response_start) if x.response_start >= 0 else MISSING,
+                s.time(x.response_end - 1) if answered else MISSING,
+                x.request_bytes,
+                x.response_bytes,
+                True,
+                x.headers,
+            )
+        )
+    return out
+
+
+def _in_order(
+    conn: Connection, protocol: str, c: ByteStream, s: ByteStream, params: ExchangeParams
+) -> list[_Row]:
+    """The exchanges of one connection of a protocol that answers in order (``protocol``): the
+    requests with the responses matched to them in order."""
+    parse_requests, parse_responses = PARSERS[protocol]
+    requests = _drain(conn, c, "request", parse_requests(c, params.max_line, 0))
+    answering = [r for r in requests if r.expects]
+    pos = 0
+    if not c.start_seen and requests:
+        # Captured mid-connection: responses that began before the first captured request
+        # answer requests the capture missed.
+        t0 = c.time(requests[0].start)
+        while pos < s.end and MISSING != s.time(pos) < t0:
+            early = [Message(0, 0, "", True, "line")]
+            got = _drain(
+                conn, s, "", parse_responses(s, early, params.max_line, conn, pos), quiet=True
+            )
+            if not got:
+                break
+            conn.skip("responses to requests before the capture", got[0][1] - pos)
+            pos = got[0][1]
+    responses = _responses(conn, protocol, c, s, answering, params, pos)
+    out: list[_Row] = []
+    answers = iter(responses)
+    for req in requests:
+        resp = next(answers, None) if req.expects else None
+        out.append(
+            (
+                req.command,
+                req.target,
+                resp[2] if resp else -1,
+                c.time(req.start),
+                c.time(req.end - 1),
+                s.time(resp[0]) if resp else MISSING,
+                s.time(resp[1] - 1) if resp else MISSING,
+                req.end - req.start,
+                resp[1] - resp[0] if resp else 0,
+                req.expects,
+                req.headers,
+            )
+        )
+    return out
+
+
+def _responses(
+    conn: Connection,
+    protocol: str,
+    c: ByteStream,
+    s: ByteStream,
+    answering: list[Message],
+    params: ExchangeParams,
+    pos: int,
+) -> list[tuple[int, int, int] | None]:
+    """Per request in ``answering``, its response's (first byte, end, status), None for none.
+
+    Responses answer requests in order. Where the response stream cannot be parsed on (most
+    often: a gap in the capture) and the protocol lets the next response be found again
+    (:data:`RESYNC`), parsing resumes there; that response is taken to answer the latest
+    request whose first byte was captured before its own first byte (a response cannot pass
+    the capture point before its request; the latest such request is exact when requests wait
+    for responses, and may be too late when they are pipelined). The requests in between, the
+    one whose response was cut included, have no response.
+    """
+    parse = PARSERS[protocol][1]
+    out: list[tuple[int, int, int] | None] = []
+    resync = RESYNC.get(protocol)
+    while True:
+        try:
+            for item in parse(s, answering[len(out) :], params.max_line, conn, pos):
+                out.append(item)
+            break
+        except Stop as e:
+            resume = find(resync, s, e.at + 1) if resync and len(out) < len(answering) else -1
+            if resume < 0:
+                conn.skip(f"response: {e.reason}", s.end - e.at)
+                break
+            conn.skip(f"response: {e.reason} (parsing resumed after it)", resume - e.at)
+            t = s.time(resume)
+            before = [i for i, r in enumerate(answering[len(out) + 1 :]) if c.time(r.start) < t]
+            out.extend([None] * (1 + max(before, default=0)))
+            pos = resume
+    done = max((r[1] for r in out if r), default=pos)
+    if len(out) >= len(answering) and done < s.end:
+        conn.skip("responses to no parsed request", s.end - done)
+    return out[: len(answering)]
+
+
+def _drain(conn: Connection, s: ByteStream, what: str, parser, quiet: bool = False) -> list:
+    """Everything ``parser`` yields until it ends or stops; a stop's unparsed rest of the stream
+    is counted on ``conn`` (unless ``quiet``)."""
+    out: list = []
+    try:
+        for item in parser:
+            out.append(item)
+    except Stop as e:
+        if not quiet:
+            conn.skip(f"{what}: {e.reason}", s.end - e.at)
+    return out
