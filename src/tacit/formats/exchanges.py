@@ -279,7 +279,7 @@ def _table(
         cols["expects_response"].append(expects)
         for h, values in kept.items():
             values.append(pool.code(headers.get(h)) if headers else NONE)
-    arrays = {k: np.array(v, dtype=COLUMNS[k]) for k, v in cols.items()}
+    arrays: dict[str, np.ndarray] = {k: np.array(v, dtype=COLUMNS[k]) for k, v in cols.items()}
     codes = {h: np.array(v, dtype=np.int32) for h, v in kept.items()}
     return Exchanges(pool, **arrays, kept=codes, connections=conns, accounting=acc)
 
