@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from tcp_conversations import MS, Conversation, capture
 
 from tacit.formats.pcap import read_packets
 from tacit.model.packets import ACK, PSH, PacketTable
 from tacit.response_latency.rtt_baselines import CLIENT, SERVER, rtt_samples
+from tcp_conversations import MS, Conversation, capture
 
 US = 1000
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tcp_conversations import MS, T0, Conversation, capture
 
 from tacit.errors import ConfigError, InputError
 from tacit.formats.exchanges import ExchangeParams
@@ -16,6 +15,7 @@ from tacit.formats.pcap import read_packets
 from tacit.model.messages import MISSING
 from tacit.model.packets import ACK, FIN, PSH
 from tacit.response_latency.truth import request_truth
+from tcp_conversations import MS, T0, Conversation, capture
 
 
 def rows(truth, column: str) -> list:

@@ -6,6 +6,7 @@ import json
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -67,6 +68,17 @@ def progress_bar(
     ) as p:
         task = p.add_task(label, total=total)
         yield lambda n: p.advance(task, n)
+
+
+def load_callgraph(spec: str):
+    """The call graph in the YAML file ``spec``, or None for "learn" (from the input's truth)."""
+    from tacit.reconstruct.callgraph import CallGraph
+
+    if spec == "learn":
+        return None
+    if not Path(spec).exists():
+        raise ConfigError(f"{spec}: no such call graph file (or say 'learn')")
+    return CallGraph.load(spec)
 
 
 def comma_list(text: str) -> list[str]:

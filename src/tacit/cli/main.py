@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from tacit.cli import diagnose, experiment, latency, paths, traces
+from tacit.cli import capture, diagnose, experiment, latency, paths, traces
 from tacit.cli.common import console
 from tacit.compiled import kernels_cached
 from tacit.errors import TacitError
@@ -25,6 +25,7 @@ app = typer.Typer(
     add_completion=False,
 )
 traces.register(app)
+capture.register(app)
 paths.register(app)
 latency.register(app)
 experiment.register(app)

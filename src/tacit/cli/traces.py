@@ -9,24 +9,22 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tacit.cli.common import JsonOpt, bounded, comma_list, flag, out, print_json, progress_bar
-from tacit.errors import ConfigError
+from tacit.cli.common import (
+    JsonOpt,
+    bounded,
+    comma_list,
+    flag,
+    load_callgraph,
+    out,
+    print_json,
+    progress_bar,
+)
 from tacit.model.spans import CLIENT
 from tacit.outputs import refuse_input_as_output
 
 
 def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f}%"
-
-
-def _load_callgraph(spec: str):
-    from tacit.reconstruct.callgraph import CallGraph
-
-    if spec == "learn":
-        return None
-    if not Path(spec).exists():
-        raise ConfigError(f"{spec}: no such call graph file (or say 'learn')")
-    return CallGraph.load(spec)
 
 
 _REPORT_COLUMNS = {
@@ -81,7 +79,7 @@ def register(app: typer.Typer) -> None:
         ev = run(
             list(traces),
             algos,
-            callgraph=_load_callgraph(callgraph),
+            callgraph=load_callgraph(callgraph),
             callgraph_sample=sample,
             instrumented=comma_list(instrumented),
         )
@@ -179,7 +177,7 @@ def register(app: typer.Typer) -> None:
             with progress_bar(None, "reconstructing (streamed)", not json_out) as cb:
                 traces = reconstruct_stream(
                     read_blind_chunks(source, CHUNK_SIZE),
-                    _load_callgraph(callgraph),
+                    load_callgraph(callgraph),
                     totals=totals,
                     progress=cb,
                 )
@@ -200,7 +198,7 @@ def register(app: typer.Typer) -> None:
             confidence: Mapping[str, float | None] = {}
         else:
             observed, _ = observe(list(spans))
-            cg = _load_callgraph(callgraph) or learn_callgraph(observed.spans)
+            cg = load_callgraph(callgraph) or learn_callgraph(observed.spans)
             blind = observed.without_truth()
             with progress_bar(len(blind), "reconstructing", not json_out) as cb:
                 rec_traces, tags, rec = reconstruct_blind(blind, cg, algorithm, progress=cb)

@@ -147,6 +147,7 @@ COLUMNS = {
     "request_bytes": np.int64,
     "response_bytes": np.int64,
     "expects_response": np.bool_,
+    "grpc": np.bool_,
 }
 
 
@@ -165,6 +166,7 @@ class Exchanges:
     - ``request_bytes`` / ``response_bytes``: message sizes (0 without a response); for HTTP/2
       the payload of the stream's DATA frames.
     - ``expects_response``: False for memcached ``noreply`` (and ``quit``).
+    - ``grpc``: a gRPC call (HTTP/2 with content-type ``application/grpc``).
     - ``kept``: per name in :attr:`ExchangeParams.keep_headers`, the request header's value
       (code in ``strings``, NONE when absent).
     """
@@ -181,6 +183,7 @@ class Exchanges:
     request_bytes: np.ndarray
     response_bytes: np.ndarray
     expects_response: np.ndarray
+    grpc: np.ndarray
     kept: dict[str, np.ndarray]
     connections: list[Connection]
     accounting: ExchangeAccounting
@@ -197,8 +200,8 @@ class Exchanges:
         return {k: getattr(self, k) for k in COLUMNS}
 
 
-_Row = tuple[str, str | None, int, int, int, int, int, int, int, bool, dict[str, str] | None]
-"""command, target, status, four times, two sizes, expects, request headers."""
+_Row = tuple[str, str | None, int, int, int, int, int, int, int, bool, bool, dict[str, str] | None]
+"""command, target, status, four times, two sizes, expects, gRPC, request headers."""
 
 
 def read_exchanges(
@@ -270,13 +273,14 @@ def _table(
 ) -> Exchanges:
     cols: dict[str, list] = {k: [] for k in COLUMNS}
     kept: dict[str, list[int]] = {h: [] for h in keep}
-    for index, (command, target, *numbers, expects, headers) in rows:
+    for index, (command, target, *numbers, expects, grpc, headers) in rows:
         cols["connection"].append(index)
         cols["command"].append(pool.code(command))
         cols["target"].append(pool.code(target))
         for k, v in zip(list(COLUMNS)[3:10], numbers, strict=True):
             cols[k].append(v)
         cols["expects_response"].append(expects)
+        cols["grpc"].append(grpc)
         for h, values in kept.items():
             values.append(pool.code(headers.get(h)) if headers else NONE)
     arrays: dict[str, np.ndarray] = {k: np.array(v, dtype=COLUMNS[k]) for k, v in cols.items()}
@@ -347,6 +351,7 @@ def _streams(conn: Connection, protocol: str, c: ByteStream, s: ByteStream) -> l
                 x.request_bytes,
                 x.response_bytes,
                 True,
+                x.grpc,
                 x.headers,
             )
         )
@@ -392,6 +397,7 @@ def _in_order(
                 req.end - req.start,
                 resp[1] - resp[0] if resp else 0,
                 req.expects,
+                False,
                 req.headers,
             )
         )

@@ -1,6 +1,7 @@
 """Request trace reconstruction from spans without trace identifiers (TraceWeaver and baselines).
 
 - :mod:`~.callgraph`: call graphs with dependency order, learned from test traces (§5.2.2).
+- :mod:`~.isolated`: test traces woven from requests replayed one at a time (§5.2.1).
 - :mod:`~.traceweaver`: the reconstruction (§4); :mod:`~.online` streams it (§5.3).
 - :mod:`~.baselines`: FCFS, WAP5's nearest parent and vPath's threads (§6).
 - :mod:`~.pipeline`: an algorithm by name; blind spans, or a stream of them, into assembled
@@ -10,6 +11,7 @@
 from tacit.reconstruct.assemble import assemble
 from tacit.reconstruct.baselines import reconstruct_fcfs, reconstruct_vpath, reconstruct_wap5
 from tacit.reconstruct.callgraph import CallGraph, EndpointGraph, learn_callgraph
+from tacit.reconstruct.isolated import callgraph_from_isolated, weave_isolated
 from tacit.reconstruct.online import OnlineTraceWeaver, reconstruct_online, stream_chunks
 from tacit.reconstruct.pipeline import (
     ALGORITHMS,
@@ -30,6 +32,7 @@ __all__ = [
     "Reconstruction",
     "TraceWeaverParams",
     "assemble",
+    "callgraph_from_isolated",
     "learn_callgraph",
     "reconstruct_blind",
     "reconstruct_fcfs",
@@ -40,4 +43,5 @@ __all__ = [
     "reconstruct_wap5",
     "run_algorithm",
     "stream_chunks",
+    "weave_isolated",
 ]

@@ -59,11 +59,13 @@ def owed_calls(
     return owed_all, tolerance_all
 
 
-def _per_instance(
+def per_instance(
     spans: SpanTable,
     algorithm: str,
     assign: Callable[[np.ndarray, np.ndarray, Reconstruction], None],
 ) -> Reconstruction:
+    """A reconstruction by ``algorithm`` whose ``assign`` maps, one instance at a time, the
+    instance's open outgoing spans to its open incoming spans (both in start order)."""
     result = Reconstruction.start(algorithm, spans)
     proc = process_key(spans)
     for key in np.unique(proc):
@@ -107,7 +109,7 @@ def reconstruct_fcfs(spans: SpanTable, callgraph: CallGraph) -> Reconstruction:
                     result.parent[o] = incoming[idx]
                     break
 
-    result = _per_instance(spans, "fcfs", assign)
+    result = per_instance(spans, "fcfs", assign)
     result.finish_unmapped(spans, "no open incoming span owes this call")
     return result
 
@@ -143,7 +145,7 @@ def reconstruct_wap5(spans: SpanTable, callgraph: CallGraph) -> Reconstruction:
     def assign(incoming: np.ndarray, outgoing: np.ndarray, result: Reconstruction) -> None:
         result.parent[outgoing] = wap5_parents(spans, incoming, outgoing, callgraph)
 
-    result = _per_instance(spans, "wap5", assign)
+    result = per_instance(spans, "wap5", assign)
     result.finish_unmapped(spans, "spontaneous: no unlinked incoming span within 4x the mean delay")
     return result
 
@@ -174,7 +176,7 @@ def reconstruct_vpath(spans: SpanTable, callgraph: CallGraph | None = None) -> R
                 if heap:
                     result.parent[outgoing[i]] = incoming[heap[0][1]]
 
-    result = _per_instance(spans, "vpath", assign)
+    result = per_instance(spans, "vpath", assign)
     result.finish_unmapped(spans, "its thread was serving no request when it was sent")
     return result
 

@@ -72,6 +72,15 @@ class Conversation:
         ]
 
 
+def capture_all(tmp_path: Path, convs: list[Conversation]):
+    """Write the frames of several conversations, in time order, as one capture and read it
+    back with payloads."""
+    order = sorted((t, k, i) for k, c in enumerate(convs) for i, t in enumerate(c.times))
+    path = tmp_path / "all.pcap"
+    write_pcap(path, [convs[k].frames[i] for _, k, i in order], [t for t, _, _ in order])
+    return read_packets(path, payloads=True)
+
+
 def capture(tmp_path: Path, conv: Conversation, order=None, drop=None, **kw):
     """Write ``conv`` and read it back with payloads; with ``order``, its frames are captured in
     that order at the times of the positions they take; frame ``drop`` is left out."""

@@ -1,0 +1,103 @@
+"""``tacit capture`` end to end: blind spans from a capture, and traces reconstructed with a
+call graph learned from a capture of requests sent one at a time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from app_captures import three_tier
+from clirun import finish, start
+from tacit.formats.blind import read_blind
+from tacit.formats.jaeger import read_jaeger
+from tcp_conversations import capture_all
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess]:
+    d = tmp_path_factory.mktemp("capture")
+    capture_all(d, three_tier([10, 30, 50]))  # written as all.pcap
+    (d / "all.pcap").rename(d / "test.pcap")
+    # Two requests in flight at once: A (10-30 ms) calls geo at 12-15 ms, B (20-40 ms) at
+    # 25-28 ms, when both are open; only A can own the first call, so B owns the second.
+    capture_all(
+        d,
+        three_tier([10], call_ms=(2, 5, 20))
+        + three_tier([20], ports=(40001, 50001), call_ms=(5, 8, 20)),
+    )
+    (d / "all.pcap").rename(d / "prod.pcap")
+    (d / "services.yaml").write_text('"10.0.0.1": loadgen\n"10.0.0.2": front\n":80": geo\n')
+    return finish(
+        {
+            "blind": start(
+                "capture",
+                "prod.pcap",
+                "--services",
+                "services.yaml",
+                "--out",
+                "s.jsonl",
+                "--json",
+                cwd=d,
+            ),
+            "traces": start(
+                "capture",
+                "prod.pcap",
+                "--services",
+                "services.yaml",
+                "--reconstruct",
+                "--test-capture",
+                "test.pcap",
+                "--out",
+                "t.json",
+                "--json",
+                cwd=d,
+            ),
+            "no_callgraph": start(
+                "capture", "prod.pcap", "--reconstruct", "--out", "x.json", cwd=d
+            ),
+            "not_a_capture": start("capture", "services.yaml", "--out", "y.jsonl", cwd=d),
+        }
+    ) | {"dir": d}  # type: ignore[dict-item]
+
+
+def test_blind_spans_from_a_capture(runs) -> None:
+    r = runs["blind"]
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["exchanges"] == {"exchanges": 4, "paired": 4, "spans": 8, "left_out": {}}
+    assert doc["services"] == {
+        "front": {"server": 2, "client": 2},
+        "geo": {"server": 2, "client": 0},
+        "loadgen": {"server": 0, "client": 2},
+    }
+    spans = read_blind(runs["dir"] / "s.jsonl")
+    assert len(spans) == 8 and (spans.link >= 0).all()
+
+
+def test_traces_reconstructed_with_a_call_graph_from_isolated_requests(runs) -> None:
+    r = runs["traces"]
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["test_capture"] == {
+        "spans": 12,
+        "unwoven": {"no incoming request encloses this call": 3},
+    }
+    # The load generator's calls are the roots: nothing at its address caused them.
+    assert doc["traces"] == 2
+    assert doc["unmapped"] == {"no incoming span at this instance can have caused it": 2}
+    t = read_jaeger(runs["dir"] / "t.json")
+    front_calls = [r for r in range(len(t)) if t.name("service", r) == "front" and t.kind[r] == 1]
+    for c in front_calls:  # each call under the front request that began first before it
+        p = int(t.parent[c])
+        assert t.name("endpoint", p) == "GET /hotels"
+    starts = sorted((int(t.start[int(t.parent[c])]), int(t.start[c])) for c in front_calls)
+    assert starts[0][0] < starts[1][0] and starts[0][1] < starts[1][1]
+
+
+def test_bad_use_is_one_line(runs) -> None:
+    for name, needle in (("no_callgraph", "--callgraph"), ("not_a_capture", "services.yaml")):
+        r = runs[name]
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
