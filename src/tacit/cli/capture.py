@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("--callgraph and --test-capture go with --reconstruct")
         names = read_service_map(services) if services else ServiceMap()
         got = read_capture_spans(pcap, names, protocol)
-        summary = {
+        summary: dict[str, object] = {
             "packets": got.exchanges.accounting.as_dict(),
             "exchanges": got.accounting.as_dict(),
             "services": _services(got.spans),

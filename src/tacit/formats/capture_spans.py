@@ -239,13 +239,13 @@ def _endpoint_names(ex: Exchanges, pool: StringPool) -> np.ndarray:
         code = memo.get(key)
         if code is None:
             command, target, grpc = key
-            path = s[target].split("?", 1)[0] if target != NONE else None
+            path = (s[target] or "").split("?", 1)[0]
             if grpc and path:
                 name = path
             elif path:
                 name = f"{s[command]} {path}"
             else:
-                name = s[command]
+                name = s[command] or ""
             code = memo[key] = pool.code(name)
         out[i] = code
     return out
