@@ -112,3 +112,12 @@ def test_paths_joins_and_tolerances_survive_yaml(graph, tmp_path):
             assert [(s.callee, s.early_ns, s.late_ns) for s in p.slots] == [
                 (s.callee, s.early_ns, s.late_ns) for s in q.slots
             ]
+
+
+def test_an_input_without_spans_is_an_error_not_full_accuracy(tmp_path):
+    from tacit.errors import InputError
+
+    path = tmp_path / "empty.json"
+    path.write_text('{"data": []}')
+    with pytest.raises(InputError, match="no spans, nothing to evaluate"):
+        evaluate([path])

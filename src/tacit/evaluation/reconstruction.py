@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tacit.errors import InputError
 from tacit.evaluation.trace_accuracy import artifact_scope, score_reconstruction
 from tacit.formats import observe
 from tacit.model.spans import SpanTable
@@ -63,6 +64,9 @@ def evaluate(
         check_algorithm(a)
     observed, read_seconds = observe(source)
     truth = observed.spans
+    if not len(truth):
+        named = ", ".join(map(str, source)) if isinstance(source, list) else "the input"
+        raise InputError(f"{named}: no spans, nothing to evaluate")
     how = "given"
     if callgraph is None:
         t0 = time.perf_counter()

@@ -19,10 +19,12 @@ from tacit.reconstruct.result import Reconstruction
 
 @dataclass
 class TraceScore:
+    """Accuracies are None where nothing was scored (no traces; no links)."""
+
     traces: int
     spans: int
-    accuracy: float
-    link_accuracy: float
+    accuracy: float | None
+    link_accuracy: float | None
     top5_accuracy: float | None
     per_latency_bin: list[dict]
     per_service: dict[str, dict]
@@ -57,7 +59,7 @@ def score_reconstruction(
     intruder = wrong_link & (rec.parent != NONE)
     bad[trace[rec.parent[intruder]]] = True
     n_client = int(client.sum())
-    link_acc = 1.0 - wrong_link.sum() / n_client if n_client else 1.0
+    link_acc = 1.0 - wrong_link.sum() / n_client if n_client else None
 
     # Per incoming span: is its set of children exactly right? (per-service accuracy, top-5)
     servers = np.flatnonzero(truth.kind == SERVER)
@@ -76,7 +78,7 @@ def score_reconstruction(
                 ok[idx] = true_kids.get(int(i), frozenset()) in cands[:5]
         missed = np.zeros(n_traces, dtype=bool)
         missed[trace[servers[~ok]]] = True
-        top5 = 1.0 - missed.mean() if n_traces else 1.0
+        top5 = 1.0 - missed.mean() if n_traces else None
 
     per_service: dict[str, dict] = {}
     s = truth.strings
@@ -118,8 +120,8 @@ def score_reconstruction(
     return TraceScore(
         traces=n_traces,
         spans=len(truth),
-        accuracy=float(1 - bad.mean()) if n_traces else 1.0,
-        link_accuracy=float(link_acc),
+        accuracy=float(1 - bad.mean()) if n_traces else None,
+        link_accuracy=None if link_acc is None else float(link_acc),
         top5_accuracy=None if top5 is None else float(top5),
         per_latency_bin=bins,
         per_service=per_service,

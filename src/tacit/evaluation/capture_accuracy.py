@@ -1,0 +1,78 @@
+"""How well traces are reconstructed from a packet capture, against the app's own truth.
+
+The spans of a capture (:mod:`tacit.formats.capture_spans`) carry no trace identity. To score
+their reconstruction, the app under test labels every request with an id of its own (a request
+header the capture keeps, :attr:`~tacit.formats.exchanges.ExchangeParams.keep_headers`) and
+logs, per id, the id of the request it was made for. :func:`label_capture` turns that log into
+ground truth on the captured spans (parents and traces), which
+:func:`tacit.evaluation.reconstruction.evaluate` then blinds, reconstructs and scores as it
+scores any traced input (TraceWeaver §6). Reconstruction never sees the ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tacit.formats.capture_spans import CapturedSpans
+from tacit.model.columns import NONE
+from tacit.model.spans import CLIENT, SpanTable
+from tacit.model.traces import roots
+
+
+@dataclass
+class LabelAccounting:
+    """What became of the captured RPCs: ``labelled`` + the values of ``unlabelled`` = the
+    span pairs of the capture; ``parents_missing``: calls whose parent request the capture did
+    not hold (left roots)."""
+
+    labelled: int = 0
+    unlabelled: dict[str, int] = field(default_factory=dict)
+    parents_missing: int = 0
+
+
+def label_capture(
+    captured: CapturedSpans, header: str, parent_of: Mapping[str, str | None]
+) -> tuple[SpanTable, LabelAccounting]:
+    """The captured spans with ground truth from the app's log: ``parent_of`` maps each
+    request id (the value of request header ``header``) to the id of the request it was made
+    for (None for requests from outside the app). A server span's parent is its caller's client
+    span; a client span's parent is the server span of the request it was made for. The spans
+    of RPCs without an id, or with an id the log lacks, are left out (counted)."""
+    ex, spans = captured.exchanges, captured.spans
+    codes = ex.kept[header.lower()][captured.exchange]
+    ids = [ex.strings[c] for c in codes.tolist()]
+    acc = LabelAccounting()
+    keep = np.array([i is not None and i in parent_of for i in ids], dtype=bool)
+    for reason, mask in (
+        ("no request id", codes == NONE),
+        ("request id not in the app's log", (codes != NONE) & ~keep),
+    ):
+        if mask.any():
+            acc.unlabelled[reason] = int(mask.sum()) // 2
+    rows = np.flatnonzero(keep)
+    out = spans.take(rows)
+    kept_ids = [ids[r] or "" for r in rows.tolist()]
+    server_of = {rid: k for k, rid in enumerate(kept_ids) if out.kind[k] != CLIENT}
+    parent = np.full(len(out), NONE, dtype=np.int64)
+    for k, rid in enumerate(kept_ids):
+        if out.kind[k] != CLIENT:
+            parent[k] = out.link[k]
+            continue
+        up = parent_of[rid]
+        if up is not None:
+            if up in server_of:
+                parent[k] = server_of[up]
+            else:
+                acc.parents_missing += 1
+    out.parent[:] = parent
+    root = roots(parent)
+    out.trace[:] = [out.strings.code(f"trace-{kept_ids[r]}") for r in root.tolist()]
+    out.span_id[:] = [
+        out.strings.code(f"{rid}/{'c' if out.kind[k] == CLIENT else 's'}")
+        for k, rid in enumerate(kept_ids)
+    ]
+    acc.labelled = len(rows) // 2
+    return out, acc
