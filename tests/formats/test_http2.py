@@ -23,6 +23,7 @@ from tacit.formats.protocols.http2 import (
     NOT_HTTP2,
     ORPHAN,
     PREFACE,
+    PUSH,
     Exchange,
     exchanges,
 )
@@ -220,6 +221,40 @@ def test_reset_streams() -> None:
         rst3,
         -1,
     )
+
+
+def test_server_push_counted_and_its_fields_kept_in_the_table() -> None:
+    """PUSH_PROMISE (RFC 9113 §8.4) and the pushed stream make no exchange and are counted; the
+    promise's block is decoded all the same, as the response after it refers to its fields."""
+    c = Conversation()
+    start, end = c.act(CLIENT, lambda e: e.send_headers(1, request("/", "GET"), end_stream=True))
+    promised = [*request("/style.css", "GET"), ("content-type", "text/x-pushed")]
+    promise = c.act(SERVER, lambda e: e.push_stream(1, 2, promised))
+    pushed = c.act(
+        SERVER,
+        lambda e: (
+            e.send_headers(2, [(":status", "200"), ("content-type", "text/x-pushed")]),
+            e.send_data(2, b"p {}", end_stream=True),
+        ),
+    )
+    rs, re = c.act(
+        SERVER,
+        lambda e: e.send_headers(
+            1, [(":status", "200"), ("content-type", "text/x-pushed")], end_stream=True
+        ),
+    )
+    client, server = c.streams()
+    assert server.data[promise[0] + 3] == 5  # a PUSH_PROMISE frame
+    assert len(server.data[rs + 9 : re]) <= 2  # both fields by index: one refers to the promise's
+    (e,), skipped = parse(client, server)
+    assert (e.request_start, e.request_end, e.response_start, e.response_end) == (
+        start,
+        end,
+        rs,
+        re,
+    )
+    assert (e.status, e.content_type) == (200, "text/x-pushed")
+    assert skipped == {PUSH: promise[1] - promise[0] + pushed[1] - pushed[0]}
 
 
 @pytest.mark.parametrize("size", [65536, 256, 0])

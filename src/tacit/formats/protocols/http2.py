@@ -18,7 +18,7 @@ What the bytes cannot tell:
   counted likewise, and its responses are missing.
 - After a gap in the capture, a frame cut by the end of the capture, a malformed frame or a field
   block that does not decode, frame boundaries or the decoder's state are lost: that direction is
-  read no further and the rest of it is counted with the reason.
+  read no further and the rest of it is counted as "client: <reason>" or "server: <reason>".
 - Server push (§8.4): PUSH_PROMISE blocks are decoded (they change the table) but pushed streams
   make no exchange; their frames are counted under :data:`PUSH`.
 """
@@ -283,7 +283,8 @@ def _read(
     conn: Skipper,
     client: bool,
 ) -> None:
-    """Fill ``streams`` from the frames of one direction: the client's open exchanges."""
+    """Read one direction's frames into ``streams``: the client's HEADERS open exchanges and
+    carry the request; the server's frames answer them."""
     side = "client" if client else "server"
     i = 0
     try:
