@@ -120,9 +120,14 @@ def exchanges(
     client: ByteStream, server: ByteStream, conn: Skipper, max_frame: int = 1 << 24
 ) -> list[Exchange]:
     """Every stream of one connection, in order of ``request_start``: ``client`` and ``server``
-    are its two directions. Bytes in no frame read, or in frames of no exchange, are counted on
-    ``conn`` by reason (module docstring). A frame longer than ``max_frame`` stops its direction
-    like a malformed one; the default accepts every length the 24-bit field can hold (§4.1)."""
+    are its two directions.
+
+    Counted on ``conn`` by reason (module docstring): the bytes that could not be read, and the
+    frames of streams that make no exchange (pushed ones, and those whose request was not
+    captured). The preface and connection control frames (SETTINGS, PING, GOAWAY,
+    WINDOW_UPDATE, PRIORITY, unknown types) are read and belong to no exchange; they are not
+    counted. A frame longer than ``max_frame`` stops its direction like a malformed one; the
+    default accepts every length the 24-bit field can hold (§4.1)."""
     head = client.data[: len(PREFACE)]
     if not client.start_seen or client.hole(0, len(head)) or not PREFACE.startswith(head):
         _skip(conn, MIDWAY if not client.start_seen else NOT_HTTP2, client.end + server.end)
