@@ -1,5 +1,6 @@
 """Application protocols over TCP byte streams (:mod:`tacit.formats.tcp_stream`), one module
-each: HTTP/1.1 (:mod:`.http1`), Redis RESP (:mod:`.resp`), memcached text (:mod:`.memcached`).
+each: HTTP/1.1 (:mod:`.http1`), Redis RESP (:mod:`.resp`), memcached text (:mod:`.memcached`),
+HTTP/2 and gRPC over it (:mod:`.http2`).
 
 Each module has ``requests(stream, max_line, pos)``, a generator of the client's messages, and
 ``responses(stream, requests, max_line, skipper, pos)``, one (first byte, end, status; -1 when
@@ -8,9 +9,13 @@ the protocol has none) per request that expects an answer, in order; both raise
 name, :data:`SNIFF` tells a protocol from a client's first bytes, :data:`RESYNC` says where a
 response may be found again after a gap.
 
-Hand-written parsers rather than h11/hiredis: the callers need the stream offset of each
-message's first and last byte under pipelining, which those libraries do not expose, and the
-parsers must survive captures with gaps and cut messages without raising.
+HTTP/2 multiplexes requests on one connection, so its responses do not come in request order:
+:data:`EXCHANGES` holds, for such protocols, ``exchanges(client, server, skipper)``, one
+:class:`~.http2.Exchange` per stream from both directions at once.
+
+HTTP/1.1, RESP and memcached have hand-written parsers rather than h11/hiredis: the callers need
+the stream offset of each message's first and last byte under pipelining, which those libraries
+do not expose, and the parsers must survive captures with gaps and cut messages without raising.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from tacit.formats.protocols import http1, memcached, resp
+from tacit.formats.protocols import http1, http2, memcached, resp
 from tacit.formats.protocols.common import CUT, GAP, Message, Skipper, Stop, find
 
-HTTP, REDIS, MEMCACHED = "http", "redis", "memcached"
-PROTOCOLS = (HTTP, REDIS, MEMCACHED)
+HTTP, REDIS, MEMCACHED, HTTP2 = "http", "redis", "memcached", "http2"
+PROTOCOLS = (HTTP, HTTP2, REDIS, MEMCACHED)
+"""Every protocol: those of :data:`PARSERS` and of :data:`EXCHANGES`."""
 
 PARSERS: dict[str, tuple[Callable, Callable]] = {
     HTTP: (http1.requests, http1.responses),
@@ -32,6 +38,7 @@ PARSERS: dict[str, tuple[Callable, Callable]] = {
 """Per protocol, its request and response parsers."""
 
 SNIFF: tuple[tuple[str, re.Pattern], ...] = (
+    (HTTP2, http2.SNIFF),  # first: Redis's inline pattern matches the preface's first line
     (HTTP, http1.SNIFF),
     (REDIS, resp.SNIFF),
     (MEMCACHED, memcached.SNIFF),
@@ -42,15 +49,15 @@ SNIFF: tuple[tuple[str, re.Pattern], ...] = (
 RESYNC: dict[str, re.Pattern] = {HTTP: http1.RESYNC}
 """Where a response may start, for protocols whose responses can be found again after a gap."""
 
-EXCHANGES: dict[str, Callable] = {}
-"""Per multiplexing protocol, ``exchanges(client, server, skipper)``: every exchange of a
-connection from both streams at once."""
+EXCHANGES: dict[str, Callable[..., list[http2.Exchange]]] = {HTTP2: http2.exchanges}
+"""Per multiplexing protocol, its parser of a connection's two streams into exchanges."""
 
 __all__ = [
     "CUT",
     "EXCHANGES",
     "GAP",
     "HTTP",
+    "HTTP2",
     "MEMCACHED",
     "PARSERS",
     "PROTOCOLS",
