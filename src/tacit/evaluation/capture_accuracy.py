@@ -12,14 +12,18 @@ scores any traced input (TraceWeaver §6). Reconstruction never sees the ids.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from tacit.formats.capture_spans import CapturedSpans
+from tacit.evaluation.reconstruction import evaluate
+from tacit.formats.capture_spans import CapturedSpans, ServiceMap, read_capture_spans
+from tacit.formats.exchanges import ExchangeParams
 from tacit.model.columns import NONE
 from tacit.model.spans import CLIENT, SpanTable
 from tacit.model.traces import roots
+from tacit.reconstruct.isolated import callgraph_from_isolated
 
 
 @dataclass
@@ -76,3 +80,37 @@ def label_capture(
     ]
     acc.labelled = len(rows) // 2
     return out, acc
+
+
+def evaluate_capture(
+    capture: str | Path,
+    test_capture: str | Path,
+    header: str,
+    parent_of: Mapping[str, str | None],
+    services: ServiceMap | None = None,
+    algorithms: tuple[str, ...] = ("traceweaver", "fcfs"),
+) -> dict:
+    """The instrumentation-free path scored end to end: spans from ``capture``, the call graph
+    learned from ``test_capture`` (requests sent one at a time, TraceWeaver §5.2), each of
+    ``algorithms`` reconstructing the traces, scored against the app's log ``parent_of`` (see
+    :func:`label_capture`). Returns the accounting of every step and each algorithm's
+    accuracy."""
+    params = ExchangeParams(keep_headers=(header,))
+    test = read_capture_spans(test_capture, services, params=params)
+    callgraph, woven = callgraph_from_isolated(test.spans)
+    got = read_capture_spans(capture, services, params=params)
+    truth, labels = label_capture(got, header, parent_of)
+    ev = evaluate(truth, list(algorithms), callgraph=callgraph)
+    unwoven: dict[str, int] = {}
+    for reason in woven.unmapped.values():
+        unwoven[reason] = unwoven.get(reason, 0) + 1
+    return {
+        "packets": got.exchanges.accounting.as_dict(),
+        "exchanges": got.accounting.as_dict(),
+        "labels": asdict(labels),
+        "test_capture": {"spans": len(test.spans), "unwoven": unwoven},
+        "traces": ev.traces,
+        "spans": ev.spans,
+        "accuracy": {r["algorithm"]: r["accuracy"] for r in ev.results},
+        "link_accuracy": {r["algorithm"]: r["link_accuracy"] for r in ev.results},
+    }

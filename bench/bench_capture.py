@@ -1,0 +1,122 @@
+"""Benchmark: spans from packets (``tacit capture``) — throughput, and trace accuracy end to end.
+
+1. Throughput. The embedded shop app simulated at 400 requests/s, its RPCs written as the
+   packets one capture point would hold (:mod:`tacit.simulate.app_packets`: HTTP/1.1 into the
+   entry service, gRPC behind it, every data segment acknowledged), read back by
+   :func:`~tacit.formats.capture_spans.read_capture_spans` (decode, reassemble, parse, spans).
+   Printed: packets/s and spans/s on one core (best of three), and the ratio of that time to
+   decoding the packets alone (:func:`~tacit.formats.pcap.read_packets` with payloads), the
+   baseline every capture command pays.
+2. Accuracy, simulated. The same app at several loads; the call graph learned from a capture of
+   requests sent one at a time (TraceWeaver §5.2); TraceWeaver and FCFS scored against the
+   simulator's truth, which the packets carry as request ids that only the scoring reads.
+3. Accuracy, live (when network namespaces, tcpdump and grpcio are available, as root): the
+   traced example app (an HTTP/1.1 front calling two gRPC back ends, in namespaces) captured with
+   tcpdump, scored against the app's own log of which request caused which.
+
+``--quick`` runs smaller sizes (for a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from tacit.evaluation.capture_accuracy import evaluate_capture
+from tacit.formats.capture_spans import ServiceMap, read_capture_spans
+from tacit.formats.pcap import read_packets
+from tacit.formats.pcap_write import write_pcap
+from tacit.simulate import load_app, simulate
+from tacit.simulate.app_packets import REQUEST_ID, AppPackets, app_packets
+
+LOADS = (50, 100, 200, 400)
+
+
+def _write(spans, path: Path) -> AppPackets:
+    packets = app_packets(spans)
+    write_pcap(path, packets.frames, packets.times)
+    return packets
+
+
+def _best(fn, runs: int = 3) -> tuple[float, object]:
+    best, out = float("inf"), None
+    for _ in range(runs):
+        t0 = time.process_time()
+        out = fn()
+        best = min(best, time.process_time() - t0)
+    return best, out
+
+
+def throughput(work: Path, requests: int) -> dict:
+    spans = simulate(load_app(None), 400, n_requests=requests, seed=3)
+    packets = _write(spans, work / "throughput.pcap")
+    names = ServiceMap(addresses=packets.service_map())
+    decode_s, _ = _best(lambda: read_packets(work / "throughput.pcap", payloads=True))
+    capture_s, got = _best(lambda: read_capture_spans(work / "throughput.pcap", names))
+    n = len(packets.frames)
+    return {
+        "packets": n,
+        "connections": packets.connections,
+        "spans": len(got.spans),
+        "exchanges": got.accounting.as_dict(),
+        "packets_per_second": round(n / capture_s),
+        "spans_per_second": round(len(got.spans) / capture_s),
+        "decode_only_packets_per_second": round(n / decode_s),
+        "capture_vs_decode_time": round(capture_s / decode_s, 2),
+    }
+
+
+def simulated_accuracy(work: Path, requests: int) -> list[dict]:
+    app = load_app(None)
+    test = _write(simulate(app, 2, n_requests=100, seed=5), work / "test.pcap")
+    rows = []
+    for rate in LOADS:
+        prod = _write(simulate(app, rate, n_requests=requests, seed=7), work / f"load{rate}.pcap")
+        names = ServiceMap(addresses={**test.service_map(), **prod.service_map()})
+        doc = evaluate_capture(
+            work / f"load{rate}.pcap", work / "test.pcap", REQUEST_ID, prod.parent_of(), names
+        )
+        rows.append({"load": rate, **doc})
+    return rows
+
+
+def live_accuracy(work: Path, seconds: float) -> dict:
+    from tacit.experiment.traced_app import (
+        TracedAppParams,
+        run_traced_app,
+        traced_app_unavailable,
+    )
+
+    reason = traced_app_unavailable()
+    if reason:
+        return {"skipped": reason}
+    result = run_traced_app(TracedAppParams(duration_s=seconds), work / "live")
+    return evaluate_capture(
+        result.pcap,
+        result.test_pcap,
+        "x-request-id",
+        result.parent_of(),
+        ServiceMap(addresses=result.services),
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        doc = {
+            "benchmark": "capture",
+            "throughput": throughput(work, 2_000 if args.quick else 20_000),
+            "simulated": simulated_accuracy(work, 300 if args.quick else 2_000),
+            "live": live_accuracy(work, 5 if args.quick else 20),
+        }
+    print(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()
