@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,15 +90,16 @@ class TracedAppParams:
 
 @dataclass
 class TracedAppResult:
-    """What a run wrote (paths) and counted: the load generator's requests (scheduled, sent,
-    answered 200, failed), the seconds from its first arrival to its last answer and the 99th
-    percentile of how late requests started after their arrival (above a few ms the app did not
-    keep up with the load); the truth's
-    calls (``rpcs``), per endpoint and failed (``rpc_errors``); the capture: tcpdump's counts,
-    the IP packets in the file, per sending service, and how many share their identifier with
-    another packet (``duplicate_packets``: a packet captured twice)."""
+    """What a run wrote (paths) and counted: each role's address; the load generator's
+    requests (scheduled, sent, answered 200, failed), the seconds from its first arrival to its
+    last answer, and the 99th percentile of how late requests started after their arrival
+    (above a few ms the app did not keep up with the load); the truth's calls (``rpcs``), per
+    endpoint and failed (``rpc_errors``); the capture: tcpdump's counts, the IP packets in the
+    file, per sending service, and how many share their identifier with another packet
+    (``duplicate_packets``: a packet captured twice)."""
 
     params: TracedAppParams
+    addresses: dict[str, str]
     out_dir: Path
     pcap: Path
     services: Path
@@ -117,7 +118,6 @@ class TracedAppResult:
     packets: int
     packets_by_service: dict[str, int]
     duplicate_packets: int
-    addresses: dict[str, str] = field(default_factory=dict)
 
     @property
     def achieved_rate(self) -> float:
@@ -299,6 +299,7 @@ def _write(
     _, seen = np.unique(packets.ident, return_counts=True)
     result = TracedAppResult(
         params=params,
+        addresses=addresses,
         out_dir=out,
         pcap=out / "app.pcap",
         services=services,
@@ -317,7 +318,6 @@ def _write(
         packets=len(packets),
         packets_by_service={names.get(a, a): n for a, n in sorted(senders.items())},
         duplicate_packets=int(seen[seen > 1].sum()),
-        addresses=addresses,
     )
     write_bytes(result.summary, json.dumps(result.as_dict(), indent=2).encode())
     return result
