@@ -1,6 +1,7 @@
-"""``tacit experiment web|asymmetric|loadbalancer|netns``: Pirate's live experiments on this
-machine (loopback, and §5.1's namespaces with asymmetric routing), its load-balancer
-simulation, and RDA's agents across namespaces."""
+"""``tacit experiment web|asymmetric|loadbalancer|netns|traced-app``: Pirate's live experiments
+on this machine (loopback, and §5.1's namespaces with asymmetric routing), its load-balancer
+simulation, RDA's agents across namespaces, and a small multi-service app captured with its
+own call logs as the truth of its traces."""
 
 from __future__ import annotations
 
@@ -197,3 +198,50 @@ def netns(
         k: v for k, v in finite(doc).items() if not isinstance(v, dict | list) and v is not None
     }
     out.print(_table(f"one-way latency across namespaces ({result.impairment})", rows))
+
+
+@experiment_app.command("traced-app")
+def traced_app(
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="Directory for app.pcap, services.yaml, truth.jsonl.")
+    ],
+    seconds: Annotated[
+        float, typer.Option(callback=bounded(0, 3600, lo_open=True), help="How long the load runs.")
+    ] = 10.0,
+    rate: Annotated[
+        float,
+        typer.Option(callback=bounded(0, 10_000, lo_open=True), help="Requests per second."),
+    ] = 100.0,
+    concurrency: Annotated[
+        int, typer.Option(callback=bounded(1, 256), help="Load-generator connections.")
+    ] = 8,
+    seed: Annotated[
+        int, typer.Option(callback=SEED, help="Seed of the arrivals and service times.")
+    ] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run a small hotel-search app (HTTP/1.1 front, gRPC geo and rate, a load generator) in
+    network namespaces, capture every packet between them with tcpdump, and write the capture,
+    the address-to-service map and the calls every service logged (the truth of its traces)."""
+    from tacit.experiment.traced_app import TracedAppParams, run_traced_app
+
+    params = TracedAppParams(duration_s=seconds, rate=rate, concurrency=concurrency, seed=seed)
+    doc = run_traced_app(params, out_dir).as_dict()
+    if json_out:
+        print_json(doc)
+        return
+    req, rpcs, cap = doc["requests"], doc["rpcs"], doc["capture"]
+    rows = {
+        "requests sent": req["sent"],
+        "request errors": req["errors"],
+        "offered requests/s": req["offered_per_second"],
+        "achieved requests/s": req["achieved_per_second"],
+        "start lag p99, ms": req["start_lag_p99_ms"],
+        **{f"calls {e}": n for e, n in rpcs["by_endpoint"].items()},
+        "call errors": rpcs["errors"],
+        "packets captured": cap.get("captured"),
+        "packets dropped by kernel": cap.get("dropped"),
+        "packets captured twice": cap["duplicate_packets"],
+    }
+    out.print(_table(f"traced app, {seconds:g} s at {rate:g} requests/s", rows))
+    out.print(f"written to {out_dir}: " + ", ".join(Path(f).name for f in doc["files"].values()))

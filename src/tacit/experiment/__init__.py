@@ -4,6 +4,7 @@
 - :mod:`~.web`: Pirate on loopback web and memcached clients.
 - :mod:`~.loadbalancer`: Pirate §4's latency-aware Maglev, simulated.
 - :mod:`~.netns`: RDA §IX, two live agents across an impaired path.
+- :mod:`~.traced_app`: a small multi-service app in namespaces, captured, its call logs the truth.
 - :mod:`~.capture`: tcpdump for all of them.
 
 The names below are imported on first use (PEP 562): the experiments start helper processes
@@ -21,6 +22,12 @@ if TYPE_CHECKING:
     from tacit.experiment.capture import Capture, capture_unavailable
     from tacit.experiment.loadbalancer import LoadBalancerParams, run_loadbalancer_experiment
     from tacit.experiment.netns import NetnsParams, run_netns_experiment
+    from tacit.experiment.traced_app import (
+        TracedAppParams,
+        TracedAppResult,
+        run_traced_app,
+        traced_app_unavailable,
+    )
     from tacit.experiment.web import run_web_experiment
 
 _MODULES = {
@@ -32,6 +39,10 @@ _MODULES = {
     "run_loadbalancer_experiment": "loadbalancer",
     "NetnsParams": "netns",
     "run_netns_experiment": "netns",
+    "TracedAppParams": "traced_app",
+    "TracedAppResult": "traced_app",
+    "run_traced_app": "traced_app",
+    "traced_app_unavailable": "traced_app",
     "run_web_experiment": "web",
 }
 
@@ -40,11 +51,15 @@ __all__ = [
     "Capture",
     "LoadBalancerParams",
     "NetnsParams",
+    "TracedAppParams",
+    "TracedAppResult",
     "capture_unavailable",
     "run_asymmetric_experiment",
     "run_loadbalancer_experiment",
     "run_netns_experiment",
+    "run_traced_app",
     "run_web_experiment",
+    "traced_app_unavailable",
 ]
 
 
