@@ -218,6 +218,14 @@ def traced_app(
     seed: Annotated[
         int, typer.Option(callback=SEED, help="Seed of the arrivals and service times.")
     ] = 0,
+    test_seconds: Annotated[
+        float,
+        typer.Option(
+            callback=bounded(0, 3600),
+            help="First run a test environment this long (requests one at a time, into "
+            "OUT/test/) to learn the call graph from; 0: none.",
+        ),
+    ] = 3.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Run a small hotel-search app (HTTP/1.1 front, gRPC geo and rate, a load generator) in
@@ -226,7 +234,10 @@ def traced_app(
     from tacit.experiment.traced_app import TracedAppParams, run_traced_app
 
     params = TracedAppParams(duration_s=seconds, rate=rate, concurrency=concurrency, seed=seed)
-    doc = run_traced_app(params, out_dir).as_dict()
+    test = None
+    if test_seconds > 0:
+        test = run_traced_app(params.test_environment(test_seconds), out_dir / "test").as_dict()
+    doc = run_traced_app(params, out_dir).as_dict() | {"test_environment": test}
     if json_out:
         print_json(doc)
         return
@@ -245,3 +256,8 @@ def traced_app(
     }
     out.print(_table(f"traced app, {seconds:g} s at {rate:g} requests/s", rows))
     out.print(f"written to {out_dir}: " + ", ".join(Path(f).name for f in doc["files"].values()))
+    if test is not None:
+        out.print(
+            f"test environment: {test['requests']['completed']} requests one at a time, "
+            f"captured in {test['files']['pcap']}"
+        )

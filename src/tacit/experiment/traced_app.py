@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +54,15 @@ from tacit.experiment.capture import Capture, CaptureStats
 from tacit.experiment.netns import ManagedProcess, namespaces_unavailable
 from tacit.experiment.traced_app_services import PORTS, ROLES, SERVICES
 from tacit.formats.pcap import read_packets
+from tacit.formats.textio import iter_json_lines
 from tacit.model.packets import format_address
 from tacit.outputs import write_bytes
 
 SERVICES_MODULE = "tacit.experiment.traced_app_services"
 HOSTS = {role: 2 + k for k, role in enumerate(ROLES)}
 """The last byte of each role's address: client .2, front .3, geo .4, rate .5."""
+TEST_RATE = 20.0
+"""Requests per second of the test environment: at a few ms per request, rarely two at once."""
 START_TIMEOUT = 30.0
 """Seconds a service may take to report that it listens (Python and grpc starting up)."""
 
@@ -86,6 +89,12 @@ class TracedAppParams:
     def addresses(self) -> dict[str, str]:
         """Each role's IPv4 address."""
         return {role: f"10.{self.subnet}.0.{host}" for role, host in HOSTS.items()}
+
+    def test_environment(self, duration_s: float) -> TracedAppParams:
+        """The same app in a test environment (TraceWeaver §5.2.1): requests replayed one at a
+        time (one connection, :data:`TEST_RATE` per second, each waiting for the one before),
+        for ``duration_s``, to learn the call graph from."""
+        return replace(self, duration_s=duration_s, rate=TEST_RATE, concurrency=1)
 
 
 @dataclass
@@ -118,6 +127,10 @@ class TracedAppResult:
     packets: int
     packets_by_service: dict[str, int]
     duplicate_packets: int
+
+    def parent_of(self) -> dict[str, str | None]:
+        """Per call id in the truth, the id of the request it was made for (None: a root)."""
+        return {row["rpc"]: row["parent_rpc"] for _, row in iter_json_lines(self.truth)}
 
     @property
     def achieved_rate(self) -> float:
