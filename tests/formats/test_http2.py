@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h2_conversations import CLIENT, SERVER, Conversation
+from tacit.formats.exchanges import tcp_connections
 from tacit.formats.pcap import read_packets
 from tacit.formats.protocols import CUT, EXCHANGES, GAP, HTTP2
 from tacit.formats.protocols.http2 import (
@@ -29,7 +30,6 @@ from tacit.formats.protocols.http2 import (
 )
 from tacit.formats.protocols.http2 import SNIFF as HTTP2_SNIFF
 from tacit.formats.tcp_stream import ByteStream, StreamBytes, reassemble
-from tacit.response_latency.truth import tcp_connections
 
 
 class Skipped(dict):

@@ -301,3 +301,22 @@ def test_real_http_bro_org(shared_data: Path) -> None:
     assert statuses <= {200, 301, 302, 304, 404} and 200 in statuses
     # The server is across the Internet: every response takes longer than the handshake RTT.
     assert np.nanmin(truth.response_latency) > 50 * MS
+
+
+@pytest.mark.parametrize(
+    ("name", "requests", "command", "target"),
+    [
+        ("grpc-5-streams.pcap.gz", 5, "POST", "/RPC_BFCP_SRV.BFCP_GRPC_Service/"),
+        ("suricata-dns-over-http2-post.pcap.gz", 34, "POST", "/dns-query"),
+    ],
+)
+def test_real_http2_captures(shared_data: Path, name, requests, command, target) -> None:
+    """h2 and gRPC streams through the same exchanges layer (the DNS-over-HTTP/2 capture is on
+    port 80: the preface, not the port, says HTTP/2)."""
+    truth = request_truth(read_packets(shared_data / "pcap" / name, payloads=True))
+    check_accounting(truth)
+    assert truth.accounting.connections.get("http2") == 1
+    assert truth.accounting.answered == requests == len(truth)
+    assert {truth.strings[k] for k in truth.command} == {command}
+    assert all(target in (truth.strings[k] or "") for k in truth.target)
+    assert (truth.response_latency > 0).all()

@@ -38,6 +38,7 @@ from tacit.formats.connections import DECISIONS, connections
 from tacit.formats.protocols import (
     EXCHANGES,
     HTTP,
+    HTTP2,
     MEMCACHED,
     PARSERS,
     PROTOCOLS,
@@ -47,6 +48,7 @@ from tacit.formats.protocols import (
     Message,
     Stop,
     find,
+    http2,
 )
 from tacit.formats.tcp_stream import ByteStream, StreamBytes, reassemble
 from tacit.model.captures import PacketRead
@@ -324,10 +326,12 @@ def _incarnations(p: PacketTable, group: np.ndarray) -> list[np.ndarray]:
 
 
 def _detect(conn: Connection, client: ByteStream, params: ExchangeParams) -> str | None:
+    head = client.data[:256]
+    if http2.SNIFF.match(head):  # the HTTP/2 preface is unambiguous, on port 80 too (h2c)
+        return HTTP2
     port = int(conn.server.rsplit(":", 1)[1])
     if port in params.ports:
         return params.ports[port]
-    head = client.data[:256]
     for name, pattern in SNIFF:
         if pattern.match(head):
             return name

@@ -288,7 +288,7 @@ def _score(
     keys, inverse = np.unique(t_key, return_inverse=True)
     requests = np.bincount(inverse, minlength=len(keys))
     at = np.minimum(np.searchsorted(keys, e_key), max(len(keys) - 1, 0))
-    scored = (np.asarray(keys[at] == e_key) & (len(keys) > 0)) if len(e_key) else e_key > 0
+    scored = keys[at] == e_key if len(keys) else np.zeros(len(e_key), dtype=bool)
     matched_keys = np.zeros(len(keys), dtype=bool)
     matched_keys[at[scored]] = True
     unmatched = int((~known).sum()) + int(requests[~matched_keys].sum())
