@@ -10,6 +10,9 @@
 2. Accuracy, simulated. The same app at several loads; the call graph learned from a capture of
    requests sent one at a time (TraceWeaver §5.2); TraceWeaver and FCFS scored against the
    simulator's truth, which the packets carry as request ids that only the scoring reads.
+   Beside it, the same algorithms on the simulator's own spans (what a collector in every
+   service would record, call graph from the same test run): the capture point's cost, since
+   one point times a server span with its caller's times, network delays included.
 3. Accuracy, live (when network namespaces, tcpdump and grpcio are available, as root): the
    traced example app (an HTTP/1.1 front calling two gRPC back ends, in namespaces) captured with
    tcpdump, scored against the app's own log of which request caused which.
@@ -26,9 +29,12 @@ import time
 from pathlib import Path
 
 from tacit.evaluation.capture_accuracy import evaluate_capture
-from tacit.formats.capture_spans import ServiceMap, read_capture_spans
+from tacit.evaluation.reconstruction import evaluate
+from tacit.formats.capture_spans import ServiceMap, read_capture_spans, read_service_map
 from tacit.formats.pcap import read_packets
 from tacit.formats.pcap_write import write_pcap
+from tacit.model.roles import infer_roles
+from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.simulate import load_app, simulate
 from tacit.simulate.app_packets import REQUEST_ID, AppPackets, app_packets
 
@@ -71,15 +77,26 @@ def throughput(work: Path, requests: int) -> dict:
 
 def simulated_accuracy(work: Path, requests: int) -> list[dict]:
     app = load_app(None)
-    test = _write(simulate(app, 2, n_requests=100, seed=5), work / "test.pcap")
+    test_spans = simulate(app, 2, n_requests=100, seed=5, record_threads=False)
+    test = _write(test_spans, work / "test.pcap")
+    span_callgraph = learn_callgraph(infer_roles(test_spans).spans)
     rows = []
     for rate in LOADS:
-        prod = _write(simulate(app, rate, n_requests=requests, seed=7), work / f"load{rate}.pcap")
+        spans = simulate(app, rate, n_requests=requests, seed=7, record_threads=False)
+        prod = _write(spans, work / f"load{rate}.pcap")
         names = ServiceMap(addresses={**test.service_map(), **prod.service_map()})
         doc = evaluate_capture(
             work / f"load{rate}.pcap", work / "test.pcap", REQUEST_ID, prod.parent_of(), names
         )
-        rows.append({"load": rate, **doc})
+        own = evaluate(spans, ["traceweaver", "fcfs"], callgraph=span_callgraph)
+        rows.append(
+            {
+                "load": rate,
+                "accuracy_from_packets": doc.pop("accuracy"),
+                "accuracy_from_spans": {r["algorithm"]: r["accuracy"] for r in own.results},
+                **doc,
+            }
+        )
     return rows
 
 
@@ -93,14 +110,13 @@ def live_accuracy(work: Path, seconds: float) -> dict:
     reason = traced_app_unavailable()
     if reason:
         return {"skipped": reason}
-    result = run_traced_app(TracedAppParams(duration_s=seconds), work / "live")
-    return evaluate_capture(
-        result.pcap,
-        result.test_pcap,
-        "x-request-id",
-        result.parent_of(),
-        ServiceMap(addresses=result.services),
+    params = TracedAppParams(duration_s=seconds)
+    test = run_traced_app(params.test_environment(5.0), work / "live" / "test")
+    run = run_traced_app(params, work / "live")
+    doc = evaluate_capture(
+        run.pcap, test.pcap, "x-request-id", run.parent_of(), read_service_map(run.services)
     )
+    return {"app": run.as_dict()["requests"], **doc}
 
 
 def main() -> None:

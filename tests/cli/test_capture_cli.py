@@ -12,6 +12,7 @@ from app_captures import three_tier
 from clirun import finish, start
 from tacit.formats.blind import read_blind
 from tacit.formats.jaeger import read_jaeger
+from tacit.reconstruct.result import ROOT_CALL
 from tcp_conversations import capture_all
 
 
@@ -82,11 +83,11 @@ def test_traces_reconstructed_with_a_call_graph_from_isolated_requests(runs) -> 
     doc = json.loads(r.stdout)
     assert doc["test_capture"] == {
         "spans": 12,
-        "unwoven": {"no incoming request encloses this call": 3},
+        "unwoven": {ROOT_CALL: 3},
     }
     # The load generator's calls are the roots: nothing at its address caused them.
     assert doc["traces"] == 2
-    assert doc["unmapped"] == {"no incoming span at this instance can have caused it": 2}
+    assert doc["unmapped"] == {ROOT_CALL: 2}
     t = read_jaeger(runs["dir"] / "t.json")
     front_calls = [r for r in range(len(t)) if t.name("service", r) == "front" and t.kind[r] == 1]
     for c in front_calls:  # each call under the front request that began first before it

@@ -310,3 +310,10 @@ def register(app: typer.Typer) -> None:
             t.add_row(str(row["rate"]), *[_pct(row["accuracy"][a]) for a in res["algorithms"]])
         out.print(t)
         out.print(f"traces: {res['traces']}\nreport: {res['report']}")
+        cap = res["capture"]
+        accuracy = ", ".join(f"{a} {_pct(v)}" for a, v in cap["accuracy"].items())
+        out.print(
+            f"from packets alone ({cap['pcap']}, {cap['rate']} req/s): {accuracy}\n"
+            f"  tacit capture {cap['pcap']} --services {cap['services']} --reconstruct "
+            f"--test-capture {cap['test_pcap']} --out traces-from-packets.json"
+        )

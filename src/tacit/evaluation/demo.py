@@ -4,6 +4,11 @@ The call graph is learned from a separate low-load run (the "isolated test trace
 TraceWeaver §5.2.2); each load level is then blinded, reconstructed and scored. Writes the
 TraceWeaver traces of the highest load as Jaeger JSON and an HTML report with the
 accuracy-versus-load plot.
+
+Then the instrumentation-free path: the same app's RPCs as the packets one capture point would
+hold (HTTP/1.1 into the frontend, gRPC behind it; :mod:`tacit.simulate.app_packets`), for a
+test run of requests one at a time and for one load level, written as pcap files with the
+address-to-service map that ``tacit capture`` reads, and scored from the packets alone.
 """
 
 from __future__ import annotations
@@ -13,14 +18,21 @@ import html
 import io
 from pathlib import Path
 
+import yaml
+
 from tacit.errors import ConfigError
+from tacit.evaluation.capture_accuracy import evaluate_capture
 from tacit.evaluation.reconstruction import evaluate
+from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.jaeger import write_jaeger
+from tacit.formats.pcap_write import write_pcap
 from tacit.model.roles import infer_roles
 from tacit.outputs import write_bytes
 from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.reconstruct.pipeline import ALGORITHMS, reconstruct_blind
 from tacit.simulate import load_app, simulate
+from tacit.simulate.app_packets import REQUEST_ID, app_packets
+from tacit.simulate.app_spec import AppSpec
 
 DEMO_RATES = (100, 300, 500, 700)
 """Requests per second; the default app's database saturates near 850."""
@@ -59,6 +71,39 @@ def run_demo(out_dir: Path, *, requests: int = 400, rates: tuple[int, ...] = DEM
         "loads": loads,
         "traces": str(trace_path),
         "report": str(report),
+        "capture": _from_packets(app, out_dir / "capture", rates[0], requests),
+    }
+
+
+def _from_packets(app: AppSpec, out_dir: Path, rate: int, requests: int) -> dict:
+    """Capture files of a test run and of one load level, and their traces' accuracy from the
+    packets alone."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {"test": out_dir / "test.pcap", "app": out_dir / "app.pcap"}
+    runs = {
+        "test": simulate(app, 2, n_requests=100, seed=1, record_threads=False),
+        "app": simulate(app, rate, n_requests=requests, seed=100, record_threads=False),
+    }
+    names: dict[str, str] = {}
+    made = {key: app_packets(spans) for key, spans in runs.items()}
+    for key, packets in made.items():
+        write_pcap(files[key], packets.frames, packets.times)
+        names |= packets.service_map()
+    services = out_dir / "services.yaml"
+    write_bytes(services, yaml.safe_dump(names).encode())
+    doc = evaluate_capture(
+        files["app"],
+        files["test"],
+        REQUEST_ID,
+        made["app"].parent_of(),
+        ServiceMap(addresses=names),
+    )
+    return {
+        "rate": rate,
+        "pcap": str(files["app"]),
+        "test_pcap": str(files["test"]),
+        "services": str(services),
+        "accuracy": doc["accuracy"],
     }
 
 

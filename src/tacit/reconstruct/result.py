@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
+
+ROOT_CALL = "a trace root: a call from an instance that serves no requests (a client)"
 
 
 def known_calls(spans: SpanTable) -> np.ndarray:
@@ -64,6 +67,9 @@ class Reconstruction:
         return cls(algorithm, parent, np.full(len(spans), np.nan))
 
     def finish_unmapped(self, spans: SpanTable, reason: str) -> None:
-        """Give every client span still without parent or reason the default ``reason``."""
+        """Give every client span still without parent or reason the default ``reason``, or
+        :data:`ROOT_CALL` when its instance serves no requests at all."""
+        proc = process_key(spans)
+        serving = np.isin(proc, proc[spans.kind == SERVER])
         for r in np.flatnonzero((spans.kind == CLIENT) & (self.parent == NONE)):
-            self.unmapped.setdefault(int(r), reason)
+            self.unmapped.setdefault(int(r), reason if serving[r] else ROOT_CALL)
