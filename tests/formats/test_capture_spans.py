@@ -18,10 +18,10 @@ from tacit.formats.capture_spans import (
     read_service_map,
     spans_from_exchanges,
 )
-from tacit.formats.exchanges import ExchangeParams, read_exchanges
+from tacit.formats.exchanges import ENCRYPTED, ExchangeParams, read_exchanges
 from tacit.model.spans import CLIENT, NONE, SERVER
 from tacit.reconstruct.isolated import NOT_ISOLATED, callgraph_from_isolated, weave_isolated
-from tcp_conversations import MS, T0, capture_all
+from tcp_conversations import MS, T0, Conversation, capture_all
 
 
 def test_every_exchange_becomes_a_named_pair_of_spans(tmp_path: Path) -> None:
@@ -123,3 +123,14 @@ def test_bad_service_maps_name_the_entry(tmp_path: Path, text: str, message: str
     with pytest.raises(ConfigError, match=message) as e:
         read_service_map(path)
     assert str(path) in str(e.value)
+
+
+def test_encrypted_connections_are_counted_as_such(tmp_path: Path) -> None:
+    tls = Conversation((LOADGEN, 40000), (FRONT, 443))
+    tls.handshake(0)
+    hello = b"\x16\x03\x01\x00\x05\x01\x00\x00\x01\x00"
+    tls.send(MS, 0, hello)
+    tls.send(2 * MS, 1, b"\x16\x03\x03\x00\x02\x02\x00")
+    ex = read_exchanges(capture_all(tmp_path, [tls]))
+    assert len(ex) == 0 and ex.accounting.connections == {"unknown": 1}
+    assert ex.accounting.unparsed == {ENCRYPTED: len(hello) + 7}

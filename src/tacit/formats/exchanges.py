@@ -27,6 +27,7 @@ and missing bytes are all counted in :class:`ExchangeAccounting`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -61,6 +62,12 @@ DEFAULT_PORTS: Mapping[int, str] = MappingProxyType(
     {80: HTTP, 8080: HTTP, 6379: REDIS, 11211: MEMCACHED}
 )
 """Server ports whose protocol is known without looking at the bytes."""
+
+
+UNRECOGNISED = "protocol not recognised"
+ENCRYPTED = "encrypted (TLS): no exchange can be read"
+_TLS = re.compile(rb"\x16\x03[\x00-\x04]")
+"""A TLS handshake record (RFC 8446 §5.1): content type 22, legacy version 3.x."""
 
 
 @dataclass(frozen=True)
@@ -241,7 +248,7 @@ def read_exchanges(
         name = conn.protocol or "unknown"
         acc.connections[name] = acc.connections.get(name, 0) + 1
         if conn.protocol is None:
-            conn.skip("protocol not recognised", up.end + down.end)
+            conn.skip(ENCRYPTED if _TLS.match(up.data) else UNRECOGNISED, up.end + down.end)
             continue
         if conn.protocol in EXCHANGES:
             found = _streams(conn, conn.protocol, up, down)
