@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
@@ -38,10 +39,11 @@ from tacit.formats.blind import write_blind
 from tacit.formats.jaeger import write_jaeger
 from tacit.formats.messagetable import write_message_table
 from tacit.formats.otlp import write_otlp
-from tacit.formats.pcap_write import write_packets
+from tacit.formats.pcap_write import write_packets, write_pcap
 from tacit.formats.zipkin import write_zipkin
 from tacit.model.roles import infer_roles
 from tacit.simulate import load_app, simulate
+from tacit.simulate.app_packets import app_packets
 from tacit.simulate.request_streams import RequestStreamParams, simulate_requests
 from tacit.simulate.syslog_cascades import CascadeParams, simulate_cascades
 
@@ -119,15 +121,16 @@ RULES_DIR = Path(__file__).resolve().parents[2] / "src" / "tacit" / "diagnosis" 
 KINDS = (
     "jaeger", "zipkin", "otlp", "spancsv", "blind", "messages", "strace", "events", "pcap",
     "syslog", "topology", "syslog_rpcs", "rules", "trace_rules", "features", "ss", "tcp_rpcs",
-    "callgraph",
+    "callgraph", "app_pcap", "services",
 )  # fmt: skip
 SUFFIX = {
     "jaeger": ".json", "zipkin": ".json", "otlp": ".json", "spancsv": ".csv", "blind": ".jsonl",
     "messages": ".csv", "strace": ".strace", "events": ".jsonl", "pcap": ".pcap",
     "syslog": ".log", "topology": ".txt", "syslog_rpcs": ".csv", "rules": ".rules",
     "trace_rules": ".rules", "features": ".jsonl", "ss": ".txt", "tcp_rpcs": ".csv",
-    "callgraph": ".yaml",
+    "callgraph": ".yaml", "app_pcap": ".pcap", "services": ".yaml",
 }  # fmt: skip
+PCAP_KINDS = frozenset({"pcap", "app_pcap"})
 JSON_KINDS = frozenset({"jaeger", "zipkin", "otlp"})
 JSONL_KINDS = frozenset({"blind", "events", "features"})
 
@@ -185,6 +188,10 @@ def build_seeds(d: Path) -> Seeds:
     code = main_exit(["callgraph", str(d / "seed.jaeger.json"), "--out", str(d / "cg.yaml")])
     assert code == 0, "the seed call graph could not be learned"
     seeds["callgraph"] = (d / "cg.yaml").read_bytes()
+    app = app_packets(sim)
+    write_pcap(d / "seed.app.pcap", app.frames, app.times)
+    seeds["app_pcap"] = (d / "seed.app.pcap").read_bytes()
+    seeds["services"] = yaml.safe_dump(app.service_map()).encode()
     return seeds
 
 
@@ -374,7 +381,7 @@ def mutated(draw: st.DrawFn, kind: str, seed: bytes) -> bytes:
                 continue
             lines[i] = dump_json(draw(json_mutation(doc)))
             data = b"\n".join(lines)
-        elif layer in ("structure", "text") and kind != "pcap":
+        elif layer in ("structure", "text") and kind not in PCAP_KINDS:
             data = draw(text_mutation(data))
         else:
             data = draw(byte_mutation(data))
@@ -436,6 +443,24 @@ COMMANDS = [
     Command("reconstruct-learn", ("reconstruct", "{traces}", "--out", "{out}/t.json")),
     Command("blind", ("blind", "{traces}", "--out", "{out}/b.jsonl")),
     Command("callgraph", ("callgraph", "{traces}", "--out", "{out}/cg.yaml", "--json")),
+    Command(
+        "capture",
+        ("capture", "{app_pcap}", "--services", "{services}", "--out", "{out}/s.jsonl", "--json"),
+        {"--protocol": ("auto", "http", "http2", "redis", "memcached", "nope")},
+    ),
+    Command(
+        "capture reconstruct",
+        (
+            "capture",
+            "{app_pcap}",
+            "--reconstruct",
+            "--callgraph",
+            "{callgraph}",
+            "--out",
+            "{out}/t.json",
+        ),
+        {"--algorithm": ("traceweaver", "fcfs", "nope"), "--format": ("jaeger", "otlp", "nope")},
+    ),
     Command(
         "paths link",
         ("paths", "link", "{messages}", "--json"),
