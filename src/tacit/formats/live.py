@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from tacit.errors import ConfigError, InputError
-from tacit.formats.pcap import MAX_SNAPLEN, read_packet_buffer
+from tacit.formats.pcap import MAX_SNAPLEN, join_reads, read_packet_buffer
 from tacit.model.captures import PacketRead
 
 _PCAP_HEADER = struct.Struct("<IHHiIII")
@@ -99,8 +99,10 @@ class LiveCapture:
         promiscuous: bool = False,
         batch_frames: int = 8192,
         poll_seconds: float = 0.05,
+        payloads: bool = False,
     ) -> None:
         pcapy = _pcapy()
+        self.payloads = payloads
         self.interface = interface
         self.bpf_filter = bpf_filter
         self.snaplen = snaplen
@@ -123,8 +125,13 @@ class LiveCapture:
             self._handle.close()
             raise ConfigError(f"bad capture filter {bpf_filter!r}: {e}") from None
         self.linktype = self._handle.datalink()
-        self._source = f"live:{interface}"
-        read_packet_buffer(wrap_frames(b"", b"", self.linktype, snaplen), self._source)  # warm
+        self.source = f"live:{interface}"
+        self.empty()  # compiles the decoder now, not on the first packets
+
+    def empty(self) -> PacketRead:
+        """A read of no frames, in this capture's link type."""
+        buf = wrap_frames(b"", b"", self.linktype, self.snaplen)
+        return read_packet_buffer(buf, self.source, payloads=self.payloads)
 
     def __enter__(self) -> LiveCapture:
         return self
@@ -191,7 +198,17 @@ class LiveCapture:
         n = len(meta) // _RECORD
         self.delivered += n
         buf = wrap_frames(data, meta, self.linktype, self.snaplen)
-        return read_packet_buffer(buf, self._source)
+        return read_packet_buffer(buf, self.source, payloads=self.payloads)
+
+
+def capture_for(
+    interface: str, seconds: float, bpf_filter: str = "", *, payloads: bool = False
+) -> tuple[PacketRead, CaptureStats]:
+    """Everything captured on ``interface`` for ``seconds``, as one read (with ``payloads``,
+    the captured bytes of every packet too), and libpcap's counts."""
+    with LiveCapture(interface, bpf_filter, payloads=payloads) as cap:
+        parts = [read for read in cap.batches(seconds) if read is not None]
+        return join_reads(parts or [cap.empty()], cap.source), cap.stats()
 
 
 def filtered_file(

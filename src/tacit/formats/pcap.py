@@ -178,18 +178,20 @@ def read_packets(
     whole.
     """
     if chunk_records is not None:
-        parts = list(iter_packet_chunks(path, chunk_records, payloads=payloads))
-        accounting = sum((p.accounting for p in parts), PacketAccounting())
-        fmt = parts[0].format
-        table = concat_packets([p.packets for p in parts])
-        table.sources = [str(path)]
-        held = (
-            PacketPayloads.concat([p.payloads for p in parts if p.payloads is not None])
-            if payloads
-            else None
-        )
-        return PacketRead(table, accounting, fmt, held)
+        return join_reads(list(iter_packet_chunks(path, chunk_records, payloads=payloads)), path)
     return read_packet_buffer(_file_array(str(path)), str(path), payloads=payloads)
+
+
+def join_reads(parts: list[PacketRead], source: str | Path) -> PacketRead:
+    """Pieces of one capture (in order, at least one) read as one: their rows, accounting and,
+    when every piece has them, payloads."""
+    accounting = sum((p.accounting for p in parts), PacketAccounting())
+    table = concat_packets([p.packets for p in parts])
+    table.sources = [str(source)]
+    held = None
+    if all(p.payloads is not None for p in parts):
+        held = PacketPayloads.concat([p.payloads for p in parts if p.payloads is not None])
+    return PacketRead(table, accounting, parts[0].format, held)
 
 
 def read_packet_buffer(
