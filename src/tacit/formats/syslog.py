@@ -37,13 +37,11 @@ Times are int64 nanoseconds UTC:
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
@@ -68,20 +66,21 @@ starts the next year (Dec → Jan); a smaller step back is lines slightly out of
 S = 1_000_000_000
 MAX_UNPARSED = 20
 """How many unparsed records :attr:`SyslogRead.unparsed_lines` names."""
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH_DAY = datetime(1970, 1, 1).toordinal()
 _LEAP_YEAR = 2000
-"""The year a year-less time is parsed in until its year is known: a leap year, so that
-Feb 29 parses."""
+"""The year a year-less strptime time is parsed in: a leap year, so that Feb 29 parses."""
+_MAX_DAY = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+_YEARS_IN_NS = (1678, 2261)
+"""The whole years int64 nanoseconds since 1970 hold."""
 
 
-class Yearless(NamedTuple):
-    """A time read without its year (held in year 2000); the reader assigns the year."""
-
-    when: datetime
+Yearless = tuple[int, int, int]
+"""A time read without its year: (month, day, time of day in ns with the UTC offset taken
+off); the reader gives it its year. A plain tuple: one is made per RFC 3164 line."""
 
 
 TimeReader = Callable[[re.Match[str]], int | Yearless]
-"""The time of a matched line: int64 ns UTC, or a :class:`Yearless` time."""
+"""The time of a matched line: int64 ns UTC, or a :data:`Yearless` time."""
 
 
 @dataclass(frozen=True)
@@ -118,11 +117,16 @@ def _checked(ns: int) -> int:
     return ns
 
 
+def _day_ns(t: datetime) -> int:
+    """The time of day of ``t`` in ns, its UTC offset taken off (UTC when naive)."""
+    ns = ((t.hour * 60 + t.minute) * 60 + t.second) * S + t.microsecond * 1000
+    offset = t.utcoffset()
+    return ns if offset is None else ns - offset // timedelta(microseconds=1) * 1000
+
+
 def _ns(t: datetime) -> int:
     """``t`` (UTC when naive) in int64 ns since the epoch, exactly."""
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=UTC)
-    return _checked((t - _EPOCH) // timedelta(microseconds=1) * 1000)
+    return _checked((t.toordinal() - _EPOCH_DAY) * 86400 * S + _day_ns(t))
 
 
 _RFC3339 = re.compile(
@@ -155,10 +159,15 @@ def rfc3339_ns(text: str, *, offset_required: bool = True) -> int:
     return _checked(whole + int((m[7] or "")[:9].ljust(9, "0")))
 
 
+_DECIMAL = re.compile(r"(-?)(\d+)(?:\.(\d*))?")
+
+
 def decimal_ns(text: str, unit_ns: int) -> int:
     """A decimal number of ``unit_ns`` units (``1700000000.25`` seconds, say) in int64 ns,
     exactly: no binary floating point on the way."""
-    m = re.fullmatch(r"(-?)(\d+)(?:\.(\d*))?", text.strip())
+    if text.isdigit():
+        return _checked(int(text) * unit_ns)
+    m = _DECIMAL.fullmatch(text.strip())
     if m is None:
         raise ValueError(f"not a number: {text!r}")
     digits = m[3] or ""
@@ -174,8 +183,13 @@ def _time_3164(m: re.Match[str]) -> Yearless:
     month = MONTHS.get(m["mon"])
     if month is None:
         raise ValueError(f"unknown month {m['mon']!r}")
-    h, mi, s = map(int, m["hms"].split(":"))
-    return Yearless(datetime(_LEAP_YEAR, month, int(m["day"]), h, mi, s))
+    day, hms = int(m["day"]), m["hms"]
+    h, mi, s = int(hms[:2]), int(hms[3:5]), int(hms[6:])
+    if not 1 <= day <= _MAX_DAY[month - 1]:
+        raise ValueError(f"no {m['mon']} {day}")
+    if h > 23 or mi > 59 or s > 59:
+        raise ValueError(f"no time {hms}")
+    return month, day, ((h * 60 + mi) * 60 + s) * S
 
 
 def _time_bgl(m: re.Match[str]) -> int:
@@ -296,7 +310,12 @@ def _time_reader(time_format: str) -> TimeReader:
         )
     # Parsed in a leap year, as RFC 3164 times are, so that Feb 29 reads; the year comes later.
     with_year = f"%Y {time_format}"
-    return lambda m: Yearless(datetime.strptime(f"{_LEAP_YEAR} {m['time']}", with_year))
+
+    def yearless(m: re.Match[str]) -> Yearless:
+        t = datetime.strptime(f"{_LEAP_YEAR} {m['time']}", with_year)
+        return t.month, t.day, _day_ns(t)
+
+    return yearless
 
 
 def detect_syslog_format(lines: list[str], path: str = "<text>") -> str:
@@ -380,51 +399,69 @@ class _Source:
     modified: datetime | None
 
 
-class _Row(NamedTuple):
-    line: int
-    time: int | Yearless
-    host: str
-    app: str
-    message: str
-
-
 @dataclass
 class _FileRead:
-    """What one file yields: rows, and the unread records as (line, reason)."""
+    """What one file yields: record columns (a year-less time holds 0 in ``time`` until it
+    is dated, and is listed in ``yearless`` with its row), and the unread records as (line,
+    reason)."""
 
     format: str
     lines: int = 0
     blank: int = 0
-    rows: list[_Row] = field(default_factory=list)
+    line: list[int] = field(default_factory=list)
+    time: list[int] = field(default_factory=list)
+    host: list[str] = field(default_factory=list)
+    app: list[str] = field(default_factory=list)
+    message: list[str] = field(default_factory=list)
+    yearless: list[tuple[int, Yearless]] = field(default_factory=list)
     bad: list[tuple[int, str]] = field(default_factory=list)
+
+    def add(self, line: int, time: int | Yearless, host: str, app: str, message: str) -> None:
+        if isinstance(time, tuple):
+            self.yearless.append((len(self.time), time))
+            time = 0
+        self.line.append(line)
+        self.time.append(time)
+        self.host.append(host)
+        self.app.append(app)
+        self.message.append(message)
+
+    def drop(self, rows: set[int]) -> None:
+        """Leave out ``rows`` (indices), found unreadable after the fact."""
+        keep = [i for i in range(len(self.time)) if i not in rows]
+        self.line = [self.line[i] for i in keep]
+        self.time = [self.time[i] for i in keep]
+        self.host = [self.host[i] for i in keep]
+        self.app = [self.app[i] for i in keep]
+        self.message = [self.message[i] for i in keep]
 
 
 def _read_lines(text: str, fmt: LineFormat) -> _FileRead:
     out = _FileRead(fmt.name)
-    for n, raw in enumerate(text.splitlines(), 1):
-        out.lines += 1
+    lines = text.splitlines()
+    out.lines = len(lines)
+    match, time, add = fmt.pattern.fullmatch, fmt.time, out.add
+    for n, raw in enumerate(lines, 1):
         ln = raw.rstrip("\r")
         if not ln.strip():
             out.blank += 1
             continue
-        m = fmt.pattern.fullmatch(ln)
+        m = match(ln)
         if m is None:
             out.bad.append((n, f"not a {fmt.name} line: {ln[:80]!r}"))
             continue
         try:
-            t = fmt.time(m)
+            t = time(m)
         except ValueError as e:
             out.bad.append((n, f"bad timestamp ({e}): {ln[:80]!r}"))
             continue
         g = m.groupdict()
-        out.rows.append(
-            _Row(n, t, g.get("host") or "-", g.get("app") or "", (g.get("message") or "").strip())
-        )
+        add(n, t, g.get("host") or "-", g.get("app") or "", (g.get("message") or "").strip())
     return out
 
 
-def _journal_row(line: int, entry: journal.Entry) -> _Row:
-    """The record of one journal entry; a ValueError saying why there is none."""
+def _journal_record(read: _FileRead, line: int, entry: journal.Entry) -> None:
+    """Add the record of one journal entry to ``read``; a ValueError says why there is none."""
 
     def first(name: str) -> str | None:
         value = next((v for v in entry.get(name, []) if v is not None), None)
@@ -444,7 +481,7 @@ def _journal_row(line: int, entry: journal.Entry) -> _Row:
             else "entry has no MESSAGE"
         )
     app = first("SYSLOG_IDENTIFIER") or first("_COMM") or ""
-    return _Row(line, decimal_ns(stamp, 1000), first("_HOSTNAME") or "-", app, message.strip())
+    read.add(line, decimal_ns(stamp, 1000), first("_HOSTNAME") or "-", app, message.strip())
 
 
 def _read_journal_export(data: bytes, path: str) -> _FileRead:
@@ -452,14 +489,14 @@ def _read_journal_export(data: bytes, path: str) -> _FileRead:
     for line, entry in journal.export_entries(data, path):
         out.lines += 1
         try:
-            out.rows.append(_journal_row(line, entry))
+            _journal_record(out, line, entry)
         except ValueError as e:
             out.bad.append((line, str(e)))
     return out
 
 
 def _read_journal_json(text: str) -> _FileRead:
-    """Lines end at ``\n`` only: a JSON string may hold U+2028 unescaped."""
+    """Lines end at ``\\n`` only: a JSON string may hold U+2028 unescaped."""
     out = _FileRead(journal.JSON)
     lines = text.split("\n")
     if lines[-1] == "":
@@ -470,7 +507,7 @@ def _read_journal_json(text: str) -> _FileRead:
             out.blank += 1
             continue
         try:
-            out.rows.append(_journal_row(n, journal.json_entry(ln)))
+            _journal_record(out, n, journal.json_entry(ln))
         except ValueError as e:
             out.bad.append((n, str(e)))
     return out
@@ -488,47 +525,42 @@ def _read_source(src: _Source) -> _FileRead:
 
 
 def _date_years(read: _FileRead, src: _Source, year: int | None) -> str | None:
-    """Give the year-less rows of ``read`` their year (see the module docstring); rows whose
+    """Give the year-less times of ``read`` their year (see the module docstring); rows whose
     date does not exist in it (Feb 29) move to ``read.bad``. Returns what was used, for
-    :attr:`SyslogRead.years`, or None when no row was year-less."""
-    yearless = [i for i, r in enumerate(read.rows) if isinstance(r.time, Yearless)]
-    if not yearless:
+    :attr:`SyslogRead.years`, or None when no time was year-less."""
+    if not read.yearless:
         return None
-    months = [_yearless(read.rows[i]).when.month for i in yearless]
-    new_year = [int(a - b > NEW_YEAR_STEP) for a, b in itertools.pairwise(months)]
-    steps = np.cumsum([0, *new_year]).tolist()
-    turns = [read.rows[i].line for i, turn in zip(yearless[1:], new_year, strict=True) if turn]
+    rows = np.asarray([i for i, _ in read.yearless])
+    month, day, ns = np.asarray([t for _, t in read.yearless], dtype=np.int64).T
+    new_year = month[:-1] - month[1:] > NEW_YEAR_STEP
+    steps = np.concatenate([[0], np.cumsum(new_year)])
+    turns = [read.line[i] for i in rows[1:][new_year]]
     if year is not None:
         first, why = year, "given"
     elif src.modified is not None:
-        last = src.modified.year - (months[-1] > src.modified.month)
-        first = last - steps[-1]
+        first = src.modified.year - int(month[-1] > src.modified.month) - len(turns)
         why = f"from the file's modification time, {src.modified:%Y-%m-%d}"
     else:
         raise InputError(
             "times without a year (RFC 3164) and no year given: give the year of the first line",
             path=src.path,
-            record=f"line {read.rows[yearless[0]].line}",
+            record=f"line {read.line[rows[0]]}",
         )
-    bad_rows = set()
-    for i, step in zip(yearless, steps, strict=True):
-        row = read.rows[i]
-        y = first + step
-        try:
-            read.rows[i] = row._replace(time=_ns(_yearless(row).when.replace(year=y)))
-        except ValueError as e:
-            read.bad.append((row.line, f"bad timestamp ({e} in {y})"))
-            bad_rows.add(i)
-    if bad_rows:
-        read.rows = [r for i, r in enumerate(read.rows) if i not in bad_rows]
+    years = first + steps
+    ok = (years >= _YEARS_IN_NS[0]) & (years <= _YEARS_IN_NS[1])
+    month_start = ((np.where(ok, years, 1970) - 1970) * 12 + month - 1).astype("datetime64[M]")
+    first_day = month_start.astype("datetime64[D]")
+    ok &= day <= ((month_start + 1).astype("datetime64[D]") - first_day).astype(np.int64)
+    times = (first_day.astype(np.int64) + day - 1) * (86400 * S) + ns
+    for i, t in zip(rows[ok].tolist(), times[ok].tolist(), strict=True):
+        read.time[i] = t
+    if not ok.all():
+        for i, y, m, d in zip(*(c[~ok].tolist() for c in (rows, years, month, day)), strict=True):
+            read.bad.append((read.line[i], f"bad timestamp (no {MONTH_NAMES[m - 1]} {d} in {y})"))
+        read.drop(set(rows[~ok].tolist()))
     span = str(first) if not turns else f"{first}-{first + len(turns)}"
     at = f"; a new year at line {', '.join(map(str, turns))}" if turns else ""
     return f"{span} ({why}{at})"
-
-
-def _yearless(row: _Row) -> Yearless:
-    assert isinstance(row.time, Yearless)
-    return row.time
 
 
 def _parse(sources: Iterable[_Source], errors: str, year: int | None) -> SyslogRead:
@@ -557,17 +589,15 @@ def _parse(sources: Iterable[_Source], errors: str, year: int | None) -> SyslogR
         acc["lines"] += read.lines
         acc["blank"] += read.blank
         acc["unparsed"] += len(read.bad)
-        acc["parsed"] += len(read.rows)
+        acc["parsed"] += len(read.time)
         named = read.bad[: MAX_UNPARSED - len(unparsed)]
         unparsed.extend(f"{src.path}:{n}: {why}" for n, why in named)
-        for row in read.rows:
-            assert isinstance(row.time, int)
-            times.append(row.time)
-            hosts.append(row.host)
-            content.append(row.message)
-            apps.append(row.app)
-            line_no.append(row.line)
-            file_no.append(fi)
+        times.extend(read.time)
+        hosts.extend(read.host)
+        content.extend(read.message)
+        apps.extend(read.app)
+        line_no.extend(read.line)
+        file_no.extend([fi] * len(read.line))
     devices, device = np.unique(np.asarray(hosts, dtype=str), return_inverse=True)
     records = SyslogRecords(
         time=np.asarray(times, dtype=np.int64),
