@@ -2,19 +2,62 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from tacit.cli.common import COUNT, JsonOpt, console, out, parse_duration, print_json
+from tacit.cli.common import COUNT, JsonOpt, bounded, console, out, parse_duration, print_json
+from tacit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tacit.formats.syslog import LineFormat, SyslogRead
 
 syslog_app = typer.Typer(help="Network diagnosis from device syslogs (YTrace §4).")
 
 FilesArg = Annotated[list[Path], typer.Argument(help="Syslog files or directories.")]
 FormatOpt = Annotated[
-    str, typer.Option("--format", help="auto, rfc5424, rfc3164, bgl, hpc or thunderbird.")
+    str,
+    typer.Option(
+        "--format",
+        help="auto, rfc5424, rfc3339, rfc3164, bgl, hpc, thunderbird, journal-export "
+        "(journalctl -o export) or journal-json (journalctl -o json).",
+    ),
+]
+YearOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--year",
+        callback=bounded(1678, 2261),
+        help="Year of each file's first RFC 3164 (year-less) time; later lines roll over at "
+        "Dec -> Jan. Default: from the file's modification time.",
+    ),
+]
+LineRegexOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--line-regex",
+        help="For lines no format reads: a regular expression matching a whole line, with "
+        "named groups time and message, and optionally host, app, pid.",
+    ),
+]
+TimeFormatOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--time-format",
+        help="How --line-regex's time reads: iso (UTC without an offset), epoch, epoch_ms, or "
+        "a strptime format such as '%b %d %H:%M:%S' (UTC without %z). Default: iso.",
+    ),
+]
+ErrorsOpt = Annotated[
+    str,
+    typer.Option(
+        "--errors",
+        help="Lines that cannot be read: count (and name the first) or raise (the first ends "
+        "the run, named by file and line).",
+    ),
 ]
 TopologyOpt = Annotated[
     Path, typer.Option("--topology", help="Links between devices: one 'a b' pair per line.")
@@ -28,26 +71,56 @@ def register(app: typer.Typer) -> None:
     app.add_typer(syslog_app, name="syslog")
 
 
-def _read(files: list[Path], fmt: str):
-    from tacit.formats.syslog import read_syslog
+@dataclass(frozen=True)
+class _Reading:
+    """How to read the syslogs: the options every command shares."""
 
-    read = read_syslog(list(files), fmt)
+    format: str
+    year: int | None
+    line_regex: str | None
+    time_format: str | None
+    errors: str
+
+
+def _read(files: list[Path], how: _Reading) -> SyslogRead:
+    from tacit.formats.syslog import line_format, read_syslog
+
+    fmt: str | LineFormat = how.format
+    if how.line_regex is not None:
+        if how.format != "auto":
+            raise ConfigError("--line-regex describes the format: give no --format with it")
+        fmt = line_format(how.line_regex, how.time_format or "iso")
+    elif how.time_format is not None:
+        raise ConfigError("--time-format says how --line-regex's time reads: give --line-regex")
+    read = read_syslog(list(files), fmt, errors=how.errors, year=how.year)
+    for path, years in read.years.items():
+        console.print(
+            f"{path}: year-less times dated {years}", markup=False, highlight=False, soft_wrap=True
+        )
     if read.accounting["unparsed"]:
         console.print(
-            f"warning: {read.accounting['unparsed']} line(s) not parsed "
-            f"(first: {', '.join(read.unparsed_lines[:3])})"
+            f"warning: {read.accounting['unparsed']} line(s) not parsed; first: "
+            f"{read.unparsed_lines[0]}",
+            markup=False,
+            soft_wrap=True,
+            highlight=False,
         )
     return read
 
 
-def _mine(files: list[Path], fmt: str, topology: Path, window: str, horizon: str):
+def _summary(read: SyslogRead) -> dict:
+    """What every command's JSON says of the reading: accounting, formats, years."""
+    return {"accounting": read.accounting, "formats": read.formats, "years": read.years}
+
+
+def _mine(files: list[Path], how: _Reading, topology: Path, window: str, horizon: str):
     from tacit.diagnosis.syslog_causality import CausalityParams, mine_syslog_rules
     from tacit.formats.textio import read_text
     from tacit.model.topology import Topology
 
-    read = _read(files, fmt)
-    topo = Topology.parse(read_text(topology), str(topology))
     params = CausalityParams(window_ns=parse_duration(window), horizon_ns=parse_duration(horizon))
+    read = _read(files, how)
+    topo = Topology.parse(read_text(topology), str(topology))
     return read, topo, params, mine_syslog_rules(read.records, topo.links(), params=params)
 
 
@@ -55,6 +128,10 @@ def _mine(files: list[Path], fmt: str, topology: Path, window: str, horizon: str
 def templates(
     files: FilesArg,
     fmt: FormatOpt = "auto",
+    year: YearOpt = None,
+    line_regex: LineRegexOpt = None,
+    time_format: TimeFormatOpt = None,
+    errors: ErrorsOpt = "count",
     truth: Annotated[
         Path | None,
         typer.Option(help="loghub *_structured.csv: score grouping accuracy against EventId."),
@@ -66,7 +143,7 @@ def templates(
     from tacit.diagnosis.syslog_templates import grouping_accuracy, mine_templates
     from tacit.formats.syslog import read_loghub_truth
 
-    read = _read(files, fmt)
+    read = _read(files, _Reading(fmt, year, line_regex, time_format, errors))
     tpl = mine_templates(read.records.content)
     accuracy = None
     if truth is not None:
@@ -77,8 +154,7 @@ def templates(
     if json_out:
         print_json(
             {
-                "accounting": read.accounting,
-                "formats": read.formats,
+                **_summary(read),
                 "templates": [{"template": tpl.texts[k], "count": int(counts[k])} for k in ranked],
                 "grouping_accuracy": accuracy,
             }
@@ -99,15 +175,21 @@ def mine(
     files: FilesArg,
     topology: TopologyOpt,
     fmt: FormatOpt = "auto",
+    year: YearOpt = None,
+    line_regex: LineRegexOpt = None,
+    time_format: TimeFormatOpt = None,
+    errors: ErrorsOpt = "count",
     window: WindowOpt = "60s",
     horizon: HorizonOpt = "60s",
     json_out: JsonOpt = False,
 ) -> None:
     """Mine causal rules between templates: lagged correlation, then a quasi-experiment."""
-    read, _, _, mined = _mine(files, fmt, topology, window, horizon)
+    read, _, _, mined = _mine(
+        files, _Reading(fmt, year, line_regex, time_format, errors), topology, window, horizon
+    )
     rules = mined.named()
     if json_out:
-        print_json({"accounting": read.accounting, "rules": rules})
+        print_json({**_summary(read), "rules": rules})
         return
     t = Table(title=f"{len(rules)} rules from {len(read.records)} messages")
     for col in ("scope", "cause", "effect", "corr", "treated", "control", "pairs", "p"):
@@ -131,6 +213,10 @@ def problems(
     files: FilesArg,
     topology: TopologyOpt,
     fmt: FormatOpt = "auto",
+    year: YearOpt = None,
+    line_regex: LineRegexOpt = None,
+    time_format: TimeFormatOpt = None,
+    errors: ErrorsOpt = "count",
     window: WindowOpt = "60s",
     horizon: HorizonOpt = "60s",
     rpcs: Annotated[
@@ -144,7 +230,9 @@ def problems(
     from tacit.diagnosis.queueing import queueing_delay
     from tacit.formats.syslog import read_rpc_csv
 
-    read, topo, params, mined = _mine(files, fmt, topology, window, horizon)
+    read, topo, params, mined = _mine(
+        files, _Reading(fmt, year, line_regex, time_format, errors), topology, window, horizon
+    )
     rec = read.records
     graphs = problem_graphs(
         rec.time,
@@ -177,7 +265,7 @@ def problems(
     if json_out:
         print_json(
             {
-                "accounting": read.accounting,
+                **_summary(read),
                 "rules": mined.named(),
                 "problem_graphs": [g.as_dict(texts) for g in graphs],
                 "flagged_rpcs": flagged_rows,
