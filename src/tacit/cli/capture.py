@@ -3,13 +3,22 @@ blind spans or (``--reconstruct``) straight to traces."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from tacit.cli.common import JsonOpt, flag, load_callgraph, out, print_json, progress_bar
+from tacit.cli.common import (
+    POSITIVE,
+    JsonOpt,
+    flag,
+    load_callgraph,
+    out,
+    print_json,
+    progress_bar,
+)
 from tacit.errors import ConfigError
 from tacit.outputs import refuse_input_as_output
 
@@ -19,13 +28,24 @@ _PROTOCOLS = "auto (by port, else by the first bytes), http, http2, redis or mem
 def register(app: typer.Typer) -> None:
     @app.command()
     def capture(
-        pcap: Annotated[Path, typer.Argument(help="A pcap or pcapng file (gzip or not).")],
         out_path: Annotated[
             Path,
             typer.Option(
                 "--out", help="Blind spans (.jsonl[.gz]), or traces with --reconstruct (.json)."
             ),
         ],
+        pcap: Annotated[
+            Path | None, typer.Argument(help="A pcap or pcapng file (gzip or not).")
+        ] = None,
+        interface: Annotated[
+            str | None, typer.Option(help="Capture live on this interface instead (libpcap).")
+        ] = None,
+        seconds: Annotated[
+            float, typer.Option(callback=POSITIVE, help="With --interface: how long to capture.")
+        ] = 10.0,
+        bpf: Annotated[
+            str, typer.Option("--filter", help="With --interface: a BPF filter (tcpdump's).")
+        ] = "",
         services: Annotated[
             Path | None,
             typer.Option(
@@ -61,11 +81,19 @@ def register(app: typer.Typer) -> None:
         memcached) into a client span at the caller and a server span at the callee."""
         from tacit.formats import write_traces
         from tacit.formats.blind import write_blind
-        from tacit.formats.capture_spans import ServiceMap, read_capture_spans, read_service_map
+        from tacit.formats.capture_spans import (
+            ServiceMap,
+            read_capture_spans,
+            read_service_map,
+            spans_from_read,
+        )
+        from tacit.formats.live import capture_for
         from tacit.reconstruct.isolated import callgraph_from_isolated
         from tacit.reconstruct.pipeline import check_algorithm, reconstruct_blind
 
-        inputs = [pcap, *(p for p in (services, callgraph, test_capture) if p is not None)]
+        if (pcap is None) == (interface is None):
+            raise ConfigError("give a capture file or --interface, not both")
+        inputs = [p for p in (pcap, services, callgraph, test_capture) if p is not None]
         refuse_input_as_output(out_path, inputs)
         if reconstruct:
             check_algorithm(algorithm)
@@ -77,13 +105,19 @@ def register(app: typer.Typer) -> None:
         elif callgraph or test_capture:
             raise ConfigError("--callgraph and --test-capture go with --reconstruct")
         names = read_service_map(services) if services else ServiceMap()
-        got = read_capture_spans(pcap, names, protocol)
+        if pcap is not None:
+            got = read_capture_spans(pcap, names, protocol)
+        else:
+            read, stats = capture_for(str(interface), seconds, bpf, payloads=True)
+            got = spans_from_read(read, names, protocol)
         summary: dict[str, object] = {
             "packets": got.exchanges.accounting.as_dict(),
             "exchanges": got.accounting.as_dict(),
             "services": _services(got.spans),
             "out": str(out_path),
         }
+        if interface is not None:
+            summary["live"] = {"interface": interface, "seconds": seconds, **asdict(stats)}
         if reconstruct:
             if test_capture is not None:
                 test = read_capture_spans(test_capture, names, protocol)

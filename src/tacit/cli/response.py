@@ -41,8 +41,8 @@ def response(
         bool,
         flag(
             "--truth",
-            help="Score against the truth parsed from the other direction (HTTP/1.1, Redis, "
-            "memcached) and show the RTT baselines.",
+            help="Score against the truth parsed from the other direction (HTTP/1.1, HTTP/2 "
+            "and gRPC, Redis, memcached) and show the RTT baselines.",
         ),
     ] = False,
     algorithm: Annotated[

@@ -33,6 +33,7 @@ from tacit.config_fields import read_yaml
 from tacit.errors import ConfigError
 from tacit.formats.exchanges import ExchangeParams, Exchanges, read_exchanges
 from tacit.formats.pcap import read_packets
+from tacit.model.captures import PacketRead
 from tacit.model.columns import NONE, StringPool
 from tacit.model.messages import MISSING
 from tacit.model.packets import format_address, parse_endpoint
@@ -168,9 +169,20 @@ def read_capture_spans(
 ) -> CapturedSpans:
     """The spans of every exchange in the pcap or pcapng file ``path`` (gzip or not), and what
     became of every packet (``exchanges.accounting``) and exchange (``accounting``)."""
-    read = read_packets(path, payloads=True)
+    return spans_from_read(read_packets(path, payloads=True), services, protocol, params)
+
+
+def spans_from_read(
+    read: PacketRead,
+    services: ServiceMap | None = None,
+    protocol: str = "auto",
+    params: ExchangeParams | None = None,
+) -> CapturedSpans:
+    """The spans of every exchange in packets read with their payloads (a file, or a live
+    capture: :func:`tacit.formats.live.capture_for`)."""
     ex = read_exchanges(read, protocol=protocol, params=params)
-    return spans_from_exchanges(ex, services, str(path))
+    source = read.packets.sources[0] if read.packets.sources else ""
+    return spans_from_exchanges(ex, services, source)
 
 
 def spans_from_exchanges(

@@ -83,6 +83,24 @@ def wrap_frames(data: bytes, meta: bytes, linktype: int, snaplen: int) -> bytes:
     return out.tobytes()
 
 
+BUFFER_BYTES = 32 << 20
+"""The kernel's capture buffer: libpcap gives each packet a ring slot as large as the snap
+length, so its 2 MiB default holds a few dozen packets and drops bursts between reads."""
+
+
+_ACTIVATE_ERRORS = {
+    -1: "libpcap failed to start the capture",
+    -5: "no such device",
+    -6: "monitor mode not supported",
+    -8: "permission denied (capturing needs root or CAP_NET_RAW)",
+    -9: "the interface is not up",
+    -11: "permission denied for promiscuous mode",
+    -13: "capture not supported on this device",
+}
+"""pcap_activate's errors (pcap/pcap.h: PCAP_ERROR, _NO_SUCH_DEVICE, _RFMON_NOTSUP,
+_PERM_DENIED, _IFACE_NOT_UP, _PROMISC_PERM_DENIED, _CAPTURE_NOTSUP)."""
+
+
 class LiveCapture:
     """Capture on ``interface`` with a BPF filter; :meth:`batches` yields decoded batches.
 
@@ -100,6 +118,7 @@ class LiveCapture:
         batch_frames: int = 8192,
         poll_seconds: float = 0.05,
         payloads: bool = False,
+        buffer_bytes: int = BUFFER_BYTES,
     ) -> None:
         pcapy = _pcapy()
         self.payloads = payloads
@@ -114,9 +133,18 @@ class LiveCapture:
         before it (less libpcap's buffer timeout) has been delivered."""
         self._stop = threading.Event()
         try:
-            self._handle = pcapy.open_live(interface, snaplen, promiscuous, 10)
+            self._handle = pcapy.create(interface)
+            self._handle.set_snaplen(snaplen)
+            self._handle.set_promisc(int(promiscuous))
+            self._handle.set_timeout(10)
+            self._handle.set_buffer_size(buffer_bytes)
+            status = self._handle.activate()
         except pcapy.PcapError as e:
             raise ConfigError(f"cannot capture on {interface!r}: {e}") from None
+        if status < 0:  # pcap_activate's errors (pcapy-ng returns them instead of raising)
+            self._handle.close()
+            reason = _ACTIVATE_ERRORS.get(status, f"libpcap error {status}")
+            raise ConfigError(f"cannot capture on {interface!r}: {reason}")
         try:
             if bpf_filter:
                 self._handle.setfilter(bpf_filter)
