@@ -35,6 +35,15 @@ catalog:
 cart:
   GET /cart/{id}: {calls: []}
 """
+CALLGRAPH_SIDECARS_YAML = """\
+frontend:
+  GET /home:
+    calls:
+    - {id: 0, service: catalog, endpoint: POST /shop.Catalog/List, after: []}
+    - {id: 1, service: cart, endpoint: GET /cart, after: [0]}
+"""
+"""The same application as its sidecars name the endpoints (``METHOD PATH``, no query); they
+do not see catalog's call to Redis, a plain TCP connection."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +209,8 @@ def sidecar_entries(calls: list[Call]) -> dict[str, list[dict]]:
     """Per sidecar, its entries (Istio's JSON keys): the frontend's inbound requests and its
     outbound ones to catalog and cart, catalog's inbound requests (its Redis call is plain TCP
     to Redis here: a TCP proxy entry without a request), and cart's inbound requests. The
-    frontend copies the request id it received onto its calls, as Istio asks applications to."""
+    frontend copies the request id it received onto its calls, as Istio asks applications to.
+    The cart is asked for ``/cart?id=N``."""
     out: dict[str, list[dict]] = {"frontend": [], "catalog": [], "cart": []}
     for c in calls:
         rid = f"req-{c.request:04d}-{'abcd'[c.request % 4]}"
@@ -250,7 +260,7 @@ def sidecar_entries(calls: list[Call]) -> dict[str, list[dict]]:
         else:
             callee = c.role
             fqdn = f"{callee}.shop.svc.cluster.local"
-            path = "/shop.Catalog/List" if callee == "catalog" else f"/cart/{c.request}"
+            path = "/shop.Catalog/List" if callee == "catalog" else f"/cart?id={c.request}"
             method = "POST" if callee == "catalog" else "GET"
             where = f"{ADDRESSES[callee]}:{PORTS[callee]}"
             fields = entry | {
