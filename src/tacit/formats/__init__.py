@@ -21,10 +21,11 @@ from tacit.errors import ConfigError, InputError
 from tacit.formats import jaeger, otlp, zipkin
 from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.common import Paths, Traces, input_files
-from tacit.formats.ebpf_spans import AgentSpans, read_ebpf_spans
+from tacit.formats.ebpf_spans import read_ebpf_spans
 from tacit.formats.envoy_access_log import read_envoy_logs
 from tacit.formats.jaeger import read_jaeger, write_jaeger
 from tacit.formats.otlp import read_otlp, write_otlp
+from tacit.formats.rpc_pairing import AgentSpans
 from tacit.formats.spancsv import COLUMNS, read_span_csv
 from tacit.formats.textio import load_json, parse_json, read_head, read_text
 from tacit.formats.zipkin import read_zipkin, write_zipkin

@@ -43,7 +43,7 @@ from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.common import Paths, first_tag, input_files
 from tacit.formats.fields import RecordReader
 from tacit.formats.otlp import INSTANCE_ATTRS, SERVICE_ATTR, SUFFIXES, is_json_lines
-from tacit.formats.rpc_pairing import PairingParams, pair_rpcs
+from tacit.formats.rpc_pairing import AgentSpans, PairingParams, pair_rpcs
 from tacit.formats.textio import iter_json_lines, load_json
 from tacit.model.packets import format_address, parse_endpoint
 from tacit.model.spans import CLIENT, SERVER, SpanTable, SpanTableBuilder, concat
@@ -53,16 +53,6 @@ _KINDS = ("unspecified", "internal", "server", "client", "producer", "consumer")
 _SCOPE_LISTS = ("scopeSpans", "instrumentationLibrarySpans")
 _PEER_ADDRESS = ("network.peer.address", "client.address")
 _PEER_PORT = ("network.peer.port", "client.port")
-
-
-@dataclass
-class AgentSpans:
-    """Blind spans from per-service agents, their RPCs paired (``link``), and what became of
-    every input record: ``accounting`` counts records read, left out by reason, spans by kind,
-    RPCs paired and spans unpaired by kind and reason."""
-
-    spans: SpanTable
-    accounting: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -89,7 +79,7 @@ def read_ebpf_spans(
     return AgentSpans(spans, accounting)
 
 
-def endpoint_text(address: str, port: int | None) -> str:
+def _endpoint_text(address: str, port: int | None) -> str:
     """``ADDR:PORT`` (``[V6]:PORT``) with an IP address written as
     :func:`~tacit.model.packets.format_address` writes it and a host name in lower case;
     ``ADDR`` alone without a port."""
@@ -171,8 +161,8 @@ def _add_span(
             server_port = server_port or _port(r, attrs, ("network.peer.port",))
         client_addr = first_tag(attrs, ("client.address",))
         client_port = _port(r, attrs, ("client.port",))
-    server_end = None if server_addr is None else endpoint_text(server_addr, server_port)
-    client_end = None if client_addr is None else endpoint_text(client_addr, client_port)
+    server_end = None if server_addr is None else _endpoint_text(server_addr, server_port)
+    client_end = None if client_addr is None else _endpoint_text(client_addr, client_port)
     key = None
     if server_end is not None and server_port is not None:
         key = services.name(server_end, True)[0]
@@ -191,12 +181,12 @@ def _add_span(
         peer=peer,
     )
     ends.key.append(key)
-    ends.client.append(None if client_addr is None else endpoint_text(client_addr, None))
+    ends.client.append(None if client_addr is None else _endpoint_text(client_addr, None))
     ends.client_port.append(None if client_port is None else str(client_port))
 
 
 def _name(services: ServiceMap, end: str, port: int | None, server: bool) -> str:
-    """The service map's name of one end (``end`` as :func:`endpoint_text` writes it)."""
+    """The service map's name of one end (``end`` as :func:`_endpoint_text` writes it)."""
     return services.name(end if port is not None else f"{end}:0", server)[0]
 
 

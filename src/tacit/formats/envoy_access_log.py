@@ -66,14 +66,13 @@ from typing import Any
 from tacit.errors import ConfigError, InputError
 from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.common import Paths, input_files
-from tacit.formats.ebpf_spans import AgentSpans
 from tacit.formats.fields import RecordReader
-from tacit.formats.rpc_pairing import PairingParams, pair_rpcs
+from tacit.formats.rpc_pairing import AgentSpans, PairingParams, pair_rpcs
 from tacit.formats.textio import parse_json, read_text
 from tacit.model.packets import format_address, format_endpoint, parse_endpoint
 from tacit.model.spans import CLIENT, SERVER, SpanTable, SpanTableBuilder, concat
 
-SUFFIXES = (".log", ".log.gz", ".txt", ".txt.gz", ".jsonl", ".jsonl.gz")
+SUFFIXES = (".log", ".log.gz", ".txt", ".txt.gz", ".jsonl", ".jsonl.gz", ".json", ".json.gz")
 """The files :func:`read_envoy_logs` takes from a directory."""
 TOLERANCE_NS = 1_000_000
 """Millisecond times: a server span's rounded end may pass its client span's by 1 ms."""
@@ -124,11 +123,11 @@ NO_DURATION = "entries without a duration (request not finished) left out"
 def read_envoy_logs(
     paths: Paths, services: ServiceMap | None = None, params: PairingParams | None = None
 ) -> AgentSpans:
-    """Read sidecar access logs (files or directories of .log/.txt/.jsonl files, gzip or not),
-    one file per sidecar, into blind spans with their RPCs paired (see the module docstring).
-    ``params`` defaults to a tolerance of :data:`TOLERANCE_NS`."""
+    """Read sidecar access logs (files, or directories of .log, .txt, .jsonl or .json files;
+    gzip or not), one file per sidecar, into blind spans with their RPCs paired (see the module
+    docstring). ``params`` defaults to a tolerance of :data:`TOLERANCE_NS`."""
     services = services or ServiceMap()
-    pods = {pod: services.addresses[a] for a, pod in services.instances.items()}
+    pods = {pod: services.addresses.get(a, pod) for a, pod in services.instances.items()}
     tables: list[SpanTable] = []
     key: list[str | None] = []
     server_end: list[str | None] = []
@@ -161,7 +160,7 @@ def read_envoy_logs(
 
 
 def _stem(path: Path) -> str:
-    """The file's name without the suffixes :data:`SUFFIXES` and ``.json`` name."""
+    """The file's name without its suffix (one of :data:`SUFFIXES`)."""
     name = path.name
     for suffix in sorted(SUFFIXES, key=len, reverse=True):
         if name.endswith(suffix) and len(name) > len(suffix):

@@ -25,7 +25,7 @@ client span to a backend without one (a database) is unpaired by nature.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
@@ -37,6 +37,16 @@ NO_KEY = "the agent recorded nothing that identifies its connection"
 NOTHING_OPPOSITE = "no span on the other side of its connection"
 NONE_WITHIN = "no span on the other side of its connection within its time"
 TAKEN = "every span on the other side within its time paired with a closer one"
+
+
+@dataclass
+class AgentSpans:
+    """Blind spans from per-service agents, their RPCs paired (``link``), and what became of
+    every input record: ``accounting`` counts records read, left out by reason, spans by kind,
+    RPCs paired (:func:`pair_rpcs`) and spans unpaired by kind and reason."""
+
+    spans: SpanTable
+    accounting: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
