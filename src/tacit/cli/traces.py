@@ -19,6 +19,7 @@ from tacit.cli.common import (
     print_json,
     progress_bar,
 )
+from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT
 from tacit.outputs import refuse_input_as_output
 
@@ -34,6 +35,35 @@ _REPORT_COLUMNS = {
     "fallback": "fallback_calls",
 }
 """The per-service report columns (:attr:`Reconstruction.service_report` keys)."""
+
+
+InputFormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--input-format",
+        help="auto (Jaeger, Zipkin, OTLP, CSV or blind spans, told by content), ebpf (OTLP "
+        "JSON from eBPF agents such as Beyla) or envoy (Envoy/Istio sidecar access logs, one "
+        "file per sidecar, named after its service or its pod).",
+    ),
+]
+ServicesOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="With ebpf or envoy: service names of addresses, a YAML/JSON mapping of ADDR, "
+        "ADDR:PORT or :PORT to names, or a Kubernetes pod list (kubectl get pods -o json)."
+    ),
+]
+
+
+def _observe(inputs: list[Path], input_format: str, services: Path | None):
+    """Read the inputs as ``input_format`` (options checked first) and infer roles."""
+    from tacit.formats import READ_FORMATS, observe
+    from tacit.formats.capture_spans import read_service_map
+
+    if input_format not in READ_FORMATS:
+        raise ConfigError(f"--input-format must be one of {', '.join(READ_FORMATS)}")
+    names = read_service_map(services) if services is not None else None
+    return observe(list(inputs), input_format, names)[0]
 
 
 def _advice(confidence: Mapping[str, float | None]) -> str:
@@ -146,6 +176,8 @@ def register(app: typer.Typer) -> None:
         output_format: Annotated[
             str, typer.Option("--format", help="jaeger, otlp or zipkin.")
         ] = "jaeger",
+        input_format: InputFormatOpt = "auto",
+        services: ServicesOpt = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Reconstruct traces from spans without identifiers and write them out.
@@ -154,7 +186,12 @@ def register(app: typer.Typer) -> None:
         ``blind --in-end-order`` writes it) when given a call graph file and jaeger or otlp
         output: traces are written as they finish, in memory that does not grow with the
         stream. Any other input is read whole first, with the same results."""
-        from tacit.formats import STREAM_WRITE_FORMATS, observe, write_traces, write_traces_stream
+        from tacit.formats import (
+            AGENT_FORMATS,
+            STREAM_WRITE_FORMATS,
+            write_traces,
+            write_traces_stream,
+        )
         from tacit.formats.blind import read_blind_chunks
         from tacit.reconstruct.callgraph import learn_callgraph
         from tacit.reconstruct.online import CHUNK_SIZE
@@ -167,10 +204,21 @@ def register(app: typer.Typer) -> None:
             stream_source,
         )
 
-        refuse_input_as_output(out_path, [*spans, *([callgraph] if callgraph != "learn" else [])])
+        cg_file = [callgraph] if callgraph != "learn" else []
+        refuse_input_as_output(out_path, [*spans, *cg_file, *([services] if services else [])])
         check_algorithm(algorithm)
+        if input_format in AGENT_FORMATS and callgraph == "learn":
+            raise ConfigError(
+                f"spans read as {input_format} have no trace ids to learn a call graph from: "
+                "give --callgraph FILE"
+            )
         source = None
-        if algorithm == ONLINE and callgraph != "learn" and output_format in STREAM_WRITE_FORMATS:
+        if (
+            algorithm == ONLINE
+            and callgraph != "learn"
+            and output_format in STREAM_WRITE_FORMATS
+            and input_format in ("auto", "blind")
+        ):
             source = stream_source(list(spans))
         if source is not None:
             totals = StreamTotals()
@@ -197,7 +245,7 @@ def register(app: typer.Typer) -> None:
             }
             confidence: Mapping[str, float | None] = {}
         else:
-            observed, _ = observe(list(spans))
+            observed = _observe(spans, input_format, services)
             cg = load_callgraph(callgraph) or learn_callgraph(observed.spans)
             blind = observed.without_truth()
             with progress_bar(len(blind), "reconstructing", not json_out) as cb:
@@ -239,14 +287,15 @@ def register(app: typer.Typer) -> None:
                 "'reconstruct --algorithm traceweaver-online' streams), not grouped by instance."
             ),
         ] = False,
+        input_format: InputFormatOpt = "auto",
+        services: ServicesOpt = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Write what a non-intrusive collector sees: spans per instance, no identifiers."""
-        from tacit.formats import observe
         from tacit.formats.blind import write_blind
 
-        refuse_input_as_output(out_path, traces)
-        observed, _ = observe(list(traces))
+        refuse_input_as_output(out_path, [*traces, *([services] if services else [])])
+        observed = _observe(traces, input_format, services)
         write_blind(out_path, observed.without_truth(), in_end_order)
         summary = {
             "spans": len(observed.spans),

@@ -3,8 +3,11 @@
 :func:`read_spans` reads Jaeger JSON, Zipkin v2 JSON, OTLP JSON, CSV span tables and JSON-lines
 "blind" spans, telling them apart by content (after gzip) rather than by file name, since all the
 JSON formats share the ``.json`` suffix; :func:`observe` reads them and infers each span's role
-(:func:`tacit.model.roles.infer_roles`). :func:`write_traces` writes Jaeger, OTLP or Zipkin;
-:func:`write_traces_stream` writes Jaeger or OTLP (JSON Lines) batch by batch.
+(:func:`tacit.model.roles.infer_roles`). Spans from per-service agents, eBPF (OTLP as Beyla
+exports it) or sidecar access logs (Envoy, Istio), are read only when named
+(:data:`AGENT_FORMATS`, :func:`read_agent_spans`), with their RPCs paired.
+:func:`write_traces` writes Jaeger, OTLP or Zipkin; :func:`write_traces_stream` writes Jaeger or
+OTLP (JSON Lines) batch by batch.
 """
 
 from __future__ import annotations
@@ -16,9 +19,13 @@ from typing import Any
 
 from tacit.errors import ConfigError, InputError
 from tacit.formats import jaeger, otlp, zipkin
+from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.common import Paths, Traces, input_files
+from tacit.formats.ebpf_spans import read_ebpf_spans
+from tacit.formats.envoy_access_log import read_envoy_logs
 from tacit.formats.jaeger import read_jaeger, write_jaeger
 from tacit.formats.otlp import read_otlp, write_otlp
+from tacit.formats.rpc_pairing import AgentSpans
 from tacit.formats.spancsv import COLUMNS, read_span_csv
 from tacit.formats.textio import load_json, parse_json, read_head, read_text
 from tacit.formats.zipkin import read_zipkin, write_zipkin
@@ -26,6 +33,7 @@ from tacit.model.roles import Observed, infer_roles
 from tacit.model.spans import SpanTable, concat
 
 __all__ = [
+    "AGENT_FORMATS",
     "READ_FORMATS",
     "SKIPPED_FILES",
     "STREAM_WRITE_FORMATS",
@@ -33,6 +41,7 @@ __all__ = [
     "WRITE_FORMATS",
     "detect_format",
     "observe",
+    "read_agent_spans",
     "read_jaeger",
     "read_otlp",
     "read_span_csv",
@@ -61,12 +70,24 @@ _DOCUMENT_READERS: dict[str, Callable[[Path, Any], SpanTable]] = {
 }
 _WRITERS = {"jaeger": write_jaeger, "otlp": write_otlp, "zipkin": write_zipkin}
 _STREAM_WRITERS = {"jaeger": jaeger.write_jaeger_stream, "otlp": otlp.write_otlp_lines}
-READ_FORMATS = ("auto", *_READERS, "blind")
+_AGENT_READERS: dict[str, Callable[[Paths, ServiceMap | None], AgentSpans]] = {
+    "ebpf": read_ebpf_spans,
+    "envoy": read_envoy_logs,
+}
+AGENT_FORMATS = tuple(_AGENT_READERS)
+"""Spans from per-service agents: OTLP JSON from eBPF agents (:mod:`.ebpf_spans`) and sidecar
+access logs (:mod:`.envoy_access_log`); never detected, always named."""
+READ_FORMATS = ("auto", *_READERS, "blind", *AGENT_FORMATS)
 WRITE_FORMATS = tuple(_WRITERS)
 STREAM_WRITE_FORMATS = tuple(_STREAM_WRITERS)
 
 
-def read_spans(paths: Paths, format: str = "auto", skipped: list[Path] | None = None) -> SpanTable:
+def read_spans(
+    paths: Paths,
+    format: str = "auto",
+    skipped: list[Path] | None = None,
+    services: ServiceMap | None = None,
+) -> SpanTable:
     """Read span files (or directories of them) into one table.
 
     ``format`` is one of :data:`READ_FORMATS`; with ``auto`` each file's format is detected by
@@ -74,9 +95,14 @@ def read_spans(paths: Paths, format: str = "auto", skipped: list[Path] | None = 
     With ``skipped`` given, a file in a named directory whose content is no span format (a
     fault list beside the traces, say) is left out and appended to ``skipped``, instead of
     ending the run; a file named directly, or a broken file of a span format, is an error.
+    ``services`` names addresses for the :data:`AGENT_FORMATS` (:func:`read_agent_spans`).
     """
     if format not in READ_FORMATS:
         raise ConfigError(f"unknown trace format {format!r}: expected one of {READ_FORMATS}")
+    if format in AGENT_FORMATS:
+        return read_agent_spans(paths, format, services).spans
+    if services is not None:
+        raise ConfigError(f"a service map goes with the formats {', '.join(AGENT_FORMATS)}")
     if format != "auto":
         return _reader(format)(paths)
     tables = []
@@ -104,17 +130,41 @@ SKIPPED_FILES = "files in the input directories that hold no spans (skipped)"
 """The :attr:`Observed.accounting` key of the files :func:`observe` left out."""
 
 
-def observe(paths: list[str | Path] | SpanTable, format: str = "auto") -> tuple[Observed, float]:
+def observe(
+    paths: list[str | Path] | SpanTable,
+    format: str = "auto",
+    services: ServiceMap | None = None,
+) -> tuple[Observed, float]:
     """Read (unless given a table) and infer roles; returns the observation and seconds taken.
     Files in input directories that hold no spans are left out and counted in the accounting
-    (:data:`SKIPPED_FILES`)."""
+    (:data:`SKIPPED_FILES`), as is what the :data:`AGENT_FORMATS` readers made of every record.
+    """
     t0 = time.perf_counter()
     skipped: list[Path] = []
-    spans = paths if isinstance(paths, SpanTable) else read_spans(list(paths), format, skipped)
+    read: dict[str, int] = {}
+    if isinstance(paths, SpanTable):
+        spans = paths
+    elif format in AGENT_FORMATS:
+        agent = read_agent_spans(list(paths), format, services)
+        spans, read = agent.spans, agent.accounting
+    else:
+        spans = read_spans(list(paths), format, skipped, services)
     observed = infer_roles(spans)
+    observed.accounting |= read
     if skipped:
         observed.accounting[SKIPPED_FILES] = len(skipped)
     return observed, time.perf_counter() - t0
+
+
+def read_agent_spans(paths: Paths, format: str, services: ServiceMap | None = None) -> AgentSpans:
+    """Blind spans from per-service agents, their RPCs paired, with the accounting of every
+    record: ``format`` ``ebpf`` reads OTLP JSON from eBPF agents
+    (:func:`.ebpf_spans.read_ebpf_spans`), ``envoy`` sidecar access logs, one file per sidecar
+    (:func:`.envoy_access_log.read_envoy_logs`); ``services`` names addresses."""
+    reader = _AGENT_READERS.get(format)
+    if reader is None:
+        raise ConfigError(f"unknown agent span format {format!r}: expected one of {AGENT_FORMATS}")
+    return reader(paths, services)
 
 
 def detect_format(path: str | Path) -> str:
