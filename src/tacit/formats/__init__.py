@@ -1,10 +1,11 @@
 """Span files in every supported format, behind one reader and one writer.
 
-:func:`read_spans` reads Jaeger JSON, Zipkin v2 JSON, OTLP JSON, CSV span tables and JSON-lines
-"blind" spans, telling them apart by content (after gzip) rather than by file name, since all the
-JSON formats share the ``.json`` suffix; :func:`observe` reads them and infers each span's role
-(:func:`tacit.model.roles.infer_roles`). :func:`write_traces` writes Jaeger, OTLP or Zipkin;
-:func:`write_traces_stream` writes Jaeger or OTLP (JSON Lines) batch by batch.
+:func:`read_spans` reads Jaeger JSON, Zipkin v2 JSON, OTLP (JSON, JSON Lines and protobuf), CSV
+span tables and JSON-lines "blind" spans, telling them apart by content (after gzip) rather than
+by file name, since all the JSON formats share the ``.json`` suffix; :func:`observe` reads them
+and infers each span's role (:func:`tacit.model.roles.infer_roles`). :func:`write_traces`
+writes Jaeger, OTLP or Zipkin; :func:`write_traces_stream` writes Jaeger or OTLP (JSON Lines)
+batch by batch.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ __all__ = [
     "write_zipkin",
 ]
 
-SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz", ".csv", ".csv.gz")
+SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz", ".csv", ".csv.gz", *otlp.PROTOBUF_SUFFIXES)
 """The files :func:`read_spans` takes from a directory when the format is detected."""
 
 _READERS: dict[str, Callable[[Paths], SpanTable]] = {
@@ -124,7 +125,7 @@ def detect_format(path: str | Path) -> str:
     has ``rpc`` and ``kind`` but no ``traceID``. A JSON document is OTLP if it is an object with
     ``resourceSpans``, Jaeger if it is an object with ``data``, ``spans`` or ``traceID`` or a list
     of traces (objects with ``spans``), and Zipkin if it is a list of spans (objects with
-    ``traceId``) or of such lists.
+    ``traceId``) or of such lists. Binary OTLP protobuf is otlp (:func:`otlp.is_protobuf`).
     """
     return _detect(path)[0]
 
@@ -133,6 +134,8 @@ def _detect(path: str | Path) -> tuple[str, Any]:
     """The format, and for a JSON document its parsed content (None otherwise). CSV, blind
     spans and OTLP JSON Lines are told from the file's head, without reading it whole."""
     start = read_head(path)
+    if otlp.is_protobuf(Path(path), start):
+        return "otlp", None
     try:
         first = start.split(b"\n", 1)[0].decode("utf-8").strip()
     except UnicodeDecodeError:
