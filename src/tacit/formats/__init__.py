@@ -19,7 +19,7 @@ from tacit.errors import ConfigError, InputError
 from tacit.formats import jaeger, otlp, zipkin
 from tacit.formats.common import Paths, Traces, input_files
 from tacit.formats.jaeger import read_jaeger, write_jaeger
-from tacit.formats.otlp import read_otlp, write_otlp
+from tacit.formats.otlp import read_otlp, read_otlp_protobuf, write_otlp
 from tacit.formats.spancsv import COLUMNS, read_span_csv
 from tacit.formats.textio import load_json, parse_json, read_head, read_text
 from tacit.formats.zipkin import read_zipkin, write_zipkin
@@ -36,6 +36,7 @@ __all__ = [
     "observe",
     "read_jaeger",
     "read_otlp",
+    "read_otlp_protobuf",
     "read_span_csv",
     "read_spans",
     "read_zipkin",
