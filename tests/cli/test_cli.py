@@ -54,6 +54,14 @@ def runs(work: Path) -> dict[str, subprocess.CompletedProcess]:
         "out_is_input": start("blind", "inproc.jsonl", "--out", "./inproc.jsonl", cwd=work),
         "out_is_dir": start("callgraph", "traces.json", "--out", ".", cwd=work),
         "out_full": start("blind", "traces.json", "--out", "/dev/full", cwd=work),
+        **{
+            name: start("reconstruct", "traces.json", "--out", name, *seed, "--json", cwd=work)
+            for name, seed in (
+                ("seed5.json", ["--seed", "5"]),
+                ("seed5again.json", ["--seed", "5"]),
+                ("unseeded.json", []),
+            )
+        },
     }
     res = finish(first)
     second = {}
@@ -150,6 +158,29 @@ def test_reconstruct_joins_rpcs_into_one_trace_per_request(runs, work: Path) -> 
     ok(runs["reconstruct"])
     back = read_jaeger(work / "t.json")
     assert len(np.unique(back.trace)) == REQUESTS
+
+
+def test_reconstructed_traces_keep_span_ids_and_get_random_trace_ids(runs, work: Path) -> None:
+    """Traces reconstructed from Jaeger input keep the input's span ids (but those of client
+    spans the callers did not record, made up by role inference); their trace ids are new,
+    random unless seeded."""
+
+    def ids(name: str) -> tuple[set[str], set[str]]:
+        doc = json.loads((work / name).read_text())
+        return {t["traceID"] for t in doc["data"]}, {
+            s["spanID"] for t in doc["data"] for s in t["spans"]
+        }
+
+    summary = json.loads(ok(runs["seed5.json"]).stdout)
+    made_up = summary["accounting"]["client spans synthesized for RPCs the caller did not record"]
+    traces, spans = ids("traces.json")
+    seeded, seeded_spans = ids("seed5.json")
+    again, again_spans = ids("seed5again.json")
+    unseeded, _ = ids("unseeded.json")
+    assert len(seeded_spans & spans) == summary["spans"] - made_up
+    assert (seeded, seeded_spans) == (again, again_spans)
+    assert len(seeded) == len(unseeded) == REQUESTS
+    assert not seeded & unseeded and not seeded & traces
 
 
 def test_reconstruct_without_callgraph_fails(runs, work: Path) -> None:

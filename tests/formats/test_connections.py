@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pirate_packets import T0, packet_table
 
+from pirate_packets import T0, packet_table
 from tacit.errors import ConfigError
 from tacit.formats.connections import ConnectionRegistry, connections, parse_server
 from tacit.formats.pcap import read_packets

@@ -149,9 +149,10 @@ def test_written_document_follows_the_model(tmp_path: Path) -> None:
     doc = otlp_document(t, tags={a2: {"ok": True, "n": 3, "x": 0.25, "s": "y"}})
     resources = doc["resourceSpans"]
     assert len(resources) == 4
-    assert resources[0]["resource"]["attributes"] == [
+    assert resources[0]["resource"]["attributes"] == [  # the input's, naming the instance
         attr("service.name", stringValue="frontend"),
-        attr("service.instance.id", stringValue="frontend-579b9bff58-t2dbm"),
+        attr("host.name", stringValue="node-3"),
+        attr("k8s.pod.name", stringValue="frontend-579b9bff58-t2dbm"),
     ]
     assert resources[2]["resource"]["attributes"] == [attr("service.name", stringValue="redis")]
     spans = {s["name"]: s for r in resources for sc in r["scopeSpans"] for s in sc["spans"]}
@@ -162,9 +163,15 @@ def test_written_document_follows_the_model(tmp_path: Path) -> None:
     assert client["startTimeUnixNano"] == str(T0 + 10)
     assert client["endTimeUnixNano"] == str(T0 + 500)
     assert [spans[f"op-{k}"]["kind"] for k in ("a1", "a2", "a3", "c1")] == [2, 3, 1, 0]
-    assert client["attributes"] == [
+    assert client["attributes"] == [  # the input's, then the tags given
         attr("peer.service", stringValue="cart"),
         attr("thread.id", intValue="12"),
+        attr("retry", boolValue=False),
+        attr("weight", doubleValue=0.5),
+        attr("tags", arrayValue={"values": [{"intValue": "1"}]}),
+        attr("ctx", kvlistValue={"values": [attr("k", stringValue="v")]}),
+        attr("raw", bytesValue="AAE="),
+        attr("empty"),
         attr("ok", boolValue=True),
         attr("n", intValue="3"),
         attr("x", doubleValue=0.25),

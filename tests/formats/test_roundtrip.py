@@ -621,15 +621,15 @@ def reconstructed() -> tuple[SpanTable, dict[int, dict]]:
 @pytest.mark.parametrize("fmt", WRITE_FORMATS)
 def test_reconstructed_traces_read_back_as_written(reconstructed, fmt: str, name: str, tmp_path):
     """``evaluate`` (``observe``) reads the traces ``reconstruct`` wrote with the parents they
-    were written with. Rows are told apart by their span ids: the writer numbers spans
-    without one by row (:func:`tacit.formats.common.hex_ids`), as the ``tacit.alternatives``
-    tag names them."""
+    were written with. Rows are told apart by their span ids, which assembling gave every
+    span (blind spans have none) and the writers keep."""
     traces, tags = reconstructed
     write_traces(tmp_path / name, traces, tags, format=fmt)
     observed, _ = observe([tmp_path / name])
     got = observed.spans
     assert len(got) == len(traces) and not observed.synthesized.any()
-    to = np.array([int(got.name("span_id", r), 16) - 1 for r in range(len(got))])
+    row = {traces.name("span_id", r): r for r in range(len(traces))}
+    to = np.array([row[got.name("span_id", r)] for r in range(len(got))])
     assert sorted(to.tolist()) == list(range(len(traces)))
     assert got.kind.tolist() == traces.kind[to].tolist()
     assert np.where(got.parent != NONE, to[got.parent], NONE).tolist() == traces.parent[to].tolist()

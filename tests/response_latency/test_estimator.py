@@ -7,8 +7,8 @@ import dataclasses
 
 import numpy as np
 import pytest
-from pirate_packets import CLIENT, MS, SERVER, T0, causal_gap, packet_table, request_response
 
+from pirate_packets import CLIENT, MS, SERVER, T0, causal_gap, packet_table, request_response
 from tacit.errors import ConfigError
 from tacit.formats.pcap import read_packets
 from tacit.model.packets import ACK, FIN, PSH, SYN, TCP, UDP, concat_packets

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pirate_packets import CLIENT, MS, SERVER, T0, packet_table
 
+from pirate_packets import CLIENT, MS, SERVER, T0, packet_table
 from tacit.response_latency import PirateParams, estimate_response_latency
 from tacit.response_latency.mode_sum import ModeSumHistogram
 from tacit.simulate.request_streams import RequestStreamParams, simulate_requests

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from tacit.cli.common import (
+    SEED,
     JsonOpt,
     bounded,
     comma_list,
@@ -178,6 +179,14 @@ def register(app: typer.Typer) -> None:
         ] = "jaeger",
         input_format: InputFormatOpt = "auto",
         services: ServicesOpt = None,
+        seed: Annotated[
+            int | None,
+            typer.Option(
+                callback=SEED,
+                help="Seed of the new trace ids (default: random, so that the traces of two "
+                "runs never share an id).",
+            ),
+        ] = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Reconstruct traces from spans without identifiers and write them out.
@@ -228,6 +237,7 @@ def register(app: typer.Typer) -> None:
                     load_callgraph(callgraph),
                     totals=totals,
                     progress=cb,
+                    seed=seed,
                 )
                 write_traces_stream(out_path, traces, format=output_format)
             reasons = totals.unmapped
@@ -249,7 +259,9 @@ def register(app: typer.Typer) -> None:
             cg = load_callgraph(callgraph) or learn_callgraph(observed.spans)
             blind = observed.without_truth()
             with progress_bar(len(blind), "reconstructing", not json_out) as cb:
-                rec_traces, tags, rec = reconstruct_blind(blind, cg, algorithm, progress=cb)
+                rec_traces, tags, rec = reconstruct_blind(
+                    blind, cg, algorithm, progress=cb, seed=seed
+                )
             write_traces(out_path, rec_traces, tags, format=output_format)
             reasons = {}
             for r in rec.unmapped.values():

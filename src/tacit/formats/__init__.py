@@ -1,11 +1,11 @@
 """Span files in every supported format, behind one reader and one writer.
 
-:func:`read_spans` reads Jaeger JSON, Zipkin v2 JSON, OTLP JSON, CSV span tables and JSON-lines
-"blind" spans, telling them apart by content (after gzip) rather than by file name, since all the
-JSON formats share the ``.json`` suffix; :func:`observe` reads them and infers each span's role
-(:func:`tacit.model.roles.infer_roles`). Spans from per-service agents, eBPF (OTLP as Beyla
-exports it) or sidecar access logs (Envoy, Istio), are read only when named
-(:data:`AGENT_FORMATS`, :func:`read_agent_spans`), with their RPCs paired.
+:func:`read_spans` reads Jaeger JSON, Zipkin v2 JSON, OTLP (JSON, JSON Lines and protobuf), CSV
+span tables and JSON-lines "blind" spans, telling them apart by content (after gzip) rather than
+by file name, since all the JSON formats share the ``.json`` suffix; :func:`observe` reads them
+and infers each span's role (:func:`tacit.model.roles.infer_roles`). Spans from per-service
+agents, eBPF (OTLP as Beyla exports it) or sidecar access logs (Envoy, Istio), are read only when
+named (:data:`AGENT_FORMATS`, :func:`read_agent_spans`), with their RPCs paired.
 :func:`write_traces` writes Jaeger, OTLP or Zipkin; :func:`write_traces_stream` writes Jaeger or
 OTLP (JSON Lines) batch by batch.
 """
@@ -24,7 +24,7 @@ from tacit.formats.common import Paths, Traces, input_files
 from tacit.formats.ebpf_spans import read_ebpf_spans
 from tacit.formats.envoy_access_log import read_envoy_logs
 from tacit.formats.jaeger import read_jaeger, write_jaeger
-from tacit.formats.otlp import read_otlp, write_otlp
+from tacit.formats.otlp import read_otlp, read_otlp_protobuf, write_otlp
 from tacit.formats.rpc_pairing import AgentSpans
 from tacit.formats.spancsv import COLUMNS, read_span_csv
 from tacit.formats.textio import load_json, parse_json, read_head, read_text
@@ -44,6 +44,7 @@ __all__ = [
     "read_agent_spans",
     "read_jaeger",
     "read_otlp",
+    "read_otlp_protobuf",
     "read_span_csv",
     "read_spans",
     "read_zipkin",
@@ -54,7 +55,7 @@ __all__ = [
     "write_zipkin",
 ]
 
-SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz", ".csv", ".csv.gz")
+SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz", ".csv", ".csv.gz", *otlp.PROTOBUF_SUFFIXES)
 """The files :func:`read_spans` takes from a directory when the format is detected."""
 
 _READERS: dict[str, Callable[[Paths], SpanTable]] = {
@@ -174,7 +175,7 @@ def detect_format(path: str | Path) -> str:
     has ``rpc`` and ``kind`` but no ``traceID``. A JSON document is OTLP if it is an object with
     ``resourceSpans``, Jaeger if it is an object with ``data``, ``spans`` or ``traceID`` or a list
     of traces (objects with ``spans``), and Zipkin if it is a list of spans (objects with
-    ``traceId``) or of such lists.
+    ``traceId``) or of such lists. Binary OTLP protobuf is otlp (:func:`otlp.is_protobuf`).
     """
     return _detect(path)[0]
 
@@ -183,6 +184,8 @@ def _detect(path: str | Path) -> tuple[str, Any]:
     """The format, and for a JSON document its parsed content (None otherwise). CSV, blind
     spans and OTLP JSON Lines are told from the file's head, without reading it whole."""
     start = read_head(path)
+    if otlp.is_protobuf(Path(path), start):
+        return "otlp", None
     try:
         first = start.split(b"\n", 1)[0].decode("utf-8").strip()
     except UnicodeDecodeError:

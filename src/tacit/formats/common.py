@@ -8,14 +8,23 @@ incoming one).
 
 from __future__ import annotations
 
+import base64
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from tacit.formats.textio import expand_inputs
+from tacit.model.span_details import (
+    STATUS_CODES,
+    STATUS_ERROR,
+    STATUS_NAMES,
+    STATUS_UNSET,
+    SpanDetail,
+)
 from tacit.model.spans import CLIENT, KIND_CODES, NONE, SERVER, UNKNOWN, SpanTable
 
 Paths = str | Path | list[str | Path]
@@ -62,9 +71,11 @@ def first_tag(tags: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
 
 
 def tag(key: str, value: Any) -> dict[str, Any]:
-    """A typed tag ``{"key", "type", "value"}`` (Jaeger's JSON model; OTLP maps the types).
+    """A typed tag ``{"key", "type", "value"}`` (Jaeger's JSON model).
 
-    JSON has no infinity or NaN: a float that is not finite is written as a string.
+    JSON has no infinity or NaN: a float that is not finite is written as a string. Bytes are
+    Jaeger's ``binary`` (base64); lists and mappings (OTLP array and key-value list attributes)
+    are JSON text, as the OpenTelemetry Jaeger translation writes them.
     """
     if isinstance(value, bool):
         return {"key": key, "type": "bool", "value": value}
@@ -72,7 +83,82 @@ def tag(key: str, value: Any) -> dict[str, Any]:
         return {"key": key, "type": "int64", "value": int(value)}
     if isinstance(value, (float, np.floating)) and math.isfinite(value):
         return {"key": key, "type": "float64", "value": float(value)}
-    return {"key": key, "type": "string", "value": str(value)}
+    if isinstance(value, bytes):
+        return {"key": key, "type": "binary", "value": base64.b64encode(value).decode()}
+    return {"key": key, "type": "string", "value": tag_text(value)}
+
+
+def tag_text(value: Any) -> str:
+    """A tag value as text (Zipkin's tags are strings): JSON for lists and mappings, ``true``
+    and ``false`` for booleans, base64 for bytes."""
+    if isinstance(value, (list, tuple, Mapping)):
+        return orjson.dumps(value, default=_json_default).decode()
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return str(value)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise TypeError(type(value).__name__)
+
+
+STATUS_CODE_TAG = "otel.status_code"
+STATUS_MESSAGE_TAG = "otel.status_description"
+ERROR_TAG = "error"
+"""The tags that carry an OpenTelemetry span status in Jaeger and Zipkin (OpenTelemetry
+specification, "Mapping to non-OTLP formats": ``otel.status_code``, ``otel.status_description``,
+and ``error``, which Jaeger sets to true and Zipkin to the description)."""
+
+
+def status_from_tags(tags: dict[str, Any]) -> tuple[int, str]:
+    """The status that Jaeger or Zipkin ``tags`` carry, removing its tags from ``tags``:
+    ``otel.status_code`` when present, else ERROR when ``error`` is set (true, or a Zipkin
+    description), else UNSET."""
+    code = tags.pop(STATUS_CODE_TAG, None)
+    message = tags.pop(STATUS_MESSAGE_TAG, None)
+    error = tags.get(ERROR_TAG)
+    if isinstance(code, str) and code.upper() in STATUS_CODES:
+        status = STATUS_CODES[code.upper()]
+    elif error is True or (isinstance(error, str) and error.lower() not in ("", "false")):
+        status = STATUS_ERROR
+    else:
+        if code is not None:
+            tags[STATUS_CODE_TAG] = code  # not a status name: an attribute like any other
+        if message is not None:
+            tags[STATUS_MESSAGE_TAG] = message
+        return STATUS_UNSET, ""
+    if status == STATUS_ERROR and error is not None:
+        del tags[ERROR_TAG]
+        if message is None and isinstance(error, str) and error.lower() != "true":
+            message = error
+    return status, "" if message is None else str(message)
+
+
+def status_tags(detail: SpanDetail, error_value: str | bool) -> dict[str, Any]:
+    """The tags of ``detail``'s status (see :func:`status_from_tags`); ``error_value``: what
+    ``error`` holds on a failed span without a description (Jaeger: true, Zipkin: "true")."""
+    if detail.status == STATUS_UNSET:
+        return {}
+    out: dict[str, Any] = {STATUS_CODE_TAG: STATUS_NAMES[detail.status]}
+    if detail.status_message:
+        out[STATUS_MESSAGE_TAG] = detail.status_message
+    if detail.status == STATUS_ERROR:
+        out[ERROR_TAG] = error_value
+    return out
+
+
+def merged_tags(
+    spans: SpanTable, row: int, columns: Mapping[str, Any], extra: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The tags a writer writes for ``row``: the input's attributes (its detail), overridden by
+    ``columns`` (what the table's columns say: kind, peer, thread, status) and then by ``extra``
+    (the caller's tags, such as a reconstruction's evidence)."""
+    d = spans.detail(row)
+    return {**(d.attributes if d is not None else {}), **columns, **extra}
 
 
 def hex_ids(spans: SpanTable) -> tuple[list[str], list[str]]:

@@ -3,6 +3,11 @@
 Reads one trace per file (``{"traceID", "spans", "processes"}``), the API/UI export
 (``{"data": [trace, ...]}``), a list of traces, or a directory of such files, gzip or not.
 Writes the API/UI export form, which Jaeger's UI loads with "JSON File".
+
+A span's tags, logs (as events, named by their ``event`` field) and process tags (as its
+resource) are kept in its :class:`~tacit.model.span_details.SpanDetail`, with the OpenTelemetry
+status its ``otel.status_code``, ``otel.status_description`` and ``error`` tags carry
+(:func:`common.status_from_tags`), and written back.
 """
 
 from __future__ import annotations
@@ -16,12 +21,20 @@ import numpy as np
 from tacit.errors import InputError
 from tacit.formats.common import HOST_TAGS as _HOST_TAGS
 from tacit.formats.common import PEER_TAGS as _PEER_TAGS
-from tacit.formats.common import THREAD_TAGS, Traces, hex_ids
+from tacit.formats.common import (
+    Traces,
+    first_tag,
+    hex_ids,
+    merged_tags,
+    status_from_tags,
+    status_tags,
+)
 from tacit.formats.common import kind_code as _kind
 from tacit.formats.common import tag as _tag
 from tacit.formats.common import thread_id as _thread
 from tacit.formats.fields import RecordReader
 from tacit.formats.textio import dump_json, expand_inputs, load_json, write_json
+from tacit.model.span_details import NO_DETAIL, SpanDetail, SpanEvent
 from tacit.model.spans import KIND_NAMES, NONE, UNKNOWN, SpanTable, concat, table_from_columns
 from tacit.outputs import atomic_output
 
@@ -74,7 +87,7 @@ def read_document(path: Path, doc: Any = None) -> SpanTable:
         trace = tr.obj(trace, "trace")
         spans = tr.get(trace, "spans", list)
         processes = tr.get(trace, "processes", dict, default={})
-        known: dict[str, tuple[str, str]] = {}
+        known: dict[str, tuple[str, str, dict]] = {}
         for span in spans:
             record += 1
             fields = _fast_fields(span, trace, processes, known)
@@ -94,6 +107,7 @@ def read_document(path: Path, doc: Any = None) -> SpanTable:
         end=(start + np.array(cols["duration"], dtype=np.int64)) * 1000,
         record=np.array(cols["record"], dtype=np.int64),
         thread=np.array(cols["thread"], dtype=np.int64),
+        details=cols["detail"],
     )
 
 
@@ -112,13 +126,13 @@ _FIELDS = (
     "trace",
     "span_id",
     "parent_id",
+    "detail",
     "record",
 )
-_WANTED_TAGS = frozenset(("span.kind", *_PEER_TAGS, *THREAD_TAGS))
 
 
 def _fast_fields(
-    span: Any, trace: dict, processes: dict, known: dict[str, tuple[str, str]]
+    span: Any, trace: dict, processes: dict, known: dict[str, tuple[str, str, dict]]
 ) -> tuple | None:
     """The fields of a span in the common shape, or None for :func:`_checked_fields`."""
     if type(span) is not dict:
@@ -136,6 +150,7 @@ def _fast_fields(
         or type(pid) is not str
         or type(trace_id) is not str
         or "process" in span
+        or span.get("logs")
     ):
         return None
     proc = known.get(pid)
@@ -149,7 +164,8 @@ def _fast_fields(
         ):
             return None
         service = p["serviceName"]
-        proc = known[pid] = (service, _instance({t["key"]: t.get("value") for t in ptags}, service))
+        resource = {t["key"]: t.get("value") for t in ptags}
+        proc = known[pid] = (service, _instance(resource, service), resource)
     tags = span.get("tags") or []
     if type(tags) is not list:
         return None
@@ -157,8 +173,7 @@ def _fast_fields(
     for t in tags:
         if type(t) is not dict or type(t.get("key")) is not str:
             return None
-        if t["key"] in _WANTED_TAGS:
-            found[t["key"]] = t.get("value")
+        found[t["key"]] = t.get("value")
     refs = span.get("references") or []
     if type(refs) is not list:
         return None
@@ -171,7 +186,7 @@ def _fast_fields(
             break
     if parent is None and span.get("parentSpanID"):
         return None
-    return _span_fields(*proc, op, found, start, duration, trace_id, span_id, parent)
+    return _span_fields(*proc, op, found, start, duration, trace_id, span_id, parent, ())
 
 
 def _checked_fields(r: RecordReader, span: Any, trace: dict, processes: dict) -> tuple:
@@ -202,8 +217,24 @@ def _checked_fields(r: RecordReader, span: Any, trace: dict, processes: dict) ->
         )
     instance = _instance(ptags, service)
     op = r.string(span, "operationName")
+    events = []
+    for log in r.get(span, "logs", list, default=[]):
+        log = r.obj(log, "log")
+        fields = _tag_map(r, log.get("fields"))
+        name = fields.pop("event", "")
+        events.append(SpanEvent(r.integer(log, "timestamp") * 1000, str(name), fields))
     return _span_fields(
-        service, instance, op, tags, start, duration, trace_id, span_id, _parent(r, span)
+        service,
+        instance,
+        ptags,
+        op,
+        tags,
+        start,
+        duration,
+        trace_id,
+        span_id,
+        _parent(r, span),
+        tuple(events),
     )
 
 
@@ -215,6 +246,7 @@ def _instance(process_tags: dict, service: str) -> str:
 def _span_fields(
     service: str,
     instance: str,
+    resource: dict,
     op: str,
     tags: dict,
     start: int,
@@ -222,11 +254,15 @@ def _span_fields(
     trace_id: str,
     span_id: str,
     parent: str | None,
+    events: tuple[SpanEvent, ...],
 ) -> tuple:
     """One span's fields in :data:`_FIELDS` order (but the record), kind, peer and thread read
-    from its ``tags``."""
+    from its ``tags``, which its detail keeps with its process tags (``resource``), status and
+    ``events``."""
     kind = _kind(tags.get("span.kind"))
     peer = next((str(tags[k]) for k in _PEER_TAGS if k in tags), None)
+    status, message = status_from_tags(tags)
+    detail = SpanDetail(span_id, tags, resource, status, message, events)
     return (
         service,
         instance,
@@ -239,6 +275,7 @@ def _span_fields(
         trace_id,
         span_id,
         parent,
+        detail,
     )
 
 
@@ -279,18 +316,22 @@ def jaeger_traces(
     data = []
     for rows in traces.values():
         trace_id = trace_ids[rows[0]]
-        processes: dict[tuple[int, int], str] = {}
+        processes: dict[tuple[int, int, int], str] = {}
+        resources: dict[str, Mapping[str, Any]] = {}
         out = []
         for row in sorted(rows, key=lambda r: spans.start[r]):
-            pkey = (int(spans.service[row]), int(spans.instance[row]))
+            d = spans.detail(row) or NO_DETAIL
+            pkey = (int(spans.service[row]), int(spans.instance[row]), id(d.resource))
             pid = processes.setdefault(pkey, f"p{len(processes) + 1}")
+            resources[pid] = d.resource
             kind = int(spans.kind[row])
-            span_tags = [] if kind == UNKNOWN else [_tag("span.kind", KIND_NAMES[kind])]
+            columns: dict[str, Any] = {} if kind == UNKNOWN else {"span.kind": KIND_NAMES[kind]}
             if spans.thread[row] != NONE:
-                span_tags.append(_tag("thread.id", int(spans.thread[row])))
+                columns["thread.id"] = int(spans.thread[row])
             if spans.peer[row] != NONE:
-                span_tags.append(_tag("peer.service", s[int(spans.peer[row])]))
-            span_tags.extend(_tag(k, v) for k, v in tags.get(row, {}).items())
+                columns["peer.service"] = s[int(spans.peer[row])]
+            columns |= status_tags(d, True)
+            span_tags = merged_tags(spans, row, columns, tags.get(row, {}))
             parent = int(spans.parent[row])
             refs = []
             if parent != NONE:
@@ -304,8 +345,17 @@ def jaeger_traces(
                     "references": refs,
                     "startTime": start_us,
                     "duration": max(0, -(-int(spans.end[row]) // 1000) - start_us),
-                    "tags": span_tags,
-                    "logs": [],
+                    "tags": [_tag(k, v) for k, v in span_tags.items()],
+                    "logs": [
+                        {
+                            "timestamp": e.time // 1000,
+                            "fields": [
+                                _tag("event", e.name),
+                                *(_tag(k, v) for k, v in e.attributes.items()),
+                            ],
+                        }
+                        for e in d.events
+                    ],
                     "processID": pid,
                     "warnings": None,
                 }
@@ -313,12 +363,24 @@ def jaeger_traces(
         procs = {
             pid: {
                 "serviceName": s[svc],
-                "tags": [_tag("hostname", s[inst])] if s[inst] != s[svc] else [],
+                "tags": [
+                    _tag(k, v)
+                    for k, v in _process_tags(s[svc] or "", s[inst] or "", resources[pid]).items()
+                ],
             }
-            for (svc, inst), pid in processes.items()
+            for (svc, inst, _), pid in processes.items()
         }
         data.append({"traceID": trace_id, "spans": out, "processes": procs, "warnings": None})
     return data
+
+
+def _process_tags(service: str, instance: str, resource: Mapping[str, Any]) -> dict:
+    """A written process's tags: the input's, with ``hostname`` the instance when they would
+    not read back as ``instance`` (:func:`_instance`)."""
+    ptags = dict(resource)
+    if (first_tag(ptags, _HOST_TAGS) or service) != instance:
+        ptags[_HOST_TAGS[0]] = instance
+    return ptags
 
 
 def write_jaeger(

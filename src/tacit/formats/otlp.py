@@ -1,4 +1,4 @@
-"""OTLP JSON: read and write OpenTelemetry trace exports.
+"""OTLP: read OpenTelemetry trace exports (JSON, JSON Lines, protobuf) and write OTLP JSON.
 
 The document is an ``ExportTraceServiceRequest`` in the OTLP/JSON encoding (OTLP specification,
 "JSON Protobuf Encoding"; opentelemetry-proto ``trace/v1/trace.proto``)::
@@ -7,18 +7,38 @@ The document is an ``ExportTraceServiceRequest`` in the OTLP/JSON encoding (OTLP
                         "scopeSpans": [{"scope": {...}, "spans": [Span, ...]}]}]}
 
 Exports older than OTLP 0.15 name ``scopeSpans`` ``instrumentationLibrarySpans``; both are read.
-Ids are hex strings, times are ``startTimeUnixNano``/``endTimeUnixNano`` (int64, which the
-protobuf JSON mapping writes as decimal strings), ``kind`` is the ``SpanKind`` enum as a number
-or as its name, and attribute values are ``AnyValue`` objects (``{"stringValue": "x"}``,
+Ids are hex strings: OTLP/JSON departs there from the generic protobuf JSON mapping, which
+writes bytes as base64, so a base64 id (what a producer using that mapping writes) is refused
+with an error that says so. Times are ``startTimeUnixNano``/``endTimeUnixNano`` (int64, which
+the mapping writes as decimal strings), ``kind`` is the ``SpanKind`` enum as a number or as its
+name, and attribute values are ``AnyValue`` objects (``{"stringValue": "x"}``,
 ``{"intValue": "12"}``, ...). The service is the resource's ``service.name``, the instance its
 ``k8s.pod.name``, ``host.name`` or ``service.instance.id`` (OpenTelemetry semantic conventions).
+
+The OpenTelemetry Collector's file exporter writes one export per line (JSON Lines) with
+``format: json``, and with ``format: proto`` binary protobuf messages, each preceded by its
+length as a 4-byte big-endian integer (opentelemetry-collector-contrib, exporter/fileexporter).
+Both are read, gzip or not, as is a file holding one serialized ``ExportTraceServiceRequest``
+(an OTLP/HTTP request body): :func:`read_otlp_protobuf` decodes such bytes with the
+``opentelemetry-proto`` message classes and reads them as their OTLP/JSON form, so that both
+encodings go through one reader.
+
+Every span's attributes, status, events and resource attributes, and its span id, are kept in
+its :class:`~tacit.model.span_details.SpanDetail` and written back by :func:`otlp_document`.
+Not kept: span links, trace state, flags, the instrumentation scope and dropped-item counts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import base64
+import binascii
+import codecs
+import math
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tacit.errors import InputError
 from tacit.formats.common import (
@@ -30,7 +50,7 @@ from tacit.formats.common import (
     hex_ids,
     input_files,
     kind_code,
-    tag,
+    merged_tags,
     thread_id,
 )
 from tacit.formats.fields import RecordReader
@@ -38,7 +58,16 @@ from tacit.formats.textio import (
     dump_json,
     iter_json_lines,
     load_json,
+    read_bytes,
+    read_head,
     write_json,
+)
+from tacit.model.span_details import (
+    NO_DETAIL,
+    STATUS_CODES,
+    STATUS_UNSET,
+    SpanDetail,
+    SpanEvent,
 )
 from tacit.model.spans import (
     CLIENT,
@@ -52,7 +81,9 @@ from tacit.model.spans import (
 )
 from tacit.outputs import atomic_output
 
-SUFFIXES = (".json", ".json.gz")
+PROTOBUF_SUFFIXES = (".pb", ".pb.gz", ".binpb", ".binpb.gz")
+"""Names of binary protobuf files (the protobuf project's ``.binpb``, and the older ``.pb``)."""
+SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz", *PROTOBUF_SUFFIXES)
 SERVICE_ATTR = "service.name"
 INSTANCE_ATTRS = ("k8s.pod.name", "host.name", "service.instance.id")
 """Resource attributes naming the instance, first present wins."""
@@ -61,30 +92,31 @@ _KIND_ENUM = ("unspecified", "internal", "server", "client", "producer", "consum
 """``SpanKind`` names in enum order (``SPAN_KIND_UNSPECIFIED`` = 0, ...)."""
 _KIND_NUMBERS = {UNKNOWN: 0, INTERNAL: 1, SERVER: 2, CLIENT: 3}
 _KIND_PREFIX = "SPAN_KIND_"
-_ANY_VALUE_KEYS = {
-    "bool": "boolValue",
-    "int64": "intValue",
-    "float64": "doubleValue",
-    "string": "stringValue",
-}
-"""``AnyValue`` field for each type of :func:`common.tag`."""
+_STATUS_PREFIX = "STATUS_CODE_"
+_ID_DIGITS = {"traceId": 32, "spanId": 16, "parentSpanId": 16}
+"""Hex digits of each id: 16-byte trace ids and 8-byte span ids."""
+_HEX = frozenset("0123456789abcdefABCDEF")
+_ID_FIELDS = tuple(_ID_DIGITS)
 
 
 def read_otlp(paths: Paths) -> SpanTable:
-    """Read OTLP JSON trace exports (or directories of .json/.json.gz files) into one table."""
+    """Read OTLP trace exports (files or directories of them: JSON, JSON Lines or protobuf,
+    gzip or not) into one table."""
     return concat([read_document(f) for f in input_files(paths, SUFFIXES)])
 
 
 def read_document(path: Path, doc: Any = None) -> SpanTable:
     """One file's spans; ``doc``: its already parsed JSON, if at hand. A file of JSON Lines,
     one export per line (the OpenTelemetry Collector's file exporter), is read line by line,
-    its records numbered from the file's start."""
+    its records numbered from the file's start; a protobuf file by :func:`read_otlp_protobuf`."""
     src = str(path)
+    if doc is None and is_protobuf(path):
+        return read_otlp_protobuf(read_bytes(path), src)
     builder = SpanTableBuilder(src)
     if doc is not None or not is_json_lines(path):
         docs: Iterable[tuple[str, Any]] = [("", load_json(path) if doc is None else doc)]
     else:
-        docs = ((f"line {n} ", d) for n, d in iter_json_lines(path))
+        docs = ((f"line {n}", d) for n, d in iter_json_lines(path))
     record = 0
     for where, d in docs:
         record = _read_export(builder, src, where, d, record)
@@ -105,13 +137,97 @@ def is_json_lines(path: Path) -> bool:
     return isinstance(first, dict)
 
 
+def is_protobuf(path: Path, head: bytes | None = None) -> bool:
+    """Whether ``path`` holds OTLP protobuf: its name ends in a protobuf suffix, or its content
+    (``head``: its first bytes after gzip, if at hand) starts as the Collector's length-prefixed
+    messages do (a zero byte: the high byte of a length under 16 MiB), or as a serialized
+    export does (0x0A, the tag of its first ``resource_spans``) and is not UTF-8 text (ids and
+    times are binary), which tells it from a text file starting with a newline."""
+    if path.name.endswith(PROTOBUF_SUFFIXES):
+        return True
+    head = read_head(path, 4096) if head is None else head
+    if head[:1] == b"\x00":
+        return True
+    if head[:1] != b"\n":
+        return False
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head)  # a character may be cut at the end
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def read_otlp_protobuf(data: bytes, source: str) -> SpanTable:
+    """The spans of binary OTLP: one serialized ``ExportTraceServiceRequest`` (an OTLP/HTTP
+    request body, or a file holding one; ``TracesData`` is the same message on the wire), or a
+    sequence of them each preceded by its length as a 4-byte big-endian integer (the
+    Collector's file exporter with ``format: proto``). ``source`` names the input in errors,
+    which name the message too. Records are numbered across messages."""
+    from google.protobuf.json_format import MessageToDict
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    builder = SpanTableBuilder(source)
+    record = 0
+    for where, message in _messages(data, source):
+        try:
+            request = ExportTraceServiceRequest.FromString(message)
+        except DecodeError as e:
+            place = f"{where}: " if where else ""
+            raise InputError(
+                f"{place}not a protobuf OTLP ExportTraceServiceRequest ({e})", path=source
+            ) from None
+        doc = MessageToDict(request, use_integers_for_enums=True)
+        _hex_ids_of(doc)
+        record = _read_export(builder, source, where, doc, record)
+    return builder.build()
+
+
+def _messages(data: bytes, source: str) -> Iterator[tuple[str, bytes]]:
+    """(place, message) of each message in ``data``: the whole of it when it starts as an
+    export does (or is empty), else the length-prefixed messages."""
+    if data[:1] in (b"", b"\n"):
+        yield "", data
+        return
+    at, i = 0, 0
+    while at < len(data):
+        where = f"message {i}"
+        if len(data) - at < 4:
+            raise InputError(
+                f"{where}: truncated length prefix ({len(data) - at} of 4 bytes)", path=source
+            )
+        size = int.from_bytes(data[at : at + 4], "big")
+        at += 4
+        if size > len(data) - at:
+            raise InputError(
+                f"{where}: truncated ({size} bytes announced, {len(data) - at} left)",
+                path=source,
+            )
+        yield where, data[at : at + size]
+        at += size
+        i += 1
+
+
+def _hex_ids_of(doc: dict) -> None:
+    """Rewrite the ids of a protobuf export's JSON form (base64, as the protobuf JSON mapping
+    writes bytes) as OTLP/JSON has them: hex."""
+    for rs in doc.get("resourceSpans", []):
+        for scope in rs.get("scopeSpans", []):
+            for span in scope.get("spans", []):
+                for key in _ID_FIELDS:
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+
+
 def _read_export(builder: SpanTableBuilder, src: str, where: str, doc: Any, record: int) -> int:
-    """Add the spans of one ``ExportTraceServiceRequest`` (``where``: its line, for messages,
-    and ``record``: the records before it); returns the records read so far."""
-    top = RecordReader(src, f"{where}document")
+    """Add the spans of one ``ExportTraceServiceRequest`` (``where``: its line or message, for
+    messages, and ``record``: the records before it); returns the records read so far."""
+    top = RecordReader(src, f"{where} document" if where else "document")
     doc = top.obj(doc, "OTLP document")
     for ri, rs in enumerate(top.get(doc, "resourceSpans", list)):
-        rr = RecordReader(src, f"{where}resourceSpans {ri}")
+        rr = RecordReader(src, f"{where} resourceSpans {ri}" if where else f"resourceSpans {ri}")
         rs = rr.obj(rs, "resourceSpans entry")
         resource = _attributes(rr, rr.get(rs, "resource", dict, default={}).get("attributes"))
         service = resource.get(SERVICE_ATTR)
@@ -122,16 +238,18 @@ def _read_export(builder: SpanTableBuilder, src: str, where: str, doc: Any, reco
         for scope in rr.get(rs, key, list, default=[]):
             for span in rr.get(rr.obj(scope, key), "spans", list, default=[]):
                 record += 1
-                r = RecordReader(src, record)
+                at = f"{where}, " if where else ""
+                r = RecordReader(src, f"{record} ({where})" if where else record)
                 span = r.obj(span, "span")
-                trace = r.string(span, "traceId")
-                span_id = r.string(span, "spanId")
-                r.record = f"{record} (trace {trace} span {span_id})"
+                trace = _id(r, span, "traceId")
+                span_id = _id(r, span, "spanId")
+                r.record = f"{record} ({at}trace {trace} span {span_id})"
                 attrs = _attributes(r, span.get("attributes"))
+                status, message = _status(r, span)
                 builder.add(
                     service=service,
                     instance=instance,
-                    endpoint=r.string(span, "name"),
+                    endpoint=r.string(span, "name", default=""),
                     kind=_kind(r, span),
                     start=r.integer(span, "startTimeUnixNano"),
                     end=r.integer(span, "endTimeUnixNano"),
@@ -140,9 +258,30 @@ def _read_export(builder: SpanTableBuilder, src: str, where: str, doc: Any, reco
                     thread=thread_id(attrs),
                     trace=trace,
                     span_id=span_id,
-                    parent_id=r.string(span, "parentSpanId", default="") or None,
+                    parent_id=_id(r, span, "parentSpanId", default="") or None,
+                    detail=SpanDetail(
+                        span_id=span_id,
+                        attributes=attrs,
+                        resource=resource,
+                        status=status,
+                        status_message=message,
+                        events=_events(r, span),
+                    ),
                 )
     return record
+
+
+def _id(r: RecordReader, span: dict, key: str, default: Any = ...) -> str:
+    """A trace or span id: hex digits, at most as many as the id has bytes times two."""
+    value = r.string(span, key, default=default)
+    if value == "" and default == "":
+        return value
+    if not value or not _HEX.issuperset(value) or len(value) > _ID_DIGITS[key]:
+        raise r.fail(
+            f"{key} {value!r} is not an id of up to {_ID_DIGITS[key]} hex digits (OTLP/JSON "
+            "writes ids as hex, not as the base64 of the generic protobuf JSON mapping)"
+        )
+    return value.lower()
 
 
 def _kind(r: RecordReader, span: dict) -> int:
@@ -156,6 +295,28 @@ def _kind(r: RecordReader, span: dict) -> int:
     if name not in _KIND_ENUM:
         raise r.fail(f"unknown span kind {kind!r}")
     return kind_code(name)
+
+
+def _status(r: RecordReader, span: dict) -> tuple[int, str]:
+    """``status`` as (code, message); the code as enum number or name (``STATUS_CODE_OK``)."""
+    status = r.get(span, "status", dict, default={})
+    code = r.get(status, "code", (int, str), default=STATUS_UNSET)
+    if isinstance(code, str):
+        code = STATUS_CODES.get(code.removeprefix(_STATUS_PREFIX).upper(), code)
+    if code not in STATUS_CODES.values():
+        raise r.fail(f"unknown status code {code!r}")
+    return code, r.string(status, "message", default="")
+
+
+def _events(r: RecordReader, span: dict) -> tuple[SpanEvent, ...]:
+    return tuple(
+        SpanEvent(
+            time=r.integer(e, "timeUnixNano"),
+            name=r.string(e, "name", default=""),
+            attributes=_attributes(r, e.get("attributes")),
+        )
+        for e in (r.obj(x, "event") for x in r.get(span, "events", list, default=[]))
+    )
 
 
 def _attributes(r: RecordReader, attrs: Any) -> dict[str, Any]:
@@ -172,7 +333,8 @@ def _attributes(r: RecordReader, attrs: Any) -> dict[str, Any]:
 
 
 def _any_value(r: RecordReader, value: Any) -> Any:
-    """An ``AnyValue`` as a Python value (arrays as lists, key-value lists as dicts)."""
+    """An ``AnyValue`` as a Python value (arrays as lists, key-value lists as dicts, bytes,
+    base64 in JSON, as bytes)."""
     if value is None:
         return None
     v = r.obj(value, "attribute value")
@@ -190,42 +352,74 @@ def _any_value(r: RecordReader, value: Any) -> Any:
     if "kvlistValue" in v:
         return _attributes(r, r.get(v, "kvlistValue", dict).get("values"))
     if "bytesValue" in v:
-        return r.string(v, "bytesValue")
+        try:
+            return base64.b64decode(r.string(v, "bytesValue"), validate=True)
+        except binascii.Error:
+            raise r.fail("bytesValue is not base64") from None
     return None
 
 
-def _attribute(key: str, value: Any) -> dict[str, Any]:
-    t = tag(key, value)
-    v = str(t["value"]) if t["type"] == "int64" else t["value"]
-    return {"key": key, "value": {_ANY_VALUE_KEYS[t["type"]]: v}}
+def _any(value: Any) -> dict[str, Any]:
+    """A Python value as an ``AnyValue`` (the inverse of :func:`_any_value`). JSON has no
+    infinity or NaN: a float that is not finite is written as a string."""
+    if value is None:
+        return {}
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, (int, np.integer)):
+        return {"intValue": str(int(value))}
+    if isinstance(value, (float, np.floating)) and math.isfinite(value):
+        return {"doubleValue": float(value)}
+    if isinstance(value, bytes):
+        return {"bytesValue": base64.b64encode(value).decode()}
+    if isinstance(value, (list, tuple)):
+        return {"arrayValue": {"values": [_any(v) for v in value]}}
+    if isinstance(value, Mapping):
+        return {"kvlistValue": {"values": _key_values(value)}}
+    return {"stringValue": str(value)}
+
+
+def _key_values(attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [{"key": k, "value": _any(v)} for k, v in attrs.items()]
+
+
+def _resource_attributes(service: str, instance: str, resource: Mapping[str, Any]) -> dict:
+    """The attributes of a written resource: the input's, with ``service.name`` and, when they
+    would not read back as ``instance``, the instance in the attribute that names it."""
+    attrs = {**resource, SERVICE_ATTR: service}
+    if (first_tag(attrs, INSTANCE_ATTRS) or service) != instance:
+        attrs[next((k for k in INSTANCE_ATTRS if k in attrs), INSTANCE_ATTRS[-1])] = instance
+    return attrs
 
 
 def otlp_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | None = None) -> dict:
     """``spans`` as an OTLP JSON ``ExportTraceServiceRequest``.
 
-    One ``resourceSpans`` per (service, instance), the instance as ``service.instance.id`` when
-    it differs from the service. ``tags`` adds attributes to individual rows, typed by their
-    Python type. Ids that are not hex are replaced (see :func:`common.hex_ids`).
+    One ``resourceSpans`` per (service, instance, resource attributes), the instance as
+    ``service.instance.id`` when it differs from the service and no resource attribute names
+    it. Each span has the attributes, status and events its input had (its detail), the
+    columns' peer and thread, and ``tags`` for its row, typed by their Python type. Ids that
+    are not hex are replaced (see :func:`common.hex_ids`).
     """
     tags = tags or {}
     s = spans.strings
     trace_ids, span_ids = hex_ids(spans)
-    resources: dict[tuple[int, int], list[int]] = {}
+    resources: dict[tuple[int, int, int], list[int]] = {}
     for row in sorted(range(len(spans)), key=lambda r: spans.start[r]):
-        resources.setdefault((int(spans.service[row]), int(spans.instance[row])), []).append(row)
+        resource = (spans.detail(row) or NO_DETAIL).resource
+        key = (int(spans.service[row]), int(spans.instance[row]), id(resource))
+        resources.setdefault(key, []).append(row)
     out = []
-    for (svc, inst), rows in resources.items():
-        attrs = [_attribute(SERVICE_ATTR, s[svc])]
-        if inst != svc:
-            attrs.append(_attribute(INSTANCE_ATTRS[-1], s[inst]))
+    for (svc, inst, _), rows in resources.items():
+        resource = (spans.detail(rows[0]) or NO_DETAIL).resource
         out_spans = []
         for row in rows:
-            span_attrs = []
+            d = spans.detail(row) or NO_DETAIL
+            columns: dict[str, Any] = {}
             if spans.peer[row] != NONE:
-                span_attrs.append(_attribute(PEER_TAGS[0], s[int(spans.peer[row])]))
+                columns[PEER_TAGS[0]] = s[int(spans.peer[row])]
             if spans.thread[row] != NONE:
-                span_attrs.append(_attribute(THREAD_TAGS[0], int(spans.thread[row])))
-            span_attrs.extend(_attribute(k, v) for k, v in tags.get(row, {}).items())
+                columns[THREAD_TAGS[0]] = int(spans.thread[row])
             span: dict[str, Any] = {"traceId": trace_ids[row], "spanId": span_ids[row]}
             if spans.parent[row] != NONE:
                 span["parentSpanId"] = span_ids[int(spans.parent[row])]
@@ -234,12 +428,29 @@ def otlp_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | None
                 "kind": _KIND_NUMBERS[int(spans.kind[row])],
                 "startTimeUnixNano": str(int(spans.start[row])),
                 "endTimeUnixNano": str(int(spans.end[row])),
-                "attributes": span_attrs,
+                "attributes": _key_values(merged_tags(spans, row, columns, tags.get(row, {}))),
             }
+            if d.events:
+                span["events"] = [
+                    {
+                        "timeUnixNano": str(e.time),
+                        "name": e.name,
+                        "attributes": _key_values(e.attributes),
+                    }
+                    for e in d.events
+                ]
+            if d.status != STATUS_UNSET:
+                span["status"] = {"code": d.status}
+                if d.status_message:
+                    span["status"]["message"] = d.status_message
             out_spans.append(span)
         out.append(
             {
-                "resource": {"attributes": attrs},
+                "resource": {
+                    "attributes": _key_values(
+                        _resource_attributes(s[svc] or "", s[inst] or "", resource)
+                    )
+                },
                 "scopeSpans": [{"scope": {"name": "tacit"}, "spans": out_spans}],
             }
         )

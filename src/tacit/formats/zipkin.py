@@ -16,14 +16,24 @@ Two details of the model need care:
 * A span without ``kind`` is local or incomplete. It reads as UNKNOWN, or INTERNAL when it carries
   the ``lc`` (local component) tag, which is how the v1 to v2 conversion marks local spans and how
   :func:`zipkin_document` writes internal spans.
+
+A span's tags and annotations (as events named by their value) are kept in its
+:class:`~tacit.model.span_details.SpanDetail`, with the OpenTelemetry status its
+``otel.status_code``, ``otel.status_description`` and ``error`` tags carry
+(:func:`common.status_from_tags`), and written back; Zipkin has no resource, so resource
+attributes are written as tags (as the OpenTelemetry Zipkin exporter does), and an event with
+attributes as the annotation ``{"NAME": {attributes}}`` (JSON), as that exporter writes it.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from tacit.errors import InputError
 from tacit.formats.common import (
@@ -34,10 +44,15 @@ from tacit.formats.common import (
     hex_ids,
     input_files,
     kind_code,
+    merged_tags,
+    status_from_tags,
+    status_tags,
+    tag_text,
     thread_id,
 )
 from tacit.formats.fields import RecordReader
 from tacit.formats.textio import load_json, write_json
+from tacit.model.span_details import NO_DETAIL, SpanDetail, SpanEvent
 from tacit.model.spans import (
     CLIENT,
     INTERNAL,
@@ -81,6 +96,7 @@ def read_document(path: Path, doc: Any = None) -> SpanTable:
         if a["kind"] == SERVER and (a["trace"], a["span_id"]) in shared:
             a["parent_id"] = a["span_id"]
             a["span_id"] += SHARED_SERVER
+            a["detail"] = replace(a["detail"], span_id=a["span_id"])
         elif (a["trace"], a["parent_id"]) in shared:
             a["parent_id"] += SHARED_SERVER
         builder.add(**a)
@@ -109,6 +125,12 @@ def _parse(r: RecordReader, span: Any) -> tuple[dict[str, Any], bool]:
     duration = r.integer(span, "duration")
     if duration < 0:
         raise r.fail(f"negative duration {duration}")
+    events = tuple(
+        SpanEvent(r.integer(a, "timestamp") * 1000, r.string(a, "value"))
+        for a in (r.obj(x, "annotation") for x in r.get(span, "annotations", list, default=[]))
+    )
+    attributes = dict(tags)
+    status, message = status_from_tags(attributes)
     args = {
         "service": service,
         "instance": _address(r, local) or first_tag(tags, HOST_TAGS) or service,
@@ -122,6 +144,9 @@ def _parse(r: RecordReader, span: Any) -> tuple[dict[str, Any], bool]:
         "trace": trace,
         "span_id": span_id,
         "parent_id": r.string(span, "parentId", default="") or None,
+        "detail": SpanDetail(
+            span_id, attributes, status=status, status_message=message, events=events
+        ),
     }
     return args, r.get(span, "shared", bool, default=False)
 
@@ -168,9 +193,10 @@ def _endpoint_fields(instance: str) -> dict[str, Any] | None:
 def zipkin_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | None = None) -> list:
     """``spans`` as a Zipkin v2 span list, ordered by trace and start time.
 
-    ``tags`` adds tags to individual rows (Zipkin tag values are strings). An instance that is
-    an IP address (with optional port) goes into ``localEndpoint``, any other instance into the
-    ``hostname`` tag. Ids that are not hex are replaced (see :func:`common.hex_ids`); durations
+    Each span has the tags and annotations its input had (its detail, resource attributes
+    among the tags), and ``tags`` for its row (Zipkin tag values are strings). An instance that
+    is an IP address (with optional port) goes into ``localEndpoint``, any other instance into
+    the ``hostname`` tag. Ids that are not hex are replaced (see :func:`common.hex_ids`); durations
     are rounded up to whole microseconds, at least one, as the model asks.
     """
     tags = tags or {}
@@ -181,20 +207,22 @@ def zipkin_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | No
         service = s[int(spans.service[row])] or "?"
         instance = s[int(spans.instance[row])] or service
         local: dict[str, Any] = {"serviceName": service}
-        span_tags: dict[str, str] = {}
+        d = spans.detail(row) or NO_DETAIL
+        columns: dict[str, Any] = {}
         if instance != service:
             address = _endpoint_fields(instance)
             if address is None:
-                span_tags[HOST_TAGS[0]] = instance
+                columns[HOST_TAGS[0]] = instance
             else:
                 local.update(address)
         kind = int(spans.kind[row])
         if kind == INTERNAL:
-            span_tags[LOCAL_COMPONENT] = service
+            columns[LOCAL_COMPONENT] = service
         if spans.thread[row] != NONE:
-            span_tags[THREAD_TAGS[0]] = str(int(spans.thread[row]))
-        for k, v in tags.get(row, {}).items():
-            span_tags[k] = str(v).lower() if isinstance(v, bool) else str(v)
+            columns[THREAD_TAGS[0]] = int(spans.thread[row])
+        columns |= status_tags(d, d.status_message or "true")
+        merged = {**d.resource, **merged_tags(spans, row, columns, tags.get(row, {}))}
+        span_tags = {k: tag_text(v) for k, v in merged.items()}
         start_us = int(spans.start[row]) // 1000
         end_us = -(-int(spans.end[row]) // 1000)
         z: dict[str, Any] = {"traceId": trace_ids[row], "id": span_ids[row]}
@@ -210,10 +238,21 @@ def zipkin_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | No
             z["kind"] = _KIND_NAMES[kind]
         if spans.peer[row] != NONE:
             z["remoteEndpoint"] = {"serviceName": s[int(spans.peer[row])]}
+        if d.events:
+            z["annotations"] = [
+                {"timestamp": e.time // 1000, "value": _annotation(e)} for e in d.events
+            ]
         if span_tags:
             z["tags"] = span_tags
         out.append(z)
     return out
+
+
+def _annotation(event: SpanEvent) -> str:
+    """An event as an annotation value: its name, or with attributes ``{"NAME": {...}}``."""
+    if not event.attributes:
+        return event.name
+    return orjson.dumps({event.name: event.attributes}, default=tag_text).decode()
 
 
 def write_zipkin(

@@ -5,6 +5,7 @@ from tacit.model.messages import MessageTable
 from tacit.model.packets import PacketTable
 from tacit.model.roles import Observed, infer_roles
 from tacit.model.socket_events import SocketEvents, SocketEventsBuilder, concat_events
+from tacit.model.span_details import SpanDetail, SpanEvent
 from tacit.model.spans import (
     CLIENT,
     INTERNAL,
@@ -36,6 +37,8 @@ __all__ = [
     "PacketTable",
     "SocketEvents",
     "SocketEventsBuilder",
+    "SpanDetail",
+    "SpanEvent",
     "SpanTable",
     "SpanTableBuilder",
     "StringPool",

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tacit.model.span_details import concat_details
 from tacit.model.spans import CLIENT, INTERNAL, NONE, SERVER, UNKNOWN, SpanTable
 
 DATABASE_NAME = re.compile(
@@ -153,7 +154,10 @@ def infer_roles(spans: SpanTable) -> Observed:
         cols["peer"][has_link] == NONE, cols["service"][out_link[has_link]], cols["peer"][has_link]
     )
     cols.update(kind=out_kind, link=out_link, parent=out_parent)
-    table = SpanTable(spans.strings, **cols, sources=spans.sources)
+    details = concat_details(
+        [(m, None if spans.details is None else spans.details[keep]), (k, None)]
+    )
+    table = SpanTable(spans.strings, **cols, sources=spans.sources, details=details)
     order = np.lexsort((table.end, table.start))
     table = table.take(order)
     synthesized = np.concatenate([np.zeros(m, bool), np.ones(k, bool)])[order]

@@ -3,7 +3,10 @@
 A span is (service, instance, endpoint, kind, start, end, peer, thread), optionally with the
 identifiers a tracer assigned (trace, span, parent). Strings are interned into one
 :class:`StringPool` per table and stored as int32 codes, so that grouping and sorting are
-numpy operations rather than loops over objects. Times are int64 nanoseconds.
+numpy operations rather than loops over objects. Times are int64 nanoseconds. What a tracer
+recorded beyond these (attributes, status, events, resource, the original span id) rides along
+in an optional object column of :class:`~tacit.model.span_details.SpanDetail` references
+(see :mod:`tacit.model.span_details` for the design).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy.typing as npt
 from tacit.errors import InputError
 from tacit.model.columns import NONE, ColumnTable, StringPool, recode, typed_columns
 from tacit.model.parents import climb
+from tacit.model.span_details import SpanDetail, concat_details, detail_column
 
 __all__ = ["NONE", "StringPool"]  # re-exported: where spans' users have always found them
 
@@ -61,6 +65,8 @@ class SpanTable(ColumnTable):
     RPC: the row of the callee's server span for a client span, and the caller's client span for a
     server span (-1 when the other side was not observed). ``record`` is the position of the span
     in its input, for error messages and accounting; ``sources`` names the input files.
+    ``details`` is the object column of :class:`SpanDetail` (None where a row has none), or
+    None when no row has one; :meth:`take` and :func:`concat` carry it.
     """
 
     strings: StringPool
@@ -78,7 +84,19 @@ class SpanTable(ColumnTable):
     link: np.ndarray
     record: np.ndarray
     sources: list[str] = field(default_factory=list)
+    details: np.ndarray | None = None
     COLUMNS: ClassVar[Mapping[str, npt.DTypeLike]] = _COLUMNS
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.details is not None and (
+            self.details.dtype != object or len(self.details) != len(self)
+        ):
+            raise ValueError(f"details must be an object column of {len(self)} rows")
+
+    def detail(self, row: int) -> SpanDetail | None:
+        """What the input recorded about span ``row`` beyond the columns, if anything."""
+        return None if self.details is None else self.details[row]
 
     def take(self, rows: np.ndarray) -> SpanTable:
         """The spans at ``rows`` (an index array or mask), with row references remapped.
@@ -91,7 +109,8 @@ class SpanTable(ColumnTable):
         cols = {k: v[rows] for k, v in self.columns().items()}
         cols["parent"] = remap[cols["parent"]]  # -1 indexes the sentinel slot, which stays -1
         cols["link"] = remap[cols["link"]]
-        return SpanTable(self.strings, **cols, sources=self.sources)
+        details = None if self.details is None else self.details[rows]
+        return SpanTable(self.strings, **cols, sources=self.sources, details=details)
 
     def describe(self, row: int) -> str:
         """A short human description of one span, for messages."""
@@ -123,7 +142,9 @@ def concat(tables: Sequence[SpanTable]) -> SpanTable:
             parts[k].append(v)
         offset += len(t)
         sources.extend(s for s in t.sources if s not in sources)
-    return SpanTable(pool, **{k: np.concatenate(v) for k, v in parts.items()}, sources=sources)
+    details = concat_details([(len(t), t.details) for t in tables])
+    cols = {k: np.concatenate(v) for k, v in parts.items()}
+    return SpanTable(pool, **cols, sources=sources, details=details)
 
 
 class SpanTableBuilder:
@@ -139,6 +160,7 @@ class SpanTableBuilder:
         self.source = source
         self._cols: dict[str, list] = {k: [] for k in _COLUMNS}
         self._parent_ids: list[int] = []
+        self._details: list[SpanDetail | None] = []
         self.missing_parents = 0
 
     def add(
@@ -156,6 +178,7 @@ class SpanTableBuilder:
         trace: str | None = None,
         span_id: str | None = None,
         parent_id: str | None = None,
+        detail: SpanDetail | None = None,
     ) -> None:
         if end < start:
             raise InputError(
@@ -177,6 +200,7 @@ class SpanTableBuilder:
         c["link"].append(NONE)
         c["record"].append(record)
         self._parent_ids.append(s.code(parent_id))
+        self._details.append(detail)
 
     def __len__(self) -> int:
         return len(self._cols["start"])
@@ -193,7 +217,12 @@ class SpanTableBuilder:
             self.source,
         )
         cols["parent"] = parent
-        return SpanTable(self.strings, **cols, sources=[self.source] if self.source else [])
+        return SpanTable(
+            self.strings,
+            **cols,
+            sources=[self.source] if self.source else [],
+            details=detail_column(self._details),
+        )
 
 
 def resolve_parents(
@@ -256,13 +285,14 @@ def table_from_columns(
     end: np.ndarray,
     record: np.ndarray,
     thread: np.ndarray | None = None,
+    details: Sequence[SpanDetail | None] = (),
 ) -> SpanTable:
     """A table from whole columns at once (what a columnar reader has): the vectorized
     :class:`SpanTableBuilder`.
 
     ``columns`` maps ``service``, ``instance``, ``endpoint``, ``peer``, ``trace``, ``span_id``
     and ``parent_id`` to sequences of strings (None: absent; a missing key: absent everywhere);
-    ``instance`` defaults to ``service``.
+    ``instance`` defaults to ``service``. ``details``: one per row, or none at all.
     """
     n = len(start)
     start = np.asarray(start, dtype=np.int64)
@@ -297,6 +327,7 @@ def table_from_columns(
         link=np.full(n, NONE, np.int64),
         record=record,
         sources=[source] if source else [],
+        details=detail_column(details) if len(details) else None,
     )
 
 

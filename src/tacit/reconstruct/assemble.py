@@ -1,26 +1,45 @@
-"""Assembling reconstructed parent links into traces, with their evidence as span tags."""
+"""Assembling reconstructed parent links into traces, with their evidence as span tags.
+
+Identifiers: a span keeps the id its input gave it (its
+:class:`~tacit.model.span_details.SpanDetail`), so that a reconstructed trace still names the
+spans the tracer recorded; a span without one (blind spans, synthesized callers) or whose id
+another span of its new trace already has gets a fresh one. Trace ids and fresh span ids are
+drawn from a seeded keyed hash of the row's number (:func:`tacit.hashing.hash64`, a bijection
+of 64-bit words): random-looking 128- and 64-bit ids, distinct for distinct numbers within a
+run, and unlike across runs unless the caller repeats the seed, so that the traces of two runs
+loaded into one backend never share an id (W3C Trace Context asks for random trace ids).
+"""
 
 from __future__ import annotations
 
 import json
+import secrets
 
 import numpy as np
 
+from tacit.hashing import hash64
 from tacit.model.spans import SpanTable
 from tacit.model.traces import roots
 from tacit.reconstruct.result import Reconstruction
 
 
+def new_seed() -> int:
+    """A random seed for :func:`assemble`, drawn once per run: what makes its ids unlike those
+    of any other run."""
+    return secrets.randbits(64)
+
+
 def assemble(
-    spans: SpanTable, rec: Reconstruction, ids: np.ndarray | None = None
+    spans: SpanTable, rec: Reconstruction, ids: np.ndarray | None = None, seed: int | None = None
 ) -> tuple[SpanTable, dict[int, dict]]:
     """``spans`` with ``parent`` from ``rec`` and a trace per root, plus tags per row.
 
-    Row ``r`` is numbered ``ids[r]`` (default: ``r``): its span id is that number plus one, and
-    its trace's id the number of the trace's root plus one, so that traces assembled apart (the
-    online mode's, one batch at a time, numbered by stream position) keep distinct ids. Entries
-    of ``ids`` past the last row number the rows past the table's end that ``rec.alternatives``
-    names: candidate parents in other batches.
+    Row ``r`` is numbered ``ids[r]`` (default: ``r``); its trace's id is derived from the number
+    of the trace's root and ``seed`` (default: :func:`new_seed`), as is a fresh span id (see the
+    module docstring), so that traces assembled apart with one seed (the online mode's, one
+    batch at a time, numbered by stream position) keep distinct ids. Entries of ``ids`` past the
+    last row number the rows past the table's end that ``rec.alternatives`` names: candidate
+    parents in other batches, named by their fresh span ids.
 
     Tags: ``tacit.algorithm``; on mapped client spans ``tacit.score`` and
     ``tacit.alternatives`` (JSON list of [parent span id, score], best first); on unmapped
@@ -29,12 +48,29 @@ def assemble(
     """
     out = spans.take(np.arange(len(spans)))
     out.parent[:] = rec.parent
-    number = np.arange(len(spans)) if ids is None else ids
-    n = len(spans)
+    number = np.arange(len(spans)) if ids is None else np.asarray(ids, dtype=np.int64)
+    keys = np.random.default_rng(new_seed() if seed is None else seed).integers(
+        0, 2**64, size=3, dtype=np.uint64
+    )
+    fresh = [f"{h:016x}" for h in hash64(number + 1, int(keys[2])).tolist()]
     root = roots(rec.parent)
-    trace_ids = {r: out.strings.code(f"{number[r] + 1:032x}") for r in np.unique(root).tolist()}
+    heads = np.unique(root)
+    halves = [hash64(number[heads] + 1, int(k)).tolist() for k in keys[:2]]
+    trace_ids = {
+        r: out.strings.code(f"{hi:016x}{lo:016x}")
+        for r, hi, lo in zip(heads.tolist(), *halves, strict=True)
+    }
     out.trace[:] = [trace_ids[r] for r in root.tolist()]
-    out.span_id[:] = [out.strings.code(f"{i + 1:016x}") for i in number[:n].tolist()]
+    taken: set[tuple[int, str]] = set()
+    span_ids = []
+    for r, head in enumerate(root.tolist()):
+        d = spans.detail(r)
+        sid = d.span_id if d is not None and d.span_id else fresh[r]
+        if (head, sid) in taken:
+            sid = fresh[r]
+        taken.add((head, sid))
+        span_ids.append(out.strings.code(sid))
+    out.span_id[:] = span_ids
     tags: dict[int, dict] = {}
     for r in range(len(spans)):
         t: dict = {"tacit.algorithm": rec.algorithm}
@@ -42,7 +78,7 @@ def assemble(
             t["tacit.score"] = round(float(rec.score[r]), 4)
         if r in rec.alternatives:
             t["tacit.alternatives"] = json.dumps(
-                [[f"{number[p] + 1:016x}", round(s, 4)] for p, s in rec.alternatives[r]]
+                [[_span_id(out, fresh, p), round(s, 4)] for p, s in rec.alternatives[r]]
             )
         if r in rec.unmapped:
             t["tacit.unmapped"] = rec.unmapped[r]
@@ -50,3 +86,8 @@ def assemble(
             t["tacit.fallback"] = rec.fallback[r]
         tags[r] = t
     return out, tags
+
+
+def _span_id(out: SpanTable, fresh: list[str], row: int) -> str | None:
+    """The span id of ``row``: its assembled one, or past the table's end its fresh one."""
+    return out.name("span_id", row) if row < len(out) else fresh[row]

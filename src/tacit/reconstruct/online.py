@@ -135,7 +135,12 @@ class OnlineTraceWeaver:
         positions = np.arange(self.pushed, self.pushed + n)
         self.pushed += n
         cols = chunk.columns() | {"link": np.full(n, NONE), "parent": np.full(n, NONE)}
-        self.spans = concat([self.spans, SpanTable(chunk.strings, **cols, sources=chunk.sources)])
+        self.spans = concat(
+            [
+                self.spans,
+                SpanTable(chunk.strings, **cols, sources=chunk.sources, details=chunk.details),
+            ]
+        )
         self.position = np.concatenate([self.position, positions])
         self.link = np.concatenate([self.link, chunk.link.astype(np.int64)])
         self.final = np.concatenate([self.final, np.zeros(n, dtype=bool)])

@@ -22,7 +22,7 @@ from tacit.formats import detect_format
 from tacit.formats.blind import in_stream_order
 from tacit.model.roles import span_accounting
 from tacit.model.spans import CLIENT, NONE, SpanTable
-from tacit.reconstruct.assemble import assemble
+from tacit.reconstruct.assemble import assemble, new_seed
 from tacit.reconstruct.baselines import ALGORITHMS as BASELINES
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.online import (
@@ -71,11 +71,14 @@ def reconstruct_blind(
     algorithm: str = "traceweaver",
     params: TraceWeaverParams | None = None,
     progress: Progress | None = None,
+    seed: int | None = None,
 ) -> tuple[SpanTable, dict[int, dict], Reconstruction]:
     """Reconstruct ``blind`` spans with ``algorithm`` and assemble the traces: the spans with
-    their reconstructed parents and a trace per root, their span tags, and the reconstruction."""
+    their reconstructed parents and a trace per root, their span tags, and the reconstruction.
+    ``seed`` makes the new trace ids (:func:`.assemble.assemble`) repeatable; by default they
+    are random."""
     rec = run_algorithm(algorithm, blind, callgraph, params, progress)
-    traces, tags = assemble(blind, rec)
+    traces, tags = assemble(blind, rec, seed=seed)
     return traces, tags, rec
 
 
@@ -112,14 +115,18 @@ def reconstruct_stream(
     online: OnlineParams | None = None,
     totals: StreamTotals | None = None,
     progress: Progress | None = None,
+    seed: int | None = None,
 ) -> Iterator[tuple[SpanTable, dict[int, dict]]]:
     """Reconstruct a stream of blind chunks (see :mod:`.online`) and yield the traces with their
-    tags as soon as they are final, each batch numbered by stream position (span id: position
-    plus one; trace id: its root's). Spans are dropped once their traces are out. ``totals`` is
-    updated as chunks are read and traces come out; ``progress`` gets each chunk's span count.
+    tags as soon as they are final, each batch numbered by stream position, with one ``seed``
+    for the whole stream (default: drawn at random), so that the ids of all batches are
+    distinct (:func:`.assemble.assemble`). Spans are dropped once their traces are out.
+    ``totals`` is updated as chunks are read and traces come out; ``progress`` gets each
+    chunk's span count.
     The traces are those :func:`reconstruct_blind` makes with :data:`ONLINE` of the same spans
     in the same order, chunked alike."""
     totals = totals if totals is not None else StreamTotals()
+    seed = new_seed() if seed is None else seed
 
     def read() -> Iterator[SpanTable]:
         for chunk in chunks:
@@ -131,7 +138,7 @@ def reconstruct_stream(
             yield chunk
 
     for f in reconstruct_online(read(), callgraph, params, online):
-        traces, tags = assemble_finished(f)
+        traces, tags = assemble_finished(f, seed)
         totals.traces += int((traces.parent == NONE).sum())
         totals.mapped += int(((traces.kind == CLIENT) & (traces.parent != NONE)).sum())
         for why in f.unmapped.values():
@@ -139,9 +146,9 @@ def reconstruct_stream(
         yield traces, tags
 
 
-def assemble_finished(f: Finished) -> tuple[SpanTable, dict[int, dict]]:
-    """The traces of ``f`` with their tags, as :func:`.assemble.assemble` makes them, numbered
-    by stream position."""
+def assemble_finished(f: Finished, seed: int) -> tuple[SpanTable, dict[int, dict]]:
+    """The traces of ``f`` with their tags, as :func:`.assemble.assemble` makes them with
+    ``seed``, numbered by stream position."""
     rec = Reconstruction.start(ONLINE, f.spans)
     has = f.parent != NONE
     rec.parent[has] = np.searchsorted(f.position, f.parent[has])
@@ -155,4 +162,4 @@ def assemble_finished(f: Finished) -> tuple[SpanTable, dict[int, dict]]:
                 row[q] = len(ids)
                 ids.append(q)
         rec.alternatives[row[p]] = [(row[q], s) for q, s in alts]
-    return assemble(f.spans, rec, ids=np.array(ids, dtype=np.int64))
+    return assemble(f.spans, rec, ids=np.array(ids, dtype=np.int64), seed=seed)
