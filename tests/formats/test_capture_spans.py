@@ -54,6 +54,20 @@ def test_every_exchange_becomes_a_named_pair_of_spans(tmp_path: Path) -> None:
     # The kept header labels each span with its exchange's request id.
     ids = [ex.strings[ex.kept["x-request-id"][e]] for e in got.exchange]
     assert sorted(set(ids)) == ["c0", "c1", "r0"] and ids[0::2] == ids[1::2]
+    # What the capture saw, as OpenTelemetry attributes shared by the two spans of an exchange.
+    outer_detail = s.detail(int(np.flatnonzero(s.endpoint == s.strings.code("GET /hotels"))[0]))
+    assert outer_detail.attributes == {
+        "network.protocol.name": "http",
+        "server.address": FRONT,
+        "server.port": 8080,
+        "client.address": LOADGEN,
+        "client.port": 40000,
+        "http.request.method": "GET",
+        "url.path": "/hotels",
+        "url.query": "city=a",
+        "http.response.status_code": 200,
+        "http.request.header.x-request-id": "r0",
+    }
     # As blind spans: read back with the two sides of each RPC paired.
     write_blind(tmp_path / "spans.jsonl", s)
     back = read_blind(tmp_path / "spans.jsonl")

@@ -37,6 +37,7 @@ from tacit.model.captures import PacketRead
 from tacit.model.columns import NONE, StringPool
 from tacit.model.messages import MISSING
 from tacit.model.packets import format_address, parse_endpoint
+from tacit.model.span_details import STATUS_ERROR, STATUS_UNSET, SpanDetail
 from tacit.model.spans import CLIENT, SERVER, SpanTable
 
 
@@ -235,8 +236,53 @@ def spans_from_exchanges(
         link=link,
         record=np.repeat(rows, 2).astype(np.int64),
         sources=[source] if source else [],
+        details=np.repeat(_details(ex, rows), 2),
     )
     return CapturedSpans(spans, np.repeat(rows, 2), ex, acc)
+
+
+def _details(ex: Exchanges, rows: np.ndarray) -> np.ndarray:
+    """Per exchange of ``rows``, what the capture saw of it as OpenTelemetry semantic-convention
+    attributes (HTTP: method, path, status; gRPC: service, method, status; both ends' addresses;
+    the kept request headers as ``http.request.header.<name>``), shared by its two spans; the
+    status is an error for an HTTP 5xx or a gRPC status other than OK."""
+    s = ex.strings
+    out = np.empty(len(rows), dtype=object)
+    for k, r in enumerate(rows.tolist()):
+        conn = ex.connections[int(ex.connection[r])]
+        server, _, port = conn.server.rpartition(":")
+        client, _, client_port = conn.client.rpartition(":")
+        attrs: dict[str, object] = {
+            "network.protocol.name": conn.protocol or "",
+            "server.address": server.strip("[]"),
+            "server.port": int(port),
+            "client.address": client.strip("[]"),
+            "client.port": int(client_port),
+        }
+        status = int(ex.status[r])
+        target = s[int(ex.target[r])]
+        error = False
+        if ex.grpc[r]:
+            rpc_service, _, rpc_method = (target or "").strip("/").rpartition("/")
+            attrs |= {"rpc.system": "grpc", "rpc.service": rpc_service, "rpc.method": rpc_method}
+            if status >= 0:
+                attrs["rpc.grpc.status_code"] = status
+                error = status != 0
+        elif target is not None:
+            path, question, query = target.partition("?")
+            attrs |= {"http.request.method": s[int(ex.command[r])] or "", "url.path": path}
+            if question:
+                attrs["url.query"] = query
+            if status >= 0:
+                attrs["http.response.status_code"] = status
+                error = status >= 500
+        else:
+            attrs["db.operation.name"] = s[int(ex.command[r])] or ""
+        for name, codes in ex.kept.items():
+            if codes[r] != NONE:
+                attrs[f"http.request.header.{name}"] = s[int(codes[r])]
+        out[k] = SpanDetail(attributes=attrs, status=STATUS_ERROR if error else STATUS_UNSET)
+    return out
 
 
 def _endpoint_names(ex: Exchanges, pool: StringPool) -> np.ndarray:
