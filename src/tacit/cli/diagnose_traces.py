@@ -25,7 +25,10 @@ from tacit.outputs import refuse_input_as_output, write_bytes
 
 TracesArg = Annotated[list[Path], typer.Argument(help="Trace files or directories.")]
 FormatOpt = Annotated[
-    str, typer.Option("--format", help="Input format: auto, jaeger, zipkin, otlp, csv or blind.")
+    str,
+    typer.Option(
+        "--format", help="Input format: auto, jaeger, zipkin, otlp, csv, blind, ebpf or envoy."
+    ),
 ]
 
 
