@@ -32,7 +32,7 @@ and consumers) are left out and counted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,15 +42,20 @@ from tacit.errors import ConfigError
 from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.common import Paths, first_tag, input_files
 from tacit.formats.fields import RecordReader
-from tacit.formats.otlp import INSTANCE_ATTRS, SERVICE_ATTR, SUFFIXES, is_json_lines
+from tacit.formats.otlp import (
+    INSTANCE_ATTRS,
+    SERVICE_ATTR,
+    SUFFIXES,
+    attributes,
+    is_json_lines,
+    kind_name,
+    resource_spans,
+)
 from tacit.formats.rpc_pairing import AgentSpans, PairingParams, pair_rpcs
 from tacit.formats.textio import iter_json_lines, load_json
 from tacit.model.packets import format_address, parse_endpoint
 from tacit.model.spans import CLIENT, SERVER, SpanTable, SpanTableBuilder, concat
 
-_KINDS = ("unspecified", "internal", "server", "client", "producer", "consumer")
-"""``SpanKind`` names in enum order (opentelemetry-proto ``trace/v1/trace.proto``)."""
-_SCOPE_LISTS = ("scopeSpans", "instrumentationLibrarySpans")
 _PEER_ADDRESS = ("network.peer.address", "client.address")
 _PEER_PORT = ("network.peer.port", "client.port")
 
@@ -100,42 +105,42 @@ def _read_file(
     builder = SpanTableBuilder(src)
     docs: Iterable[tuple[str, Any]]
     if is_json_lines(path):
-        docs = ((f"line {n} ", d) for n, d in iter_json_lines(path))
+        docs = ((f"line {n}", d) for n, d in iter_json_lines(path))
     else:
         docs = [("", load_json(path))]
     record = 0
     for where, doc in docs:
-        for resource, span in _spans(src, where, doc):
-            record += 1
-            r = RecordReader(src, f"{record} ({where.strip()})" if where else record)
-            span = r.obj(span, "span")
-            accounting["spans read"] += 1
-            kind = _kind(r, span)
-            if kind not in ("server", "client"):
-                reason = f"{kind} spans left out (not one side of a request on the wire)"
-                accounting[reason] = accounting.get(reason, 0) + 1
-                continue
-            attrs = _attributes(r, span.get("attributes"))
-            service = resource.get(SERVICE_ATTR)
-            if not isinstance(service, str):
-                raise r.fail(f"resource has no string {SERVICE_ATTR!r} attribute")
-            _add_span(builder, r, record, span, attrs, service, resource, kind, services, ends)
+        for _, resource, spans in resource_spans(src, where, doc):
+            for span in spans:
+                record += 1
+                r = RecordReader(src, f"{record} ({where})" if where else record)
+                _add_record(builder, r, record, span, resource, services, ends, accounting)
     return builder.build()
 
 
-def _spans(src: str, where: str, doc: Any) -> Iterator[tuple[dict[str, Any], Any]]:
-    """(resource attributes, span) of every span of one export (``where``: its line, for
-    messages)."""
-    top = RecordReader(src, f"{where}document")
-    doc = top.obj(doc, "OTLP document")
-    for ri, rs in enumerate(top.get(doc, "resourceSpans", list)):
-        rr = RecordReader(src, f"{where}resourceSpans {ri}")
-        rs = rr.obj(rs, "resourceSpans entry")
-        resource = _attributes(rr, rr.get(rs, "resource", dict, default={}).get("attributes"))
-        key = next((k for k in _SCOPE_LISTS if k in rs), _SCOPE_LISTS[0])
-        for scope in rr.get(rs, key, list, default=[]):
-            for span in rr.get(rr.obj(scope, key), "spans", list, default=[]):
-                yield resource, span
+def _add_record(
+    builder: SpanTableBuilder,
+    r: RecordReader,
+    record: int,
+    span: Any,
+    resource: dict[str, Any],
+    services: ServiceMap,
+    ends: _Ends,
+    accounting: dict[str, int],
+) -> None:
+    """Add one span, if it is one side of a request on the wire (else count it)."""
+    span = r.obj(span, "span")
+    accounting["spans read"] += 1
+    kind = kind_name(r, span)
+    if kind not in ("server", "client"):
+        reason = f"{kind} spans left out (not one side of a request on the wire)"
+        accounting[reason] = accounting.get(reason, 0) + 1
+        return
+    attrs = attributes(r, span.get("attributes"))
+    service = resource.get(SERVICE_ATTR)
+    if not isinstance(service, str):
+        raise r.fail(f"resource has no string {SERVICE_ATTR!r} attribute")
+    _add_span(builder, r, record, span, attrs, service, resource, kind, services, ends)
 
 
 def _add_span(
@@ -216,36 +221,3 @@ def _port(r: RecordReader, attrs: dict[str, Any], keys: tuple[str, ...]) -> int 
     if not value.isdigit() or not 0 <= int(value) <= 0xFFFF:
         raise r.fail(f"attribute {keys[0]!r} is not a port number: {value!r}")
     return int(value)
-
-
-def _kind(r: RecordReader, span: dict) -> str:
-    """The span's kind name (``SpanKind`` as number or as ``SPAN_KIND_*`` name)."""
-    kind = r.get(span, "kind", (int, str), default=0)
-    if isinstance(kind, int):
-        if not 0 <= kind < len(_KINDS):
-            raise r.fail(f"unknown span kind {kind}")
-        return _KINDS[kind]
-    name = kind.removeprefix("SPAN_KIND_").lower()
-    if name not in _KINDS:
-        raise r.fail(f"unknown span kind {kind!r}")
-    return name
-
-
-def _attributes(r: RecordReader, attrs: Any) -> dict[str, Any]:
-    """A list of OTLP ``KeyValue`` as a dict of the scalar values (string, integer, double,
-    boolean) the connection and endpoint facts are; other values are left out."""
-    if attrs is None:
-        return {}
-    if not isinstance(attrs, list):
-        raise r.fail("attributes must be a list")
-    out: dict[str, Any] = {}
-    for kv in attrs:
-        kv = r.obj(kv, "attribute")
-        value = r.get(kv, "value", dict, default={})
-        if "stringValue" in value:
-            out[r.string(kv, "key")] = r.string(value, "stringValue")
-        elif "intValue" in value:
-            out[r.string(kv, "key")] = r.integer(value, "intValue")
-        elif "doubleValue" in value or "boolValue" in value:
-            out[r.string(kv, "key")] = next(iter(value.values()))
-    return out

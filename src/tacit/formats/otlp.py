@@ -221,53 +221,67 @@ def _hex_ids_of(doc: dict) -> None:
                         span[key] = base64.b64decode(span[key]).hex()
 
 
-def _read_export(builder: SpanTableBuilder, src: str, where: str, doc: Any, record: int) -> int:
-    """Add the spans of one ``ExportTraceServiceRequest`` (``where``: its line or message, for
-    messages, and ``record``: the records before it); returns the records read so far."""
+def resource_spans(
+    src: str, where: str, doc: Any
+) -> Iterator[tuple[RecordReader, dict, list[Any]]]:
+    """Per ``resourceSpans`` entry of one ``ExportTraceServiceRequest`` (``where``: its line or
+    message, for messages): a reader naming the entry, the resource's attributes and the spans
+    of all its scopes."""
     top = RecordReader(src, f"{where} document" if where else "document")
     doc = top.obj(doc, "OTLP document")
     for ri, rs in enumerate(top.get(doc, "resourceSpans", list)):
         rr = RecordReader(src, f"{where} resourceSpans {ri}" if where else f"resourceSpans {ri}")
         rs = rr.obj(rs, "resourceSpans entry")
-        resource = _attributes(rr, rr.get(rs, "resource", dict, default={}).get("attributes"))
+        resource = attributes(rr, rr.get(rs, "resource", dict, default={}).get("attributes"))
+        key = next((k for k in _SCOPE_LISTS if k in rs), _SCOPE_LISTS[0])
+        spans = [
+            span
+            for scope in rr.get(rs, key, list, default=[])
+            for span in rr.get(rr.obj(scope, key), "spans", list, default=[])
+        ]
+        yield rr, resource, spans
+
+
+def _read_export(builder: SpanTableBuilder, src: str, where: str, doc: Any, record: int) -> int:
+    """Add the spans of one ``ExportTraceServiceRequest`` (``where``: its line or message, for
+    messages, and ``record``: the records before it); returns the records read so far."""
+    for rr, resource, spans in resource_spans(src, where, doc):
         service = resource.get(SERVICE_ATTR)
         if not isinstance(service, str):
             raise rr.fail(f"resource has no string {SERVICE_ATTR!r} attribute")
         instance = first_tag(resource, INSTANCE_ATTRS) or service
-        key = next((k for k in _SCOPE_LISTS if k in rs), _SCOPE_LISTS[0])
-        for scope in rr.get(rs, key, list, default=[]):
-            for span in rr.get(rr.obj(scope, key), "spans", list, default=[]):
-                record += 1
-                at = f"{where}, " if where else ""
-                r = RecordReader(src, f"{record} ({where})" if where else record)
-                span = r.obj(span, "span")
-                trace = _id(r, span, "traceId")
-                span_id = _id(r, span, "spanId")
-                r.record = f"{record} ({at}trace {trace} span {span_id})"
-                attrs = _attributes(r, span.get("attributes"))
-                status, message = _status(r, span)
-                builder.add(
-                    service=service,
-                    instance=instance,
-                    endpoint=r.string(span, "name", default=""),
-                    kind=_kind(r, span),
-                    start=r.integer(span, "startTimeUnixNano"),
-                    end=r.integer(span, "endTimeUnixNano"),
-                    record=record,
-                    peer=first_tag(attrs, PEER_TAGS),
-                    thread=thread_id(attrs),
-                    trace=trace,
+        for span in spans:
+            record += 1
+            at = f"{where}, " if where else ""
+            r = RecordReader(src, f"{record} ({where})" if where else record)
+            span = r.obj(span, "span")
+            trace = _id(r, span, "traceId")
+            span_id = _id(r, span, "spanId")
+            r.record = f"{record} ({at}trace {trace} span {span_id})"
+            attrs = attributes(r, span.get("attributes"))
+            status, message = _status(r, span)
+            builder.add(
+                service=service,
+                instance=instance,
+                endpoint=r.string(span, "name", default=""),
+                kind=kind_code(kind_name(r, span)),
+                start=r.integer(span, "startTimeUnixNano"),
+                end=r.integer(span, "endTimeUnixNano"),
+                record=record,
+                peer=first_tag(attrs, PEER_TAGS),
+                thread=thread_id(attrs),
+                trace=trace,
+                span_id=span_id,
+                parent_id=_id(r, span, "parentSpanId", default="") or None,
+                detail=SpanDetail(
                     span_id=span_id,
-                    parent_id=_id(r, span, "parentSpanId", default="") or None,
-                    detail=SpanDetail(
-                        span_id=span_id,
-                        attributes=attrs,
-                        resource=resource,
-                        status=status,
-                        status_message=message,
-                        events=_events(r, span),
-                    ),
-                )
+                    attributes=attrs,
+                    resource=resource,
+                    status=status,
+                    status_message=message,
+                    events=_events(r, span),
+                ),
+            )
     return record
 
 
@@ -284,17 +298,18 @@ def _id(r: RecordReader, span: dict, key: str, default: Any = ...) -> str:
     return value.lower()
 
 
-def _kind(r: RecordReader, span: dict) -> int:
-    """``kind`` as enum number or name; producer/consumer fold into client/server."""
+def kind_name(r: RecordReader, span: dict) -> str:
+    """The span's ``SpanKind`` (given as enum number or as ``SPAN_KIND_*`` name) as a lower-case
+    name: unspecified, internal, server, client, producer or consumer."""
     kind = r.get(span, "kind", (int, str), default=0)
     if isinstance(kind, int):
         if not 0 <= kind < len(_KIND_ENUM):
             raise r.fail(f"unknown span kind {kind}")
-        return kind_code(_KIND_ENUM[kind])
+        return _KIND_ENUM[kind]
     name = kind.removeprefix(_KIND_PREFIX).lower()
     if name not in _KIND_ENUM:
         raise r.fail(f"unknown span kind {kind!r}")
-    return kind_code(name)
+    return name
 
 
 def _status(r: RecordReader, span: dict) -> tuple[int, str]:
@@ -313,13 +328,13 @@ def _events(r: RecordReader, span: dict) -> tuple[SpanEvent, ...]:
         SpanEvent(
             time=r.integer(e, "timeUnixNano"),
             name=r.string(e, "name", default=""),
-            attributes=_attributes(r, e.get("attributes")),
+            attributes=attributes(r, e.get("attributes")),
         )
         for e in (r.obj(x, "event") for x in r.get(span, "events", list, default=[]))
     )
 
 
-def _attributes(r: RecordReader, attrs: Any) -> dict[str, Any]:
+def attributes(r: RecordReader, attrs: Any) -> dict[str, Any]:
     """A list of ``KeyValue`` as a dict of plain Python values."""
     if attrs is None:
         return {}
@@ -350,7 +365,7 @@ def _any_value(r: RecordReader, value: Any) -> Any:
         array = r.get(v, "arrayValue", dict)
         return [_any_value(r, x) for x in r.get(array, "values", list, default=[])]
     if "kvlistValue" in v:
-        return _attributes(r, r.get(v, "kvlistValue", dict).get("values"))
+        return attributes(r, r.get(v, "kvlistValue", dict).get("values"))
     if "bytesValue" in v:
         try:
             return base64.b64decode(r.string(v, "bytesValue"), validate=True)
