@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -20,13 +21,22 @@ from typing import BinaryIO
 
 from tacit.errors import ConfigError, OutputError
 
+STDIO = "-"
+"""The name that means a standard stream: the standard output for an output file (the standard
+input for an input, which the command line spools to a file)."""
+
 
 @contextmanager
 def atomic_output(path: str | Path) -> Iterator[BinaryIO]:
     """A binary file that becomes ``path`` when the ``with`` block ends without an error
     (gzip-compressed when the name ends in ``.gz``). Missing parent directories are created;
-    an existing file keeps its permissions."""
+    an existing file keeps its permissions. ``path`` :data:`STDIO` is the standard output."""
     p = Path(path)
+    if str(path) == STDIO:
+        with _output_errors(p):
+            yield sys.stdout.buffer
+            sys.stdout.buffer.flush()
+        return
     if p.is_dir():
         raise OutputError("is a directory, not a file", path=str(p))
     if p.exists() and not p.is_file():  # a device or pipe (/dev/stdout): nothing to replace

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,6 +71,40 @@ def progress_bar(
     ) as p:
         task = p.add_task(label, total=total)
         yield lambda n: p.advance(task, n)
+
+
+OUTPUT_OPTIONS = frozenset({"--out", "--html", "--output", "-o"})
+"""The options that name a file to write: ``-`` after one is the standard output."""
+
+
+@contextmanager
+def standard_streams(argv: list[str]) -> Iterator[list[str]]:
+    """``argv`` with ``-`` standing for the standard streams: after an output option the
+    standard output (written by :func:`tacit.outputs.atomic_output`; the command's messages
+    and summary then go to stderr, so that the data stays alone on stdout), anywhere else the
+    standard input, spooled to a temporary file so that every reader takes it (gzip, pcap and
+    all) and named ``stdin`` in messages. Standard input can be read once: one ``-`` input."""
+    from tacit.outputs import STDIO
+
+    to_stdout = {f"{o}={STDIO}" for o in OUTPUT_OPTIONS}
+    outputs = [
+        i
+        for i, a in enumerate(argv)
+        if a in to_stdout or (a == STDIO and argv[i - 1] in OUTPUT_OPTIONS)
+    ]
+    inputs = [i for i, a in enumerate(argv) if a == STDIO and i not in outputs]
+    if outputs:
+        out.file = sys.stderr
+    if len(inputs) > 1:
+        raise ConfigError("standard input can be read once: give '-' for one input only")
+    if not inputs:
+        yield argv
+        return
+    with tempfile.TemporaryDirectory(prefix="tacit-") as tmp:
+        spooled = Path(tmp) / "stdin"
+        with spooled.open("wb") as f:
+            shutil.copyfileobj(sys.stdin.buffer, f)
+        yield [str(spooled) if i in inputs else a for i, a in enumerate(argv)]
 
 
 def load_callgraph(spec: str):

@@ -12,7 +12,7 @@ import sys
 import typer
 
 from tacit.cli import capture, diagnose, experiment, latency, paths, traces
-from tacit.cli.common import console
+from tacit.cli.common import console, standard_streams
 from tacit.compiled import kernels_cached
 from tacit.errors import TacitError
 
@@ -50,7 +50,8 @@ def main() -> None:
     if sys.stderr.isatty() and not kernels_cached():
         console.print("first run: compiling tacit's kernels (once; later runs reuse them)")
     try:
-        app()
+        with standard_streams(sys.argv) as sys.argv:
+            app()
     except (TacitError, OSError) as e:
         # An OSError tacit did not turn into one of its own errors still names its file.
         if debug:
