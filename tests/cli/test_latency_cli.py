@@ -119,3 +119,30 @@ def test_live_capture_on_loopback(tmp_path):
     assert doc["estimates"] >= 1
     latencies = [row["latency_ns"] for row in doc["rows"]]
     assert all(4.5e6 < v < 8e6 for v in latencies), latencies
+
+
+def test_responses_faster_than_the_gap_threshold_are_explained(tmp_path):
+    """Requests every 0.1 ms, each answered within 0.03 ms (a loopback server): the threshold
+    algorithm (Algorithm 1) sees no gap above δ = 1 ms, so no estimates, and a warning says why
+    and which setting would see them; that setting does."""
+    from tcp_conversations import MS, Conversation, capture
+
+    c = Conversation()
+    t = c.handshake(0, server_rtt=MS // 50, client_rtt=MS // 50)
+    for k in range(500):
+        c.send(t + k * MS // 10, 0, b"GET / HTTP/1.1\r\n\r\n")
+        c.send(t + k * MS // 10 + MS // 30, 1, b"HTTP/1.1 204 No Content\r\n\r\n")
+    capture(tmp_path, c)
+    args = ("latency", "response", "c.pcap", "--algorithm", "threshold", "--json")
+    runs = finish(
+        {
+            "default": start(*args, cwd=tmp_path),
+            "smaller": start(*args, "--gap-threshold", "20us", cwd=tmp_path),
+        }
+    )
+    default, smaller = (json.loads(runs[k].stdout) for k in ("default", "smaller"))
+    assert default["estimates"] == 0
+    assert (
+        len(default["warnings"]) == 1 and "--gap-threshold (e.g. 20 us)" in default["warnings"][0]
+    )
+    assert smaller["estimates"] > 0 and smaller["warnings"] == []

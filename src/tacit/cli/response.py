@@ -13,7 +13,15 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from tacit.cli.common import POSITIVE, JsonOpt, flag, out, parse_duration, print_json
+from tacit.cli.common import (
+    POSITIVE,
+    JsonOpt,
+    console,
+    flag,
+    out,
+    parse_duration,
+    print_json,
+)
 from tacit.errors import ConfigError
 
 
@@ -116,6 +124,7 @@ def response(
     }
     if truth:
         doc.update(score_capture(read, estimates, server))
+    doc["warnings"] = _warnings(doc, params)
     if rows:
         doc["rows"] = estimates.as_rows()
     if json_out:
@@ -155,20 +164,67 @@ def _print(doc: dict, estimates) -> None:
             str(int(estimates.samples[sel].sum())),
         )
     out.print(t)
-    out.print(f"packets by bucket: {doc['packet_accounting']}")
+    buckets = Table("packets", "count", title="what became of every packet")
+    for name, count in doc["packet_accounting"].items():
+        if count:
+            buckets.add_row(name.replace("_", " "), str(count))
+    out.print(buckets)
     if "median_relative_error" in doc:
-        out.print(
-            f"against the truth ({doc['samples']} connection-epochs): median relative error "
-            f"{doc['median_relative_error']:.2%}, p5 {doc['p5_relative_error']:.2%}, "
-            f"p95 {doc['p95_relative_error']:.2%}; median true latency "
-            f"{_ms(doc['median_true_latency_ns'])} ms"
-        )
         c = doc["causal_pairs"]
-        out.print(
-            f"against the causal pairs ({c['samples']} connection-epochs): median relative "
-            f"error {c['median_relative_error']:.2%}"
+        errors = Table(
+            "against", "samples", "median error", "p5", "p95",
+            title=f"relative error against the truth (median true latency "
+            f"{_ms(doc['median_true_latency_ns'])} ms)",
+        )  # fmt: skip
+        errors.add_row(
+            "response latency, per connection-epoch",
+            str(doc["samples"]),
+            *(_pct(doc[f"{q}_relative_error"]) for q in ("median", "p5", "p95")),
         )
+        errors.add_row(
+            "causal pairs (Pirate §3)", str(c["samples"]), _pct(c["median_relative_error"]), "", ""
+        )
+        out.print(errors)
+        rtt = Table("RTT baseline", "samples", "median ms")
         for name, b in doc["rtt_baselines"].items():
-            out.print(
-                f"RTT baseline {name}: {b['samples']} samples, median {_ms(b['median_rtt_ns'])} ms"
-            )
+            rtt.add_row(name, str(b["samples"]), _ms(b["median_rtt_ns"]))
+        out.print(rtt)
+    for warning in doc["warnings"]:
+        console.print(f"warning: {warning}")
+
+
+def _pct(x) -> str:
+    return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.1%}"
+
+
+GAP_THRESHOLD_ALGORITHMS = ("threshold", "centres")
+"""The algorithms that take only gaps longer than δ (Algorithm 1; the centre histogram)."""
+THINK_TIME_ERROR = 0.5
+"""A median error above this against the truth says the estimate measures something else."""
+
+
+def _warnings(doc: dict, params) -> list[str]:
+    """Where the estimates are likely wrong, and why."""
+    out = []
+    delta = params.gap_threshold_ns
+    if doc["packets"] and not doc["estimates"] and doc["algorithm"] in GAP_THRESHOLD_ALGORITHMS:
+        out.append(
+            f"no estimates: {doc['algorithm']} counts only gaps between a connection's client "
+            f"packets longer than the gap threshold δ = {_ms(delta)} ms, and none was: every "
+            f"response came faster (as on loopback or one host); a smaller --gap-threshold "
+            f"(e.g. {delta // 50 // 1000} us) or the default algorithm would see them"
+        )
+    elif doc["packets"] and not doc["estimates"]:
+        out.append(
+            "no estimates: no connection sent client packets with a gap between them that "
+            "could be a wait for a response (see 'packets' for where every packet went)"
+        )
+    error = doc.get("median_relative_error")
+    if error is not None and math.isfinite(error) and error > THINK_TIME_ERROR:
+        out.append(
+            f"the median error against the truth is {error:.0%}: the time from a response to "
+            "the client's next request is not short here (think time, or a client that waits), "
+            "which Pirate's proxy counts as latency (§3: a request and the one its response "
+            "triggered); compare the causal-pair error, which measures the proxy itself"
+        )
+    return out
