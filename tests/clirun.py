@@ -11,8 +11,8 @@ TACIT = Path(sys.executable).parent / "tacit"
 TIMEOUT = 240
 
 
-def start(*args: str | Path, cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+def start(*args: str | Path, cwd: Path, columns: int = 200) -> subprocess.Popen:
+    env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1"}
     return subprocess.Popen(
         [str(TACIT), *map(str, args)],
         cwd=cwd,

@@ -23,7 +23,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         "cp": start(
             "diagnose", "critical-path", "traces.json", "--json", "--html", "r.html", cwd=d
         ),
-        "cp_table": start("diagnose", "critical-path", "traces.json", "--slowest", "3", cwd=d),
+        "cp_table": start(
+            "diagnose", "critical-path", "traces.json", "--slowest", "3", cwd=d, columns=80
+        ),
         "detect": start("diagnose", "detect", "traces.json", "--by", "endpoint", "--json", cwd=d),
         "detect_table": start("diagnose", "detect", "traces.json", cwd=d),
         "bad": start("diagnose", "critical-path", "bad.json", cwd=d),
@@ -51,6 +53,9 @@ def test_critical_path_json_and_report(runs):
     html = (d / "r.html").read_text()
     assert html.count("<svg") == 10 and "#d62728" in html
     assert r["cp_table"].returncode == 0 and "latency ms" in r["cp_table"].stdout
+    # On an 80-column terminal every trace id is shown whole, ready to paste into a search.
+    slowest = [t["trace"] for t in doc["slowest"][:3]]
+    assert all(len(t) == 32 and t in r["cp_table"].stdout for t in slowest), slowest
 
 
 def test_detect_json_accounts_for_every_trace(runs):

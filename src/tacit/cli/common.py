@@ -7,7 +7,7 @@ import math
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from tacit.errors import ConfigError
 
@@ -116,6 +117,12 @@ def load_callgraph(spec: str):
     if not Path(spec).exists():
         raise ConfigError(f"{spec}: no such call graph file (or say 'learn')")
     return CallGraph.load(spec)
+
+
+def id_column(table: Table, header: str, ids: Iterable[str]) -> None:
+    """Add a column for ``ids``, identifiers a person copies (trace ids into Jaeger's search):
+    as wide as the longest, so that the other columns wrap first and no id is cut short."""
+    table.add_column(header, min_width=max((len(i) for i in ids), default=0), no_wrap=True)
 
 
 def comma_list(text: str) -> list[str]:

@@ -16,6 +16,7 @@ from tacit.cli.common import (
     comma_list,
     console,
     flag,
+    id_column,
     out,
     parse_duration,
     print_json,
@@ -147,12 +148,13 @@ def detect(
         )
         return
     t = Table(title=f"{len(cp)} traces; {len(flagged)} flagged (by {', '.join(confounders)})")
-    for col in ("trace", "key", "latency ms", "Q1 ms", "Q3 ms", "verdict", "top contributor"):
-        t.add_column(col, justify="right" if "ms" in col else "left")
+    id_column(t, "trace", (r["trace"] for r in rows))
+    for col in ("key", "latency ms", "Q1 ms", "Q3 ms", "verdict", "top contributor"):
+        t.add_column(col, justify="right" if "ms" in col else "left", overflow="fold")
     for i, r in zip(flagged[:top], rows, strict=True):
         best = r["top"][0] if r["top"] else None
         t.add_row(
-            r["trace"][:16],
+            r["trace"],
             " ".join(map(str, r["key"].values())),
             f"{r['latency_ms']:.3f}",
             f"{r['q1_ms']:.3f}",
@@ -216,11 +218,12 @@ def critical_path(
         )
         return
     t = Table(title=f"{len(cp)} traces: the {len(chosen)} slowest")
-    for col in ("trace", "latency ms", "top contributors (share of end-to-end)"):
-        t.add_column(col, justify="right" if "ms" in col else "left")
+    id_column(t, "trace", (cp.trace_name(int(i)) for i in chosen))
+    for col in ("latency ms", "top contributors (share of end-to-end)"):
+        t.add_column(col, justify="right" if "ms" in col else "left", overflow="fold")
     for i in chosen:
         tops = ", ".join(f"{s} {100 * sh:.0f}%" for s, _, sh in cp.top(int(i), top))
-        t.add_row(cp.trace_name(int(i))[:16], f"{cp.latency[i] / 1e6:.3f}", tops)
+        t.add_row(cp.trace_name(int(i)), f"{cp.latency[i] / 1e6:.3f}", tops)
     out.print(t)
     for name, count in cp.warnings.items():
         console.print(f"warning: {name}: {count}")
@@ -273,12 +276,14 @@ def explain(
         )
         return
     t = Table(title=f"{len(cp)} traces; {len(problems)} slower than their baseline")
-    for col in ("trace", "latency ms", "top contributor", "network", "pathologies"):
-        t.add_column(col, justify="right" if col in ("latency ms", "network") else "left")
+    id_column(t, "trace", (p["trace"] for p in problems[:top]))
+    for col in ("latency ms", "top contributor", "network", "pathologies"):
+        right = col in ("latency ms", "network")
+        t.add_column(col, justify="right" if right else "left", overflow="fold")
     for p in problems[:top]:
         f = p["features"]
         t.add_row(
-            p["trace"][:16],
+            p["trace"],
             f"{f['latency_ms']:.3f}",
             f"{f['top_service']} {100 * f['top_share']:.0f}%",
             f"{100 * f['network_share']:.0f}%",
