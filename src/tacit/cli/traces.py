@@ -107,13 +107,15 @@ def register(app: typer.Typer) -> None:
         from tacit.evaluation.reconstruction import evaluate as run
 
         algos = comma_list(algorithm)
-        ev = run(
-            list(traces),
-            algos,
-            callgraph=load_callgraph(callgraph),
-            callgraph_sample=sample,
-            instrumented=comma_list(instrumented),
-        )
+        with progress_bar(None, "spans reconstructed", not json_out) as cb:
+            ev = run(
+                list(traces),
+                algos,
+                callgraph=load_callgraph(callgraph),
+                callgraph_sample=sample,
+                instrumented=comma_list(instrumented),
+                progress=cb,
+            )
         if json_out:
             print_json(ev.as_dict())
             return
