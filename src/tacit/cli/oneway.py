@@ -156,7 +156,7 @@ def _single(
         f"interval; {memory} bytes per synopsis"
     )
     for col in ("method", "mean rel. error", "std rel. error", "useful packets", "memory B"):
-        t.add_column(col, justify="left" if col == "method" else "right")
+        t.add_column(col, justify="left" if col == "method" else "right", overflow="fold")
     for r in doc["results"]:
         t.add_row(
             r["method"],
@@ -226,7 +226,7 @@ def _sweep(
         "memory B",
         "decode ms",
     ):
-        t.add_column(col, justify="left" if col == "method" else "right")
+        t.add_column(col, justify="left" if col == "method" else "right", overflow="fold")
     for p in result.points:
         for i, m in enumerate(p.methods.values()):
             t.add_row(
@@ -258,4 +258,4 @@ def _int_list(text: str) -> tuple[int, ...]:
 def _err(value: float | None) -> str:
     if value is None or (isinstance(value, float) and not np.isfinite(value)):
         return "–"
-    return f"{value:.2e}"
+    return f"{value:.3g}"

@@ -79,7 +79,7 @@ def link(
         return
     t = Table(title=f"{len(messages)} messages, {len(analysis.patterns)} patterns (by {rank})")
     for col in ("#", "count", "expected", "max p", "latency ms", "hops", "root"):
-        t.add_column(col, justify="right" if col not in ("root",) else "left")
+        t.add_column(col, justify="right" if col not in ("root",) else "left", overflow="fold")
     for i, p in enumerate(ranked, start=1):
         root = p.hops[0]
         t.add_row(
