@@ -121,25 +121,47 @@ def evaluate(
     t = Table(title=f"{ev.messages} messages from {len(traces)} input(s)")
     t.add_column("measure")
     t.add_column("value", justify="right")
+    t.add_column("meaning", overflow="fold")
     rows = [
-        ("parent accuracy", f"{100 * ev.parent_accuracy:.1f}%"),
-        ("pattern precision", f"{100 * ev.pattern_precision:.1f}%"),
-        ("pattern recall (counts within 10%)", f"{100 * ev.pattern_recall:.1f}%"),
-        ("true patterns found (any count)", f"{100 * ev.patterns_found:.1f}%"),
-        ("true / found patterns", f"{ev.true_patterns} / {ev.found_patterns}"),
+        ("parent accuracy", _pct(ev.parent_accuracy), "messages whose most likely cause is right"),
+        (
+            "pattern precision",
+            _pct(ev.pattern_precision),
+            "found patterns with a true shape and a count within 10% of its true count",
+        ),
+        (
+            "pattern recall",
+            _pct(ev.pattern_recall),
+            "true patterns found with a count within 10%",
+        ),
+        (
+            "true patterns found",
+            _pct(ev.patterns_found),
+            "true shapes found at all, whatever their count",
+        ),
+        ("true / found patterns", f"{ev.true_patterns} / {ev.found_patterns}", ""),
         (
             "clock offset error",
             "–" if ev.clock_offset_error_ms is None else f"{ev.clock_offset_error_ms:.3f} ms",
+            "mean error of the estimated host clock offsets",
         ),
-        ("hosts with estimated offsets", str(ev.hosts_estimated)),
-        ("seconds", f"{ev.seconds:.2f}"),
-        ("messages/s", f"{ev.messages_per_second or 0:.0f}"),
+        ("hosts with estimated offsets", str(ev.hosts_estimated), ""),
+        ("seconds", f"{ev.seconds:.2f}", ""),
+        ("messages/s", f"{ev.messages_per_second or 0:.0f}", ""),
     ]
     if ev.nesting is not None and ev.call_parent_accuracy is not None:
         rows += [
-            ("call parent accuracy: WAP5", f"{100 * ev.call_parent_accuracy:.1f}%"),
-            ("call parent accuracy: nesting", f"{100 * ev.nesting['call_parent_accuracy']:.1f}%"),
+            ("call parent accuracy: WAP5", _pct(ev.call_parent_accuracy), "calls linked right"),
+            (
+                "call parent accuracy: nesting",
+                _pct(ev.nesting["call_parent_accuracy"]),
+                "the same for Project 5's nesting algorithm, the baseline",
+            ),
         ]
     for r in rows:
         t.add_row(*r)
     out.print(t)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
