@@ -87,24 +87,65 @@ class Pattern:
         }
 
     def text_tree(self) -> str:
-        """The pattern as an indented tree, one hop a line, with delays in ms."""
+        """The pattern as an indented tree, one hop a line, with delays in ms. A chain that
+        repeats a unit of hops (a client whose every request follows the last response) is
+        shown once with its count, not indented once per hop."""
         kids: dict[int, list[Hop]] = {}
         for h in self.hops:
             kids.setdefault(h.parent, []).append(h)
         lines: list[str] = []
 
         def walk(h: Hop, depth: int) -> None:
-            node = (
-                "" if h.node_delay_ns is None else f"  [{h.node_delay_ns / 1e6:.3f} ms at {h.src}]"
-            )
-            net = "" if h.network_delay_ns is None else f"  net {h.network_delay_ns / 1e6:.3f} ms"
-            lines.append(f"{'  ' * depth}{h.src} -> {h.dst}{node}{net}")
-            for k in kids.get(h.position, []):
-                walk(k, depth + 1)
+            chain = [h]
+            while len(kids.get(chain[-1].position, [])) == 1:
+                chain.append(kids[chain[-1].position][0])
+            at = 0
+            for period, repeats in _repeats([(c.src, c.dst) for c in chain]):
+                unit = chain[at : at + period]
+                if repeats > 1:
+                    hops = ", ".join(f"{c.src} -> {c.dst}" for c in unit)
+                    lines.append(f"{'  ' * depth}({hops}) × {repeats}")
+                else:
+                    lines.append(f"{'  ' * depth}{_hop_line(unit[0])}")
+                at += period * repeats
+                depth += 1
+            for k in kids.get(chain[-1].position, []):
+                walk(k, depth)
 
         for root in kids.get(-1, []):
             walk(root, 0)
         return "\n".join(lines)
+
+
+def _hop_line(h: Hop) -> str:
+    node = "" if h.node_delay_ns is None else f"  [{h.node_delay_ns / 1e6:.3f} ms at {h.src}]"
+    net = "" if h.network_delay_ns is None else f"  net {h.network_delay_ns / 1e6:.3f} ms"
+    return f"{h.src} -> {h.dst}{node}{net}"
+
+
+MAX_PERIOD = 4
+"""The longest unit of hops :func:`_repeats` looks for."""
+
+
+def _repeats(labels: list[tuple[str, str]]) -> list[tuple[int, int]]:
+    """``labels`` cut into (period, repeats): runs of a unit of up to :data:`MAX_PERIOD`
+    labels repeated back to back, the run covering most labels first; single labels else."""
+    out = []
+    i = 0
+    while i < len(labels):
+        best = (1, 1)
+        for period in range(1, MAX_PERIOD + 1):
+            unit = labels[i : i + period]
+            if len(unit) < period:
+                break
+            repeats = 1
+            while labels[i + repeats * period : i + (repeats + 1) * period] == unit:
+                repeats += 1
+            if repeats > 1 and period * repeats > best[0] * best[1]:
+                best = (period, repeats)
+        out.append(best)
+        i += best[0] * best[1]
+    return out
 
 
 def _levels(parent: np.ndarray) -> np.ndarray:
