@@ -5,10 +5,10 @@ and this module has no ``requests``/``responses`` pair like the other protocols:
 reads both directions and returns one :class:`Exchange` per stream.
 
 Frames (§4.1 header, §6 definitions) are parsed by hyperframe; field blocks (a HEADERS or
-PUSH_PROMISE frame and its CONTINUATION frames, §4.3) are decoded by one HPACK decoder (RFC 7541)
-per direction, every block in order, since each may change the decoder's dynamic table. h2's
-connection state machine is not used: a passive observer sends nothing, and the captures it reads
-may lack a connection's start or bytes in the middle.
+PUSH_PROMISE frame and its CONTINUATION frames, §4.3) are decoded by one HPACK decoder (RFC 7541,
+:mod:`.hpack_decoder`) per direction, every block in order, since each may change the decoder's
+dynamic table. h2's connection state machine is not used: a passive observer sends nothing, and
+the captures it reads may lack a connection's start or bytes in the middle.
 
 What the bytes cannot tell:
 
@@ -30,7 +30,6 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpack import Decoder, HPACKError
 from hyperframe.exceptions import HyperframeError
 from hyperframe.frame import (
     ContinuationFrame,
@@ -43,6 +42,7 @@ from hyperframe.frame import (
 )
 
 from tacit.formats.protocols.common import CUT, GAP, Skipper, Stop
+from tacit.formats.protocols.hpack_decoder import HpackDecoder, HpackError
 from tacit.formats.tcp_stream import ByteStream
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -232,34 +232,23 @@ class _Blocks:
 
     def __init__(self, s: ByteStream, raises: list[tuple[int, int]]) -> None:
         self.s, self.raises = s, raises
-        self.decoder = Decoder(max_header_list_size=_MAX_FIELD_SECTION)
-        self.decoder.max_allowed_table_size = _INITIAL_TABLE
+        self.decoder = HpackDecoder(_INITIAL_TABLE, _MAX_FIELD_SECTION)
         self.known: dict[bytes, list[tuple[bytes, bytes]]] = {}
-        self.table = self.decoder.header_table
-        self.state = self._state()
-
-    def _state(self) -> tuple:
-        """What identifies the dynamic table's contents: an entry added goes first (RFC 7541
-        §2.3.3) as a new object, evictions shorten it, size updates change its limit."""
-        entries = self.table.dynamic_entries
-        return len(entries), entries[0] if entries else None, self.table.maxsize
 
     def decode(self, pos: int, block: bytes) -> list[tuple[bytes, bytes]]:
         """The fields of the block whose first frame starts at ``pos``."""
         while self.raises and self.raises[0][0] <= self.s.time(pos):
-            self.decoder.max_allowed_table_size = self.raises.pop(0)[1]
+            self.decoder.limit = self.raises.pop(0)[1]
         known = self.known.get(block)
         if known is not None:
             return known
-        fields: list[tuple[bytes, bytes]] = self.decoder.decode(block, raw=True)  # type: ignore[assignment]
-        state = self._state()
-        if state[0] == self.state[0] and state[1] is self.state[1] and state[2] == self.state[2]:
+        fields = self.decoder.decode(block)
+        if self.decoder.changed:
+            self.known.clear()
+        else:
             if len(self.known) >= _KNOWN_BLOCKS:
                 self.known.clear()
             self.known[block] = fields
-        else:
-            self.known.clear()
-            self.state = state
         return fields
 
 
@@ -299,7 +288,7 @@ def _read(
                 block, i, end = _block(frames, i, stop)
                 try:
                     fields = blocks.decode(pos, block)
-                except HPACKError as e:
+                except HpackError as e:
                     raise Stop(UNDECODABLE, pos) from e
                 ex = streams.get(sid)
                 if kind == _PUSH:
