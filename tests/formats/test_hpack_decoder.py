@@ -3,6 +3,8 @@ made, and malformed or arbitrary bytes, decode to the same fields or are rejecte
 
 from __future__ import annotations
 
+from typing import Any
+
 import hpack
 import pytest
 from hpack.hpack import encode_integer
@@ -52,23 +54,32 @@ def encode(enc: hpack.Encoder, block: list, huffman: bool) -> bytes:
     return b"".join(out)
 
 
-def both(limit: int = DEFAULT_TABLE_SIZE, max_field_section: int = _BIG):
+Ours = tuple[HpackDecoder, HpackDecoder]
+"""The compiled decoder twice, fed the same blocks: one gives bytes, the other text."""
+
+
+def both(limit: int = DEFAULT_TABLE_SIZE, max_field_section: int = _BIG) -> tuple[Any, Ours]:
     ref = hpack.Decoder(max_header_list_size=max_field_section)
     ref.max_allowed_table_size = limit
-    return ref, HpackDecoder(limit, max_field_section)
+    return ref, (HpackDecoder(limit, max_field_section), HpackDecoder(limit, max_field_section))
 
 
-def same(ref: hpack.Decoder, ours: HpackDecoder, block: bytes) -> bool:
-    """Both decode ``block`` to the same fields (True), or both reject it (False)."""
+def same(ref: hpack.Decoder, ours: Ours, block: bytes) -> list | None:
+    """The fields of ``block`` when both decode it to the same ones (as bytes, and as text read
+    as UTF-8), None when both reject it."""
+    raw, text = ours
     try:
         want = ref.decode(block, raw=True)
     except hpack.HPACKError:
-        with pytest.raises(HpackError):
-            ours.decode(block)
-        return False
-    assert ours.decode(block) == want
-    assert ours.table_size == ref.header_table_size
-    return True
+        for decoder in ours:
+            with pytest.raises(HpackError):
+                decoder.decode(block)
+        return None
+    assert raw.decode(block) == want
+    utf8 = [(n.decode("utf-8", "replace"), v.decode("utf-8", "replace")) for n, v in want]
+    assert text.decode(block, text=True) == utf8
+    assert raw.table_size == text.table_size == ref.header_table_size
+    return want
 
 
 @settings(max_examples=300, deadline=None)
@@ -79,13 +90,13 @@ def test_encoded_conversations_decode_as_the_reference_does(conversation) -> Non
     limit = DEFAULT_TABLE_SIZE
     for fields_, huffman, new_limit, sizes in conversation:
         if new_limit is not None:
-            limit = ref.max_allowed_table_size = ours.limit = new_limit
+            limit = ref.max_allowed_table_size = ours[0].limit = ours[1].limit = new_limit
         for size in [*sizes, enc.header_table_size]:  # the last follows a lower limit (§4.2)
             if min(size, limit) != enc.header_table_size:  # the same size again unsets the
                 enc.header_table_size = min(size, limit)  # encoder's pending update
         block = encode(enc, fields_, huffman)
-        assert same(ref, ours, block)
-        assert ours.decode(b"") == []  # an empty block changes nothing
+        assert same(ref, ours, block) is not None
+        assert same(ref, ours, b"") == []  # an empty block changes nothing
 
 
 @settings(max_examples=200, deadline=None)
@@ -99,7 +110,7 @@ def test_cut_blocks_are_rejected_or_decoded_as_the_reference_does(conversation, 
     cut = data.draw(st.integers(0, len(last)))
     ref, ours = both()
     for block in before:
-        assert same(ref, ours, block)
+        assert same(ref, ours, block) is not None
     same(ref, ours, last[:cut])
 
 
@@ -108,7 +119,7 @@ def test_cut_blocks_are_rejected_or_decoded_as_the_reference_does(conversation, 
 def test_arbitrary_bytes_are_rejected_or_decoded_as_the_reference_does(raw) -> None:
     ref, ours = both()
     for block in raw:
-        if not same(ref, ours, block):
+        if same(ref, ours, block) is None:
             break
 
 
@@ -143,21 +154,23 @@ def test_malformed_blocks_are_rejected_as_the_reference_does(
     block: bytes, limit: int, max_field_section: int
 ) -> None:
     ref, ours = both(limit, max_field_section)
-    assert not same(ref, ours, block)
+    assert same(ref, ours, block) is None
 
 
 def test_valid_edges_decode() -> None:
-    """The largest integer allowed, a 7-bit all-ones padding, a size update to 0 and back, and
-    an entry that names an entry it evicts (§4.4)."""
-    enc = hpack.Encoder()
+    """The longest integer allowed, a 7-bit all-ones padding, empty strings, a size update to 0
+    and back, an entry that names an entry it evicts (§4.4), and text that is not UTF-8."""
     ref, ours = both()
-    assert same(ref, ours, b"\x00\x81\x1f\x00")  # "a", padded with 111
-    assert same(ref, ours, b"\x00\x80\x00")  # empty name and value
+    assert same(ref, ours, b"\x00\x81\x1f\x00") == [(b"a", b"")]  # "a" padded with 111
+    assert same(ref, ours, b"\x00\x80\x00") == [(b"", b"")]
+    assert same(ref, ours, b"\x3f\xe1\x9f\x80\x80\x00\x82")  # 4096 in 5 continuation bytes
     big = b"\x40\x01n" + encode_integer(4000, 7) + b"v" * 4000
     assert same(ref, ours, big)
-    assert same(ref, ours, b"\x7e" + encode_integer(4000, 7) + b"w" * 4000)  # names 62, evicts it
+    evicts = b"\x7e" + encode_integer(4000, 7) + b"w" * 4000  # names entry 62, then evicts it
+    assert same(ref, ours, evicts) == [(b"n", b"w" * 4000)]
     assert same(ref, ours, _size_update(0) + _size_update(4096) + b"\x82")
-    assert ours.decode(enc.encode([(b"k", b"v")])) == [(b"k", b"v")]
+    assert same(ref, ours, b"\x00\x02\xc3\xa9\x02\xff\x41") == [(b"\xc3\xa9", b"\xffA")]
+    assert ours[1].decode(b"\x00\x01k\x02\xff\x41", text=True) == [("k", "\ufffdA")]
 
 
 def test_entries_that_fill_the_table_exactly_stay() -> None:
@@ -166,11 +179,11 @@ def test_entries_that_fill_the_table_exactly_stay() -> None:
     ref, ours = both()
     fill = [(b"a", b"x" * 2015), (b"b", b"y" * 2015)]
     assert same(ref, ours, hpack.Encoder().encode(fill, huffman=False))
-    assert ours.decode(b"\xbe\xbf") == fill[::-1]  # 62: the newest, 63: the older
+    assert same(ref, ours, b"\xbe\xbf") == fill[::-1]  # 62: the newest, 63: the older
     assert same(ref, ours, b"\x40\x01c\x00")  # 33 bytes more (§4.1): "a" goes
-    assert same(ref, ours, b"\xbe\xbf")
+    assert same(ref, ours, b"\xbe\xbf") == [(b"c", b""), (b"b", b"y" * 2015)]
     with pytest.raises(HpackError, match="index"):
-        ours.decode(b"\xc0")
+        ours[0].decode(b"\xc0")
 
 
 def test_limit_above_the_default_grows_the_table() -> None:
@@ -178,9 +191,9 @@ def test_limit_above_the_default_grows_the_table() -> None:
     ref, ours = both(limit=1 << 16)
     enc.header_table_size = 1 << 16
     fields_ = [(b"x-%d" % i, b"y" * 900) for i in range(60)]  # 55k bytes of entries
-    assert same(ref, ours, enc.encode(fields_))
-    assert same(ref, ours, enc.encode(fields_))  # all indexed now
-    assert len(ours.decode(enc.encode(fields_[::-1]))) == 60
+    assert same(ref, ours, enc.encode(fields_)) == fields_
+    assert same(ref, ours, enc.encode(fields_)) == fields_  # all indexed now
+    assert same(ref, ours, enc.encode(fields_[::-1])) == fields_[::-1]
 
 
 @pytest.mark.parametrize("bad", [-1])

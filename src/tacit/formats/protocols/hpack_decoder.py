@@ -18,6 +18,8 @@ it, and the wrapper resumes it there with more room.
 
 from __future__ import annotations
 
+from typing import Any, Literal, overload
+
 import numpy as np
 from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
 from hpack.table import HeaderTable
@@ -98,24 +100,24 @@ _MAX, _SIZE, _FIRST, _COUNT, _LO, _HI, _LIMIT, _LIST_MAX = 0, 1, 2, 3, 4, 5, 6, 
 _POS, _N, _USED, _LISTED, _NEED, _CHANGED = 8, 9, 10, 11, 12, 13
 _FIELDS = 14
 
-_OK, _NEED_OUT, _NEED_TABLE = 0, 1, 2
+_NEED_OUT, _NEED_TABLE = -1, -2
 _REASONS = {
-    3: "integer cut short (RFC 7541 §5.1)",
-    4: "integer longer than 5 continuation bytes (RFC 7541 §5.1)",
-    5: "string literal cut short (RFC 7541 §5.2)",
-    6: "index not in the static or dynamic table (RFC 7541 §2.3.3)",
-    7: "Huffman code with EOS or bad padding (RFC 7541 §5.2)",
-    8: "dynamic table size update after a field (RFC 7541 §4.2)",
-    9: "dynamic table size update above the SETTINGS limit (RFC 7541 §6.3)",
-    10: "dynamic table larger than the SETTINGS limit (RFC 7541 §4.2)",
-    11: "field section larger than the decoder accepts",
+    -3: "integer cut short (RFC 7541 §5.1)",
+    -4: "integer longer than 5 continuation bytes (RFC 7541 §5.1)",
+    -5: "string literal cut short (RFC 7541 §5.2)",
+    -6: "index not in the static or dynamic table (RFC 7541 §2.3.3)",
+    -7: "Huffman code with EOS or bad padding (RFC 7541 §5.2)",
+    -8: "dynamic table size update after a field (RFC 7541 §4.2)",
+    -9: "dynamic table size update above the SETTINGS limit (RFC 7541 §6.3)",
+    -10: "dynamic table larger than the SETTINGS limit (RFC 7541 §4.2)",
+    -11: "field section larger than the decoder accepts",
 }
 
 
 @njit(cache=True, inline="always")
 def _integer(block, pos, bits):  # pragma: no cover - compiled
-    """The integer with a ``bits``-bit prefix at ``pos`` (§5.1) and the offset after it;
-    the offset is -3 when it is cut short, -4 when it is too long."""
+    """The integer with a ``bits``-bit prefix at ``pos`` (§5.1) and the offset after it, or
+    an error code of :data:`_REASONS` when it is cut short or too long."""
     end = len(block)
     mask = (1 << bits) - 1
     value = np.int64(block[pos] & mask)
@@ -155,8 +157,8 @@ def _entry(meta, ents, index):  # pragma: no cover - compiled
 @njit(cache=True, inline="always")
 def _string(block, pos, out, at):  # pragma: no cover - compiled
     """Decode the string literal at ``pos`` (§5.2) into ``out`` at ``at``: (offset after it,
-    offset after the bytes written); the first is negative for an error, -1 when ``out`` has
-    no room (nothing written)."""
+    offset after the bytes written); the first is an error code of :data:`_REASONS`, or
+    ``_NEED_OUT`` when ``out`` has no room (nothing written)."""
     huffman = block[pos] & 0x80
     n, pos = _integer(block, pos, 7)
     if pos < 0:
@@ -166,7 +168,7 @@ def _string(block, pos, out, at):  # pragma: no cover - compiled
         return -5, at
     room = n * 8 // 5 if huffman else n  # every symbol takes at least 5 bits
     if at + room > len(out):
-        return -1, at
+        return _NEED_OUT, at
     if not huffman:
         for i in range(n):
             out[at + i] = block[pos + i]
@@ -239,10 +241,13 @@ def _insert(meta, ents, table, out, start, nlen, vlen):  # pragma: no cover - co
 
 @njit(cache=True)
 def _decode(block, meta, ents, table, out):  # pragma: no cover - compiled
-    """Decode ``block`` from ``meta[_POS]`` on into ``out``, the fields' offsets into ``meta``
-    from ``_FIELDS``; returns ``_OK``, ``_NEED_OUT`` or ``_NEED_TABLE`` (grow and call again:
-    ``meta[_NEED]`` says how much is needed) or an error code of :data:`_REASONS`."""
+    """Decode ``block`` into ``out``, the fields' offsets into ``meta`` from ``_FIELDS`` (name,
+    value, name, ..., end); returns the number of fields, or ``_NEED_OUT`` or ``_NEED_TABLE``
+    (grow, ``meta[_NEED]`` says to what, and call again to resume at ``meta[_POS]``), or an
+    error code of :data:`_REASONS`."""
     pos, n, at, listed = meta[_POS], meta[_N], meta[_USED], meta[_LISTED]
+    if not pos:
+        meta[_CHANGED] = 0
     end = len(block)
     while pos < end:
         start = pos
@@ -250,11 +255,11 @@ def _decode(block, meta, ents, table, out):  # pragma: no cover - compiled
         if b & 0x20 and not b & 0xC0:  # dynamic table size update (§6.3)
             size, pos = _integer(block, pos, 5)
             if pos < 0:
-                return -pos
+                return pos
             if n:
-                return 8
+                return -8
             if size > meta[_LIMIT]:
-                return 9
+                return -9
             if _STATIC_LEN + size > len(table) or size // ENTRY_OVERHEAD + 1 > len(ents) // 3:
                 meta[_POS], meta[_N], meta[_USED], meta[_LISTED] = start, n, at, listed
                 meta[_NEED] = size
@@ -271,12 +276,12 @@ def _decode(block, meta, ents, table, out):  # pragma: no cover - compiled
         else:  # literal without indexing or never indexed (§6.2.2, §6.2.3)
             index, pos = _integer(block, pos, 4)
         if pos < 0:
-            return -pos
+            return pos
         name_at = at
         if index or indexed:
             e, nlen, vlen = _entry(meta, ents, index)
             if e < 0:
-                return 6
+                return -6
             take = nlen + vlen if indexed else nlen
             if at + take > len(out):
                 meta[_POS], meta[_N], meta[_USED], meta[_LISTED] = start, n, at, listed
@@ -287,33 +292,32 @@ def _decode(block, meta, ents, table, out):  # pragma: no cover - compiled
             value_at = at - vlen if indexed else at
         else:
             if pos >= end:
-                return 3
+                return -3
             pos, at = _string(block, pos, out, at)
             value_at = at
         if not indexed and pos >= 0:
             if pos >= end:
-                return 3
+                return -3
             pos, at = _string(block, pos, out, at)
-        if pos == -1:
+        if pos == _NEED_OUT:
             meta[_POS], meta[_N], meta[_USED], meta[_LISTED] = start, n, name_at, listed
             meta[_NEED] = name_at + 2 * (end - start) + 8
             return _NEED_OUT
         if pos < 0:
-            return -pos
+            return pos
         listed += ENTRY_OVERHEAD + at - name_at
         if listed > meta[_LIST_MAX]:
-            return 11
+            return -11
         meta[_FIELDS + 2 * n] = name_at
         meta[_FIELDS + 2 * n + 1] = value_at
         n += 1
         if b & 0xC0 == 0x40:
             _insert(meta, ents, table, out, name_at, value_at - name_at, at - value_at)
     if meta[_MAX] > meta[_LIMIT]:
-        return 10
+        return -10
     meta[_FIELDS + 2 * n] = at
-    meta[_POS] = meta[_USED] = meta[_LISTED] = 0  # ready for the next block
-    meta[_N] = n
-    return _OK
+    meta[_POS] = meta[_N] = meta[_USED] = meta[_LISTED] = 0  # ready for the next block
+    return n
 
 
 class HpackDecoder:
@@ -359,26 +363,36 @@ class HpackDecoder:
         """The dynamic table's maximum size, as the encoder last set it (§4.2)."""
         return int(self._meta[_MAX])
 
-    def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+    @overload
+    def decode(self, block: bytes, text: Literal[False] = False) -> list[tuple[bytes, bytes]]: ...
+    @overload
+    def decode(self, block: bytes, text: Literal[True]) -> list[tuple[str, str]]: ...
+    def decode(self, block: bytes, text: bool = False) -> list[tuple[Any, Any]]:
         """The fields of one complete field block, in order; :class:`HpackError` if it does not
-        decode."""
+        decode. With ``text``, names and values are read as UTF-8 (invalid bytes replaced by
+        U+FFFD): a block of ASCII is decoded once and cut, not field by field."""
         meta = self._meta
         if len(meta) < _FIELDS + 2 * len(block) + 1:  # a field takes a byte at least
             meta = self._meta = np.concatenate([meta, np.zeros(2 * len(block) + 1, np.int64)])
-        meta[_N] = meta[_CHANGED] = 0
-        while status := _decode(block, meta, self._ents, self._table, self._out):
-            if status == _NEED_OUT:
+        while (n := _decode(block, meta, self._ents, self._table, self._out)) < 0:
+            if n == _NEED_OUT:
                 self._out = _grown(self._out, int(meta[_NEED]))
-            elif status == _NEED_TABLE:
+            elif n == _NEED_TABLE:
                 self._grow_table(int(meta[_NEED]))
             else:
-                meta[_POS] = meta[_USED] = meta[_LISTED] = 0
-                raise HpackError(_REASONS[status])
-        n, _, _, _, changed = meta[_N:_FIELDS].tolist()
-        self.changed = changed != 0
-        b = meta[_FIELDS : _FIELDS + 2 * n + 1].tolist()
-        raw = self._out[: b[-1]].tobytes()
-        return [(raw[b[i] : b[i + 1]], raw[b[i + 1] : b[i + 2]]) for i in range(0, 2 * n, 2)]
+                meta[_POS] = meta[_N] = meta[_USED] = meta[_LISTED] = 0
+                raise HpackError(_REASONS[n])
+        b = meta[_CHANGED : _FIELDS + 2 * n + 1].tolist()  # the flag, then the offsets
+        self.changed = b[0] != 0
+        raw: Any = self._out[: b[-1]].tobytes()
+        if text:
+            if not raw.isascii():
+                return [
+                    (_utf8(raw[b[i] : b[i + 1]]), _utf8(raw[b[i + 1] : b[i + 2]]))
+                    for i in range(1, 2 * n, 2)
+                ]
+            raw = raw.decode("ascii")
+        return [(raw[b[i] : b[i + 1]], raw[b[i + 1] : b[i + 2]]) for i in range(1, 2 * n, 2)]
 
     def _grow_table(self, size: int) -> None:
         """Room for a dynamic table of ``size``: its bytes and its entries, the oldest first."""
@@ -390,6 +404,10 @@ class HpackDecoder:
         self._ents = grown.ravel()
         meta[_FIRST] = 0
         self._table = _grown(self._table, _STATIC_LEN + size)
+
+
+def _utf8(b: bytes) -> str:
+    return b.decode("utf-8", "replace")
 
 
 def _grown(a: np.ndarray, size: int) -> np.ndarray:
