@@ -4,11 +4,12 @@ HTTP/2 multiplexes streams on one connection (§5), so responses do not come in 
 and this module has no ``requests``/``responses`` pair like the other protocols: ``exchanges``
 reads both directions and returns one :class:`Exchange` per stream.
 
-Frames (§4.1 header, §6 definitions) are parsed by hyperframe; field blocks (a HEADERS or
-PUSH_PROMISE frame and its CONTINUATION frames, §4.3) are decoded by one HPACK decoder (RFC 7541,
-:mod:`.hpack_decoder`) per direction, every block in order, since each may change the decoder's
-dynamic table. h2's connection state machine is not used: a passive observer sends nothing, and
-the captures it reads may lack a connection's start or bytes in the middle.
+Frames (§4.1 header, §6 definitions) are walked by one compiled loop per direction; field
+blocks (a HEADERS or PUSH_PROMISE frame and its CONTINUATION frames, §4.3) are decoded by one
+HPACK decoder (RFC 7541, :mod:`.hpack_decoder`) per direction, every block in order, since each
+may change the decoder's dynamic table. h2's connection state machine is not used: a passive
+observer sends nothing, and the captures it reads may lack a connection's start or bytes in the
+middle.
 
 What the bytes cannot tell:
 
@@ -26,20 +27,10 @@ What the bytes cannot tell:
 from __future__ import annotations
 
 import re
-import struct
 from dataclasses import dataclass, field
-from typing import Any
 
-from hyperframe.exceptions import HyperframeError
-from hyperframe.frame import (
-    ContinuationFrame,
-    DataFrame,
-    Frame,
-    HeadersFrame,
-    PushPromiseFrame,
-    RstStreamFrame,
-    SettingsFrame,
-)
+import numpy as np
+from numba import njit
 
 from tacit.formats.protocols.common import CUT, GAP, Skipper, Stop
 from tacit.formats.protocols.hpack_decoder import HpackDecoder, HpackError
@@ -61,11 +52,10 @@ _HEADER = 9  # frame header length (§4.1)
 _INITIAL_TABLE = 4096  # SETTINGS_HEADER_TABLE_SIZE until a SETTINGS frame changes it (§6.5.2)
 _MAX_FIELD_SECTION = 1 << 24
 """The largest decoded field section accepted: generous, an observer rejects nothing a peer took."""
-_DATA, _HEADERS, _RST = DataFrame.type, HeadersFrame.type, RstStreamFrame.type
-_SETTINGS, _PUSH, _CONTINUATION = SettingsFrame.type, PushPromiseFrame.type, ContinuationFrame.type
+_DATA, _HEADERS, _RST, _SETTINGS, _PUSH, _CONTINUATION = 0x0, 0x1, 0x3, 0x4, 0x5, 0x9  # §6
 _END_STREAM, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x4, 0x8, 0x20  # frame flags (§6.1, §6.2)
-_STRUCTURED = frozenset((_DATA, _HEADERS, _PUSH, _SETTINGS))
-_ON_STREAM = frozenset((_DATA, _HEADERS, _RST, _PUSH, _CONTINUATION))  # never on stream 0 (§6)
+_ACK = 0x1  # SETTINGS (§6.5)
+_HEADER_TABLE_SIZE = 0x1  # the SETTINGS_HEADER_TABLE_SIZE identifier (§6.5.2)
 _STREAM_ID = 0x7FFFFFFF  # the stream identifier's 31 bits (§4.1)
 _KNOWN_BLOCKS = 4096
 
@@ -145,62 +135,109 @@ def exchanges(
     return list(streams.values())
 
 
-_Frames = list[tuple[int, int, int, int, int, Any]]
-_FRAME_HEADER = struct.Struct(">HBBBL")  # length (24 bits), type, flags, R + stream id (§4.1)
+_Frames = list[tuple[int, ...]]
+_STOPS = ("", CUT, "HTTP/2 frame longer than max_frame", GAP, MALFORMED)
+"""Why the walk of a stream's frames stopped, by the code :func:`_walk` returns."""
 
 
 def _frames(s: ByteStream, pos: int, max_frame: int) -> tuple[_Frames, Stop | None]:
-    """The frames of ``s`` from ``pos`` as (first byte, end, type, flags, stream id, contents),
-    up to the first that cannot be read, and why it could not (None when the stream ends at a
+    """The frames of ``s`` from ``pos`` as (first byte, end, type, flags, stream id, a, b), up
+    to the first that cannot be read, and why it could not (None when the stream ends at a
     frame boundary).
 
-    The contents are what is used of a frame: a DATA frame's payload size without padding
-    (§6.1), the field block fragment of HEADERS, PUSH_PROMISE and CONTINUATION (§6.2, §6.6,
-    §6.10), the SETTINGS_HEADER_TABLE_SIZE a SETTINGS frame sets (0 if none, §6.5). hyperframe
-    parses the payloads that have a structure; the payload of an unpadded DATA frame, of a
-    HEADERS frame with neither PADDED nor PRIORITY flag and of a CONTINUATION frame is the data
-    or fragment itself.
+    ``a`` and ``b`` are what is used of a frame: a DATA frame's payload size without padding in
+    ``a`` (§6.1); the field block fragment of HEADERS, PUSH_PROMISE and CONTINUATION at
+    ``data[a:b]`` (§6.2, §6.6, §6.10); the SETTINGS_HEADER_TABLE_SIZE a SETTINGS frame sets in
+    ``a`` (0 if none, §6.5); 0 otherwise.
     """
-    out: _Frames = []
-    data = s.data
-    view = memoryview(data)
-    holes = bool(s.holes[-1])
-    end = s.end
-    unpack = _FRAME_HEADER.unpack_from
+    rows, code, at = _walk(s.data, pos, max_frame, s.piece, s.holes)
+    return list(zip(*rows.T.tolist(), strict=True)), Stop(_STOPS[code], at) if code else None
+
+
+@njit(cache=True)
+def _walk(data, pos, max_frame, piece, holes):  # pragma: no cover - compiled
+    """The frame walk of :func:`_frames`: the rows, and the code in :data:`_STOPS` of why it
+    stopped where it did (0: the end of the stream).
+
+    Frame payloads are checked as far as what is taken from them needs (§6.1, §6.2, §6.5,
+    §6.6): padding that fits, the priority fields and promised stream id present, a promised
+    stream id even and not 0, SETTINGS on stream 0 in whole 6-byte settings (none in an ACK).
+    """
+    end = len(data)
+    rows = np.zeros((min(end // _HEADER + 1, 1024), 7), np.int64)
+    n = 0
+    any_hole = holes[-1] > 0
     while pos < end:
         body = pos + _HEADER
         if body > end:
-            return out, Stop(CUT, pos)
-        high, low, kind, flags, sid = unpack(data, pos)
-        sid &= _STREAM_ID
-        nxt = body + (high << 8 | low)
-        if nxt - body > max_frame:
-            return out, Stop("HTTP/2 frame longer than max_frame", pos)
+            return rows[:n], 1, pos
+        length = (np.int64(data[pos]) << 16) | (np.int64(data[pos + 1]) << 8) | data[pos + 2]
+        kind, flags = np.int64(data[pos + 3]), np.int64(data[pos + 4])
+        sid = _be32(data, pos + 5) & _STREAM_ID
+        nxt = body + length
+        if length > max_frame:
+            return rows[:n], 2, pos
         if nxt > end:
-            return out, Stop(CUT, pos)
-        if holes and s.hole(pos, nxt):
-            return out, Stop(GAP, pos)
-        if not sid and kind in _ON_STREAM:
-            return out, Stop(MALFORMED, pos)
-        if kind == _DATA and not flags & _PADDED:
-            contents: Any = nxt - body
-        elif kind == _CONTINUATION or (kind == _HEADERS and not flags & (_PADDED | _PRIORITY)):
-            contents = data[body:nxt]
-        elif kind in _STRUCTURED:
-            try:
-                frame: Any = Frame.parse_frame_header(view[pos:body])[0]
-                frame.parse_body(view[body:nxt])
-            except HyperframeError:
-                return out, Stop(MALFORMED, pos)
-            if kind == _SETTINGS:
-                contents = frame.settings.get(SettingsFrame.HEADER_TABLE_SIZE, 0)
+            return rows[:n], 1, pos
+        if any_hole:
+            k0 = np.searchsorted(piece, pos, side="right") - 1
+            k1 = np.searchsorted(piece, nxt - 1, side="right") - 1
+            if holes[k1 + 1] != holes[k0]:
+                return rows[:n], 3, pos
+        if not sid and kind in (_DATA, _HEADERS, _RST, _PUSH, _CONTINUATION):  # §6: on a stream
+            return rows[:n], 4, pos
+        a = b = 0
+        if kind == _CONTINUATION:
+            a, b = body, nxt
+        elif kind in (_DATA, _HEADERS, _PUSH):
+            skip = pad = 0
+            if flags & _PADDED:
+                if not length:
+                    return rows[:n], 4, pos
+                skip, pad = 1, np.int64(data[body])
+            if kind == _HEADERS and flags & _PRIORITY:
+                if length - skip < 5:
+                    return rows[:n], 4, pos
+                a = body + skip + 5
+            elif kind == _PUSH:
+                if length - skip < 4:
+                    return rows[:n], 4, pos
+                promised = _be32(data, body + skip)
+                if promised == 0 or promised % 2:
+                    return rows[:n], 4, pos
+                a = body + skip + 4
             else:
-                contents = len(frame.data) if kind == _DATA else frame.data
-        else:
-            contents = None
-        out.append((pos, nxt, kind, flags, sid, contents))
+                a = body + skip
+            if pad and pad >= (length - skip if kind == _HEADERS else length):
+                return rows[:n], 4, pos
+            b = max(a, nxt - pad)
+            if kind == _DATA:
+                a, b = b - a, 0
+        elif kind == _SETTINGS:
+            if sid or (flags & _ACK and length) or length % 6:
+                return rows[:n], 4, pos
+            for k in range(body, nxt, 6):
+                if (np.int64(data[k]) << 8 | data[k + 1]) == _HEADER_TABLE_SIZE:
+                    a = _be32(data, k + 2)
+        if n == len(rows):
+            more = np.zeros((2 * n, 7), np.int64)
+            more[:n] = rows
+            rows = more
+        row = rows[n]
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6] = pos, nxt, kind, flags, sid, a, b
+        n += 1
         pos = nxt
-    return out, None
+    return rows[:n], 0, pos
+
+
+@njit(cache=True, inline="always")
+def _be32(data, i):  # pragma: no cover - compiled
+    return (
+        (np.int64(data[i]) << 24)
+        | (np.int64(data[i + 1]) << 16)
+        | (np.int64(data[i + 2]) << 8)
+        | np.int64(data[i + 3])
+    )
 
 
 def _limits(s: ByteStream, frames: _Frames) -> list[tuple[int, int]]:
@@ -208,7 +245,7 @@ def _limits(s: ByteStream, frames: _Frames) -> list[tuple[int, int]]:
     has advertised rises above the ones before (the initial value included)."""
     out = []
     top = _INITIAL_TABLE
-    for pos, _, kind, _, _, size in frames:
+    for pos, _, kind, _, _, size, _ in frames:
         if kind == _SETTINGS and size > top:
             top = size
             out.append((s.time(pos), size))
@@ -233,16 +270,17 @@ class _Blocks:
     def __init__(self, s: ByteStream, raises: list[tuple[int, int]]) -> None:
         self.s, self.raises = s, raises
         self.decoder = HpackDecoder(_INITIAL_TABLE, _MAX_FIELD_SECTION)
-        self.known: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self.known: dict[bytes, list[tuple[str, str]]] = {}
 
-    def decode(self, pos: int, block: bytes) -> list[tuple[bytes, bytes]]:
-        """The fields of the block whose first frame starts at ``pos``."""
+    def decode(self, pos: int, block: bytes) -> list[tuple[str, str]]:
+        """The fields of the block whose first frame starts at ``pos``, read as UTF-8 (invalid
+        bytes replaced)."""
         while self.raises and self.raises[0][0] <= self.s.time(pos):
             self.decoder.limit = self.raises.pop(0)[1]
         known = self.known.get(block)
         if known is not None:
             return known
-        fields = self.decoder.decode(block)
+        fields = self.decoder.decode(block, text=True)
         if self.decoder.changed:
             self.known.clear()
         else:
@@ -252,19 +290,19 @@ class _Blocks:
         return fields
 
 
-def _block(frames: _Frames, i: int, stop: Stop | None) -> tuple[bytes, int, int]:
+def _block(data: bytes, frames: _Frames, i: int, stop: Stop | None) -> tuple[bytes, int, int]:
     """The field block that starts with frame ``i``, the index of the frame after it, and the
     stream offset after its last frame (§6.10: CONTINUATION frames follow with nothing between)."""
-    pos, end, _, flags, sid, f = frames[i]
-    parts = [f]
+    pos, end, _, flags, sid, a, b = frames[i]
+    parts = [data[a:b]]
     while not flags & _END_HEADERS:
         i += 1
         if i == len(frames):
             raise Stop(stop.reason if stop else CUT, pos)
-        _, end, kind, flags, more, f = frames[i]
+        _, end, kind, flags, more, a, b = frames[i]
         if kind != _CONTINUATION or more != sid:
             raise Stop("HTTP/2 field block interrupted (RFC 9113 §6.10)", pos)
-        parts.append(f)
+        parts.append(data[a:b])
     return b"".join(parts), i + 1, end
 
 
@@ -280,12 +318,17 @@ def _read(
     """Read one direction's frames into ``streams``: the client's HEADERS open exchanges and
     carry the request; the server's frames answer them."""
     side = "client" if client else "server"
+    data = s.data
     i = 0
     try:
         while i < len(frames):
-            pos, end, kind, flags, sid, f = frames[i]
+            pos, end, kind, flags, sid, a, b = frames[i]
             if kind in (_HEADERS, _PUSH):
-                block, i, end = _block(frames, i, stop)
+                if flags & _END_HEADERS:
+                    block = data[a:b]
+                    i += 1
+                else:
+                    block, i, end = _block(data, frames, i, stop)
                 try:
                     fields = blocks.decode(pos, block)
                 except HpackError as e:
@@ -316,9 +359,9 @@ def _read(
                     _end(ex, client, end)
                     continue
                 if client:
-                    ex.request_bytes += f
+                    ex.request_bytes += a
                 else:
-                    ex.response_bytes += f
+                    ex.response_bytes += a
             if flags & _END_STREAM:
                 _end(ex, client, end)
     except Stop as e:
@@ -346,40 +389,36 @@ def _end(ex: Exchange, client: bool, end: int) -> None:
         ex.response_end = end
 
 
-def _text(b: bytes) -> str:
-    return b.decode("utf-8", "replace")
-
-
-def _request(sid: int, pos: int, fields: list[tuple[bytes, bytes]]) -> Exchange:
+def _request(sid: int, pos: int, fields: list[tuple[str, str]]) -> Exchange:
     ex = Exchange(sid, pos)
     headers = ex.headers
     for name, value in fields:
-        if name[:1] == b":":
-            if name == b":method":
-                ex.method = _text(value)
-            elif name == b":path":
-                ex.path = _text(value)
-            elif name == b":authority":
-                ex.authority = _text(value)
+        if name[:1] == ":":
+            if name == ":method":
+                ex.method = value
+            elif name == ":path":
+                ex.path = value
+            elif name == ":authority":
+                ex.authority = value
             continue
-        key, text = _text(name).lower(), _text(value)
+        key = name.lower()
         if key in headers:
-            text = headers[key] + ("; " if key == "cookie" else ", ") + text
-        headers[key] = text
+            value = headers[key] + ("; " if key == "cookie" else ", ") + value
+        headers[key] = value
     ex.content_type = headers.get("content-type", "")
     return ex
 
 
-def _response(ex: Exchange, pos: int, fields: list[tuple[bytes, bytes]]) -> None:
+def _response(ex: Exchange, pos: int, fields: list[tuple[str, str]]) -> None:
     """A response field block: informational or final header section, or trailers (§8.1)."""
     if ex.response_start < 0:
         ex.response_start = pos
     for name, value in fields:
-        if name == b":status" and value.isdigit():
+        if name == ":status" and value.isascii() and value.isdigit():
             status = int(value)
             if ex.status < 0 and not 100 <= status < 200:
                 ex.status = status
-        elif name == b"grpc-status" and value.isdigit():
+        elif name == "grpc-status" and value.isascii() and value.isdigit():
             ex.grpc_status = int(value)
-        elif name == b"content-type" and not ex.content_type:
-            ex.content_type = _text(value)
+        elif name == "content-type" and not ex.content_type:
+            ex.content_type = value
