@@ -109,8 +109,9 @@ def test_walk_reads_frames_as_hyperframe_does(raw, max_frame, pieces, cut) -> No
     held = np.array([at not in lost for at in starts])
     s = ByteStream(data, np.array(starts), np.zeros(len(starts), np.int64), held, True, True)
     want, stop = reference(s, max_frame)
-    got, got_stop = _frames(s, 0, max_frame)
+    got, got_stop, got_settings = _frames(s, 0, max_frame)
     assert (got_stop.reason, got_stop.at) == stop if got_stop else stop is None
+    assert got_settings == [[pos, size] for pos, _, kind, _, _, size in want if kind == 0x4]
     used = []
     for pos, end, kind, flags, sid, a, b in got:
         if kind in (0x1, 0x5, 0x9):

@@ -27,7 +27,9 @@ What the bytes cannot tell:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from numba import njit
@@ -125,25 +127,30 @@ def exchanges(
     if len(head) < len(PREFACE):
         _skip(conn, f"client: {CUT}", client.end + server.end)
         return []
-    up, up_stop = _frames(client, len(PREFACE), max_frame)
-    down, down_stop = (
-        ([], Stop(MIDWAY, 0)) if not server.start_seen else _frames(server, 0, max_frame)
+    up, up_stop, up_settings = _frames(client, len(PREFACE), max_frame)
+    down, down_stop, down_settings = (
+        ([], Stop(MIDWAY, 0), []) if not server.start_seen else _frames(server, 0, max_frame)
     )
     streams: dict[int, Exchange] = {}
-    _read(client, up, up_stop, _Blocks(client, _limits(server, down)), streams, conn, True)
-    _read(server, down, down_stop, _Blocks(server, _limits(client, up)), streams, conn, False)
+    requests = _Blocks(client, _limits(server, down_settings), _request_head)
+    _read(client, up, up_stop, requests, streams, conn, True)
+    responses = _Blocks(server, _limits(client, up_settings), _response_head)
+    _read(server, down, down_stop, responses, streams, conn, False)
     return list(streams.values())
 
 
 _Frames = list[tuple[int, ...]]
+_Head = TypeVar("_Head")
 _STOPS = ("", CUT, "HTTP/2 frame longer than max_frame", GAP, MALFORMED)
 """Why the walk of a stream's frames stopped, by the code :func:`_walk` returns."""
 
 
-def _frames(s: ByteStream, pos: int, max_frame: int) -> tuple[_Frames, Stop | None]:
+def _frames(
+    s: ByteStream, pos: int, max_frame: int
+) -> tuple[_Frames, Stop | None, list[list[int]]]:
     """The frames of ``s`` from ``pos`` as (first byte, end, type, flags, stream id, a, b), up
-    to the first that cannot be read, and why it could not (None when the stream ends at a
-    frame boundary).
+    to the first that cannot be read, why it could not (None when the stream ends at a frame
+    boundary), and (first byte, ``a``) of its SETTINGS frames.
 
     ``a`` and ``b`` are what is used of a frame: a DATA frame's payload size without padding in
     ``a`` (§6.1); the field block fragment of HEADERS, PUSH_PROMISE and CONTINUATION at
@@ -151,7 +158,9 @@ def _frames(s: ByteStream, pos: int, max_frame: int) -> tuple[_Frames, Stop | No
     ``a`` (0 if none, §6.5); 0 otherwise.
     """
     rows, code, at = _walk(s.data, pos, max_frame, s.piece, s.holes)
-    return list(zip(*rows.T.tolist(), strict=True)), Stop(_STOPS[code], at) if code else None
+    settings = rows[rows[:, 2] == _SETTINGS][:, [0, 5]].tolist()
+    frames = list(zip(*rows.T.tolist(), strict=True))
+    return frames, Stop(_STOPS[code], at) if code else None, settings
 
 
 @njit(cache=True)
@@ -240,20 +249,22 @@ def _be32(data, i):  # pragma: no cover - compiled
     )
 
 
-def _limits(s: ByteStream, frames: _Frames) -> list[tuple[int, int]]:
+def _limits(s: ByteStream, settings: list[list[int]]) -> list[tuple[int, int]]:
     """(capture time, value) where the largest SETTINGS_HEADER_TABLE_SIZE the sender of ``s``
-    has advertised rises above the ones before (the initial value included)."""
+    has advertised in ``settings`` (first byte, value) rises above the ones before (the initial
+    value included)."""
     out = []
     top = _INITIAL_TABLE
-    for pos, _, kind, _, _, size, _ in frames:
-        if kind == _SETTINGS and size > top:
+    for pos, size in settings:
+        if size > top:
             top = size
             out.append((s.time(pos), size))
     return out
 
 
-class _Blocks:
-    """The HPACK decoder of the field blocks one stream carries.
+class _Blocks(Generic[_Head]):
+    """The HPACK decoder of the field blocks one stream carries, and what ``parse`` makes of
+    each block's fields.
 
     A decoder's dynamic table may not exceed what its own endpoint advertised in
     SETTINGS_HEADER_TABLE_SIZE (RFC 9113 §6.5.2; the encoder announces its size with dynamic
@@ -263,31 +274,36 @@ class _Blocks:
     cannot use an increase before the SETTINGS frame has passed the capture point.
 
     Blocks that leave the dynamic table as it was decode the same way while it stays so (RFC 7541
-    §3.2: decoding depends only on the table); their fields are remembered until the table
+    §3.2: decoding depends only on the table); what they parse to is remembered until the table
     changes, since a connection repeats such blocks for every request of one kind.
     """
 
-    def __init__(self, s: ByteStream, raises: list[tuple[int, int]]) -> None:
-        self.s, self.raises = s, raises
+    def __init__(
+        self,
+        s: ByteStream,
+        raises: list[tuple[int, int]],
+        parse: Callable[[list[tuple[str, str]]], _Head],
+    ) -> None:
+        self.s, self.raises, self.parse = s, raises, parse
         self.decoder = HpackDecoder(_INITIAL_TABLE, _MAX_FIELD_SECTION)
-        self.known: dict[bytes, list[tuple[str, str]]] = {}
+        self.known: dict[bytes, _Head] = {}
 
-    def decode(self, pos: int, block: bytes) -> list[tuple[str, str]]:
-        """The fields of the block whose first frame starts at ``pos``, read as UTF-8 (invalid
-        bytes replaced)."""
+    def decode(self, pos: int, block: bytes) -> _Head:
+        """What the fields of the block whose first frame starts at ``pos`` parse to; they are
+        read as UTF-8 (invalid bytes replaced)."""
         while self.raises and self.raises[0][0] <= self.s.time(pos):
             self.decoder.limit = self.raises.pop(0)[1]
         known = self.known.get(block)
         if known is not None:
             return known
-        fields = self.decoder.decode(block, text=True)
+        head = self.parse(self.decoder.decode(block, text=True))
         if self.decoder.changed:
             self.known.clear()
         else:
             if len(self.known) >= _KNOWN_BLOCKS:
                 self.known.clear()
-            self.known[block] = fields
-        return fields
+            self.known[block] = head
+        return head
 
 
 def _block(data: bytes, frames: _Frames, i: int, stop: Stop | None) -> tuple[bytes, int, int]:
@@ -310,7 +326,7 @@ def _read(
     s: ByteStream,
     frames: _Frames,
     stop: Stop | None,
-    blocks: _Blocks,
+    blocks: _Blocks[Any],
     streams: dict[int, Exchange],
     conn: Skipper,
     client: bool,
@@ -318,50 +334,53 @@ def _read(
     """Read one direction's frames into ``streams``: the client's HEADERS open exchanges and
     carry the request; the server's frames answer them."""
     side = "client" if client else "server"
-    data = s.data
-    i = 0
+    data, decode, get = s.data, blocks.decode, streams.get
+    i, n = 0, len(frames)
     try:
-        while i < len(frames):
+        while i < n:
             pos, end, kind, flags, sid, a, b = frames[i]
-            if kind in (_HEADERS, _PUSH):
-                if flags & _END_HEADERS:
-                    block = data[a:b]
-                    i += 1
-                else:
-                    block, i, end = _block(data, frames, i, stop)
-                try:
-                    fields = blocks.decode(pos, block)
-                except HpackError as e:
-                    raise Stop(UNDECODABLE, pos) from e
-                ex = streams.get(sid)
-                if kind == _PUSH:
-                    conn.skip(PUSH, end - pos)
-                    continue
-                if ex is None and client:
-                    ex = streams[sid] = _request(sid, pos, fields)
-                elif ex is None:
-                    conn.skip(_orphan(sid), end - pos)
-                    continue
-                elif not client:
-                    _response(ex, pos, fields)
-            else:
-                i += 1
-                if kind == _CONTINUATION:
-                    raise Stop("HTTP/2 CONTINUATION outside a field block (RFC 9113 §6.10)", pos)
-                if kind != _DATA and kind != _RST:
-                    continue  # connection control, PRIORITY, WINDOW_UPDATE, unknown types (§5.5)
-                ex = streams.get(sid)
+            i += 1
+            if kind == _DATA:
+                ex = get(sid)
                 if ex is None:
                     conn.skip(_orphan(sid), end - pos)
-                    continue
-                if kind == _RST:
-                    ex.reset = True
-                    _end(ex, client, end)
                     continue
                 if client:
                     ex.request_bytes += a
                 else:
                     ex.response_bytes += a
+            elif kind in (_HEADERS, _PUSH):
+                if flags & _END_HEADERS:
+                    block = data[a:b]
+                else:
+                    block, i, end = _block(data, frames, i - 1, stop)
+                try:
+                    head = decode(pos, block)
+                except HpackError as e:
+                    raise Stop(UNDECODABLE, pos) from e
+                ex = get(sid)
+                if kind == _PUSH:
+                    conn.skip(PUSH, end - pos)
+                    continue
+                if ex is None and client:
+                    ex = streams[sid] = _request(sid, pos, head)
+                elif ex is None:
+                    conn.skip(_orphan(sid), end - pos)
+                    continue
+                elif not client:
+                    _response(ex, pos, head)
+            elif kind == _RST:
+                ex = get(sid)
+                if ex is None:
+                    conn.skip(_orphan(sid), end - pos)
+                    continue
+                ex.reset = True
+                _end(ex, client, end)
+                continue
+            elif kind == _CONTINUATION:
+                raise Stop("HTTP/2 CONTINUATION outside a field block (RFC 9113 §6.10)", pos)
+            else:
+                continue  # connection control, PRIORITY, WINDOW_UPDATE, unknown types (§5.5)
             if flags & _END_STREAM:
                 _end(ex, client, end)
     except Stop as e:
@@ -389,36 +408,68 @@ def _end(ex: Exchange, client: bool, end: int) -> None:
         ex.response_end = end
 
 
-def _request(sid: int, pos: int, fields: list[tuple[str, str]]) -> Exchange:
-    ex = Exchange(sid, pos)
-    headers = ex.headers
+_RequestHead = tuple[str, str, str, str, dict[str, str]]
+"""What an exchange takes from a request's field block: method, path, authority, content-type,
+and the regular fields."""
+_ResponseHead = tuple[int, int, str]
+"""What an exchange takes from a response's field block: its first final status, its last
+grpc-status (-1 where absent) and its first content-type that is not empty ("" if none)."""
+
+
+def _request_head(fields: list[tuple[str, str]]) -> _RequestHead:
+    method = path = authority = ""
+    headers: dict[str, str] = {}
     for name, value in fields:
         if name[:1] == ":":
             if name == ":method":
-                ex.method = value
+                method = value
             elif name == ":path":
-                ex.path = value
+                path = value
             elif name == ":authority":
-                ex.authority = value
+                authority = value
             continue
         key = name.lower()
         if key in headers:
             value = headers[key] + ("; " if key == "cookie" else ", ") + value
         headers[key] = value
-    ex.content_type = headers.get("content-type", "")
-    return ex
+    return method, path, authority, headers.get("content-type", ""), headers
 
 
-def _response(ex: Exchange, pos: int, fields: list[tuple[str, str]]) -> None:
+def _request(sid: int, pos: int, head: _RequestHead) -> Exchange:
+    method, path, authority, content_type, headers = head
+    return Exchange(
+        sid,
+        pos,
+        method=method,
+        path=path,
+        authority=authority,
+        content_type=content_type,
+        headers=headers.copy(),  # the block's head may be shared by later requests
+    )
+
+
+def _response_head(fields: list[tuple[str, str]]) -> _ResponseHead:
     """A response field block: informational or final header section, or trailers (§8.1)."""
-    if ex.response_start < 0:
-        ex.response_start = pos
+    status = grpc_status = -1
+    content_type = ""
     for name, value in fields:
         if name == ":status" and value.isascii() and value.isdigit():
-            status = int(value)
-            if ex.status < 0 and not 100 <= status < 200:
-                ex.status = status
+            if status < 0 and not 100 <= int(value) < 200:
+                status = int(value)
         elif name == "grpc-status" and value.isascii() and value.isdigit():
-            ex.grpc_status = int(value)
-        elif name == "content-type" and not ex.content_type:
-            ex.content_type = value
+            grpc_status = int(value)
+        elif name == "content-type" and not content_type:
+            content_type = value
+    return status, grpc_status, content_type
+
+
+def _response(ex: Exchange, pos: int, head: _ResponseHead) -> None:
+    status, grpc_status, content_type = head
+    if ex.response_start < 0:
+        ex.response_start = pos
+    if ex.status < 0:
+        ex.status = status
+    if grpc_status >= 0:
+        ex.grpc_status = grpc_status
+    if not ex.content_type:
+        ex.content_type = content_type
