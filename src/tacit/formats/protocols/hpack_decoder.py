@@ -1,7 +1,7 @@
 """HPACK field block decoding (RFC 7541), compiled: the header blocks of HTTP/2 (:mod:`.http2`).
 
 One :class:`HpackDecoder` per direction of a connection decodes its field blocks in order, each
-into a list of (name, value) byte strings. The work is one numba loop per block over the
+into a list of (name, value) pairs, bytes or text. The work is one numba loop per block over the
 representations of §6: indexed fields (§6.1), literals with incremental indexing (§6.2.1),
 without indexing (§6.2.2) and never indexed (§6.2.3), and dynamic table size updates (§6.3);
 integers (§5.1) and string literals (§5.2), Huffman-coded ones with the static code of
@@ -399,7 +399,7 @@ class HpackDecoder:
         meta, ents = self._meta, self._ents
         cap = len(ents) // 3
         order = (meta[_FIRST] + np.arange(meta[_COUNT])) % cap
-        grown = np.zeros(3 * (size // ENTRY_OVERHEAD + 1), np.int64).reshape(-1, 3)
+        grown = np.zeros(3 * max(size // ENTRY_OVERHEAD + 1, cap), np.int64).reshape(-1, 3)
         grown[: len(order)] = ents.reshape(-1, 3)[order]
         self._ents = grown.ravel()
         meta[_FIRST] = 0
