@@ -1,6 +1,6 @@
 """Application protocols over TCP byte streams (:mod:`tacit.formats.tcp_stream`), one module
 each: HTTP/1.1 (:mod:`.http1`), Redis RESP (:mod:`.resp`), memcached text (:mod:`.memcached`),
-HTTP/2 and gRPC over it (:mod:`.http2`).
+HTTP/2 and gRPC over it (:mod:`.http2`, its header blocks decoded by :mod:`.hpack_decoder`).
 
 Each module has ``requests(stream, max_line, pos)``, a generator of the client's messages, and
 ``responses(stream, requests, max_line, skipper, pos)``, one (first byte, end, status; -1 when

@@ -4,11 +4,12 @@ HTTP/2 multiplexes streams on one connection (§5), so responses do not come in 
 and this module has no ``requests``/``responses`` pair like the other protocols: ``exchanges``
 reads both directions and returns one :class:`Exchange` per stream.
 
-Frames (§4.1 header, §6 definitions) are parsed by hyperframe; field blocks (a HEADERS or
-PUSH_PROMISE frame and its CONTINUATION frames, §4.3) are decoded by one HPACK decoder (RFC 7541)
-per direction, every block in order, since each may change the decoder's dynamic table. h2's
-connection state machine is not used: a passive observer sends nothing, and the captures it reads
-may lack a connection's start or bytes in the middle.
+Frames (§4.1 header, §6 definitions) are walked by one compiled loop per direction; field
+blocks (a HEADERS or PUSH_PROMISE frame and its CONTINUATION frames, §4.3) are decoded by one
+HPACK decoder (RFC 7541, :mod:`.hpack_decoder`) per direction, every block in order, since each
+may change the decoder's dynamic table. h2's connection state machine is not used: a passive
+observer sends nothing, and the captures it reads may lack a connection's start or bytes in the
+middle.
 
 What the bytes cannot tell:
 
@@ -26,23 +27,15 @@ What the bytes cannot tell:
 from __future__ import annotations
 
 import re
-import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from hpack import Decoder, HPACKError
-from hyperframe.exceptions import HyperframeError
-from hyperframe.frame import (
-    ContinuationFrame,
-    DataFrame,
-    Frame,
-    HeadersFrame,
-    PushPromiseFrame,
-    RstStreamFrame,
-    SettingsFrame,
-)
+import numpy as np
+from numba import njit
 
 from tacit.formats.protocols.common import CUT, GAP, Skipper, Stop
+from tacit.formats.protocols.hpack_decoder import HpackDecoder, HpackError
 from tacit.formats.tcp_stream import ByteStream
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -61,11 +54,10 @@ _HEADER = 9  # frame header length (§4.1)
 _INITIAL_TABLE = 4096  # SETTINGS_HEADER_TABLE_SIZE until a SETTINGS frame changes it (§6.5.2)
 _MAX_FIELD_SECTION = 1 << 24
 """The largest decoded field section accepted: generous, an observer rejects nothing a peer took."""
-_DATA, _HEADERS, _RST = DataFrame.type, HeadersFrame.type, RstStreamFrame.type
-_SETTINGS, _PUSH, _CONTINUATION = SettingsFrame.type, PushPromiseFrame.type, ContinuationFrame.type
+_DATA, _HEADERS, _RST, _SETTINGS, _PUSH, _CONTINUATION = 0x0, 0x1, 0x3, 0x4, 0x5, 0x9  # §6
 _END_STREAM, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x4, 0x8, 0x20  # frame flags (§6.1, §6.2)
-_STRUCTURED = frozenset((_DATA, _HEADERS, _PUSH, _SETTINGS))
-_ON_STREAM = frozenset((_DATA, _HEADERS, _RST, _PUSH, _CONTINUATION))  # never on stream 0 (§6)
+_ACK = 0x1  # SETTINGS (§6.5)
+_HEADER_TABLE_SIZE = 0x1  # the SETTINGS_HEADER_TABLE_SIZE identifier (§6.5.2)
 _STREAM_ID = 0x7FFFFFFF  # the stream identifier's 31 bits (§4.1)
 _KNOWN_BLOCKS = 4096
 
@@ -135,88 +127,144 @@ def exchanges(
     if len(head) < len(PREFACE):
         _skip(conn, f"client: {CUT}", client.end + server.end)
         return []
-    up, up_stop = _frames(client, len(PREFACE), max_frame)
-    down, down_stop = (
-        ([], Stop(MIDWAY, 0)) if not server.start_seen else _frames(server, 0, max_frame)
+    up, up_stop, up_settings = _frames(client, len(PREFACE), max_frame)
+    down, down_stop, down_settings = (
+        ([], Stop(MIDWAY, 0), []) if not server.start_seen else _frames(server, 0, max_frame)
     )
     streams: dict[int, Exchange] = {}
-    _read(client, up, up_stop, _Blocks(client, _limits(server, down)), streams, conn, True)
-    _read(server, down, down_stop, _Blocks(server, _limits(client, up)), streams, conn, False)
+    requests = _Blocks(client, _limits(server, down_settings), _request_head)
+    _read(client, up, up_stop, requests, streams, conn, True)
+    responses = _Blocks(server, _limits(client, up_settings), _response_head)
+    _read(server, down, down_stop, responses, streams, conn, False)
     return list(streams.values())
 
 
-_Frames = list[tuple[int, int, int, int, int, Any]]
-_FRAME_HEADER = struct.Struct(">HBBBL")  # length (24 bits), type, flags, R + stream id (§4.1)
+_Frames = list[tuple[int, ...]]
+_Head = TypeVar("_Head")
+_STOPS = ("", CUT, "HTTP/2 frame longer than max_frame", GAP, MALFORMED)
+"""Why the walk of a stream's frames stopped, by the code :func:`_walk` returns."""
 
 
-def _frames(s: ByteStream, pos: int, max_frame: int) -> tuple[_Frames, Stop | None]:
-    """The frames of ``s`` from ``pos`` as (first byte, end, type, flags, stream id, contents),
-    up to the first that cannot be read, and why it could not (None when the stream ends at a
-    frame boundary).
+def _frames(
+    s: ByteStream, pos: int, max_frame: int
+) -> tuple[_Frames, Stop | None, list[list[int]]]:
+    """The frames of ``s`` from ``pos`` as (first byte, end, type, flags, stream id, a, b), up
+    to the first that cannot be read, why it could not (None when the stream ends at a frame
+    boundary), and (first byte, ``a``) of its SETTINGS frames.
 
-    The contents are what is used of a frame: a DATA frame's payload size without padding
-    (§6.1), the field block fragment of HEADERS, PUSH_PROMISE and CONTINUATION (§6.2, §6.6,
-    §6.10), the SETTINGS_HEADER_TABLE_SIZE a SETTINGS frame sets (0 if none, §6.5). hyperframe
-    parses the payloads that have a structure; the payload of an unpadded DATA frame, of a
-    HEADERS frame with neither PADDED nor PRIORITY flag and of a CONTINUATION frame is the data
-    or fragment itself.
+    ``a`` and ``b`` are what is used of a frame: a DATA frame's payload size without padding in
+    ``a`` (§6.1); the field block fragment of HEADERS, PUSH_PROMISE and CONTINUATION at
+    ``data[a:b]`` (§6.2, §6.6, §6.10); the SETTINGS_HEADER_TABLE_SIZE a SETTINGS frame sets in
+    ``a`` (0 if none, §6.5); 0 otherwise.
     """
-    out: _Frames = []
-    data = s.data
-    view = memoryview(data)
-    holes = bool(s.holes[-1])
-    end = s.end
-    unpack = _FRAME_HEADER.unpack_from
+    rows, code, at = _walk(s.data, pos, max_frame, s.piece, s.holes)
+    settings = rows[rows[:, 2] == _SETTINGS][:, [0, 5]].tolist()
+    frames = list(zip(*rows.T.tolist(), strict=True))
+    return frames, Stop(_STOPS[code], at) if code else None, settings
+
+
+@njit(cache=True)
+def _walk(data, pos, max_frame, piece, holes):  # pragma: no cover - compiled
+    """The frame walk of :func:`_frames`: the rows, and the code in :data:`_STOPS` of why it
+    stopped where it did (0: the end of the stream).
+
+    Frame payloads are checked as far as what is taken from them needs (§6.1, §6.2, §6.5,
+    §6.6): padding that fits, the priority fields and promised stream id present, a promised
+    stream id even and not 0, SETTINGS on stream 0 in whole 6-byte settings (none in an ACK).
+    """
+    end = len(data)
+    rows = np.zeros((min(end // _HEADER + 1, 1024), 7), np.int64)
+    n = 0
+    any_hole = holes[-1] > 0
     while pos < end:
         body = pos + _HEADER
         if body > end:
-            return out, Stop(CUT, pos)
-        high, low, kind, flags, sid = unpack(data, pos)
-        sid &= _STREAM_ID
-        nxt = body + (high << 8 | low)
-        if nxt - body > max_frame:
-            return out, Stop("HTTP/2 frame longer than max_frame", pos)
+            return rows[:n], 1, pos
+        length = (np.int64(data[pos]) << 16) | (np.int64(data[pos + 1]) << 8) | data[pos + 2]
+        kind, flags = np.int64(data[pos + 3]), np.int64(data[pos + 4])
+        sid = _be32(data, pos + 5) & _STREAM_ID
+        nxt = body + length
+        if length > max_frame:
+            return rows[:n], 2, pos
         if nxt > end:
-            return out, Stop(CUT, pos)
-        if holes and s.hole(pos, nxt):
-            return out, Stop(GAP, pos)
-        if not sid and kind in _ON_STREAM:
-            return out, Stop(MALFORMED, pos)
-        if kind == _DATA and not flags & _PADDED:
-            contents: Any = nxt - body
-        elif kind == _CONTINUATION or (kind == _HEADERS and not flags & (_PADDED | _PRIORITY)):
-            contents = data[body:nxt]
-        elif kind in _STRUCTURED:
-            try:
-                frame: Any = Frame.parse_frame_header(view[pos:body])[0]
-                frame.parse_body(view[body:nxt])
-            except HyperframeError:
-                return out, Stop(MALFORMED, pos)
-            if kind == _SETTINGS:
-                contents = frame.settings.get(SettingsFrame.HEADER_TABLE_SIZE, 0)
+            return rows[:n], 1, pos
+        if any_hole:
+            k0 = np.searchsorted(piece, pos, side="right") - 1
+            k1 = np.searchsorted(piece, nxt - 1, side="right") - 1
+            if holes[k1 + 1] != holes[k0]:
+                return rows[:n], 3, pos
+        if not sid and kind in (_DATA, _HEADERS, _RST, _PUSH, _CONTINUATION):  # §6: on a stream
+            return rows[:n], 4, pos
+        a = b = 0
+        if kind == _CONTINUATION:
+            a, b = body, nxt
+        elif kind in (_DATA, _HEADERS, _PUSH):
+            skip = pad = 0
+            if flags & _PADDED:
+                if not length:
+                    return rows[:n], 4, pos
+                skip, pad = 1, np.int64(data[body])
+            if kind == _HEADERS and flags & _PRIORITY:
+                if length - skip < 5:
+                    return rows[:n], 4, pos
+                a = body + skip + 5
+            elif kind == _PUSH:
+                if length - skip < 4:
+                    return rows[:n], 4, pos
+                promised = _be32(data, body + skip)
+                if promised == 0 or promised % 2:
+                    return rows[:n], 4, pos
+                a = body + skip + 4
             else:
-                contents = len(frame.data) if kind == _DATA else frame.data
-        else:
-            contents = None
-        out.append((pos, nxt, kind, flags, sid, contents))
+                a = body + skip
+            if pad and pad >= (length - skip if kind == _HEADERS else length):
+                return rows[:n], 4, pos
+            b = max(a, nxt - pad)
+            if kind == _DATA:
+                a, b = b - a, 0
+        elif kind == _SETTINGS:
+            if sid or (flags & _ACK and length) or length % 6:
+                return rows[:n], 4, pos
+            for k in range(body, nxt, 6):
+                if (np.int64(data[k]) << 8 | data[k + 1]) == _HEADER_TABLE_SIZE:
+                    a = _be32(data, k + 2)
+        if n == len(rows):
+            more = np.zeros((2 * n, 7), np.int64)
+            more[:n] = rows
+            rows = more
+        row = rows[n]
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6] = pos, nxt, kind, flags, sid, a, b
+        n += 1
         pos = nxt
-    return out, None
+    return rows[:n], 0, pos
 
 
-def _limits(s: ByteStream, frames: _Frames) -> list[tuple[int, int]]:
+@njit(cache=True, inline="always")
+def _be32(data, i):  # pragma: no cover - compiled
+    return (
+        (np.int64(data[i]) << 24)
+        | (np.int64(data[i + 1]) << 16)
+        | (np.int64(data[i + 2]) << 8)
+        | np.int64(data[i + 3])
+    )
+
+
+def _limits(s: ByteStream, settings: list[list[int]]) -> list[tuple[int, int]]:
     """(capture time, value) where the largest SETTINGS_HEADER_TABLE_SIZE the sender of ``s``
-    has advertised rises above the ones before (the initial value included)."""
+    has advertised in ``settings`` (first byte, value) rises above the ones before (the initial
+    value included)."""
     out = []
     top = _INITIAL_TABLE
-    for pos, _, kind, _, _, size in frames:
-        if kind == _SETTINGS and size > top:
+    for pos, size in settings:
+        if size > top:
             top = size
             out.append((s.time(pos), size))
     return out
 
 
-class _Blocks:
-    """The HPACK decoder of the field blocks one stream carries.
+class _Blocks(Generic[_Head]):
+    """The HPACK decoder of the field blocks one stream carries, and what ``parse`` makes of
+    each block's fields.
 
     A decoder's dynamic table may not exceed what its own endpoint advertised in
     SETTINGS_HEADER_TABLE_SIZE (RFC 9113 §6.5.2; the encoder announces its size with dynamic
@@ -226,56 +274,51 @@ class _Blocks:
     cannot use an increase before the SETTINGS frame has passed the capture point.
 
     Blocks that leave the dynamic table as it was decode the same way while it stays so (RFC 7541
-    §3.2: decoding depends only on the table); their fields are remembered until the table
+    §3.2: decoding depends only on the table); what they parse to is remembered until the table
     changes, since a connection repeats such blocks for every request of one kind.
     """
 
-    def __init__(self, s: ByteStream, raises: list[tuple[int, int]]) -> None:
-        self.s, self.raises = s, raises
-        self.decoder = Decoder(max_header_list_size=_MAX_FIELD_SECTION)
-        self.decoder.max_allowed_table_size = _INITIAL_TABLE
-        self.known: dict[bytes, list[tuple[bytes, bytes]]] = {}
-        self.table = self.decoder.header_table
-        self.state = self._state()
+    def __init__(
+        self,
+        s: ByteStream,
+        raises: list[tuple[int, int]],
+        parse: Callable[[list[tuple[str, str]]], _Head],
+    ) -> None:
+        self.s, self.raises, self.parse = s, raises, parse
+        self.decoder = HpackDecoder(_INITIAL_TABLE, _MAX_FIELD_SECTION)
+        self.known: dict[bytes, _Head] = {}
 
-    def _state(self) -> tuple:
-        """What identifies the dynamic table's contents: an entry added goes first (RFC 7541
-        §2.3.3) as a new object, evictions shorten it, size updates change its limit."""
-        entries = self.table.dynamic_entries
-        return len(entries), entries[0] if entries else None, self.table.maxsize
-
-    def decode(self, pos: int, block: bytes) -> list[tuple[bytes, bytes]]:
-        """The fields of the block whose first frame starts at ``pos``."""
+    def decode(self, pos: int, block: bytes) -> _Head:
+        """What the fields of the block whose first frame starts at ``pos`` parse to; they are
+        read as UTF-8 (invalid bytes replaced)."""
         while self.raises and self.raises[0][0] <= self.s.time(pos):
-            self.decoder.max_allowed_table_size = self.raises.pop(0)[1]
+            self.decoder.limit = self.raises.pop(0)[1]
         known = self.known.get(block)
         if known is not None:
             return known
-        fields: list[tuple[bytes, bytes]] = self.decoder.decode(block, raw=True)  # type: ignore[assignment]
-        state = self._state()
-        if state[0] == self.state[0] and state[1] is self.state[1] and state[2] == self.state[2]:
+        head = self.parse(self.decoder.decode(block, text=True))
+        if self.decoder.changed:
+            self.known.clear()
+        else:
             if len(self.known) >= _KNOWN_BLOCKS:
                 self.known.clear()
-            self.known[block] = fields
-        else:
-            self.known.clear()
-            self.state = state
-        return fields
+            self.known[block] = head
+        return head
 
 
-def _block(frames: _Frames, i: int, stop: Stop | None) -> tuple[bytes, int, int]:
+def _block(data: bytes, frames: _Frames, i: int, stop: Stop | None) -> tuple[bytes, int, int]:
     """The field block that starts with frame ``i``, the index of the frame after it, and the
     stream offset after its last frame (§6.10: CONTINUATION frames follow with nothing between)."""
-    pos, end, _, flags, sid, f = frames[i]
-    parts = [f]
+    pos, end, _, flags, sid, a, b = frames[i]
+    parts = [data[a:b]]
     while not flags & _END_HEADERS:
         i += 1
         if i == len(frames):
             raise Stop(stop.reason if stop else CUT, pos)
-        _, end, kind, flags, more, f = frames[i]
+        _, end, kind, flags, more, a, b = frames[i]
         if kind != _CONTINUATION or more != sid:
             raise Stop("HTTP/2 field block interrupted (RFC 9113 §6.10)", pos)
-        parts.append(f)
+        parts.append(data[a:b])
     return b"".join(parts), i + 1, end
 
 
@@ -283,7 +326,7 @@ def _read(
     s: ByteStream,
     frames: _Frames,
     stop: Stop | None,
-    blocks: _Blocks,
+    blocks: _Blocks[Any],
     streams: dict[int, Exchange],
     conn: Skipper,
     client: bool,
@@ -291,45 +334,53 @@ def _read(
     """Read one direction's frames into ``streams``: the client's HEADERS open exchanges and
     carry the request; the server's frames answer them."""
     side = "client" if client else "server"
-    i = 0
+    data, decode, get = s.data, blocks.decode, streams.get
+    i, n = 0, len(frames)
     try:
-        while i < len(frames):
-            pos, end, kind, flags, sid, f = frames[i]
-            if kind in (_HEADERS, _PUSH):
-                block, i, end = _block(frames, i, stop)
+        while i < n:
+            pos, end, kind, flags, sid, a, b = frames[i]
+            i += 1
+            if kind == _DATA:
+                ex = get(sid)
+                if ex is None:
+                    conn.skip(_orphan(sid), end - pos)
+                    continue
+                if client:
+                    ex.request_bytes += a
+                else:
+                    ex.response_bytes += a
+            elif kind in (_HEADERS, _PUSH):
+                if flags & _END_HEADERS:
+                    block = data[a:b]
+                else:
+                    block, i, end = _block(data, frames, i - 1, stop)
                 try:
-                    fields = blocks.decode(pos, block)
-                except HPACKError as e:
+                    head = decode(pos, block)
+                except HpackError as e:
                     raise Stop(UNDECODABLE, pos) from e
-                ex = streams.get(sid)
+                ex = get(sid)
                 if kind == _PUSH:
                     conn.skip(PUSH, end - pos)
                     continue
                 if ex is None and client:
-                    ex = streams[sid] = _request(sid, pos, fields)
+                    ex = streams[sid] = _request(sid, pos, head)
                 elif ex is None:
                     conn.skip(_orphan(sid), end - pos)
                     continue
                 elif not client:
-                    _response(ex, pos, fields)
-            else:
-                i += 1
-                if kind == _CONTINUATION:
-                    raise Stop("HTTP/2 CONTINUATION outside a field block (RFC 9113 §6.10)", pos)
-                if kind != _DATA and kind != _RST:
-                    continue  # connection control, PRIORITY, WINDOW_UPDATE, unknown types (§5.5)
-                ex = streams.get(sid)
+                    _response(ex, pos, head)
+            elif kind == _RST:
+                ex = get(sid)
                 if ex is None:
                     conn.skip(_orphan(sid), end - pos)
                     continue
-                if kind == _RST:
-                    ex.reset = True
-                    _end(ex, client, end)
-                    continue
-                if client:
-                    ex.request_bytes += f
-                else:
-                    ex.response_bytes += f
+                ex.reset = True
+                _end(ex, client, end)
+                continue
+            elif kind == _CONTINUATION:
+                raise Stop("HTTP/2 CONTINUATION outside a field block (RFC 9113 §6.10)", pos)
+            else:
+                continue  # connection control, PRIORITY, WINDOW_UPDATE, unknown types (§5.5)
             if flags & _END_STREAM:
                 _end(ex, client, end)
     except Stop as e:
@@ -357,40 +408,68 @@ def _end(ex: Exchange, client: bool, end: int) -> None:
         ex.response_end = end
 
 
-def _text(b: bytes) -> str:
-    return b.decode("utf-8", "replace")
+_RequestHead = tuple[str, str, str, str, dict[str, str]]
+"""What an exchange takes from a request's field block: method, path, authority, content-type,
+and the regular fields."""
+_ResponseHead = tuple[int, int, str]
+"""What an exchange takes from a response's field block: its first final status, its last
+grpc-status (-1 where absent) and its first content-type that is not empty ("" if none)."""
 
 
-def _request(sid: int, pos: int, fields: list[tuple[bytes, bytes]]) -> Exchange:
-    ex = Exchange(sid, pos)
-    headers = ex.headers
+def _request_head(fields: list[tuple[str, str]]) -> _RequestHead:
+    method = path = authority = ""
+    headers: dict[str, str] = {}
     for name, value in fields:
-        if name[:1] == b":":
-            if name == b":method":
-                ex.method = _text(value)
-            elif name == b":path":
-                ex.path = _text(value)
-            elif name == b":authority":
-                ex.authority = _text(value)
+        if name[:1] == ":":
+            if name == ":method":
+                method = value
+            elif name == ":path":
+                path = value
+            elif name == ":authority":
+                authority = value
             continue
-        key, text = _text(name).lower(), _text(value)
+        key = name.lower()
         if key in headers:
-            text = headers[key] + ("; " if key == "cookie" else ", ") + text
-        headers[key] = text
-    ex.content_type = headers.get("content-type", "")
-    return ex
+            value = headers[key] + ("; " if key == "cookie" else ", ") + value
+        headers[key] = value
+    return method, path, authority, headers.get("content-type", ""), headers
 
 
-def _response(ex: Exchange, pos: int, fields: list[tuple[bytes, bytes]]) -> None:
+def _request(sid: int, pos: int, head: _RequestHead) -> Exchange:
+    method, path, authority, content_type, headers = head
+    return Exchange(
+        sid,
+        pos,
+        method=method,
+        path=path,
+        authority=authority,
+        content_type=content_type,
+        headers=headers.copy(),  # the block's head may be shared by later requests
+    )
+
+
+def _response_head(fields: list[tuple[str, str]]) -> _ResponseHead:
     """A response field block: informational or final header section, or trailers (§8.1)."""
+    status = grpc_status = -1
+    content_type = ""
+    for name, value in fields:
+        if name == ":status" and value.isascii() and value.isdigit():
+            if status < 0 and not 100 <= int(value) < 200:
+                status = int(value)
+        elif name == "grpc-status" and value.isascii() and value.isdigit():
+            grpc_status = int(value)
+        elif name == "content-type" and not content_type:
+            content_type = value
+    return status, grpc_status, content_type
+
+
+def _response(ex: Exchange, pos: int, head: _ResponseHead) -> None:
+    status, grpc_status, content_type = head
     if ex.response_start < 0:
         ex.response_start = pos
-    for name, value in fields:
-        if name == b":status" and value.isdigit():
-            status = int(value)
-            if ex.status < 0 and not 100 <= status < 200:
-                ex.status = status
-        elif name == b"grpc-status" and value.isdigit():
-            ex.grpc_status = int(value)
-        elif name == b"content-type" and not ex.content_type:
-            ex.content_type = _text(value)
+    if ex.status < 0:
+        ex.status = status
+    if grpc_status >= 0:
+        ex.grpc_status = grpc_status
+    if not ex.content_type:
+        ex.content_type = content_type
