@@ -102,3 +102,24 @@ def test_format_options_list_every_format(tmp_path: Path):
     for name, formats in (("write", WRITE_FORMATS), ("read", READ_FORMATS)):
         text = " ".join(helps[name].stdout.replace("│", " ").split())
         assert all(f in text for f in formats), (name, formats, text)
+
+
+def test_tables_as_tab_separated_values(tmp_path: Path):
+    """``--tsv``: each table a header line and one line per row, cells whole, nothing else on
+    stdout; without it, the same values in a drawn table."""
+    from tacit.formats.jaeger import write_jaeger
+    from tacit.simulate import load_app, simulate
+
+    write_jaeger(tmp_path / "t.json", simulate(load_app(None), 50, n_requests=30, seed=1))
+    args = ("diagnose", "critical-path", "t.json", "--slowest", "3")
+    runs = finish(
+        {
+            "tsv": start(*args, "--tsv", cwd=tmp_path, columns=40),
+            "json": start(*args, "--json", cwd=tmp_path),
+        }
+    )
+    lines = runs["tsv"].stdout.splitlines()
+    assert lines[0].split("\t") == ["trace", "latency ms", "top contributors (share of end-to-end)"]
+    slowest = json.loads(runs["json"].stdout)["slowest"]
+    assert [line.split("\t")[0] for line in lines[1:]] == [t["trace"] for t in slowest[:3]]
+    assert all(len(line.split("\t")) == 3 for line in lines)

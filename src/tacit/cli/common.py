@@ -21,7 +21,36 @@ from tacit.errors import ConfigError
 
 console = Console(stderr=True)
 """Messages, tables and progress for people: stderr."""
-out = Console()
+
+
+class Results(Console):
+    """The console results go to: stdout. With :attr:`tsv` (``tacit --tsv ...``), for pipes,
+    every table is written as tab-separated values (a header line, then one line per row, cells
+    whole and on one line) and everything else goes to stderr, so that stdout holds only the
+    tables' values."""
+
+    tsv = False
+
+    def print(self, *objects: Any, **options: Any) -> None:  # type: ignore[override]
+        if not self.tsv:
+            super().print(*objects, **options)
+        elif objects and all(isinstance(o, Table) for o in objects):
+            for table in objects:
+                self.file.write("\n".join(_tsv_lines(table)) + "\n")
+        else:
+            console.print(*objects, **options)
+
+
+def _tsv_lines(table: Table) -> list[str]:
+    def text(cell: Any) -> str:
+        plain = cell.plain if hasattr(cell, "plain") else str(cell)
+        return " ".join(plain.split())  # no tab or line break inside a cell
+
+    columns = [[text(c.header), *map(text, c.cells)] for c in table.columns]
+    return ["\t".join(row) for row in zip(*columns, strict=True)]
+
+
+out = Results()
 """Results: stdout."""
 
 

@@ -12,14 +12,15 @@ import sys
 import typer
 
 from tacit.cli import capture, diagnose, experiment, latency, paths, traces
-from tacit.cli.common import console, standard_streams
+from tacit.cli.common import console, out, standard_streams
 from tacit.compiled import kernels_cached
 from tacit.errors import TacitError
 
 app = typer.Typer(
     name="tacit",
     help="Observability without instrumentation: traces and latencies inferred from what is "
-    "visible anyway.",
+    "visible anyway. Before or after any command: --tsv prints every table as tab-separated "
+    "values (for pipes), --debug shows the traceback of an error.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -46,6 +47,9 @@ def main() -> None:
     debug = "--debug" in sys.argv
     if debug:
         sys.argv.remove("--debug")
+    if "--tsv" in sys.argv:  # every table as tab-separated values, for pipes
+        sys.argv.remove("--tsv")
+        out.tsv = True
     signal.signal(signal.SIGTERM, terminate)
     if sys.stderr.isatty() and not kernels_cached():
         console.print("first run: compiling tacit's kernels (once; later runs reuse them)")
