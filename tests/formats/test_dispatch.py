@@ -236,16 +236,22 @@ def test_malformed_json_names_the_file_and_line(tmp_path: Path, reader) -> None:
     assert str(e.value).startswith(str(path))
 
 
-def test_a_directory_file_that_holds_no_spans_is_counted_not_fatal(tmp_path: Path) -> None:
-    """A fault list beside the traces (as Nezha's days have) is left out and counted; named
-    directly, it is still an error, and so is a broken file of a span format."""
+def test_a_directory_file_that_holds_no_spans_is_counted_not_fatal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fault list beside the traces (as Nezha's days have) is left out with a notice and
+    counted; named directly, it is still an error, and so is a broken file of a span format."""
     from tacit.formats import SKIPPED_FILES, observe
 
     day = tmp_path / "day"
     day.mkdir()
     write_traces(day / "a.json", sample_table())
     (day / "fault_list.json").write_text('{"faults": []}')
-    observed, _ = observe([day])
+    with caplog.at_level("WARNING", logger="tacit"):
+        observed, _ = observe([day])
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{day / 'fault_list.json'}: holds no spans, skipped"
+    ]
     whole, _ = observe([day / "a.json"])
     assert len(observed.spans) == len(whole.spans) > 0
     assert observed.accounting[SKIPPED_FILES] == 1 and SKIPPED_FILES not in whole.accounting

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import shutil
 import sys
@@ -82,13 +83,35 @@ def print_json(doc: Any) -> None:
     out.print_json(json.dumps(finite(doc)))
 
 
+class _Notices(logging.Handler):
+    """The library's notices (``logging`` warnings of the ``tacit`` loggers) as one line each
+    on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        console.print(f"tacit: note: {record.getMessage()}", markup=False, highlight=False)
+
+
+QUIET = False
+"""``tacit --quiet``: no progress bars and no notices."""
+
+
+def show_notices(quiet: bool) -> None:
+    """Print the library's notices on stderr, or (``quiet``) neither them nor progress."""
+    global QUIET
+    QUIET = quiet
+    logger = logging.getLogger("tacit")
+    logger.addHandler(_Notices())
+    logger.setLevel(logging.ERROR if quiet else logging.WARNING)
+    logger.propagate = False
+
+
 @contextmanager
 def progress_bar(
     total: int | None, label: str, enabled: bool
 ) -> Iterator[Callable[[int], None] | None]:
-    """A rich progress bar on stderr advanced by a callback taking a count (quiet if disabled);
-    with ``total`` None (a stream of unknown length), a running count."""
-    if not enabled:
+    """A rich progress bar on stderr advanced by a callback taking a count (none if disabled or
+    :data:`QUIET`); with ``total`` None (a stream of unknown length), a running count."""
+    if not enabled or QUIET:
         yield None
         return
     with Progress(

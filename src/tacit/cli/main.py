@@ -12,7 +12,7 @@ import sys
 import typer
 
 from tacit.cli import capture, diagnose, experiment, latency, paths, traces
-from tacit.cli.common import console, out, standard_streams
+from tacit.cli.common import console, out, show_notices, standard_streams
 from tacit.compiled import kernels_cached
 from tacit.errors import TacitError
 
@@ -20,7 +20,8 @@ app = typer.Typer(
     name="tacit",
     help="Observability without instrumentation: traces and latencies inferred from what is "
     "visible anyway. Before or after any command: --tsv prints every table as tab-separated "
-    "values (for pipes), --debug shows the traceback of an error.",
+    "values (for pipes), --quiet leaves out progress and notices, --debug shows the traceback "
+    "of an error.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -50,6 +51,10 @@ def main() -> None:
     if "--tsv" in sys.argv:  # every table as tab-separated values, for pipes
         sys.argv.remove("--tsv")
         out.tsv = True
+    quiet = "--quiet" in sys.argv
+    if quiet:
+        sys.argv.remove("--quiet")
+    show_notices(quiet)
     signal.signal(signal.SIGTERM, terminate)
     if sys.stderr.isatty() and not kernels_cached():
         console.print("first run: compiling tacit's kernels (once; later runs reuse them)")

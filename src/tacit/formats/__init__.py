@@ -12,6 +12,7 @@ OTLP (JSON Lines) batch by batch.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -54,6 +55,8 @@ __all__ = [
     "write_traces_stream",
     "write_zipkin",
 ]
+
+log = logging.getLogger(__name__)
 
 SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz", ".csv", ".csv.gz", *otlp.PROTOBUF_SUFFIXES)
 """The files :func:`read_spans` takes from a directory when the format is detected."""
@@ -116,6 +119,7 @@ def read_spans(
                 if skipped is None or not in_dir:
                     raise
                 skipped.append(f)
+                log.warning("%s: holds no spans, skipped", f)
                 continue
             tables.append(
                 _DOCUMENT_READERS[fmt](f, doc) if doc is not None else _reader(fmt, f)([f])
