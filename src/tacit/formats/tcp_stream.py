@@ -48,14 +48,12 @@ class ByteStream:
 
     def __post_init__(self) -> None:
         self.holes = np.concatenate([[0], np.cumsum(~self.piece_held)])
-
-    @property
-    def end(self) -> int:
-        return len(self.data)
+        self.whole = not self.holes[-1]  # every byte captured: no hole anywhere
+        self.end = len(self.data)
 
     def hole(self, start: int, stop: int) -> bool:
         """Whether any byte of ``[start, stop)`` is missing from ``data``."""
-        if stop <= start:
+        if self.whole or stop <= start:
             return False
         k0, k1 = np.searchsorted(self.piece, [start, stop - 1], side="right") - 1
         return bool(self.holes[k1 + 1] - self.holes[k0])
@@ -63,6 +61,10 @@ class ByteStream:
     def time(self, offset: int) -> int:
         """The capture time of the byte at ``offset`` (:data:`MISSING` when never seen)."""
         return int(self.piece_time[np.searchsorted(self.piece, offset, side="right") - 1])
+
+    def times(self, offsets: np.ndarray) -> np.ndarray:
+        """:meth:`time` of every offset in ``offsets`` at once."""
+        return self.piece_time[np.searchsorted(self.piece, offsets, side="right") - 1]
 
 
 def reassemble(
