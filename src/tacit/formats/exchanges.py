@@ -279,7 +279,7 @@ def _table(
             arrays[k] = np.concatenate([got[k] for _, got in found] or [[]]).astype(COLUMNS[k])
     headers = [h for _, got in found for h in got["headers"]]
     text = [[v for _, got in found for v in got[k]] for k in _TEXT]
-    text += [[h.get(k) if h else None for h in headers] for k in keep]
+    text += [[h.get(k) if h is not None else None for h in headers] for k in keep]
     # Interned row by row (command, target, kept values), as the strings come in the capture.
     pool = StringPool()
     code = {v: pool.code(v) for v in dict.fromkeys(chain.from_iterable(zip(*text, strict=True)))}

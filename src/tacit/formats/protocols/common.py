@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -47,7 +48,7 @@ def skip_block(s: ByteStream, pos: int, n: int, crlf: bool) -> int:
     return end
 
 
-@dataclass
+@dataclass(slots=True)
 class Message:
     """A request at stream offsets ``[start, end)``: its method or command, whether it expects a
     response, what its protocol's response parser needs to know (``info``), and for HTTP its
@@ -59,7 +60,7 @@ class Message:
     expects: bool = True
     info: object = None
     target: str | None = None
-    headers: dict[str, str] | None = None
+    headers: Mapping[str, str] | None = None
 
 
 def find(pattern: re.Pattern, s: ByteStream, pos: int) -> int:
