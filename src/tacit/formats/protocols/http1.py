@@ -6,10 +6,10 @@ end, status) per request that expects one, 1xx interim responses included. They 
 :class:`~.common.Stop` where they cannot go on; what they yielded before is kept.
 
 Most messages are *plain*: a start line, field lines and a body framed by Content-Length (for a
-request, or no body; RFC 9112 §6.3). Runs of them are read by compiled scanners over the whole stream; every other
-message (chunked, 1xx, HEAD, 204, 304, delimited by the close, cut, too long, in a gap, odd
-spacing, malformed) goes to the general parser, the reference, which reads it or stops there.
-The scanners take only what the general parser reads the same way."""
+request, or no body; RFC 9112 §6.3). Runs of them are read by compiled scanners over the whole
+stream; every other message (chunked, 1xx, HEAD, 204, 304, delimited by the close, cut, too
+long, in a gap, odd spacing, malformed) goes to the general parser, the reference, which reads
+it or stops there. The scanners take only what the general parser reads the same way."""
 
 from __future__ import annotations
 
