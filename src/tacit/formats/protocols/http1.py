@@ -180,18 +180,17 @@ class _Fields(Mapping[str, str]):
     CRLF), as the general parser reads them; parsed when first asked for, since most callers
     keep none."""
 
-    __slots__ = ("_at", "_fields")
+    __slots__ = ("_data", "_start", "_stop", "_fields")
 
     def __init__(self, data: bytes, start: int, stop: int) -> None:
-        self._at = data, start, stop
+        self._data, self._start, self._stop = data, start, stop
         self._fields: dict[str, str] | None = None
 
     def _parsed(self) -> dict[str, str]:
         if self._fields is None:
-            data, start, stop = self._at
             self._fields = {
                 name.lower().decode("latin-1"): value.strip().decode("latin-1")
-                for name, value in _FIELD.findall(data, start, stop)
+                for name, value in _FIELD.findall(self._data, self._start, self._stop)
             }
         return self._fields
 
