@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tacit.formats.protocols import http1
-from tacit.formats.protocols.common import CUT, GAP, Message, Stop
+from tacit.formats.protocols.common import CUT, GAP, Message, Requests, Stop
 from tacit.formats.tcp_stream import ByteStream
 from tacit.model.messages import MISSING
 
@@ -50,8 +50,10 @@ def general_requests(s: ByteStream, max_line: int = MAX_LINE):
 def requests_agree(s: ByteStream, max_line: int = MAX_LINE) -> tuple[list[Message], int]:
     """The requests of ``s`` (checked equal to the general parser's, stop included), and how
     many the plain scanner read."""
-    got, ref = run(http1.requests(s, max_line, 0)), run(general_requests(s, max_line))
-    assert got == ref
+    items, stop = run(http1.requests(s, max_line, 0))
+    reqs = Requests.of(items)
+    got = [reqs.message(i) for i in range(len(reqs))], stop
+    assert got == run(general_requests(s, max_line))
     plain, _ = http1._plain_requests(http1._array(s), 0, max_line, s.piece, s.holes, s.whole)
     return got[0], len(plain)
 
@@ -60,7 +62,7 @@ def responses_agree(s: ByteStream, commands: list[str], max_line: int = MAX_LINE
     """Checks the responses of ``s`` to requests of ``commands`` equal the general parser's;
     returns how many the plain scanner read from the start."""
     reqs = [Message(0, 1, c) for c in commands]
-    got = run(http1.responses(s, reqs, max_line, None, 0))
+    got = run(http1.responses(s, Requests.of(reqs), max_line, None, 0))
     assert got == run(http1._responses(s, reqs, max_line, 0))
     plain = np.array([c not in ("HEAD", "CONNECT") for c in commands], dtype=bool)
     found, _ = http1._plain_responses(

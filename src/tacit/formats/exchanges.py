@@ -48,6 +48,7 @@ from tacit.formats.protocols import (
     RESYNC,
     SNIFF,
     Message,
+    Requests,
     Stop,
     find,
     http2,
@@ -207,7 +208,7 @@ class Exchanges:
 _Found = dict[str, Any]
 """The exchanges of one connection in request order: per name of :data:`COLUMNS` but
 ``connection`` a column (``command`` and ``target`` as strings, in :data:`_TEXT`), and
-``headers``, each request's header fields (None for none)."""
+``kept``, per name in :attr:`ExchangeParams.keep_headers`, each request's value of it."""
 _TEXT = ("command", "target")  # the order in which the strings of a row are interned
 
 
@@ -248,7 +249,7 @@ def read_exchanges(
             conn.skip("protocol not recognised", up.end + down.end)
             continue
         if conn.protocol in EXCHANGES:
-            got = _streams(conn, conn.protocol, up, down)
+            got = _streams(conn, conn.protocol, up, down, params.keep_headers)
         else:
             got = _in_order(conn, conn.protocol, up, down, params)
         expects, answered = got["expects_response"], got["response_last"] != MISSING
@@ -277,9 +278,8 @@ def _table(
     for k in list(COLUMNS)[1:]:
         if k not in _TEXT:
             arrays[k] = np.concatenate([got[k] for _, got in found] or [[]]).astype(COLUMNS[k])
-    headers = [h for _, got in found for h in got["headers"]]
     text = [[v for _, got in found for v in got[k]] for k in _TEXT]
-    text += [[h.get(k) if h is not None else None for h in headers] for k in keep]
+    text += [[v for _, got in found for v in got["kept"][k]] for k in keep]
     # Interned row by row (command, target, kept values), as the strings come in the capture.
     pool = StringPool()
     code = {v: pool.code(v) for v in dict.fromkeys(chain.from_iterable(zip(*text, strict=True)))}
@@ -339,7 +339,9 @@ def _detect(conn: Connection, client: ByteStream, params: ExchangeParams) -> str
     return None
 
 
-def _streams(conn: Connection, protocol: str, c: ByteStream, s: ByteStream) -> _Found:
+def _streams(
+    conn: Connection, protocol: str, c: ByteStream, s: ByteStream, keep: tuple[str, ...]
+) -> _Found:
     """The exchanges of a multiplexed connection (HTTP/2: one per stream), in request order."""
     xs = EXCHANGES[protocol](c, s, conn)
     offsets = np.array(
@@ -370,7 +372,7 @@ def _streams(conn: Connection, protocol: str, c: ByteStream, s: ByteStream) -> _
         "response_bytes": response_bytes,
         "expects_response": np.ones(len(xs), dtype=bool),
         "grpc": np.array([x.grpc for x in xs], dtype=bool),
-        "headers": [x.headers for x in xs],
+        "kept": _kept([x.headers for x in xs], keep),
     }
 
 
@@ -380,15 +382,16 @@ def _in_order(
     """The exchanges of one connection of a protocol that answers in order (``protocol``): the
     requests with the responses matched to them in order."""
     parse_requests, parse_responses = PARSERS[protocol]
-    requests = _drain(conn, c, "request", parse_requests(c, params.max_line, 0))
-    answering = [r for r in requests if r.expects]
+    requests = Requests.of(_drain(conn, c, "request", parse_requests(c, params.max_line, 0)))
+    expects = np.array(requests.expects, dtype=bool)
+    answering = requests if expects.all() else requests.take(np.flatnonzero(expects).tolist())
     pos = 0
     if not c.start_seen and requests:
         # Captured mid-connection: responses that began before the first captured request
         # answer requests the capture missed.
-        t0 = c.time(requests[0].start)
+        t0 = c.time(requests.start[0])
         while pos < s.end and MISSING != s.time(pos) < t0:
-            early = [Message(0, 0, "", True, "line")]
+            early = Requests.of([Message(0, 0, "", True, "line")])
             got = _drain(
                 conn, s, "", parse_responses(s, early, params.max_line, conn, pos), quiet=True
             )
@@ -397,9 +400,9 @@ def _in_order(
             conn.skip("responses to requests before the capture", got[0][1] - pos)
             pos = got[0][1]
     responses = _responses(conn, protocol, c, s, answering, params, pos)
-    expects = np.array([r.expects for r in requests], dtype=bool)
-    first = np.array([r.start for r in requests], dtype=np.int64)
-    end = np.array([r.end for r in requests], dtype=np.int64)
+    fields = [requests.fields_of(i) for i in range(len(requests))] if params.keep_headers else []
+    first = np.array(requests.start, dtype=np.int64)
+    end = np.array(requests.end, dtype=np.int64)
     rows = np.flatnonzero(expects)[: len(responses)][[r is not None for r in responses]]
     answer = np.array([r for r in responses if r is not None], dtype=np.int64).reshape(-1, 3)
     status, response_first, response_last, response_bytes = (
@@ -410,8 +413,8 @@ def _in_order(
     response_last[rows] = s.times(answer[:, 1] - 1)
     response_bytes[rows] = answer[:, 1] - answer[:, 0]
     return {
-        "command": [r.command for r in requests],
-        "target": [r.target for r in requests],
+        "command": requests.command,
+        "target": requests.target,
         "status": status,
         "request_first": c.times(first),
         "request_last": c.times(end - 1),
@@ -421,7 +424,7 @@ def _in_order(
         "response_bytes": response_bytes,
         "expects_response": expects,
         "grpc": np.zeros(len(requests), dtype=bool),
-        "headers": [r.headers for r in requests],
+        "kept": _kept(fields, params.keep_headers),
     }
 
 
@@ -430,7 +433,7 @@ def _responses(
     protocol: str,
     c: ByteStream,
     s: ByteStream,
-    answering: list[Message],
+    answering: Requests,
     params: ExchangeParams,
     pos: int,
 ) -> list[tuple[int, int, int] | None]:
@@ -449,7 +452,8 @@ def _responses(
     resync = RESYNC.get(protocol)
     while True:
         try:
-            for item in parse(s, answering[len(out) :], params.max_line, conn, pos):
+            rest = answering.take(range(len(out), len(answering))) if out else answering
+            for item in parse(s, rest, params.max_line, conn, pos):
                 out.append(item)
             break
         except Stop as e:
@@ -459,13 +463,20 @@ def _responses(
                 break
             conn.skip(f"response: {e.reason} (parsing resumed after it)", resume - e.at)
             t = s.time(resume)
-            before = [i for i, r in enumerate(answering[len(out) + 1 :]) if c.time(r.start) < t]
-            out.extend([None] * (1 + max(before, default=0)))
+            before = np.flatnonzero(c.times(np.array(answering.start[len(out) + 1 :])) < t)
+            out.extend([None] * (1 + (int(before[-1]) if len(before) else 0)))
             pos = resume
     done = max((r[1] for r in out if r), default=pos)
     if len(out) >= len(answering) and done < s.end:
         conn.skip("responses to no parsed request", s.end - done)
     return out[: len(answering)]
+
+
+def _kept(
+    fields: list[Mapping[str, str] | None], keep: tuple[str, ...]
+) -> dict[str, list[str | None]]:
+    """Per name in ``keep``, each request's value of that header field (None without one)."""
+    return {k: [f.get(k) if f else None for f in fields] for k in keep}
 
 
 def _drain(conn: Connection, s: ByteStream, what: str, parser, quiet: bool = False) -> list:

@@ -14,7 +14,8 @@ it or stops there. The scanners take only what the general parser reads the same
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
+from functools import partial
 
 import numpy as np
 from numba import njit
@@ -24,6 +25,8 @@ from tacit.formats.protocols.common import (
     GAP,
     ByteStream,
     Message,
+    Requests,
+    Run,
     Skipper,
     Stop,
     read_line,
@@ -85,17 +88,19 @@ def _body(
     return None
 
 
-def requests(s: ByteStream, max_line: int, pos: int) -> Iterator[Message]:
+def requests(s: ByteStream, max_line: int, pos: int) -> Iterator[Message | Run]:
     data = s.data
     while pos < s.end:
         heads, pos = _plain_requests(_array(s), pos, max_line, s.piece, s.holes, s.whole)
-        for start, end, method, target, line, head in zip(*heads.T.tolist(), strict=True):
-            yield Message(
+        if len(heads):
+            start, end, method, target, line, head = heads.T.tolist()
+            yield Run(
                 start,
                 end,
-                data[start:method].decode(),
-                target=data[method + 1 : target].decode("latin-1"),
-                headers=_Fields(data, line, head - 4),
+                [data[a:b].decode() for a, b in zip(start, method, strict=True)],
+                [data[a + 1 : b].decode("latin-1") for a, b in zip(method, target, strict=True)],
+                list(zip(line, [h - 4 for h in head], strict=True)),
+                partial(_header_fields, data),
             )
         if pos < s.end:
             message = _request(s, max_line, pos)
@@ -118,9 +123,9 @@ def _request(s: ByteStream, max_line: int, pos: int) -> Message:
 
 
 def responses(
-    s: ByteStream, requests: list[Message], max_line: int, conn: Skipper, pos: int
+    s: ByteStream, requests: Requests, max_line: int, conn: Skipper, pos: int
 ) -> Iterator[tuple[int, int, int]]:
-    plain = np.array([r.command not in ("HEAD", "CONNECT") for r in requests], dtype=bool)
+    plain = np.array([c not in ("HEAD", "CONNECT") for c in requests.command], dtype=bool)
     k = 0
     while k < len(requests) and pos < s.end:
         found, pos = _plain_responses(
@@ -130,7 +135,7 @@ def responses(
         k += len(found)
         if k < len(requests):
             answered = False
-            for answer in _responses(s, requests[k : k + 1], max_line, pos):
+            for answer in _responses(s, [requests.message(k)], max_line, pos):
                 yield answer
                 pos, answered = answer[1], True
             if not answered:
@@ -175,36 +180,13 @@ RESYNC = re.compile(rb"HTTP/1\.[01] \d{3}[ \r]")
 """Where a response may start: parsing can resume there after a gap."""
 
 
-class _Fields(Mapping[str, str]):
-    """The header fields of a plain head (``data[start:stop]``: its field lines, each after a
-    CRLF), as the general parser reads them; parsed when first asked for, since most callers
-    keep none."""
-
-    __slots__ = ("_data", "_start", "_stop", "_fields")
-
-    def __init__(self, data: bytes, start: int, stop: int) -> None:
-        self._data, self._start, self._stop = data, start, stop
-        self._fields: dict[str, str] | None = None
-
-    def _parsed(self) -> dict[str, str]:
-        if self._fields is None:
-            self._fields = {
-                name.lower().decode("latin-1"): value.strip().decode("latin-1")
-                for name, value in _FIELD.findall(self._data, self._start, self._stop)
-            }
-        return self._fields
-
-    def __getitem__(self, name: str) -> str:
-        return self._parsed()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._parsed())
-
-    def __len__(self) -> int:
-        return len(self._parsed())
-
-    def __repr__(self) -> str:
-        return repr(self._parsed())
+def _header_fields(data: bytes, start: int, stop: int) -> dict[str, str]:
+    """The header fields of a plain head's field lines ``data[start:stop]`` (each after a CRLF),
+    as the general parser reads them."""
+    return {
+        name.lower().decode("latin-1"): value.strip().decode("latin-1")
+        for name, value in _FIELD.findall(data, start, stop)
+    }
 
 
 def _array(s: ByteStream) -> np.ndarray:
