@@ -85,6 +85,7 @@ def test_plain_requests_are_read_by_the_scanner_with_the_same_fields():
     assert got[0].headers == {"host": "x", "x-request-id": "7"}
     assert dict(got[1].headers or {}) == {"content-length": "9"}
     assert (got[0].headers or {}).get("x-request-id") == "7"
+    assert requests_agree(stream((GET + POST) * 100))[1] == 200  # beyond the first rows kept
 
 
 @pytest.mark.parametrize(
@@ -137,6 +138,7 @@ def test_requests_cut_gapped_and_too_long():
 
 def test_responses_plain_and_odd():
     assert responses_agree(stream(OK * 3), ["GET"] * 3) == 3
+    assert responses_agree(stream(OK * 150), ["GET"] * 150) == 150
     assert responses_agree(stream(OK * 2), ["GET"] * 3) == 2  # more requests than answers
     odd = [
         (b"HTTP/1.1 100 Continue\r\n\r\n" + OK, "PUT"),

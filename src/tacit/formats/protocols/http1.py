@@ -286,12 +286,22 @@ def _hole(piece, holes, start, stop):
 
 
 @njit(cache=True)
+def _room(out, k):
+    """``out`` with a row ``k`` to write (its rows doubled when full)."""
+    if k < out.shape[0]:
+        return out
+    bigger = np.empty((2 * out.shape[0], out.shape[1]), dtype=out.dtype)
+    bigger[:k] = out
+    return bigger
+
+
+@njit(cache=True)
 def _plain_requests(data, pos, max_line, piece, holes, whole):
     """The run of plain requests from ``pos``: per request its start, end, the ends of its
     method and target, the offset of its request line's CRLF and its head's end; and the
     offset after the run."""
     n = data.size
-    out = np.empty(((n - pos) // 16 + 1, 6), dtype=np.int64)
+    out = np.empty((64, 6), dtype=np.int64)
     k = 0
     while pos < n:
         limit = min(n, pos + max_line)
@@ -319,6 +329,7 @@ def _plain_requests(data, pos, max_line, piece, holes, whole):
         end = head + max(length, 0)
         if end > n:
             break
+        out = _room(out, k)
         out[k] = pos, end, method, target, i, head
         k += 1
         pos = end
@@ -331,9 +342,9 @@ def _plain_responses(data, pos, max_line, piece, holes, whole, plain):
     HEAD nor CONNECT: per response (first byte, end, status) with a final status other than 204
     and 304 and a Content-Length; and the offset after the run."""
     n = data.size
-    out = np.empty((min(plain.size, (n - pos) // 16 + 1), 3), dtype=np.int64)
+    out = np.empty((64, 3), dtype=np.int64)
     k = 0
-    while k < out.shape[0] and pos < n and plain[k]:
+    while k < plain.size and pos < n and plain[k]:
         limit = min(n, pos + max_line)
         i = _version(data, pos, limit)
         if i < 0 or i + 4 > limit or data[i] != _SP:
@@ -358,6 +369,7 @@ def _plain_responses(data, pos, max_line, piece, holes, whole, plain):
         end = head + length
         if end > n:
             break
+        out = _room(out, k)
         out[k] = pos, end, status
         k += 1
         pos = end
