@@ -6,7 +6,7 @@
    :func:`~tacit.formats.capture_spans.read_capture_spans` (decode, reassemble, parse, spans).
    Printed: packets/s and spans/s on one core (best of three), and the ratio of that time to
    decoding the packets alone (:func:`~tacit.formats.pcap.read_packets` with payloads), the
-   baseline every capture command pays.
+   baseline every capture command pays; again with every service speaking HTTP/1.1.
 2. Accuracy, simulated. The same app at several loads; the call graph learned from a capture of
    requests sent one at a time (TraceWeaver §5.2); TraceWeaver and FCFS scored against the
    simulator's truth, which the packets carry as request ids that only the scoring reads.
@@ -36,13 +36,13 @@ from tacit.formats.pcap_write import write_pcap
 from tacit.model.roles import infer_roles
 from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.simulate import load_app, simulate
-from tacit.simulate.app_packets import REQUEST_ID, AppPackets, app_packets
+from tacit.simulate.app_packets import HTTP1, REQUEST_ID, AppPackets, app_packets
 
 LOADS = (50, 100, 200, 400)
 
 
-def _write(spans, path: Path) -> AppPackets:
-    packets = app_packets(spans)
+def _write(spans, path: Path, protocols: dict[str, str] | None = None) -> AppPackets:
+    packets = app_packets(spans, protocols)
     write_pcap(path, packets.frames, packets.times)
     return packets
 
@@ -56,9 +56,11 @@ def _best(fn, runs: int = 3) -> tuple[float, object]:
     return best, out
 
 
-def throughput(work: Path, requests: int) -> dict:
-    spans = simulate(load_app(None), 400, n_requests=requests, seed=3)
-    packets = _write(spans, work / "throughput.pcap")
+def throughput(work: Path, requests: int, http1_only: bool = False) -> dict:
+    app = load_app(None)
+    spans = simulate(app, 400, n_requests=requests, seed=3)
+    protocols = {svc: HTTP1 for svc in app.services} if http1_only else None
+    packets = _write(spans, work / "throughput.pcap", protocols)
     names = ServiceMap(addresses=packets.service_map())
     decode_s, _ = _best(lambda: read_packets(work / "throughput.pcap", payloads=True))
     capture_s, got = _best(lambda: read_capture_spans(work / "throughput.pcap", names))
@@ -128,6 +130,7 @@ def main() -> None:
         doc = {
             "benchmark": "capture",
             "throughput": throughput(work, 2_000 if args.quick else 20_000),
+            "throughput_http1": throughput(work, 2_000 if args.quick else 20_000, True),
             "simulated": simulated_accuracy(work, 300 if args.quick else 2_000),
             "live": live_accuracy(work, 5 if args.quick else 20),
         }

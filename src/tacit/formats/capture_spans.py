@@ -289,21 +289,19 @@ def _endpoint_names(ex: Exchanges, pool: StringPool) -> np.ndarray:
     """Per exchange, the code in ``pool`` of its endpoint: ``/package.Service/Method`` for gRPC,
     ``METHOD /path`` (without the query) for HTTP, the command for Redis and memcached."""
     s = ex.strings
-    out = np.empty(len(ex), dtype=np.int32)
-    memo: dict[tuple[int, int, bool], int] = {}
-    for i, key in enumerate(
-        zip(ex.command.tolist(), ex.target.tolist(), ex.grpc.tolist(), strict=True)
-    ):
-        code = memo.get(key)
-        if code is None:
-            command, target, grpc = key
-            path = (s[target] or "").split("?", 1)[0]
-            if grpc and path:
-                name = path
-            elif path:
-                name = f"{s[command]} {path}"
-            else:
-                name = s[command] or ""
-            code = memo[key] = pool.code(name)
-        out[i] = code
-    return out
+    # One name per distinct (command, target, gRPC), interned in the order the rows first use it.
+    key = (ex.command.astype(np.int64) + 1) * (len(s) + 1) + ex.target + 1
+    distinct, first, inverse = np.unique(2 * key + ex.grpc, return_index=True, return_inverse=True)
+    codes = np.empty(len(distinct), dtype=np.int32)
+    for k in np.argsort(first).tolist():
+        row = int(first[k])
+        command, target = s[int(ex.command[row])], s[int(ex.target[row])]
+        path = (target or "").split("?", 1)[0]
+        if ex.grpc[row] and path:
+            name = path
+        elif path:
+            name = f"{command} {path}"
+        else:
+            name = command or ""
+        codes[k] = pool.code(name)
+    return codes[inverse.reshape(-1)]

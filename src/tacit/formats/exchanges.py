@@ -28,9 +28,11 @@ and missing bytes are all counted in :class:`ExchangeAccounting`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from itertools import chain
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -47,13 +49,14 @@ from tacit.formats.protocols import (
     RESYNC,
     SNIFF,
     Message,
+    Requests,
     Stop,
     find,
     http2,
 )
 from tacit.formats.tcp_stream import ByteStream, StreamBytes, reassemble
 from tacit.model.captures import PacketRead
-from tacit.model.columns import NONE, StringPool
+from tacit.model.columns import StringPool
 from tacit.model.messages import MISSING
 from tacit.model.packets import ACK, SYN, TCP, PacketTable
 from tacit.runs import run_bounds
@@ -209,8 +212,11 @@ class Exchanges:
         return {k: getattr(self, k) for k in COLUMNS}
 
 
-_Row = tuple[str, str | None, int, int, int, int, int, int, int, bool, bool, dict[str, str] | None]
-"""command, target, status, four times, two sizes, expects, gRPC, request headers."""
+_Found = dict[str, Any]
+"""The exchanges of one connection in request order: per name of :data:`COLUMNS` but
+``connection`` a column (``command`` and ``target`` as strings, in :data:`_TEXT`), and
+``kept``, per name in :attr:`ExchangeParams.keep_headers`, each request's value of it."""
+_TEXT = ("command", "target")  # the order in which the strings of a row are interned
 
 
 def read_exchanges(
@@ -236,8 +242,7 @@ def read_exchanges(
     acc = ExchangeAccounting(packets=len(p))
     acc.tcp_packets = int((p.proto == TCP).sum())
     acc.other_packets = len(p) - acc.tcp_packets
-    pool = StringPool()
-    rows: list[tuple[int, _Row]] = []
+    found: list[tuple[int, _Found]] = []
     conns: list[Connection] = []
     counts = StreamBytes()
     for conn, c2s, s2c in tcp_connections(p, server):
@@ -251,50 +256,46 @@ def read_exchanges(
             conn.skip(ENCRYPTED if _TLS.match(up.data) else UNRECOGNISED, up.end + down.end)
             continue
         if conn.protocol in EXCHANGES:
-            found = _streams(conn, conn.protocol, up, down)
+            got = _streams(conn, conn.protocol, up, down, params.keep_headers)
         else:
-            found = _in_order(conn, conn.protocol, up, down, params)
-        conn.requests = len(found)
-        conn.responses = sum(r[6] != MISSING for r in found)
-        for r in found:
-            acc.requests += 1
-            if not r[9]:
-                acc.noreply += 1
-            elif r[6] != MISSING:
-                acc.answered += 1
-            else:
-                acc.unanswered += 1
-            rows.append((index, r))
+            got = _in_order(conn, conn.protocol, up, down, params)
+        expects, answered = got["expects_response"], got["response_last"] != MISSING
+        conn.requests, conn.responses = len(expects), int(answered.sum())
+        acc.requests += conn.requests
+        acc.noreply += int((~expects).sum())
+        acc.answered += int((expects & answered).sum())
+        acc.unanswered += int((expects & ~answered).sum())
+        found.append((index, got))
     acc.duplicate_bytes, acc.unseen_bytes = counts.duplicate, counts.unseen
     acc.uncaptured_bytes = counts.uncaptured
     for c in conns:
         for k, v in c.unparsed.items():
             acc.unparsed[k] = acc.unparsed.get(k, 0) + v
-    return _table(pool, rows, params.keep_headers, conns, acc)
+    return _table(found, params.keep_headers, conns, acc)
 
 
 def _table(
-    pool: StringPool,
-    rows: list[tuple[int, _Row]],
-    keep: Iterable[str],
+    found: list[tuple[int, _Found]],
+    keep: tuple[str, ...],
     conns: list[Connection],
     acc: ExchangeAccounting,
 ) -> Exchanges:
-    cols: dict[str, list] = {k: [] for k in COLUMNS}
-    kept: dict[str, list[int]] = {h: [] for h in keep}
-    for index, (command, target, *numbers, expects, grpc, headers) in rows:
-        cols["connection"].append(index)
-        cols["command"].append(pool.code(command))
-        cols["target"].append(pool.code(target))
-        for k, v in zip(list(COLUMNS)[3:10], numbers, strict=True):
-            cols[k].append(v)
-        cols["expects_response"].append(expects)
-        cols["grpc"].append(grpc)
-        for h, values in kept.items():
-            values.append(pool.code(headers.get(h)) if headers else NONE)
-    arrays: dict[str, np.ndarray] = {k: np.array(v, dtype=COLUMNS[k]) for k, v in cols.items()}
-    codes = {h: np.array(v, dtype=np.int32) for h, v in kept.items()}
-    return Exchanges(pool, **arrays, kept=codes, connections=conns, accounting=acc)
+    sizes = [len(got["expects_response"]) for _, got in found]
+    arrays = {"connection": np.repeat([index for index, _ in found], sizes).astype(np.int32)}
+    for k in list(COLUMNS)[1:]:
+        if k not in _TEXT:
+            arrays[k] = np.concatenate([got[k] for _, got in found] or [[]]).astype(COLUMNS[k])
+    text = [[v for _, got in found for v in got[k]] for k in _TEXT]
+    text += [[v for _, got in found for v in got["kept"][k]] for k in keep]
+    # Interned row by row (command, target, kept values), as the strings come in the capture.
+    pool = StringPool()
+    code = {v: pool.code(v) for v in dict.fromkeys(chain.from_iterable(zip(*text, strict=True)))}
+    arrays["command"], arrays["target"], *kept = (
+        np.fromiter(map(code.__getitem__, v), np.int32, len(v)) for v in text
+    )
+    return Exchanges(
+        pool, **arrays, kept=dict(zip(keep, kept, strict=True)), connections=conns, accounting=acc
+    )
 
 
 def tcp_connections(
@@ -345,45 +346,59 @@ def _detect(conn: Connection, client: ByteStream, params: ExchangeParams) -> str
     return None
 
 
-def _streams(conn: Connection, protocol: str, c: ByteStream, s: ByteStream) -> list[_Row]:
+def _streams(
+    conn: Connection, protocol: str, c: ByteStream, s: ByteStream, keep: tuple[str, ...]
+) -> _Found:
     """The exchanges of a multiplexed connection (HTTP/2: one per stream), in request order."""
-    out: list[_Row] = []
-    for x in EXCHANGES[protocol](c, s, conn):
-        answered = x.response_start >= 0 and x.response_end >= 0
-        out.append(
+    xs = EXCHANGES[protocol](c, s, conn)
+    offsets = np.array(
+        [
             (
-                x.method,
-                x.path or None,
-                x.grpc_status if x.grpc else x.status,
-                c.time(x.request_start),
-                c.time(x.request_end - 1) if x.request_end >= 0 else MISSING,
-                s.time(x.response_start) if x.response_start >= 0 else MISSING,
-                s.time(x.response_end - 1) if answered else MISSING,
+                x.request_start,
+                x.request_end,
+                x.response_start,
+                x.response_end,
                 x.request_bytes,
                 x.response_bytes,
-                True,
-                x.grpc,
-                x.headers,
             )
-        )
-    return out
+            for x in xs
+        ],
+        dtype=np.int64,
+    ).reshape(-1, 6)
+    first, end, response_first, response_end, request_bytes, response_bytes = offsets.T
+    answered = (response_first >= 0) & (response_end >= 0)
+    return {
+        "command": [x.method for x in xs],
+        "target": [x.path or None for x in xs],
+        "status": [x.grpc_status if x.grpc else x.status for x in xs],
+        "request_first": c.times(first),
+        "request_last": np.where(end >= 0, c.times(end - 1), MISSING),
+        "response_first": np.where(response_first >= 0, s.times(response_first), MISSING),
+        "response_last": np.where(answered, s.times(response_end - 1), MISSING),
+        "request_bytes": request_bytes,
+        "response_bytes": response_bytes,
+        "expects_response": np.ones(len(xs), dtype=bool),
+        "grpc": np.array([x.grpc for x in xs], dtype=bool),
+        "kept": _kept([x.headers for x in xs], keep),
+    }
 
 
 def _in_order(
     conn: Connection, protocol: str, c: ByteStream, s: ByteStream, params: ExchangeParams
-) -> list[_Row]:
+) -> _Found:
     """The exchanges of one connection of a protocol that answers in order (``protocol``): the
     requests with the responses matched to them in order."""
     parse_requests, parse_responses = PARSERS[protocol]
-    requests = _drain(conn, c, "request", parse_requests(c, params.max_line, 0))
-    answering = [r for r in requests if r.expects]
+    requests = Requests.of(_drain(conn, c, "request", parse_requests(c, params.max_line, 0)))
+    expects = np.array(requests.expects, dtype=bool)
+    answering = requests if expects.all() else requests.take(np.flatnonzero(expects).tolist())
     pos = 0
     if not c.start_seen and requests:
         # Captured mid-connection: responses that began before the first captured request
         # answer requests the capture missed.
-        t0 = c.time(requests[0].start)
+        t0 = c.time(requests.start[0])
         while pos < s.end and MISSING != s.time(pos) < t0:
-            early = [Message(0, 0, "", True, "line")]
+            early = Requests.of([Message(0, 0, "", True, "line")])
             got = _drain(
                 conn, s, "", parse_responses(s, early, params.max_line, conn, pos), quiet=True
             )
@@ -392,27 +407,32 @@ def _in_order(
             conn.skip("responses to requests before the capture", got[0][1] - pos)
             pos = got[0][1]
     responses = _responses(conn, protocol, c, s, answering, params, pos)
-    out: list[_Row] = []
-    answers = iter(responses)
-    for req in requests:
-        resp = next(answers, None) if req.expects else None
-        out.append(
-            (
-                req.command,
-                req.target,
-                resp[2] if resp else -1,
-                c.time(req.start),
-                c.time(req.end - 1),
-                s.time(resp[0]) if resp else MISSING,
-                s.time(resp[1] - 1) if resp else MISSING,
-                req.end - req.start,
-                resp[1] - resp[0] if resp else 0,
-                req.expects,
-                False,
-                req.headers,
-            )
-        )
-    return out
+    fields = [requests.fields_of(i) for i in range(len(requests))] if params.keep_headers else []
+    first = np.array(requests.start, dtype=np.int64)
+    end = np.array(requests.end, dtype=np.int64)
+    rows = np.flatnonzero(expects)[: len(responses)][[r is not None for r in responses]]
+    answer = np.array([r for r in responses if r is not None], dtype=np.int64).reshape(-1, 3)
+    status, response_first, response_last, response_bytes = (
+        np.full(len(requests), v, dtype=np.int64) for v in (-1, MISSING, MISSING, 0)
+    )
+    status[rows] = answer[:, 2]
+    response_first[rows] = s.times(answer[:, 0])
+    response_last[rows] = s.times(answer[:, 1] - 1)
+    response_bytes[rows] = answer[:, 1] - answer[:, 0]
+    return {
+        "command": requests.command,
+        "target": requests.target,
+        "status": status,
+        "request_first": c.times(first),
+        "request_last": c.times(end - 1),
+        "response_first": response_first,
+        "response_last": response_last,
+        "request_bytes": end - first,
+        "response_bytes": response_bytes,
+        "expects_response": expects,
+        "grpc": np.zeros(len(requests), dtype=bool),
+        "kept": _kept(fields, params.keep_headers),
+    }
 
 
 def _responses(
@@ -420,7 +440,7 @@ def _responses(
     protocol: str,
     c: ByteStream,
     s: ByteStream,
-    answering: list[Message],
+    answering: Requests,
     params: ExchangeParams,
     pos: int,
 ) -> list[tuple[int, int, int] | None]:
@@ -439,7 +459,8 @@ def _responses(
     resync = RESYNC.get(protocol)
     while True:
         try:
-            for item in parse(s, answering[len(out) :], params.max_line, conn, pos):
+            rest = answering.take(range(len(out), len(answering))) if out else answering
+            for item in parse(s, rest, params.max_line, conn, pos):
                 out.append(item)
             break
         except Stop as e:
@@ -449,13 +470,20 @@ def _responses(
                 break
             conn.skip(f"response: {e.reason} (parsing resumed after it)", resume - e.at)
             t = s.time(resume)
-            before = [i for i, r in enumerate(answering[len(out) + 1 :]) if c.time(r.start) < t]
-            out.extend([None] * (1 + max(before, default=0)))
+            before = np.flatnonzero(c.times(np.array(answering.start[len(out) + 1 :])) < t)
+            out.extend([None] * (1 + (int(before[-1]) if len(before) else 0)))
             pos = resume
     done = max((r[1] for r in out if r), default=pos)
     if len(out) >= len(answering) and done < s.end:
         conn.skip("responses to no parsed request", s.end - done)
     return out[: len(answering)]
+
+
+def _kept(
+    fields: list[Mapping[str, str] | None], keep: tuple[str, ...]
+) -> dict[str, list[str | None]]:
+    """Per name in ``keep``, each request's value of that header field (None without one)."""
+    return {k: [f.get(k) if f else None for f in fields] for k in keep}
 
 
 def _drain(conn: Connection, s: ByteStream, what: str, parser, quiet: bool = False) -> list:

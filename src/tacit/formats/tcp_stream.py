@@ -48,14 +48,12 @@ class ByteStream:
 
     def __post_init__(self) -> None:
         self.holes = np.concatenate([[0], np.cumsum(~self.piece_held)])
-
-    @property
-    def end(self) -> int:
-        return len(self.data)
+        self.whole = not self.holes[-1]  # every byte captured: no hole anywhere
+        self.end = len(self.data)
 
     def hole(self, start: int, stop: int) -> bool:
         """Whether any byte of ``[start, stop)`` is missing from ``data``."""
-        if stop <= start:
+        if self.whole or stop <= start:
             return False
         k0, k1 = np.searchsorted(self.piece, [start, stop - 1], side="right") - 1
         return bool(self.holes[k1 + 1] - self.holes[k0])
@@ -63,6 +61,10 @@ class ByteStream:
     def time(self, offset: int) -> int:
         """The capture time of the byte at ``offset`` (:data:`MISSING` when never seen)."""
         return int(self.piece_time[np.searchsorted(self.piece, offset, side="right") - 1])
+
+    def times(self, offsets: np.ndarray) -> np.ndarray:
+        """:meth:`time` of every offset in ``offsets`` at once."""
+        return self.piece_time[np.searchsorted(self.piece, offsets, side="right") - 1]
 
 
 def reassemble(
@@ -78,7 +80,7 @@ def reassemble(
     step = (np.diff(seq) + 2**31) % 2**32 - 2**31  # unwrapped: each step within ±2^31
     at = seq[0] + np.concatenate([[0], np.cumsum(step)]) + (flags & SYN != 0)
     wire = np.maximum(p.payload_len[rows].astype(np.int64), 0)
-    held = np.minimum(payloads.lengths()[rows], wire)
+    held = np.minimum(payloads.offsets[rows + 1] - payloads.offsets[rows], wire)
     syn = np.flatnonzero(flags & SYN)
     data_rows = np.flatnonzero(wire > 0)
     base = int(at[syn[0]]) if len(syn) else int(at[data_rows].min()) if len(data_rows) else 0
@@ -106,10 +108,7 @@ def reassemble(
     piece_time = np.where(seen, p.time[rows[seg]], MISSING)
     take = np.flatnonzero(held_k)
     src = payloads.offsets[rows[seg[take]]] + bounds[take] - origin[seg[take]]
-    gathered = PacketPayloads.gather(payloads.data, src, size[take])
-    data = np.zeros(int(bounds[-1]), dtype=np.uint8)
-    dest = np.repeat(bounds[take] - gathered.offsets[:-1], size[take])
-    data[np.arange(len(gathered.data)) + dest] = gathered.data
+    data = _place(payloads.data, src, bounds[take], size[take], int(bounds[-1]))
     return ByteStream(data.tobytes(), bounds[:-1], piece_time, held_k, closed, len(syn) > 0)
 
 
@@ -131,3 +130,12 @@ def _first_cover(lo, hi, cap, n):
                 first[k] = s
                 held[k] = k < cap[s]
     return first, held
+
+
+@njit(cache=True)
+def _place(buf, src, dest, size, n):
+    """``n`` zero bytes, ``size[k]`` bytes of ``buf`` from ``src[k]`` copied in at ``dest[k]``."""
+    out = np.zeros(n, dtype=np.uint8)
+    for k in range(src.size):
+        out[dest[k] : dest[k] + size[k]] = buf[src[k] : src[k] + size[k]]
+    return out

@@ -2,12 +2,13 @@
 each: HTTP/1.1 (:mod:`.http1`), Redis RESP (:mod:`.resp`), memcached text (:mod:`.memcached`),
 HTTP/2 and gRPC over it (:mod:`.http2`, its header blocks decoded by :mod:`.hpack_decoder`).
 
-Each module has ``requests(stream, max_line, pos)``, a generator of the client's messages, and
+Each module has ``requests(stream, max_line, pos)``, a generator of the client's messages (each
+a :class:`~.common.Message`, or a :class:`~.common.Run` of them read at once), and
 ``responses(stream, requests, max_line, skipper, pos)``, one (first byte, end, status; -1 when
-the protocol has none) per request that expects an answer, in order; both raise
-:class:`~.common.Stop` where the stream cannot be parsed on. :data:`PARSERS` dispatches by
-name, :data:`SNIFF` tells a protocol from a client's first bytes, :data:`RESYNC` says where a
-response may be found again after a gap.
+the protocol has none) per request of ``requests`` (the :class:`~.common.Requests` that expect
+an answer), in order; both raise :class:`~.common.Stop` where the stream cannot be parsed on.
+:data:`PARSERS` dispatches by name, :data:`SNIFF` tells a protocol from a client's first bytes,
+:data:`RESYNC` says where a response may be found again after a gap.
 
 HTTP/2 multiplexes requests on one connection, so its responses do not come in request order:
 :data:`EXCHANGES` holds, for such protocols, ``exchanges(client, server, skipper)``, one
@@ -24,7 +25,7 @@ import re
 from collections.abc import Callable
 
 from tacit.formats.protocols import http1, http2, memcached, resp
-from tacit.formats.protocols.common import CUT, GAP, Message, Skipper, Stop, find
+from tacit.formats.protocols.common import CUT, GAP, Message, Requests, Run, Skipper, Stop, find
 
 HTTP, REDIS, MEMCACHED, HTTP2 = "http", "redis", "memcached", "http2"
 PROTOCOLS = (HTTP, HTTP2, REDIS, MEMCACHED)
@@ -65,6 +66,8 @@ __all__ = [
     "RESYNC",
     "SNIFF",
     "Message",
+    "Requests",
+    "Run",
     "Skipper",
     "Stop",
     "find",

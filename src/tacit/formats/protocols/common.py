@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from tacit.formats.tcp_stream import ByteStream
@@ -47,7 +48,7 @@ def skip_block(s: ByteStream, pos: int, n: int, crlf: bool) -> int:
     return end
 
 
-@dataclass
+@dataclass(slots=True)
 class Message:
     """A request at stream offsets ``[start, end)``: its method or command, whether it expects a
     response, what its protocol's response parser needs to know (``info``), and for HTTP its
@@ -59,7 +60,87 @@ class Message:
     expects: bool = True
     info: object = None
     target: str | None = None
-    headers: dict[str, str] | None = None
+    headers: Mapping[str, str] | None = None
+
+
+@dataclass
+class Run:
+    """Consecutive requests read at once by a scanner, as columns of what :class:`Message` holds
+    (each expects a response, has no ``info``); their header fields are ``fields(*head[k])``,
+    parsed only when asked for."""
+
+    start: list[int]
+    end: list[int]
+    command: list[str]
+    target: list[str | None]
+    head: list[tuple[int, int]]
+    fields: Callable[[int, int], Mapping[str, str]]
+
+
+@dataclass
+class Requests:
+    """The requests of one stream in order, as columns of what :class:`Message` holds, so that
+    a :class:`Run` costs no object per request. ``head`` locates the header fields of a request
+    from a run (``fields(*head[i])``); other requests have them in ``headers``."""
+
+    start: list[int] = field(default_factory=list)
+    end: list[int] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)
+    expects: list[bool] = field(default_factory=list)
+    info: list[object] = field(default_factory=list)
+    target: list[str | None] = field(default_factory=list)
+    headers: list[Mapping[str, str] | None] = field(default_factory=list)
+    head: list[tuple[int, int] | None] = field(default_factory=list)
+    fields: Callable[[int, int], Mapping[str, str]] | None = None
+
+    @classmethod
+    def of(cls, items: Iterable[Message | Run]) -> Requests:
+        out = cls()
+        for item in items:
+            out.add(item)
+        return out
+
+    def add(self, item: Message | Run) -> None:
+        if isinstance(item, Run):
+            n = len(item.start)
+            for column in ("start", "end", "command", "target", "head"):
+                getattr(self, column).extend(getattr(item, column))
+            self.expects.extend([True] * n)
+            self.info.extend([None] * n)
+            self.headers.extend([None] * n)
+            self.fields = item.fields
+            return
+        for column in ("start", "end", "command", "expects", "info", "target", "headers"):
+            getattr(self, column).append(getattr(item, column))
+        self.head.append(None)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def take(self, rows: Iterable[int]) -> Requests:
+        """The requests at ``rows``, in that order."""
+        rows = list(rows)
+        out = Requests(fields=self.fields)
+        for column in ("start", "end", "command", "expects", "info", "target", "headers", "head"):
+            values = getattr(self, column)
+            setattr(out, column, [values[i] for i in rows])
+        return out
+
+    def fields_of(self, i: int) -> Mapping[str, str] | None:
+        """The header fields of request ``i`` (None for a protocol without)."""
+        head = self.head[i]
+        return self.headers[i] if head is None or self.fields is None else self.fields(*head)
+
+    def message(self, i: int) -> Message:
+        return Message(
+            self.start[i],
+            self.end[i],
+            self.command[i],
+            self.expects[i],
+            self.info[i],
+            self.target[i],
+            self.fields_of(i),
+        )
 
 
 def find(pattern: re.Pattern, s: ByteStream, pos: int) -> int:

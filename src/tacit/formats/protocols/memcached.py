@@ -6,7 +6,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from tacit.formats.protocols.common import ByteStream, Message, Skipper, Stop, read_line, skip_block
+from tacit.formats.protocols.common import (
+    ByteStream,
+    Message,
+    Requests,
+    Skipper,
+    Stop,
+    read_line,
+    skip_block,
+)
 
 _STORAGE = {"set", "add", "replace", "append", "prepend", "cas"}
 _RETRIEVAL = {"get", "gets", "gat", "gats"}
@@ -54,25 +62,25 @@ _MC_ERRORS = (b"ERROR", b"CLIENT_ERROR", b"SERVER_ERROR")
 
 
 def responses(
-    s: ByteStream, requests: list[Message], max_line: int, conn: Skipper, pos: int
+    s: ByteStream, requests: Requests, max_line: int, conn: Skipper, pos: int
 ) -> Iterator[tuple[int, int, int]]:
-    for req in requests:
+    for info in requests.info:
         if pos >= s.end:
             return
         first = pos
         line, pos = read_line(s, pos, max_line)
         if not line.startswith(_MC_ERRORS):
-            if req.info == "values":
+            if info == "values":
                 while line != b"END":
                     words = line.split()
                     if len(words) < 4 or words[0] != b"VALUE" or not words[3].isdigit():
                         raise Stop("bad memcached VALUE line", first)
                     pos = skip_block(s, pos, int(words[3]), True)
                     line, pos = read_line(s, pos, max_line)
-            elif req.info == "stats":
+            elif info == "stats":
                 while line != b"END":
                     line, pos = read_line(s, pos, max_line)
-            elif req.info == "meta" and line.startswith(b"VA "):
+            elif info == "meta" and line.startswith(b"VA "):
                 words = line.split()
                 if len(words) < 2 or not words[1].isdigit():
                     raise Stop("bad memcached VA line", first)

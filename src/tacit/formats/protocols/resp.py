@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from tacit.formats.protocols.common import ByteStream, Message, Skipper, Stop, read_line, skip_block
+from tacit.formats.protocols.common import (
+    ByteStream,
+    Message,
+    Requests,
+    Skipper,
+    Stop,
+    read_line,
+    skip_block,
+)
 
 
 def _value(s: ByteStream, pos: int, max_line: int) -> tuple[int, bytes]:
@@ -54,9 +62,9 @@ def requests(s: ByteStream, max_line: int, pos: int) -> Iterator[Message]:
 
 
 def responses(
-    s: ByteStream, requests: list[Message], max_line: int, conn: Skipper, pos: int
+    s: ByteStream, requests: Requests, max_line: int, conn: Skipper, pos: int
 ) -> Iterator[tuple[int, int, int]]:
-    for _ in requests:
+    for _ in range(len(requests)):
         while pos < s.end:
             end, kind = _value(s, pos, max_line)
             if kind == b">":  # RESP3 push: out of band, answers no request
