@@ -31,7 +31,7 @@ import numpy as np
 
 from tacit.config_fields import read_yaml
 from tacit.errors import ConfigError
-from tacit.formats.exchanges import ExchangeParams, Exchanges, read_exchanges
+from tacit.formats.exchanges import Connection, ExchangeParams, Exchanges, read_exchanges
 from tacit.formats.pcap import read_packets
 from tacit.model.captures import PacketRead
 from tacit.model.columns import NONE, StringPool
@@ -245,44 +245,62 @@ def _details(ex: Exchanges, rows: np.ndarray) -> np.ndarray:
     """Per exchange of ``rows``, what the capture saw of it as OpenTelemetry semantic-convention
     attributes (HTTP: method, path, status; gRPC: service, method, status; both ends' addresses;
     the kept request headers as ``http.request.header.<name>``), shared by its two spans; the
-    status is an error for an HTTP 5xx or a gRPC status other than OK."""
+    status is an error for an HTTP 5xx or a gRPC status other than OK. Exchanges that would
+    get equal details share one (details are immutable)."""
+    ends = [_connection_attributes(c) for c in ex.connections]
+    kept = list(ex.kept.items())
+    columns = [ex.connection, ex.command, ex.target, ex.status, ex.grpc, *(c for _, c in kept)]
+    keys = np.stack([np.asarray(c, dtype=np.int64)[rows] for c in columns], axis=1)
+    distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
+    made = np.empty(len(distinct), dtype=object)
+    for k, (conn, command, target, status, grpc, *headers) in enumerate(distinct.tolist()):
+        attrs, error = _exchange_attributes(ex, command, target, status, bool(grpc))
+        for (name, _), code in zip(kept, headers, strict=True):
+            if code != NONE:
+                attrs[f"http.request.header.{name}"] = ex.strings[code]
+        made[k] = SpanDetail(
+            attributes=ends[conn] | attrs, status=STATUS_ERROR if error else STATUS_UNSET
+        )
+    return made[inverse.reshape(-1)]
+
+
+def _connection_attributes(conn: Connection) -> dict[str, object]:
+    server, _, port = conn.server.rpartition(":")
+    client, _, client_port = conn.client.rpartition(":")
+    return {
+        "network.protocol.name": conn.protocol or "",
+        "server.address": server.strip("[]"),
+        "server.port": int(port),
+        "client.address": client.strip("[]"),
+        "client.port": int(client_port),
+    }
+
+
+def _exchange_attributes(
+    ex: Exchanges, command: int, target_code: int, status: int, grpc: bool
+) -> tuple[dict[str, object], bool]:
+    """The attributes of one kind of exchange, and whether its status is an error."""
     s = ex.strings
-    out = np.empty(len(rows), dtype=object)
-    for k, r in enumerate(rows.tolist()):
-        conn = ex.connections[int(ex.connection[r])]
-        server, _, port = conn.server.rpartition(":")
-        client, _, client_port = conn.client.rpartition(":")
-        attrs: dict[str, object] = {
-            "network.protocol.name": conn.protocol or "",
-            "server.address": server.strip("[]"),
-            "server.port": int(port),
-            "client.address": client.strip("[]"),
-            "client.port": int(client_port),
-        }
-        status = int(ex.status[r])
-        target = s[int(ex.target[r])]
-        error = False
-        if ex.grpc[r]:
-            rpc_service, _, rpc_method = (target or "").strip("/").rpartition("/")
-            attrs |= {"rpc.system": "grpc", "rpc.service": rpc_service, "rpc.method": rpc_method}
-            if status >= 0:
-                attrs["rpc.grpc.status_code"] = status
-                error = status != 0
-        elif target is not None:
-            path, question, query = target.partition("?")
-            attrs |= {"http.request.method": s[int(ex.command[r])] or "", "url.path": path}
-            if question:
-                attrs["url.query"] = query
-            if status >= 0:
-                attrs["http.response.status_code"] = status
-                error = status >= 500
-        else:
-            attrs["db.operation.name"] = s[int(ex.command[r])] or ""
-        for name, codes in ex.kept.items():
-            if codes[r] != NONE:
-                attrs[f"http.request.header.{name}"] = s[int(codes[r])]
-        out[k] = SpanDetail(attributes=attrs, status=STATUS_ERROR if error else STATUS_UNSET)
-    return out
+    target = s[target_code]
+    attrs: dict[str, object] = {}
+    error = False
+    if grpc:
+        rpc_service, _, rpc_method = (target or "").strip("/").rpartition("/")
+        attrs |= {"rpc.system": "grpc", "rpc.service": rpc_service, "rpc.method": rpc_method}
+        if status >= 0:
+            attrs["rpc.grpc.status_code"] = status
+            error = status != 0
+    elif target is not None:
+        path, question, query = target.partition("?")
+        attrs |= {"http.request.method": s[command] or "", "url.path": path}
+        if question:
+            attrs["url.query"] = query
+        if status >= 0:
+            attrs["http.response.status_code"] = status
+            error = status >= 500
+    else:
+        attrs["db.operation.name"] = s[command] or ""
+    return attrs, error
 
 
 def _endpoint_names(ex: Exchanges, pool: StringPool) -> np.ndarray:
