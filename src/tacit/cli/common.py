@@ -109,9 +109,10 @@ def show_notices(quiet: bool) -> None:
 def progress_bar(
     total: int | None, label: str, enabled: bool
 ) -> Iterator[Callable[[int], None] | None]:
-    """A rich progress bar on stderr advanced by a callback taking a count (none if disabled or
-    :data:`QUIET`); with ``total`` None (a stream of unknown length), a running count."""
-    if not enabled or QUIET:
+    """A rich progress bar on stderr advanced by a callback taking a count (none if disabled,
+    :data:`QUIET` or stderr is not a terminal); with ``total`` None (a stream of unknown
+    length), a running count."""
+    if not enabled or QUIET or not console.is_terminal:
         yield None
         return
     with Progress(
