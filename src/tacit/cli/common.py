@@ -99,10 +99,7 @@ def show_notices(quiet: bool) -> None:
     """Print the library's notices on stderr, or (``quiet``) neither them nor progress."""
     global QUIET
     QUIET = quiet
-    logger = logging.getLogger("tacit")
-    logger.addHandler(_Notices())
-    logger.setLevel(logging.ERROR if quiet else logging.WARNING)
-    logger.propagate = False
+    logging.getLogger("tacit").addHandler(_Notices(logging.ERROR if quiet else logging.WARNING))
 
 
 @contextmanager
