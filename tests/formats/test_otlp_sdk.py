@@ -14,7 +14,6 @@ OTLP/JSON specification makes, hex ids and enums as integers, one request per li
 
 from __future__ import annotations
 
-import base64
 import gzip
 import json
 from pathlib import Path
@@ -22,12 +21,10 @@ from pathlib import Path
 import pytest
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
+from otel_sdk import collector_json_line, length_prefixed, provider
 from tacit.errors import InputError
 from tacit.formats import detect_format, read_spans, write_traces
 from tacit.formats.otlp import read_otlp_protobuf
@@ -39,17 +36,6 @@ from tacit.reconstruct.pipeline import reconstruct_blind
 
 KINDS = {SpanKind.SERVER: SERVER, SpanKind.CLIENT: CLIENT, SpanKind.INTERNAL: INTERNAL}
 STATUS = {StatusCode.UNSET: STATUS_UNSET, StatusCode.OK: STATUS_OK, StatusCode.ERROR: STATUS_ERROR}
-
-
-def provider(service: str, pod: str) -> tuple[TracerProvider, InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    p = TracerProvider(
-        resource=Resource.create(
-            {"service.name": service, "k8s.pod.name": pod, "deployment.environment": "test"}
-        )
-    )
-    p.add_span_processor(SimpleSpanProcessor(exporter))
-    return p, exporter
 
 
 @pytest.fixture(scope="module")
@@ -89,22 +75,6 @@ def sdk_spans() -> list[ReadableSpan]:
                     server.set_status(Status(StatusCode.ERROR, "cart is full"))
             root.set_status(Status(StatusCode.OK))
     return [*front_out.get_finished_spans(), *cart_out.get_finished_spans()]
-
-
-def collector_json_line(request) -> bytes:
-    """One request as the Collector's file exporter writes it with ``format: json``."""
-    doc = MessageToDict(request, use_integers_for_enums=True)
-    for rs in doc["resourceSpans"]:
-        for scope in rs["scopeSpans"]:
-            for span in scope["spans"]:
-                for key in ("traceId", "spanId", "parentSpanId"):
-                    if key in span:
-                        span[key] = base64.b64decode(span[key]).hex()
-    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
-
-
-def length_prefixed(messages: list[bytes]) -> bytes:
-    return b"".join(len(m).to_bytes(4, "big") + m for m in messages)
 
 
 @pytest.fixture(scope="module")
