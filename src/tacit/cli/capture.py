@@ -18,6 +18,7 @@ from tacit.cli.common import (
     out,
     print_json,
     progress_bar,
+    working,
 )
 from tacit.errors import ConfigError
 from tacit.outputs import refuse_input_as_output
@@ -106,9 +107,11 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("--callgraph and --test-capture go with --reconstruct")
         names = read_service_map(services) if services else ServiceMap()
         if pcap is not None:
-            got = read_capture_spans(pcap, names, protocol)
+            with working("reading the capture into spans", not json_out):
+                got = read_capture_spans(pcap, names, protocol)
         else:
-            read, stats = capture_for(str(interface), seconds, bpf, payloads=True)
+            with working(f"capturing on {interface} for {seconds:g} s", not json_out):
+                read, stats = capture_for(str(interface), seconds, bpf, payloads=True)
             got = spans_from_read(read, names, protocol)
         summary: dict[str, object] = {
             "packets": got.exchanges.accounting.as_dict(),

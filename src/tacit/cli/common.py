@@ -175,6 +175,17 @@ def id_column(table: Table, header: str, ids: Iterable[str]) -> None:
     table.add_column(header, min_width=max((len(i) for i in ids), default=0), no_wrap=True)
 
 
+@contextmanager
+def working(label: str, enabled: bool = True) -> Iterator[None]:
+    """A spinner with ``label`` on stderr while a step of unknown length runs (none if disabled,
+    :data:`QUIET` or stderr is not a terminal)."""
+    if not enabled or QUIET or not console.is_terminal:
+        yield
+        return
+    with console.status(label):
+        yield
+
+
 def comma_list(text: str) -> list[str]:
     """The items of a comma-separated option, stripped, empty ones dropped."""
     return [item.strip() for item in text.split(",") if item.strip()]

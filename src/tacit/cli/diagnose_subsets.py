@@ -8,7 +8,16 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tacit.cli.common import SEED, JsonOpt, bounded, console, flag, out, print_json
+from tacit.cli.common import (
+    SEED,
+    JsonOpt,
+    bounded,
+    console,
+    flag,
+    out,
+    print_json,
+    working,
+)
 from tacit.errors import ConfigError
 
 TracesArg = Annotated[list[Path], typer.Argument(help="Trace files or directories.")]
@@ -84,17 +93,19 @@ def register(app: typer.Typer) -> None:
         from tacit.formats import observe
 
         params = TailParams(percent=percent)
-        observed, _ = observe(list(traces))
-        spans = observed.spans
-        for i, spec in enumerate(inject or []):
-            service, ns = _parse_injection(spec)
-            spans = delay_spans(spans, pick_requests(spans, service, inject_share, seed + i), ns)
-        per_span = span_tail_profile(spans, params)
-        if blind:
-            rebuilt, rec = blind_and_reconstruct(spans)
-            prof = tail_profile(rebuilt, params, rec)
-        else:
-            prof = tail_profile(spans, params)
+        with working("profiling the tail", not json_out):
+            observed, _ = observe(list(traces))
+            spans = observed.spans
+            for i, spec in enumerate(inject or []):
+                service, ns = _parse_injection(spec)
+                picked = pick_requests(spans, service, inject_share, seed + i)
+                spans = delay_spans(spans, picked, ns)
+            per_span = span_tail_profile(spans, params)
+            if blind:
+                rebuilt, rec = blind_and_reconstruct(spans)
+                prof = tail_profile(rebuilt, params, rec)
+            else:
+                prof = tail_profile(spans, params)
         doc = {**prof.as_dict(), "blind": blind, "per_span": per_span.as_dict()}
         doc["accounting"] = {**observed.accounting, **prof.accounting}
         if json_out:

@@ -8,7 +8,16 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tacit.cli.common import COUNT, SEED, JsonOpt, console, out, parse_duration, print_json
+from tacit.cli.common import (
+    COUNT,
+    SEED,
+    JsonOpt,
+    console,
+    out,
+    parse_duration,
+    print_json,
+    working,
+)
 
 paths_app = typer.Typer(help="Causal path patterns from black-box message traces (WAP5).")
 
@@ -53,8 +62,9 @@ def link(
     from tacit.causal_paths.analysis import analyze_paths
     from tacit.causal_paths.inputs import read_any_messages
 
-    messages, accounting = read_any_messages(list(inputs), input_format, host=host)
-    analysis = analyze_paths(messages)
+    with working("reading and linking messages", not json_out):
+        messages, accounting = read_any_messages(list(inputs), input_format, host=host)
+        analysis = analyze_paths(messages)
     ranked = analysis.patterns.ranked(rank, top)
     drawn = []
     if timeline is not None:

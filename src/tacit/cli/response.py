@@ -21,6 +21,7 @@ from tacit.cli.common import (
     out,
     parse_duration,
     print_json,
+    working,
 )
 from tacit.errors import ConfigError
 
@@ -97,12 +98,14 @@ def response(
         raise ConfigError("--truth needs a capture file (it parses both directions)")
     t0 = time.perf_counter()
     if capture is not None:
-        read = read_packets(capture, payloads=truth)
-        t1 = time.perf_counter()
-        estimates = estimate_response_latency(read.packets, params, server, algorithm)
+        with working("reading the capture and estimating", not json_out):
+            read = read_packets(capture, payloads=truth)
+            t1 = time.perf_counter()
+            estimates = estimate_response_latency(read.packets, params, server, algorithm)
         n, accounting, source = len(read.packets), read.accounting, str(capture)
     elif interface is not None:
-        live = estimate_live(interface, bpf, seconds, params, server, algorithm)
+        with working(f"capturing on {interface} for {seconds:g} s", not json_out):
+            live = estimate_live(interface, bpf, seconds, params, server, algorithm)
         estimates, n, accounting = live.estimates, live.packets, live.accounting
         t1 = time.perf_counter() - live.busy_seconds  # the estimation alone, not the wait
         source = f"{interface} (live, {seconds:g} s)"
@@ -123,7 +126,8 @@ def response(
         "gaps_discarded": int(estimates.discarded_gaps.sum()),
     }
     if truth:
-        doc.update(score_capture(read, estimates, server))
+        with working("parsing the truth from both directions", not json_out):
+            doc.update(score_capture(read, estimates, server))
     doc["warnings"] = _warnings(doc, params)
     if rows:
         doc["rows"] = estimates.as_rows()
