@@ -17,6 +17,7 @@ from tacit.cli.common import (
     load_callgraph,
     out,
     print_json,
+    print_unmapped,
     progress_bar,
     working,
 )
@@ -177,5 +178,4 @@ def _show(summary: dict) -> None:
     out.print(t)
     if "traces" in summary:
         out.print(f"{summary['traces']} traces")
-        for reason, n in summary["unmapped"].items():
-            out.print(f"  unmapped: {n} ({reason})")
+        print_unmapped(summary["unmapped"])

@@ -8,7 +8,7 @@ import math
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -184,6 +184,18 @@ def working(label: str, enabled: bool = True) -> Iterator[None]:
         return
     with console.status(label):
         yield
+
+
+def print_unmapped(reasons: Mapping[str, int]) -> None:
+    """The client spans a reconstruction left without parent, by reason; the calls that begin
+    traces (from instances that serve no requests, :data:`ROOT_CALL`) apart, as roots."""
+    from tacit.reconstruct.result import ROOT_CALL
+
+    for reason, n in reasons.items():
+        if reason == ROOT_CALL:
+            out.print(f"  roots: {n} calls from instances that serve no requests (clients)")
+        else:
+            out.print(f"  unmapped: {n} ({reason})")
 
 
 def comma_list(text: str) -> list[str]:

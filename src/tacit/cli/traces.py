@@ -18,6 +18,7 @@ from tacit.cli.common import (
     load_callgraph,
     out,
     print_json,
+    print_unmapped,
     progress_bar,
 )
 from tacit.errors import ConfigError
@@ -285,8 +286,7 @@ def register(app: typer.Typer) -> None:
             print_json(summary)
         else:
             out.print(f"{summary['spans']} spans -> {summary['traces']} traces in {out_path}")
-            for r, n in reasons.items():
-                out.print(f"  unmapped: {n} ({r})")
+            print_unmapped(reasons)
             if confidence:
                 out.print(_advice(confidence))
 
