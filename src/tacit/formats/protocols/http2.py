@@ -340,13 +340,15 @@ _CUR, _EXCHANGES, _STRINGS, _LAST_FIELDS, _PUSHED, _ORPHANED, _PUSHED_AT, _ORPHA
 # What the walk answers: done; the decoder needs room (for a block of the size given, or
 # as decode_block answered); a request block for Python to read; a stop (reason in _STOPS).
 _DONE, _NEED_META, _NEED_DECODER, _UNUSUAL, _STOPPED = range(5)
-_INTERRUPTED, _OUTSIDE, _UNDECODABLE = 5, 6, 7
+_INTERRUPTED, _OUTSIDE, _UNDECODABLE, _RAN_OUT = 5, 6, 7, 8
 _READ_STOPS = (
     *_STOPS,
     "HTTP/2 field block interrupted (RFC 9113 §6.10)",
     "HTTP/2 CONTINUATION outside a field block (RFC 9113 §6.10)",
     UNDECODABLE,
 )
+"""Why the walk of a direction stopped: :data:`_STOPS`, then the walk's own reasons;
+``_RAN_OUT``, the frames ending inside a field block, is why the frames end."""
 _FNV_OFFSET, _FNV_PRIME = 0xCBF29CE484222325, 0x100000001B3  # FNV-1a, 64 bits
 
 
@@ -404,7 +406,6 @@ class _Connection:
         decoder = HpackDecoder(_INITIAL_TABLE, _MAX_FIELD_SECTION)
         data = np.frombuffer(s.data, np.uint8)
         times = s.times(rows[:, 0]) if len(limits[0]) else limits[0]
-        cut = _STOPS.index(stop.reason) if stop else 1
         st = self.st
         st[_CUR] = st[_PUSHED] = st[_ORPHANED] = 0
         st[_PUSHED_AT] = st[_ORPHANED_AT] = -1
@@ -412,7 +413,7 @@ class _Connection:
         while True:
             meta, ents, table, out = decoder.state
             code, i, x, self.pool, self.offs, self.slots = _walk_side(
-                data, rows, i, client, cut, *limits, times, meta, ents, table, out,
+                data, rows, i, client, *limits, times, meta, ents, table, out,
                 self.smap, self.ex, self.kept, self.words, self.word_at, self.every,
                 st, self.pool, self.offs, self.slots,
             )  # fmt: skip
@@ -432,7 +433,8 @@ class _Connection:
         for _, reason, n in passed:
             conn.skip(reason, n)
         if code == _STOPPED:
-            _skip(conn, f"{side}: {_READ_STOPS[x]}", s.end - i)
+            reason = (stop.reason if stop else CUT) if x == _RAN_OUT else _READ_STOPS[x]
+            _skip(conn, f"{side}: {reason}", s.end - i)
         elif stop is not None:
             _skip(conn, f"{side}: {stop.reason}", s.end - stop.at)
 
@@ -491,7 +493,7 @@ class _Connection:
 
 @njit(cache=True)
 def _walk_side(
-    data, rows, i, client, cut, limit_time, limit_value, times, meta, ents, table, out,
+    data, rows, i, client, limit_time, limit_value, times, meta, ents, table, out,
     smap, ex, kept, words, word_at, every, st, pool, offs, slots,
 ):  # fmt: skip  # pragma: no cover - compiled
     """Read one direction's frames from ``rows[i]`` into the exchange table ``ex`` (and
@@ -504,7 +506,7 @@ def _walk_side(
     decoder has grown; ``_UNUSUAL`` after a request block whose fields the walk does not read
     itself (non-ASCII names, a kept field repeated, or ``every`` field wanted), resumed at the
     next frame; ``_STOPPED`` where the direction cannot be read on (reason in
-    :data:`_READ_STOPS`, ``cut`` where the frames run out inside a field block)."""
+    :data:`_READ_STOPS`, or ``_RAN_OUT``)."""
     n = len(rows)
     got = np.empty(2 * (len(word_at) - 1), np.int64)
     while i < n:
@@ -526,7 +528,7 @@ def _walk_side(
             ):  # CONTINUATION frames follow, nothing between (§6.10)
                 k += 1
                 if k == n:
-                    return _STOPPED, pos, cut, pool, offs, slots
+                    return _STOPPED, pos, _RAN_OUT, pool, offs, slots
                 if rows[k, 2] != _CONTINUATION or rows[k, 4] != sid:
                     return _STOPPED, pos, _INTERRUPTED, pool, offs, slots
                 size += rows[k, 6] - rows[k, 5]
@@ -708,15 +710,17 @@ def _response_fields(out, meta, fields, words, word_at):  # pragma: no cover - c
 
 @njit(cache=True, inline="always")
 def _digits(out, a, b):  # pragma: no cover - compiled
-    """The number ``out[a:b]`` writes in ASCII digits (at most 2**62), -1 if it is not one."""
+    """The number ``out[a:b]`` writes in ASCII digits, -1 if it is not one; one beyond the
+    int64 columns it goes to is taken as their largest value."""
     if a == b:
         return -1
-    d = 0
+    d = np.int64(0)
+    top = np.iinfo(np.int64).max
     for k in range(a, b):
-        c = out[k]
-        if not 0x30 <= c <= 0x39:
+        c = np.int64(out[k]) - 0x30
+        if not 0 <= c <= 9:
             return -1
-        d = min(d * 10 + c - 0x30, 1 << 62)
+        d = top if d > (top - c) // 10 else d * 10 + c
     return d
 
 
