@@ -523,9 +523,7 @@ def _walk_side(
             ex[e, _REQUEST_BYTES if client else _RESPONSE_BYTES] += a
         elif kind in (_HEADERS, _PUSH):
             size, k = b - a, first
-            while (
-                not rows[k, 3] & _END_HEADERS
-            ):  # CONTINUATION frames follow, nothing between (§6.10)
+            while not rows[k, 3] & _END_HEADERS:  # CONTINUATION frames follow it (§6.10)
                 k += 1
                 if k == n:
                     return _STOPPED, pos, _RAN_OUT, pool, offs, slots
