@@ -97,7 +97,7 @@ _INT_BYTES = 5  # continuation bytes an integer may take (§5.1 lets a decoder b
 
 # meta: scalars, then the fields decoded as offsets into the output (name, value, name, ...)
 _MAX, _SIZE, _FIRST, _COUNT, _LO, _HI, LIMIT, _LIST_MAX = 0, 1, 2, 3, 4, 5, 6, 7
-_POS, _N, _USED, _LISTED, _NEED, _CHANGED = 8, 9, 10, 11, 12, 13
+_POS, _N, _USED, _LISTED, _NEED, CHANGED = 8, 9, 10, 11, 12, 13
 FIELDS = 14
 """Where the decoded fields' offsets start in the ``meta`` array of :func:`decode_block`."""
 
@@ -201,7 +201,7 @@ def _evict(meta, ents, room):  # pragma: no cover - compiled
         meta[_SIZE] -= ENTRY_OVERHEAD + ents[slot + 1] + ents[slot + 2]
         meta[_FIRST] = (meta[_FIRST] + 1) % cap
         meta[_COUNT] -= 1
-        meta[_CHANGED] = 1
+        meta[CHANGED] = 1
     if meta[_COUNT]:
         meta[_LO] = ents[3 * meta[_FIRST]]
     else:
@@ -214,7 +214,7 @@ def _insert(meta, ents, table, out, start, nlen, vlen):  # pragma: no cover - co
     an entry larger than the table empties it. The buffers are large enough for any table of
     the current maximum size (the wrapper grows them before a size update raises it)."""
     size = ENTRY_OVERHEAD + nlen + vlen
-    meta[_CHANGED] = 1
+    meta[CHANGED] = 1
     if size > meta[_MAX]:
         _evict(meta, ents, 0)
         return
@@ -249,7 +249,7 @@ def decode_block(block, meta, ents, table, out):  # pragma: no cover - compiled
     error code of :data:`_REASONS`."""
     pos, n, at, listed = meta[_POS], meta[_N], meta[_USED], meta[_LISTED]
     if not pos:
-        meta[_CHANGED] = 0
+        meta[CHANGED] = 0
     end = len(block)
     while pos < end:
         start = pos
@@ -267,7 +267,7 @@ def decode_block(block, meta, ents, table, out):  # pragma: no cover - compiled
                 meta[_NEED] = size
                 return NEED_TABLE
             meta[_MAX] = size
-            meta[_CHANGED] = 1
+            meta[CHANGED] = 1
             _evict(meta, ents, size)
             continue
         indexed = b & 0x80
@@ -376,7 +376,7 @@ class HpackDecoder:
         self.make_room(len(block))
         while (n := decode_block(block, self._meta, self._ents, self._table, self._out)) < 0:
             self.resume(n)
-        self.changed = self._meta[_CHANGED] != 0
+        self.changed = self._meta[CHANGED] != 0
         return self.fields(n, text)
 
     @property

@@ -36,6 +36,7 @@ from numba import njit
 
 from tacit.formats.protocols.common import CUT, GAP, Skipper, Stop
 from tacit.formats.protocols.hpack_decoder import (
+    CHANGED,
     FIELDS,
     LIMIT,
     NEED_OUT,
@@ -350,6 +351,8 @@ _READ_STOPS = (
 """Why the walk of a direction stopped: :data:`_STOPS`, then the walk's own reasons;
 ``_RAN_OUT``, the frames ending inside a field block, is why the frames end."""
 _FNV_OFFSET, _FNV_PRIME = 0xCBF29CE484222325, 0x100000001B3  # FNV-1a, 64 bits
+_MEMO = 64
+"""Response blocks whose reading the walk remembers while the dynamic table stays as it was."""
 
 
 class _Connection:
@@ -499,7 +502,11 @@ def _walk_side(
     """Read one direction's frames from ``rows[i]`` into the exchange table ``ex`` (and
     ``kept``): the client's HEADERS open exchanges and carry the request; the server's frames
     answer them. Field blocks are decoded in order by :func:`decode_block` into ``out``, the
-    SETTINGS limit raised before each as :func:`_limits` says (RFC 9113 §6.5.2).
+    SETTINGS limit raised before each as :func:`_limits` says (RFC 9113 §6.5.2). A response
+    block that left the dynamic table as it was decodes the same way while the table stays so
+    (RFC 7541 §3.2: decoding depends only on the table; a later raise of the limit cannot make
+    it fail), so what it gave is remembered, by its bytes, until the table changes: a
+    connection repeats such blocks for every response of one kind.
 
     Answers (what, frame index, value, and the string buffers, grown): ``_DONE`` at the end of
     the frames; ``_NEED_META``, ``_NEED_DECODER`` to be resumed at the same frame when the
@@ -509,6 +516,7 @@ def _walk_side(
     :data:`_READ_STOPS`, or ``_RAN_OUT``)."""
     n = len(rows)
     got = np.empty(2 * (len(word_at) - 1), np.int64)
+    memo = np.full((_MEMO, 5), -1, np.int64)
     while i < n:
         pos, end, kind, flags, sid = rows[i, 0], rows[i, 1], rows[i, 2], rows[i, 3], rows[i, 4]
         a, b = rows[i, 5], rows[i, 6]
@@ -535,7 +543,19 @@ def _walk_side(
             while st[_CUR] < len(limit_time) and limit_time[st[_CUR]] <= times[first]:
                 meta[LIMIT] = limit_value[st[_CUR]]
                 st[_CUR] += 1
-            if k == first:
+            slot = hit = -1
+            if not client and kind == _HEADERS and k == first:
+                slot = np.int64(_hash(data, a, b) & np.uint64(_MEMO - 1))
+                at = memo[slot, 0]
+                if (
+                    at >= 0
+                    and memo[slot, 1] - at == b - a
+                    and (data[at : memo[slot, 1]] == data[a:b]).all()
+                ):
+                    hit = slot
+            if hit >= 0:
+                fields = 0
+            elif k == first:
                 fields = decode_block(data[a:b], meta, ents, table, out)
             else:
                 block = np.empty(size, np.uint8)
@@ -549,6 +569,8 @@ def _walk_side(
                 return _NEED_DECODER, first, fields, pool, offs, slots
             if fields < 0:
                 return _STOPPED, pos, _UNDECODABLE, pool, offs, slots
+            if hit < 0 and meta[CHANGED]:
+                memo[:, 0] = -1
             if kind == _PUSH:
                 _pass_over(st, 0, end - pos, first)
                 continue
@@ -583,9 +605,18 @@ def _walk_side(
                 _pass_over(st, sid, end - pos, first)
                 continue
             if not client:
-                status, grpc_status, ct, ct_end = _response_fields(
-                    out, meta, fields, words, word_at
-                )
+                if hit >= 0:
+                    status, grpc_status, ct_code = memo[hit, 2], memo[hit, 3], memo[hit, 4]
+                else:
+                    status, grpc_status, ct, ct_end = _response_fields(
+                        out, meta, fields, words, word_at
+                    )
+                    ct_code = -1
+                    if ct >= 0:
+                        pool, offs, slots = _room(pool, offs, slots, st, ct_end - ct, 1)
+                        ct_code = _intern(out, ct, ct_end, pool, offs, slots, st)
+                    if slot >= 0 and not meta[CHANGED]:
+                        memo[slot] = a, b, status, grpc_status, ct_code
                 if ex[e, _RESPONSE_START] < 0:
                     ex[e, _RESPONSE_START] = pos
                 if ex[e, _STATUS] < 0:
@@ -593,9 +624,8 @@ def _walk_side(
                 if grpc_status >= 0:
                     ex[e, _GRPC_STATUS] = grpc_status
                 code = ex[e, _CONTENT_TYPE]
-                if ct >= 0 and (code < 0 or offs[code + 1] == offs[code]):
-                    pool, offs, slots = _room(pool, offs, slots, st, ct_end - ct, 1)
-                    ex[e, _CONTENT_TYPE] = _intern(out, ct, ct_end, pool, offs, slots, st)
+                if ct_code >= 0 and (code < 0 or offs[code + 1] == offs[code]):
+                    ex[e, _CONTENT_TYPE] = ct_code
         elif kind == _RST:
             if e < 0:
                 _pass_over(st, sid, end - pos, first)
