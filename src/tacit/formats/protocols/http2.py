@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, overload
 
 import numpy as np
 from numba import njit
@@ -128,23 +128,19 @@ def exchanges(
     counted. A frame longer than ``max_frame`` stops its direction like a malformed one; the
     default accepts every length the 24-bit field can hold (§4.1)."""
     got = _Connection((), True).read(client, server, conn, max_frame)
-    text = (got.text(codes) for codes in (got.method, got.path, got.authority))
-    numbers = (got.status, got.grpc_status)
-    return [
-        Exchange(*row)  # type: ignore[arg-type]
-        for row in zip(
-            *(c.tolist() for c in (got.stream_id, got.request_start, got.request_end)),
-            *(c.tolist() for c in (got.response_start, got.response_end)),
-            *text,
-            *(c.tolist() for c in numbers),
-            got.text(got.content_type),
-            *(c.tolist() for c in (got.request_bytes, got.response_bytes, got.reset)),
-            got.headers or [],
-            strict=True,
-        )
-    ]
+
+    def column(name: str) -> list:
+        if name == "headers":
+            return got.headers or []
+        values = getattr(got, name)
+        return got.text(values) if name in _TEXT else values.tolist()
+
+    names = [f.name for f in fields(Exchange)]
+    return [Exchange(*row) for row in zip(*map(column, names), strict=True)]
 
 
+_TEXT = ("method", "path", "authority", "content_type")
+"""The fields of :class:`Exchange` that :class:`Streams` holds as codes of strings."""
 _STOPS = ("", CUT, "HTTP/2 frame longer than max_frame", GAP, MALFORMED)
 """Why the walk of a stream's frames stopped, by the code :func:`_walk` returns."""
 
@@ -297,7 +293,11 @@ class Streams:
     def __len__(self) -> int:
         return len(self.stream_id)
 
-    def text(self, codes: np.ndarray, absent: str | None = "") -> list[str | None]:
+    @overload
+    def text(self, codes: np.ndarray, absent: str = "") -> list[str]: ...
+    @overload
+    def text(self, codes: np.ndarray, absent: None) -> list[str | None]: ...
+    def text(self, codes: np.ndarray, absent: str | None = "") -> list[Any]:
         """The strings of ``codes``, ``absent`` for -1."""
         return np.array([*self.strings, absent], dtype=object)[codes].tolist()
 
@@ -339,7 +339,7 @@ _KEPT = 6
 _CUR, _EXCHANGES, _STRINGS, _LAST_FIELDS, _PUSHED, _ORPHANED, _PUSHED_AT, _ORPHANED_AT = range(8)
 
 # What the walk answers: done; the decoder needs room (for a block of the size given, or
-# as decode_block answered); a request block for Python to read; a stop (reason in _STOPS).
+# as decode_block answered); a request block for Python to read; a stop (_READ_STOPS).
 _DONE, _NEED_META, _NEED_DECODER, _UNUSUAL, _STOPPED = range(5)
 _INTERRUPTED, _OUTSIDE, _UNDECODABLE, _RAN_OUT = 5, 6, 7, 8
 _READ_STOPS = (
@@ -371,6 +371,7 @@ class _Connection:
         self.headers: dict[int, dict[str, str]] = {}
         self.ex = np.zeros((0, len(_UNSET)), np.int64)
         self.kept = np.zeros((0, len(keep)), np.int64)
+        self.smap = np.zeros((4, 2), np.int64)
 
     def read(
         self, client: ByteStream, server: ByteStream, conn: Skipper, max_frame: int
@@ -546,28 +547,23 @@ def _walk_side(
             slot = hit = -1
             if not client and kind == _HEADERS and k == first:
                 slot = np.int64(_hash(data, a, b) & np.uint64(_MEMO - 1))
-                at = memo[slot, 0]
-                if (
-                    at >= 0
-                    and memo[slot, 1] - at == b - a
-                    and (data[at : memo[slot, 1]] == data[a:b]).all()
-                ):
+                if _same(data, memo[slot, 0], memo[slot, 1], data, a, b):
                     hit = slot
             if hit >= 0:
-                fields = 0
+                nfields = 0
             elif k == first:
-                fields = decode_block(data[a:b], meta, ents, table, out)
+                nfields = decode_block(data[a:b], meta, ents, table, out)
             else:
                 block = np.empty(size, np.uint8)
                 at = 0
                 for f in range(first, k + 1):
                     block[at : at + rows[f, 6] - rows[f, 5]] = data[rows[f, 5] : rows[f, 6]]
                     at += rows[f, 6] - rows[f, 5]
-                fields = decode_block(block, meta, ents, table, out)
+                nfields = decode_block(block, meta, ents, table, out)
                 i, end = k + 1, rows[k, 1]
-            if fields in (NEED_OUT, NEED_TABLE):
-                return _NEED_DECODER, first, fields, pool, offs, slots
-            if fields < 0:
+            if nfields in (NEED_OUT, NEED_TABLE):
+                return _NEED_DECODER, first, nfields, pool, offs, slots
+            if nfields < 0:
                 return _STOPPED, pos, _UNDECODABLE, pool, offs, slots
             if hit < 0 and meta[CHANGED]:
                 memo[:, 0] = -1
@@ -579,12 +575,12 @@ def _walk_side(
                 st[_EXCHANGES] += 1
                 smap[j, 0], smap[j, 1] = sid + 1, e
                 ex[e, _SID], ex[e, _REQUEST_START] = sid, pos
-                unusual = every or _request_fields(out, meta, fields, words, word_at, got)
+                unusual = every or _request_fields(out, meta, nfields, words, word_at, got)
                 if unusual:
-                    st[_LAST_FIELDS] = fields
+                    st[_LAST_FIELDS] = nfields
                 else:
                     pool, offs, slots = _room(
-                        pool, offs, slots, st, meta[FIELDS + 2 * fields], len(word_at)
+                        pool, offs, slots, st, meta[FIELDS + 2 * nfields], len(word_at)
                     )
                     for w in range(len(word_at) - 1):
                         if w in (_WORD_STATUS, _WORD_GRPC_STATUS) or got[2 * w] < 0:
@@ -609,7 +605,7 @@ def _walk_side(
                     status, grpc_status, ct_code = memo[hit, 2], memo[hit, 3], memo[hit, 4]
                 else:
                     status, grpc_status, ct, ct_end = _response_fields(
-                        out, meta, fields, words, word_at
+                        out, meta, nfields, words, word_at
                     )
                     ct_code = -1
                     if ct >= 0:
@@ -688,13 +684,13 @@ def _is(out, a, b, words, word_at, w, lower):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _request_fields(out, meta, fields, words, word_at, got):  # pragma: no cover - compiled
+def _request_fields(out, meta, nfields, words, word_at, got):  # pragma: no cover - compiled
     """Where the values are (start, end in ``got`` per word, -1 when absent) that a request
     block's fields give to its exchange, as :func:`_request_head` reads them: the last of each
     pseudo-header field, the regular fields by lower-case name. True (unusual) when that needs
     Python: a name not ASCII, or a kept field that occurs twice (its values are joined)."""
     got[:] = -1
-    for f in range(fields):
+    for f in range(nfields):
         a, v, z = meta[FIELDS + 2 * f], meta[FIELDS + 2 * f + 1], meta[FIELDS + 2 * f + 2]
         if v > a and out[a] == 0x3A:  # ":"
             for w in range(_PSEUDO):
@@ -715,13 +711,13 @@ def _request_fields(out, meta, fields, words, word_at, got):  # pragma: no cover
 
 
 @njit(cache=True)
-def _response_fields(out, meta, fields, words, word_at):  # pragma: no cover - compiled
+def _response_fields(out, meta, nfields, words, word_at):  # pragma: no cover - compiled
     """What a response field block (informational or final header section, or trailers, §8.1)
     gives to its exchange: its first final ``:status``, its last ``grpc-status`` (-1 where
     absent; values of ASCII digits only) and where its first ``content-type`` that is not empty
     is (-1, -1 if none)."""
     status = grpc_status = ct = ct_end = -1
-    for f in range(fields):
+    for f in range(nfields):
         a, v, z = meta[FIELDS + 2 * f], meta[FIELDS + 2 * f + 1], meta[FIELDS + 2 * f + 2]
         if _is(out, a, v, words, word_at, _WORD_STATUS, False):
             d = _digits(out, v, z)
@@ -760,6 +756,17 @@ def _hash(src, a, b):  # pragma: no cover - compiled
     return h
 
 
+@njit(cache=True, inline="always")
+def _same(x, a, b, y, c, d):  # pragma: no cover - compiled
+    """Whether ``x[a:b]`` (``a`` -1: nothing) holds the bytes of ``y[c:d]``."""
+    if a < 0 or b - a != d - c:
+        return False
+    k = 0
+    while k < b - a and x[a + k] == y[c + k]:
+        k += 1
+    return k == b - a
+
+
 @njit(cache=True)
 def _intern(src, a, b, pool, offs, slots, st):  # pragma: no cover - compiled
     """The code of the string ``src[a:b]`` among the connection's distinct strings (bytes in
@@ -770,13 +777,8 @@ def _intern(src, a, b, pool, offs, slots, st):  # pragma: no cover - compiled
     n = b - a
     while slots[j] >= 0:
         code = slots[j]
-        at = offs[code]
-        if offs[code + 1] - at == n:
-            k = 0
-            while k < n and pool[at + k] == src[a + k]:
-                k += 1
-            if k == n:
-                return code
+        if _same(pool, offs[code], offs[code + 1], src, a, b):
+            return code
         j = (j + 1) & mask
     code = st[_STRINGS]
     at = offs[code]
