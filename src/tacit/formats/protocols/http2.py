@@ -2,12 +2,15 @@
 
 HTTP/2 multiplexes streams on one connection (§5), so responses do not come in request order
 and this module has no ``requests``/``responses`` pair like the other protocols: ``exchanges``
-reads both directions and returns one :class:`Exchange` per stream.
+reads both directions and returns one :class:`Exchange` per stream; ``columns`` returns the
+same as columns (:class:`Streams`), with only the request header fields asked for.
 
-Frames (§4.1 header, §6 definitions) are walked by one compiled loop per direction; field
-blocks (a HEADERS or PUSH_PROMISE frame and its CONTINUATION frames, §4.3) are decoded by one
-HPACK decoder (RFC 7541, :mod:`.hpack_decoder`) per direction, every block in order, since each
-may change the decoder's dynamic table. h2's connection state machine is not used: a passive
+Frames (§4.1 header, §6 definitions) are found by one compiled loop per direction and read by
+another, which keeps the streams' state in a table; field blocks (a HEADERS or PUSH_PROMISE
+frame and its CONTINUATION frames, §4.3) are decoded in that loop by one HPACK decoder
+(RFC 7541, :mod:`.hpack_decoder`) per direction, every block in order, since each may change
+the decoder's dynamic table, and the fields an exchange takes are read there, their values
+interned once per connection. h2's connection state machine is not used: a passive
 observer sends nothing, and the captures it reads may lack a connection's start or bytes in the
 middle.
 
