@@ -256,7 +256,7 @@ def read_exchanges(
             conn.skip(ENCRYPTED if _TLS.match(up.data) else UNRECOGNISED, up.end + down.end)
             continue
         if conn.protocol in EXCHANGES:
-            got = _streams(conn, conn.protocol, up, down, params.keep_headers)
+            got = _streams(conn, up, down, params.keep_headers)
         else:
             got = _in_order(conn, conn.protocol, up, down, params)
         expects, answered = got["expects_response"], got["response_last"] != MISSING
@@ -346,40 +346,27 @@ def _detect(conn: Connection, client: ByteStream, params: ExchangeParams) -> str
     return None
 
 
-def _streams(
-    conn: Connection, protocol: str, c: ByteStream, s: ByteStream, keep: tuple[str, ...]
-) -> _Found:
-    """The exchanges of a multiplexed connection (HTTP/2: one per stream), in request order."""
-    xs = EXCHANGES[protocol](c, s, conn)
-    offsets = np.array(
-        [
-            (
-                x.request_start,
-                x.request_end,
-                x.response_start,
-                x.response_end,
-                x.request_bytes,
-                x.response_bytes,
-            )
-            for x in xs
-        ],
-        dtype=np.int64,
-    ).reshape(-1, 6)
-    first, end, response_first, response_end, request_bytes, response_bytes = offsets.T
+def _streams(conn: Connection, c: ByteStream, s: ByteStream, keep: tuple[str, ...]) -> _Found:
+    """The exchanges of a multiplexed connection (HTTP/2, the one protocol of
+    :data:`EXCHANGES`: one per stream), in request order."""
+    xs = http2.columns(c, s, conn, keep)
+    first, end = xs.request_start, xs.request_end
+    response_first, response_end = xs.response_start, xs.response_end
     answered = (response_first >= 0) & (response_end >= 0)
+    grpc = xs.grpc
     return {
-        "command": [x.method for x in xs],
-        "target": [x.path or None for x in xs],
-        "status": [x.grpc_status if x.grpc else x.status for x in xs],
+        "command": xs.text(xs.method),
+        "target": [v or None for v in xs.text(xs.path)],
+        "status": np.where(grpc, xs.grpc_status, xs.status),
         "request_first": c.times(first),
         "request_last": np.where(end >= 0, c.times(end - 1), MISSING),
         "response_first": np.where(response_first >= 0, s.times(response_first), MISSING),
         "response_last": np.where(answered, s.times(response_end - 1), MISSING),
-        "request_bytes": request_bytes,
-        "response_bytes": response_bytes,
+        "request_bytes": xs.request_bytes,
+        "response_bytes": xs.response_bytes,
         "expects_response": np.ones(len(xs), dtype=bool),
-        "grpc": np.array([x.grpc for x in xs], dtype=bool),
-        "kept": _kept([x.headers for x in xs], keep),
+        "grpc": grpc,
+        "kept": {k: xs.text(xs.kept[k], None) for k in keep},
     }
 
 

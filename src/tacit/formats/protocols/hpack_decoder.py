@@ -96,11 +96,13 @@ _STATIC_LEN = len(_STATIC_BYTES)  # the table buffer holds the static bytes firs
 _INT_BYTES = 5  # continuation bytes an integer may take (§5.1 lets a decoder bound them)
 
 # meta: scalars, then the fields decoded as offsets into the output (name, value, name, ...)
-_MAX, _SIZE, _FIRST, _COUNT, _LO, _HI, _LIMIT, _LIST_MAX = 0, 1, 2, 3, 4, 5, 6, 7
-_POS, _N, _USED, _LISTED, _NEED, _CHANGED = 8, 9, 10, 11, 12, 13
-_FIELDS = 14
+_MAX, _SIZE, _FIRST, _COUNT, _LO, _HI, LIMIT, _LIST_MAX = 0, 1, 2, 3, 4, 5, 6, 7
+_POS, _N, _USED, _LISTED, _NEED, CHANGED = 8, 9, 10, 11, 12, 13
+FIELDS = 14
+"""Where the decoded fields' offsets start in the ``meta`` array of :func:`decode_block`."""
 
-_NEED_OUT, _NEED_TABLE = -1, -2
+NEED_OUT = -1
+NEED_TABLE = -2
 _REASONS = {
     -3: "integer cut short (RFC 7541 §5.1)",
     -4: "integer longer than 5 continuation bytes (RFC 7541 §5.1)",
@@ -158,7 +160,7 @@ def _entry(meta, ents, index):  # pragma: no cover - compiled
 def _string(block, pos, out, at):  # pragma: no cover - compiled
     """Decode the string literal at ``pos`` (§5.2) into ``out`` at ``at``: (offset after it,
     offset after the bytes written); the first is an error code of :data:`_REASONS`, or
-    ``_NEED_OUT`` when ``out`` has no room (nothing written)."""
+    ``NEED_OUT`` when ``out`` has no room (nothing written)."""
     huffman = block[pos] & 0x80
     n, pos = _integer(block, pos, 7)
     if pos < 0:
@@ -168,7 +170,7 @@ def _string(block, pos, out, at):  # pragma: no cover - compiled
         return -5, at
     room = n * 8 // 5 if huffman else n  # every symbol takes at least 5 bits
     if at + room > len(out):
-        return _NEED_OUT, at
+        return NEED_OUT, at
     if not huffman:
         for i in range(n):
             out[at + i] = block[pos + i]
@@ -199,7 +201,7 @@ def _evict(meta, ents, room):  # pragma: no cover - compiled
         meta[_SIZE] -= ENTRY_OVERHEAD + ents[slot + 1] + ents[slot + 2]
         meta[_FIRST] = (meta[_FIRST] + 1) % cap
         meta[_COUNT] -= 1
-        meta[_CHANGED] = 1
+        meta[CHANGED] = 1
     if meta[_COUNT]:
         meta[_LO] = ents[3 * meta[_FIRST]]
     else:
@@ -212,7 +214,7 @@ def _insert(meta, ents, table, out, start, nlen, vlen):  # pragma: no cover - co
     an entry larger than the table empties it. The buffers are large enough for any table of
     the current maximum size (the wrapper grows them before a size update raises it)."""
     size = ENTRY_OVERHEAD + nlen + vlen
-    meta[_CHANGED] = 1
+    meta[CHANGED] = 1
     if size > meta[_MAX]:
         _evict(meta, ents, 0)
         return
@@ -240,14 +242,14 @@ def _insert(meta, ents, table, out, start, nlen, vlen):  # pragma: no cover - co
 
 
 @njit(cache=True)
-def _decode(block, meta, ents, table, out):  # pragma: no cover - compiled
-    """Decode ``block`` into ``out``, the fields' offsets into ``meta`` from ``_FIELDS`` (name,
-    value, name, ..., end); returns the number of fields, or ``_NEED_OUT`` or ``_NEED_TABLE``
+def decode_block(block, meta, ents, table, out):  # pragma: no cover - compiled
+    """Decode ``block`` into ``out``, the fields' offsets into ``meta`` from ``FIELDS`` (name,
+    value, name, ..., end); returns the number of fields, or ``NEED_OUT`` or ``NEED_TABLE``
     (grow, ``meta[_NEED]`` says to what, and call again to resume at ``meta[_POS]``), or an
     error code of :data:`_REASONS`."""
     pos, n, at, listed = meta[_POS], meta[_N], meta[_USED], meta[_LISTED]
     if not pos:
-        meta[_CHANGED] = 0
+        meta[CHANGED] = 0
     end = len(block)
     while pos < end:
         start = pos
@@ -258,14 +260,14 @@ def _decode(block, meta, ents, table, out):  # pragma: no cover - compiled
                 return pos
             if n:
                 return -8
-            if size > meta[_LIMIT]:
+            if size > meta[LIMIT]:
                 return -9
             if _STATIC_LEN + size > len(table) or size // ENTRY_OVERHEAD + 1 > len(ents) // 3:
                 meta[_POS], meta[_N], meta[_USED], meta[_LISTED] = start, n, at, listed
                 meta[_NEED] = size
-                return _NEED_TABLE
+                return NEED_TABLE
             meta[_MAX] = size
-            meta[_CHANGED] = 1
+            meta[CHANGED] = 1
             _evict(meta, ents, size)
             continue
         indexed = b & 0x80
@@ -286,7 +288,7 @@ def _decode(block, meta, ents, table, out):  # pragma: no cover - compiled
             if at + take > len(out):
                 meta[_POS], meta[_N], meta[_USED], meta[_LISTED] = start, n, at, listed
                 meta[_NEED] = at + take
-                return _NEED_OUT
+                return NEED_OUT
             out[at : at + take] = table[e : e + take]
             at += take
             value_at = at - vlen if indexed else at
@@ -299,23 +301,23 @@ def _decode(block, meta, ents, table, out):  # pragma: no cover - compiled
             if pos >= end:
                 return -3
             pos, at = _string(block, pos, out, at)
-        if pos == _NEED_OUT:
+        if pos == NEED_OUT:
             meta[_POS], meta[_N], meta[_USED], meta[_LISTED] = start, n, name_at, listed
             meta[_NEED] = name_at + 2 * (end - start) + 8
-            return _NEED_OUT
+            return NEED_OUT
         if pos < 0:
             return pos
         listed += ENTRY_OVERHEAD + at - name_at
         if listed > meta[_LIST_MAX]:
             return -11
-        meta[_FIELDS + 2 * n] = name_at
-        meta[_FIELDS + 2 * n + 1] = value_at
+        meta[FIELDS + 2 * n] = name_at
+        meta[FIELDS + 2 * n + 1] = value_at
         n += 1
         if b & 0xC0 == 0x40:
             _insert(meta, ents, table, out, name_at, value_at - name_at, at - value_at)
-    if meta[_MAX] > meta[_LIMIT]:
+    if meta[_MAX] > meta[LIMIT]:
         return -10
-    meta[_FIELDS + 2 * n] = at
+    meta[FIELDS + 2 * n] = at
     meta[_POS] = meta[_N] = meta[_USED] = meta[_LISTED] = 0  # ready for the next block
     return n
 
@@ -335,10 +337,10 @@ class HpackDecoder:
     def __init__(self, limit: int = DEFAULT_TABLE_SIZE, max_field_section: int = 1 << 16) -> None:
         if limit < 0 or max_field_section < 0:
             raise ValueError("limit and max_field_section must be at least 0")
-        self._meta = np.zeros(_FIELDS + 64, np.int64)
+        self._meta = np.zeros(FIELDS + 64, np.int64)
         self._meta[_MAX] = DEFAULT_TABLE_SIZE
         self._meta[_LO] = self._meta[_HI] = _STATIC_LEN
-        self._meta[_LIMIT] = limit
+        self._meta[LIMIT] = limit
         self._meta[_LIST_MAX] = max_field_section
         self._ents = np.zeros(3 * (DEFAULT_TABLE_SIZE // ENTRY_OVERHEAD + 1), np.int64)
         self._table = np.zeros(_STATIC_LEN + DEFAULT_TABLE_SIZE, np.uint8)
@@ -350,13 +352,13 @@ class HpackDecoder:
 
     @property
     def limit(self) -> int:
-        return int(self._meta[_LIMIT])
+        return int(self._meta[LIMIT])
 
     @limit.setter
     def limit(self, value: int) -> None:
         if value < 0:
             raise ValueError("limit must be at least 0")
-        self._meta[_LIMIT] = value
+        self._meta[LIMIT] = value
 
     @property
     def table_size(self) -> int:
@@ -371,28 +373,47 @@ class HpackDecoder:
         """The fields of one complete field block, in order; :class:`HpackError` if it does not
         decode. With ``text``, names and values are read as UTF-8 (invalid bytes replaced by
         U+FFFD): a block of ASCII is decoded once and cut, not field by field."""
+        self.make_room(len(block))
+        while (n := decode_block(block, self._meta, self._ents, self._table, self._out)) < 0:
+            self.resume(n)
+        self.changed = self._meta[CHANGED] != 0
+        return self.fields(n, text)
+
+    @property
+    def state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The arrays :func:`decode_block` takes, for compiled callers that decode blocks
+        themselves: they call :meth:`make_room` first and :meth:`resume` on a negative answer."""
+        return self._meta, self._ents, self._table, self._out
+
+    def make_room(self, size: int) -> None:
+        """Room for the fields of a block of ``size`` bytes (a field takes a byte at least)."""
+        if len(self._meta) < FIELDS + 2 * size + 1:
+            self._meta = np.concatenate([self._meta, np.zeros(2 * size + 1, np.int64)])
+
+    def resume(self, code: int) -> None:
+        """Act on what :func:`decode_block` answered when below 0: grow the buffer it needs (it
+        then resumes where it stopped), or raise :class:`HpackError` for a decoding error."""
         meta = self._meta
-        if len(meta) < _FIELDS + 2 * len(block) + 1:  # a field takes a byte at least
-            meta = self._meta = np.concatenate([meta, np.zeros(2 * len(block) + 1, np.int64)])
-        while (n := _decode(block, meta, self._ents, self._table, self._out)) < 0:
-            if n == _NEED_OUT:
-                self._out = _grown(self._out, int(meta[_NEED]))
-            elif n == _NEED_TABLE:
-                self._grow_table(int(meta[_NEED]))
-            else:
-                meta[_POS] = meta[_N] = meta[_USED] = meta[_LISTED] = 0
-                raise HpackError(_REASONS[n])
-        b = meta[_CHANGED : _FIELDS + 2 * n + 1].tolist()  # the flag, then the offsets
-        self.changed = b[0] != 0
+        if code == NEED_OUT:
+            self._out = _grown(self._out, int(meta[_NEED]))
+        elif code == NEED_TABLE:
+            self._grow_table(int(meta[_NEED]))
+        else:
+            meta[_POS] = meta[_N] = meta[_USED] = meta[_LISTED] = 0
+            raise HpackError(_REASONS[code])
+
+    def fields(self, n: int, text: bool = False) -> list[tuple[Any, Any]]:
+        """The ``n`` fields of the block just decoded (see :meth:`decode`)."""
+        b = self._meta[FIELDS : FIELDS + 2 * n + 1].tolist()
         raw: Any = self._out[: b[-1]].tobytes()
         if text:
             if not raw.isascii():
                 return [
                     (_utf8(raw[b[i] : b[i + 1]]), _utf8(raw[b[i + 1] : b[i + 2]]))
-                    for i in range(1, 2 * n, 2)
+                    for i in range(0, 2 * n, 2)
                 ]
             raw = raw.decode("ascii")
-        return [(raw[b[i] : b[i + 1]], raw[b[i + 1] : b[i + 2]]) for i in range(1, 2 * n, 2)]
+        return [(raw[b[i] : b[i + 1]], raw[b[i + 1] : b[i + 2]]) for i in range(0, 2 * n, 2)]
 
     def _grow_table(self, size: int) -> None:
         """Room for a dynamic table of ``size``: its bytes and its entries, the oldest first."""
