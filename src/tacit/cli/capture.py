@@ -128,7 +128,7 @@ def register(app: typer.Typer) -> None:
                 cg, woven = callgraph_from_isolated(test.spans)
                 summary["test_capture"] = {
                     "spans": len(test.spans),
-                    "unwoven": _count(woven.unmapped.values()),
+                    "unwoven": woven.unmapped_counts(),
                 }
             else:
                 cg = load_callgraph(str(callgraph))
@@ -136,7 +136,7 @@ def register(app: typer.Typer) -> None:
                 traces, tags, rec = reconstruct_blind(got.spans, cg, algorithm, progress=cb)
             write_traces(out_path, traces, tags, format=output_format)
             summary["traces"] = len(set(traces.trace.tolist()))
-            summary["unmapped"] = _count(rec.unmapped.values())
+            summary["unmapped"] = rec.unmapped_counts()
             summary["confidence"] = rec.confidence
         else:
             write_blind(out_path, got.spans)
@@ -144,13 +144,6 @@ def register(app: typer.Typer) -> None:
             print_json(summary)
         else:
             _show(summary)
-
-
-def _count(values) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
-    return counts
 
 
 def _services(spans) -> dict[str, dict[str, int]]:

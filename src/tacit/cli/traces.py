@@ -266,9 +266,7 @@ def register(app: typer.Typer) -> None:
                     blind, cg, algorithm, progress=cb, seed=seed
                 )
             write_traces(out_path, rec_traces, tags, format=output_format)
-            reasons = {}
-            for r in rec.unmapped.values():
-                reasons[r] = reasons.get(r, 0) + 1
+            reasons = rec.unmapped_counts()
             summary = {
                 "spans": len(blind),
                 "traces": len(set(rec_traces.trace.tolist())),

@@ -101,14 +101,11 @@ def evaluate_capture(
     got = read_capture_spans(capture, services, params=params)
     truth, labels = label_capture(got, header, parent_of)
     ev = evaluate(truth, list(algorithms), callgraph=callgraph)
-    unwoven: dict[str, int] = {}
-    for reason in woven.unmapped.values():
-        unwoven[reason] = unwoven.get(reason, 0) + 1
     return {
         "packets": got.exchanges.accounting.as_dict(),
         "exchanges": got.accounting.as_dict(),
         "labels": asdict(labels),
-        "test_capture": {"spans": len(test.spans), "unwoven": unwoven},
+        "test_capture": {"spans": len(test.spans), "unwoven": woven.unmapped_counts()},
         "traces": ev.traces,
         "spans": ev.spans,
         "accuracy": {r["algorithm"]: r["accuracy"] for r in ev.results},

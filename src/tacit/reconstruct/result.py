@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,6 +66,10 @@ class Reconstruction:
         known = known_calls(spans)
         parent[known] = spans.parent[known]
         return cls(algorithm, parent, np.full(len(spans), np.nan))
+
+    def unmapped_counts(self) -> dict[str, int]:
+        """How many client spans were left unmapped, by reason."""
+        return dict(Counter(self.unmapped.values()))
 
     def finish_unmapped(self, spans: SpanTable, reason: str) -> None:
         """Give every client span still without parent or reason the default ``reason``, or
