@@ -33,6 +33,7 @@ import yaml
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from ss_sample import SS
 from tacit.causal_paths.from_spans import messages_from_spans
 from tacit.cli.main import main
 from tacit.formats.blind import write_blind
@@ -96,17 +97,6 @@ EVENTS = "\n".join(
          "local": "10.0.0.2:80", "remote": "10.0.0.1:45678"},
     ]
 )  # fmt: skip
-SS = """1000.0
-State Recv-Q Send-Q Local Address:Port Peer Address:Port
-ESTAB 0 0 10.0.0.1:443 198.51.100.7:5000
-\t cubic rto:300 rtt:80/10 minrtt:40 cwnd:10 retrans:0/1
-1000.5
-State Recv-Q Send-Q Local Address:Port Peer Address:Port
-ESTAB 0 0 10.0.0.1:443 198.51.100.7:5000
-\t cubic rto:600 rtt:120/30 minrtt:40 cwnd:5 retrans:1/3
-ESTAB 0 0 10.0.0.1:443 198.51.100.8:6000
-\t cubic rto:204 rtt:2/1 minrtt:1.5 cwnd:10
-"""
 TCP_RPCS = """id,local,peer,start_s,first_byte_ms,server_ms,slow
 lossy,10.0.0.1:443,198.51.100.7:5000,1000.1,1400,10,true
 busy,10.0.0.1:443,198.51.100.8:6000,1000.6,60,50,true
