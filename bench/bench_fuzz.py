@@ -21,8 +21,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-TESTS = Path(__file__).resolve().parents[1] / "tests"
-sys.path[:0] = [str(TESTS / "fuzz"), str(TESTS)]  # the generators, and the samples they share
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the shared samples
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fuzz"))
 
 from generators import COMMANDS, GOOD, PROFILES, Command, build_seeds, cases, describe, run_case
 
