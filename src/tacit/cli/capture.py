@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
             spans_from_read,
         )
         from tacit.formats.live import capture_for
-        from tacit.reconstruct.isolated import callgraph_from_isolated
+        from tacit.reconstruct.isolated import callgraph_from_test_capture
         from tacit.reconstruct.pipeline import check_algorithm, reconstruct_blind
 
         if (pcap is None) == (interface is None):
@@ -124,12 +124,9 @@ def register(app: typer.Typer) -> None:
             summary["live"] = {"interface": interface, "seconds": seconds, **asdict(stats)}
         if reconstruct:
             if test_capture is not None:
-                test = read_capture_spans(test_capture, names, protocol)
-                cg, woven = callgraph_from_isolated(test.spans)
-                summary["test_capture"] = {
-                    "spans": len(test.spans),
-                    "unwoven": woven.unmapped_counts(),
-                }
+                cg, summary["test_capture"] = callgraph_from_test_capture(
+                    test_capture, names, protocol
+                )
             else:
                 cg = load_callgraph(str(callgraph))
             with progress_bar(len(got.spans), "reconstructing", not json_out) as cb:

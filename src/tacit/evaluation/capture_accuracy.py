@@ -23,7 +23,7 @@ from tacit.formats.exchanges import ExchangeParams
 from tacit.model.columns import NONE
 from tacit.model.spans import CLIENT, SpanTable
 from tacit.model.traces import roots
-from tacit.reconstruct.isolated import callgraph_from_isolated
+from tacit.reconstruct.isolated import callgraph_from_test_capture
 
 
 @dataclass
@@ -95,17 +95,15 @@ def evaluate_capture(
     ``algorithms`` reconstructing the traces, scored against the app's log ``parent_of`` (see
     :func:`label_capture`). Returns the accounting of every step and each algorithm's
     accuracy."""
-    params = ExchangeParams(keep_headers=(header,))
-    test = read_capture_spans(test_capture, services, params=params)
-    callgraph, woven = callgraph_from_isolated(test.spans)
-    got = read_capture_spans(capture, services, params=params)
+    callgraph, learned = callgraph_from_test_capture(test_capture, services)
+    got = read_capture_spans(capture, services, params=ExchangeParams(keep_headers=(header,)))
     truth, labels = label_capture(got, header, parent_of)
     ev = evaluate(truth, list(algorithms), callgraph=callgraph)
     return {
         "packets": got.exchanges.accounting.as_dict(),
         "exchanges": got.accounting.as_dict(),
         "labels": asdict(labels),
-        "test_capture": {"spans": len(test.spans), "unwoven": woven.unmapped_counts()},
+        "test_capture": learned,
         "traces": ev.traces,
         "spans": ev.spans,
         "accuracy": {r["algorithm"]: r["accuracy"] for r in ev.results},

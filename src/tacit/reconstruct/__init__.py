@@ -11,7 +11,11 @@
 from tacit.reconstruct.assemble import assemble
 from tacit.reconstruct.baselines import reconstruct_fcfs, reconstruct_vpath, reconstruct_wap5
 from tacit.reconstruct.callgraph import CallGraph, EndpointGraph, learn_callgraph
-from tacit.reconstruct.isolated import callgraph_from_isolated, weave_isolated
+from tacit.reconstruct.isolated import (
+    callgraph_from_isolated,
+    callgraph_from_test_capture,
+    weave_isolated,
+)
 from tacit.reconstruct.online import OnlineTraceWeaver, reconstruct_online, stream_chunks
 from tacit.reconstruct.pipeline import (
     ALGORITHMS,
@@ -33,6 +37,7 @@ __all__ = [
     "TraceWeaverParams",
     "assemble",
     "callgraph_from_isolated",
+    "callgraph_from_test_capture",
     "learn_callgraph",
     "reconstruct_blind",
     "reconstruct_fcfs",

@@ -14,8 +14,11 @@ the replay must be slower.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
+from tacit.formats.capture_spans import ServiceMap, read_capture_spans
 from tacit.model.spans import SpanTable
 from tacit.reconstruct.assemble import assemble
 from tacit.reconstruct.baselines import per_instance
@@ -50,3 +53,15 @@ def callgraph_from_isolated(spans: SpanTable) -> tuple[CallGraph, Reconstruction
     rec = weave_isolated(spans)
     traces, _ = assemble(spans, rec)
     return learn_callgraph(traces), rec
+
+
+def callgraph_from_test_capture(
+    path: str | Path, services: ServiceMap | None = None, protocol: str = "auto"
+) -> tuple[CallGraph, dict]:
+    """The call graph learned from a packet capture of requests replayed one at a time
+    (:func:`tacit.formats.capture_spans.read_capture_spans`, then
+    :func:`callgraph_from_isolated`), and what the capture gave: its spans and, by reason,
+    the calls that could not be woven."""
+    spans = read_capture_spans(path, services, protocol).spans
+    callgraph, woven = callgraph_from_isolated(spans)
+    return callgraph, {"spans": len(spans), "unwoven": woven.unmapped_counts()}
