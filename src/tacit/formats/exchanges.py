@@ -39,9 +39,9 @@ import numpy as np
 from tacit.errors import ConfigError, InputError
 from tacit.formats.connections import DECISIONS, connections
 from tacit.formats.protocols import (
+    CERTAIN,
     EXCHANGES,
     HTTP,
-    HTTP2,
     MEMCACHED,
     PARSERS,
     PROTOCOLS,
@@ -335,15 +335,12 @@ def _incarnations(p: PacketTable, group: np.ndarray) -> list[np.ndarray]:
 
 def _detect(conn: Connection, client: ByteStream, params: ExchangeParams) -> str | None:
     head = client.data[:256]
-    if http2.SNIFF.match(head):  # the HTTP/2 preface is unambiguous, on port 80 too (h2c)
-        return HTTP2
     port = int(conn.server.rsplit(":", 1)[1])
-    if port in params.ports:
-        return params.ports[port]
-    for name, pattern in SNIFF:
+    by_port = params.ports.get(port)
+    for name, pattern in SNIFF if by_port is None else CERTAIN:
         if pattern.match(head):
             return name
-    return None
+    return by_port
 
 
 def _streams(conn: Connection, c: ByteStream, s: ByteStream, keep: tuple[str, ...]) -> _Found:

@@ -7,8 +7,9 @@ a :class:`~.common.Message`, or a :class:`~.common.Run` of them read at once), a
 ``responses(stream, requests, max_line, skipper, pos)``, one (first byte, end, status; -1 when
 the protocol has none) per request of ``requests`` (the :class:`~.common.Requests` that expect
 an answer), in order; both raise :class:`~.common.Stop` where the stream cannot be parsed on.
-:data:`PARSERS` dispatches by name, :data:`SNIFF` tells a protocol from a client's first bytes,
-:data:`RESYNC` says where a response may be found again after a gap.
+:data:`PARSERS` dispatches by name, :data:`SNIFF` tells a protocol from a client's first bytes
+(:data:`CERTAIN` beyond doubt), :data:`RESYNC` says where a response may be found again after a
+gap.
 
 HTTP/2 multiplexes requests on one connection, so its responses do not come in request order:
 :data:`EXCHANGES` holds, for such protocols, ``exchanges(client, server, skipper)``, one
@@ -38,8 +39,12 @@ PARSERS: dict[str, tuple[Callable, Callable]] = {
 }
 """Per protocol, its request and response parsers."""
 
+CERTAIN: tuple[tuple[str, re.Pattern], ...] = ((HTTP2, http2.SNIFF),)
+"""Client first bytes no other protocol starts with (the HTTP/2 preface, RFC 9113 §3.4): they
+name the protocol whatever the server port (h2c on port 80)."""
+
 SNIFF: tuple[tuple[str, re.Pattern], ...] = (
-    (HTTP2, http2.SNIFF),  # first: Redis's inline pattern matches the preface's first line
+    *CERTAIN,  # first: Redis's inline pattern matches the preface's first line
     (HTTP, http1.SNIFF),
     (REDIS, resp.SNIFF),
     (MEMCACHED, memcached.SNIFF),
@@ -54,6 +59,7 @@ EXCHANGES: dict[str, Callable[..., list[http2.Exchange]]] = {HTTP2: http2.exchan
 """Per multiplexing protocol, its parser of a connection's two streams into exchanges."""
 
 __all__ = [
+    "CERTAIN",
     "CUT",
     "EXCHANGES",
     "GAP",
