@@ -198,6 +198,16 @@ def print_unmapped(reasons: Mapping[str, int]) -> None:
             out.print(f"  unmapped: {n} ({reason})")
 
 
+def percent(x: float | None) -> str:
+    """A fraction as a percentage with one decimal ("–" when there is none)."""
+    return "–" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
+
+
+def ms(ns: float | None) -> str:
+    """Nanoseconds as milliseconds with three decimals ("–" when there are none)."""
+    return "–" if ns is None or not math.isfinite(ns) else f"{ns / 1e6:.3f}"
+
+
 def comma_list(text: str) -> list[str]:
     """The items of a comma-separated option, stripped, empty ones dropped."""
     return [item.strip() for item in text.split(",") if item.strip()]

@@ -13,17 +13,15 @@ from tacit.cli.common import (
     SEED,
     JsonOpt,
     console,
+    ms,
     out,
     parse_duration,
+    percent,
     print_json,
     working,
 )
 
 paths_app = typer.Typer(help="Causal path patterns from black-box message traces (WAP5).")
-
-
-def _ms(ns: float | None) -> str:
-    return "–" if ns is None else f"{ns / 1e6:.3f}"
 
 
 def register(app: typer.Typer) -> None:
@@ -97,7 +95,7 @@ def link(
             str(p.count),
             f"{p.expected:.1f}",
             f"{p.max_probability:.3f}",
-            _ms(p.mean_latency_ns),
+            ms(p.mean_latency_ns),
             str(len(p.hops)),
             f"{root.src} -> {root.dst}",
         )
@@ -133,20 +131,24 @@ def evaluate(
     t.add_column("value", justify="right")
     t.add_column("meaning", overflow="fold")
     rows = [
-        ("parent accuracy", _pct(ev.parent_accuracy), "messages whose most likely cause is right"),
+        (
+            "parent accuracy",
+            percent(ev.parent_accuracy),
+            "messages whose most likely cause is right",
+        ),
         (
             "pattern precision",
-            _pct(ev.pattern_precision),
+            percent(ev.pattern_precision),
             "found patterns with a true shape and a count within 10% of its true count",
         ),
         (
             "pattern recall",
-            _pct(ev.pattern_recall),
+            percent(ev.pattern_recall),
             "true patterns found with a count within 10%",
         ),
         (
             "true patterns found",
-            _pct(ev.patterns_found),
+            percent(ev.patterns_found),
             "true shapes found at all, whatever their count",
         ),
         ("true / found patterns", f"{ev.true_patterns} / {ev.found_patterns}", ""),
@@ -161,17 +163,13 @@ def evaluate(
     ]
     if ev.nesting is not None and ev.call_parent_accuracy is not None:
         rows += [
-            ("call parent accuracy: WAP5", _pct(ev.call_parent_accuracy), "calls linked right"),
+            ("call parent accuracy: WAP5", percent(ev.call_parent_accuracy), "calls linked right"),
             (
                 "call parent accuracy: nesting",
-                _pct(ev.nesting["call_parent_accuracy"]),
+                percent(ev.nesting["call_parent_accuracy"]),
                 "the same for Project 5's nesting algorithm, the baseline",
             ),
         ]
     for r in rows:
         t.add_row(*r)
     out.print(t)
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"

@@ -18,8 +18,10 @@ from tacit.cli.common import (
     JsonOpt,
     console,
     flag,
+    ms,
     out,
     parse_duration,
+    percent,
     print_json,
     working,
 )
@@ -143,14 +145,6 @@ def _state_bytes(params, algorithm: str) -> int:
     return StreamingEstimator(params, algorithm=algorithm).state_bytes_per_connection
 
 
-def _ms(ns) -> str:
-    return (
-        "–"
-        if ns is None or (isinstance(ns, float) and not math.isfinite(ns))
-        else (f"{ns / 1e6:.3f}")
-    )
-
-
 def _print(doc: dict, estimates) -> None:
     t = Table(
         title=f"{doc['capture']}: {doc['packets']} packets, {doc['connections']} connections, "
@@ -164,7 +158,7 @@ def _print(doc: dict, estimates) -> None:
             estimates.connections.client(c),
             estimates.connections.server(c),
             str(int(sel.sum())),
-            _ms(float(np.median(estimates.latency_ns[sel]))),
+            ms(float(np.median(estimates.latency_ns[sel]))),
             str(int(estimates.samples[sel].sum())),
         )
     out.print(t)
@@ -178,27 +172,27 @@ def _print(doc: dict, estimates) -> None:
         errors = Table(
             "against", "samples", "median error", "p5", "p95",
             title=f"relative error against the truth (median true latency "
-            f"{_ms(doc['median_true_latency_ns'])} ms)",
+            f"{ms(doc['median_true_latency_ns'])} ms)",
         )  # fmt: skip
         errors.add_row(
             "response latency, per connection-epoch",
             str(doc["samples"]),
-            *(_pct(doc[f"{q}_relative_error"]) for q in ("median", "p5", "p95")),
+            *(percent(doc[f"{q}_relative_error"]) for q in ("median", "p5", "p95")),
         )
         errors.add_row(
-            "causal pairs (Pirate §3)", str(c["samples"]), _pct(c["median_relative_error"]), "", ""
+            "causal pairs (Pirate §3)",
+            str(c["samples"]),
+            percent(c["median_relative_error"]),
+            "",
+            "",
         )
         out.print(errors)
         rtt = Table("RTT baseline", "samples", "median ms")
         for name, b in doc["rtt_baselines"].items():
-            rtt.add_row(name, str(b["samples"]), _ms(b["median_rtt_ns"]))
+            rtt.add_row(name, str(b["samples"]), ms(b["median_rtt_ns"]))
         out.print(rtt)
     for warning in doc["warnings"]:
         console.print(f"warning: {warning}")
-
-
-def _pct(x) -> str:
-    return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.1%}"
 
 
 GAP_THRESHOLD_ALGORITHMS = ("threshold", "centres")
@@ -214,7 +208,7 @@ def _warnings(doc: dict, params) -> list[str]:
     if doc["packets"] and not doc["estimates"] and doc["algorithm"] in GAP_THRESHOLD_ALGORITHMS:
         out.append(
             f"no estimates: {doc['algorithm']} counts only gaps between a connection's client "
-            f"packets longer than the gap threshold δ = {_ms(delta)} ms, and none was: every "
+            f"packets longer than the gap threshold δ = {ms(delta)} ms, and none was: every "
             f"response came faster (as on loopback or one host); a smaller --gap-threshold "
             f"(e.g. {delta // 50 // 1000} us) or the default algorithm would see them"
         )

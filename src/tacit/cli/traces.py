@@ -17,6 +17,7 @@ from tacit.cli.common import (
     flag,
     load_callgraph,
     out,
+    percent,
     print_json,
     print_unmapped,
     progress_bar,
@@ -24,11 +25,6 @@ from tacit.cli.common import (
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT
 from tacit.outputs import refuse_input_as_output
-
-
-def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:.1f}%"
-
 
 _REPORT_COLUMNS = {
     "unassigned": "unassigned",
@@ -127,10 +123,10 @@ def register(app: typer.Typer) -> None:
         for r in ev.results:
             t.add_row(
                 r["algorithm"],
-                _pct(r["accuracy"]),
-                _pct(r["link_accuracy"]),
-                _pct(r["top5_accuracy"]),
-                _pct(r["artifact_scope_accuracy"]),
+                percent(r["accuracy"]),
+                percent(r["link_accuracy"]),
+                percent(r["top5_accuracy"]),
+                percent(r["artifact_scope_accuracy"]),
                 f"{r['seconds']:.2f}",
                 f"{r['spans_per_second']:.0f}",
             )
@@ -153,7 +149,7 @@ def register(app: typer.Typer) -> None:
                 s.add_row(
                     name,
                     str(v["incoming"]),
-                    _pct(v["accuracy"]),
+                    percent(v["accuracy"]),
                     "–" if conf is None else f"{conf:.1f}%",
                     *(str(report.get(k, "–")) for k in _REPORT_COLUMNS.values()),
                 )
@@ -368,11 +364,11 @@ def register(app: typer.Typer) -> None:
         for a in res["algorithms"]:
             t.add_column(a, justify="right")
         for row in res["loads"]:
-            t.add_row(str(row["rate"]), *[_pct(row["accuracy"][a]) for a in res["algorithms"]])
+            t.add_row(str(row["rate"]), *[percent(row["accuracy"][a]) for a in res["algorithms"]])
         out.print(t)
         out.print(f"traces: {res['traces']}\nreport: {res['report']}")
         cap = res["capture"]
-        accuracy = ", ".join(f"{a} {_pct(v)}" for a, v in cap["accuracy"].items())
+        accuracy = ", ".join(f"{a} {percent(v)}" for a, v in cap["accuracy"].items())
         out.print(
             f"from packets alone ({cap['pcap']}, {cap['rate']} req/s): {accuracy}\n"
             f"  tacit capture {cap['pcap']} --services {cap['services']} --reconstruct "
