@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from tacit.cli import capture, diagnose, experiment, latency, paths, traces
+from tacit.cli import capture, diagnose, experiment, latency, paths, serve, traces
 from tacit.cli.common import console, out, show_notices, standard_streams
 from tacit.compiled import kernels_cached
 from tacit.errors import TacitError
@@ -32,6 +32,7 @@ paths.register(app)
 latency.register(app)
 experiment.register(app)
 diagnose.register(app)
+serve.register(app)
 
 
 def terminate(signum: int, _frame: object) -> None:

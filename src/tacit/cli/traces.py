@@ -25,6 +25,7 @@ from tacit.cli.common import (
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT
 from tacit.outputs import refuse_input_as_output
+from tacit.reconstruct.result import instrument_next
 
 _REPORT_COLUMNS = {
     "unassigned": "unassigned",
@@ -62,15 +63,6 @@ def _observe(inputs: list[Path], input_format: str, services: Path | None):
         raise ConfigError(f"--input-format must be one of {', '.join(READ_FORMATS)}")
     names = read_service_map(services) if services is not None else None
     return observe(list(inputs), input_format, names)[0]
-
-
-def _advice(confidence: Mapping[str, float | None]) -> str:
-    """§6.3.2: the services to instrument first are those of lowest confidence."""
-    scored = sorted((c, name) for name, c in confidence.items() if c is not None)
-    low = [f"{name} ({conf:.1f}%)" for conf, name in scored[:3] if conf < 99.0]
-    if not low:
-        return "every service's confidence is 99% or more"
-    return "instrument these first (lowest confidence): " + ", ".join(low)
 
 
 def register(app: typer.Typer) -> None:
@@ -159,7 +151,7 @@ def register(app: typer.Typer) -> None:
                 "mapping; lowered by requests left without one (unassigned) or given another "
                 "(not top)"
             )
-            out.print(_advice({k: v["confidence"] for k, v in tw["per_service"].items()}))
+            out.print(instrument_next({k: v["confidence"] for k, v in tw["per_service"].items()}))
 
     @app.command()
     def reconstruct(
@@ -282,7 +274,7 @@ def register(app: typer.Typer) -> None:
             out.print(f"{summary['spans']} spans -> {summary['traces']} traces in {out_path}")
             print_unmapped(reasons)
             if confidence:
-                out.print(_advice(confidence))
+                out.print(instrument_next(confidence))
 
     @app.command()
     def blind(

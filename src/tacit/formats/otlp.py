@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from tacit.errors import InputError
 from tacit.formats.common import (
@@ -163,13 +164,34 @@ def read_otlp_protobuf(data: bytes, source: str) -> SpanTable:
     sequence of them each preceded by its length as a 4-byte big-endian integer (the
     Collector's file exporter with ``format: proto``). ``source`` names the input in errors,
     which name the message too. Records are numbered across messages."""
+    builder = SpanTableBuilder(source)
+    _read_protobuf(builder, data, source)
+    return builder.build()
+
+
+def read_export_request(body: bytes, encoding: str, source: str) -> tuple[SpanTable, np.ndarray]:
+    """The spans of one OTLP/HTTP or OTLP/gRPC request body (``encoding``: ``protobuf`` or
+    ``json``), and the parent span id each named (codes of the table's strings, -1 for none),
+    found in this request or not: a receiver pairs spans across requests by these ids."""
+    builder = SpanTableBuilder(source)
+    if encoding == "protobuf":
+        _read_protobuf(builder, body, source)
+    else:
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            raise InputError(f"not JSON: {e}", path=source) from None
+        _read_export(builder, source, "", doc, 0)
+    return builder.build(), builder.parent_ids()
+
+
+def _read_protobuf(builder: SpanTableBuilder, data: bytes, source: str) -> None:
     from google.protobuf.json_format import MessageToDict
     from google.protobuf.message import DecodeError
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
 
-    builder = SpanTableBuilder(source)
     record = 0
     for where, message in _messages(data, source):
         try:
@@ -182,7 +204,6 @@ def read_otlp_protobuf(data: bytes, source: str) -> SpanTable:
         doc = MessageToDict(request, use_integers_for_enums=True)
         _hex_ids_of(doc)
         record = _read_export(builder, source, where, doc, record)
-    return builder.build()
 
 
 def _messages(data: bytes, source: str) -> Iterator[tuple[str, bytes]]:

@@ -205,13 +205,18 @@ class SpanTableBuilder:
     def __len__(self) -> int:
         return len(self._cols["start"])
 
+    def parent_ids(self) -> np.ndarray:
+        """The parent span id each span named, resolved or not, as codes of :attr:`strings`
+        (-1 for none): what a reader of a stream needs to find parents in later inputs."""
+        return np.asarray(self._parent_ids, np.int64)
+
     def build(self) -> SpanTable:
         c = self._cols
         cols = typed_columns(c, _COLUMNS, c["record"], self.source)
         parent, self.missing_parents = resolve_parents(
             cols["trace"],
             cols["span_id"],
-            np.asarray(self._parent_ids, np.int64),
+            self.parent_ids(),
             cols["record"],
             self.strings,
             self.source,

@@ -24,7 +24,7 @@ from tacit.reconstruct.pipeline import (
     reconstruct_stream,
     run_algorithm,
 )
-from tacit.reconstruct.result import Reconstruction
+from tacit.reconstruct.result import Reconstruction, instrument_next
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "assemble",
     "callgraph_from_isolated",
     "callgraph_from_test_capture",
+    "instrument_next",
     "learn_callgraph",
     "reconstruct_blind",
     "reconstruct_fcfs",

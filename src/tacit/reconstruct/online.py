@@ -21,7 +21,13 @@ kinds, no parents) whose ``link`` column holds *stream positions* (the n-th span
 position n), so that an RPC's two sides may arrive in different chunks. A reader that cannot
 know the position of a partner still to come gives any position not pushed yet (such as the
 largest int64): the span waits for the partner, which names it by its position when it arrives.
-A partner that never arrives is taken as unobserved when the stream closes.
+A partner that never arrives is taken as unobserved when the stream closes, or once the span
+ended ``max_request_ns`` before the boundary (a partner that late would be past the lateness).
+
+A long-running receiver (``tacit serve``) numbers its stream from where the previous run left
+off (``first_position``), so that positions, and the ids derived from them, never repeat; and
+when nothing arrives it moves the stream's clock on by the time that passed (:meth:`advance`),
+so that the last traces before a pause finish without waiting for the next span.
 """
 
 from __future__ import annotations
@@ -90,6 +96,7 @@ class OnlineTraceWeaver:
         callgraph: CallGraph,
         params: TraceWeaverParams | None = None,
         online: OnlineParams | None = None,
+        first_position: int = 0,
     ) -> None:
         self.callgraph = callgraph
         self.params = params
@@ -102,7 +109,7 @@ class OnlineTraceWeaver:
         self.score = np.empty(0)
         self.alternatives: dict[int, list[tuple[int, float]]] = {}
         self.unmapped: dict[int, str] = {}
-        self.pushed = 0
+        self.pushed = first_position
         self.latest_end = -math.inf
         self.boundary: float | None = None
         self.rounds = 0
@@ -160,6 +167,19 @@ class OnlineTraceWeaver:
         if self.boundary is None:
             self.boundary = float(chunk.start.min()) + o.window_ns
         self.peak_pending = max(self.peak_pending, len(self.spans))
+        return self._rounds()
+
+    def advance(self, end: float) -> list[Finished]:
+        """The stream's clock reached ``end`` (ns) with no span ending later: run the rounds
+        this makes due; returns the traces they made final."""
+        if self.boundary is None or end <= self.latest_end:
+            return []
+        self.latest_end = end
+        return self._rounds()
+
+    def _rounds(self) -> list[Finished]:
+        assert self.boundary is not None
+        o = self.online
         done: list[Finished] = []
         watermark = self.latest_end - o.lateness_ns
         while watermark >= self.boundary + o.lookahead_ns:
@@ -172,14 +192,18 @@ class OnlineTraceWeaver:
         pushed was not observed."""
         if self.boundary is None:
             return []
-        never = self.link >= self.pushed
+        return self._round(math.inf)
+
+    def _give_up_partners(self, rows: np.ndarray) -> None:
+        """The RPC partners announced for ``rows`` (a mask) but not pushed were not observed."""
+        never = rows & (self.link >= self.pushed)
         self.link[never] = NONE
         self.parent[never & (self.spans.kind == SERVER)] = NONE
-        return self._round(math.inf)
 
     # -- one round ----------------------------------------------------------------------------
     def _round(self, boundary: float) -> list[Finished]:
         self.rounds += 1
+        self._give_up_partners(self.spans.end < boundary - self.online.max_request_ns)
         work = np.flatnonzero(~self.final)
         if len(work):
             self._reconstruct(work, boundary)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -78,3 +79,13 @@ class Reconstruction:
         serving = np.isin(proc, proc[spans.kind == SERVER])
         for r in np.flatnonzero((spans.kind == CLIENT) & (self.parent == NONE)):
             self.unmapped.setdefault(int(r), reason if serving[r] else ROOT_CALL)
+
+
+def instrument_next(confidence: Mapping[str, float | None]) -> str:
+    """TraceWeaver §6.3.2: the services to instrument first are those of lowest confidence
+    (percent per service); one sentence that names up to three below 99 %."""
+    scored = sorted((c, name) for name, c in confidence.items() if c is not None)
+    low = [f"{name} ({conf:.1f}%)" for conf, name in scored[:3] if conf < 99.0]
+    if not low:
+        return "every service's confidence is 99% or more"
+    return "instrument these first (lowest confidence): " + ", ".join(low)

@@ -1,0 +1,115 @@
+"""Spans sent to an OTLP receiver by the OpenTelemetry SDK's own exporters: the load of
+``tacit serve``'s tests, benchmarks and demo.
+
+The spans (a simulation, or any traces with ground truth) become SDK ``ReadableSpan`` objects
+with the context their tracer gave them, resource ``service.name`` and ``host.name`` (the
+instance), ``peer.service`` on calls, and are exported in batches of 512 in order of span end, as the SDK's batch span
+processor would, shifted so that the earliest starts ``shift_ns`` after the epoch (default:
+now). ``paced`` sends each batch when the latest end in it has passed in real time, so the
+receiver sees a live stream. A batch refused for backpressure is retried by the exporter
+itself (it honours ``Retry-After`` and RESOURCE_EXHAUSTED); one it gives up on is counted.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
+
+BATCH = 512
+"""The SDK batch span processor's default export batch size (OTEL_BSP_MAX_EXPORT_BATCH_SIZE)."""
+
+
+@dataclass
+class SendLog:
+    """What the sender did: spans the receiver acknowledged and those it did not."""
+
+    acknowledged: int = 0
+    failed: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+    failed_batches: list[int] = field(default_factory=list)
+
+
+def sdk_spans(spans: SpanTable, shift_ns: int = 0) -> list[Any]:
+    """``spans`` as the SDK's ``ReadableSpan`` objects, in the table's row order."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+
+    s = spans.strings
+    kinds = {SERVER: SpanKind.SERVER, CLIENT: SpanKind.CLIENT}
+    resources: dict[tuple[int, int], Any] = {}
+    contexts = [
+        SpanContext(
+            int(s[int(t)], 16),
+            int(s[int(i)], 16),
+            is_remote=False,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )
+        for t, i in zip(spans.trace.tolist(), spans.span_id.tolist(), strict=True)
+    ]
+    out = []
+    for r in range(len(spans)):
+        key = (int(spans.service[r]), int(spans.instance[r]))
+        if key not in resources:
+            resources[key] = Resource.create({"service.name": s[key[0]], "host.name": s[key[1]]})
+        p = int(spans.parent[r])
+        peer = int(spans.peer[r])
+        out.append(
+            ReadableSpan(
+                s[int(spans.endpoint[r])],
+                context=contexts[r],
+                parent=contexts[p] if p != NONE else None,
+                resource=resources[key],
+                kind=kinds.get(int(spans.kind[r]), SpanKind.INTERNAL),
+                attributes={"peer.service": s[peer]} if peer != NONE else None,
+                start_time=int(spans.start[r]) + shift_ns,
+                end_time=int(spans.end[r]) + shift_ns,
+            )
+        )
+    return out
+
+
+def send_spans(
+    spans: SpanTable,
+    endpoint: str,
+    *,
+    paced: bool = False,
+    shift_ns: int | None = None,
+    timeout_s: float = 30.0,
+) -> SendLog:
+    """Export ``spans`` to the OTLP/HTTP ``endpoint`` (``http://HOST:PORT/v1/traces``) with the
+    SDK's protobuf exporter; returns what was acknowledged."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    order = np.argsort(spans.end, kind="stable")
+    shift = time.time_ns() - int(spans.start.min()) if shift_ns is None else shift_ns
+    readable = sdk_spans(spans, shift)
+    exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s)
+    log = SendLog()
+    began = time.monotonic()
+    t0 = time.time_ns()
+    try:
+        for k, a in enumerate(range(0, len(order), BATCH)):
+            rows = order[a : a + BATCH]
+            if paced:
+                due = (int(spans.end[rows].max()) + shift - t0) / 1e9 - (time.monotonic() - began)
+                if due > 0:
+                    time.sleep(due)
+            result = exporter.export([readable[r] for r in rows])
+            log.batches += 1
+            if result == SpanExportResult.SUCCESS:
+                log.acknowledged += len(rows)
+            else:
+                log.failed += len(rows)
+                log.failed_batches.append(k)
+    finally:
+        exporter.shutdown()
+    log.seconds = time.monotonic() - began
+    return log

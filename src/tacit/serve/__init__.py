@@ -1,0 +1,16 @@
+"""``tacit serve``: a long-running service in the observability stack.
+
+OTLP in (:mod:`.http_server`, :mod:`.grpc_receiver`, both through :mod:`.ingest`, which
+acknowledges a request only once it is durable in the store), traces reconstructed online
+(:mod:`.online_feed`, :mod:`.reconstructor`: TraceWeaver §5.3), stored in an embedded DuckDB
+file (:mod:`.store`, :mod:`.finished_rows`), served through the Jaeger query API
+(:mod:`.jaeger_api`) and a web page of its own, counted at ``/metrics`` (:mod:`.metrics`) and
+optionally sent on to a collector (:mod:`.forward`). Nothing of the inference lives here: it
+calls the same library functions the commands call.
+"""
+
+from tacit.serve.config import SERVE_ONLINE, ServeConfig, load_config
+from tacit.serve.service import Service
+from tacit.serve.store import Store, TraceQuery
+
+__all__ = ["SERVE_ONLINE", "ServeConfig", "Service", "Store", "TraceQuery", "load_config"]

@@ -1,0 +1,120 @@
+"""The configuration of ``tacit serve``: a YAML file, every field optional.
+
+::
+
+    http: 127.0.0.1:4318        # OTLP/HTTP receiver, Jaeger query API, web page, /metrics
+    grpc: 127.0.0.1:4317        # OTLP/gRPC receiver; "" turns it off
+    database: tacit.duckdb      # the embedded store (created when absent)
+    callgraph: callgraph.json   # what `tacit callgraph` writes; required
+    forward: http://collector:4318/v1/traces   # finished traces sent on as OTLP/HTTP JSON
+    max_pending_spans: 200000   # not yet reconstructed: beyond, 429 or RESOURCE_EXHAUSTED
+    retry_after_s: 1            # the retry hint sent with a refusal
+    online:                     # TraceWeaver §5.3 windows, in seconds
+      window_s: 2
+      lookahead_s: 2
+      max_request_s: 10
+      lateness_s: 7             # the SDK's batch processor sends every 5 s
+
+The defaults listen on loopback only: the receivers take spans from anyone who can connect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tacit.config_fields import fields, flag, get, number, read_yaml
+from tacit.errors import ConfigError
+from tacit.reconstruct.online import NS, OnlineParams
+
+SERVE_ONLINE = OnlineParams(
+    window_ns=2 * NS, lookahead_ns=2 * NS, max_request_ns=10 * NS, lateness_ns=7 * NS
+)
+"""Windows for spans from OpenTelemetry SDKs, whose batch span processor exports every 5 s by
+default (``OTEL_BSP_SCHEDULE_DELAY``): a span may arrive that much after one that ended later,
+so the lateness is 7 s; requests are taken to last at most 10 s."""
+
+_FIELDS = (
+    "http",
+    "grpc",
+    "database",
+    "callgraph",
+    "forward",
+    "max_pending_spans",
+    "retry_after_s",
+    "online",
+    "json_logs",
+)
+_ONLINE_FIELDS = ("window_s", "lookahead_s", "max_request_s", "lateness_s")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Where ``tacit serve`` listens and stores, and how it reconstructs."""
+
+    callgraph: Path | None = None
+    http: str = "127.0.0.1:4318"
+    grpc: str = "127.0.0.1:4317"
+    database: Path = Path("tacit.duckdb")
+    forward: str | None = None
+    max_pending_spans: int = 200_000
+    retry_after_s: int = 1
+    online: OnlineParams = field(default_factory=lambda: SERVE_ONLINE)
+    json_logs: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("http", "grpc"):
+            address = getattr(self, name)
+            if address and not address.rpartition(":")[2].isdigit():
+                raise ConfigError(f"{name}: {address!r} is not HOST:PORT")
+        if self.max_pending_spans <= 0:
+            raise ConfigError("max_pending_spans must be positive")
+
+    def updated(self, **changes: Any) -> ServeConfig:
+        """This configuration with the fields given (None values left as they are)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def load_config(path: str | Path) -> ServeConfig:
+    """The configuration in the YAML file ``path``; relative paths in it are taken from the
+    file's directory. Unknown fields and bad values are one-line errors naming the field."""
+    where = str(path)
+    data = read_yaml(path)
+    data = fields({} if data is None else data, where, _FIELDS)
+    base = Path(path).parent
+    kwargs: dict[str, Any] = {}
+    for key in ("http", "grpc", "forward"):
+        if key in data:
+            value = get(data, key, where)
+            if not isinstance(value, str):
+                raise ConfigError(f"{where}: field '{key}' must be a string, got {value!r}")
+            kwargs[key] = value
+    for key in ("database", "callgraph"):
+        if key in data:
+            value = get(data, key, where)
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{where}: field '{key}' must be a path, got {value!r}")
+            kwargs[key] = base / value
+    if "max_pending_spans" in data:
+        kwargs["max_pending_spans"] = number(
+            data, "max_pending_spans", where, positive=True, integer=True
+        )
+    if "retry_after_s" in data:
+        kwargs["retry_after_s"] = number(data, "retry_after_s", where, positive=True, integer=True)
+    kwargs["json_logs"] = flag(data, "json_logs", where)
+    if "online" in data:
+        at = f"{where}: online"
+        online = fields(data["online"], at, _ONLINE_FIELDS)
+        d = SERVE_ONLINE
+        kwargs["online"] = OnlineParams(
+            window_ns=_ns(online, "window_s", at, d.window_ns, positive=True),
+            lookahead_ns=_ns(online, "lookahead_s", at, d.lookahead_ns, positive=True),
+            max_request_ns=_ns(online, "max_request_s", at, d.max_request_ns, positive=True),
+            lateness_ns=_ns(online, "lateness_s", at, d.lateness_ns, positive=False),
+        )
+    return ServeConfig(**kwargs)
+
+
+def _ns(data: Any, key: str, where: str, default_ns: int, *, positive: bool) -> int:
+    return round(number(data, key, where, default_ns / NS, positive=positive, maximum=3600) * NS)

@@ -1,0 +1,240 @@
+"""Finished traces as rows of the store (:mod:`.store`) and as Jaeger documents."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from tacit.formats.common import Traces
+from tacit.formats.jaeger import jaeger_traces
+from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SERVER, SpanTable
+from tacit.reconstruct.online import Finished
+from tacit.reconstruct.pipeline import assemble_finished
+from tacit.serve.online_feed import Alone, Given
+
+
+@dataclass
+class Rows:
+    """Rows for the store's tables of finished traces, and what the metrics count of them."""
+
+    spans: list[dict[str, Any]] = field(default_factory=list)
+    traces: list[dict[str, Any]] = field(default_factory=list)
+    operations: list[dict[str, Any]] = field(default_factory=list)
+    confidence: dict[str, list[int]] = field(default_factory=dict)  # service -> [in, top]
+    mapped: int = 0
+    unmapped: dict[str, int] = field(default_factory=dict)
+    agree: int = 0
+    disagree: int = 0
+    forward: list[Traces] = field(default_factory=list)
+
+    def tables(self, now_ns: int) -> dict[str, pa.Table]:
+        """The rows as pyarrow tables in the store's column order."""
+        out = {
+            name: pa.Table.from_pylist(rows, schema=_SCHEMAS[name])
+            for name, rows in (
+                ("spans", self.spans),
+                ("traces", self.traces),
+                ("trace_operations", self.operations),
+            )
+            if rows
+        }
+        if self.confidence:
+            out["confidence"] = pa.Table.from_pylist(
+                [
+                    {"at_ns": now_ns, "service": s, "incoming": n, "top_choice": t}
+                    for s, (n, t) in self.confidence.items()
+                ],
+                schema=_SCHEMAS["confidence"],
+            )
+        return out
+
+    def add_finished(
+        self, f: Finished, seq: np.ndarray, given: Sequence[Given], seed: int, now_ns: int
+    ) -> None:
+        """The traces of ``f`` (spans numbered ``seq``, with what their senders gave)."""
+        spans, tags = assemble_finished(f, seed)
+        docs = jaeger_traces(spans, tags)
+        s = spans.strings
+        span_ids = [s[int(c)] for c in spans.span_id]
+        parent_service = [
+            s[int(spans.service[p])] if p != NONE else None for p in spans.parent.tolist()
+        ]
+        position_row = {int(p): r for r, p in enumerate(f.position.tolist())}
+        for r in range(len(spans)):
+            t = tags.get(r, {})
+            p = int(spans.parent[r])
+            g = given[r]
+            if spans.kind[r] == CLIENT:
+                if p != NONE:
+                    self.mapped += 1
+                else:
+                    why = t.get("tacit.unmapped", "unmapped")
+                    self.unmapped[why] = self.unmapped.get(why, 0) + 1
+                if g.parent_id:
+                    if p != NONE and span_ids[p] == g.parent_id:
+                        self.agree += 1
+                    else:
+                        self.disagree += 1
+            self.spans.append(
+                {
+                    "seq": int(seq[r]),
+                    "trace_id": s[int(spans.trace[r])],
+                    "span_id": span_ids[r],
+                    "parent_span_id": span_ids[p] if p != NONE else None,
+                    "service": s[int(spans.service[r])],
+                    "instance": s[int(spans.instance[r])],
+                    "operation": s[int(spans.endpoint[r])],
+                    "kind": KIND_NAMES[int(spans.kind[r])],
+                    "start_ns": int(spans.start[r]),
+                    "duration_ns": int(spans.end[r] - spans.start[r]),
+                    "parent_service": parent_service[r],
+                    "score": t.get("tacit.score"),
+                    "alternatives": t.get("tacit.alternatives"),
+                    "unmapped": t.get("tacit.unmapped"),
+                    "given_trace_id": g.trace_id or None,
+                    "given_parent_id": g.parent_id or None,
+                }
+            )
+        self._confidence(f, spans, position_row)
+        self._traces(spans, docs, tags, now_ns)
+        self.forward.append((spans, tags))
+
+    def _confidence(self, f: Finished, spans: SpanTable, position_row: dict[int, int]) -> None:
+        """TraceWeaver §6.3.2 per service: an incoming span counts as its best-scored choice
+        when each call given to it was its own best-scored parent."""
+        top = np.ones(len(spans), dtype=bool)
+        for p, alts in f.alternatives.items():
+            r = position_row[p]
+            parent = int(spans.parent[r])
+            if parent != NONE and alts and position_row.get(alts[0][0]) != parent:
+                top[parent] = False
+        s = spans.strings
+        for r in np.flatnonzero(spans.kind == SERVER).tolist():
+            c = self.confidence.setdefault(s[int(spans.service[r])], [0, 0])
+            c[0] += 1
+            c[1] += int(top[r])
+
+    def _traces(
+        self, spans: SpanTable, docs: list[dict], tags: dict[int, dict], now_ns: int
+    ) -> None:
+        s = spans.strings
+        rows_of: dict[str, list[int]] = {}
+        for r, t in enumerate(spans.trace.tolist()):
+            rows_of.setdefault(s[t], []).append(r)
+        for doc in docs:
+            trace_id = doc["traceID"]
+            rows = np.array(rows_of[trace_id])
+            root = rows[spans.parent[rows] == NONE]
+            head = int(root[np.argmin(spans.start[root])]) if len(root) else int(rows[0])
+            start = int(spans.start[rows].min())
+            scores = [tags.get(int(r), {}).get("tacit.score") for r in rows]
+            scored = [x for x in scores if x is not None]
+            self.traces.append(
+                {
+                    "trace_id": trace_id,
+                    "service": s[int(spans.service[head])],
+                    "operation": s[int(spans.endpoint[head])],
+                    "start_ns": start,
+                    "duration_ns": int(spans.end[rows].max()) - start,
+                    "spans": len(rows),
+                    "min_score": min(scored) if scored else None,
+                    "finished_ns": now_ns,
+                    "doc": orjson.dumps(doc).decode(),
+                }
+            )
+            ops: dict[tuple[str, str], list[int]] = {}
+            for r in rows.tolist():
+                key = (s[int(spans.service[r])], s[int(spans.endpoint[r])])
+                st, du = int(spans.start[r]), int(spans.end[r] - spans.start[r])
+                o = ops.setdefault(key, [st, du])
+                o[0], o[1] = min(o[0], st), max(o[1], du)
+            self.operations.extend(
+                {
+                    "trace_id": trace_id,
+                    "service": svc,
+                    "operation": op,
+                    "start_ns": st,
+                    "duration_ns": du,
+                }
+                for (svc, op), (st, du) in ops.items()
+            )
+
+    def add_alone(self, a: Alone) -> None:
+        """Spans finished without reconstruction: stored with their reason, in no trace."""
+        spans, s = a.spans, a.spans.strings
+        for r in range(len(spans)):
+            g = a.given[r]
+            self.unmapped[a.reason[r]] = self.unmapped.get(a.reason[r], 0) + 1
+            self.spans.append(
+                {
+                    "seq": int(a.seq[r]),
+                    "trace_id": None,
+                    "span_id": g.span_id or None,
+                    "parent_span_id": None,
+                    "service": s[int(spans.service[r])],
+                    "instance": s[int(spans.instance[r])],
+                    "operation": s[int(spans.endpoint[r])],
+                    "kind": KIND_NAMES[int(spans.kind[r])],
+                    "start_ns": int(spans.start[r]),
+                    "duration_ns": int(spans.end[r] - spans.start[r]),
+                    "parent_service": None,
+                    "score": None,
+                    "alternatives": None,
+                    "unmapped": a.reason[r],
+                    "given_trace_id": g.trace_id or None,
+                    "given_parent_id": g.parent_id or None,
+                }
+            )
+
+
+_S, _I, _F = pa.string(), pa.int64(), pa.float64()
+_SCHEMAS = {
+    "spans": pa.schema(
+        [
+            ("seq", _I),
+            ("trace_id", _S),
+            ("span_id", _S),
+            ("parent_span_id", _S),
+            ("service", _S),
+            ("instance", _S),
+            ("operation", _S),
+            ("kind", _S),
+            ("start_ns", _I),
+            ("duration_ns", _I),
+            ("parent_service", _S),
+            ("score", _F),
+            ("alternatives", _S),
+            ("unmapped", _S),
+            ("given_trace_id", _S),
+            ("given_parent_id", _S),
+        ]
+    ),
+    "traces": pa.schema(
+        [
+            ("trace_id", _S),
+            ("service", _S),
+            ("operation", _S),
+            ("start_ns", _I),
+            ("duration_ns", _I),
+            ("spans", pa.int32()),
+            ("min_score", _F),
+            ("finished_ns", _I),
+            ("doc", _S),
+        ]
+    ),
+    "trace_operations": pa.schema(
+        [
+            ("trace_id", _S),
+            ("service", _S),
+            ("operation", _S),
+            ("start_ns", _I),
+            ("duration_ns", _I),
+        ]
+    ),
+    "confidence": pa.schema([("at_ns", _I), ("service", _S), ("incoming", _I), ("top_choice", _I)]),
+}

@@ -1,0 +1,64 @@
+"""The OTLP/gRPC receiver (``opentelemetry.proto.collector.trace.v1.TraceService/Export``).
+
+Requests go through the same :class:`~.ingest.Ingest` as OTLP/HTTP. Too many spans waiting is
+``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` detail giving the delay, which the OTLP
+exporters honour (OTLP specification, "OTLP/gRPC Throttling"); a malformed request is
+``INVALID_ARGUMENT``.
+"""
+
+from __future__ import annotations
+
+from concurrent import futures
+from typing import Any
+
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from tacit.errors import ConfigError, InputError
+from tacit.serve.ingest import MAX_BODY, Busy, Ingest
+
+
+class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self, ingest: Ingest) -> None:
+        self.ingest = ingest
+
+    def Export(self, request: Any, context: Any) -> Any:
+        try:
+            self.ingest.submit(request.SerializeToString(), "protobuf", "grpc")
+        except Busy as e:
+            context.abort_with_status(_retry_status(str(e), e.retry_after_s))
+        except InputError as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+def _retry_status(message: str, retry_after_s: int) -> Any:
+    from google.protobuf import any_pb2, duration_pb2
+    from google.rpc import code_pb2, error_details_pb2, status_pb2
+    from grpc_status import rpc_status
+
+    detail = any_pb2.Any()
+    detail.Pack(
+        error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=retry_after_s))
+    )
+    return rpc_status.to_status(
+        status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message=message, details=[detail])
+    )
+
+
+def start_grpc(address: str, ingest: Ingest, workers: int = 4) -> grpc.Server:
+    """Serve OTLP/gRPC on ``address`` (HOST:PORT); returns the started server."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tacit-grpc"),
+        options=[("grpc.max_receive_message_length", MAX_BODY)],
+    )
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(ingest), server)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as e:
+        raise ConfigError(f"grpc: cannot listen on {address}: {e}") from None
+    if port == 0:
+        raise ConfigError(f"grpc: cannot listen on {address}")
+    server.start()
+    server.bound_port = port  # type: ignore[attr-defined]
+    return server

@@ -1,0 +1,199 @@
+"""The HTTP side of ``tacit serve``: the OTLP/HTTP receiver, the Jaeger query API, the web page,
+``/metrics``, ``/healthz`` and ``/readyz``, on one address.
+
+OTLP/HTTP (specification, "OTLP/HTTP"): ``POST /v1/traces`` with ``application/x-protobuf`` or
+``application/json``, optionally gzip-encoded; success is 200 with an (empty)
+``ExportTraceServiceResponse`` in the request's encoding; a malformed request is 400 with a
+``google.rpc.Status`` saying why; too many spans waiting is 429 with ``Retry-After``, which the
+SDK exporters honour by retrying later.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import zlib
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from tacit.errors import InputError
+from tacit.serve import jaeger_api
+from tacit.serve.ingest import MAX_BODY, Busy, Ingest
+from tacit.serve.metrics import ServeMetrics
+from tacit.serve.store import Store
+
+log = logging.getLogger("tacit.serve")
+
+PROTOBUF = "application/x-protobuf"
+_STATIC = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/style.css": ("style.css", "text/css; charset=utf-8"),
+}
+
+
+class ServeHTTPServer(ThreadingHTTPServer):
+    """A threading server that knows the service's parts."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        store: Store,
+        ingest: Ingest,
+        metrics: ServeMetrics,
+        ready: Callable[[], str | None],
+        extra: Callable[[str, dict[str, str]], Any | None],
+    ) -> None:
+        super().__init__(address, _Handler)
+        self.store = store
+        self.ingest = ingest
+        self.metrics = metrics
+        self.ready = ready
+        self.extra = extra
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ServeHTTPServer
+    protocol_version = "HTTP/1.1"
+    server_version = "tacit"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    # -- OTLP --------------------------------------------------------------------------------
+    def do_POST(self) -> None:
+        path = urlsplit(self.path).path
+        if path != "/v1/traces":
+            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
+            return
+        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        encoding = "json" if ctype == "application/json" else "protobuf"
+        if ctype not in (PROTOBUF, "application/json"):
+            self._otlp_error(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, encoding, f"content type {ctype!r}")
+            return
+        try:
+            body = self._body()
+            self.server.ingest.submit(body, encoding, "http")
+        except Busy as e:
+            self._otlp_error(
+                HTTPStatus.TOO_MANY_REQUESTS,
+                encoding,
+                str(e),
+                {"Retry-After": str(e.retry_after_s)},
+            )
+            return
+        except InputError as e:
+            self._otlp_error(HTTPStatus.BAD_REQUEST, encoding, str(e))
+            return
+        if encoding == "json":
+            self._send(HTTPStatus.OK, b"{}", "application/json")
+        else:
+            self._send(HTTPStatus.OK, b"", PROTOBUF)
+
+    def _body(self) -> bytes:
+        try:
+            length = int(self.headers.get("Content-Length") or "")
+        except ValueError:
+            raise InputError("a Content-Length is required") from None
+        if length < 0 or length > MAX_BODY:
+            raise InputError(f"request body of {length} bytes is not accepted")
+        body = self.rfile.read(length)
+        if (self.headers.get("Content-Encoding") or "").lower() == "gzip":
+            try:
+                body = gzip.decompress(body)
+            except (OSError, EOFError, zlib.error) as e:
+                raise InputError(f"gzip body does not decompress: {e}") from None
+        return body
+
+    def _otlp_error(
+        self, status: HTTPStatus, encoding: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        from google.rpc.status_pb2 import Status
+
+        code = 8 if status == HTTPStatus.TOO_MANY_REQUESTS else 3  # RESOURCE_EXHAUSTED, INVALID
+        if encoding == "json":
+            body = json.dumps({"code": code, "message": message}).encode()
+            ctype = "application/json"
+        else:
+            body = Status(code=code, message=message).SerializeToString()
+            ctype = PROTOBUF
+        self._send(status, body, ctype, headers)
+
+    # -- queries, page, metrics --------------------------------------------------------------
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        path = url.path
+        params = dict(parse_qsl(url.query))
+        store = self.server.store
+        try:
+            if path in _STATIC:
+                name, ctype = _STATIC[path]
+                page = resources.files("tacit.serve").joinpath("web", name).read_bytes()
+                self._send(HTTPStatus.OK, page, ctype)
+            elif path == "/metrics":
+                self._send(
+                    HTTPStatus.OK,
+                    generate_latest(self.server.metrics.registry),
+                    CONTENT_TYPE_LATEST,
+                )
+            elif path == "/healthz":
+                self._send(HTTPStatus.OK, b"ok\n", "text/plain")
+            elif path == "/readyz":
+                problem = self.server.ready()
+                status = HTTPStatus.OK if problem is None else HTTPStatus.SERVICE_UNAVAILABLE
+                self._send(status, f"{problem or 'ready'}\n".encode(), "text/plain")
+            elif path == "/api/services":
+                self._json(jaeger_api.services(store))
+            elif path.startswith("/api/services/") and path.endswith("/operations"):
+                service = unquote(path[len("/api/services/") : -len("/operations")])
+                self._json(jaeger_api.operations(store, service, with_kind=False))
+            elif path == "/api/operations":
+                self._json(jaeger_api.operations(store, params.get("service", ""), True))
+            elif path == "/api/traces":
+                docs = store.find_traces(jaeger_api.trace_query(params))
+                self._send(HTTPStatus.OK, jaeger_api.traces_json(docs), "application/json")
+            elif path.startswith("/api/traces/"):
+                doc = store.trace(unquote(path[len("/api/traces/") :]))
+                if doc is None:
+                    self._json(
+                        {"data": None, "errors": [{"code": 404, "msg": "trace not found"}]},
+                        HTTPStatus.NOT_FOUND,
+                    )
+                else:
+                    self._send(HTTPStatus.OK, jaeger_api.traces_json([doc]), "application/json")
+            elif path == "/api/dependencies":
+                self._json(jaeger_api.dependencies(store, params))
+            else:
+                answer = self.server.extra(path, params)
+                if answer is None:
+                    self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
+                else:
+                    self._json(answer)
+        except InputError as e:
+            self._json(
+                {"data": None, "errors": [{"code": 400, "msg": str(e)}]}, HTTPStatus.BAD_REQUEST
+            )
+
+    def _json(self, doc: Any, status: HTTPStatus = HTTPStatus.OK) -> None:
+        self._send(status, json.dumps(doc).encode(), "application/json")
+
+    def _send(
+        self, status: HTTPStatus, body: bytes, ctype: str, headers: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)

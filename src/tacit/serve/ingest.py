@@ -1,0 +1,130 @@
+"""Acknowledging OTLP export requests: decode, admit, make durable, hand on.
+
+A request is decoded first (a malformed one is refused whole, with the reason, and nothing of
+it is kept), then admitted only while the spans received and not yet in a finished trace stay
+under ``max_pending_spans``: beyond, the sender is told to retry later (OTLP specification,
+"Failures": HTTP 429 or gRPC RESOURCE_EXHAUSTED with a retry delay), which bounds memory
+instead of queueing without end. An admitted request is committed to the store
+(:meth:`.store.Store.append_requests`) before the sender hears it was accepted, so that an
+acknowledged span survives a crash.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from tacit.errors import InputError, TacitError
+from tacit.formats.otlp import read_export_request
+from tacit.model.spans import SpanTable
+from tacit.serve.metrics import ServeMetrics
+from tacit.serve.store import Store
+
+MAX_BODY = 32 * 1024 * 1024
+"""The largest request body taken (bytes); the OTLP SDKs send batches of 512 spans."""
+
+
+class Busy(TacitError):
+    """Too many spans are waiting for reconstruction: retry after ``retry_after_s``."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(f"too many spans waiting for reconstruction; retry in {retry_after_s} s")
+
+
+@dataclass
+class Batch:
+    """The spans of one acknowledged request, numbered from ``first_seq``."""
+
+    first_seq: int
+    spans: SpanTable
+    parent_ids: np.ndarray
+
+    @property
+    def seq(self) -> np.ndarray:
+        return np.arange(self.first_seq, self.first_seq + len(self.spans), dtype=np.int64)
+
+
+class Ingest:
+    """Takes request bodies from the receivers and queues their spans for reconstruction."""
+
+    def __init__(
+        self, store: Store, metrics: ServeMetrics, max_pending: int, retry_after_s: int
+    ) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.max_pending = max_pending
+        self.retry_after_s = retry_after_s
+        self.queue: queue.Queue[Batch] = queue.Queue()
+        self.next_seq = store.next_seq()
+        self._outstanding = 0
+        self._lock = threading.Lock()
+        self.last_arrival = time.monotonic()
+
+    @property
+    def outstanding(self) -> int:
+        """Spans acknowledged and not yet in a finished trace."""
+        return self._outstanding
+
+    def finished(self, n: int) -> None:
+        """``n`` spans are now in finished traces (stored)."""
+        with self._lock:
+            self._outstanding -= n
+        self.metrics.pending.set(self._outstanding)
+
+    def submit(self, body: bytes, encoding: str, transport: str) -> int:
+        """Decode, admit and commit one request; returns its span count. Raises
+        :class:`InputError` for a malformed request, :class:`Busy` when over the limit."""
+        if len(body) > MAX_BODY:
+            self.metrics.refused.labels(transport, "invalid").inc()
+            raise InputError(f"request body of {len(body)} bytes exceeds {MAX_BODY}")
+        try:
+            spans, parent_ids = read_export_request(body, encoding, f"{transport} request")
+        except InputError:
+            self.metrics.refused.labels(transport, "invalid").inc()
+            raise
+        n = len(spans)
+        if n == 0:
+            return 0
+        with self._lock:
+            if self._outstanding + n > self.max_pending and self._outstanding > 0:
+                self.metrics.refused.labels(transport, "busy").inc()
+                raise Busy(self.retry_after_s)
+            first = self.next_seq
+            self.store.append_requests([(first, n, time.time_ns(), encoding, body)])
+            self.next_seq += n
+            self._outstanding += n
+            self.queue.put(Batch(first, spans, parent_ids))
+            self.last_arrival = time.monotonic()
+        self.metrics.received.labels(transport).inc(n)
+        self.metrics.pending.set(self._outstanding)
+        return n
+
+    def restore(self, low_water: int) -> int:
+        """Queue again what was acknowledged before a restart and not yet in a finished trace;
+        returns how many spans that is."""
+        done = self.store.finished_from(low_water)
+        restored = 0
+        for first, encoding, body in self.store.requests_from(low_water):
+            spans, parent_ids = read_export_request(body, encoding, f"stored request {first}")
+            seq = np.arange(first, first + len(spans))
+            keep = (seq >= low_water) & ~np.isin(seq, list(done))
+            if not keep.any():
+                continue
+            rows = np.flatnonzero(keep)
+            for a, b in _runs(rows):
+                self.queue.put(Batch(first + a, spans.take(np.arange(a, b)), parent_ids[a:b]))
+            restored += len(rows)
+        self._outstanding += restored
+        self.metrics.pending.set(self._outstanding)
+        return restored
+
+
+def _runs(rows: np.ndarray) -> list[tuple[int, int]]:
+    """[start, stop) of each run of consecutive values in sorted ``rows``."""
+    cuts = np.flatnonzero(np.diff(rows) != 1) + 1
+    return [(int(r[0]), int(r[-1]) + 1) for r in np.split(rows, cuts)]

@@ -1,0 +1,133 @@
+"""The subset of Jaeger's HTTP query API that Jaeger UI and Grafana's Jaeger data source use.
+
+``/api/services``, ``/api/services/{service}/operations``, ``/api/operations?service=``,
+``/api/traces?service=&operation=&start=&end=&minDuration=&maxDuration=&limit=&lookback=``,
+``/api/traces/{id}`` and ``/api/dependencies?endTs=&lookback=``. Times are microseconds since
+the epoch (``start``, ``end``) or milliseconds (``endTs``, ``lookback`` of dependencies), and
+durations Go duration strings (``1.2ms``, ``500us``, ``2s``), as Jaeger has them; every answer
+is ``{"data": ..., "total", "limit", "offset", "errors"}``. Tags filters (``tags=``) are not
+supported and are refused rather than ignored.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from tacit.errors import InputError
+from tacit.serve.store import Store, TraceQuery
+
+_UNITS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "ms": 1_000_000,
+    "s": 10**9,
+    "m": 60 * 10**9,
+    "h": 3600 * 10**9,
+}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_LOOKBACK = {
+    "1h": 3600,
+    "2h": 7200,
+    "3h": 10800,
+    "6h": 21600,
+    "12h": 43200,
+    "24h": 86400,
+    "2d": 172800,
+    "7d": 604800,
+}
+
+
+def go_duration(text: str, name: str) -> int:
+    """A Go duration string (``1h2m3.5s``) in nanoseconds."""
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(text) or not text:
+        raise InputError(f"{name}: {text!r} is not a duration such as 1.2ms, 500us or 2s")
+    return round(total)
+
+
+def _int(params: Mapping[str, str], name: str) -> int | None:
+    value = params.get(name)
+    if value in (None, ""):
+        return None
+    try:
+        out = int(value)
+    except ValueError:
+        raise InputError(f"{name}: {value!r} is not an integer") from None
+    if out < 0:
+        raise InputError(f"{name}: {value!r} cannot be negative")
+    return out
+
+
+def envelope(data: Any) -> dict[str, Any]:
+    """Jaeger's answer around ``data``."""
+    total = len(data) if isinstance(data, list) else 0
+    return {"data": data, "total": total, "limit": 0, "offset": 0, "errors": None}
+
+
+def trace_query(params: Mapping[str, str]) -> TraceQuery:
+    """The search that Jaeger's ``/api/traces`` parameters ask for."""
+    service = params.get("service")
+    if not service:
+        raise InputError("service: a service is required to search traces")
+    if params.get("tags") not in (None, "", "{}"):
+        raise InputError("tags: searching by tags is not supported")
+    end_us = _int(params, "end")
+    start_us = _int(params, "start")
+    lookback = params.get("lookback")
+    if start_us is None and lookback and lookback != "custom":
+        seconds = _LOOKBACK.get(lookback)
+        if seconds is None:
+            seconds = go_duration(lookback, "lookback") // 10**9
+        start_us = (end_us if end_us is not None else time.time_ns() // 1000) - seconds * 10**6
+    limit = _int(params, "limit") or 20
+    operation = params.get("operation") or None
+    return TraceQuery(
+        service=service,
+        operation=None if operation == "all" else operation,
+        start_ns=None if start_us is None else start_us * 1000,
+        end_ns=None if end_us is None else end_us * 1000,
+        min_duration_ns=_duration(params, "minDuration"),
+        max_duration_ns=_duration(params, "maxDuration"),
+        limit=min(limit, 1500),
+    )
+
+
+def _duration(params: Mapping[str, str], name: str) -> int | None:
+    value = params.get(name)
+    return go_duration(value, name) if value else None
+
+
+def services(store: Store) -> dict[str, Any]:
+    return envelope(store.services())
+
+
+def operations(store: Store, service: str, with_kind: bool) -> dict[str, Any]:
+    """The operation names of ``service`` (``with_kind``: as the newer ``/api/operations``
+    answers, ``[{"name", "spanKind"}]``)."""
+    ops = store.operations(service)
+    if with_kind:
+        return envelope([{"name": name, "spanKind": kind} for name, kind in ops])
+    return envelope(sorted({name for name, _ in ops}))
+
+
+def traces_json(docs: list[str]) -> bytes:
+    """The answer of a trace search or lookup, built from stored documents without parsing
+    them again."""
+    body = ",".join(docs)
+    return f'{{"data":[{body}],"total":{len(docs)},"limit":0,"offset":0,"errors":null}}'.encode()
+
+
+def dependencies(store: Store, params: Mapping[str, str]) -> dict[str, Any]:
+    end_ms = _int(params, "endTs") or time.time_ns() // 10**6
+    lookback_ms = _int(params, "lookback") or 24 * 3600 * 1000
+    links = store.dependencies((end_ms - lookback_ms) * 10**6, end_ms * 10**6)
+    return envelope([{"parent": a, "child": b, "callCount": n} for a, b, n in links])

@@ -1,0 +1,146 @@
+"""The thread that reconstructs acknowledged spans online and stores the finished traces.
+
+Spans are fed in the order they were acknowledged (:mod:`.online_feed`); whatever a push or a
+quiet spell makes final (TraceWeaver §5.3: a trace is final when no later span can change it)
+is written to the store in one transaction together with the low-water mark, the sequence
+number below which every span is in a finished trace, from which a restart resumes. When
+nothing arrives, the stream's clock moves on by the wall time that passed since the last
+request (:meth:`tacit.reconstruct.online.OnlineTraceWeaver.advance`), so the last traces
+before a pause finish too.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from tacit.formats.common import Traces
+from tacit.model.span_details import STATUS_ERROR
+from tacit.model.spans import SERVER
+from tacit.reconstruct.callgraph import CallGraph
+from tacit.reconstruct.online import Finished, OnlineParams
+from tacit.serve.finished_rows import Rows
+from tacit.serve.ingest import Batch, Ingest
+from tacit.serve.metrics import ServeMetrics
+from tacit.serve.online_feed import Fed, OnlineFeed
+from tacit.serve.store import Store
+
+log = logging.getLogger("tacit.serve")
+
+IDLE_S = 0.25
+"""How long the thread waits for a request before moving the stream's clock on."""
+
+
+class Reconstructor(threading.Thread):
+    """Feeds :attr:`ingest`'s queue to online TraceWeaver until :meth:`stop`."""
+
+    def __init__(
+        self,
+        store: Store,
+        ingest: Ingest,
+        metrics: ServeMetrics,
+        callgraph: CallGraph,
+        online: OnlineParams,
+        forward: Callable[[list[Traces]], None] | None = None,
+    ) -> None:
+        super().__init__(name="tacit-reconstruct", daemon=True)
+        self.store = store
+        self.ingest = ingest
+        self.metrics = metrics
+        self.forward = forward
+        self.seed = store.state("seed", 0) or _new_seed(store)
+        self.feed = OnlineFeed(callgraph, online, store.state("next_position", 0))
+        self._stop_event = threading.Event()
+        self.failure: BaseException | None = None
+        self._arrived_end = 0.0  # the latest span end when the last request came
+        self.lag_s = 0.0
+
+    def stop(self) -> None:
+        """Finish what is queued, store it, and end; pending spans stay for the restart."""
+        self._stop_event.set()
+        self.join()
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # reported by readiness and the log, not lost in a thread
+            self.failure = e
+            log.exception("reconstruction stopped")
+
+    def _loop(self) -> None:
+        q = self.ingest.queue
+        while True:
+            try:
+                batch: Batch | None = q.get(timeout=IDLE_S)
+            except queue.Empty:
+                batch = None
+            if batch is not None:
+                fed = self.feed.push(batch.spans, batch.parent_ids, batch.seq)
+                self._arrived_end = self.feed.tw.latest_end
+                self._store(fed)
+                continue
+            if self._stop_event.is_set():
+                return
+            quiet_ns = (time.monotonic() - self.ingest.last_arrival) * 1e9
+            self._store(Fed(self.feed.advance(self._arrived_end + quiet_ns)))
+            self._lag()
+
+    def _store(self, fed: Fed) -> None:
+        if not fed.finished and not fed.alone:
+            return
+        now = time.time_ns()
+        rows = Rows()
+        for f in fed.finished:
+            seq, given = self.feed.release(f)
+            rows.add_finished(f, seq, given, self.seed, now)
+            self._red(f)
+        for a in fed.alone:
+            rows.add_alone(a)
+        state = {
+            "low_water": self.feed.low_water(self.ingest.next_seq),
+            "next_position": self.feed.tw.pushed,
+        }
+        self.store.write_finished(rows.tables(now), state)
+        self.ingest.finished(len(rows.spans))
+        m = self.metrics
+        m.traces.inc(len(rows.traces))
+        m.mapped.inc(rows.mapped)
+        for why, n in rows.unmapped.items():
+            m.unmapped.labels(why).inc(n)
+        m.checked.labels("agree").inc(rows.agree)
+        m.checked.labels("disagree").inc(rows.disagree)
+        for svc, (n, top) in self.store.confidence(0).items():
+            m.confidence.labels(svc).set(top / n if n else 1.0)
+        if self.forward is not None and rows.forward:
+            self.forward(rows.forward)
+
+    def _red(self, f: Finished) -> None:
+        """Rate, errors and duration of the finished incoming requests, per service."""
+        spans = f.spans
+        s = spans.strings
+        for r in (spans.kind == SERVER).nonzero()[0].tolist():
+            svc = s[int(spans.service[r])]
+            self.metrics.requests.labels(svc).inc()
+            d = spans.detail(r)
+            if d is not None and d.status == STATUS_ERROR:
+                self.metrics.errors.labels(svc).inc()
+            self.metrics.duration.labels(svc).observe((spans.end[r] - spans.start[r]) / 1e9)
+
+    def _lag(self) -> None:
+        latest = self.feed.tw.latest_end
+        if latest > 0:
+            self.lag_s = max(0.0, (time.time_ns() - latest) / 1e9)
+            self.metrics.lag.set(self.lag_s)
+
+
+def _new_seed(store: Store) -> int:
+    """The seed of this database's trace ids, drawn once and kept (ids never repeat across
+    restarts: positions continue, and the seed stays)."""
+    from tacit.reconstruct.assemble import new_seed
+
+    seed = new_seed() >> 1 or 1  # a positive BIGINT
+    store.set_state("seed", seed)
+    return seed

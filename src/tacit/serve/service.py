@@ -1,0 +1,162 @@
+"""``tacit serve``: the receivers, online reconstruction, the store and the query side, as one
+process (see the package docstring for the parts)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from typing import Any
+
+from tacit.errors import ConfigError
+from tacit.reconstruct.callgraph import CallGraph
+from tacit.reconstruct.result import instrument_next
+from tacit.serve.config import ServeConfig
+from tacit.serve.forward import Forwarder
+from tacit.serve.grpc_receiver import start_grpc
+from tacit.serve.http_server import ServeHTTPServer
+from tacit.serve.ingest import Ingest
+from tacit.serve.metrics import ServeMetrics
+from tacit.serve.reconstructor import Reconstructor
+from tacit.serve.store import Store
+
+log = logging.getLogger("tacit.serve")
+
+
+def _address(text: str) -> tuple[str, int]:
+    """HOST:PORT (checked by :class:`ServeConfig`) as a socket address."""
+    host, _, port = text.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class Service:
+    """A running ``tacit serve``: :meth:`start`, then :meth:`stop` (or :meth:`run` until a
+    signal). ``http_port``/``grpc_port`` are the bound ports (useful with port 0)."""
+
+    def __init__(self, config: ServeConfig, callgraph: CallGraph) -> None:
+        self.config = config
+        self.callgraph = callgraph
+        self.metrics = ServeMetrics()
+        self.store = Store(config.database)
+        self.ingest = Ingest(
+            self.store, self.metrics, config.max_pending_spans, config.retry_after_s
+        )
+        self.forwarder = Forwarder(config.forward, self.metrics) if config.forward else None
+        self.reconstructor = Reconstructor(
+            self.store, self.ingest, self.metrics, callgraph, config.online, self.forwarder
+        )
+        self.restored = 0
+        self.http: ServeHTTPServer | None = None
+        self.grpc: Any = None
+        self._stopped = threading.Event()
+
+    @property
+    def http_port(self) -> int:
+        assert self.http is not None
+        return int(self.http.server_address[1])
+
+    @property
+    def grpc_port(self) -> int | None:
+        return None if self.grpc is None else int(self.grpc.bound_port)
+
+    def start(self) -> Service:
+        """Resume what a previous run left, then listen."""
+        self.restored = self.ingest.restore(self.store.state("low_water", 0))
+        if self.forwarder is not None:
+            self.forwarder.start()
+        self.reconstructor.start()
+        try:
+            self.http = ServeHTTPServer(
+                _address(self.config.http),
+                self.store,
+                self.ingest,
+                self.metrics,
+                self.problem,
+                self.extra,
+            )
+        except OSError as e:
+            raise ConfigError(f"http: cannot listen on {self.config.http}: {e.strerror}") from None
+        threading.Thread(target=self.http.serve_forever, name="tacit-http", daemon=True).start()
+        if self.config.grpc:
+            self.grpc = start_grpc(self.config.grpc, self.ingest)
+        log.info(
+            "serving: OTLP/HTTP and the query API on %s, OTLP/gRPC on %s, store %s "
+            "(%d spans resumed)",
+            self.config.http,
+            self.config.grpc or "off",
+            self.config.database,
+            self.restored,
+        )
+        return self
+
+    def problem(self) -> str | None:
+        """Why the service is not ready, or None."""
+        if self.reconstructor.failure is not None:
+            return f"reconstruction failed: {self.reconstructor.failure}"
+        if not self.reconstructor.is_alive():
+            return "reconstruction is not running"
+        return None
+
+    def extra(self, path: str, params: dict[str, str]) -> Any | None:
+        """tacit's own API beside Jaeger's: status and per-service confidence."""
+        if path == "/api/tacit/confidence":
+            conf = self.store.confidence(0)
+            percent = {s: 100.0 * t / n if n else None for s, (n, t) in conf.items()}
+            return {
+                "data": [
+                    {"service": s, "incoming": n, "top_choice": t, "confidence": percent[s]}
+                    for s, (n, t) in conf.items()
+                ],
+                "advice": instrument_next(percent),
+            }
+        if path == "/api/tacit/status":
+            return {
+                "received": self.ingest.next_seq,
+                "pending": self.ingest.outstanding,
+                "stored": self.store.counts(),
+                "lag_seconds": self.reconstructor.lag_s,
+                "callgraph_endpoints": len(self.callgraph.endpoints),
+            }
+        return None
+
+    def stop(self) -> None:
+        """Graceful: stop taking requests, reconstruct and store what was taken, send what is
+        to be forwarded, close the store. Spans still waiting for their window stay in the
+        store for the next run."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self.grpc is not None:
+            self.grpc.stop(grace=2).wait()
+        if self.http is not None:
+            self.http.shutdown()
+            self.http.server_close()
+        self.reconstructor.stop()
+        if self.forwarder is not None:
+            self.forwarder.stop()
+        self.store.close()
+        log.info("stopped")
+
+    def run(self) -> None:
+        """Serve until SIGTERM or SIGINT, then stop gracefully."""
+        done = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: done.set())
+        self.start()
+        while not done.wait(0.5):
+            if self.reconstructor.failure is not None:
+                break
+        self.stop()
+        if self.reconstructor.failure is not None:
+            raise self.reconstructor.failure
+
+    def wait_idle(self, timeout_s: float = 30.0) -> bool:
+        """Whether everything received is in finished traces within ``timeout_s`` (tests and
+        the demo)."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if self.ingest.outstanding == 0:
+                return True
+            time.sleep(0.1)
+        return False

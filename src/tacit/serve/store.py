@@ -1,0 +1,240 @@
+"""The embedded store of ``tacit serve``: one DuckDB database file.
+
+Schema (``docs/serve.md`` documents it for people who query the file directly):
+
+``ingest``
+    Every acknowledged OTLP request, verbatim: ``first_seq`` (the sequence number of its first
+    span; spans are numbered in the order they were acknowledged), ``spans``, ``received_ns``,
+    ``encoding`` (``protobuf`` or ``json``) and ``body``. A request is committed here before
+    its sender is told it was accepted, so a crash loses nothing acknowledged: the restart
+    reads back whatever had not been reconstructed yet.
+``spans``
+    Every span once its trace is final, with the parent TraceWeaver chose: ``seq``,
+    ``trace_id``, ``span_id``, ``parent_span_id``, ``service``, ``instance``, ``operation``,
+    ``kind``, ``start_ns``, ``duration_ns``, ``parent_service``, ``score`` (of the chosen
+    parent), ``alternatives`` (JSON ``[[span id, score], ...]``, best first), ``unmapped`` (why
+    no parent was chosen), and what the sender gave: ``given_trace_id``, ``given_parent_id``.
+``traces``
+    One row per reconstructed trace: ``trace_id``, its root's ``service`` and ``operation``,
+    ``start_ns``, ``duration_ns``, ``spans``, ``min_score``, ``finished_ns`` and ``doc``, the
+    trace as the Jaeger query API returns it.
+``trace_operations``
+    For searches: one row per trace, service and operation, with the longest such span's
+    ``duration_ns`` and the earliest ``start_ns``.
+``confidence``
+    Per-service confidence (TraceWeaver §6.3.2) as it evolves: ``at_ns``, ``service``,
+    ``incoming``, ``top_choice``.
+``state``
+    ``low_water`` (no span before this sequence number is still being reconstructed),
+    ``next_position`` (the next stream position) and ``seed`` (of the trace ids).
+
+Each thread uses its own cursor on the one connection (DuckDB's rule for threads).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tacit.errors import ConfigError
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ingest(
+    first_seq BIGINT, spans INTEGER, received_ns BIGINT, encoding VARCHAR, body BLOB);
+CREATE TABLE IF NOT EXISTS spans(
+    seq BIGINT, trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, service VARCHAR,
+    instance VARCHAR, operation VARCHAR, kind VARCHAR, start_ns BIGINT, duration_ns BIGINT,
+    parent_service VARCHAR, score DOUBLE, alternatives VARCHAR, unmapped VARCHAR,
+    given_trace_id VARCHAR, given_parent_id VARCHAR);
+CREATE TABLE IF NOT EXISTS traces(
+    trace_id VARCHAR, service VARCHAR, operation VARCHAR, start_ns BIGINT, duration_ns BIGINT,
+    spans INTEGER, min_score DOUBLE, finished_ns BIGINT, doc VARCHAR);
+CREATE TABLE IF NOT EXISTS trace_operations(
+    trace_id VARCHAR, service VARCHAR, operation VARCHAR, start_ns BIGINT, duration_ns BIGINT);
+CREATE TABLE IF NOT EXISTS confidence(
+    at_ns BIGINT, service VARCHAR, incoming BIGINT, top_choice BIGINT);
+CREATE TABLE IF NOT EXISTS state(key VARCHAR PRIMARY KEY, value BIGINT);
+"""
+
+FINISHED_TABLES = ("spans", "traces", "trace_operations", "confidence")
+"""The tables :meth:`Store.write_finished` appends to, in its one transaction."""
+
+
+@dataclass(frozen=True)
+class TraceQuery:
+    """A Jaeger ``/api/traces`` search: traces with a span of ``service`` (and ``operation``)
+    that started in [``start_ns``, ``end_ns``] and lasted at least ``min_duration_ns`` (at most
+    ``max_duration_ns``); the ``limit`` most recent."""
+
+    service: str
+    operation: str | None = None
+    start_ns: int | None = None
+    end_ns: int | None = None
+    min_duration_ns: int | None = None
+    max_duration_ns: int | None = None
+    limit: int = 20
+
+
+class Store:
+    """The database file at ``path`` (created with the schema when absent)."""
+
+    def __init__(self, path: str | Path) -> None:
+        import duckdb
+
+        self.path = Path(path)
+        try:
+            self._con = duckdb.connect(str(self.path))
+        except (duckdb.Error, OSError) as e:
+            raise ConfigError(f"{path}: cannot open the database: {e}") from None
+        self._con.execute(_SCHEMA)
+        self._local = threading.local()
+
+    def close(self) -> None:
+        """Checkpoint and close the file."""
+        self._con.execute("CHECKPOINT")
+        self._con.close()
+
+    def _cursor(self) -> Any:
+        cur = getattr(self._local, "cursor", None)
+        if cur is None:
+            cur = self._local.cursor = self._con.cursor()
+        return cur
+
+    # -- state -------------------------------------------------------------------------------
+    def state(self, key: str, default: int) -> int:
+        row = self._cursor().execute("SELECT value FROM state WHERE key = ?", [key]).fetchone()
+        return default if row is None else int(row[0])
+
+    def set_state(self, key: str, value: int) -> None:
+        self._cursor().execute("INSERT OR REPLACE INTO state VALUES (?, ?)", [key, value])
+
+    # -- ingest ------------------------------------------------------------------------------
+    def next_seq(self) -> int:
+        """The sequence number the next acknowledged span gets."""
+        row = self._cursor().execute("SELECT max(first_seq + spans) FROM ingest").fetchone()
+        return int(row[0] or 0)
+
+    def append_requests(self, rows: Sequence[tuple[int, int, int, str, bytes]]) -> None:
+        """Commit acknowledged requests, (first_seq, spans, received_ns, encoding, body) each,
+        in one transaction."""
+        cur = self._cursor()
+        cur.execute("BEGIN")
+        try:
+            cur.executemany("INSERT INTO ingest VALUES (?, ?, ?, ?, ?)", list(rows))
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
+    def requests_from(self, seq: int) -> Iterator[tuple[int, str, bytes]]:
+        """(first_seq, encoding, body) of the requests holding spans numbered ``seq`` or later,
+        in order."""
+        cur = self._con.cursor()
+        cur.execute(
+            "SELECT first_seq, encoding, body FROM ingest WHERE first_seq + spans > ? "
+            "ORDER BY first_seq",
+            [seq],
+        )
+        while rows := cur.fetchmany(256):
+            for first, encoding, body in rows:
+                yield int(first), str(encoding), bytes(body)
+
+    def finished_from(self, seq: int) -> set[int]:
+        """The sequence numbers from ``seq`` on of spans already in finished traces."""
+        rows = self._cursor().execute("SELECT seq FROM spans WHERE seq >= ?", [seq]).fetchall()
+        return {int(r[0]) for r in rows}
+
+    # -- finished traces ---------------------------------------------------------------------
+    def write_finished(self, tables: dict[str, Any], state: dict[str, int]) -> None:
+        """Append the rows of ``tables`` (pyarrow tables named by :data:`FINISHED_TABLES`) and
+        set ``state``, in one transaction: a trace is stored whole or not at all."""
+        cur = self._cursor()
+        cur.execute("BEGIN")
+        try:
+            for name, table in tables.items():
+                if name not in FINISHED_TABLES:
+                    raise ValueError(f"not a table of finished traces: {name}")
+                cur.register("rows_in", table)
+                cur.execute(f"INSERT INTO {name} SELECT * FROM rows_in")
+                cur.unregister("rows_in")
+            for key, value in state.items():
+                cur.execute("INSERT OR REPLACE INTO state VALUES (?, ?)", [key, value])
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
+    # -- queries -----------------------------------------------------------------------------
+    def services(self) -> list[str]:
+        rows = self._cursor().execute(
+            "SELECT DISTINCT service FROM trace_operations ORDER BY service"
+        )
+        return [r[0] for r in rows.fetchall()]
+
+    def operations(self, service: str) -> list[tuple[str, str]]:
+        """(operation, span kind) of ``service``'s spans."""
+        rows = self._cursor().execute(
+            "SELECT DISTINCT operation, kind FROM spans WHERE service = ? ORDER BY operation",
+            [service],
+        )
+        return [(r[0], r[1]) for r in rows.fetchall()]
+
+    def find_traces(self, q: TraceQuery) -> list[str]:
+        """The Jaeger documents of the traces ``q`` selects, most recent first."""
+        where, args = ["service = ?"], [q.service]
+        for clause, value in (
+            ("operation = ?", q.operation),
+            ("start_ns >= ?", q.start_ns),
+            ("start_ns <= ?", q.end_ns),
+            ("duration_ns >= ?", q.min_duration_ns),
+            ("duration_ns <= ?", q.max_duration_ns),
+        ):
+            if value is not None:
+                where.append(clause)
+                args.append(value)
+        sql = (
+            "WITH hit AS (SELECT trace_id, max(start_ns) AS latest FROM trace_operations WHERE "
+            + " AND ".join(where)
+            + " GROUP BY trace_id ORDER BY latest DESC LIMIT ?) "
+            "SELECT t.doc FROM hit JOIN traces t USING (trace_id) ORDER BY hit.latest DESC"
+        )
+        rows = self._cursor().execute(sql, [*args, q.limit]).fetchall()
+        return [r[0] for r in rows]
+
+    def trace(self, trace_id: str) -> str | None:
+        row = (
+            self._cursor()
+            .execute("SELECT doc FROM traces WHERE trace_id = ?", [trace_id.lower()])
+            .fetchone()
+        )
+        return None if row is None else row[0]
+
+    def dependencies(self, start_ns: int, end_ns: int) -> list[tuple[str, str, int]]:
+        """(caller, callee, calls) between services over spans that started in the interval."""
+        rows = self._cursor().execute(
+            "SELECT parent_service, service, count(*) FROM spans "
+            "WHERE parent_service IS NOT NULL AND parent_service <> service "
+            "AND start_ns BETWEEN ? AND ? GROUP BY ALL ORDER BY ALL",
+            [start_ns, end_ns],
+        )
+        return [(a, b, int(n)) for a, b, n in rows.fetchall()]
+
+    def confidence(self, since_ns: int) -> dict[str, tuple[int, int]]:
+        """Per service, (incoming spans, given their best-scored calls) since ``since_ns``."""
+        rows = self._cursor().execute(
+            "SELECT service, sum(incoming), sum(top_choice) FROM confidence "
+            "WHERE at_ns >= ? GROUP BY service ORDER BY service",
+            [since_ns],
+        )
+        return {s: (int(i), int(t)) for s, i, t in rows.fetchall()}
+
+    def counts(self) -> dict[str, int]:
+        """Rows per table, for readiness and the page."""
+        cur = self._cursor()
+        return {
+            t: int(cur.execute(f"SELECT count(*) FROM {t}").fetchone()[0])
+            for t in ("spans", "traces")
+        }
