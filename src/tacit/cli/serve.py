@@ -39,6 +39,7 @@ def register(app: typer.Typer) -> None:
         Prometheus metrics at /metrics. Runs until SIGTERM or Ctrl-C, then stops gracefully."""
         from tacit.reconstruct.callgraph import CallGraph
         from tacit.serve import ServeConfig, Service, load_config
+        from tacit.serve.logs import configure_logging
 
         cfg = load_config(config) if config is not None else ServeConfig()
         cfg = cfg.updated(
@@ -51,4 +52,5 @@ def register(app: typer.Typer) -> None:
             )
         if not cfg.callgraph.exists():
             raise ConfigError(f"{cfg.callgraph}: no such call graph file")
+        configure_logging(cfg.json_logs)
         Service(cfg, CallGraph.load(cfg.callgraph)).run()

@@ -91,16 +91,24 @@ class Store:
             raise ConfigError(f"{path}: cannot open the database: {e}") from None
         self._con.execute(_SCHEMA)
         self._local = threading.local()
+        self._cursors: list[Any] = []
+        self._lock = threading.Lock()
 
     def close(self) -> None:
-        """Checkpoint and close the file."""
+        """Checkpoint and close the file (and every thread's cursor)."""
         self._con.execute("CHECKPOINT")
+        with self._lock:
+            for cur in self._cursors:
+                cur.close()
+            self._cursors.clear()
         self._con.close()
 
     def _cursor(self) -> Any:
         cur = getattr(self._local, "cursor", None)
         if cur is None:
             cur = self._local.cursor = self._con.cursor()
+            with self._lock:
+                self._cursors.append(cur)
         return cur
 
     # -- state -------------------------------------------------------------------------------
@@ -132,15 +140,15 @@ class Store:
     def requests_from(self, seq: int) -> Iterator[tuple[int, str, bytes]]:
         """(first_seq, encoding, body) of the requests holding spans numbered ``seq`` or later,
         in order."""
-        cur = self._con.cursor()
-        cur.execute(
-            "SELECT first_seq, encoding, body FROM ingest WHERE first_seq + spans > ? "
-            "ORDER BY first_seq",
-            [seq],
-        )
-        while rows := cur.fetchmany(256):
-            for first, encoding, body in rows:
-                yield int(first), str(encoding), bytes(body)
+        with self._con.cursor() as cur:
+            cur.execute(
+                "SELECT first_seq, encoding, body FROM ingest WHERE first_seq + spans > ? "
+                "ORDER BY first_seq",
+                [seq],
+            )
+            while rows := cur.fetchmany(256):
+                for first, encoding, body in rows:
+                    yield int(first), str(encoding), bytes(body)
 
     def finished_from(self, seq: int) -> set[int]:
         """The sequence numbers from ``seq`` on of spans already in finished traces."""

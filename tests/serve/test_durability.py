@@ -1,0 +1,151 @@
+"""``kill -9`` and SIGTERM of ``tacit serve``: nothing acknowledged is lost, and a restart
+resumes online reconstruction where the previous run stopped."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from clirun import TACIT
+from serve_app import shop_callgraph, shop_spans
+
+from tacit.experiment.otlp_load import BATCH, sdk_spans
+
+CONFIG = """\
+http: 127.0.0.1:{port}
+grpc: ""
+database: tacit.duckdb
+callgraph: callgraph.yaml
+online: {{window_s: 1, lookahead_s: 1, max_request_s: 2, lateness_s: 0.1}}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.port = _free_port()
+        shop_callgraph().save(tmp / "callgraph.yaml")
+        (tmp / "serve.yaml").write_text(CONFIG.format(port=self.port))
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [str(TACIT), "serve", "--config", str(self.tmp / "serve.yaml")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.url("/readyz"), timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError(f"tacit serve did not become ready: {self.proc.stderr}")
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def status(self) -> dict:
+        with urllib.request.urlopen(self.url("/api/tacit/status"), timeout=10) as r:
+            return json.loads(r.read())
+
+    def wait_idle(self, timeout_s: float = 60) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while (status := self.status())["pending"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return status
+
+    def stop(self, sig: int) -> subprocess.CompletedProcess:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        out, err = self.proc.communicate(timeout=60)
+        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
+
+
+def _stored(tmp: Path) -> tuple[int, int, set[str]]:
+    import duckdb
+
+    con = duckdb.connect(str(tmp / "tacit.duckdb"), read_only=True)
+    n, distinct = con.execute("SELECT count(*), count(DISTINCT seq) FROM spans").fetchone()
+    ids = {r[0] for r in con.execute("SELECT span_id FROM spans").fetchall()}
+    con.close()
+    return n, distinct, ids
+
+
+def test_kill_9_mid_stream_loses_nothing_acknowledged(tmp_path):
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    spans = shop_spans(8)
+    order = np.argsort(spans.end, kind="stable")
+    readable = sdk_spans(spans, time.time_ns() - int(spans.start.min()))
+    batches = [order[a : a + BATCH] for a in range(0, len(order), BATCH)]
+    server = Server(tmp_path)
+    server.start()
+    acked: list[int] = []
+    refused: list[np.ndarray] = []
+    exporter = OTLPSpanExporter(endpoint=server.url("/v1/traces"), timeout=2)
+    for k, rows in enumerate(batches):
+        if k == len(batches) // 2:
+            server.proc.kill()  # SIGKILL: no flush, no goodbye
+            server.proc.wait()
+        ok = exporter.export([readable[r] for r in rows]) == SpanExportResult.SUCCESS
+        (acked.extend(rows.tolist()) if ok else refused.append(rows))
+    assert refused, "the sender must have seen the server die"
+    server.start()  # same database: resumes what was acknowledged and not yet finished
+    exporter = OTLPSpanExporter(endpoint=server.url("/v1/traces"), timeout=10)
+    for rows in refused:  # the sender retries what was not acknowledged
+        assert exporter.export([readable[r] for r in rows]) == SpanExportResult.SUCCESS
+        acked.extend(rows.tolist())
+    status = server.wait_idle()
+    server.stop(signal.SIGTERM)
+    n, distinct, ids = _stored(tmp_path)
+    s = spans.strings
+    sent_ids = {s[int(spans.span_id[r])] for r in acked}
+    assert status["pending"] == 0
+    assert n == distinct == len(spans)
+    assert sent_ids <= ids
+
+
+def test_sigterm_flushes_and_the_restart_resumes_pending_spans(tmp_path):
+    spans = shop_spans(3)
+    server = Server(tmp_path)
+    server.start()
+    from tacit.experiment.otlp_load import send_spans
+
+    log = send_spans(spans, server.url("/v1/traces"))
+    assert log.acknowledged == len(spans)
+    done = server.stop(signal.SIGTERM)
+    assert done.returncode == 0, done.stderr
+    n, _, _ = _stored(tmp_path)
+    assert n < len(spans), "some spans must still be waiting for their window at shutdown"
+    server.start()
+    assert "spans resumed" in _first_line_with(server, "serving")
+    status = server.wait_idle()
+    server.stop(signal.SIGTERM)
+    assert status["pending"] == 0
+    assert _stored(tmp_path)[0] == len(spans)
+
+
+def _first_line_with(server: Server, word: str) -> str:
+    assert server.proc is not None and server.proc.stderr is not None
+    for line in server.proc.stderr:
+        if word in line:
+            return line
+    pytest.fail(f"no line with {word!r} on stderr")

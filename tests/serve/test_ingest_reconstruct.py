@@ -1,0 +1,59 @@
+"""OTLP in through the SDK's exporter, traces out: accuracy against the senders' own context,
+equal to the offline algorithm's on the same spans, and what the receiver uses of it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from serve_app import QUICK, get_json, running, shop_callgraph, shop_spans
+
+from tacit.experiment.otlp_load import send_spans
+from tacit.model.spans import CLIENT, NONE, SERVER
+from tacit.reconstruct.online import reconstruct_streamed
+
+
+def _stored_links(svc) -> dict[str, str | None]:
+    cur = svc.store._cursor()
+    rows = cur.execute("SELECT span_id, parent_span_id FROM spans WHERE kind = 'client'")
+    return dict(rows.fetchall())
+
+
+@pytest.fixture(scope="module")
+def spans():
+    return shop_spans(6)
+
+
+def test_sdk_export_is_reconstructed_as_accurately_as_offline(tmp_path, spans):
+    with running(tmp_path) as svc:
+        log = send_spans(spans, f"http://127.0.0.1:{svc.http_port}/v1/traces")
+        assert log.acknowledged == len(spans) and log.failed == 0
+        assert svc.wait_idle(60)
+        status = get_json(svc, "/api/tacit/status")
+        links = _stored_links(svc)
+    assert status["received"] == len(spans)
+    assert status["stored"]["spans"] == len(spans)  # every acknowledged span accounted for
+    s = spans.strings
+    client = np.flatnonzero(spans.kind == CLIENT)
+    truth = {s[int(spans.span_id[r])]: s[int(spans.span_id[spans.parent[r]])] for r in client}
+    right = sum(links.get(k) == v for k, v in truth.items())
+    served = right / len(truth)
+    offline = reconstruct_streamed(spans, shop_callgraph(), online=QUICK)
+    offline_right = (offline.parent[client] == spans.parent[client]).mean()
+    assert served >= 0.97
+    assert abs(served - offline_right) <= 0.01, (served, offline_right)
+
+
+def test_only_the_rpc_pairing_of_the_context_is_used(tmp_path, spans):
+    """The same spans with every client span's parent removed give the same traces: the
+    receiver reads a server span's parent (its RPC's client side) and nothing else."""
+    blind = spans.take(np.arange(len(spans)))
+    blind.parent[blind.kind == CLIENT] = NONE
+    assert (blind.parent[blind.kind == SERVER] != NONE).any()
+    results = []
+    for name, table in (("full", spans), ("blind", blind)):
+        (tmp_path / name).mkdir()
+        with running(tmp_path / name) as svc:
+            send_spans(table, f"http://127.0.0.1:{svc.http_port}/v1/traces", shift_ns=0)
+            assert svc.wait_idle(60)
+            results.append(_stored_links(svc))
+    assert results[0] == results[1]

@@ -1,0 +1,104 @@
+"""The receivers: OTLP/HTTP protobuf and JSON, OTLP/gRPC, backpressure as the OTLP
+specification asks, malformed requests refused whole, and what /metrics counts."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import grpc
+import numpy as np
+import pytest
+from google.protobuf.json_format import MessageToDict
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from serve_app import get, get_json, post, running, shop_spans
+
+from tacit.experiment.otlp_load import sdk_spans
+from tacit.reconstruct.online import NS, OnlineParams
+
+SLOW = OnlineParams(window_ns=60 * NS, lookahead_ns=60 * NS, max_request_ns=60 * NS)
+"""Windows so long that nothing finishes during a test: spans stay pending."""
+
+
+@pytest.fixture(scope="module")
+def request_pb():
+    """An export request of the SDK's encoder: 512 spans of the shop app."""
+    spans = shop_spans(2)
+    return encode_spans(sdk_spans(spans.take(np.arange(512)), 0))
+
+
+def _ids_as_hex(doc: dict) -> dict:
+    import base64
+
+    for rs in doc["resourceSpans"]:
+        for sc in rs["scopeSpans"]:
+            for sp in sc["spans"]:
+                for k in ("traceId", "spanId", "parentSpanId"):
+                    if k in sp:
+                        sp[k] = base64.b64decode(sp[k]).hex()
+    return doc
+
+
+def test_http_protobuf_json_and_gzip_are_acknowledged_and_counted(tmp_path, request_pb):
+    body = request_pb.SerializeToString()
+    as_json = json.dumps(_ids_as_hex(MessageToDict(request_pb))).encode()
+    with running(tmp_path, online=SLOW) as svc:
+        assert post(svc, body, "application/x-protobuf")[:2] == (200, b"")
+        assert post(svc, as_json, "application/json")[:2] == (200, b"{}")
+        gz = post(
+            svc, gzip.compress(body), "application/x-protobuf", **{"Content-Encoding": "gzip"}
+        )
+        assert gz[0] == 200
+        stored = svc.store._cursor().execute("SELECT sum(spans) FROM ingest").fetchone()[0]
+        metrics = get(svc, "/metrics")[1].decode()
+    assert stored == 3 * 512
+    assert 'tacit_spans_received_total{transport="http"} 1536.0' in metrics
+
+
+def test_malformed_requests_are_refused_whole_with_the_reason(tmp_path, request_pb):
+    with running(tmp_path, online=SLOW) as svc:
+        status, body, _ = post(svc, b"\x0a\xff\xff", "application/x-protobuf")
+        assert status == 400
+        assert "not a protobuf OTLP" in status_pb2.Status.FromString(body).message
+        status, body, _ = post(svc, b'{"resourceSpans": [{"scopeSpans": 3}]}', "application/json")
+        assert status == 400 and "resourceSpans 0" in json.loads(body)["message"]
+        assert post(svc, b"x", "text/plain")[0] == 415
+        stored = svc.store._cursor().execute("SELECT count(*) FROM ingest").fetchone()[0]
+        metrics = get(svc, "/metrics")[1].decode()
+    assert stored == 0
+    assert 'tacit_requests_refused_total{reason="invalid",transport="http"} 2.0' in metrics
+
+
+def test_http_backpressure_is_429_with_retry_after(tmp_path, request_pb):
+    body = request_pb.SerializeToString()
+    with running(tmp_path, online=SLOW, max_pending_spans=600, retry_after_s=3) as svc:
+        assert post(svc, body, "application/x-protobuf")[0] == 200
+        status, answer, headers = post(svc, body, "application/x-protobuf")
+        stored = svc.store._cursor().execute("SELECT sum(spans) FROM ingest").fetchone()[0]
+    assert status == 429 and headers["Retry-After"] == "3"
+    assert "retry" in status_pb2.Status.FromString(answer).message
+    assert stored == 512  # the refused request left nothing behind
+
+
+def test_grpc_export_and_resource_exhausted_with_retry_info(tmp_path, request_pb):
+    with running(tmp_path, online=SLOW, max_pending_spans=600, retry_after_s=2) as svc:
+        with grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as channel:
+            stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+            stub.Export(request_pb, timeout=10)
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Export(request_pb, timeout=10)
+        status = get_json(svc, "/api/tacit/status")
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    detail = rpc_status.from_call(refused.value).details[0]
+    info = error_details_pb2.RetryInfo()
+    assert detail.Unpack(info) and info.retry_delay.seconds == 2
+    assert status["received"] == 512 and status["pending"] == 512
+
+
+def test_health_and_readiness(tmp_path):
+    with running(tmp_path) as svc:
+        assert get(svc, "/healthz")[0] == 200
+        assert get(svc, "/readyz")[:2] == (200, b"ready\n")
