@@ -191,9 +191,10 @@ def reconstruct_dask(
     if isinstance(scheduler, str):
         try:
             scheme, location = parse_address(scheduler, strict=False)
-            if scheme != "tcp":
-                raise ValueError(f"scheme {scheme}:// is not tcp://")
-            parse_host_port(location)
+            if scheme == "tcp":
+                parse_host_port(location)
+            elif scheme != "inproc":
+                raise ValueError(f"{scheme}:// is not tcp:// (nor inproc:// of this process)")
         except ValueError as e:
             raise ConfigError(f"bad Dask scheduler address {scheduler!r}: {e}") from None
         try:
@@ -209,7 +210,7 @@ def reconstruct_dask(
         futures = client.map(reconstruct_traceweaver, tables, callgraph=graph, params=params)
         index = {f.key: i for i, f in enumerate(futures)}
         results: dict[int, Reconstruction] = {}
-        for future, result in distributed.as_completed(futures, with_results=True):
+        for future, result in distributed.as_completed(futures, client.loop, with_results=True):
             i = index[future.key]
             results[i] = result
             if progress is not None:
