@@ -204,10 +204,12 @@ def reconstruct_dask(
     else:
         client = scheduler
     try:
+        # The table and the call graph go to each worker once, and each task names its rows:
+        # a table of its own per part would carry the whole string pool each time. The details
+        # (what a tracer recorded beyond the columns) stay here.
+        table = client.scatter(replace(spans, details=None), broadcast=True)
         graph = client.scatter(callgraph, broadcast=True)
-        # Each part's own rows; the details (what a tracer recorded beyond the columns) stay.
-        tables = client.scatter([replace(spans.take(rows), details=None) for rows in parts])
-        futures = client.map(reconstruct_traceweaver, tables, callgraph=graph, params=params)
+        futures = client.map(_reconstruct_part, parts, spans=table, callgraph=graph, params=params)
         index = {f.key: i for i, f in enumerate(futures)}
         results: dict[int, Reconstruction] = {}
         for future, result in distributed.as_completed(futures, client.loop, with_results=True):
@@ -219,3 +221,13 @@ def reconstruct_dask(
         if client is not scheduler:
             client.close()
     return merge(spans, parts, [results[i] for i in range(len(parts))])
+
+
+def _reconstruct_part(
+    rows: np.ndarray,
+    spans: SpanTable,
+    callgraph: CallGraph,
+    params: TraceWeaverParams | None,
+) -> Reconstruction:
+    """One part of :func:`partition`, reconstructed on a worker."""
+    return reconstruct_traceweaver(spans.take(rows), callgraph, params)
