@@ -19,7 +19,6 @@ is split.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -33,6 +32,7 @@ from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.result import Reconstruction
 from tacit.reconstruct.traceweaver import (
+    Progress,
     TraceWeaverParams,
     reconstruct_traceweaver,
     service_confidence,
@@ -40,8 +40,6 @@ from tacit.reconstruct.traceweaver import (
 
 if TYPE_CHECKING:
     import distributed
-
-Progress = Callable[[int], None]
 
 
 def partition(
@@ -177,7 +175,8 @@ def reconstruct_dask(
 ) -> Reconstruction:
     """:func:`.traceweaver.reconstruct_traceweaver` of ``spans``, its :func:`partition` run on
     the Dask cluster of ``scheduler`` (an address, or a connected ``distributed.Client``) and
-    merged. The workers need tacit installed; the call graph goes to each of them once.
+    merged. The workers need tacit installed; the table and the call graph go to each of them
+    once.
     ``progress`` gets the span count of each part as it comes back. Dask's own settings apply
     (the connection timeout is ``distributed.comm.timeouts.connect``)."""
     try:
