@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clirun import TACIT, finish, start
+from clirun import TACIT, finish, ok, one_error_line, start
 from tacit.formats.blind import write_blind
 from tacit.formats.jaeger import read_jaeger, write_jaeger
 from tacit.model.roles import infer_roles
@@ -78,24 +78,6 @@ def runs(work: Path) -> dict[str, subprocess.CompletedProcess]:
         )
     res.update(finish(second))
     return res
-
-
-def ok(run: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert run.returncode == 0, (
-        f"exit {run.returncode}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr}"
-    )
-    assert "Traceback" not in run.stderr
-    return run
-
-
-def one_error_line(run: subprocess.CompletedProcess, names: str) -> str:
-    assert run.returncode == 2, run.stderr
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1, run.stderr
-    assert lines[0].startswith("tacit: error: "), lines[0]
-    assert names in lines[0]
-    assert "Traceback" not in run.stderr and "Traceback" not in run.stdout
-    return lines[0]
 
 
 def test_evaluate_json(runs) -> None:

@@ -17,6 +17,7 @@ from tacit.cli.common import (
     flag,
     load_callgraph,
     out,
+    parse_duration,
     percent,
     print_json,
     print_unmapped,
@@ -178,6 +179,22 @@ def register(app: typer.Typer) -> None:
                 "runs never share an id).",
             ),
         ] = None,
+        dask: Annotated[
+            str | None,
+            typer.Option(
+                metavar="ADDRESS",
+                help="Run traceweaver on the Dask cluster whose scheduler is at ADDRESS "
+                "(tcp://HOST:PORT), one part per instance; the same results.",
+            ),
+        ] = None,
+        dask_window: Annotated[
+            str | None,
+            typer.Option(
+                metavar="DURATION",
+                help="With --dask: also cut each instance where no request is open, at least "
+                "DURATION (e.g. 1s) apart; each window learns its own timing (TraceWeaver §6.5).",
+            ),
+        ] = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Reconstruct traces from spans without identifiers and write them out.
@@ -203,10 +220,15 @@ def register(app: typer.Typer) -> None:
             reconstruct_stream,
             stream_source,
         )
+        from tacit.reconstruct.scaleout import check_window
 
         cg_file = [callgraph] if callgraph != "learn" else []
         refuse_input_as_output(out_path, [*spans, *cg_file, *([services] if services else [])])
-        check_algorithm(algorithm)
+        check_algorithm(algorithm, dask is not None)
+        if dask_window is not None and dask is None:
+            raise ConfigError("--dask-window cuts the parts of a --dask run: give --dask too")
+        window_ns = parse_duration(dask_window) if dask_window is not None else None
+        check_window(window_ns)
         if input_format in AGENT_FORMATS and callgraph == "learn":
             raise ConfigError(
                 f"spans read as {input_format} have no trace ids to learn a call graph from: "
@@ -251,7 +273,7 @@ def register(app: typer.Typer) -> None:
             blind = observed.without_truth()
             with progress_bar(len(blind), "reconstructing", not json_out) as cb:
                 rec_traces, tags, rec = reconstruct_blind(
-                    blind, cg, algorithm, progress=cb, seed=seed
+                    blind, cg, algorithm, progress=cb, seed=seed, dask=dask, window_ns=window_ns
                 )
             write_traces(out_path, rec_traces, tags, format=output_format)
             reasons = rec.unmapped_counts()

@@ -4,6 +4,8 @@
 - :mod:`~.isolated`: test traces woven from requests replayed one at a time (§5.2.1).
 - :mod:`~.traceweaver`: the reconstruction (§4); :mod:`~.online` streams it (§5.3).
 - :mod:`~.baselines`: FCFS, WAP5's nearest parent and vPath's threads (§6).
+- :mod:`~.scaleout`: TraceWeaver cut into independent parts, per instance and time window, run
+  on a Dask cluster (§6.5, §6.6).
 - :mod:`~.pipeline`: an algorithm by name; blind spans, or a stream of them, into assembled
   traces.
 """
@@ -25,6 +27,7 @@ from tacit.reconstruct.pipeline import (
     run_algorithm,
 )
 from tacit.reconstruct.result import Reconstruction, instrument_next
+from tacit.reconstruct.scaleout import merge, partition, reconstruct_dask
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 
 __all__ = [
@@ -40,7 +43,10 @@ __all__ = [
     "callgraph_from_test_capture",
     "instrument_next",
     "learn_callgraph",
+    "merge",
+    "partition",
     "reconstruct_blind",
+    "reconstruct_dask",
     "reconstruct_fcfs",
     "reconstruct_online",
     "reconstruct_stream",

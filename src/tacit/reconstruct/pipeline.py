@@ -32,6 +32,7 @@ from tacit.reconstruct.online import (
     reconstruct_streamed,
 )
 from tacit.reconstruct.result import Reconstruction
+from tacit.reconstruct.scaleout import reconstruct_dask
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 
 ALGORITHMS = ("traceweaver", *BASELINES)
@@ -47,9 +48,17 @@ def run_algorithm(
     callgraph: CallGraph,
     params: TraceWeaverParams | None = None,
     progress: Progress | None = None,
+    dask: str | None = None,
+    window_ns: int | None = None,
 ) -> Reconstruction:
-    """Reconstruct blind ``spans`` with the algorithm called ``name``."""
-    check_algorithm(name)
+    """Reconstruct blind ``spans`` with the algorithm called ``name``; ``traceweaver`` on the
+    Dask cluster whose scheduler is at ``dask`` when given, its parts cut into windows of at
+    least ``window_ns`` (:func:`.scaleout.reconstruct_dask`)."""
+    check_algorithm(name, dask is not None)
+    if window_ns is not None and dask is None:
+        raise ConfigError("windows cut the parts of a run on a Dask cluster: give its scheduler")
+    if dask is not None:
+        return reconstruct_dask(spans, callgraph, dask, params, window_ns, progress)
     if name == "traceweaver":
         return reconstruct_traceweaver(spans, callgraph, params, progress)
     if name == ONLINE:
@@ -57,11 +66,17 @@ def run_algorithm(
     return BASELINES[name](spans, callgraph)
 
 
-def check_algorithm(name: str) -> None:
-    """Raise :class:`ConfigError` unless ``name`` is one of :data:`ALGORITHMS` or :data:`ONLINE`."""
+def check_algorithm(name: str, distributed: bool = False) -> None:
+    """Raise :class:`ConfigError` unless ``name`` is one of :data:`ALGORITHMS` or :data:`ONLINE`,
+    or, ``distributed`` (on a Dask cluster), unless it is the offline ``traceweaver``."""
     if name not in (*ALGORITHMS, ONLINE):
         raise ConfigError(
             f"unknown algorithm {name!r}: expected one of {', '.join((*ALGORITHMS, ONLINE))}"
+        )
+    if distributed and name != "traceweaver":
+        raise ConfigError(
+            f"only the offline traceweaver runs on a Dask cluster, not {name!r}: its "
+            "reconstruction is independent per instance (TraceWeaver §6.6)"
         )
 
 
@@ -72,12 +87,15 @@ def reconstruct_blind(
     params: TraceWeaverParams | None = None,
     progress: Progress | None = None,
     seed: int | None = None,
+    dask: str | None = None,
+    window_ns: int | None = None,
 ) -> tuple[SpanTable, dict[int, dict], Reconstruction]:
-    """Reconstruct ``blind`` spans with ``algorithm`` and assemble the traces: the spans with
+    """Reconstruct ``blind`` spans with ``algorithm`` (on a Dask cluster with ``dask`` and
+    ``window_ns``, as :func:`run_algorithm` does) and assemble the traces: the spans with
     their reconstructed parents and a trace per root, their span tags, and the reconstruction.
     ``seed`` makes the new trace ids (:func:`.assemble.assemble`) repeatable; by default they
     are random."""
-    rec = run_algorithm(algorithm, blind, callgraph, params, progress)
+    rec = run_algorithm(algorithm, blind, callgraph, params, progress, dask, window_ns)
     traces, tags = assemble(blind, rec, seed=seed)
     return traces, tags, rec
 

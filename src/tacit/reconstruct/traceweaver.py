@@ -163,16 +163,11 @@ def reconstruct_traceweaver(
             rep[k] = rep.get(k, 0) + v
         if progress:
             progress(len(rows))
-    # §6.3.2: the share of a service's requests that were mapped, and to their top choice.
-    result.confidence = {
-        svc: 100.0 * (1 - (r["unassigned"] + r["not_top_choice"]) / r["incoming"])
-        for svc, r in reports.items()
-        if r["incoming"]
-    }
     result.finish_unmapped(spans, "no incoming span at this instance can have caused it")
     unmapped = len(result.unmapped)
     filled = fill_unmapped(spans, result, callgraph) if params.fallback else 0
     _report(spans, result, reports)
+    result.confidence = service_confidence(result.service_report)
     result.info = {
         "iterations": max(iterations, default=0),
         "batches": stats.batches,
@@ -184,6 +179,16 @@ def reconstruct_traceweaver(
         "given_a_fallback_parent": filled,
     }
     return result
+
+
+def service_confidence(report: dict[str, dict[str, int]]) -> dict[str, float]:
+    """Per service with incoming spans, in percent, the share of them that were mapped, and to
+    their top choice (§6.3.2), from a :attr:`.result.Reconstruction.service_report`."""
+    return {
+        svc: 100.0 * (1 - (r["unassigned"] + r["not_top_choice"]) / r["incoming"])
+        for svc, r in report.items()
+        if r["incoming"]
+    }
 
 
 def _report(spans: SpanTable, result: Reconstruction, reports: dict[str, dict[str, int]]) -> None:

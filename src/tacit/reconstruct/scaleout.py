@@ -1,0 +1,232 @@
+"""TraceWeaver scaled out: independent parts of the spans reconstructed on a Dask cluster.
+
+TraceWeaver maps the calls of a container from the requests of that container only, because a
+request arriving at one container makes no call from another (SIGCOMM '24, §6.6), and several
+instances of it can work on disjoint sets of spans in parallel, "instance A handles t=0 to 1s, B
+handles t=1 to 2s" (§6.5). :func:`partition` cuts a blind table into such parts and
+:func:`merge` puts their reconstructions together; :func:`reconstruct_dask` runs the parts on
+an existing Dask cluster, never on a scheduler of tacit's own.
+
+By instance, the merge is exactly :func:`.traceweaver.reconstruct_traceweaver` of the whole
+table: it reconstructs one instance at a time, from that instance's spans alone, and adds up
+the per-service counts. The one exception is a join (``TraceWeaverParams.joins``): its instance
+groups incoming spans by the request its callers' mapping gives them, so it shares a part with
+every instance upstream of it. By time window (``window_ns``) each window learns its own gap
+models, as a separate TraceWeaver instance of §6.5 would, so the mapping may differ from one
+run over all the spans; the cuts fall where no incoming span of the part is open, so no request
+is split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import breadth_first_order, connected_components
+
+from tacit.errors import ConfigError
+from tacit.model.roles import process_key
+from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
+from tacit.reconstruct.callgraph import CallGraph
+from tacit.reconstruct.result import Reconstruction
+from tacit.reconstruct.traceweaver import (
+    Progress,
+    TraceWeaverParams,
+    reconstruct_traceweaver,
+    service_confidence,
+)
+
+if TYPE_CHECKING:
+    import distributed
+
+
+def partition(
+    spans: SpanTable,
+    callgraph: CallGraph,
+    params: TraceWeaverParams | None = None,
+    window_ns: int | None = None,
+) -> list[np.ndarray]:
+    """The rows of ``spans`` in parts that TraceWeaver reconstructs independently, largest first:
+    each a sorted array of rows, together every row once.
+
+    A part is an instance (service, instance) with all its spans; an instance with a join
+    endpoint (with ``params.joins``) shares one with every instance whose requests reach it.
+    With ``window_ns``, a part is further cut at the first point at least ``window_ns`` after
+    the previous cut at which none of its incoming spans is open; each span goes to the window
+    in which it starts.
+    """
+    params = params or TraceWeaverParams()
+    check_window(window_ns)
+    if not len(spans):
+        return []
+    keys, instance = np.unique(process_key(spans), return_inverse=True)
+    n = len(keys)
+    joined = np.zeros(n, dtype=bool)
+    if params.joins:
+        s = spans.strings
+        joins = [s.find(svc) for (svc, _), g in callgraph.endpoints.items() if g.join is not None]
+        joined[instance[np.isin(spans.service, joins)]] = True
+    group = _groups(spans, instance, joined)
+    order = np.argsort(group, kind="stable")
+    cut = np.flatnonzero(np.diff(group[order])) + 1
+    parts = [
+        w for rows in np.split(order, cut) if len(rows) for w in _windows(spans, rows, window_ns)
+    ]
+    parts.sort(key=len, reverse=True)
+    return parts
+
+
+def check_window(window_ns: int | None) -> None:
+    """Raise :class:`ConfigError` unless ``window_ns`` is None or positive."""
+    if window_ns is not None and window_ns <= 0:
+        raise ConfigError(f"a window must be longer than 0, got {window_ns} ns")
+
+
+def _groups(spans: SpanTable, instance: np.ndarray, joined: np.ndarray) -> np.ndarray:
+    """A group per row: its instance's, where joins are joined with their upstream instances.
+
+    Upstream of an instance is every instance from which a chain of calls reaches it: the caller
+    of each of its incoming spans (the span's ``link``), their callers, and so on.
+    """
+    n = len(joined)
+    server = np.flatnonzero((spans.kind == SERVER) & (spans.link != NONE))
+    caller, callee = instance[spans.link[server]], instance[server]
+    # callee -> caller edges: following them from a join visits everything upstream of it.
+    upward = coo_matrix((np.ones(len(server)), (callee, caller)), shape=(n, n)).tocsr()
+    a, b = [np.arange(n)], [np.arange(n)]
+    for j in np.flatnonzero(joined):
+        up = breadth_first_order(upward, j, directed=True, return_predecessors=False)
+        a.append(np.full(len(up), j))
+        b.append(up)
+    ones = np.ones(sum(len(x) for x in a))
+    together = coo_matrix((ones, (np.concatenate(a), np.concatenate(b))), shape=(n, n))
+    _, label = connected_components(together, directed=False)
+    return label[instance]
+
+
+def _windows(spans: SpanTable, rows: np.ndarray, window_ns: int | None) -> list[np.ndarray]:
+    """``rows`` cut into windows of at least ``window_ns`` at points where none of their
+    incoming spans is open (at the start of an incoming span after which all earlier ones have
+    ended); one window when ``window_ns`` is None or there is no such point."""
+    server = rows[spans.kind[rows] == SERVER]
+    if window_ns is None or len(server) < 2:
+        return [rows]
+    by_start = np.argsort(spans.start[server], kind="stable")
+    start = spans.start[server][by_start]
+    ended = np.maximum.accumulate(spans.end[server][by_start])
+    quiet = start[1:][ended[:-1] <= start[1:]]
+    cuts: list[int] = []
+    t = int(start[0])
+    while (k := int(np.searchsorted(quiet, t + window_ns))) < len(quiet):
+        t = int(quiet[k])
+        cuts.append(t)
+    window = np.searchsorted(np.array(cuts, dtype=np.int64), spans.start[rows], side="right")
+    return [rows[window == w] for w in range(len(cuts) + 1)]
+
+
+def merge(
+    spans: SpanTable, parts: list[np.ndarray], results: list[Reconstruction]
+) -> Reconstruction:
+    """One reconstruction of ``spans`` from those of its ``parts`` (``results[i]`` of
+    ``spans.take(parts[i])``): rows mapped back, per-service counts added up and the confidence
+    computed from them (§6.3.2), iterations the most any part took and the other counts summed."""
+    rec = Reconstruction.start("traceweaver", spans)
+    reports: dict[str, dict[str, int]] = {}
+    info: dict[str, int] = {}
+    for rows, part in zip(parts, results, strict=True):
+        client = spans.kind[rows] == CLIENT
+        mapped = part.parent[client]
+        rec.parent[rows[client]] = np.where(mapped != NONE, rows[mapped], NONE)
+        rec.score[rows] = part.score
+        back = rows.tolist()
+        rec.unmapped.update({back[r]: why for r, why in part.unmapped.items()})
+        rec.fallback.update({back[r]: why for r, why in part.fallback.items()})
+        rec.alternatives.update(
+            {back[o]: [(back[i], sc) for i, sc in alts] for o, alts in part.alternatives.items()}
+        )
+        rec.top_candidates.update(
+            {
+                back[i]: [frozenset(back[k] for k in kids) for kids in cands]
+                for i, cands in part.top_candidates.items()
+            }
+        )
+        for svc, counts in part.service_report.items():
+            mine = reports.setdefault(svc, dict.fromkeys(counts, 0))
+            for k, n in counts.items():
+                mine[k] += n
+        for k, v in part.info.items():
+            assert isinstance(v, int)  # every count of reconstruct_traceweaver's info
+            info[k] = max(info.get(k, 0), v) if k == "iterations" else info.get(k, 0) + v
+    rec.service_report = dict(sorted(reports.items()))
+    rec.confidence = service_confidence(rec.service_report)
+    rec.info = dict(info)
+    return rec
+
+
+def reconstruct_dask(
+    spans: SpanTable,
+    callgraph: CallGraph,
+    scheduler: str | distributed.Client,
+    params: TraceWeaverParams | None = None,
+    window_ns: int | None = None,
+    progress: Progress | None = None,
+) -> Reconstruction:
+    """:func:`.traceweaver.reconstruct_traceweaver` of ``spans``, its :func:`partition` run on
+    the Dask cluster of ``scheduler`` (an address, or a connected ``distributed.Client``) and
+    merged. The workers need tacit installed; the table and the call graph go to each of them
+    once.
+    ``progress`` gets the span count of each part as it comes back. Dask's own settings apply
+    (the connection timeout is ``distributed.comm.timeouts.connect``)."""
+    try:
+        import distributed
+        from distributed.comm.addressing import parse_address, parse_host_port
+    except ImportError:
+        raise ConfigError(
+            "reconstruction on a Dask cluster needs dask.distributed: pip install 'tacit[dask]'"
+        ) from None
+    parts = partition(spans, callgraph, params, window_ns)
+    if isinstance(scheduler, str):
+        try:
+            scheme, location = parse_address(scheduler, strict=False)
+            if scheme == "tcp":
+                parse_host_port(location)
+            elif scheme != "inproc":
+                raise ValueError(f"{scheme}:// is not tcp:// (nor inproc:// of this process)")
+        except ValueError as e:
+            raise ConfigError(f"bad Dask scheduler address {scheduler!r}: {e}") from None
+        try:
+            client = distributed.Client(scheduler, set_as_default=False)
+        except OSError as e:
+            raise ConfigError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
+    else:
+        client = scheduler
+    try:
+        # The table and the call graph go to each worker once, and each task names its rows:
+        # a table of its own per part would carry the whole string pool each time. The details
+        # (what a tracer recorded beyond the columns) stay here.
+        table = client.scatter(replace(spans, details=None), broadcast=True)
+        graph = client.scatter(callgraph, broadcast=True)
+        futures = client.map(_reconstruct_part, parts, spans=table, callgraph=graph, params=params)
+        index = {f.key: i for i, f in enumerate(futures)}
+        results: dict[int, Reconstruction] = {}
+        for future, result in distributed.as_completed(futures, client.loop, with_results=True):
+            i = index[future.key]
+            results[i] = result
+            if progress is not None:
+                progress(len(parts[i]))
+    finally:
+        if client is not scheduler:
+            client.close()
+    return merge(spans, parts, [results[i] for i in range(len(parts))])
+
+
+def _reconstruct_part(
+    rows: np.ndarray,
+    spans: SpanTable,
+    callgraph: CallGraph,
+    params: TraceWeaverParams | None,
+) -> Reconstruction:
+    """One part of :func:`partition`, reconstructed on a worker."""
+    return reconstruct_traceweaver(spans.take(rows), callgraph, params)
