@@ -134,6 +134,7 @@ function summarize(trace) {
 // -- search -----------------------------------------------------------------------------------
 
 const list = { rows: [], sort: null, desc: false, selected: null };
+let servicesReady = Promise.resolve();
 
 function formParams() {
   const q = new URLSearchParams();
@@ -160,6 +161,7 @@ async function search(q) {
     return;
   }
   list.rows = doc.data.map(summarize);
+  await servicesReady; // for the colours
   list.sort = null;
   for (const th of document.querySelectorAll("#trace-list th")) th.removeAttribute("aria-sort");
   drawList();
@@ -672,17 +674,18 @@ function init() {
   if (q.get("minDuration")) $("#min-duration").value = q.get("minDuration");
   if (q.get("limit")) $("#limit").value = q.get("limit");
   const service = q.get("service");
-  // The services first: their order gives each its colour.
-  loadServices(service).then(() => {
+  // What is drawn waits for the services: their order gives each its colour.
+  servicesReady = loadServices(service);
+  servicesReady.then(() => {
     loadOperations($("#service").value, q.get("operation"));
-    if (service) {
-      const params = new URLSearchParams(q);
-      params.delete("trace");
-      search(params);
-    }
     if (q.get("trace")) openTrace(q.get("trace"));
     loadOverview();
   });
+  if (service) {
+    const params = new URLSearchParams(q);
+    params.delete("trace");
+    search(params);
+  }
 
   $("#service").addEventListener("change", () => loadOperations($("#service").value, null));
   $("#lookback").addEventListener("change", loadOverview);
