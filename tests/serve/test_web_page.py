@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import urllib.error
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +210,16 @@ def test_page_draws_what_the_api_answers(base: str) -> None:
         )
         SCREENSHOT.write_bytes(base64.b64decode(shot["data"]))
         print(f"screenshot of the page: {SCREENSHOT}")
+
+        # -- a search the API refuses says why ------------------------------------------------
+        page.find_element(By.ID, "min-duration").send_keys("soon")
+        page.find_element(By.ID, "find").click()
+        wait.until(lambda d: d.find_element(By.ID, "search-error").is_displayed())
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            get_json(base, f"/api/traces?service={SERVICE}&minDuration=soon")
+        assert refused.value.code == 400
+        message = json.loads(refused.value.read())["errors"][0]["msg"]
+        assert page.find_element(By.ID, "search-error").text == message
 
 
 def _open(page: Any, wait: Any, trace_id: str) -> list[dict]:
