@@ -121,14 +121,25 @@ def test_page_draws_what_the_api_answers(base: str) -> None:
         )
         assert [row[0] for row in listed] == [t["traceID"] for t in traces]
         assert page.find_element(By.ID, "result-summary").text == f"{len(traces)} traces"
+        lowest_of: dict[str, float] = {}
         for (_, n_spans, name, lowest), trace in zip(listed, traces, strict=True):
             assert n_spans == len(trace["spans"])
             assert name.startswith(_root_name(trace))
             scores = [_tags(s)["tacit.score"] for s in trace["spans"] if "tacit.score" in _tags(s)]
             if scores:
+                lowest_of[trace["traceID"]] = min(scores)
                 assert float(lowest) == pytest.approx(min(scores), abs=5e-3)
             else:
                 assert lowest == "—"
+
+        # Sorted by the lowest score on a click of its heading, traces without one last.
+        page.find_element(By.CSS_SELECTOR, '#trace-list th[data-sort="minScore"]').click()
+        doubtful_first = sorted(
+            (t["traceID"] for t in traces), key=lambda i: lowest_of.get(i, float("inf"))
+        )
+        wait.until(
+            lambda d: each("#trace-list tbody tr", "r => r.dataset.traceId") == doubtful_first
+        )
 
         # -- a trace with a contested link: its waterfall, scores and candidates ---------------
         def contested(trace: dict) -> dict | None:
@@ -211,6 +222,11 @@ def test_page_draws_what_the_api_answers(base: str) -> None:
         SCREENSHOT.write_bytes(base64.b64decode(shot["data"]))
         print(f"screenshot of the page: {SCREENSHOT}")
 
+        # -- a trace's own address opens its waterfall ----------------------------------------
+        page.get(f"{base}/?trace={trace['traceID']}")
+        wait.until(lambda d: trace["traceID"] in d.find_element(By.ID, "trace-header").text)
+        _check_waterfall(_rows(page), trace)
+
         # -- a search the API refuses says why ------------------------------------------------
         page.find_element(By.ID, "min-duration").send_keys("soon")
         page.find_element(By.ID, "find").click()
@@ -228,6 +244,11 @@ def _open(page: Any, wait: Any, trace_id: str) -> list[dict]:
 
     page.find_element(By.CSS_SELECTOR, f'#trace-list tr[data-trace-id="{trace_id}"]').click()
     wait.until(lambda d: trace_id in d.find_element(By.ID, "trace-header").text)
+    return _rows(page)
+
+
+def _rows(page: Any) -> list[dict]:
+    """What the waterfall draws of each span."""
     return page.execute_script(
         """return [...document.querySelectorAll('#waterfall .span-row')].map(r => {
           const line = r.querySelector('.span-timeline').getBoundingClientRect();

@@ -243,7 +243,13 @@ async function loadServices(wanted) {
 async function loadOperations(service, wanted) {
   const select = $("#operation");
   delete select.dataset.loaded;
-  const ops = service ? (await api(`/api/services/${encodeURIComponent(service)}/operations`)).data : [];
+  let ops = [];
+  try {
+    if (service) ops = (await api(`/api/services/${encodeURIComponent(service)}/operations`)).data;
+  } catch (e) {
+    $("#search-error").textContent = `operations of ${service}: ${e.message}`;
+    $("#search-error").hidden = false;
+  }
   const frag = document.createDocumentFragment();
   frag.append(el("option", { value: "" }, "all"));
   for (const o of ops) frag.append(el("option", { value: o }, o));
