@@ -1,0 +1,290 @@
+"""The web page of ``tacit serve`` in headless chromium draws what the service's API answers:
+the traces a search finds, one waterfall row per span of a trace with each reconstructed link's
+score and candidates and each unmapped call's reason, the dependency graph's edges and the
+per-service confidence with its advice (TraceWeaver §6.3.2)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from serve_page import browser, browser_missing, get_json, serving, shop
+from tacit.model.spans import CLIENT, SERVER, SpanTable
+
+pytestmark = pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
+
+SCREENSHOT = Path(__file__).resolve().parents[2] / "test-artifacts" / "serve-page.png"
+SERVICE = "frontend"
+LOOKBACK = "1h"
+LIMIT = 1000
+"""More than the traces of the stream: the search finds them all."""
+UNKNOWN = "Purge"
+WAIT_S = 30
+
+
+def _unknown_calls(spans: SpanTable, n: int) -> None:
+    """Rename ``n`` of frontend's calls to cache (both sides) to an operation the learned call
+    graph never saw: the reconstruction leaves those calls unmapped and says why."""
+    s = spans.strings
+    calls = np.flatnonzero(
+        (spans.kind == CLIENT)
+        & (spans.service == s.code(SERVICE))
+        & (spans.peer == s.code("cache"))
+    )
+    calls = calls[np.linspace(0, len(calls) - 1, n + 2).astype(int)[1:-1]]
+    served = (spans.kind == SERVER) & np.isin(spans.parent, calls)
+    spans.endpoint[calls] = spans.endpoint[served] = s.code(UNKNOWN)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    spans, callgraph = shop(3.0)
+    _unknown_calls(spans, 3)
+    with serving(spans, callgraph, tmp_path_factory.mktemp("serve") / "tacit.duckdb") as url:
+        yield url
+
+
+def _tags(span: dict) -> dict[str, Any]:
+    return {t["key"]: t["value"] for t in span["tags"]}
+
+
+def _parent(span: dict) -> str | None:
+    refs = span["references"]
+    return refs[0]["spanID"] if refs else None
+
+
+def _depths(trace: dict) -> dict[str, int]:
+    by_id = {s["spanID"]: s for s in trace["spans"]}
+
+    def depth(s: dict) -> int:
+        p = _parent(s)
+        return 0 if p not in by_id else 1 + depth(by_id[p])
+
+    return {i: depth(s) for i, s in by_id.items()}
+
+
+def _root_name(trace: dict) -> str:
+    ids = {s["spanID"] for s in trace["spans"]}
+    root = min((s for s in trace["spans"] if _parent(s) not in ids), key=lambda s: s["startTime"])
+    return f"{trace['processes'][root['processID']]['serviceName']} {root['operationName']}"
+
+
+def _shown_score(text: str) -> float:
+    """The number in "score -21.24 · 2 candidates" (the page writes a hyphen-minus)."""
+    return float(text.split()[1])
+
+
+def test_page_draws_what_the_api_answers(base: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    with browser() as page:
+        wait = WebDriverWait(page, WAIT_S)
+        page.get(base + "/")
+        rows_js = "return [...document.querySelectorAll(arguments[0])].map(arguments[1]);"
+
+        def each(selector: str, fn: str) -> list:
+            return page.execute_script(rows_js.replace("arguments[1]", fn), selector)
+
+        # -- the form offers what the API knows ------------------------------------------------
+        services = get_json(base, "/api/services")["data"]
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#service[data-loaded]"))
+        assert each("#service option", "o => o.value") == services
+        Select(page.find_element(By.ID, "service")).select_by_value(SERVICE)
+        wait.until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, f'#operation[data-loaded="{SERVICE}"]')
+        )
+        operations = get_json(base, f"/api/services/{SERVICE}/operations")["data"]
+        assert UNKNOWN in operations
+        assert each("#operation option", "o => o.value") == ["", *operations]
+
+        # -- a search lists the traces the API finds, in its order -----------------------------
+        Select(page.find_element(By.ID, "lookback")).select_by_value(LOOKBACK)
+        limit = page.find_element(By.ID, "limit")
+        limit.clear()
+        limit.send_keys(str(LIMIT))
+        page.find_element(By.ID, "find").click()
+        found = get_json(base, f"/api/traces?service={SERVICE}&lookback={LOOKBACK}&limit={LIMIT}")
+        traces = found["data"]
+        assert 100 < len(traces) < LIMIT
+        wait.until(lambda d: d.execute_script("return document.body.dataset.tracesDrawn"))
+        listed = each(
+            "#trace-list tbody tr[data-trace-id]",
+            "r => [r.dataset.traceId, +r.dataset.spans, r.cells[0].textContent,"
+            " r.cells[4].textContent]",
+        )
+        assert [row[0] for row in listed] == [t["traceID"] for t in traces]
+        assert page.find_element(By.ID, "result-summary").text == f"{len(traces)} traces"
+        lowest_of: dict[str, float] = {}
+        for (_, n_spans, name, lowest), trace in zip(listed, traces, strict=True):
+            assert n_spans == len(trace["spans"])
+            assert name.startswith(_root_name(trace))
+            scores = [_tags(s)["tacit.score"] for s in trace["spans"] if "tacit.score" in _tags(s)]
+            if scores:
+                lowest_of[trace["traceID"]] = min(scores)
+                assert float(lowest) == pytest.approx(min(scores), abs=5e-3)
+            else:
+                assert lowest == "—"
+
+        # Sorted by the lowest score on a click of its heading, traces without one last.
+        page.find_element(By.CSS_SELECTOR, '#trace-list th[data-sort="minScore"]').click()
+        doubtful_first = sorted(
+            (t["traceID"] for t in traces), key=lambda i: lowest_of.get(i, float("inf"))
+        )
+        wait.until(
+            lambda d: each("#trace-list tbody tr", "r => r.dataset.traceId") == doubtful_first
+        )
+
+        # -- a trace with a contested link: its waterfall, scores and candidates ---------------
+        def contested(trace: dict) -> dict | None:
+            return next(
+                (
+                    s
+                    for s in trace["spans"]
+                    if len(json.loads(_tags(s).get("tacit.alternatives", "[]"))) > 1
+                ),
+                None,
+            )
+
+        trace = next(t for t in traces if contested(t) is not None)
+        span = contested(trace)
+        assert span is not None
+        shown = _open(page, wait, trace["traceID"])
+        api_trace = get_json(base, f"/api/traces/{trace['traceID']}")["data"][0]
+        _check_waterfall(shown, api_trace)
+        (mapped,) = (r for r in shown if r["id"] == span["spanID"])
+        assert mapped["score"] == _tags(span)["tacit.score"]  # the mapped client call's score
+        row = page.find_element(By.CSS_SELECTOR, f'.span-row[data-span-id="{span["spanID"]}"]')
+        row.click()
+        detail = f'.span-detail[data-span-id="{span["spanID"]}"]'
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"{detail} tr.alternative"))
+        alternatives = json.loads(_tags(span)["tacit.alternatives"])
+        assert each(f"{detail} tr.alternative", "r => [r.dataset.parentId, +r.dataset.score]") == [
+            [p, s] for p, s in alternatives
+        ]
+        assert each(f"{detail} tr.chosen", "r => r.dataset.parentId") == [_parent(span)]
+
+        # -- a trace headed by an unmapped call: the reason shows ------------------------------
+        trace = next(t for t in traces if any("tacit.unmapped" in _tags(s) for s in t["spans"]))
+        shown = _open(page, wait, trace["traceID"])
+        _check_waterfall(shown, get_json(base, f"/api/traces/{trace['traceID']}")["data"][0])
+        reasons = {
+            s["spanID"]: _tags(s)["tacit.unmapped"]
+            for s in trace["spans"]
+            if "tacit.unmapped" in _tags(s)
+        }
+        assert {r["id"]: r["reason"] for r in shown if r["reason"]} == reasons
+        assert all(r["reasonText"].endswith(reasons[r["id"]]) for r in shown if r["reason"])
+
+        # -- the dependency graph has the API's edges ------------------------------------------
+        links = get_json(base, "/api/dependencies?lookback=3600000")["data"]
+        assert links
+        wait.until(
+            lambda d: len(d.find_elements(By.CSS_SELECTOR, "#dependencies svg .edge")) == len(links)
+        )
+        edges = each(
+            "#dependencies svg .edge",
+            "g => [g.dataset.parent, g.dataset.child, +g.dataset.calls, g.textContent]",
+        )
+        assert sorted(e[:3] for e in edges) == sorted(
+            [ln["parent"], ln["child"], ln["callCount"]] for ln in links
+        )
+        assert all(e[3].endswith(str(e[2])) for e in edges)  # the drawn call count
+        assert sorted(each("#dependencies svg .node", "g => g.dataset.service")) == sorted(
+            {ln["parent"] for ln in links} | {ln["child"] for ln in links}
+        )
+
+        # -- the confidence table and its advice -----------------------------------------------
+        confidence = get_json(base, "/api/tacit/confidence")
+        assert each("#confidence tbody tr[data-service]", "r => r.dataset.service")
+        table = {
+            s: float(c)
+            for s, c in each(
+                "#confidence tbody tr[data-service]",
+                "r => [r.dataset.service, r.dataset.confidence]",
+            )
+        }
+        assert table == {r["service"]: r["confidence"] for r in confidence["data"]}
+        assert page.find_element(By.ID, "confidence-advice").text == confidence["advice"]
+
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        size = page.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+        whole = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+        shot = page.execute_cdp_cmd(
+            "Page.captureScreenshot", {"captureBeyondViewport": True, "clip": whole}
+        )
+        SCREENSHOT.write_bytes(base64.b64decode(shot["data"]))
+        print(f"screenshot of the page: {SCREENSHOT}")
+
+        # -- a trace's own address opens its waterfall ----------------------------------------
+        page.get(f"{base}/?trace={trace['traceID']}")
+        wait.until(lambda d: trace["traceID"] in d.find_element(By.ID, "trace-header").text)
+        _check_waterfall(_rows(page), trace)
+
+        # -- a search the API refuses says why ------------------------------------------------
+        page.find_element(By.ID, "min-duration").send_keys("soon")
+        page.find_element(By.ID, "find").click()
+        wait.until(lambda d: d.find_element(By.ID, "search-error").is_displayed())
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            get_json(base, f"/api/traces?service={SERVICE}&minDuration=soon")
+        assert refused.value.code == 400
+        message = json.loads(refused.value.read())["errors"][0]["msg"]
+        assert page.find_element(By.ID, "search-error").text == message
+
+
+def _open(page: Any, wait: Any, trace_id: str) -> list[dict]:
+    """Click the trace's row in the list; the waterfall's rows once it shows that trace."""
+    from selenium.webdriver.common.by import By
+
+    page.find_element(By.CSS_SELECTOR, f'#trace-list tr[data-trace-id="{trace_id}"]').click()
+    wait.until(lambda d: trace_id in d.find_element(By.ID, "trace-header").text)
+    return _rows(page)
+
+
+def _rows(page: Any) -> list[dict]:
+    """What the waterfall draws of each span."""
+    return page.execute_script(
+        """return [...document.querySelectorAll('#waterfall .span-row')].map(r => {
+          const line = r.querySelector('.span-timeline').getBoundingClientRect();
+          const bar = r.querySelector('.span-bar').getBoundingClientRect();
+          const score = r.querySelector('.link-score');
+          const unmapped = r.querySelector('.unmapped');
+          return {id: r.dataset.spanId, depth: +r.dataset.depth, parent: r.dataset.parentId,
+                  left: (bar.left - line.left) / line.width, width: bar.width / line.width,
+                  px: 1 / line.width,
+                  score: score ? +score.dataset.score : null,
+                  scoreText: score ? score.textContent : null,
+                  reason: unmapped ? unmapped.dataset.reason : null,
+                  reasonText: unmapped ? unmapped.textContent : null};
+        });"""
+    )
+
+
+def _check_waterfall(shown: list[dict], trace: dict) -> None:
+    """One row per span, each under its parent at the right depth, its bar where and as long
+    as the span is in the trace's time, and each reconstructed link's score."""
+    spans = {s["spanID"]: s for s in trace["spans"]}
+    assert sorted(r["id"] for r in shown) == sorted(spans)
+    depths = _depths(trace)
+    seen: set[str] = set()
+    start = min(s["startTime"] for s in spans.values())
+    total = max(s["startTime"] + s["duration"] for s in spans.values()) - start
+    for r in shown:
+        s = spans[r["id"]]
+        assert r["depth"] == depths[r["id"]]
+        assert r["parent"] == (_parent(s) or "")
+        if r["depth"]:
+            assert r["parent"] in seen  # drawn below its parent
+        seen.add(r["id"])
+        assert r["left"] == pytest.approx((s["startTime"] - start) / total, abs=r["px"])
+        assert r["width"] == pytest.approx(s["duration"] / total, abs=2 * r["px"])
+        score = _tags(s).get("tacit.score")
+        assert r["score"] == score
+        if score is not None:
+            assert _shown_score(r["scoreText"]) == pytest.approx(score, abs=5e-3)
