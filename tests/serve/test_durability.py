@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from clirun import TACIT
 from serve_app import shop_callgraph, shop_spans
-
 from tacit.experiment.otlp_load import BATCH, sdk_spans
 
 CONFIG = """\

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from serve_app import QUICK, get_json, running, shop_callgraph, shop_spans
 
+from serve_app import QUICK, get_json, running, shop_callgraph, shop_spans
 from tacit.experiment.otlp_load import send_spans
 from tacit.model.spans import CLIENT, NONE, SERVER
 from tacit.reconstruct.online import reconstruct_streamed

@@ -14,8 +14,8 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from serve_app import get, get_json, post, running, shop_spans
 
+from serve_app import get, get_json, post, running, shop_spans
 from tacit.experiment.otlp_load import sdk_spans
 from tacit.reconstruct.online import NS, OnlineParams
 

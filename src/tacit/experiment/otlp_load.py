@@ -3,10 +3,10 @@
 
 The spans (a simulation, or any traces with ground truth) become SDK ``ReadableSpan`` objects
 with the context their tracer gave them, resource ``service.name`` and ``host.name`` (the
-instance), ``peer.service`` on calls, and are exported in batches of 512 in order of span end, as the SDK's batch span
-processor would, shifted so that the earliest starts ``shift_ns`` after the epoch (default:
-now). ``paced`` sends each batch when the latest end in it has passed in real time, so the
-receiver sees a live stream. A batch refused for backpressure is retried by the exporter
+instance) and ``peer.service`` on calls, and are exported in batches of 512 in order of span
+end, as the SDK's batch span processor would, shifted by ``shift_ns`` (default: so that the
+earliest starts now). ``paced`` sends each batch when the latest end in it has passed in
+real time, so the receiver sees a live stream. A batch refused for backpressure is retried by the exporter
 itself (it honours ``Retry-After`` and RESOURCE_EXHAUSTED); one it gives up on is counted.
 """
 
@@ -46,8 +46,8 @@ def sdk_spans(spans: SpanTable, shift_ns: int = 0) -> list[Any]:
     resources: dict[tuple[int, int], Any] = {}
     contexts = [
         SpanContext(
-            int(s[int(t)], 16),
-            int(s[int(i)], 16),
+            int(s.values[t], 16),
+            int(s.values[i], 16),
             is_remote=False,
             trace_flags=TraceFlags(TraceFlags.SAMPLED),
         )
@@ -62,7 +62,7 @@ def sdk_spans(spans: SpanTable, shift_ns: int = 0) -> list[Any]:
         peer = int(spans.peer[r])
         out.append(
             ReadableSpan(
-                s[int(spans.endpoint[r])],
+                s.values[int(spans.endpoint[r])],
                 context=contexts[r],
                 parent=contexts[p] if p != NONE else None,
                 resource=resources[key],

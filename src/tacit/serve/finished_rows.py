@@ -115,7 +115,7 @@ class Rows:
                 top[parent] = False
         s = spans.strings
         for r in np.flatnonzero(spans.kind == SERVER).tolist():
-            c = self.confidence.setdefault(s[int(spans.service[r])], [0, 0])
+            c = self.confidence.setdefault(s.values[int(spans.service[r])], [0, 0])
             c[0] += 1
             c[1] += int(top[r])
 
@@ -125,7 +125,7 @@ class Rows:
         s = spans.strings
         rows_of: dict[str, list[int]] = {}
         for r, t in enumerate(spans.trace.tolist()):
-            rows_of.setdefault(s[t], []).append(r)
+            rows_of.setdefault(s.values[t], []).append(r)
         for doc in docs:
             trace_id = doc["traceID"]
             rows = np.array(rows_of[trace_id])
@@ -149,7 +149,7 @@ class Rows:
             )
             ops: dict[tuple[str, str], list[int]] = {}
             for r in rows.tolist():
-                key = (s[int(spans.service[r])], s[int(spans.endpoint[r])])
+                key = (s.values[int(spans.service[r])], s.values[int(spans.endpoint[r])])
                 st, du = int(spans.start[r]), int(spans.end[r] - spans.start[r])
                 o = ops.setdefault(key, [st, du])
                 o[0], o[1] = min(o[0], st), max(o[1], du)

@@ -82,7 +82,7 @@ class OnlineFeed:
         fed = Fed()
         s = spans.strings
         given = [
-            Given(s[int(t)] or "", s[int(i)] or "", s[int(p)] if p != NONE else "")
+            Given(s[int(t)] or "", s[int(i)] or "", s[int(p)] or "")
             for t, i, p in zip(spans.trace, spans.span_id, parent_ids, strict=True)
         ]
         rpc = (spans.kind == SERVER) | (spans.kind == CLIENT)

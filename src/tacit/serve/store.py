@@ -192,7 +192,8 @@ class Store:
 
     def find_traces(self, q: TraceQuery) -> list[str]:
         """The Jaeger documents of the traces ``q`` selects, most recent first."""
-        where, args = ["service = ?"], [q.service]
+        where: list[str] = ["service = ?"]
+        args: list[str | int] = [q.service]
         for clause, value in (
             ("operation = ?", q.operation),
             ("start_ns >= ?", q.start_ns),
