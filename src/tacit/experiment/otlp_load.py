@@ -6,8 +6,9 @@ with the context their tracer gave them, resource ``service.name`` and ``host.na
 instance) and ``peer.service`` on calls, and are exported in batches of 512 in order of span
 end, as the SDK's batch span processor would, shifted by ``shift_ns`` (default: so that the
 earliest starts now). ``paced`` sends each batch when the latest end in it has passed in
-real time, so the receiver sees a live stream. A batch refused for backpressure is retried by the exporter
-itself (it honours ``Retry-After`` and RESOURCE_EXHAUSTED); one it gives up on is counted.
+real time, so the receiver sees a live stream. A batch refused for backpressure is retried by
+the exporter itself (it honours ``Retry-After`` and RESOURCE_EXHAUSTED); one it gives up on is
+counted.
 """
 
 from __future__ import annotations
