@@ -111,3 +111,25 @@ def test_a_span_later_than_the_allowed_lateness_is_an_input_error(stream):
     tw.push(chunks[1])
     with pytest.raises(InputError, match="lateness"):
         tw.push(chunks[0])
+
+
+def test_a_stream_that_never_closes_finishes_by_advancing_its_clock(stream):
+    """A receiver's stream does not end: moving the clock on (:meth:`advance`) finishes
+    everything that a close would, numbered from the first position given, and a partner
+    announced but never pushed is given up once it is too old to come."""
+    _, blind, graph = stream
+    first = 10**9
+    chunks = list(stream_chunks(blind, 200))
+    for chunk in chunks:
+        chunk.link = np.where(chunk.link == NONE, NONE, chunk.link + first)
+    last = chunks[-1]
+    waiting = int(np.flatnonzero(last.kind == SERVER)[0])
+    last.link[waiting] = np.iinfo(np.int64).max  # its caller's side never comes
+    tw = OnlineTraceWeaver(graph, FAST, WINDOWS, first_position=first)
+    out = [f for ch in chunks for f in tw.push(ch)]
+    assert len(tw.spans) > 0
+    assert tw.advance(tw.latest_end - 1) == []  # the clock never goes back
+    out += tw.advance(tw.latest_end + 10 * 10**9)
+    assert len(tw.spans) == 0
+    positions = np.sort(np.concatenate([f.position for f in out]))
+    assert positions.tolist() == list(range(first, first + len(blind)))

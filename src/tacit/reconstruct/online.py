@@ -42,7 +42,7 @@ from tacit.errors import ConfigError, InputError
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, concat
 from tacit.model.traces import roots
 from tacit.reconstruct.callgraph import CallGraph
-from tacit.reconstruct.result import Reconstruction
+from tacit.reconstruct.result import ROOT_CALL, Reconstruction
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 
 NS = 1_000_000_000
@@ -109,6 +109,7 @@ class OnlineTraceWeaver:
         self.score = np.empty(0)
         self.alternatives: dict[int, list[tuple[int, float]]] = {}
         self.unmapped: dict[int, str] = {}
+        self._why: dict[int, str] = {}  # position -> why a call not yet final was left unmapped
         self.pushed = first_position
         self.latest_end = -math.inf
         self.boundary: float | None = None
@@ -222,14 +223,22 @@ class OnlineTraceWeaver:
         self.final[rows] = True
         for r in np.flatnonzero(chosen):
             row = work[r]
+            self._why.pop(int(self.position[row]), None)
             self.parent[row] = self.position[work[rec.parent[r]]]
             self.score[row] = rec.score[r]
             self.alternatives[int(self.position[row])] = [
                 (int(self.position[work[p]]), s) for p, s in rec.alternatives.get(int(r), [])
             ]
+        # Why a call is unmapped is told by the round that still had its instance's incoming
+        # spans: by the time it is given up they may all be final, and out of the work.
+        for r in np.flatnonzero((kind == CLIENT) & ~chosen):
+            why = rec.unmapped.get(int(r))
+            if why is not None and why != ROOT_CALL:
+                self._why[int(self.position[work[r]])] = why
         for r in np.flatnonzero(given_up):
-            self.unmapped[int(self.position[work[r]])] = rec.unmapped.get(
-                int(r), "no incoming span at this instance can have caused it"
+            p = int(self.position[work[r]])
+            self.unmapped[p] = self._why.pop(
+                p, rec.unmapped.get(int(r), "no incoming span at this instance can have caused it")
             )
 
     def _emit(self) -> list[Finished]:
