@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from tacit.cli.common import (
+    POSITIVE,
     SEED,
     JsonOpt,
     bounded,
@@ -64,6 +65,30 @@ def _observe(inputs: list[Path], input_format: str, services: Path | None):
         raise ConfigError(f"--input-format must be one of {', '.join(READ_FORMATS)}")
     names = read_service_map(services) if services is not None else None
     return observe(list(inputs), input_format, names)[0]
+
+
+def _serve_demo(out_dir: Path, rate: float, seconds: float | None, http: str) -> None:
+    from tacit.serve import ServeConfig
+    from tacit.serve.demo import demo_service
+    from tacit.serve.logs import configure_logging
+
+    configure_logging(json_logs=False)
+    svc, load = demo_service(out_dir, ServeConfig(http=http, grpc=""), rate)
+    base = f"http://{http.rpartition(':')[0]}:{svc.http_port}"
+    out.print(
+        f"tacit serve is reconstructing the simulated shop app's traces ({rate:g} requests/s):\n"
+        f"  web page        {base}/\n"
+        f"  Jaeger API      {base}/api/services   (Jaeger UI or Grafana: a Jaeger data source "
+        f"at {base})\n"
+        f"  metrics         {base}/metrics\n"
+        f"  store           {out_dir / 'tacit.duckdb'}\n"
+        + ("Ctrl-C stops it." if seconds is None else f"Stops after {seconds:g} s.")
+    )
+    try:
+        svc.run(seconds, before_stop=load.stop)
+    finally:
+        load.stop()
+    out.print(f"{load.sent} spans sent and acknowledged")
 
 
 def register(app: typer.Typer) -> None:
@@ -363,8 +388,29 @@ def register(app: typer.Typer) -> None:
             int, typer.Option(callback=bounded(1), help="Requests per load level.")
         ] = 400,
         json_out: JsonOpt = False,
+        serve: Annotated[
+            bool,
+            typer.Option(
+                "--serve",
+                help="Instead: start tacit serve with the simulated app sending it spans live.",
+            ),
+        ] = False,
+        rate: Annotated[
+            float, typer.Option(callback=POSITIVE, help="With --serve: requests per second.")
+        ] = 50.0,
+        seconds: Annotated[
+            float | None,
+            typer.Option(help="With --serve: stop after this long (default: at Ctrl-C)."),
+        ] = None,
+        http: Annotated[str, typer.Option(help="With --serve: the HTTP address.")] = (
+            "127.0.0.1:4318"
+        ),
     ) -> None:
-        """Simulate a small app under rising load, reconstruct, score every algorithm, report."""
+        """Simulate a small app under rising load, reconstruct, score every algorithm, report;
+        or (--serve) watch tacit serve reconstruct the app's traces live."""
+        if serve:
+            _serve_demo(out_dir, rate, seconds, http)
+            return
         from tacit.evaluation.demo import run_demo
 
         res = run_demo(out_dir, requests=requests)

@@ -13,6 +13,7 @@ counted.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,9 +84,11 @@ def send_spans(
     paced: bool = False,
     shift_ns: int | None = None,
     timeout_s: float = 30.0,
+    stop: threading.Event | None = None,
 ) -> SendLog:
     """Export ``spans`` to the OTLP/HTTP ``endpoint`` (``http://HOST:PORT/v1/traces``) with the
-    SDK's protobuf exporter; returns what was acknowledged."""
+    SDK's protobuf exporter; returns what was acknowledged. Setting ``stop`` ends the sending
+    before the next batch."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
 
@@ -101,8 +104,12 @@ def send_spans(
             rows = order[a : a + BATCH]
             if paced:
                 due = (int(spans.end[rows].max()) + shift - t0) / 1e9 - (time.monotonic() - began)
-                if due > 0:
+                if due > 0 and stop is not None:
+                    stop.wait(due)
+                elif due > 0:
                     time.sleep(due)
+            if stop is not None and stop.is_set():
+                break
             result = exporter.export([readable[r] for r in rows])
             log.batches += 1
             if result == SpanExportResult.SUCCESS:

@@ -7,6 +7,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tacit.errors import ConfigError
@@ -138,15 +139,24 @@ class Service:
         self.store.close()
         log.info("stopped")
 
-    def run(self) -> None:
-        """Serve until SIGTERM or SIGINT, then stop gracefully."""
+    def run(
+        self, seconds: float | None = None, before_stop: Callable[[], None] | None = None
+    ) -> None:
+        """Serve until SIGTERM or SIGINT (or ``seconds``), then call ``before_stop`` and stop
+        gracefully; start first unless started."""
         done = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: done.set())
-        self.start()
+        if self.http is None:
+            self.start()
+        end = None if seconds is None else time.monotonic() + seconds
         while not done.wait(0.5):
             if self.reconstructor.failure is not None:
                 break
+            if end is not None and time.monotonic() >= end:
+                break
+        if before_stop is not None:
+            before_stop()
         self.stop()
         if self.reconstructor.failure is not None:
             raise self.reconstructor.failure
