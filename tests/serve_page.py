@@ -12,12 +12,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from serve_app import config, shop_callgraph, shop_spans
 from tacit.experiment.otlp_load import send_spans
 from tacit.model.spans import SpanTable
-from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
-from tacit.reconstruct.online import OnlineParams
-from tacit.serve import ServeConfig, Service
-from tacit.simulate import load_app, simulate
+from tacit.reconstruct.callgraph import CallGraph
+from tacit.serve import Service
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -32,12 +31,6 @@ BROWSER_ARGS = (
     "--no-first-run",
     "--window-size=1400,1000",
 )
-ONLINE = OnlineParams(
-    window_ns=10**9, lookahead_ns=10**9, max_request_ns=2 * 10**9, lateness_ns=10**8
-)
-"""Windows of one second: a stream of a few seconds is reconstructed within seconds."""
-RATE = 100
-"""Root requests per second of the simulated shop app."""
 
 
 def browser_missing() -> str | None:
@@ -68,19 +61,15 @@ def browser() -> Iterator[Any]:
 
 
 def shop(duration_s: float, seed: int = 2) -> tuple[SpanTable, CallGraph]:
-    """``duration_s`` seconds of the shop app at :data:`RATE`, and the call graph learned from
-    a separate test capture of it."""
-    app = load_app()
-    callgraph = learn_callgraph(simulate(app, 5, n_requests=200, seed=1))
-    return simulate(app, RATE, duration_s=duration_s, seed=seed), callgraph
+    """``duration_s`` seconds of the shop app at 100 requests/s, and its call graph."""
+    return shop_spans(duration_s, seed=seed), shop_callgraph()
 
 
 @contextmanager
 def serving(spans: SpanTable, callgraph: CallGraph, database: Path) -> Iterator[str]:
     """A service on a free port that has received and reconstructed ``spans``; yields its base
     address (``http://127.0.0.1:PORT``)."""
-    config = ServeConfig(http="127.0.0.1:0", grpc="", database=database, online=ONLINE)
-    service = Service(config, callgraph).start()
+    service = Service(config(database.parent, database=database, grpc=""), callgraph).start()
     try:
         base = f"http://127.0.0.1:{service.http_port}"
         sent = send_spans(spans, f"{base}/v1/traces")
