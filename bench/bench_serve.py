@@ -1,0 +1,309 @@
+"""Benchmark: ``tacit serve`` under the OpenTelemetry SDK's exporter — sustained ingest with
+online reconstruction, a burst beyond what it can take, ``kill -9`` mid-stream, and a trace
+search over a million stored spans.
+
+The service runs as ``tacit serve`` in its own process pinned to one core (the senders to the
+other), with TraceWeaver §5.3 windows of 2 s; spans are the embedded shop app's at 300
+requests/s, exported in batches of 512 by the SDK's OTLP/HTTP protobuf exporter.
+
+* sustained: every span sent as fast as the exporter goes; spans/s from the first request to
+  the last span in a finished trace, and link accuracy (a call's chosen parent equals the one
+  its sender's context gave) against the offline and the batch-online algorithms on the same
+  spans; target 20,000 spans/s at offline accuracy.
+* burst: four exporters at once with ``max_pending_spans`` of 50,000; the spans each
+  acknowledged against those stored, the 429s sent, and the service's peak resident memory.
+* kill -9: the service killed when half the batches are acknowledged, restarted on its
+  database, the refused batches sent again; acknowledged spans missing from the store (target 0).
+* query: a million spans reconstructed into a database, then Jaeger searches for a service's
+  20 most recent traces, median of 20 (target < 200 ms).
+
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from tacit.experiment.otlp_load import BATCH, sdk_spans, send_spans
+from tacit.model.roles import infer_roles
+from tacit.model.spans import CLIENT
+from tacit.reconstruct.callgraph import learn_callgraph
+from tacit.reconstruct.online import NS, OnlineParams, reconstruct_streamed
+from tacit.reconstruct.traceweaver import reconstruct_traceweaver
+from tacit.simulate import load_app, simulate
+
+TACIT = Path(sys.executable).parent / "tacit"
+RATE = 300
+ONLINE = OnlineParams(window_ns=2 * NS, lookahead_ns=2 * NS, max_request_ns=2 * NS, lateness_ns=NS)
+CONFIG = """\
+http: 127.0.0.1:{port}
+grpc: ""
+database: tacit.duckdb
+callgraph: callgraph.yaml
+max_pending_spans: {pending}
+online: {{window_s: 2, lookahead_s: 2, max_request_s: 2, lateness_s: 1}}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """``tacit serve`` in a subprocess on core 0."""
+
+    def __init__(self, tmp: Path, callgraph, pending: int = 10**7) -> None:
+        self.tmp = tmp
+        self.port = _free_port()
+        callgraph.save(tmp / "callgraph.yaml")
+        (tmp / "serve.yaml").write_text(CONFIG.format(port=self.port, pending=pending))
+
+    def start(self) -> Server:
+        self.proc = subprocess.Popen(
+            [str(TACIT), "serve", "--config", str(self.tmp / "serve.yaml")],
+            stderr=subprocess.DEVNULL,
+            preexec_fn=lambda: os.sched_setaffinity(0, {0}),
+        )
+        while True:
+            try:
+                with urllib.request.urlopen(self.url("/readyz"), timeout=1):
+                    return self
+            except OSError:
+                time.sleep(0.1)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def get(self, path: str) -> bytes:
+        with urllib.request.urlopen(self.url(path), timeout=60) as r:
+            return r.read()
+
+    def metric(self, name: str) -> float:
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in self.get("/metrics").decode().splitlines()
+            if line.startswith(name)
+        )
+
+    def wait_idle(self) -> None:
+        while json.loads(self.get("/api/tacit/status"))["pending"]:
+            time.sleep(0.1)
+
+    def peak_rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=120)
+
+
+def _stored(db: Path) -> tuple[int, set[str]]:
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    ids = {r[0] for r in con.execute("SELECT span_id FROM spans").fetchall()}
+    n = con.execute("SELECT count(*) FROM spans").fetchone()[0]
+    con.close()
+    return int(n), ids
+
+
+def sustained(spans, callgraph, tmp: Path) -> dict:
+    server = Server(tmp, callgraph).start()
+    began = time.monotonic()
+    log = send_spans(spans, server.url("/v1/traces"))
+    sent_s = time.monotonic() - began
+    server.wait_idle()
+    total_s = time.monotonic() - began
+    agree = server.metric('tacit_links_checked_total{result="agree"}')
+    checked = server.metric("tacit_links_checked_total")
+    rss = server.peak_rss_mib()
+    server.stop()
+    obs = infer_roles(spans)
+    blind = obs.without_truth()
+    client = obs.spans.kind == CLIENT
+    truth = obs.spans.parent[client]
+    offline = reconstruct_traceweaver(blind, callgraph).parent[client]
+    online = reconstruct_streamed(blind, callgraph, online=ONLINE).parent[client]
+    return {
+        "spans": len(spans),
+        "acknowledged": log.acknowledged,
+        "sender_seconds": round(sent_s, 2),
+        "seconds_to_last_trace": round(total_s, 2),
+        "spans_per_s": round(len(spans) / total_s),
+        "target_spans_per_s": 20_000,
+        "peak_rss_mib": round(rss),
+        "accuracy_served": round(agree / checked, 4),
+        "accuracy_offline": round(float((offline == truth).mean()), 4),
+        "accuracy_online_batch": round(float((online == truth).mean()), 4),
+    }
+
+
+def burst(spans, callgraph, tmp: Path, senders: int = 4) -> dict:
+    server = Server(tmp, callgraph, pending=50_000).start()
+    parts = np.array_split(np.arange(len(spans)), senders)
+    logs: list = [None] * senders
+
+    def send(k: int) -> None:
+        logs[k] = send_spans(spans.take(parts[k]), server.url("/v1/traces"), timeout_s=60)
+
+    began = time.monotonic()
+    threads = [threading.Thread(target=send, args=(k,)) for k in range(senders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    offered_s = time.monotonic() - began
+    server.wait_idle()
+    refused = server.metric('tacit_requests_refused_total{reason="busy"')
+    rss = server.peak_rss_mib()
+    server.stop()
+    stored, _ = _stored(tmp / "tacit.duckdb")
+    acknowledged = sum(log.acknowledged for log in logs)
+    return {
+        "spans": len(spans),
+        "senders": senders,
+        "offered_spans_per_s": round(len(spans) / offered_s),
+        "acknowledged": acknowledged,
+        "not_acknowledged": sum(log.failed for log in logs),
+        "stored": stored,
+        "acknowledged_lost": max(0, acknowledged - stored),
+        "refused_429": int(refused),
+        "peak_rss_mib": round(rss),
+    }
+
+
+def kill_9(spans, callgraph, tmp: Path) -> dict:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    order = np.argsort(spans.end, kind="stable")
+    readable = sdk_spans(spans, time.time_ns() - int(spans.start.min()))
+    batches = [order[a : a + BATCH] for a in range(0, len(order), BATCH)]
+    server = Server(tmp, callgraph).start()
+    acked: list[int] = []
+    refused: list[np.ndarray] = []
+    exporter = OTLPSpanExporter(endpoint=server.url("/v1/traces"), timeout=2)
+    for k, rows in enumerate(batches):
+        if k == len(batches) // 2:
+            server.proc.kill()
+            server.proc.wait()
+        if exporter.export([readable[r] for r in rows]) == SpanExportResult.SUCCESS:
+            acked.extend(rows.tolist())
+        else:
+            refused.append(rows)
+    acked_before = len(acked)
+    server.start()
+    exporter = OTLPSpanExporter(endpoint=server.url("/v1/traces"), timeout=30)
+    for rows in refused:
+        if exporter.export([readable[r] for r in rows]) == SpanExportResult.SUCCESS:
+            acked.extend(rows.tolist())
+    server.wait_idle()
+    server.stop()
+    stored, ids = _stored(tmp / "tacit.duckdb")
+    s = spans.strings
+    missing = sum(s[int(spans.span_id[r])] not in ids for r in acked)
+    return {
+        "spans": len(spans),
+        "acknowledged_before_kill": acked_before,
+        "acknowledged": len(acked),
+        "stored": stored,
+        "acknowledged_lost": missing,
+    }
+
+
+def query(callgraph, tmp: Path, target_spans: int = 1_000_000) -> dict:
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from tacit.formats.otlp import read_export_request
+    from tacit.serve.online_feed import OnlineFeed
+    from tacit.serve.store import Store, TraceQuery
+
+    store = Store(tmp / "tacit.duckdb")
+    feed = OnlineFeed(callgraph, ONLINE)
+    seq, shift, seed = 0, 0, 10
+    began = time.monotonic()
+    while seq < target_spans:
+        spans = simulate(load_app(), RATE, duration_s=20, seed=seed)
+        readable = sdk_spans(spans, shift)
+        shift += int(spans.end.max() - spans.start.min()) + 3 * NS
+        order = np.argsort(spans.end, kind="stable")
+        for a in range(0, len(order), BATCH):
+            body = encode_spans([readable[r] for r in order[a : a + BATCH]]).SerializeToString()
+            table, parents = read_export_request(body, "protobuf", "bench")
+            fed = feed.push(table, parents, np.arange(seq, seq + len(table)))
+            seq += len(table)
+            _store(store, feed, fed.finished, seq)
+        _store(store, feed, feed.advance(feed.tw.latest_end + 10 * NS), seq)
+        seed += 1
+    fill_s = time.monotonic() - began
+    stored = store.counts()
+    times = []
+    for _ in range(20):
+        t = time.perf_counter()
+        found = store.find_traces(TraceQuery(service="catalog", limit=20))
+        times.append((time.perf_counter() - t) * 1000)
+    store.close()
+    return {
+        "stored_spans": stored["spans"],
+        "stored_traces": stored["traces"],
+        "fill_seconds": round(fill_s, 1),
+        "traces_found": len(found),
+        "search_ms_median": round(statistics.median(times), 1),
+        "search_ms_max": round(max(times), 1),
+        "target_ms": 200,
+    }
+
+
+def _store(store, feed, finished, next_seq: int) -> None:
+    from tacit.serve.finished_rows import Rows
+
+    rows = Rows()
+    for f in finished:
+        seq, given = feed.release(f)
+        rows.add_finished(f, seq, given, 1, 0)
+    store.write_finished(rows.tables(0), {"low_water": feed.low_water(next_seq)})
+
+
+def _load(seed: int, seconds: float):
+    return simulate(load_app(), RATE, duration_s=seconds, seed=seed)
+
+
+def main() -> None:
+    os.sched_setaffinity(0, {1})
+    callgraph = learn_callgraph(simulate(load_app(), 5, n_requests=200, seed=1))
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {
+            "sustained": lambda d: sustained(_load(2, 30), callgraph, d),
+            "burst": lambda d: burst(_load(3, 30), callgraph, d),
+            "kill_9": lambda d: kill_9(_load(4, 10), callgraph, d),
+            "query": lambda d: query(callgraph, d),
+        }
+        for name, run in runs.items():
+            d = Path(tmp) / name
+            d.mkdir()
+            results[name] = run(d)
+            print(name, json.dumps(results[name]), file=sys.stderr)
+    print(json.dumps({"serve": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
