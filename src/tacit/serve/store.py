@@ -67,7 +67,7 @@ FINISHED_TABLES = ("spans", "traces", "trace_operations", "confidence")
 class TraceQuery:
     """A Jaeger ``/api/traces`` search: traces with a span of ``service`` (and ``operation``)
     that started in [``start_ns``, ``end_ns``] and lasted at least ``min_duration_ns`` (at most
-    ``max_duration_ns``); the ``limit`` most recent."""
+    ``max_duration_ns``); the ``limit`` that started last."""
 
     service: str
     operation: str | None = None
@@ -205,10 +205,10 @@ class Store:
                 where.append(clause)
                 args.append(value)
         sql = (
-            "WITH hit AS (SELECT trace_id, max(start_ns) AS latest FROM trace_operations WHERE "
+            "WITH hit AS (SELECT DISTINCT trace_id FROM trace_operations WHERE "
             + " AND ".join(where)
-            + " GROUP BY trace_id ORDER BY latest DESC LIMIT ?) "
-            "SELECT t.doc FROM hit JOIN traces t USING (trace_id) ORDER BY hit.latest DESC"
+            + ") SELECT t.doc FROM hit JOIN traces t USING (trace_id) "
+            "ORDER BY t.start_ns DESC LIMIT ?"
         )
         rows = self._cursor().execute(sql, [*args, q.limit]).fetchall()
         return [r[0] for r in rows]

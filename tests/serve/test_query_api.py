@@ -1,0 +1,152 @@
+"""The Jaeger query API subset against what was stored, and the configuration's errors."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from clirun import finish, ok, one_error_line, start
+from serve_app import get, get_json, running, shop_spans
+from tacit.errors import ConfigError
+from tacit.experiment.otlp_load import send_spans
+from tacit.serve import load_config
+from tacit.serve.jaeger_api import go_duration
+
+
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory):
+    spans = shop_spans(3)
+    with running(tmp_path_factory.mktemp("serve")) as svc:
+        send_spans(spans, f"http://127.0.0.1:{svc.http_port}/v1/traces")
+        assert svc.wait_idle(60)
+        yield svc
+
+
+def _rows(svc, sql: str) -> list[tuple]:
+    return svc.store._cursor().execute(sql).fetchall()
+
+
+def test_services_and_operations_are_those_stored(svc):
+    stored = sorted(r[0] for r in _rows(svc, "SELECT DISTINCT service FROM spans"))
+    assert get_json(svc, "/api/services")["data"] == stored
+    ops = sorted(
+        r[0] for r in _rows(svc, "SELECT DISTINCT operation FROM spans WHERE service='catalog'")
+    )
+    assert get_json(svc, "/api/services/catalog/operations")["data"] == ops
+    kinds = get_json(svc, "/api/operations?service=catalog")["data"]
+    assert sorted({k["name"] for k in kinds}) == ops
+    assert {k["spanKind"] for k in kinds} <= {"server", "client"}
+
+
+def test_search_filters_by_service_operation_and_duration(svc):
+    found = get_json(svc, "/api/traces?service=catalog&limit=1000")["data"]
+    expected = _rows(svc, "SELECT count(DISTINCT trace_id) FROM spans WHERE service='catalog'")
+    assert len(found) == expected[0][0]
+    for trace in found:  # each has a span of the service
+        names = {p["serviceName"] for p in trace["processes"].values()}
+        assert "catalog" in names
+    starts = [min(s["startTime"] for s in t["spans"]) for t in found]
+    assert starts == sorted(starts, reverse=True)  # the traces that started last first
+    limited = get_json(svc, "/api/traces?service=catalog&limit=5")["data"]
+    assert len(limited) == 5
+    slow = get_json(svc, "/api/traces?service=frontend&minDuration=8ms&limit=1000")["data"]
+    for trace in slow:
+        assert any(
+            s["duration"] >= 8000
+            for s in trace["spans"]
+            if trace["processes"][s["processID"]]["serviceName"] == "frontend"
+        )
+    n_slow = _rows(
+        svc,
+        "SELECT count(DISTINCT trace_id) FROM spans "
+        "WHERE service='frontend' AND duration_ns >= 8000000",
+    )[0][0]
+    assert len(slow) == n_slow
+
+
+def test_a_trace_by_id_and_an_unknown_one(svc):
+    trace = get_json(svc, "/api/traces?service=frontend&limit=1")["data"][0]
+    again = get_json(svc, f"/api/traces/{trace['traceID']}")["data"]
+    assert again == [trace]
+    client = [
+        s
+        for s in trace["spans"]
+        if {"key": "span.kind", "type": "string", "value": "client"} in s["tags"]
+    ]
+    assert all(
+        any(t["key"] == "tacit.score" for t in s["tags"])
+        or any(t["key"] == "tacit.unmapped" for t in s["tags"])
+        for s in client
+    )
+    status, body, _ = get(svc, "/api/traces/" + "0" * 32)
+    assert status == 404 and json.loads(body)["errors"][0]["code"] == 404
+
+
+def test_dependencies_count_the_calls_between_services(svc):
+    end_ms = time.time_ns() // 10**6 + 3_600_000  # the spans were sent shifted to start now
+    links = get_json(svc, f"/api/dependencies?endTs={end_ms}&lookback=7200000")["data"]
+    expected = _rows(
+        svc,
+        "SELECT parent_service, service, count(*) FROM spans WHERE parent_service <> service "
+        "GROUP BY ALL",
+    )
+    assert {(d["parent"], d["child"]): d["callCount"] for d in links} == {
+        (a, b): n for a, b, n in expected
+    }
+
+
+@pytest.mark.parametrize(
+    "query, message",
+    [
+        ("", "service"),
+        ("service=catalog&minDuration=soon", "minDuration"),
+        ("service=catalog&limit=-3", "limit"),
+        ("service=catalog&tags=%7B%22a%22%3A%221%22%7D", "tags"),
+    ],
+)
+def test_bad_searches_are_400_with_the_reason(svc, query, message):
+    status, body, _ = get(svc, f"/api/traces?{query}")
+    assert status == 400
+    assert message in json.loads(body)["errors"][0]["msg"]
+
+
+def test_go_durations():
+    assert go_duration("1.5ms", "d") == 1_500_000
+    assert go_duration("1m30s", "d") == 90 * 10**9
+    assert go_duration("250us", "d") == 250_000
+    with pytest.raises(Exception, match="not a duration"):
+        go_duration("5 parsecs", "d")
+
+
+def test_configuration_errors_name_the_field(tmp_path):
+    path = tmp_path / "serve.yaml"
+    path.write_text("http: 127.0.0.1:4318\nmax_pending: 5\n")
+    with pytest.raises(ConfigError, match=r"unknown field.*max_pending"):
+        load_config(path)
+    path.write_text("online: {window_s: -1}\n")
+    with pytest.raises(ConfigError, match="window_s"):
+        load_config(path)
+    path.write_text("callgraph: cg.yaml\nonline: {lateness_s: 3}\n")
+    config = load_config(path)
+    assert config.callgraph == tmp_path / "cg.yaml" and config.online.lateness_ns == 3 * 10**9
+
+
+def test_serve_without_a_call_graph_is_one_line_exit_2(tmp_path):
+    done = finish({"serve": start("serve", "--http", "127.0.0.1:0", cwd=tmp_path)})["serve"]
+    one_error_line(done, "call graph is required")
+
+
+def test_demo_serve_runs_the_app_into_the_service(tmp_path):
+    proc = start(
+        "demo", "--serve", "--out", "d", "--seconds", "6", "--http", "127.0.0.1:0", cwd=tmp_path
+    )
+    done = ok(finish({"demo": proc})["demo"])
+    assert "web page        http://127.0.0.1:" in done.stdout
+    import duckdb
+
+    con = duckdb.connect(str(tmp_path / "d" / "tacit.duckdb"), read_only=True)
+    acknowledged = con.execute("SELECT sum(spans) FROM ingest").fetchone()[0]
+    con.close()
+    assert f"{acknowledged} spans sent and acknowledged" in done.stdout and acknowledged > 0
