@@ -160,6 +160,7 @@ class Rows:
                     "operation": op,
                     "start_ns": st,
                     "duration_ns": du,
+                    "trace_start_ns": start,
                 }
                 for (svc, op), (st, du) in ops.items()
             )
@@ -234,6 +235,7 @@ _SCHEMAS = {
             ("operation", _S),
             ("start_ns", _I),
             ("duration_ns", _I),
+            ("trace_start_ns", _I),
         ]
     ),
     "confidence": pa.schema([("at_ns", _I), ("service", _S), ("incoming", _I), ("top_choice", _I)]),

@@ -20,7 +20,8 @@ Schema (``docs/serve.md`` documents it for people who query the file directly):
     trace as the Jaeger query API returns it.
 ``trace_operations``
     For searches: one row per trace, service and operation, with the longest such span's
-    ``duration_ns`` and the earliest ``start_ns``.
+    ``duration_ns``, the earliest ``start_ns``, and the trace's ``trace_start_ns`` (searches
+    are ordered by it without reading the documents).
 ``confidence``
     Per-service confidence (TraceWeaver §6.3.2) as it evolves: ``at_ns``, ``service``,
     ``incoming``, ``top_choice``.
@@ -53,7 +54,8 @@ CREATE TABLE IF NOT EXISTS traces(
     trace_id VARCHAR, service VARCHAR, operation VARCHAR, start_ns BIGINT, duration_ns BIGINT,
     spans INTEGER, min_score DOUBLE, finished_ns BIGINT, doc VARCHAR);
 CREATE TABLE IF NOT EXISTS trace_operations(
-    trace_id VARCHAR, service VARCHAR, operation VARCHAR, start_ns BIGINT, duration_ns BIGINT);
+    trace_id VARCHAR, service VARCHAR, operation VARCHAR, start_ns BIGINT, duration_ns BIGINT,
+    trace_start_ns BIGINT);
 CREATE TABLE IF NOT EXISTS confidence(
     at_ns BIGINT, service VARCHAR, incoming BIGINT, top_choice BIGINT);
 CREATE TABLE IF NOT EXISTS state(key VARCHAR PRIMARY KEY, value BIGINT);
@@ -204,14 +206,22 @@ class Store:
             if value is not None:
                 where.append(clause)
                 args.append(value)
-        sql = (
-            "WITH hit AS (SELECT DISTINCT trace_id FROM trace_operations WHERE "
+        hits = self._cursor().execute(
+            "SELECT trace_id FROM trace_operations WHERE "
             + " AND ".join(where)
-            + ") SELECT t.doc FROM hit JOIN traces t USING (trace_id) "
-            "ORDER BY t.start_ns DESC LIMIT ?"
+            + " GROUP BY trace_id ORDER BY max(trace_start_ns) DESC LIMIT ?",
+            [*args, q.limit],
         )
-        rows = self._cursor().execute(sql, [*args, q.limit]).fetchall()
-        return [r[0] for r in rows]
+        ids = [r[0] for r in hits.fetchall()]
+        if not ids:
+            return []
+        # Only the documents shown are read: joining first would read every match's.
+        docs = dict(
+            self._cursor()
+            .execute("SELECT trace_id, doc FROM traces WHERE trace_id IN ?", [ids])
+            .fetchall()
+        )
+        return [docs[i] for i in ids]
 
     def trace(self, trace_id: str) -> str | None:
         row = (
