@@ -92,7 +92,7 @@ def test_kill_9_mid_stream_loses_nothing_acknowledged(tmp_path):
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    spans = shop_spans(8)
+    spans = shop_spans(4)
     order = np.argsort(spans.end, kind="stable")
     readable = sdk_spans(spans, time.time_ns() - int(spans.start.min()))
     batches = [order[a : a + BATCH] for a in range(0, len(order), BATCH)]
@@ -100,7 +100,7 @@ def test_kill_9_mid_stream_loses_nothing_acknowledged(tmp_path):
     server.start()
     acked: list[int] = []
     refused: list[np.ndarray] = []
-    exporter = OTLPSpanExporter(endpoint=server.url("/v1/traces"), timeout=2)
+    exporter = OTLPSpanExporter(endpoint=server.url("/v1/traces"), timeout=1)
     for k, rows in enumerate(batches):
         if k == len(batches) // 2:
             server.proc.kill()  # SIGKILL: no flush, no goodbye

@@ -102,3 +102,14 @@ def test_health_and_readiness(tmp_path):
     with running(tmp_path) as svc:
         assert get(svc, "/healthz")[0] == 200
         assert get(svc, "/readyz")[:2] == (200, b"ready\n")
+
+
+def test_a_failing_store_is_answered_not_dropped(tmp_path, request_pb):
+    """503 for an export (the sender retries it), 500 for a query; never a closed connection."""
+    with running(tmp_path, online=SLOW) as svc:
+        for cur in svc.store._cursors:
+            cur.close()
+        svc.store._con.close()
+        assert post(svc, request_pb.SerializeToString(), "application/x-protobuf")[0] == 503
+        assert get(svc, "/api/services")[0] == 500
+        svc.store = type(svc.store)(tmp_path / "again.duckdb")  # for the service's own stop

@@ -70,8 +70,24 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
 
-    # -- OTLP --------------------------------------------------------------------------------
     def do_POST(self) -> None:
+        self._guarded(self._post, HTTPStatus.SERVICE_UNAVAILABLE)
+
+    def do_GET(self) -> None:
+        self._guarded(self._get, HTTPStatus.INTERNAL_SERVER_ERROR)
+
+    def _guarded(self, handle: Callable[[], None], status: HTTPStatus) -> None:
+        """Run ``handle``; a failure of the service itself (the store, say) is logged and
+        answered ``status`` (503 for exports: OTLP senders retry it), never a dropped
+        connection."""
+        try:
+            handle()
+        except Exception as e:
+            log.exception("%s %s failed", self.command, self.path)
+            self._send(status, f"{type(e).__name__}: {e}\n".encode(), "text/plain")
+
+    # -- OTLP --------------------------------------------------------------------------------
+    def _post(self) -> None:
         path = urlsplit(self.path).path
         if path != "/v1/traces":
             self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
@@ -130,7 +146,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, body, ctype, headers)
 
     # -- queries, page, metrics --------------------------------------------------------------
-    def do_GET(self) -> None:
+    def _get(self) -> None:
         url = urlsplit(self.path)
         path = url.path
         params = dict(parse_qsl(url.query))
