@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS spans(
 CREATE TABLE IF NOT EXISTS traces(
     trace_id VARCHAR, service VARCHAR, operation VARCHAR, start_ns BIGINT, duration_ns BIGINT,
     spans INTEGER, min_score DOUBLE, finished_ns BIGINT, doc VARCHAR);
+CREATE INDEX IF NOT EXISTS traces_by_id ON traces(trace_id);
 CREATE TABLE IF NOT EXISTS trace_operations(
     trace_id VARCHAR, service VARCHAR, operation VARCHAR, start_ns BIGINT, duration_ns BIGINT,
     trace_start_ns BIGINT);
@@ -215,7 +216,9 @@ class Store:
         ids = [r[0] for r in hits.fetchall()]
         if not ids:
             return []
-        # Only the documents shown are read: joining first would read every match's.
+        # Only the documents shown are read, found by the index: joining first would read every
+        # match's, and a scan reads the documents of whole blocks (80 ms for 20 traces among
+        # 24,000 against 1.4 ms by the index).
         docs = dict(
             self._cursor()
             .execute("SELECT trace_id, doc FROM traces WHERE trace_id IN ?", [ids])
