@@ -57,3 +57,45 @@ def test_only_the_rpc_pairing_of_the_context_is_used(tmp_path, spans):
             assert svc.wait_idle(60)
             results.append(_stored_links(svc))
     assert results[0] == results[1]
+
+
+def test_finished_traces_are_forwarded_as_otlp(tmp_path, spans):
+    """With ``forward``, every stored trace goes on to the collector as OTLP/HTTP JSON, which
+    reads back with the span ids and reconstructed parents that were stored."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from tacit.formats.otlp import read_export_request
+
+    received: list[bytes] = []
+
+    class Collector(BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    collector = HTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=collector.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{collector.server_address[1]}/v1/traces"
+    with running(tmp_path, forward=url) as svc:
+        send_spans(spans, f"http://127.0.0.1:{svc.http_port}/v1/traces")
+        assert svc.wait_idle(60)
+        stored = _stored_links(svc)
+    collector.shutdown()
+    forwarded = {}
+    for body in received:
+        table, _ = read_export_request(body, "json", "forwarded")
+        s = table.strings
+        for r in range(len(table)):
+            if table.kind[r] == CLIENT:
+                p = table.parent[r]
+                forwarded[s[int(table.span_id[r])]] = s[int(table.span_id[p])] if p >= 0 else None
+    assert forwarded == stored
+    assert json.loads(received[0])["resourceSpans"]
