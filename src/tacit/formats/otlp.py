@@ -240,8 +240,7 @@ def _request_doc(request: Any) -> dict:
             {
                 "resource": {"attributes": _key_values_doc(rs.resource.attributes)},
                 "scopeSpans": [
-                    {"spans": [_span_doc(span) for span in scope.spans]}
-                    for scope in rs.scope_spans
+                    {"spans": [_span_doc(span) for span in scope.spans]} for scope in rs.scope_spans
                 ],
             }
             for rs in request.resource_spans
