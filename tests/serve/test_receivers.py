@@ -113,3 +113,14 @@ def test_a_failing_store_is_answered_not_dropped(tmp_path, request_pb):
         assert post(svc, request_pb.SerializeToString(), "application/x-protobuf")[0] == 503
         assert get(svc, "/api/services")[0] == 500
         svc.store = type(svc.store)(tmp_path / "again.duckdb")  # for the service's own stop
+
+
+def test_a_gzip_body_that_inflates_without_end_is_refused(tmp_path):
+    from tacit.serve.ingest import MAX_BODY
+
+    bomb = gzip.compress(b"\0" * (MAX_BODY + 1024), compresslevel=9)
+    with running(tmp_path, online=SLOW) as svc:
+        status, body, _ = post(svc, bomb, "application/x-protobuf", **{"Content-Encoding": "gzip"})
+        truncated = post(svc, bomb[:100], "application/x-protobuf", **{"Content-Encoding": "gzip"})
+    assert status == 400 and "inflates beyond" in status_pb2.Status.FromString(body).message
+    assert truncated[0] == 400

@@ -400,7 +400,9 @@ def register(app: typer.Typer) -> None:
         ] = 50.0,
         seconds: Annotated[
             float | None,
-            typer.Option(help="With --serve: stop after this long (default: at Ctrl-C)."),
+            typer.Option(
+                callback=POSITIVE, help="With --serve: stop after this long (default: at Ctrl-C)."
+            ),
         ] = None,
         http: Annotated[str, typer.Option(help="With --serve: the HTTP address.")] = (
             "127.0.0.1:4318"

@@ -10,7 +10,6 @@ SDK exporters honour by retrying later.
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import zlib
@@ -125,10 +124,15 @@ class _Handler(BaseHTTPRequestHandler):
             raise InputError(f"request body of {length} bytes is not accepted")
         body = self.rfile.read(length)
         if (self.headers.get("Content-Encoding") or "").lower() == "gzip":
+            inflate = zlib.decompressobj(wbits=31)  # gzip framing
             try:
-                body = gzip.decompress(body)
-            except (OSError, EOFError, zlib.error) as e:
+                body = inflate.decompress(body, MAX_BODY + 1)
+            except zlib.error as e:
                 raise InputError(f"gzip body does not decompress: {e}") from None
+            if len(body) > MAX_BODY:  # a small body that inflates without end is refused
+                raise InputError(f"gzip body inflates beyond {MAX_BODY} bytes")
+            if not inflate.eof:
+                raise InputError("gzip body is truncated")
         return body
 
     def _otlp_error(
