@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serve_app import QUICK, get_json, running, shop_callgraph, shop_spans
+from serve_app import QUICK, get, get_json, running, shop_callgraph, shop_spans
 from tacit.experiment.otlp_load import send_spans
 from tacit.model.spans import CLIENT, NONE, SERVER
 from tacit.reconstruct.online import reconstruct_streamed
@@ -29,7 +29,13 @@ def test_sdk_export_is_reconstructed_as_accurately_as_offline(tmp_path, spans):
         assert log.acknowledged == len(spans) and log.failed == 0
         assert svc.wait_idle(60)
         status = get_json(svc, "/api/tacit/status")
+        confidence = get_json(svc, "/api/tacit/confidence")["data"]
+        metrics = get(svc, "/metrics")[1].decode()
         links = _stored_links(svc)
+    for c in confidence:  # the gauge follows what is stored
+        gauge = f'tacit_service_confidence_ratio{{service="{c["service"]}"}} '
+        line = next(x for x in metrics.splitlines() if x.startswith(gauge))
+        assert float(line.split()[-1]) == pytest.approx(c["confidence"] / 100)
     assert status["received"] == len(spans)
     assert status["stored"]["spans"] == len(spans)  # every acknowledged span accounted for
     s = spans.strings

@@ -57,6 +57,9 @@ class Reconstructor(threading.Thread):
         self.failure: BaseException | None = None
         self._arrived_end = 0.0  # the latest span end when the last request came
         self.lag_s = 0.0
+        # per service, [incoming, top choice] over everything stored, kept up to date here
+        # rather than summed again from the store after every write
+        self.confidence = {svc: list(v) for svc, v in store.confidence(0).items()}
 
     def stop(self) -> None:
         """Finish what is queued, store it, and end; pending spans stay for the restart."""
@@ -112,8 +115,11 @@ class Reconstructor(threading.Thread):
             m.unmapped.labels(why).inc(n)
         m.checked.labels("agree").inc(rows.agree)
         m.checked.labels("disagree").inc(rows.disagree)
-        for svc, (n, top) in self.store.confidence(0).items():
-            m.confidence.labels(svc).set(top / n if n else 1.0)
+        for svc, (n, top) in rows.confidence.items():
+            total = self.confidence.setdefault(svc, [0, 0])
+            total[0] += n
+            total[1] += top
+            m.confidence.labels(svc).set(total[1] / total[0] if total[0] else 1.0)
         if self.forward is not None and rows.forward:
             self.forward(rows.forward)
 
