@@ -35,7 +35,11 @@ def shop_spans(seconds: float, rate: float = 100, seed: int = 2) -> SpanTable:
 
 def config(tmp: Path, **changes: Any) -> ServeConfig:
     return ServeConfig(
-        http="127.0.0.1:0", grpc="127.0.0.1:0", database=tmp / "tacit.duckdb", online=QUICK
+        http="127.0.0.1:0",
+        grpc="127.0.0.1:0",
+        database=tmp / "tacit.duckdb",
+        online=QUICK,
+        idle_s=2.0,  # a sender stalled by a busy machine must not move the clock on
     ).updated(**changes)
 
 

@@ -128,9 +128,13 @@ def test_configuration_errors_name_the_field(tmp_path):
     path.write_text("online: {window_s: -1}\n")
     with pytest.raises(ConfigError, match="window_s"):
         load_config(path)
-    path.write_text("callgraph: cg.yaml\nonline: {lateness_s: 3}\n")
+    path.write_text("idle_s: 0\n")
+    with pytest.raises(ConfigError, match="idle_s"):
+        load_config(path)
+    path.write_text("callgraph: cg.yaml\nidle_s: 2.5\nonline: {lateness_s: 3}\n")
     config = load_config(path)
     assert config.callgraph == tmp_path / "cg.yaml" and config.online.lateness_ns == 3 * 10**9
+    assert config.idle_s == 2.5
 
 
 def test_serve_without_a_call_graph_is_one_line_exit_2(tmp_path):

@@ -9,6 +9,7 @@
     forward: http://collector:4318/v1/traces   # finished traces sent on as OTLP/HTTP JSON
     max_pending_spans: 200000   # not yet reconstructed: beyond, 429 or RESOURCE_EXHAUSTED
     retry_after_s: 1            # the retry hint sent with a refusal
+    idle_s: 1                   # quiet this long, the stream's clock moves on by the time passed
     online:                     # TraceWeaver §5.3 windows, in seconds
       window_s: 2
       lookahead_s: 2
@@ -43,6 +44,7 @@ _FIELDS = (
     "forward",
     "max_pending_spans",
     "retry_after_s",
+    "idle_s",
     "online",
     "json_logs",
 )
@@ -60,6 +62,10 @@ class ServeConfig:
     forward: str | None = None
     max_pending_spans: int = 200_000
     retry_after_s: int = 1
+    idle_s: float = 1.0
+    """With no request for this long, the stream's clock moves on by the wall time that passed
+    (so the last traces before a pause finish). A sender replaying spans faster than real time
+    that pauses longer than this finds its next spans late."""
     online: OnlineParams = field(default_factory=lambda: SERVE_ONLINE)
     json_logs: bool = False
 
@@ -102,6 +108,8 @@ def load_config(path: str | Path) -> ServeConfig:
         )
     if "retry_after_s" in data:
         kwargs["retry_after_s"] = number(data, "retry_after_s", where, positive=True, integer=True)
+    if "idle_s" in data:
+        kwargs["idle_s"] = number(data, "idle_s", where, positive=True, maximum=3600)
     kwargs["json_logs"] = flag(data, "json_logs", where)
     if "online" in data:
         at = f"{where}: online"

@@ -4,8 +4,8 @@ Spans are fed in the order they were acknowledged (:mod:`.online_feed`); whateve
 quiet spell makes final (TraceWeaver §5.3: a trace is final when no later span can change it)
 is written to the store in one transaction together with the low-water mark, the sequence
 number below which every span is in a finished trace, from which a restart resumes. When
-nothing arrives, the stream's clock moves on by the wall time that passed since the last
-request (:meth:`tacit.reconstruct.online.OnlineTraceWeaver.advance`), so the last traces
+nothing arrives for ``idle_s``, the stream's clock moves on by the wall time that passed since
+the last request (:meth:`tacit.reconstruct.online.OnlineTraceWeaver.advance`), so the last traces
 before a pause finish too.
 """
 
@@ -30,8 +30,8 @@ from tacit.serve.store import Store
 
 log = logging.getLogger("tacit.serve")
 
-IDLE_S = 0.25
-"""How long the thread waits for a request before moving the stream's clock on."""
+POLL_S = 0.25
+"""How long the thread waits for a request before it looks at the quiet time."""
 
 
 class Reconstructor(threading.Thread):
@@ -44,6 +44,7 @@ class Reconstructor(threading.Thread):
         metrics: ServeMetrics,
         callgraph: CallGraph,
         online: OnlineParams,
+        idle_s: float,
         forward: Callable[[list[Traces]], None] | None = None,
     ) -> None:
         super().__init__(name="tacit-reconstruct", daemon=True)
@@ -51,6 +52,7 @@ class Reconstructor(threading.Thread):
         self.ingest = ingest
         self.metrics = metrics
         self.forward = forward
+        self.idle_s = idle_s
         self.seed = store.state("seed", 0) or _new_seed(store)
         self.feed = OnlineFeed(callgraph, online, store.state("next_position", 0))
         self._stop_event = threading.Event()
@@ -77,7 +79,7 @@ class Reconstructor(threading.Thread):
         q = self.ingest.queue
         while True:
             try:
-                batch: Batch | None = q.get(timeout=IDLE_S)
+                batch: Batch | None = q.get(timeout=POLL_S)
             except queue.Empty:
                 batch = None
             if batch is not None:
@@ -87,8 +89,9 @@ class Reconstructor(threading.Thread):
                 continue
             if self._stop_event.is_set():
                 return
-            quiet_ns = (time.monotonic() - self.ingest.last_arrival) * 1e9
-            self._store(Fed(self.feed.advance(self._arrived_end + quiet_ns)))
+            quiet_s = time.monotonic() - self.ingest.last_arrival
+            if quiet_s >= self.idle_s:
+                self._store(Fed(self.feed.advance(self._arrived_end + quiet_s * 1e9)))
             self._lag()
 
     def _store(self, fed: Fed) -> None:

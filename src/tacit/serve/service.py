@@ -45,7 +45,13 @@ class Service:
         )
         self.forwarder = Forwarder(config.forward, self.metrics) if config.forward else None
         self.reconstructor = Reconstructor(
-            self.store, self.ingest, self.metrics, callgraph, config.online, self.forwarder
+            self.store,
+            self.ingest,
+            self.metrics,
+            callgraph,
+            config.online,
+            config.idle_s,
+            self.forwarder,
         )
         self.restored = 0
         self.http: ServeHTTPServer | None = None
