@@ -81,23 +81,15 @@ class Rows:
                     else:
                         self.disagree += 1
             self.spans.append(
-                {
-                    "seq": int(seq[r]),
+                _span_row(spans, r, int(seq[r]), g)
+                | {
                     "trace_id": s[int(spans.trace[r])],
                     "span_id": span_ids[r],
                     "parent_span_id": span_ids[p] if p != NONE else None,
-                    "service": s[int(spans.service[r])],
-                    "instance": s[int(spans.instance[r])],
-                    "operation": s[int(spans.endpoint[r])],
-                    "kind": KIND_NAMES[int(spans.kind[r])],
-                    "start_ns": int(spans.start[r]),
-                    "duration_ns": int(spans.end[r] - spans.start[r]),
                     "parent_service": parent_service[r],
                     "score": t.get("tacit.score"),
                     "alternatives": t.get("tacit.alternatives"),
                     "unmapped": t.get("tacit.unmapped"),
-                    "given_trace_id": g.trace_id or None,
-                    "given_parent_id": g.parent_id or None,
                 }
             )
         self._confidence(f, spans, position_row)
@@ -167,30 +159,36 @@ class Rows:
 
     def add_alone(self, a: Alone) -> None:
         """Spans finished without reconstruction: stored with their reason, in no trace."""
-        spans, s = a.spans, a.spans.strings
-        for r in range(len(spans)):
+        for r in range(len(a.spans)):
             g = a.given[r]
             self.unmapped[a.reason[r]] = self.unmapped.get(a.reason[r], 0) + 1
             self.spans.append(
-                {
-                    "seq": int(a.seq[r]),
-                    "trace_id": None,
-                    "span_id": g.span_id or None,
-                    "parent_span_id": None,
-                    "service": s[int(spans.service[r])],
-                    "instance": s[int(spans.instance[r])],
-                    "operation": s[int(spans.endpoint[r])],
-                    "kind": KIND_NAMES[int(spans.kind[r])],
-                    "start_ns": int(spans.start[r]),
-                    "duration_ns": int(spans.end[r] - spans.start[r]),
-                    "parent_service": None,
-                    "score": None,
-                    "alternatives": None,
-                    "unmapped": a.reason[r],
-                    "given_trace_id": g.trace_id or None,
-                    "given_parent_id": g.parent_id or None,
-                }
+                _span_row(a.spans, r, int(a.seq[r]), g)
+                | {"span_id": g.span_id or None, "unmapped": a.reason[r]}
             )
+
+
+def _span_row(spans: SpanTable, r: int, seq: int, given: Given) -> dict[str, Any]:
+    """The ``spans`` row of span ``r`` as received; what reconstruction adds left empty."""
+    s = spans.strings
+    return {
+        "seq": seq,
+        "trace_id": None,
+        "span_id": None,
+        "parent_span_id": None,
+        "service": s[int(spans.service[r])],
+        "instance": s[int(spans.instance[r])],
+        "operation": s[int(spans.endpoint[r])],
+        "kind": KIND_NAMES[int(spans.kind[r])],
+        "start_ns": int(spans.start[r]),
+        "duration_ns": int(spans.end[r] - spans.start[r]),
+        "parent_service": None,
+        "score": None,
+        "alternatives": None,
+        "unmapped": None,
+        "given_trace_id": given.trace_id or None,
+        "given_parent_id": given.parent_id or None,
+    }
 
 
 _S, _I, _F = pa.string(), pa.int64(), pa.float64()
