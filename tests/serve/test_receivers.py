@@ -9,12 +9,12 @@ import json
 import grpc
 import numpy as np
 import pytest
-from google.protobuf.json_format import MessageToDict
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
+from otel_sdk import collector_json_line
 from serve_app import get, get_json, post, running, shop_spans
 from tacit.experiment.otlp_load import sdk_spans
 from tacit.reconstruct.online import NS, OnlineParams
@@ -30,21 +30,9 @@ def request_pb():
     return encode_spans(sdk_spans(spans.take(np.arange(512)), 0))
 
 
-def _ids_as_hex(doc: dict) -> dict:
-    import base64
-
-    for rs in doc["resourceSpans"]:
-        for sc in rs["scopeSpans"]:
-            for sp in sc["spans"]:
-                for k in ("traceId", "spanId", "parentSpanId"):
-                    if k in sp:
-                        sp[k] = base64.b64decode(sp[k]).hex()
-    return doc
-
-
 def test_http_protobuf_json_and_gzip_are_acknowledged_and_counted(tmp_path, request_pb):
     body = request_pb.SerializeToString()
-    as_json = json.dumps(_ids_as_hex(MessageToDict(request_pb))).encode()
+    as_json = collector_json_line(request_pb)  # a request's OTLP/JSON form
     with running(tmp_path, online=SLOW) as svc:
         assert post(svc, body, "application/x-protobuf")[:2] == (200, b"")
         assert post(svc, as_json, "application/json")[:2] == (200, b"{}")

@@ -108,7 +108,7 @@ class Service:
     def extra(self, path: str, params: dict[str, str]) -> Any | None:
         """tacit's own API beside Jaeger's: status and per-service confidence."""
         if path == "/api/tacit/confidence":
-            conf = self.store.confidence(0)
+            conf = dict(sorted(self.reconstructor.confidence.items()))
             percent = {s: 100.0 * t / n if n else None for s, (n, t) in conf.items()}
             return {
                 "data": [
