@@ -411,6 +411,7 @@ def test_the_compiled_pass_matches_a_naive_pirate(seed):
         mode_epsilon_ns=int(rng.choice([20, 100, 500])) * US,
         mode_epsilon_ratio=float(rng.choice([0.0, 0.25])),
         ibg_min_share=float(rng.choice([0.0, 0.05, 0.2])),
+        ibg_spread_ratio=float(rng.choice([0.0, 0.5])),
         epoch_ns=int(rng.choice([50, 300, 2_000])) * MS,
         coalesce_acks=bool(rng.random() < 0.8),
         batch_end_only=bool(rng.random() < 0.7),

@@ -12,7 +12,7 @@ from tacit.response_latency.mode_sum import ModeSumHistogram
 from tacit.simulate.request_streams import RequestStreamParams, simulate_requests
 
 US = 1_000
-FIXED = PirateParams(mode_epsilon_ns=10 * US, mode_epsilon_ratio=0, ibg_min_share=0)
+FIXED = PirateParams.published(mode_epsilon_ns=10 * US)
 
 
 def test_a_gap_joins_extends_or_starts_a_mode():
@@ -36,7 +36,7 @@ def test_modes_that_come_within_epsilon_merge():
 
 def test_relative_epsilon_keeps_a_noisy_latency_in_one_mode():
     gaps = [25_300, 26_200, 26_700, 27_100, 27_600, 28_700]  # µs: one service's latency
-    fixed = ModeSumHistogram(PirateParams(mode_epsilon_ratio=0, ibg_min_share=0))
+    fixed = ModeSumHistogram(PirateParams.published())
     wide = ModeSumHistogram()
     for g in gaps:
         for _ in range(3):
@@ -49,6 +49,23 @@ def test_relative_epsilon_keeps_a_noisy_latency_in_one_mode():
     epoch = (sum(gaps) + 18 * 50) * US
     assert wide.close_epoch() == (epoch // 6, 6)
     assert fixed.close_epoch() == (epoch, 1)  # a lone gap taken for the IBG
+
+
+def test_batch_ends_spread_over_two_modes_all_count_as_inter_batch_gaps():
+    """A connection whose latency moves from 8 to 12 ms within the epoch: its batch ends fill
+    two modes (more than 25 % apart). Counting only the largest as the IBG divides the epoch's
+    time by its 2 batches instead of 10; the default counts both."""
+    batches = [8_000] * 8 + [12_000] * 2  # µs: the gap that ends each batch
+    spread, largest_only = ModeSumHistogram(), ModeSumHistogram(PirateParams(ibg_spread_ratio=0))
+    for h in (spread, largest_only):
+        for g in batches:
+            for _ in range(3):
+                h.add(250 * US)  # the server's spacing of the batch's responses
+            h.add(g * US)
+    epoch = (sum(batches) + 30 * 250) * US
+    assert len(spread.modes()) == 3
+    assert spread.close_epoch() == (epoch // 10, 10)
+    assert largest_only.close_epoch() == (epoch // 2, 2)
 
 
 def test_gaps_beyond_n_modes_are_discarded_and_counted():
@@ -150,18 +167,20 @@ def test_the_compiled_histogram_matches_a_naive_algorithm_2(seed):
     eps = int(rng.choice([5, 50, 200])) * US
     ratio = float(rng.choice([0.0, 0.1, 0.25]))
     share = float(rng.choice([0.0, 0.05, 0.2]))
+    spread = float(rng.choice([0.0, 0.5]))
     params = PirateParams(
         max_modes=n_max,
         mode_epsilon_ns=eps,
         mode_epsilon_ratio=ratio,
         ibg_min_share=share,
+        ibg_spread_ratio=spread,
         remove_timer_modes=False,
         batch_end_only=False,
     )
     h = ModeSumHistogram(params)
     for g in gaps:
         h.add(g)
-    modes, discarded, estimate = mode_sum_naive(gaps, n_max, eps, ratio, share)
+    modes, discarded, estimate = mode_sum_naive(gaps, n_max, eps, ratio, share, spread)
     assert h.modes() == [tuple(m) for m in modes]
     assert h.discarded == discarded
     assert h.close_epoch()[0] == estimate

@@ -303,7 +303,7 @@ def default_estimators() -> dict[str, tuple[PirateParams, str]]:
     """What a run scores: Algorithm 2 exactly as published (``paper``: fixed ε, the largest
     mode is the IBG), with tacit's two settings (``modes``, the default) and tacit's
     centre-tracking histogram (``centres``)."""
-    paper = PirateParams(mode_epsilon_ratio=0, ibg_min_share=0)
+    paper = PirateParams.published()
     return {
         "paper": (paper, "modes"),
         "modes": (PirateParams(), "modes"),

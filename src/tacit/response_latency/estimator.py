@@ -302,6 +302,7 @@ class StreamingEstimator:
             p.remove_timer_modes,
             p.mode_floor_ratio,
             p.ibg_min_share,
+            p.ibg_spread_ratio,
         )
 
     def _discarded(self, k: int) -> np.ndarray:
@@ -394,13 +395,14 @@ def _sum_arrays(h: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
 def _close_one(c, closing, centres, sums):  # pragma: no cover - compiled
     """Close connection ``c``'s epoch with the algorithm ``closing`` names: ``(sum, n,
     floor)``, the floor being the connection's δ from now on."""
-    algo, floor, timers, tol, remove, ratio, min_share = closing
+    algo, floor, timers, tol, remove, ratio, min_share, spread = closing
     centre, count, ecount, esum = centres
     if algo == MODE_SUM:
         low, high, pcount, ptotal, pcand, live, _ = sums
         total, n = close_epoch_published(
-            low, high, pcount, ptotal, pcand, live, c, timers, tol, remove, True, min_share
-        )
+            low, high, pcount, ptotal, pcand, live, c, timers, tol, remove, True, min_share,
+            spread,
+        )  # fmt: skip
         return total, n, floor
     if algo == CENTRES:
         return close_epoch(centre, count, ecount, esum, c, floor, timers, tol, remove, ratio)

@@ -52,6 +52,12 @@ class PirateParams:
       this share of the epoch's gaps (the paper takes the largest mode, which may be one
       outlier; :mod:`~tacit.response_latency.mode_sum`). 0 gives the paper's rule. Chosen:
       0.05, so that batches of up to 20 requests per response still make an IBG mode.
+    - ``ibg_spread_ratio``: the modes below the IBG whose mean is at least this ratio of the
+      IBG's count as inter-batch gaps too (:mod:`~tacit.response_latency.mode_sum`: a
+      connection's latency varies within an epoch and its batch ends then fill several modes).
+      0 gives the paper's rule (only the largest mode). Chosen: 0.5, the factor-2 valley of
+      ``mode_floor_ratio`` below: a batch's own gaps (back-to-back packets, the server's
+      spacing of pipelined responses) sit far below it.
     - ``merge_epsilon``: ε of tacit's centre-tracking histogram (``algorithm="centres"``),
       *relative* to a mode's centre so that one value serves µs and s scales. Chosen: 0.25.
     - ``epoch_ns``: one estimate per connection per epoch of this length (epochs are aligned to
@@ -120,6 +126,7 @@ class PirateParams:
     mode_epsilon_ns: int = 100 * US
     mode_epsilon_ratio: float = 0.25
     ibg_min_share: float = 0.05
+    ibg_spread_ratio: float = 0.5
     merge_epsilon: float = 0.25
     epoch_ns: int = 100 * MS
     coalesce_acks: bool = True
@@ -138,6 +145,14 @@ class PirateParams:
     mode_floor_ratio: float = 0.0
 
     @classmethod
+    def published(cls, **overrides) -> PirateParams:
+        """Algorithm 2 as the paper gives it: a fixed ε, and the largest mode alone is the IBG
+        (tacit's three changes to it off: ``mode_epsilon_ratio``, ``ibg_min_share``,
+        ``ibg_spread_ratio``)."""
+        base = {"mode_epsilon_ratio": 0.0, "ibg_min_share": 0.0, "ibg_spread_ratio": 0.0}
+        return cls(**{**base, **overrides})
+
+    @classmethod
     def pipelining(cls, **overrides) -> PirateParams:
         """The parameters for clients that pipeline requests (both changes above on)."""
         return cls(**{"from_burst_start": True, "mode_floor_ratio": 0.5, **overrides})
@@ -153,7 +168,7 @@ class PirateParams:
             raise ConfigError(f"mode_floor_ratio must be in [0, 1), got {self.mode_floor_ratio}")
         if self.mode_epsilon_ns < 0 or not 0 <= self.mode_epsilon_ratio < 1:
             raise ConfigError("mode_epsilon_ns must be ≥ 0 and mode_epsilon_ratio in [0, 1)")
-        if not 0 <= self.ibg_min_share < 1:
-            raise ConfigError(f"ibg_min_share must be in [0, 1), got {self.ibg_min_share}")
+        if not 0 <= self.ibg_min_share < 1 or not 0 <= self.ibg_spread_ratio < 1:
+            raise ConfigError("ibg_min_share and ibg_spread_ratio must be in [0, 1)")
         if self.max_backoffs < 0 or self.udp_ack_max_payload < 0 or self.min_full_payload < 1:
             raise ConfigError("max_backoffs, udp_ack_max_payload, min_full_payload out of range")
