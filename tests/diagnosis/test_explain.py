@@ -69,6 +69,18 @@ def test_each_slow_trace_gets_its_known_pathology(flagged):
     assert chain["serial_calls"] and not chain["parallel_calls"] and chain["top_share"] < 0.5
 
 
+def test_localization_names_what_grew_against_the_baseline(flagged):
+    """The history traces are all the same serial calls; each slow one grew in one place. The
+    caller's own time grew; the straggler's callee B; the slow network's transit."""
+    cp, d = flagged
+    problems = {p["trace"]: p["features"] for p in explain(cp, d)}
+    assert problems["straggler"]["grew_service"] == "B"
+    assert problems["network"]["grew_service"] == NETWORK
+    assert problems["caller"]["grew_service"] == "frontend"
+    for f in problems.values():
+        assert 0 < f["grew_ms"] <= f["latency_ms"]
+
+
 def test_thresholds_change_the_features(flagged):
     cp, d = flagged
     i = [cp.trace_name(k) for k in range(len(cp))].index("chain")

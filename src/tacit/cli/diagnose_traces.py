@@ -277,7 +277,7 @@ def explain(
         return
     t = Table(title=f"{len(cp)} traces; {len(problems)} slower than their baseline")
     id_column(t, "trace", (p["trace"] for p in problems[:top]))
-    for col in ("latency ms", "top contributor", "network", "pathologies"):
+    for col in ("latency ms", "top contributor", "grew most", "network", "pathologies"):
         right = col in ("latency ms", "network")
         t.add_column(col, justify="right" if right else "left", overflow="fold")
     for p in problems[:top]:
@@ -286,6 +286,7 @@ def explain(
             p["trace"],
             f"{f['latency_ms']:.3f}",
             f"{f['top_service']} {100 * f['top_share']:.0f}%",
+            f"{f['grew_service']} +{f['grew_ms']:.1f} ms" if f["grew_service"] else "–",
             f"{100 * f['network_share']:.0f}%",
             ", ".join(p["holds"]) or "–",
         )

@@ -17,7 +17,13 @@ from tacit.diagnosis.abtest import ab_power, ab_traces, route_to_b, self_time_fa
 from tacit.diagnosis.critical_path import CriticalPaths, critical_paths, weigh_uncertain_links
 from tacit.diagnosis.detect import Detection, DetectParams, detect
 from tacit.diagnosis.execution_graph import ExecutionGraph, GraphParams, build_graph
-from tacit.diagnosis.explain import ExplainParams, explain, trace_features, trace_rules
+from tacit.diagnosis.explain import (
+    ExplainParams,
+    baseline_contributions,
+    explain,
+    trace_features,
+    trace_rules,
+)
 from tacit.diagnosis.problem_graphs import graphs_for_rpcs, problem_graphs
 from tacit.diagnosis.queueing import QueueingParams, queueing_delay
 from tacit.diagnosis.rules import RuleSet, RuleSyntaxError, parse_rules, read_rules
@@ -44,6 +50,7 @@ __all__ = [
     "Topology",
     "ab_power",
     "ab_traces",
+    "baseline_contributions",
     "build_graph",
     "critical_paths",
     "detect",

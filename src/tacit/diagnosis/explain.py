@@ -23,6 +23,13 @@ The features of a flagged trace, from its critical path and its execution graph:
   called its callees one after another, fanned out and waited for all, or fanned out and went
   on after the first k of n (the execution graph's happens-before patterns).
 
+With a detection, localization also compares a slow trace with its key's baseline, as
+detection does: ``grew_service`` is the contributor (the network included) whose time exceeds
+its median over the key's history traces by the most, and ``grew_ms`` that excess
+(:func:`baseline_contributions`). The largest contributor of a slow trace is often the one that
+dominates every trace of its kind (a front end's own work); the one that grew is where the
+slowness came from.
+
 Numbers are reported beside the verdict; rules refer only to the true/false features. The
 packaged ``rules/traces.rules`` names the pathologies those features can tell apart.
 """
@@ -109,6 +116,27 @@ def trace_features(
     return features
 
 
+def baseline_contributions(cp: CriticalPaths, detection: Detection) -> np.ndarray:
+    """Per key of ``detection`` and contributor of ``cp`` (``cp.services``), the median
+    contribution (ns) over the key's history traces; NaN for a key without history."""
+    n_keys = int(detection.key.max()) + 1 if len(detection.key) else 0
+    out = np.full((n_keys, len(cp.services)), np.nan)
+    hist = np.flatnonzero(detection.history)
+    for k in np.unique(detection.key[hist]).tolist():
+        out[k] = np.median(cp.contribution[hist[detection.key[hist] == k]], axis=0)
+    return out
+
+
+def _growth(cp: CriticalPaths, i: int, baseline: np.ndarray) -> dict[str, Any]:
+    """``grew_service`` and ``grew_ms`` of trace ``i`` against its key's ``baseline`` row
+    (None without one)."""
+    if np.isnan(baseline).all():
+        return {"grew_service": None, "grew_ms": None}
+    excess = cp.contribution[i] - baseline
+    j = int(np.nanargmax(excess))
+    return {"grew_service": cp.services[j], "grew_ms": float(excess[j]) / 1e6}
+
+
 def explain(
     cp: CriticalPaths,
     detection: Detection,
@@ -116,14 +144,17 @@ def explain(
     params: ExplainParams | None = None,
 ) -> list[dict[str, Any]]:
     """For each trace ``detection`` flagged slower (traces as in ``cp``, slowest first): its
-    name, features and the rules' verdict (``holds``, ``undetermined``, ``symptoms``)."""
+    name, features (with what grew against its key's baseline) and the rules' verdict
+    (``holds``, ``undetermined``, ``symptoms``)."""
     rules = rules or trace_rules()
+    baseline = baseline_contributions(cp, detection)
     slow = np.flatnonzero(detection.verdict == SLOWER)
     slow = slow[np.argsort(-detection.latency[slow], kind="stable")]
     out = []
     for i in slow.tolist():
         name = cp.trace_name(i)
         features = trace_features(cp, i, detection, params)
+        features.update(_growth(cp, i, baseline[detection.key[i]]))
         out.append(
             {"trace": name, "features": features, **rules.evaluate(features, name).as_dict()}
         )
