@@ -12,6 +12,11 @@ Prints one JSON object:
   connections while that sender is connected (its later frames held back meanwhile): whether
   every replay was rejected, and whether the sender was unaffected (one connection, every
   interval measured complete).
+- ``places_held``: connections without the key from two addresses, silent, hold every
+  handshake place (8) with a handshake deadline longer than the run, before the sender starts:
+  whether the sender got in (the oldest held place gives way) and measured every interval, and
+  how long after its start its connection was up. Before places gave way, such connections
+  kept a sender out until the deadline.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import multiprocessing
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -165,6 +171,39 @@ async def replayed_handshake(captures: tuple[Path, Path]) -> dict:
     }
 
 
+async def places_held(captures: tuple[Path, Path]) -> dict:
+    params = replace(PARAMS, handshake_timeout_ns=600 * 10**9)
+    port = free_port()
+    receiver = Agent("receiver", ("127.0.0.1", port), KEY, PcapSource(captures[1]), params)
+    await receiver.listen()
+    held = []
+    for source in ("127.0.0.2", "127.0.0.3") * (params.max_unauthenticated // 2):
+        held.append(await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0)))
+    while receiver.unauthenticated < len(held):
+        await asyncio.sleep(0.01)
+    sender = Agent("sender", ("127.0.0.1", port), KEY, PcapSource(captures[0]), params)
+    t0 = time.perf_counter()
+    connected: list[float] = []
+
+    async def watch() -> None:
+        while receiver.connections < 1:
+            await asyncio.sleep(0.001)
+        connected.append(time.perf_counter() - t0)
+
+    await asyncio.gather(receiver.run(), sender.run(), watch())
+    for _, writer in held:
+        writer.close()
+    rows = [r for r in receiver.records if "interval" in r]
+    complete = sum(r["status"] == "complete" for r in rows)
+    return {
+        "places": params.max_unauthenticated,
+        "held_by_peers_without_the_key": len(held),
+        "sender_connected_after_seconds": round(connected[0], 3) if connected else None,
+        "evicted": sum("evicted" in r for r in receiver.rejections.recent),
+        "intervals_complete": f"{complete}/{len(rows)}",
+    }
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         captures = Path(d) / "sender.pcap", Path(d) / "receiver.pcap"
@@ -173,6 +212,7 @@ def main() -> None:
         result = {
             "large_hellos": large_hellos(captures[1]),
             "replayed_handshake": asyncio.run(replayed_handshake(captures)),
+            "places_held": asyncio.run(places_held(captures)),
         }
     print(json.dumps(result, indent=1))
 

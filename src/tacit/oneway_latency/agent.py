@@ -51,6 +51,7 @@ import logging
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,10 +118,15 @@ class AgentParams:
     round-trip time longer than δ does not make the receiver fall behind). Retries wait
     ``retry_initial_ns`` doubling up to ``retry_max_ns``.
 
-    Limits on unauthenticated peers (anyone who can reach the receiver's port):
-    ``max_unauthenticated`` (8) connections may be in their handshake at once, further ones are
-    closed at once; a handshake must complete within ``handshake_timeout_ns`` (5 s); the agent
-    keeps the last ``rejections_kept`` (100) refusals with their reasons, and counts them all.
+    Limits on unauthenticated peers (anyone who can reach the receiver's port): at most
+    ``max_unauthenticated_per_address`` (4) connections from one address may be in their
+    handshake at once, further ones from it are closed at once; at most ``max_unauthenticated``
+    (8) in all, and a connection beyond them takes the place of the oldest handshake of the
+    address holding the most (so that peers without the key cannot hold every place and keep a
+    reconnecting sender out: they would have to open connections faster than the sender
+    completes its handshake, one round trip); a handshake must complete within
+    ``handshake_timeout_ns`` (5 s); the agent keeps the last ``rejections_kept`` (100) refusals
+    with their reasons, and counts them all.
 
     These are engineering choices of ours; the RDA paper describes no agent protocol.
     """
@@ -135,15 +141,23 @@ class AgentParams:
     retry_initial_ns: int = 50_000_000
     retry_max_ns: int = 2 * NS
     max_unauthenticated: int = 8
+    max_unauthenticated_per_address: int = 4
     handshake_timeout_ns: int = 5 * NS
     rejections_kept: int = 100
 
     def __post_init__(self) -> None:
-        counts = (self.lookahead, self.max_pending, self.concurrency, self.max_unauthenticated)
-        if min(counts) < 1 or self.rejections_kept < 1:
+        counts = (
+            self.lookahead,
+            self.max_pending,
+            self.concurrency,
+            self.max_unauthenticated,
+            self.max_unauthenticated_per_address,
+            self.rejections_kept,
+        )
+        if min(counts) < 1:
             raise ConfigError(
-                "lookahead, max_pending, concurrency, max_unauthenticated and rejections_kept "
-                "must be at least 1"
+                "lookahead, max_pending, concurrency, max_unauthenticated (in all and per "
+                "address) and rejections_kept must be at least 1"
             )
         waits = (
             self.retention_ns,
@@ -159,6 +173,14 @@ class AgentParams:
     def config(self) -> dict[str, Any]:
         """What both agents must agree on (exchanged once both have proven the key)."""
         return {**params_config(self.intervals, self.rda), "lookahead": self.lookahead}
+
+
+@dataclass(eq=False)
+class _Handshake:
+    """A connection in its handshake: the peer's address and the stream to close it."""
+
+    address: str
+    writer: asyncio.StreamWriter
 
 
 # Sources: a blocking iterator of (packets or None, capture clock ns) run in a thread.
@@ -219,7 +241,7 @@ class Agent:
         self._source_error: TacitError | None = None
         self._changed: asyncio.Event | None = None
         self._conn: Connection | None = None
-        self._handshaking = 0
+        self._handshakes: list[_Handshake] = []  # unauthenticated, oldest first
         self._server: asyncio.base_events.Server | None = None
         self._finished = False
         self._empty_intervals = 0
@@ -616,15 +638,20 @@ class Agent:
     # ---------------------------------------------------------------- receiver
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """A new connection: at most ``max_unauthenticated`` in their handshake at once, each
-        for at most ``handshake_timeout_ns``; the current sender's connection is replaced only
-        by one that has authenticated."""
+        """A new connection, held to the limits on unauthenticated peers (:class:`AgentParams`);
+        the current sender's connection is replaced only by one that has authenticated."""
         addr = writer.get_extra_info("peername")
         peer = f"{addr[0]}:{addr[1]}"
-        if self._handshaking >= self.params.max_unauthenticated:
-            self._refuse(writer, f"{peer}: {self._handshaking} connections already unauthenticated")
+        same = sum(h.address == addr[0] for h in self._handshakes)
+        if same >= self.params.max_unauthenticated_per_address:
+            self._refuse(
+                writer, f"{peer}: {same} connections from {addr[0]} already unauthenticated"
+            )
             return
-        self._handshaking += 1
+        if len(self._handshakes) >= self.params.max_unauthenticated:
+            self._evict()
+        mine = _Handshake(addr[0], writer)
+        self._handshakes.append(mine)
         channel = Channel(self.key, connector=False, peer=peer)
         try:
             await asyncio.wait_for(
@@ -643,10 +670,24 @@ class Agent:
             writer.close()
             return
         finally:
-            self._handshaking -= 1
+            if mine in self._handshakes:  # not evicted
+                self._handshakes.remove(mine)
         if self._conn is not None:  # the sender reconnected: the old connection is dead
             self._drop(self._conn, "replaced by a new connection")
         await self._serve(Connection(channel, reader, writer))
+
+    @property
+    def unauthenticated(self) -> int:
+        """Connections in their handshake now."""
+        return len(self._handshakes)
+
+    def _evict(self) -> None:
+        """Make room: close the oldest handshake of the address holding the most."""
+        held = Counter(h.address for h in self._handshakes)
+        most = max(held.values())
+        victim = next(h for h in self._handshakes if held[h.address] == most)
+        self._handshakes.remove(victim)
+        self._refuse(victim.writer, f"{victim.address}: handshake evicted for a newer connection")
 
     def _refuse(self, writer: asyncio.StreamWriter, reason: str) -> None:
         """Close a connection that has not authenticated (nothing more it sends is read)."""
