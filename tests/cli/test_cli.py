@@ -54,6 +54,14 @@ def runs(work: Path) -> dict[str, subprocess.CompletedProcess]:
         "out_is_input": start("blind", "inproc.jsonl", "--out", "./inproc.jsonl", cwd=work),
         "out_is_dir": start("callgraph", "traces.json", "--out", ".", cwd=work),
         "out_full": start("blind", "traces.json", "--out", "/dev/full", cwd=work),
+        "over_budget": start(
+            "callgraph",
+            "traces.json",
+            "--out",
+            "cg_budget.yaml",
+            cwd=work,
+            env={"TACIT_MEMORY_BUDGET": "1K"},
+        ),
         **{
             name: start("reconstruct", "traces.json", "--out", name, *seed, "--json", cwd=work)
             for name, seed in (
@@ -193,6 +201,12 @@ def test_outputs_that_cannot_be_written_are_refused_in_one_line(runs, work: Path
     assert (work / "inproc.jsonl").read_bytes() == (work / "inproc.orig").read_bytes()
     one_error_line(runs["out_is_dir"], "is a directory")
     one_error_line(runs["out_full"], "/dev/full: cannot write: No space left on device")
+
+
+def test_an_allocation_beyond_the_memory_budget_is_refused_naming_the_input(runs, work) -> None:
+    line = one_error_line(runs["over_budget"], "traces.json")
+    assert "call slots would need" in line and "more than the 1.0 KiB" in line
+    assert not (work / "cg_budget.yaml").exists()
 
 
 def test_debug_shows_traceback(runs) -> None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.linalg import spsolve
 
 from tacit.model.messages import MISSING, MessageTable
 from tacit.runs import run_bounds
@@ -94,6 +96,32 @@ def _group_mean(a, b, d):
     return keys, (np.add.reduceat(d, start) / count).tolist() if len(d) else [], count.tolist()
 
 
+def _least_squares(rows: list[tuple[str, str, float, int]], index: dict[str, int]) -> np.ndarray:
+    """θ (per host of ``index``) minimising Σ w · (θ_y − θ_x − v)² over ``rows`` ``(x, y, v,
+    w)``, the group's reference (not in ``index``) at 0. Its normal equations are the weighted
+    Laplacian of the hosts' message graph without the reference's row and column: sparse (a
+    host pair that exchanged messages is one entry), positive definite for a connected group,
+    and solved directly, so memory follows the pairs, not pairs × hosts as a dense system
+    would."""
+    n = len(index)
+    if not n:
+        return np.empty(0)
+    i: list[int] = []
+    j: list[int] = []
+    val: list[float] = []
+    b = np.zeros(n)
+    for x, y, v, w in rows:
+        ends = [(index[h], sign) for h, sign in ((x, -1.0), (y, 1.0)) if h in index]
+        for p, sp in ends:
+            b[p] += sp * w * v
+            for q, sq in ends:
+                i.append(p)
+                j.append(q)
+                val.append(sp * sq * w)
+    laplacian = coo_matrix((val, (i, j)), shape=(n, n)).tocsc()
+    return np.atleast_1d(spsolve(laplacian, b))
+
+
 def _solve(equations: list[tuple[str, str, float, int]], reference: str | None) -> ClockOffsets:
     """Weighted least squares for θ per connected group of hosts, the reference fixed at 0."""
     hosts = sorted({h for e in equations for h in e[:2]})
@@ -110,23 +138,16 @@ def _solve(equations: list[tuple[str, str, float, int]], reference: str | None) 
     groups: dict[str, list[str]] = {}
     for h in hosts:
         groups.setdefault(find(h), []).append(h)
+    rows: dict[str, list[tuple[str, str, float, int]]] = {}
+    for e in equations:
+        rows.setdefault(find(e[0]), []).append(e)
     offset: dict[str, float] = {}
     ref_of: dict[str, str] = {}
-    for members in groups.values():
+    for root, members in groups.items():
         ref = reference if reference in members else members[0]
         free = [h for h in members if h != ref]
         index = {h: i for i, h in enumerate(free)}
-        rows = [e for e in equations if e[0] in index or e[1] in index]
-        a = np.zeros((len(rows), len(free)))
-        rhs = np.zeros(len(rows))
-        for r, (x, y, v, w) in enumerate(rows):
-            s = np.sqrt(w)
-            if y in index:
-                a[r, index[y]] = s
-            if x in index:
-                a[r, index[x]] = -s
-            rhs[r] = s * v
-        theta = np.linalg.lstsq(a, rhs, rcond=None)[0] if free else np.empty(0)
+        theta = _least_squares(rows[root], index)
         offset[ref] = 0.0
         ref_of[ref] = ref
         for h, i in index.items():

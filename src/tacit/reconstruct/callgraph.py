@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from tacit.budget import check_allocation
 from tacit.config_fields import flag, number, read_yaml
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, StringPool
@@ -522,6 +523,8 @@ def _learn_path(
 ) -> CallPath:
     slot_ids, rows_per_req = _slot_calls(spans, reqs, children)
     n = len(slot_ids)
+    what = f"learning the call graph's timing: 2 × {len(reqs)} requests × {n} call slots"
+    check_allocation((2, len(reqs), n), np.float64, what, spans.sources)
     start = np.full((len(reqs), n), np.nan)
     end = np.full((len(reqs), n), np.nan)
     for i, (r, placed) in enumerate(zip(reqs, rows_per_req, strict=True)):
