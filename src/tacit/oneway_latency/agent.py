@@ -119,12 +119,12 @@ class AgentParams:
     ``retry_initial_ns`` doubling up to ``retry_max_ns``.
 
     Limits on unauthenticated peers (anyone who can reach the receiver's port): at most
-    ``max_unauthenticated_per_address`` (4) connections from one address may be in their
-    handshake at once, further ones from it are closed at once; at most ``max_unauthenticated``
-    (8) in all, and a connection beyond them takes the place of the oldest handshake of the
-    address holding the most (so that peers without the key cannot hold every place and keep a
-    reconnecting sender out: they would have to open connections faster than the sender
-    completes its handshake, one round trip); a handshake must complete within
+    ``max_unauthenticated_per_address`` (4) connections from one address in their handshake at
+    once and ``max_unauthenticated`` (8) in all; a connection beyond either takes the place of
+    the oldest handshake of its own address, or else of the address holding the most. Peers
+    without the key then cannot hold the places and keep a reconnecting sender out: they would
+    have to open connections faster than the sender completes its handshake (one round trip),
+    and from more than one address. A handshake must complete within
     ``handshake_timeout_ns`` (5 s); the agent keeps the last ``rejections_kept`` (100) refusals
     with their reasons, and counts them all.
 
@@ -642,14 +642,7 @@ class Agent:
         the current sender's connection is replaced only by one that has authenticated."""
         addr = writer.get_extra_info("peername")
         peer = f"{addr[0]}:{addr[1]}"
-        same = sum(h.address == addr[0] for h in self._handshakes)
-        if same >= self.params.max_unauthenticated_per_address:
-            self._refuse(
-                writer, f"{peer}: {same} connections from {addr[0]} already unauthenticated"
-            )
-            return
-        if len(self._handshakes) >= self.params.max_unauthenticated:
-            self._evict()
+        self._make_room(addr[0])
         mine = _Handshake(addr[0], writer)
         self._handshakes.append(mine)
         channel = Channel(self.key, connector=False, peer=peer)
@@ -681,13 +674,18 @@ class Agent:
         """Connections in their handshake now."""
         return len(self._handshakes)
 
-    def _evict(self) -> None:
-        """Make room: close the oldest handshake of the address holding the most."""
+    def _make_room(self, address: str) -> None:
+        """Before a new handshake from ``address``: close the oldest handshake of that address
+        when it holds its share of places, else, when every place is taken, the oldest of the
+        address holding the most."""
         held = Counter(h.address for h in self._handshakes)
-        most = max(held.values())
-        victim = next(h for h in self._handshakes if held[h.address] == most)
+        if held[address] < self.params.max_unauthenticated_per_address:
+            if len(self._handshakes) < self.params.max_unauthenticated:
+                return
+            address = max(held, key=held.__getitem__)
+        victim = next(h for h in self._handshakes if h.address == address)
         self._handshakes.remove(victim)
-        self._refuse(victim.writer, f"{victim.address}: handshake evicted for a newer connection")
+        self._refuse(victim.writer, f"{address}: handshake evicted for a newer connection")
 
     def _refuse(self, writer: asyncio.StreamWriter, reason: str) -> None:
         """Close a connection that has not authenticated (nothing more it sends is read)."""
