@@ -14,6 +14,7 @@ interval timer, and classifies what happened (:data:`OUTCOMES`).
 from __future__ import annotations
 
 import csv
+import faulthandler
 import gzip
 import hashlib
 import io
@@ -641,8 +642,16 @@ class Run:
     seconds: float
 
 
+WATCHDOG_S = 60.0
+"""Past the timeout, how long a run may still go on before the whole process is ended."""
+
+
 @contextmanager
 def _alarm(timeout_s: float | None) -> Iterator[None]:
+    """Raise :class:`CaseTimeout` in the run after ``timeout_s``. The timer's signal is handled
+    only when the interpreter runs again, never inside a compiled (numba) loop; so that such a
+    loop cannot hang the suite, a watchdog thread of the C runtime (``faulthandler``) prints
+    every thread's stack and ends the process ``WATCHDOG_S`` later."""
     if timeout_s is None:
         yield
         return
@@ -652,9 +661,11 @@ def _alarm(timeout_s: float | None) -> Iterator[None]:
 
     old = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    faulthandler.dump_traceback_later(timeout_s + WATCHDOG_S, exit=True, file=sys.__stderr__)
     try:
         yield
     finally:
+        faulthandler.cancel_dump_traceback_later()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
 

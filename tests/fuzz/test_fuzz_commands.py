@@ -6,6 +6,8 @@ byte-identical. Valid inputs must succeed: a refusal of them would be silent dat
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -80,3 +82,35 @@ def test_the_harness_tells_every_outcome_apart(
     monkeypatch.setattr("tacit.cli.main.app", crash)
     run = run_cli(["callgraph", str(traces)])
     assert run.outcome == "traceback" and "RuntimeError: a defect" in run.stderr
+
+
+HANG = """
+import sys
+sys.path[:0] = {paths!r}
+import generators
+from numba import njit
+
+@njit
+def spin(n):
+    i = 0
+    while n > 0:  # never ends, and never gives the interpreter a chance to handle a signal
+        i += 1
+    return i
+
+spin.compile("(int64,)")  # compiled before the timer starts
+generators.WATCHDOG_S = 1.0
+with generators._alarm(0.5):
+    spin(1)
+"""
+
+
+def test_a_hang_inside_compiled_code_ends_the_process_with_its_stack(tmp_path: Path) -> None:
+    """The timer cannot interrupt a numba loop; the watchdog ends the process instead of
+    letting the suite hang, and shows where it was."""
+    here = Path(__file__).resolve().parent
+    script = HANG.format(paths=[str(here), str(here.parent)])
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert "Timeout (0:00:01.500000)!" in done.stderr and 'File "<string>", line 17' in done.stderr
