@@ -38,11 +38,14 @@ reproduce: install
 		--markdown docs/reproduction/traceweaver-dynamism.md
 	$(BIN)/python bench/bench_traceweaver_confidence.py --markdown docs/reproduction/traceweaver.md
 	$(BIN)/python bench/bench_tail.py --markdown docs/reproduction/traceweaver-tail.md
+	$(BIN)/python bench/bench_abtest.py --requests 100000 \
+		--markdown docs/reproduction/traceweaver-abtest.md
 	$(BIN)/python bench/bench_ytrace_reproduction.py --markdown docs/reproduction/ytrace.md
 	cat docs/reproduction/00-overview.md docs/reproduction/pirate.md docs/reproduction/wap5.md \
 		docs/reproduction/rda.md docs/reproduction/traceweaver-dynamism.md \
 		docs/reproduction/traceweaver.md docs/reproduction/traceweaver-tail.md \
-		docs/reproduction/ytrace.md > docs/reproduction.md
+		docs/reproduction/traceweaver-abtest.md docs/reproduction/ytrace.md \
+		> docs/reproduction.md
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .ruff_cache
