@@ -290,8 +290,9 @@ def overheads() -> list[str]:
         "",
         "tacit's state holds N = 10 modes of 32 bytes (min, max and sum in 64 bits, the count "
         "and the count of gaps after a non-MTU packet in 32), the flow key, and the gap state; "
-        "the paper's layout is not given. tacit works on captures and batches of a live capture, not "
-        "inline on the forwarding path, so its time is not added to a packet's forwarding.",
+        "the paper's layout is not given. tacit works on captures and batches of a live "
+        "capture, not inline on the forwarding path, so its time is not added to a packet's "
+        "forwarding.",
         "",
     ]
 
