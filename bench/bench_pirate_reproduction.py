@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -312,12 +313,14 @@ def quic(seconds: float, figures: Path | None) -> list[str]:
         "with aioquic's 8-byte connection IDs. Cells: median error per response, the paper's "
         "sign, and in brackets the median absolute error; the oracle (the true median of each "
         '100 ms epoch) gives the floor any one estimate per epoch has; "over 2×": the share '
-        "of responses whose epoch's estimate is more than twice their latency.",
+        'of responses whose epoch\'s estimate is more than twice their latency; "load": the '
+        "machine's 1-minute load average after the run (2 cores; other work shares them).",
         "",
         "| scenario | streams | requests/s | median latency | "
         + " | ".join(QUIC_ROWS.values())
-        + f" | over 2× ({QUIC_ROWS['modes-ack, CID 8']}) | req-to-req (client) | oracle, abs. |",
-        "|---|---|---|---|" + "---|" * (len(QUIC_ROWS) + 3),
+        + f" | over 2× ({QUIC_ROWS['modes-ack, CID 8']}) | req-to-req (client) | oracle, abs. "
+        "| load |",
+        "|---|---|---|---|" + "---|" * (len(QUIC_ROWS) + 4),
     ]
     for scenario, sizes in SCENARIOS.items():
         errors: dict[str, np.ndarray] = {}
@@ -343,7 +346,8 @@ def quic(seconds: float, figures: Path | None) -> list[str]:
                 f"| {doc['requests_per_second']:.0f} | {doc['median_latency_ms']:.2f} ms | "
                 + " | ".join(cells)
                 + f" | {_signed_and_abs(doc['req_to_req'])}"
-                f" | {doc['oracle']['median']['median_relative_error']:.1%} |"
+                f" | {doc['oracle']['median']['median_relative_error']:.1%}"
+                f" | {os.getloadavg()[0]:.1f} |"
             )
             for k in ("modes-noack", "modes-ack, CID 8"):
                 label = f"{streams} stream{'s' * (streams > 1)}, {QUIC_ROWS[k]}"
