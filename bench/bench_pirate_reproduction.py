@@ -356,11 +356,11 @@ def quic(seconds: float, figures: Path | None) -> list[str]:
             title = f"§5.7 QUIC, scenario {scenario} ({sizes[0]}–{sizes[1]} B)"
             error_cdf(errors, title, figures / f"pirate-quic-{scenario}-cdf.png")
     if figures is not None:
-        lines.append("")
-        lines += [
-            f"![CDF of per-response errors, QUIC {s}](reproduction/pirate-quic-{s}-cdf.png)"
-            for s in SCENARIOS
-        ]
+        for s in SCENARIOS:
+            lines += [
+                "",
+                f"![CDF of per-response errors, QUIC {s}](reproduction/pirate-quic-{s}-cdf.png)",
+            ]
     return [*lines, "", QUIC_WHY]
 
 
@@ -371,43 +371,45 @@ def _signed_and_abs(summary: dict) -> str:
 
 
 QUIC_WHY = """What the QUIC runs show (one connection per row; both ends are Python and
-CPU-bound, and the machine is shared, so the rows move between runs):
+CPU-bound, and the machine is shared, so the rows move with the load):
 
-1. **Small responses, 1 and 4 streams: where the epoch's estimate is right, it is right within
-   a few per cent** (the step at 0 in the figure), as the paper found. The responses to all
-   requests in flight come back in one datagram, the client sends the next requests together,
-   and the gap before them is the response latency.
-2. **The rest of those epochs are estimated at several times the truth** (the "over 2×"
+1. **Small responses: Pirate follows the client, as the paper found**, with pure ACKs coalesced
+   at 43 B, within a few per cent of the oracle with 1, 4 and 16 streams when the machine is
+   otherwise quiet. The client reads the responses to the requests in flight together and sends
+   the next requests together, so the gap before them is the response latency.
+2. **Under load, some epochs are estimated at several times the truth** (the "over 2×"
    column, the step at −1 in the figure). Their estimates rest on 2–5 gaps: a few latency
-   outliers (the server or client descheduled; the machine's load average reached 7 on its
-   2 cores during these runs) make a mode that holds the 5 % `ibg_min_share` and is taken for
-   the inter-batch gap (item 1 of "Why tacit differs" below). With 4 streams an epoch has
-   about 40 gaps, so two outliers are enough. How many epochs it hits changes from run to
-   run: the row of small responses and 4 streams was −2 %, −272 % and −429 % in three runs
-   while this section was written (the first two under §5.1's CPU series, whose throttled
-   periods add stalls of their own). Algorithm 2 as published (`ibg_min_share` 0) was further
-   off on the same captures.
+   outliers (server or client descheduled) make a mode that holds the 5 % `ibg_min_share` and
+   is taken for the inter-batch gap (item 1 of "Why tacit differs" below). With 4 streams an
+   epoch has about 40 gaps, so two outliers are enough. In runs made while other work kept the
+   load average at 5–11 on the 2 cores, the row of small responses and 4 streams was −272 %
+   (under §5.1's CPU series, whose throttled periods add stalls of their own) and −402 % (at
+   almost a whole core), and with one stream −105 %. The stalls of §5.1's series are why
+   these runs give the server almost a whole core. Algorithm 2 as published (`ibg_min_share`
+   0) was further off on the same captures.
 3. **The default size heuristic (64 B) fails on HTTP/3.** aioquic's requests are 40–78 B of UDP
    payload (QPACK leaves a GET of a short path a few bytes); its pure ACKs are 32–34 B. At 64 B
-   most requests are taken for ACKs, and the estimate is tens of times too high, or there is
-   none when every request is below the threshold. At 43 B (one-range ACKs with 8-byte
-   connection IDs) only the ACKs go. A size rule thus needs a bound that knows the
-   connection-ID length, and even then QPACK can make a request as small as an ACK (40 B
-   requests were seen): the paper's doubt about telling pure ACKs apart stands.
+   most requests are taken for ACKs, and the estimate is many times too high, or there is none
+   when every request is below the threshold. At 43 B (one-range ACKs with 8-byte connection
+   IDs) only the ACKs go. A size rule thus needs a bound that knows the connection-ID length,
+   and even then QPACK can make a request as small as an ACK (40 B requests were seen): the
+   paper's doubt about telling pure ACKs apart stands.
 4. **-noack depends on the ACK timing.** aioquic acknowledges 1 ms after the first
    unacknowledged packet (`K_GRANULARITY`) and does not put the ACK in a request sent sooner.
    With one stream (under 1 ms of latency) the request goes first and few ACKs fall inside a
-   gap; above 1 ms every response's ACK splits the gap before the next requests. mvfst's ACK
-   policy differs; the paper's "-noack" scenario had no such ACKs.
-5. **Large responses, or 16 streams: the requests no longer go in batches.** aioquic sends
-   datagrams of at most 1,200 bytes, so 16 responses of up to 130 B, or one of 1,600–15,100 B,
-   span several datagrams, and the single-threaded server finishes the responses one by one.
-   The client then sends one request per response read (in its log the median batch is one
-   request), and the gap between two requests is the time between two completions, about the
-   latency divided by the number of streams. Pirate, like any method built on the gaps between
-   the client's packets, measures that: 50–80 % low with 4 and 16 streams. With one stream the
-   gaps are the latency again. The paper's Fig. 9 shows "a QUIC connection" without the
-   stream count of each curve; its mvfst server may have kept the streams in step.
+   gap; above 1 ms every response's ACK splits the gap before the next requests, and -noack is
+   about half the truth. mvfst's ACK policy differs; the paper's "-noack" scenario had no such
+   ACKs.
+5. **Large responses with several streams: the requests no longer go in batches.** aioquic
+   sends datagrams of at most 1,200 bytes, so a response of 1,600–15,100 B spans several, and
+   the responses of different streams end at different times. The client then sends one
+   request per response read (in its log the median batch is one request), and the gap
+   between two requests is the time between two completions, about the latency divided by the
+   number of streams. Pirate, like any method built on the gaps between the client's packets,
+   measures that: about 75 % low with 4 streams and 94 % with 16. With one stream the gaps
+   are the latency again and Pirate is within the spread of the epoch's latencies (the
+   oracle). The paper's Fig. 9 shows "a QUIC connection" without the stream count of each
+   curve; its mvfst server may have kept the streams in step.
 """
 
 
