@@ -361,10 +361,10 @@ def _client_command(params: AsymmetricParams, address: str, log_path: Path) -> l
     run = ["--address", address, "--seconds", str(params.seconds), "--out", str(log_path),
            "--connections", str(params.connections), "--seed", str(params.seed)]  # fmt: skip
     if params.server == "quic":
-        lo, hi = params.response_bytes
+        quic = params.quic()
+        lo, hi = quic.response_bytes
         return [sys.executable, "-m", "tacit.experiment.quic", "clients", *run,
-                "--streams", str(params.max_outstanding),
-                "--response-bytes", str(lo), str(hi)]  # fmt: skip
+                "--streams", str(quic.streams), "--response-bytes", str(lo), str(hi)]  # fmt: skip
     return [sys.executable, "-m", "tacit.experiment.web_clients", *run,
             "--protocol", "http" if params.server == "http" else "memtier",
             "--outstanding", str(params.max_outstanding),
