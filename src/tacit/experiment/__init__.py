@@ -1,6 +1,7 @@
 """Live and simulated experiments that reproduce the papers' setups.
 
 - :mod:`~.asymmetric`: Pirate §5.1, asymmetric routing and a CPU-limited server in namespaces.
+- :mod:`~.quic`: Pirate §5.7's HTTP/3 server and clients (aioquic), a server kind of the above.
 - :mod:`~.web`: Pirate on loopback web and memcached clients.
 - :mod:`~.loadbalancer`: Pirate §4's latency-aware Maglev, simulated.
 - :mod:`~.netns`: RDA §IX, two live agents across an impaired path.

@@ -22,7 +22,10 @@ The server (:mod:`.cpu_server`) is single-threaded and spends 250 µs of CPU per
 paper's 4K requests/s per core); the cgroup (v1 ``cpu`` controller) quota is set every second
 from :func:`~.cpu_series.cpu_allocation_series`, so response latency follows CPU allocation.
 The clients (:mod:`.web_clients`) walk dependency trees with at most 4 outstanding requests per
-connection and log when each request was sent and its response's last byte read.
+connection and log when each request was sent and its response's last byte read. Two other
+server kinds replace the HTTP server for §5.7: Debian's memcached (:mod:`.memcached`), and an
+HTTP/3 server with its clients (:mod:`.quic`, aioquic), whose encrypted UDP the vantage point
+captures instead of TCP.
 
 Scored as §5.1 defines accuracy, per response (:func:`~tacit.response_latency.score_responses`):
 the estimate of the response's (connection, epoch) against its req-to-res latency; and, for
@@ -56,6 +59,7 @@ from tacit.experiment.cpu_server import CPU_US
 from tacit.experiment.impair import ImpairParams
 from tacit.experiment.memcached import memcached_command, memcached_unavailable
 from tacit.experiment.netns import ManagedProcess, namespaces_unavailable
+from tacit.experiment.quic import SCENARIOS, QuicParams, quic_unavailable
 from tacit.experiment.response_scores import epoch_oracle_errors, req_to_req_errors, rtt_baselines
 from tacit.experiment.web_clients import ResponseLog
 from tacit.formats.pcap import read_packets
@@ -67,15 +71,17 @@ from tacit.response_latency import (
 )
 
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
-SERVERS = ("http", "memcached")
-PORTS = {"http": 8080, "memcached": 11211}
+SERVERS = ("http", "memcached", "quic")
+PORTS = {"http": 8080, "memcached": 11211, "quic": 4433}
 
 
 @dataclass(frozen=True)
 class AsymmetricParams:
     """The run: ``seconds`` of clients of ``server`` (``http``: :mod:`.cpu_server` and the web
     clients; ``memcached``: Debian's memcached and §5.7's memtier-style clients,
-    :class:`~.memcached.MemtierProtocol`, whose connections hold one request each) on
+    :class:`~.memcached.MemtierProtocol`, whose connections hold one request each; ``quic``:
+    §5.7's HTTP/3 server and clients, :mod:`.quic`, with ``max_outstanding`` streams per
+    connection and response bodies uniform within ``response_bytes``) on
     ``connections`` connections (each with at most ``max_outstanding`` requests; ``browser``:
     browser-like clients,
     :class:`~.web_clients.ClientParams`), the server's ``cpu_us`` per request, its CPU
@@ -90,6 +96,7 @@ class AsymmetricParams:
     connections: int = 8
     max_outstanding: int = 4
     browser: bool = False
+    response_bytes: tuple[int, int] = SCENARIOS["noack"]
     client_capture: bool = False
     loss: float = 0.0
     reorder: float = 0.0
@@ -108,6 +115,12 @@ class AsymmetricParams:
         if not 1_000 <= self.cfs_period_us <= 1_000_000 or not 0 < self.subnet < 255:
             raise ConfigError("cfs_period_us must be within 1 ms..1 s and subnet within 1..254")
         ImpairParams(self.reorder_delay_ns, 0, self.loss, self.reorder)  # validates them
+        if self.server == "quic":
+            self.quic()  # validates streams and response sizes
+
+    def quic(self) -> QuicParams:
+        """The HTTP/3 clients of a ``quic`` run."""
+        return QuicParams(self.connections, self.max_outstanding, self.response_bytes)
 
     @property
     def impaired(self) -> bool:
@@ -251,12 +264,19 @@ def _start_relay(ns: dict[str, str], net: str, params: AsymmetricParams, stats: 
 def _start_server(
     ns: dict[str, str], net: str, params: AsymmetricParams, cgroup: Path
 ) -> subprocess.Popen:
-    """The server in S, moved into the cgroup at once; the HTTP server reports its port when
-    it listens (memcached's readiness is the keyspace's population, which retries)."""
+    """The server in S, moved into the cgroup at once; the HTTP and HTTP/3 servers report
+    their port when they listen (memcached's readiness is the keyspace's population, which
+    retries)."""
     if params.server == "http":
         cmd = [sys.executable, "-m", "tacit.experiment.cpu_server", "--host", f"{net}.2.2",
                "--port", str(PORTS["http"]), "--seed", str(params.seed),
                "--cpu-us", str(params.cpu_us)]  # fmt: skip
+    elif params.server == "quic":
+        reason = quic_unavailable()
+        if reason:
+            raise ConfigError(reason)
+        cmd = [sys.executable, "-m", "tacit.experiment.quic", "serve", "--host", f"{net}.2.2",
+               "--port", str(PORTS["quic"]), "--cpu-us", str(params.cpu_us)]  # fmt: skip
     else:
         reason = memcached_unavailable()
         if reason:
@@ -268,7 +288,7 @@ def _start_server(
     )  # fmt: skip
     try:
         (cgroup / "cgroup.procs").write_text(str(server.pid))
-        if params.server == "http" and not (
+        if params.server != "memcached" and not (
             server.stdout and server.stdout.readline().strip().isdigit()
         ):
             raise ConfigError(f"the server did not start (exit code {server.poll()})")
@@ -309,6 +329,46 @@ def default_estimators() -> dict[str, tuple[PirateParams, str]]:
         "modes": (PirateParams(), "modes"),
         "centres": (PirateParams(), "centres"),
     }
+
+
+QUIC_ACK_BYTES = 1 + 8 + 4 + 14 + 16
+"""The largest UDP payload of a QUIC 1-RTT packet carrying one ACK frame of one range between
+aioquic's endpoints (RFC 9000 §17.3.1, §19.3; RFC 9001 §5.3): the first byte, aioquic's
+8-byte connection ID, a packet number of at most 4 bytes, the ACK frame (type, largest
+acknowledged and ACK delay of at most 4 bytes each, a 1-byte range count, a first range of at
+most 4 bytes) and the 16-byte AEAD tag. :attr:`PirateParams.udp_ack_max_payload`'s default
+(64) allows for 20-byte connection IDs and a few ranges, and so also takes in HTTP/3 requests
+of up to 64 bytes (aioquic's are 46–78 with QPACK)."""
+
+
+def quic_estimators() -> dict[str, tuple[PirateParams, str]]:
+    """What a ``quic`` run scores, with §5.7's labels: Pirate's default without the
+    ACK-coalescing heuristic (``-noack``: every datagram is a packet of the gaps, as the paper's
+    exact scenario-1 measurement) and with it (``-ack``). The paper *simulated* the correct
+    identification of pure ACKs; tacit identifies them for real, by size: a datagram of at most
+    :attr:`PirateParams.udp_ack_max_payload` bytes is taken for a pure ACK (§3.4), the default
+    of 64 bytes, and (``-ack, CID 8``) :data:`QUIC_ACK_BYTES`, the bound for the connection-ID
+    length these endpoints use."""
+    return {
+        "modes-noack": (PirateParams(coalesce_acks=False), "modes"),
+        "modes-ack": (PirateParams(), "modes"),
+        "modes-ack, CID 8": (PirateParams(udp_ack_max_payload=QUIC_ACK_BYTES), "modes"),
+    }
+
+
+def _client_command(params: AsymmetricParams, address: str, log_path: Path) -> list[str]:
+    """The clients' command line: :mod:`.quic`'s for HTTP/3, :mod:`.web_clients`' else."""
+    run = ["--address", address, "--seconds", str(params.seconds), "--out", str(log_path),
+           "--connections", str(params.connections), "--seed", str(params.seed)]  # fmt: skip
+    if params.server == "quic":
+        quic = params.quic()
+        lo, hi = quic.response_bytes
+        return [sys.executable, "-m", "tacit.experiment.quic", "clients", *run,
+                "--streams", str(quic.streams), "--response-bytes", str(lo), str(hi)]  # fmt: skip
+    return [sys.executable, "-m", "tacit.experiment.web_clients", *run,
+            "--protocol", "http" if params.server == "http" else "memtier",
+            "--outstanding", str(params.max_outstanding),
+            *(["--browser"] if params.browser else [])]  # fmt: skip
 
 
 def run_asymmetric_experiment(
@@ -354,20 +414,15 @@ def run_asymmetric_experiment(
             _run("ip", "netns", "exec", ns["c"], sys.executable, "-m",
                  "tacit.experiment.memcached", "populate", "--address", address,
                  "--seed", str(params.seed))  # fmt: skip
-        capture = Capture(pcap, f"tcp port {port}", interface="vl", namespace=ns["v"]).start()
+        bpf = f"{'udp' if params.server == 'quic' else 'tcp'} port {port}"
+        capture = Capture(pcap, bpf, interface="vl", namespace=ns["v"]).start()
         if params.client_capture:
-            at_client = Capture(client_pcap, f"tcp port {port}", "any", namespace=ns["c"])
+            at_client = Capture(client_pcap, bpf, "any", namespace=ns["c"])
             at_client.start()
         allocator.start()
         start = time.monotonic()
         clients = subprocess.run(
-            ["ip", "netns", "exec", ns["c"], sys.executable, "-m",
-             "tacit.experiment.web_clients", "--address", address,
-             "--protocol", "http" if params.server == "http" else "memtier",
-             "--seconds", str(params.seconds), "--out", str(log_path),
-             "--connections", str(params.connections),
-             "--outstanding", str(params.max_outstanding), "--seed", str(params.seed),
-             *(["--browser"] if params.browser else [])],
+            ["ip", "netns", "exec", ns["c"], *_client_command(params, address, log_path)],
             capture_output=True, text=True, timeout=params.seconds + 120,
         )  # fmt: skip
         duration = time.monotonic() - start

@@ -39,6 +39,12 @@ class CpuSeriesParams:
             raise ConfigError("concentrations and window_seconds must be positive")
 
 
+NEAR_FULL_CORE = CpuSeriesParams(mean=0.99, floor=0.98)
+"""A series that leaves the server almost a whole core every second (the bounds exclude 1), for
+runs that should not be throttled: a throttled CFS period stalls the server, and the stalls make
+a mode of their own among the client's gaps."""
+
+
 def _beta(rng: np.random.Generator, mean: float, concentration: float, size=None):
     return rng.beta(mean * concentration, (1 - mean) * concentration, size)
 

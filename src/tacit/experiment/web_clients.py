@@ -143,7 +143,7 @@ class HttpProtocol:
         return len(head) + length, [m.decode() for m in EMBED.findall(body)]
 
 
-class _Rows:
+class ResponseRows:
     """The rows of a :class:`ResponseLog` as they are read, before they become columns."""
 
     def __init__(self) -> None:
@@ -171,7 +171,7 @@ class _Run:
     params: ClientParams
     start: float
     seconds: float
-    rows: _Rows
+    rows: ResponseRows
 
     def going(self) -> bool:
         """Whether a client may start another tree."""
@@ -253,7 +253,7 @@ async def _run(
     protocol: ClientProtocol, address: tuple[str, int], seconds: float, params: ClientParams, seed
 ) -> ResponseLog:
     rngs = [np.random.default_rng([seed, c]) for c in range(params.connections)]
-    run = _Run(protocol, address, params, time.monotonic(), seconds, _Rows())
+    run = _Run(protocol, address, params, time.monotonic(), seconds, ResponseRows())
     client = _browser if params.browser else _client
     async with asyncio.TaskGroup() as group:
         for c in range(params.connections):
