@@ -70,6 +70,7 @@ def test_every_command_refuses_out_of_range_numbers_in_one_line(tmp_path: Path):
                 "--seconds": ("latency", "response", "--interface", "lo", "--seconds", "nan"),
                 "--loss": ("latency", "oneway", "simulate", "--loss", "2"),
                 "--rate": ("experiment", "netns", "--rate", "0"),
+                "--reorder": ("experiment", "asymmetric", "--server", "quic", "--reorder", "2"),
                 "--concurrency": ("experiment", "traced-app", "--out", "o", "--concurrency", "0"),
                 "--network-share": ("diagnose", "tcp", "--network-share", "inf"),
             }.items()

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from tacit.cli.common import (
     COUNT,
+    FRACTION,
     PERCENT,
     POSITIVE,
     SEED,
@@ -24,6 +25,7 @@ from tacit.cli.common import (
     out,
     print_json,
 )
+from tacit.errors import ConfigError
 
 experiment_app = typer.Typer(help="Experiments that measure tacit against ground truth.")
 
@@ -81,7 +83,30 @@ def asymmetric(
     seconds: Annotated[
         float, typer.Option(callback=POSITIVE, help="How long the clients run.")
     ] = 20.0,
+    server: Annotated[
+        str,
+        typer.Option(
+            help="http (the web workload), memcached (memtier-style clients) or quic "
+            "(HTTP/3, aioquic)."
+        ),
+    ] = "http",
     connections: Annotated[int, typer.Option(callback=bounded(1), help="Client connections.")] = 8,
+    outstanding: Annotated[
+        int,
+        typer.Option(
+            callback=bounded(1), help="Requests in flight per connection (quic: streams)."
+        ),
+    ] = 4,
+    response_bytes: Annotated[
+        str, typer.Option(help="quic: response sizes, noack (30-130 B) or ack (1600-15100 B).")
+    ] = "noack",
+    loss: Annotated[
+        float, typer.Option(callback=FRACTION, help="§5.4: loss from client to vantage point.")
+    ] = 0.0,
+    reorder: Annotated[
+        float,
+        typer.Option(callback=FRACTION, help="§5.4: share reordered from client to vantage point."),
+    ] = 0.0,
     cpu_period: Annotated[
         int, typer.Option(callback=POSITIVE, help="The cgroup's CFS period, µs.")
     ] = 100_000,
@@ -98,17 +123,33 @@ def asymmetric(
     cgroup; the error of every response's estimate against the client's log (§5.2)."""
     import tempfile
 
-    from tacit.experiment.asymmetric import AsymmetricParams, run_asymmetric_experiment
-
-    params = AsymmetricParams(
-        seconds=seconds, connections=connections, cfs_period_us=cpu_period, seed=seed
+    from tacit.experiment.asymmetric import (
+        AsymmetricParams,
+        quic_estimators,
+        run_asymmetric_experiment,
     )
+    from tacit.experiment.quic import SCENARIOS
+
+    if response_bytes not in SCENARIOS:
+        raise ConfigError(f"--response-bytes must be one of {sorted(SCENARIOS)}")
+    params = AsymmetricParams(
+        seconds=seconds,
+        server=server,
+        connections=connections,
+        max_outstanding=outstanding,
+        response_bytes=SCENARIOS[response_bytes],
+        loss=loss,
+        reorder=reorder,
+        cfs_period_us=cpu_period,
+        seed=seed,
+    )
+    estimators = quic_estimators() if server == "quic" else None
     with tempfile.TemporaryDirectory() as tmp:
-        doc = run_asymmetric_experiment(params, keep or tmp).as_dict()
+        doc = run_asymmetric_experiment(params, keep or tmp, estimators).as_dict()
     if json_out:
         print_json(doc)
         return
-    t = Table(title=f"Pirate §5.1–5.2, {seconds:g} s, {doc['requests_per_second']} requests/s")
+    t = Table(title=f"Pirate, {server}, {seconds:g} s, {doc['requests_per_second']} requests/s")
     for col in ("", "median error (paper's sign)", "median |error|", "p5", "p95", "responses"):
         t.add_column(col, justify="right" if col else "left")
     rows = {**{f"Pirate {k}": v for k, v in doc["pirate"].items()}, "req-to-req": doc["req_to_req"]}
