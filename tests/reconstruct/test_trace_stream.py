@@ -3,6 +3,7 @@ the same file and against the simulator's ground truth."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,9 +11,11 @@ import numpy as np
 import pytest
 
 from span_streams import link_accuracy, streamed_and_batch, write_csv_stream, write_otlp_stream
+from tacit.formats import observe
 from tacit.model.spans import CLIENT, NONE, SpanTable
+from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.reconstruct.online import OnlineParams
-from tacit.reconstruct.pipeline import stream_source
+from tacit.reconstruct.pipeline import reconstruct_stream, stream_source
 from tacit.reconstruct.trace_stream import NotInStreamOrder
 from tacit.simulate import load_app, simulate
 
@@ -80,3 +83,24 @@ def test_a_span_later_than_the_lateness_is_no_stream(sim: SpanTable, tmp_path: P
     assert stream is not None
     with pytest.raises(NotInStreamOrder, match=r"s\.csv: record 103: ends .* s before a span"):
         list(stream.chunks)
+
+
+def test_alternatives_name_spans_of_other_batches_as_those_are_written(tmp_path: Path) -> None:
+    """A candidate parent in another batch keeps its exported span id there: the alternatives
+    naming it say that id, not a fresh one."""
+    sim = simulate(load_app(None), 150, duration_s=2.0, seed=4, record_threads=False)
+    write_otlp_stream(tmp_path / "s.jsonl", sim)
+    graph = learn_callgraph(observe([tmp_path / "s.jsonl"])[0].spans)
+    brief = OnlineParams(100 * MS, 100 * MS, 100 * MS, 20 * MS)
+    stream = stream_source([tmp_path / "s.jsonl"], online=brief)
+    assert stream is not None
+    batches = list(reconstruct_stream(stream, graph, online=brief))
+    batch_of = {t.name("span_id", r): k for k, (t, _) in enumerate(batches) for r in range(len(t))}
+    named = [
+        (k, a)
+        for k, (t, tags) in enumerate(batches)
+        for tag in tags.values()
+        for a, _ in json.loads(tag.get("tacit.alternatives", "[]"))
+    ]
+    assert all(a in batch_of for _, a in named)
+    assert any(batch_of[a] != k for k, a in named)  # some name a span of another batch
