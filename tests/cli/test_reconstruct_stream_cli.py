@@ -66,6 +66,9 @@ def runs(work: Path) -> dict[str, subprocess.CompletedProcess]:
             "disordered": start(
                 "reconstruct", "disordered.csv", "--out", "d.json", *ONLINE, cwd=work
             ),
+            "disordered-out": start(
+                "reconstruct", "disordered.csv", "--out", "-", *ONLINE[:-1], cwd=work
+            ),
         }
     )
 
@@ -147,6 +150,16 @@ def test_a_file_not_in_stream_order_is_read_whole_saying_so(runs, work: Path) ->
     )
     assert "not in stream order" in run.stderr and "reading the input whole instead" in run.stderr
     assert (work / "d.json").is_file()
+
+
+def test_not_in_stream_order_is_an_error_once_traces_are_on_the_standard_output(runs) -> None:
+    run = runs["disordered-out"]
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert re.fullmatch(
+        r"tacit: error: disordered\.csv: record \d+: ends .* not in stream order .*; the traces "
+        r"before it are written: write to a file to have such an input read whole\n",
+        run.stderr,
+    )
 
 
 def test_progress_goes_to_stderr_not_stdout(runs) -> None:

@@ -25,9 +25,9 @@ from tacit.cli.common import (
     print_unmapped,
     progress_bar,
 )
-from tacit.errors import ConfigError
+from tacit.errors import ConfigError, InputError
 from tacit.model.spans import CLIENT
-from tacit.outputs import refuse_input_as_output
+from tacit.outputs import STDIO, refuse_input_as_output
 from tacit.reconstruct.result import instrument_next
 
 _REPORT_COLUMNS = {
@@ -230,7 +230,8 @@ def register(app: typer.Typer) -> None:
         a call graph file and jaeger or otlp output: traces are written as they finish, in
         memory that does not grow with the stream. OTLP and CSV spans may come late by up to
         the online lateness (1 s); a file that is not in order of span end within it is read
-        whole instead, as is any other input, with the same results."""
+        whole instead (an error when writing to the standard output, where the traces before
+        the first late span are out already), as is any other input, with the same results."""
         from tacit.formats import (
             AGENT_FORMATS,
             STREAM_WRITE_FORMATS,
@@ -280,6 +281,13 @@ def register(app: typer.Typer) -> None:
                     )
                     write_traces_stream(out_path, traces, format=output_format)
             except NotInStreamOrder as e:
+                if str(out_path) == STDIO:  # what was written cannot be taken back
+                    raise InputError(
+                        f"{e.message}; the traces before it are written: write to a file to "
+                        "have such an input read whole",
+                        path=e.path,
+                        record=e.record,
+                    ) from None
                 console.print(f"{e}; reading the input whole instead", markup=False)
             else:
                 reasons = totals.unmapped
