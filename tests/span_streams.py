@@ -28,7 +28,7 @@ TIMES = ("StartTimeUnixNano", "EndTimeUnixNano")
 
 def write_otlp_stream(path: Path, spans: SpanTable, per_line: int = 200) -> None:
     """``spans`` as OTLP JSON Lines (the Collector's file exporter), ``per_line`` spans per
-    export, in order of span end."""
+    export taken in order of span end, grouped by resource within it as an exporter does."""
     doc = otlp_document(spans)
     items = [
         (rs["resource"], span)
@@ -37,17 +37,21 @@ def write_otlp_stream(path: Path, spans: SpanTable, per_line: int = 200) -> None
         for span in scope["spans"]
     ]
     items.sort(key=lambda item: int(item[1]["endTimeUnixNano"]))
-    lines = [
-        dump_json(
-            {
-                "resourceSpans": [
-                    {"resource": resource, "scopeSpans": [{"spans": [span]}]}
-                    for resource, span in items[a : a + per_line]
-                ]
-            }
+    lines = []
+    for a in range(0, len(items), per_line):
+        by_resource: dict[int, tuple[dict, list]] = {}
+        for resource, span in items[a : a + per_line]:
+            by_resource.setdefault(id(resource), (resource, []))[1].append(span)
+        lines.append(
+            dump_json(
+                {
+                    "resourceSpans": [
+                        {"resource": resource, "scopeSpans": [{"spans": group}]}
+                        for resource, group in by_resource.values()
+                    ]
+                }
+            )
         )
-        for a in range(0, len(items), per_line)
-    ]
     write_bytes(path, b"\n".join(lines) + b"\n")
 
 

@@ -37,7 +37,7 @@ from tacit.reconstruct.online import (
 )
 from tacit.reconstruct.result import Reconstruction
 from tacit.reconstruct.scaleout import reconstruct_dask
-from tacit.reconstruct.trace_stream import SpanStream, add_counts, observe_stream
+from tacit.reconstruct.trace_stream import SpanStream, observe_stream
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 
 ALGORITHMS = ("traceweaver", *BASELINES)
@@ -144,7 +144,7 @@ def _blind_stream(path: Path) -> SpanStream:
 
     def chunks() -> Iterator[SpanTable]:
         for chunk in read_blind_chunks(path, CHUNK_SIZE):
-            add_counts(stream.accounting, span_accounting(chunk.kind, 0))
+            stream.accounting.update(span_accounting(chunk.kind, 0))
             yield chunk
 
     stream.chunks = chunks()

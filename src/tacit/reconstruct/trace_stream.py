@@ -30,6 +30,7 @@ online algorithm gives up such a request's calls at that age either way.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,13 +55,7 @@ class SpanStream:
     (:attr:`tacit.model.roles.Observed.accounting`)."""
 
     chunks: Iterator[SpanTable]
-    accounting: dict[str, int] = field(default_factory=dict)
-
-
-def add_counts(total: dict[str, int], counts: dict[str, int]) -> None:
-    """Add ``counts`` to ``total``, key by key."""
-    for k, v in counts.items():
-        total[k] = total.get(k, 0) + v
+    accounting: Counter[str] = field(default_factory=Counter)
 
 
 def observe_stream(
@@ -91,7 +86,7 @@ def _observe(
     source: str,
     online: OnlineParams,
     chunk_size: int,
-    accounting: dict[str, int],
+    accounting: Counter[str],
 ) -> Iterator[SpanTable]:
     held: dict[Any, _Trace] = {}
     ready = _Ready()
@@ -125,7 +120,7 @@ def _observe(
 
 
 def _observed(
-    traces: list[list[dict[str, Any]]], source: str, accounting: dict[str, int]
+    traces: list[list[dict[str, Any]]], source: str, accounting: Counter[str]
 ) -> tuple[SpanTable, np.ndarray]:
     """The blind view of whole ``traces`` and which of its spans were synthesized, as the batch
     path observes them, their records counted into ``accounting``."""
@@ -135,7 +130,7 @@ def _observed(
     for span in sorted((s for t in traces for s in t), key=lambda s: s["record"]):
         builder.add(**span)
     observed = infer_roles(builder.build())
-    add_counts(accounting, observed.accounting)
+    accounting.update(observed.accounting)
     return observed.without_truth(), observed.synthesized
 
 
