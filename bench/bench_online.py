@@ -14,6 +14,15 @@ subprocess on blind-span files of about 20,000 and 200,000 spans at the same rat
 order of span end (streamed) and grouped by instance (read whole, the batch path), with each
 run's peak resident memory (``ru_maxrss`` of the child) and the ratio of the long stream's peak
 to the short one's. Flat memory: a 10x longer stream streamed in at most 1.2x the memory.
+
+And on OTLP of the same traffic with its trace context, about 80,000 and 320,000 spans (1x and
+4x): JSON Lines in order of span end, as the OpenTelemetry Collector's file exporter writes a
+stream (streamed trace by trace, :mod:`tacit.reconstruct.trace_stream`), beside the same spans
+as one OTLP JSON document (read whole), with each run's link accuracy against the simulator's
+ground truth.
+
+``python bench/bench_online.py [PART ...]`` runs only the named parts (``library``, ``cli``,
+``cli_otlp``); all by default.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 import tacit
+from tacit.formats import read_spans, write_otlp
 from tacit.formats.blind import write_blind
 from tacit.model.roles import infer_roles
 from tacit.model.spans import CLIENT, NONE
@@ -39,10 +49,17 @@ from tacit.reconstruct.online import OnlineParams, OnlineTraceWeaver, stream_chu
 from tacit.reconstruct.traceweaver import reconstruct_traceweaver
 from tacit.simulate import load_app, simulate
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the stream writers
+from span_streams import write_otlp_stream
+
 RATE = 100
 DURATIONS = (10, 20, 40)
 CLI_DURATIONS = (12.5, 125.0)
 """About 20,000 and 200,000 spans of the shop app at :data:`RATE`."""
+OTLP_DURATIONS = (50.0, 200.0)
+"""About 80,000 and 320,000 spans (1x and 4x): longer than the command line's windows (the
+:class:`OnlineParams` defaults, 10 s each) and a trace's hold (11 s), so that the shorter stream
+already holds as many spans at once as the longer."""
 _PEAK_OF_CHILD = (
     "import json, resource, subprocess, sys; "
     "out = subprocess.run(sys.argv[1:], check=True, capture_output=True, text=True).stdout; "
@@ -96,11 +113,13 @@ def offline_run(blind, truth_parent, graph) -> dict:
     }
 
 
-def cli_run(spans_file: Path, graph_file: Path, work: Path) -> dict:
-    """``tacit reconstruct --algorithm traceweaver-online`` on ``spans_file`` in a subprocess:
-    its peak resident memory, time and whether it streamed."""
+def cli_run(spans_file: Path, graph_file: Path, work: Path, output_format: str = "jaeger") -> dict:
+    """``tacit reconstruct --algorithm traceweaver-online`` on ``spans_file`` in a subprocess,
+    writing ``work / "traces"`` as ``output_format``: its peak resident memory, time and whether
+    it streamed."""
     cli = "from tacit.cli.main import main; main()"
-    args = ["reconstruct", str(spans_file), "--out", str(work / "traces.json")]
+    args = ["reconstruct", str(spans_file), "--out", str(work / "traces")]
+    args += ["--format", output_format]
     args += ["--callgraph", str(graph_file), "--algorithm", "traceweaver-online", "--json"]
     src = str(Path(tacit.__file__).parents[1])
     env = os.environ | {"PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
@@ -144,9 +163,67 @@ def cli_rows(app, graph) -> dict:
     }
 
 
+def cli_otlp_rows(app, graph) -> dict:
+    """The command line's peak memory and link accuracy on OTLP, streamed (JSON Lines in end
+    order) and batch (one document), on a stream and a 4x longer one."""
+    runs: dict[str, list[dict]] = {"streamed": [], "batch": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        graph_file = work / "callgraph.yaml"
+        graph.save(graph_file)
+        for duration in OTLP_DURATIONS:
+            sim = simulate(app, RATE, duration_s=duration, seed=3, record_threads=False)
+            truth = _parents(sim)
+            for name, writer, spans_file in (
+                ("streamed", write_otlp_stream, work / "stream.otlp.jsonl"),
+                ("batch", write_otlp, work / "whole.otlp.json"),
+            ):
+                writer(spans_file, sim)
+                run = cli_run(spans_file, graph_file, work, "otlp")
+                got = _parents(read_spans(work / "traces", format="otlp"))
+                clients = [k for k, (kind, _) in truth.items() if kind == CLIENT]
+                right = sum(got[k][1] == truth[k][1] for k in clients)
+                runs[name].append(run | {"link_accuracy": round(right / len(clients), 4)})
+                spans_file.unlink()
+    return {
+        name: {
+            "runs": r,
+            "peak_ratio": round(r[-1]["peak_rss_mb"] / r[0]["peak_rss_mb"], 2),
+        }
+        for name, r in runs.items()
+    }
+
+
+def _parents(spans) -> dict[tuple, tuple]:
+    """Per span (by where it ran, its kind and times): its kind and its parent's key."""
+    s = spans.strings
+    names = [(s[int(i)], s[int(e)]) for i, e in zip(spans.instance, spans.endpoint, strict=True)]
+    key = [
+        (*n, t0, t1)
+        for n, t0, t1 in zip(names, spans.start.tolist(), spans.end.tolist(), strict=True)
+    ]
+    return {
+        key[r]: (int(spans.kind[r]), None if p == NONE else key[p])
+        for r, p in enumerate(spans.parent.tolist())
+    }
+
+
 def main() -> None:
+    parts = sys.argv[1:] or ["library", "cli", "cli_otlp"]
     app = load_app(None)
     graph = learn_callgraph(infer_roles(simulate(app, 20, n_requests=400, seed=7)).spans)
+    result: dict = {"benchmark": "online", "rate": RATE, "params": vars(ONLINE)}
+    if "library" in parts:
+        result["rows"] = library_rows(app, graph)
+    if "cli" in parts:
+        result["cli"] = cli_rows(app, graph)
+    if "cli_otlp" in parts:
+        result["cli_otlp"] = cli_otlp_rows(app, graph)
+    print(json.dumps(result))
+
+
+def library_rows(app, graph) -> list[dict]:
+    """The online and offline algorithms' peak heap and link accuracy per stream length."""
     rows = []
     for duration in DURATIONS:
         obs = infer_roles(simulate(app, RATE, duration_s=duration, seed=3, record_threads=False))
@@ -164,17 +241,7 @@ def main() -> None:
                 "offline": offline_run(blind, truth, graph),
             }
         )
-    print(
-        json.dumps(
-            {
-                "benchmark": "online",
-                "rate": RATE,
-                "params": vars(ONLINE),
-                "rows": rows,
-                "cli": cli_rows(app, graph),
-            }
-        )
-    )
+    return rows
 
 
 if __name__ == "__main__":

@@ -1,19 +1,22 @@
-"""``tacit reconstruct --algorithm traceweaver-online`` streaming a blind file, against the
-batch path on the same spans: the same traces, tags and summary."""
+"""``tacit reconstruct --algorithm traceweaver-online`` streaming a blind file or OTLP JSON
+Lines, against the batch path on the same spans: the same traces, tags and summary; a file not
+in stream order is read whole, saying so."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from clirun import finish, start
-from tacit.formats import read_spans
+from span_streams import write_csv_stream, write_otlp_stream
+from tacit.formats import read_spans, write_otlp
 from tacit.formats.blind import write_blind
 from tacit.model.roles import infer_roles
-from tacit.model.spans import KIND_NAMES, NONE, SpanTable
+from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SpanTable
 from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.simulate import load_app, simulate
 
@@ -30,6 +33,12 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     blind = infer_roles(simulate(app, 30, duration_s=22.0, seed=8, record_threads=False))
     write_blind(d / "stream.jsonl.gz", blind.without_truth(), in_end_order=True)
     write_blind(d / "grouped.jsonl", blind.without_truth())
+    sim = simulate(app, 20, duration_s=3.0, seed=9)
+    write_otlp_stream(d / "stream.otlp.jsonl", sim)
+    write_otlp(d / "whole.otlp.json", sim)
+    write_csv_stream(d / "disordered.csv", sim)
+    header, *rows = (d / "disordered.csv").read_text().splitlines()
+    (d / "disordered.csv").write_text("\n".join([header, *rows[::-1]]) + "\n")
     return d
 
 
@@ -50,6 +59,15 @@ def runs(work: Path) -> dict[str, subprocess.CompletedProcess]:
                 "otlp",
                 *ONLINE,
                 cwd=work,
+            ),
+            "otlp-in": start(
+                "reconstruct", "stream.otlp.jsonl", "--out", "os.json", *ONLINE, cwd=work
+            ),
+            "disordered": start(
+                "reconstruct", "disordered.csv", "--out", "d.json", *ONLINE, cwd=work
+            ),
+            "disordered-out": start(
+                "reconstruct", "disordered.csv", "--out", "-", *ONLINE[:-1], cwd=work
             ),
         }
     )
@@ -111,6 +129,37 @@ def test_streamed_run_writes_the_batch_runs_traces(runs, work: Path) -> None:
 def test_streamed_otlp_json_lines_hold_the_same_traces(runs, work: Path) -> None:
     assert summary(runs["otlp"])["streamed"] is True
     assert structure(read_spans(work / "s.otlp.json.gz")) == structure(read_spans(work / "b.json"))
+
+
+def test_streamed_otlp_json_lines_are_every_span_reconstructed(runs, work: Path) -> None:
+    """OTLP JSON Lines in: streamed, every record accounted for, every span written (the traces
+    equal the batch mode's: tests/reconstruct/test_trace_stream.py)."""
+    streamed = summary(runs["otlp-in"])
+    assert streamed["streamed"] is True
+    spans = read_spans(work / "whole.otlp.json")
+    assert streamed["accounting"]["input"] == len(spans)
+    assert streamed["spans"] == len(read_spans(work / "os.json")) == len(spans)
+    assert streamed["mapped"] > 0.9 * int((spans.kind == CLIENT).sum())
+
+
+def test_a_file_not_in_stream_order_is_read_whole_saying_so(runs, work: Path) -> None:
+    run = runs["disordered"]
+    assert summary(run)["streamed"] is False
+    assert re.match(
+        r"disordered\.csv: record \d+: ends .* s before a span read earlier", run.stderr
+    )
+    assert "not in stream order" in run.stderr and "reading the input whole instead" in run.stderr
+    assert (work / "d.json").is_file()
+
+
+def test_not_in_stream_order_is_an_error_once_traces_are_on_the_standard_output(runs) -> None:
+    run = runs["disordered-out"]
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert re.fullmatch(
+        r"tacit: error: disordered\.csv: record \d+: ends .* not in stream order .*; the traces "
+        r"before it are written: write to a file to have such an input read whole\n",
+        run.stderr,
+    )
 
 
 def test_progress_goes_to_stderr_not_stdout(runs) -> None:

@@ -15,6 +15,7 @@ from tacit.cli.common import (
     JsonOpt,
     bounded,
     comma_list,
+    console,
     flag,
     load_callgraph,
     out,
@@ -24,9 +25,9 @@ from tacit.cli.common import (
     print_unmapped,
     progress_bar,
 )
-from tacit.errors import ConfigError
+from tacit.errors import ConfigError, InputError
 from tacit.model.spans import CLIENT
-from tacit.outputs import refuse_input_as_output
+from tacit.outputs import STDIO, refuse_input_as_output
 from tacit.reconstruct.result import instrument_next
 
 _REPORT_COLUMNS = {
@@ -224,19 +225,20 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Reconstruct traces from spans without identifiers and write them out.
 
-        traceweaver-online streams one blind JSON-lines file in order of span end (as
-        ``blind --in-end-order`` writes it) when given a call graph file and jaeger or otlp
-        output: traces are written as they finish, in memory that does not grow with the
-        stream. Any other input is read whole first, with the same results."""
+        traceweaver-online streams one file of blind JSON lines in order of span end (as
+        ``blind --in-end-order`` writes it), of OTLP JSON Lines or a CSV span table, when given
+        a call graph file and jaeger or otlp output: traces are written as they finish, in
+        memory that does not grow with the stream. OTLP and CSV spans may come late by up to
+        the online lateness (1 s); a file that is not in order of span end within it is read
+        whole instead (an error when writing to the standard output, where the traces before
+        the first late span are out already), as is any other input, with the same results."""
         from tacit.formats import (
             AGENT_FORMATS,
             STREAM_WRITE_FORMATS,
             write_traces,
             write_traces_stream,
         )
-        from tacit.formats.blind import read_blind_chunks
         from tacit.reconstruct.callgraph import learn_callgraph
-        from tacit.reconstruct.online import CHUNK_SIZE
         from tacit.reconstruct.pipeline import (
             ONLINE,
             StreamTotals,
@@ -246,6 +248,7 @@ def register(app: typer.Typer) -> None:
             stream_source,
         )
         from tacit.reconstruct.scaleout import check_window
+        from tacit.reconstruct.trace_stream import NotInStreamOrder
 
         cg_file = [callgraph] if callgraph != "learn" else []
         refuse_input_as_output(out_path, [*spans, *cg_file, *([services] if services else [])])
@@ -259,40 +262,48 @@ def register(app: typer.Typer) -> None:
                 f"spans read as {input_format} have no trace ids to learn a call graph from: "
                 "give --callgraph FILE"
             )
-        source = None
+        stream = None
         if (
             algorithm == ONLINE
             and callgraph != "learn"
             and output_format in STREAM_WRITE_FORMATS
-            and input_format in ("auto", "blind")
+            and input_format in ("auto", "blind", "otlp", "csv")
         ):
-            source = stream_source(list(spans))
-        if source is not None:
+            stream = stream_source(list(spans), input_format)
+        summary: dict | None = None
+        confidence: Mapping[str, float | None] = {}
+        if stream is not None:
             totals = StreamTotals()
-            with progress_bar(None, "reconstructing (streamed)", not json_out) as cb:
-                traces = reconstruct_stream(
-                    read_blind_chunks(source, CHUNK_SIZE),
-                    load_callgraph(callgraph),
-                    totals=totals,
-                    progress=cb,
-                    seed=seed,
-                )
-                write_traces_stream(out_path, traces, format=output_format)
-            reasons = totals.unmapped
-            summary = {
-                "spans": totals.spans,
-                "traces": totals.traces,
-                "mapped": totals.mapped,
-                "unmapped": reasons,
-                "accounting": totals.accounting,
-                "confidence": {},
-                "service_report": {},
-                "fallback": 0,
-                "streamed": True,
-                "out": str(out_path),
-            }
-            confidence: Mapping[str, float | None] = {}
-        else:
+            try:
+                with progress_bar(None, "reconstructing (streamed)", not json_out) as cb:
+                    traces = reconstruct_stream(
+                        stream, load_callgraph(callgraph), totals=totals, progress=cb, seed=seed
+                    )
+                    write_traces_stream(out_path, traces, format=output_format)
+            except NotInStreamOrder as e:
+                if str(out_path) == STDIO:  # what was written cannot be taken back
+                    raise InputError(
+                        f"{e.message}; the traces before it are written: write to a file to "
+                        "have such an input read whole",
+                        path=e.path,
+                        record=e.record,
+                    ) from None
+                console.print(f"{e}; reading the input whole instead", markup=False)
+            else:
+                reasons = totals.unmapped
+                summary = {
+                    "spans": totals.spans,
+                    "traces": totals.traces,
+                    "mapped": totals.mapped,
+                    "unmapped": reasons,
+                    "accounting": totals.accounting,
+                    "confidence": {},
+                    "service_report": {},
+                    "fallback": 0,
+                    "streamed": True,
+                    "out": str(out_path),
+                }
+        if summary is None:
             observed = _observe(spans, input_format, services)
             cg = load_callgraph(callgraph) or learn_callgraph(observed.spans)
             blind = observed.without_truth()

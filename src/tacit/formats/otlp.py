@@ -323,6 +323,26 @@ def resource_spans(
 def _read_export(builder: SpanTableBuilder, src: str, where: str, doc: Any, record: int) -> int:
     """Add the spans of one ``ExportTraceServiceRequest`` (``where``: its line or message, for
     messages, and ``record``: the records before it); returns the records read so far."""
+    for span in _export_spans(src, where, doc, record):
+        builder.add(**span)
+        record = span["record"]
+    return record
+
+
+def iter_json_lines_spans(path: Path) -> Iterator[dict[str, Any]]:
+    """The spans of a file of OTLP JSON Lines (one export per line), one by one as
+    :meth:`SpanTableBuilder.add` takes them, records numbered from the file's start as
+    :func:`read_document` numbers them; read line by line: what a reader of a stream needs."""
+    src, record = str(path), 0
+    for n, doc in iter_json_lines(path):
+        for span in _export_spans(src, f"line {n}", doc, record):
+            record = span["record"]
+            yield span
+
+
+def _export_spans(src: str, where: str, doc: Any, record: int) -> Iterator[dict[str, Any]]:
+    """The spans of one export as :meth:`SpanTableBuilder.add` takes them, numbered after
+    ``record``."""
     for rr, resource, spans in resource_spans(src, where, doc):
         service = resource.get(SERVICE_ATTR)
         if not isinstance(service, str):
@@ -338,7 +358,7 @@ def _read_export(builder: SpanTableBuilder, src: str, where: str, doc: Any, reco
             r.record = f"{record} ({at}trace {trace} span {span_id})"
             attrs = attributes(r, span.get("attributes"))
             status, message = _status(r, span)
-            builder.add(
+            yield dict(
                 service=service,
                 instance=instance,
                 endpoint=r.string(span, "name", default=""),
@@ -360,7 +380,6 @@ def _read_export(builder: SpanTableBuilder, src: str, where: str, doc: Any, reco
                     events=_events(r, span),
                 ),
             )
-    return record
 
 
 def _id(r: RecordReader, span: dict, key: str, default: Any = ...) -> str:

@@ -11,6 +11,7 @@ the service, only the Kubernetes pod: the kind is left UNKNOWN for
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,13 +137,24 @@ def _lines_match(data: bytes, rows: int) -> bool:
 
 
 def _read_rows(path: Path) -> SpanTable:
+    builder = SpanTableBuilder(str(path))
+    for span in iter_span_rows(path):
+        try:
+            builder.add(**span)
+        except InputError as e:  # the builder numbers records; name the line like the rest
+            raise InputError(e.message, path=str(path), record=f"line {span['record']}") from None
+    return builder.build()
+
+
+def iter_span_rows(path: Path) -> Iterator[dict[str, Any]]:
+    """The spans of one CSV span table, row by row as :meth:`SpanTableBuilder.add` takes them
+    (``record``: the line), read incrementally: what a reader of a stream needs."""
     src = str(path)
     rows = csv_rows(path)
     header = next(rows, (0, []))[1]
     missing = [c for c in COLUMNS if c not in header]
     if missing:
         raise InputError(f"not a span CSV: missing column(s) {', '.join(missing)}", path=src)
-    builder = SpanTableBuilder(src)
     for line, row in rows:
         if not row:
             continue
@@ -154,7 +166,7 @@ def _read_rows(path: Path) -> SpanTable:
         if not pod:
             raise r.fail("empty PodName")
         parent = r.string(rec, "ParentID")
-        span: dict[str, Any] = {
+        yield {
             "service": workload_name(pod),
             "instance": pod,
             "endpoint": r.string(rec, "OperationName"),
@@ -166,8 +178,3 @@ def _read_rows(path: Path) -> SpanTable:
             "span_id": r.string(rec, "SpanID"),
             "parent_id": None if parent in ROOT_PARENTS else parent,
         }
-        try:
-            builder.add(**span)
-        except InputError as e:  # the builder numbers records; name the line like the rest
-            raise r.fail(e.message) from None
-    return builder.build()

@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import orjson
 
@@ -75,20 +75,25 @@ def read_text(path: str | Path) -> str:
 
 def csv_rows(path: str | Path) -> Iterator[tuple[int, list[str]]]:
     """(line, row) for every row of the CSV file ``path``, ``line`` being where the row ends
-    (a quoted field may hold newlines). A row the csv module cannot parse (a lone carriage
-    return in an unquoted field, a field past its size limit) is an :class:`InputError` naming
-    its line."""
-    reader = csv.reader(io.StringIO(read_text(path), newline=""))
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as e:
-            raise InputError(
-                f"malformed CSV: {e}", path=str(path), record=f"line {reader.line_num}"
-            ) from None
-        yield reader.line_num, row
+    (a quoted field may hold newlines), read incrementally (gzip or not), so that memory does
+    not grow with the file. A row the csv module cannot parse (a lone carriage return in an
+    unquoted field, a field past its size limit) is an :class:`InputError` naming its line;
+    text that is not UTF-8 one naming the file."""
+    p = Path(path)
+    with _open_lines(p) as lines, _input_errors(p):
+        reader = csv.reader(io.TextIOWrapper(lines, encoding="utf-8", newline=""))
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as e:
+                raise InputError(
+                    f"malformed CSV: {e}", path=str(p), record=f"line {reader.line_num}"
+                ) from None
+            except UnicodeDecodeError as e:  # decoded a block ahead: no line to name
+                raise InputError(f"not UTF-8 text ({e.reason})", path=str(p)) from None
+            yield reader.line_num, row
 
 
 def parse_json(text: str | bytes) -> Any:
@@ -115,12 +120,7 @@ def iter_json_lines(path: str | Path) -> Generator[tuple[int, Any], None, None]:
     breaks at: a JSON string may hold U+2028 or U+0085 unescaped.
     """
     p = Path(path)
-    with _input_errors(p):
-        raw = p.open("rb")
-    with raw, _input_errors(p):
-        gzipped = raw.read(2) == GZIP_MAGIC
-        raw.seek(0)
-        lines = gzip.GzipFile(fileobj=raw) if gzipped else raw
+    with _open_lines(p) as lines, _input_errors(p):
         for lineno, data in enumerate(lines, start=1):
             try:
                 line = data.decode("utf-8")
@@ -139,6 +139,21 @@ def iter_json_lines(path: str | Path) -> Generator[tuple[int, Any], None, None]:
                     f"malformed JSON: {e.msg}", path=str(p), record=f"line {lineno}"
                 ) from None
             yield lineno, obj
+
+
+@contextmanager
+def _open_lines(p: Path) -> Iterator[BinaryIO]:
+    """``p`` opened for reading line by line, decompressed when it is gzip."""
+    with _input_errors(p):
+        raw = p.open("rb")
+    with raw, _input_errors(p):
+        gzipped = raw.read(2) == GZIP_MAGIC
+        raw.seek(0)
+        if not gzipped:
+            yield raw
+            return
+        with gzip.GzipFile(fileobj=raw) as z:
+            yield cast(BinaryIO, z)
 
 
 def expand_inputs(paths: list[str | Path], suffixes: tuple[str, ...]) -> list[Path]:

@@ -6,6 +6,7 @@
 - :mod:`~.baselines`: FCFS, WAP5's nearest parent and vPath's threads (§6).
 - :mod:`~.scaleout`: TraceWeaver cut into independent parts, per instance and time window, run
   on a Dask cluster (§6.5, §6.6).
+- :mod:`~.trace_stream`: spans with trace context read as a stream, observed trace by trace.
 - :mod:`~.pipeline`: an algorithm by name; blind spans, or a stream of them, into assembled
   traces.
 """
@@ -25,9 +26,11 @@ from tacit.reconstruct.pipeline import (
     reconstruct_blind,
     reconstruct_stream,
     run_algorithm,
+    stream_source,
 )
 from tacit.reconstruct.result import Reconstruction, instrument_next
 from tacit.reconstruct.scaleout import merge, partition, reconstruct_dask
+from tacit.reconstruct.trace_stream import NotInStreamOrder, SpanStream, observe_stream
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 
 __all__ = [
@@ -35,8 +38,10 @@ __all__ = [
     "ONLINE",
     "CallGraph",
     "EndpointGraph",
+    "NotInStreamOrder",
     "OnlineTraceWeaver",
     "Reconstruction",
+    "SpanStream",
     "TraceWeaverParams",
     "assemble",
     "callgraph_from_isolated",
@@ -44,6 +49,7 @@ __all__ = [
     "instrument_next",
     "learn_callgraph",
     "merge",
+    "observe_stream",
     "partition",
     "reconstruct_blind",
     "reconstruct_dask",
@@ -55,5 +61,6 @@ __all__ = [
     "reconstruct_wap5",
     "run_algorithm",
     "stream_chunks",
+    "stream_source",
     "weave_isolated",
 ]

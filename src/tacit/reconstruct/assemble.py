@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 
 import numpy as np
 
 from tacit.hashing import hash64
+from tacit.model.span_details import SpanDetail
 from tacit.model.spans import SpanTable
 from tacit.model.traces import roots
 from tacit.reconstruct.result import Reconstruction
@@ -30,7 +32,11 @@ def new_seed() -> int:
 
 
 def assemble(
-    spans: SpanTable, rec: Reconstruction, ids: np.ndarray | None = None, seed: int | None = None
+    spans: SpanTable,
+    rec: Reconstruction,
+    ids: np.ndarray | None = None,
+    seed: int | None = None,
+    beyond: Sequence[SpanDetail | None] = (),
 ) -> tuple[SpanTable, dict[int, dict]]:
     """``spans`` with ``parent`` from ``rec`` and a trace per root, plus tags per row.
 
@@ -39,7 +45,8 @@ def assemble(
     module docstring), so that traces assembled apart with one seed (the online mode's, one
     batch at a time, numbered by stream position) keep distinct ids. Entries of ``ids`` past the
     last row number the rows past the table's end that ``rec.alternatives`` names: candidate
-    parents in other batches, named by their fresh span ids.
+    parents in other batches, named by the span id of their detail in ``beyond`` (one per row
+    past the end), as their own batch writes them, or else by their fresh span ids.
 
     Tags: ``tacit.algorithm``; on mapped client spans ``tacit.score`` and
     ``tacit.alternatives`` (JSON list of [parent span id, score], best first); on unmapped
@@ -78,7 +85,7 @@ def assemble(
             t["tacit.score"] = round(float(rec.score[r]), 4)
         if r in rec.alternatives:
             t["tacit.alternatives"] = json.dumps(
-                [[_span_id(out, fresh, p), round(s, 4)] for p, s in rec.alternatives[r]]
+                [[_span_id(out, fresh, beyond, p), round(s, 4)] for p, s in rec.alternatives[r]]
             )
         if r in rec.unmapped:
             t["tacit.unmapped"] = rec.unmapped[r]
@@ -88,6 +95,12 @@ def assemble(
     return out, tags
 
 
-def _span_id(out: SpanTable, fresh: list[str], row: int) -> str | None:
-    """The span id of ``row``: its assembled one, or past the table's end its fresh one."""
-    return out.name("span_id", row) if row < len(out) else fresh[row]
+def _span_id(
+    out: SpanTable, fresh: list[str], beyond: Sequence[SpanDetail | None], row: int
+) -> str | None:
+    """The span id of ``row``: its assembled one, or past the table's end its detail's
+    (``beyond``) or its fresh one."""
+    if row < len(out):
+        return out.name("span_id", row)
+    d = beyond[row - len(out)] if row - len(out) < len(beyond) else None
+    return d.span_id if d is not None and d.span_id else fresh[row]

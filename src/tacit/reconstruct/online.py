@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tacit.errors import ConfigError, InputError
+from tacit.model.span_details import SpanDetail
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, concat
 from tacit.model.traces import roots
 from tacit.reconstruct.callgraph import CallGraph
@@ -78,6 +79,8 @@ class Finished:
     ``position[r]``: the stream position of row ``r``; ``parent[r]``: the position of its parent
     (-1 for a root); ``score``, ``alternatives`` (position -> [(parent position, score)]) and
     ``unmapped`` (position -> reason) as in :class:`~tacit.reconstruct.result.Reconstruction`.
+    ``named``: the details (original span ids) of candidate parents in ``alternatives`` that
+    had them, by position, for those in other batches to be named as they are written.
     """
 
     spans: SpanTable
@@ -86,6 +89,7 @@ class Finished:
     score: np.ndarray
     alternatives: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
     unmapped: dict[int, str] = field(default_factory=dict)
+    named: dict[int, SpanDetail] = field(default_factory=dict)
 
 
 class OnlineTraceWeaver:
@@ -108,6 +112,7 @@ class OnlineTraceWeaver:
         self.parent = np.empty(0, dtype=np.int64)  # position; for clients set when final
         self.score = np.empty(0)
         self.alternatives: dict[int, list[tuple[int, float]]] = {}
+        self._named: dict[int, dict[int, SpanDetail]] = {}  # position -> its candidates' details
         self.unmapped: dict[int, str] = {}
         self._why: dict[int, str] = {}  # position -> why a call not yet final was left unmapped
         self.pushed = first_position
@@ -226,9 +231,17 @@ class OnlineTraceWeaver:
             self._why.pop(int(self.position[row]), None)
             self.parent[row] = self.position[work[rec.parent[r]]]
             self.score[row] = rec.score[r]
+            alternatives = rec.alternatives.get(int(r), [])
             self.alternatives[int(self.position[row])] = [
-                (int(self.position[work[p]]), s) for p, s in rec.alternatives.get(int(r), [])
+                (int(self.position[work[p]]), s) for p, s in alternatives
             ]
+            named = {
+                int(self.position[work[p]]): d
+                for p, _ in alternatives
+                if (d := spans.detail(p)) is not None
+            }
+            if named:
+                self._named[int(self.position[row])] = named
         # Why a call is unmapped is told by the round that still had its instance's incoming
         # spans: by the time it is given up they may all be final, and out of the work.
         for r in np.flatnonzero((kind == CLIENT) & ~chosen):
@@ -267,6 +280,7 @@ class OnlineTraceWeaver:
             self.score[rows].copy(),
             {int(p): self.alternatives.pop(int(p)) for p in positions if p in self.alternatives},
             {int(p): self.unmapped.pop(int(p)) for p in positions if p in self.unmapped},
+            {q: d for p in positions for q, d in self._named.pop(int(p), {}).items()},
         )
         keep = ~done
         self.spans = self.spans.take(keep)

@@ -4,14 +4,15 @@
 streamed TraceWeaver, :data:`ONLINE`); :func:`reconstruct_blind` also assembles the result into
 traces with their evidence as span tags (:func:`.assemble.assemble`): the workflow of
 ``tacit reconstruct``, of the tail diagnosis and of the demo. :func:`reconstruct_stream` is the
-same for the online mode over a stream read incrementally (:func:`stream_source`), yielding
-traces as they finish, in memory that depends on the traffic rate, not on the stream's length.
+same for the online mode over a stream read incrementally (:func:`stream_source`: blind spans,
+OTLP JSON Lines or CSV span tables), yielding traces as they finish, in memory that depends on
+the traffic rate, not on the stream's length.
 Evaluating against ground truth is :func:`tacit.evaluation.reconstruction.evaluate`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,13 +20,16 @@ import numpy as np
 
 from tacit.errors import ConfigError, InputError
 from tacit.formats import detect_format
-from tacit.formats.blind import in_stream_order
+from tacit.formats.blind import in_stream_order, read_blind_chunks
+from tacit.formats.otlp import is_json_lines, is_protobuf, iter_json_lines_spans
+from tacit.formats.spancsv import iter_span_rows
 from tacit.model.roles import span_accounting
 from tacit.model.spans import CLIENT, NONE, SpanTable
 from tacit.reconstruct.assemble import assemble, new_seed
 from tacit.reconstruct.baselines import ALGORITHMS as BASELINES
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.online import (
+    CHUNK_SIZE,
     Finished,
     OnlineParams,
     reconstruct_online,
@@ -33,6 +37,7 @@ from tacit.reconstruct.online import (
 )
 from tacit.reconstruct.result import Reconstruction
 from tacit.reconstruct.scaleout import reconstruct_dask
+from tacit.reconstruct.trace_stream import SpanStream, observe_stream
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 
 ALGORITHMS = ("traceweaver", *BASELINES)
@@ -100,19 +105,50 @@ def reconstruct_blind(
     return traces, tags, rec
 
 
-def stream_source(paths: list[Path]) -> Path | None:
-    """The input to stream when ``paths`` is one blind JSON-lines file in stream order
-    (:func:`tacit.formats.blind.in_stream_order`), read as the batch online mode orders it; None
-    otherwise. CSV and OTLP spans are not streamed: their roles and RPC pairs are inferred from
-    whole traces (:func:`tacit.model.roles.infer_roles`)."""
+def stream_source(
+    paths: list[Path], format: str = "auto", online: OnlineParams | None = None
+) -> SpanStream | None:
+    """The stream to reconstruct when ``paths`` is one file that can be read as one (read as
+    ``format``, or as detected with ``auto``); None when it must be read whole.
+
+    A blind JSON-lines file is streamed when it is in stream order
+    (:func:`tacit.formats.blind.in_stream_order`: its chunks are the batch online mode's). OTLP
+    JSON Lines (one export per line, as the OpenTelemetry Collector's file exporter writes them)
+    and CSV span tables are streamed trace by trace with the windows of ``online``
+    (:func:`.trace_stream.observe_stream`): their chunks raise
+    :class:`~.trace_stream.NotInStreamOrder` at the first span out of order beyond the
+    lateness, for the caller to read the file whole instead. Other inputs (a single JSON
+    document, protobuf, several files) are read whole."""
     if len(paths) != 1 or not paths[0].is_file():
         return None
+    path = paths[0]
     try:
-        if detect_format(paths[0]) != "blind":
-            return None
+        detected = detect_format(path)
     except InputError:
         return None
-    return paths[0] if in_stream_order(paths[0]) else None
+    if format not in ("auto", detected):
+        return None
+    if detected == "blind":
+        return _blind_stream(path) if in_stream_order(path) else None
+    if detected == "csv":
+        return observe_stream(iter_span_rows(path), str(path), online)
+    if detected == "otlp" and not is_protobuf(path) and is_json_lines(path):
+        return observe_stream(iter_json_lines_spans(path), str(path), online)
+    return None
+
+
+def _blind_stream(path: Path) -> SpanStream:
+    """A blind file in stream order, read chunk by chunk (:func:`.formats.blind.read_blind_chunks`)
+    with the spans of each counted by role as they are read."""
+    stream = SpanStream(iter(()))
+
+    def chunks() -> Iterator[SpanTable]:
+        for chunk in read_blind_chunks(path, CHUNK_SIZE):
+            stream.accounting.update(span_accounting(chunk.kind, 0))
+            yield chunk
+
+    stream.chunks = chunks()
+    return stream
 
 
 @dataclass
@@ -127,7 +163,7 @@ class StreamTotals:
 
 
 def reconstruct_stream(
-    chunks: Iterable[SpanTable],
+    stream: SpanStream,
     callgraph: CallGraph,
     params: TraceWeaverParams | None = None,
     online: OnlineParams | None = None,
@@ -135,22 +171,21 @@ def reconstruct_stream(
     progress: Progress | None = None,
     seed: int | None = None,
 ) -> Iterator[tuple[SpanTable, dict[int, dict]]]:
-    """Reconstruct a stream of blind chunks (see :mod:`.online`) and yield the traces with their
-    tags as soon as they are final, each batch numbered by stream position, with one ``seed``
-    for the whole stream (default: drawn at random), so that the ids of all batches are
-    distinct (:func:`.assemble.assemble`). Spans are dropped once their traces are out.
-    ``totals`` is updated as chunks are read and traces come out; ``progress`` gets each
-    chunk's span count.
+    """Reconstruct a stream of blind chunks (see :mod:`.online`; from :func:`stream_source`)
+    and yield the traces with their tags as soon as they are final, each batch numbered by
+    stream position, with one ``seed`` for the whole stream (default: drawn at random), so that
+    the ids of all batches are distinct (:func:`.assemble.assemble`). Spans are dropped once
+    their traces are out. ``totals`` is updated as chunks are read and traces come out (its
+    accounting is the stream's); ``progress`` gets each chunk's span count.
     The traces are those :func:`reconstruct_blind` makes with :data:`ONLINE` of the same spans
     in the same order, chunked alike."""
     totals = totals if totals is not None else StreamTotals()
+    totals.accounting = stream.accounting
     seed = new_seed() if seed is None else seed
 
     def read() -> Iterator[SpanTable]:
-        for chunk in chunks:
+        for chunk in stream.chunks:
             totals.spans += len(chunk)
-            for k, v in span_accounting(chunk.kind, 0).items():
-                totals.accounting[k] = totals.accounting.get(k, 0) + v
             if progress is not None:
                 progress(len(chunk))
             yield chunk
@@ -180,4 +215,5 @@ def assemble_finished(f: Finished, seed: int) -> tuple[SpanTable, dict[int, dict
                 row[q] = len(ids)
                 ids.append(q)
         rec.alternatives[row[p]] = [(row[q], s) for q, s in alts]
-    return assemble(f.spans, rec, ids=np.array(ids, dtype=np.int64), seed=seed)
+    beyond = [f.named.get(q) for q in ids[len(f.spans) :]]
+    return assemble(f.spans, rec, ids=np.array(ids, dtype=np.int64), seed=seed, beyond=beyond)
