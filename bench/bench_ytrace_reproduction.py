@@ -13,7 +13,8 @@ least ``MIN_HISTORY_S`` of traces before it is one case:
   first two thirds of the time before the injection and the last third judged;
 - localization: over the traces flagged slower, the service most often their largest
   contributor, and the one most often the contributor that grew most against the baseline
-  (:func:`tacit.diagnosis.baseline_contributions`), against the injected pod's service;
+  (:func:`tacit.diagnosis.baseline_contributions`; RPC transit named by its edge), against the
+  injected pod's service;
 - both from the ground-truth traces and from the same traces blinded and reconstructed by
   TraceWeaver (the call graph learned from their own ground truth, as ``tacit evaluate``).
 
@@ -85,7 +86,7 @@ def diagnose(cp, history: np.ndarray, judged: np.ndarray) -> dict:
     d = detect(cp.latency, key, history, judged, keys=keys)
     slow = explain(cp, d)
     top = Counter(p["features"]["top_service"] for p in slow)
-    grew = Counter(p["features"]["grew_service"] for p in slow)
+    grew = Counter(p["features"]["grew_edge"] or p["features"]["grew_service"] for p in slow)
     return {
         "judged": int(judged.sum()),
         "slower": int((d.verdict == SLOWER).sum()),
@@ -137,7 +138,8 @@ def markdown(rows: list[dict], skipped: list[dict]) -> str:
         "first two thirds of the time before the injection and judges the last third. "
         "Localization, over the traces flagged slower: the service most often their largest "
         "contributor on the critical path, and the one most often the contributor that grew "
-        "most against its endpoint's baseline (counts of traces in parentheses). Beside them, "
+        "most against its endpoint's baseline, RPC transit by its edge (counts of traces in "
+        "parentheses). Beside them, "
         "TraceWeaver §6.4.1's tail culprits: the services whose latency in the slowest 5 % of "
         "the requests of the minute after the injection stands out against all of them.",
         "",
@@ -167,17 +169,17 @@ def markdown(rows: list[dict], skipped: list[dict]) -> str:
         "requests after it are flagged, against about 1 % in the control); the one in "
         "shippingservice barely (a few points above the control), and TrainTicket's `return` "
         "fault (a wrong return value, not a delay) not at all; its control judges too few "
-        "traces to mean anything. The contributor that grew most is the RPC transit, "
-        "`(network)`: the time between a client span and its server span, which on these "
-        "traces holds the RPC stacks of both ends, so a CPU-starved caller shows there and not "
-        "as its own time. Naming the pod would need the transit split by caller and callee, "
-        "which tacit's critical path does not do yet; the tail view, which compares each "
-        "service's own latency in the slowest requests with all requests, names the "
-        "shippingservice. The largest contributor names a service "
-        "that is large in every request of its kind. The reconstructed traces (`blind`) give "
-        "the same verdicts where TraceWeaver maps the requests whole; on OnlineBoutique it "
-        "leaves more fragments, so more, smaller traces are judged. Three cases show whether "
-        "the method finds a known fault in real traces, not how often it does.",
+        "traces to mean anything. What grew most is RPC transit, the time between a client "
+        "span and its server span, which holds the RPC stacks of both ends; it is named by "
+        "its edge (caller → callee). For the starved frontend, the edges out of the frontend "
+        "grew: the caller is found. For shippingservice, the few slow requests mostly grew on "
+        "frontend → currencyservice, as in the control; the tail view, which compares each "
+        "service's own latency in the slowest requests with all requests, does name "
+        "shippingservice. The largest contributor names a service that is large in every "
+        "request of its kind. The reconstructed traces (`blind`) give the same verdicts where "
+        "TraceWeaver maps the requests whole; on OnlineBoutique it leaves more fragments, so "
+        "more, smaller traces are judged. Three cases show whether the method finds a known "
+        "fault in real traces, not how often it does.",
         "",
     ]
     return "\n".join(lines)

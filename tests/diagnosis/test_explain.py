@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from constructed_traces import PARALLEL_CALLS, SERIAL_CALLS, trace
 
-from tacit.diagnosis.critical_path import NETWORK, critical_paths
+from tacit.diagnosis.critical_path import NETWORK, critical_paths, transit_by_edge
 from tacit.diagnosis.detect import detect
 from tacit.diagnosis.explain import ExplainParams, explain, trace_features, trace_rules
 from tacit.diagnosis.rules import RuleSyntaxError, parse_rules
@@ -79,6 +79,19 @@ def test_localization_names_what_grew_against_the_baseline(flagged):
     assert problems["caller"]["grew_service"] == "frontend"
     for f in problems.values():
         assert 0 < f["grew_ms"] <= f["latency_ms"]
+    # the transit that grew is named by its edge; other growth names none
+    assert problems["network"]["grew_edge"] == "frontend → A"
+    assert problems["straggler"]["grew_edge"] is None
+
+
+def test_transit_split_by_edge_adds_up_to_the_network_contribution(flagged):
+    cp, _ = flagged
+    edges, transit = transit_by_edge(cp)
+    assert set(edges) >= {("frontend", "A"), ("frontend", "B")}
+    network = cp.contribution[:, cp.services.index(NETWORK)]
+    assert np.array_equal(transit.sum(axis=1), network)
+    i = [cp.trace_name(k) for k in range(len(cp))].index("network")
+    assert transit[i, edges.index(("frontend", "A"))] == network[i] > 400_000
 
 
 def test_thresholds_change_the_features(flagged):

@@ -286,7 +286,9 @@ def explain(
             p["trace"],
             f"{f['latency_ms']:.3f}",
             f"{f['top_service']} {100 * f['top_share']:.0f}%",
-            f"{f['grew_service']} +{f['grew_ms']:.1f} ms" if f["grew_service"] else "–",
+            f"{f['grew_edge'] or f['grew_service']} +{f['grew_ms']:.1f} ms"
+            if f["grew_service"]
+            else "–",
             f"{100 * f['network_share']:.0f}%",
             ", ".join(p["holds"]) or "–",
         )

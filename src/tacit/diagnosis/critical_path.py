@@ -126,6 +126,31 @@ def critical_paths(
     return cp if rec is None else weigh_uncertain_links(cp, rec)
 
 
+def transit_by_edge(cp: CriticalPaths) -> tuple[list[tuple[str, str]], np.ndarray]:
+    """The :data:`NETWORK` part of each trace's critical path split by RPC edge: ``(edges,
+    ns)``, ``edges[j]`` a (caller service, callee service) pair and ``ns[t, j]`` the transit
+    time of trace ``t``'s critical path on calls of that edge (the self time of the client
+    spans whose callee is traced). Each row sums to the trace's network contribution, before
+    any weighing of uncertain links (:func:`weigh_uncertain_links`)."""
+    g = cp.graph
+    table = g.spans
+    rpc = np.flatnonzero(g.rpc)
+    callee = np.full(len(table), NONE, dtype=np.int64)
+    callee[table.parent[rpc]] = table.service[rpc]
+    rows = np.flatnonzero(cp.on_path & (table.kind == CLIENT) & (callee != NONE))
+    trace_of = np.full(len(table), -1, dtype=np.int64)
+    trace_of[cp.root] = np.arange(len(cp))
+    pairs, edge = np.unique(
+        np.stack([table.service[rows].astype(np.int64), callee[rows]], axis=1),
+        axis=0,
+        return_inverse=True,
+    )
+    ns = np.zeros((len(cp), len(pairs)), dtype=np.int64)
+    np.add.at(ns, (trace_of[g.root[rows]], edge.ravel()), cp.self_ns[rows])
+    names = table.strings
+    return [(names[int(a)] or "?", names[int(b)] or "?") for a, b in pairs.tolist()], ns
+
+
 def weigh_uncertain_links(cp: CriticalPaths, rec: Reconstruction) -> CriticalPaths:
     """``cp`` with each trace's contributions replaced by their expectation over the
     alternatives of its uncertain links (reconstructed traces: "links are uncertain").

@@ -26,9 +26,12 @@ The features of a flagged trace, from its critical path and its execution graph:
 With a detection, localization also compares a slow trace with its key's baseline, as
 detection does: ``grew_service`` is the contributor (the network included) whose time exceeds
 its median over the key's history traces by the most, and ``grew_ms`` that excess
-(:func:`baseline_contributions`). The largest contributor of a slow trace is often the one that
-dominates every trace of its kind (a front end's own work); the one that grew is where the
-slowness came from.
+(:func:`baseline_contributions`); when that is the network, ``grew_edge`` names the RPC edge
+(``caller → callee``) whose transit grew most
+(:func:`~tacit.diagnosis.critical_path.transit_by_edge`): transit holds the RPC stacks of both
+ends, so a starved caller or callee shows there rather than as its own time. The largest
+contributor of a slow trace is often the one that dominates every trace of its kind (a front
+end's own work); the one that grew is where the slowness came from.
 
 Numbers are reported beside the verdict; rules refer only to the true/false features. The
 packaged ``rules/traces.rules`` names the pathologies those features can tell apart.
@@ -43,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from tacit.diagnosis.critical_path import NETWORK, CriticalPaths
+from tacit.diagnosis.critical_path import NETWORK, CriticalPaths, transit_by_edge
 from tacit.diagnosis.detect import FASTER, SLOWER, Detection
 from tacit.diagnosis.execution_graph import PARALLEL, REDUNDANT, SERIAL
 from tacit.diagnosis.rules import RuleSet, parse_rules, read_rules
@@ -119,22 +122,28 @@ def trace_features(
 def baseline_contributions(cp: CriticalPaths, detection: Detection) -> np.ndarray:
     """Per key of ``detection`` and contributor of ``cp`` (``cp.services``), the median
     contribution (ns) over the key's history traces; NaN for a key without history."""
+    return _key_medians(cp.contribution, detection)
+
+
+def _key_medians(values: np.ndarray, detection: Detection) -> np.ndarray:
+    """Per key of ``detection``, the column medians of ``values`` (one row per trace) over the
+    key's history traces; NaN for a key without history."""
     n_keys = int(detection.key.max()) + 1 if len(detection.key) else 0
-    out = np.full((n_keys, len(cp.services)), np.nan)
+    out = np.full((n_keys, values.shape[1]), np.nan)
     hist = np.flatnonzero(detection.history)
     for k in np.unique(detection.key[hist]).tolist():
-        out[k] = np.median(cp.contribution[hist[detection.key[hist] == k]], axis=0)
+        out[k] = np.median(values[hist[detection.key[hist] == k]], axis=0)
     return out
 
 
-def _growth(cp: CriticalPaths, i: int, baseline: np.ndarray) -> dict[str, Any]:
-    """``grew_service`` and ``grew_ms`` of trace ``i`` against its key's ``baseline`` row
-    (None without one)."""
-    if np.isnan(baseline).all():
-        return {"grew_service": None, "grew_ms": None}
-    excess = cp.contribution[i] - baseline
+def _most_grown(values: np.ndarray, baseline: np.ndarray) -> tuple[int, float] | None:
+    """The column of ``values`` (one trace's) furthest above its ``baseline`` and by how much
+    (ns); None without a baseline."""
+    if not len(baseline) or np.isnan(baseline).all():
+        return None
+    excess = values - baseline
     j = int(np.nanargmax(excess))
-    return {"grew_service": cp.services[j], "grew_ms": float(excess[j]) / 1e6}
+    return j, float(excess[j])
 
 
 def explain(
@@ -148,13 +157,22 @@ def explain(
     (``holds``, ``undetermined``, ``symptoms``)."""
     rules = rules or trace_rules()
     baseline = baseline_contributions(cp, detection)
+    edges, transit = transit_by_edge(cp)
+    edge_baseline = _key_medians(transit, detection)
     slow = np.flatnonzero(detection.verdict == SLOWER)
     slow = slow[np.argsort(-detection.latency[slow], kind="stable")]
     out = []
     for i in slow.tolist():
         name = cp.trace_name(i)
         features = trace_features(cp, i, detection, params)
-        features.update(_growth(cp, i, baseline[detection.key[i]]))
+        k = detection.key[i]
+        grown = _most_grown(cp.contribution[i], baseline[k])
+        features["grew_service"] = cp.services[grown[0]] if grown else None
+        features["grew_ms"] = grown[1] / 1e6 if grown else None
+        edge = None
+        if features["grew_service"] == NETWORK:
+            edge = _most_grown(transit[i], edge_baseline[k])
+        features["grew_edge"] = " → ".join(edges[edge[0]]) if edge else None
         out.append(
             {"trace": name, "features": features, **rules.evaluate(features, name).as_dict()}
         )
