@@ -47,7 +47,9 @@ Schema (``docs/serve.md`` documents it for people who query the file directly):
     ``next_position`` (the next stream position), ``seed`` (of the trace ids) and, per RDA
     results file, ``rda_offset:FILE`` and ``rda_line:FILE`` (how far it has been read).
 
-Each thread uses its own cursor on the one connection (DuckDB's rule for threads).
+Each thread uses its own cursor on the one connection (DuckDB's rule for threads). Results
+are always fetched whole: a result left partly read keeps its cursor's transaction open, and
+the checkpoint at :meth:`Store.close` refuses to run while one is.
 """
 
 from __future__ import annotations
@@ -162,8 +164,8 @@ class Store:
 
     # -- state -------------------------------------------------------------------------------
     def state(self, key: str, default: int) -> int:
-        row = self._cursor().execute("SELECT value FROM state WHERE key = ?", [key]).fetchone()
-        return default if row is None else int(row[0])
+        rows = self._cursor().execute("SELECT value FROM state WHERE key = ?", [key]).fetchall()
+        return default if not rows else int(rows[0][0])
 
     def set_state(self, key: str, value: int) -> None:
         self._cursor().execute("INSERT OR REPLACE INTO state VALUES (?, ?)", [key, value])
@@ -171,8 +173,8 @@ class Store:
     # -- ingest ------------------------------------------------------------------------------
     def next_seq(self) -> int:
         """The sequence number the next acknowledged span gets."""
-        row = self._cursor().execute("SELECT max(first_seq + spans) FROM ingest").fetchone()
-        return int(row[0] or 0)
+        ((last,),) = self._cursor().execute("SELECT max(first_seq + spans) FROM ingest").fetchall()
+        return int(last or 0)
 
     def append_requests(self, rows: Sequence[tuple[int, int, int, str, bytes]]) -> None:
         """Commit acknowledged requests, (first_seq, spans, received_ns, encoding, body) each,
@@ -261,12 +263,12 @@ class Store:
         return [docs[i] for i in ids]
 
     def trace(self, trace_id: str) -> str | None:
-        row = (
+        rows = (
             self._cursor()
             .execute("SELECT doc FROM traces WHERE trace_id = ?", [trace_id.lower()])
-            .fetchone()
+            .fetchall()
         )
-        return None if row is None else row[0]
+        return rows[0][0] if rows else None
 
     def dependencies(self, start_ns: int, end_ns: int) -> list[tuple[str, str, int]]:
         """(caller, callee, calls) between services over spans that started in the interval."""
@@ -393,7 +395,7 @@ class Store:
         """Rows per table, for readiness and the page."""
         cur = self._cursor()
         return {
-            t: int(cur.execute(f"SELECT count(*) FROM {t}").fetchone()[0])
+            t: int(cur.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0])
             for t in ("spans", "traces", "pirate_estimates", "rda_intervals")
         }
 
