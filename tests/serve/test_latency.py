@@ -6,6 +6,8 @@ counted and kept, a restart neither loses nor repeats a line; all of it shows at
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -14,13 +16,16 @@ from typing import Any
 
 import pytest
 
-from serve_app import get, get_json, running, url
+from capture_probe import needs_capture
+from serve_app import config, get, get_json, running, shop_callgraph, url
 from serve_latency import PIRATE, SIM, json_lines, pirate_capture, rda_records
+from tacit.errors import ConfigError
 from tacit.formats.pcap import read_packets
-from tacit.response_latency import estimate_response_latency, score_estimates
-from tacit.serve import Service
+from tacit.response_latency import PirateParams, estimate_response_latency, score_estimates
+from tacit.serve import Service, Store, load_config
 
 WAIT_S = 30
+SECOND = 10**9
 MALFORMED = ["not json at all", '{"interval": "7", "start_ns": 1, "end_ns": 2}', "[1, 2]"]
 
 
@@ -223,3 +228,75 @@ def test_a_post_of_malformed_lines_is_answered_line_by_line(tmp_path: Path) -> N
     assert answer["stored"] == 0 and answer["malformed"] == len(MALFORMED)
     assert [r["line"] for r in answer["rejected"]] == [1, 2, 3]
     assert bad.value.code == 400
+
+
+@needs_capture(tool=False)
+def test_a_live_source_measures_a_servers_think_time(tmp_path: Path) -> None:
+    """A server on loopback that answers every request after 30 ms; Pirate, given only the
+    client-to-server packets captured live, sees the 30 ms."""
+    delay_s, requests = 0.03, 30
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            while conn.recv(4096):
+                time.sleep(delay_s)
+                conn.sendall(bytes(3000))
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    live = {"pirate_interface": "lo", "pirate_filter": f"tcp dst port {port}"}
+    live |= {"pirate_server": f"127.0.0.1:{port}", "pirate": PirateParams(epoch_ns=SECOND // 4)}
+    with running(tmp_path, **live) as svc:
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            for _ in range(requests):
+                client.sendall(bytes(200))
+                got = 0
+                while got < 3000:
+                    got += len(client.recv(65536))
+        time.sleep(0.2)  # the last packets through the capture
+        (source,) = get_json(svc, "/api/tacit/status")["pirate"]
+        assert source["source"] == "live:lo" and source["error"] is None
+    server.join(5)
+    listener.close()
+    store = Store(tmp_path / "tacit.duckdb")
+    try:
+        rows = store.pirate_estimates(None, None, None, 1000)
+        packets = store.pirate_packets()["live:lo"]
+    finally:
+        store.close()
+    assert {r[2] for r in rows} == {f"127.0.0.1:{port}"}
+    samples = sum(r[6] for r in rows)
+    assert samples >= requests - 2  # a gap per request after the first, cut by epochs
+    mean_ms = sum(r[5] * r[6] for r in rows) / samples / 1e6
+    assert delay_s * 1e3 <= mean_ms < delay_s * 1e3 + 5
+    assert packets["estimator"].get("other_direction", 0) == 0  # the filter kept one direction
+    assert sum(packets["estimator"].values()) == packets["capture"]["ip_packets"]
+
+
+def test_the_options_are_read_from_the_file_and_checked(tmp_path: Path) -> None:
+    (tmp_path / "serve.yaml").write_text(
+        "pirate_pcap: a.pcap\npirate_server: 10.0.0.5:443\npirate_filter: tcp port 443\n"
+        "pirate_epoch_s: 0.5\nrda_results: r.jsonl\n"
+    )
+    cfg = load_config(tmp_path / "serve.yaml")
+    assert cfg.pirate_pcap == tmp_path / "a.pcap" and cfg.pirate_filter == "tcp port 443"
+    assert cfg.pirate == PirateParams(epoch_ns=SECOND // 2)
+    assert cfg.rda_results == (tmp_path / "r.jsonl",)
+    (tmp_path / "serve.yaml").write_text("rda_results: [a.jsonl, 3]\n")
+    with pytest.raises(ConfigError, match="'rda_results' must be a path"):
+        load_config(tmp_path / "serve.yaml")
+    with pytest.raises(ConfigError, match="cannot capture on 'tacit-nosuch0'"):
+        Service(config(tmp_path, pirate_interface="tacit-nosuch0"), shop_callgraph())
+
+
+def test_a_corrupt_capture_ends_its_source_not_the_service(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"this is no capture file at all")
+    with running(tmp_path, pirate_pcap=bad) as svc:
+        _until(svc.pirate[0].finished.is_set, "the source to end")
+        (source,) = get_json(svc, "/api/tacit/status")["pirate"]
+        assert source["error"] and source["estimates"] == 0
+        assert get(svc, "/readyz")[0] == 200
