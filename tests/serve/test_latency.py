@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from capture_probe import needs_capture
+from clirun import finish, one_error_line, start
 from serve_app import config, get, get_json, running, shop_callgraph, url
 from serve_latency import PIRATE, SIM, json_lines, pirate_capture, rda_records
 from tacit.errors import ConfigError
@@ -300,3 +301,8 @@ def test_a_corrupt_capture_ends_its_source_not_the_service(tmp_path: Path) -> No
         (source,) = get_json(svc, "/api/tacit/status")["pirate"]
         assert source["error"] and source["estimates"] == 0
         assert get(svc, "/readyz")[0] == 200
+
+
+def test_the_command_refuses_a_missing_capture_in_one_line(tmp_path: Path) -> None:
+    run = finish({"serve": start("serve", "--pirate-pcap", "nosuch.pcap", cwd=tmp_path)})
+    assert "no such capture file" in one_error_line(run["serve"], "nosuch.pcap")
