@@ -49,7 +49,8 @@ COUNTS = (
 interval without reconciliation has none of the last five)."""
 ROLES = ("sender", "receiver")
 MAX_READ = 4 << 20
-"""Bytes of a followed file read at once; a longer line is rejected."""
+"""Bytes of a followed file read at once; a line longer than this is taken in pieces of this
+size, each rejected (none is valid JSON)."""
 POLL_S = 0.2
 NS = 1e9
 
@@ -168,23 +169,26 @@ class RdaIngest:
         }
 
     def _count(self, got: RdaLines, source: str) -> None:
+        """Count the lines and intervals; the gauges take the latest interval with a mean."""
         m = self.metrics
         for result, n in got.results.items():
             if n:
                 m.rda_lines.labels(result).inc(n)
-        for row in got.records:
-            m.rda_intervals.labels(row[5]).inc()
-        estimated = [r for r in got.records if r[6] is not None]
-        if not estimated:
+        latest: tuple[int, float, float | None] | None = None  # interval, mean, std
+        for _, _, interval, _, _, status, mean, std, *_ in got.records:
+            m.rda_intervals.labels(status).inc()
+            if mean is not None and (latest is None or interval > latest[0]):
+                latest = (interval, mean, std)
+        if latest is None:
             return
-        last = max(estimated, key=lambda r: r[2])
+        interval, mean, std = latest
         with self._lock:
-            if last[2] < self._latest.get(source, last[2]):
+            if interval < self._latest.get(source, interval):
                 return
-            self._latest[source] = last[2]
+            self._latest[source] = interval
         label = m.rda_source(source)
-        m.rda_mean.labels(label).set(last[6] / NS)
-        m.rda_std.labels(label).set(math.nan if last[7] is None else last[7] / NS)
+        m.rda_mean.labels(label).set(mean / NS)
+        m.rda_std.labels(label).set(math.nan if std is None else std / NS)
 
 
 class RdaFollower:
@@ -212,8 +216,11 @@ class RdaFollower:
             self._thread.join()
 
     def status(self) -> dict[str, object]:
-        return {"source": self.source, "bytes": self.offset, "lines": self.line} | {
-            "error": self.error
+        return {
+            "source": self.source,
+            "bytes": self.offset,
+            "lines": self.line,
+            "error": self.error,
         }
 
     def _run(self) -> None:
