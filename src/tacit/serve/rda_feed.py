@@ -49,8 +49,8 @@ COUNTS = (
 interval without reconciliation has none of the last five)."""
 ROLES = ("sender", "receiver")
 MAX_READ = 4 << 20
-"""Bytes of a followed file read at once; a line longer than this is taken in pieces of this
-size, each rejected (none is valid JSON)."""
+"""Bytes of a followed file read at once; a line longer than this (no agent writes one) is read
+in pieces of this size, each taken as a line of its own."""
 POLL_S = 0.2
 NS = 1e9
 
