@@ -68,6 +68,7 @@ def register(app: typer.Typer) -> None:
         from tacit.serve import ServeConfig, Service, load_config
         from tacit.serve.logs import configure_logging
 
+        epoch_ns = None if pirate_epoch is None else parse_duration(pirate_epoch)
         cfg = load_config(config) if config is not None else ServeConfig()
         cfg = cfg.updated(
             callgraph=callgraph,
@@ -79,9 +80,7 @@ def register(app: typer.Typer) -> None:
             pirate_pcap=pirate_pcap,
             pirate_server=pirate_server,
             pirate_filter=pirate_filter,
-            pirate=None
-            if pirate_epoch is None
-            else replace(cfg.pirate, epoch_ns=parse_duration(pirate_epoch)),
+            pirate=None if epoch_ns is None else replace(cfg.pirate, epoch_ns=epoch_ns),
             rda_results=tuple(rda_results) if rda_results else None,
         )
         if cfg.pirate_pcap is not None and not cfg.pirate_pcap.exists():
