@@ -152,5 +152,12 @@ def test_demo_serve_runs_the_app_into_the_service(tmp_path):
 
     con = duckdb.connect(str(tmp_path / "d" / "tacit.duckdb"), read_only=True)
     acknowledged = con.execute("SELECT sum(spans) FROM ingest").fetchone()[0]
+    # The latency charts' inputs: Pirate over the simulated capture (8 clients, 10 epochs of
+    # 1 s) and the RDA receiver's 20 intervals, as the agents published them.
+    estimates = con.execute("SELECT count(DISTINCT client) FROM pirate_estimates").fetchone()[0]
+    intervals = con.execute("SELECT status, count(*) FROM rda_intervals GROUP BY ALL").fetchall()
     con.close()
     assert f"{acknowledged} spans sent and acknowledged" in done.stdout and acknowledged > 0
+    assert estimates == 8
+    published = (tmp_path / "d" / "rda.jsonl").read_text().splitlines()
+    assert intervals == [("complete", len(published) - 1)] and len(published) - 1 == 20

@@ -1,7 +1,9 @@
 """The web page of ``tacit serve`` in headless chromium draws what the service's API answers:
 the traces a search finds, one waterfall row per span of a trace with each reconstructed link's
 score and candidates and each unmapped call's reason, the dependency graph's edges and the
-per-service confidence with its advice (TraceWeaver §6.3.2)."""
+per-service confidence with its advice (TraceWeaver §6.3.2); the latency charts, Pirate's
+estimates per server and epoch and RDA's mean ± std per interval, as the service receives
+them."""
 
 from __future__ import annotations
 
@@ -14,8 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from serve_app import config, shop_callgraph
+from serve_latency import PIRATE, json_lines, pirate_capture, rda_records
 from serve_page import browser, browser_missing, get_json, serving, shop
 from tacit.model.spans import CLIENT, SERVER, SpanTable
+from tacit.serve import Service
 
 pytestmark = pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
 
@@ -288,3 +293,110 @@ def _check_waterfall(shown: list[dict], trace: dict) -> None:
         assert r["score"] == score
         if score is not None:
             assert _shown_score(r["scoreText"]) == pytest.approx(score, abs=5e-3)
+
+
+@pytest.fixture(scope="module")
+def latency(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A service with a Pirate capture and an RDA results file that has the first intervals."""
+    tmp = tmp_path_factory.mktemp("latency")
+    pcap, _ = pirate_capture(tmp)
+    receiver, _ = rda_records(tmp)
+    results = tmp / "receiver.jsonl"
+    results.write_text(json_lines(receiver[:FIRST_INTERVALS]))
+    cfg = config(tmp, grpc="", pirate_pcap=pcap, pirate=PIRATE, rda_results=(results,))
+    service = Service(cfg, shop_callgraph()).start()
+    try:
+        yield f"http://127.0.0.1:{service.http_port}", results, receiver[FIRST_INTERVALS:]
+    finally:
+        service.stop()
+
+
+FIRST_INTERVALS = 4
+
+
+def _scaled(points: list[dict], scale: dict[str, str], t: str, v: str) -> None:
+    """Each point where the chart's scales put its time ``t`` (ms) and value ``v`` (ns)."""
+    t0, t1, v0, v1, x0, x1, y0, y1 = (
+        float(scale[k]) for k in ("t0", "t1", "v0", "v1", "x0", "x1", "y0", "y1")
+    )
+    for p in points:
+        assert p["cx"] == pytest.approx(x0 + (p[t] - t0) / (t1 - t0) * (x1 - x0), abs=1e-6)
+        assert p["cy"] == pytest.approx(y0 - (p[v] - v0) / (v1 - v0) * (y0 - y1), abs=1e-6)
+        assert y1 <= p["cy"] <= y0 and x0 <= p["cx"] <= x1
+
+
+def test_latency_charts_draw_what_the_api_answers(latency: Any) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    base, results, later = latency
+    points_js = """return [...document.querySelectorAll(arguments[0] + ' svg .point')].map(c =>
+        Object.assign({cx: +c.getAttribute('cx'), cy: +c.getAttribute('cy')}, c.dataset));"""
+    scale_js = "return {...document.querySelector(arguments[0] + ' svg').dataset};"
+    with browser() as page:
+        wait = WebDriverWait(page, WAIT_S)
+        page.get(base + "/")
+
+        # -- Pirate: one point per server and epoch, the API's series ---------------------------
+        wait.until(lambda d: get_json(base, "/api/tacit/status")["pirate"][0]["finished"])
+        answer = get_json(base, "/api/tacit/latency/response")
+        expected = [
+            [s["server"], round(p["epoch_start_ns"] / 1e6), p["latency_ns"], p["samples"]]
+            for s in answer["series"]
+            for p in s["points"]
+        ]
+        assert len(expected) > 4
+
+        def drawn(chart: str) -> list[dict]:
+            return page.execute_script(points_js, chart)
+
+        wait.until(lambda d: len(drawn("#response-latency")) == len(expected))
+        shown = drawn("#response-latency")
+        assert [
+            [p["server"], int(p["epochMs"]), int(p["latencyNs"]), int(p["samples"])] for p in shown
+        ] == expected
+        for p in shown:
+            p["t"], p["v"] = float(p["epochMs"]), float(p["latencyNs"])
+        _scaled(shown, page.execute_script(scale_js, "#response-latency"), "t", "v")
+
+        # -- RDA: mean ± std per interval, and the intervals that arrive later ------------------
+        def check_oneway() -> None:
+            rows = get_json(base, "/api/tacit/latency/oneway")["data"]
+            shown = drawn("#oneway-latency")
+            assert [
+                [p["source"], p["role"], int(p["interval"]), float(p["meanNs"]), float(p["stdNs"])]
+                for p in shown
+            ] == [[r["source"], r["role"], r["interval"], r["mean_ns"], r["std_ns"]] for r in rows]
+            for p in shown:
+                p["t"], p["v"] = p["interval"], float(p["meanNs"])
+            scale = page.execute_script(scale_js, "#oneway-latency")
+            starts = {r["interval"]: round(r["start_ns"] / 1e6) for r in rows}
+            for p in shown:
+                p["t"] = starts[int(p["interval"])]
+            _scaled(shown, scale, "t", "v")
+            bars = page.execute_script(
+                "return [...document.querySelectorAll('#oneway-latency svg .std')].map(l =>"
+                " [+l.getAttribute('y1'), +l.getAttribute('y2')]);"
+            )
+            y0, y1, v1 = (float(scale[k]) for k in ("y0", "y1", "v1"))
+            assert bars == [
+                pytest.approx(
+                    [y0 - max(0, r["mean_ns"] - r["std_ns"]) / v1 * (y0 - y1),
+                     y0 - (r["mean_ns"] + r["std_ns"]) / v1 * (y0 - y1)],
+                    abs=1e-6,
+                )
+                for r in rows
+            ]  # fmt: skip
+
+        wait.until(lambda d: len(drawn("#oneway-latency")) == FIRST_INTERVALS)
+        check_oneway()
+        with results.open("a") as f:
+            f.write(json_lines(later))
+        # No reload: the page refreshes its charts by itself.
+        total = FIRST_INTERVALS + len(later) - 1  # the last line is the agent's summary
+        wait.until(lambda d: len(drawn("#oneway-latency")) == total)
+        check_oneway()
+
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        page.find_element("id", "latency-panel").screenshot(
+            str(SCREENSHOT.with_name("serve-latency.png"))
+        )

@@ -3,11 +3,13 @@ Prometheus and tacit's own web page."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from tacit.cli.common import parse_duration
 from tacit.errors import ConfigError
 
 
@@ -33,18 +35,56 @@ def register(app: typer.Typer) -> None:
         forward: Annotated[
             str | None, typer.Option(help="Send finished traces to this OTLP/HTTP URL.")
         ] = None,
+        pirate_interface: Annotated[
+            str | None,
+            typer.Option(help="Pirate: response latency from a live capture on this interface."),
+        ] = None,
+        pirate_pcap: Annotated[
+            Path | None,
+            typer.Option(help="Pirate: response latency from this capture file, read once."),
+        ] = None,
+        pirate_server: Annotated[
+            str | None,
+            typer.Option(help="Pirate: the server, ADDR:PORT, ADDR or PORT (default: all)."),
+        ] = None,
+        pirate_filter: Annotated[
+            str | None, typer.Option(help="Pirate: a BPF filter of the captured packets.")
+        ] = None,
+        pirate_epoch: Annotated[
+            str | None,
+            typer.Option(help="Pirate: one estimate per connection per epoch, e.g. 1s."),
+        ] = None,
+        rda_results: Annotated[
+            list[Path] | None,
+            typer.Option(help="RDA: an agent's --output file, followed as it grows (may repeat)."),
+        ] = None,
     ) -> None:
         """Receive spans over OTLP, reconstruct their traces online (TraceWeaver §5.3), store
         them, and serve them: the Jaeger query API and a web page on the HTTP address,
-        Prometheus metrics at /metrics. Runs until SIGTERM or Ctrl-C, then stops gracefully."""
+        Prometheus metrics at /metrics. With --pirate-* it also estimates response latency from
+        captured client-to-server packets (Pirate), with --rda-results it takes the one-way
+        latency of RDA agents. Runs until SIGTERM or Ctrl-C, then stops gracefully."""
         from tacit.reconstruct.callgraph import CallGraph
         from tacit.serve import ServeConfig, Service, load_config
         from tacit.serve.logs import configure_logging
 
+        epoch_ns = None if pirate_epoch is None else parse_duration(pirate_epoch)
         cfg = load_config(config) if config is not None else ServeConfig()
         cfg = cfg.updated(
-            callgraph=callgraph, http=http, grpc=grpc, database=database, forward=forward
+            callgraph=callgraph,
+            http=http,
+            grpc=grpc,
+            database=database,
+            forward=forward,
+            pirate_interface=pirate_interface,
+            pirate_pcap=pirate_pcap,
+            pirate_server=pirate_server,
+            pirate_filter=pirate_filter,
+            pirate=None if epoch_ns is None else replace(cfg.pirate, epoch_ns=epoch_ns),
+            rda_results=tuple(rda_results) if rda_results else None,
         )
+        if cfg.pirate_pcap is not None and not cfg.pirate_pcap.exists():
+            raise ConfigError(f"{cfg.pirate_pcap}: no such capture file")
         if cfg.callgraph is None:
             raise ConfigError(
                 "a call graph is required: give --callgraph FILE (from `tacit callgraph`) or "

@@ -82,6 +82,8 @@ def _serve_demo(out_dir: Path, rate: float, seconds: float | None, http: str) ->
         f"  Jaeger API      {base}/api/services   (Jaeger UI or Grafana: a Jaeger data source "
         f"at {base})\n"
         f"  metrics         {base}/metrics\n"
+        f"  latency         Pirate over {out_dir / 'requests.pcap'}, RDA agents' records in "
+        f"{out_dir / 'rda.jsonl'} (the page's charts, {base}/api/tacit/latency/*)\n"
         f"  store           {out_dir / 'tacit.duckdb'}\n"
         + ("Ctrl-C stops it." if seconds is None else f"Stops after {seconds:g} s.")
     )

@@ -103,6 +103,8 @@ NS = 1_000_000_000
 
 COMPLETE, UNDECODABLE = "complete", "undecodable"
 PEER_MISSING, INCOMPLETE, EXPIRED = "peer_missing", "incomplete", "expired"
+STATUSES = (COMPLETE, UNDECODABLE, PEER_MISSING, INCOMPLETE, EXPIRED)
+"""Every status an interval record can have (module docstring)."""
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,10 @@ acknowledges a request only once it is durable in the store), traces reconstruct
 (:mod:`.online_feed`, :mod:`.reconstructor`: TraceWeaver §5.3), stored in an embedded DuckDB
 file (:mod:`.store`, :mod:`.finished_rows`), served through the Jaeger query API
 (:mod:`.jaeger_api`) and a web page of its own, counted at ``/metrics`` (:mod:`.metrics`) and
-optionally sent on to a collector (:mod:`.forward`). Nothing of the inference lives here: it
-calls the same library functions the commands call.
+optionally sent on to a collector (:mod:`.forward`). Beside traces, two latency series:
+Pirate's response latency from captured packets (:mod:`.pirate_feed`) and RDA agents' one-way
+latency records (:mod:`.rda_feed`), both stored and served (:mod:`.latency_api`). Nothing of
+the inference lives here: it calls the same library functions the commands call.
 """
 
 from tacit.serve.config import SERVE_ONLINE, ServeConfig, load_config

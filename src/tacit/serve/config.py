@@ -15,6 +15,12 @@
       lookahead_s: 2
       max_request_s: 10
       lateness_s: 7             # the SDK's batch processor sends every 5 s
+    pirate_interface: eth0      # Pirate: response latency from a live capture (libpcap)
+    pirate_pcap: capture.pcap   # ... and/or from a capture file, read once at start
+    pirate_server: 10.0.0.5:443 # the server (ADDR:PORT, ADDR or PORT; default: from handshakes)
+    pirate_filter: tcp port 443 # a BPF filter of the captured packets
+    pirate_epoch_s: 1           # one estimate per connection per epoch (Pirate: 0.1 s)
+    rda_results: [receiver.jsonl]   # RDA agents' --output files, followed as they grow
 
 The defaults listen on loopback only: the receivers take spans from anyone who can connect.
 """
@@ -28,6 +34,7 @@ from typing import Any
 from tacit.config_fields import fields, flag, get, number, read_yaml
 from tacit.errors import ConfigError
 from tacit.reconstruct.online import NS, OnlineParams
+from tacit.response_latency import PirateParams
 
 SERVE_ONLINE = OnlineParams(
     window_ns=2 * NS, lookahead_ns=2 * NS, max_request_ns=10 * NS, lateness_ns=7 * NS
@@ -47,6 +54,12 @@ _FIELDS = (
     "idle_s",
     "online",
     "json_logs",
+    "pirate_interface",
+    "pirate_pcap",
+    "pirate_server",
+    "pirate_filter",
+    "pirate_epoch_s",
+    "rda_results",
 )
 _ONLINE_FIELDS = ("window_s", "lookahead_s", "max_request_s", "lateness_s")
 
@@ -68,6 +81,13 @@ class ServeConfig:
     that pauses longer than this finds its next spans late."""
     online: OnlineParams = field(default_factory=lambda: SERVE_ONLINE)
     json_logs: bool = False
+    pirate_interface: str | None = None
+    pirate_pcap: Path | None = None
+    pirate_server: str | None = None
+    pirate_filter: str = ""
+    pirate: PirateParams = field(default_factory=PirateParams)
+    """Pirate's parameters (the paper's, but for the epoch, which ``pirate_epoch_s`` sets)."""
+    rda_results: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("http", "grpc"):
@@ -90,18 +110,22 @@ def load_config(path: str | Path) -> ServeConfig:
     data = fields({} if data is None else data, where, _FIELDS)
     base = Path(path).parent
     kwargs: dict[str, Any] = {}
-    for key in ("http", "grpc", "forward"):
+    for key in ("http", "grpc", "forward", "pirate_interface", "pirate_server", "pirate_filter"):
         if key in data:
             value = get(data, key, where)
             if not isinstance(value, str):
                 raise ConfigError(f"{where}: field '{key}' must be a string, got {value!r}")
             kwargs[key] = value
-    for key in ("database", "callgraph"):
+    for key in ("database", "callgraph", "pirate_pcap"):
         if key in data:
-            value = get(data, key, where)
-            if not isinstance(value, str) or not value:
-                raise ConfigError(f"{where}: field '{key}' must be a path, got {value!r}")
-            kwargs[key] = base / value
+            kwargs[key] = _path(data, key, where, base)
+    if "rda_results" in data:
+        files = get(data, "rda_results", where)
+        names = [{"rda_results": f} for f in (files if isinstance(files, list) else [files])]
+        kwargs["rda_results"] = tuple(_path(n, "rda_results", where, base) for n in names)
+    if "pirate_epoch_s" in data:
+        epoch_ns = round(number(data, "pirate_epoch_s", where, positive=True, maximum=3600) * NS)
+        kwargs["pirate"] = PirateParams(epoch_ns=epoch_ns)
     if "max_pending_spans" in data:
         kwargs["max_pending_spans"] = number(
             data, "max_pending_spans", where, positive=True, integer=True
@@ -126,3 +150,10 @@ def load_config(path: str | Path) -> ServeConfig:
 
 def _ns(data: Any, key: str, where: str, default_ns: int, *, positive: bool) -> int:
     return round(number(data, key, where, default_ns / NS, positive=positive, maximum=3600) * NS)
+
+
+def _path(data: Any, key: str, where: str, base: Path) -> Path:
+    value = get(data, key, where)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: field '{key}' must be a path, got {value!r}")
+    return base / value

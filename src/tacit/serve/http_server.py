@@ -52,6 +52,7 @@ class ServeHTTPServer(ThreadingHTTPServer):
         metrics: ServeMetrics,
         ready: Callable[[], str | None],
         extra: Callable[[str, dict[str, str]], Any | None],
+        receive: Callable[[str, dict[str, str], bytes], Any | None],
     ) -> None:
         super().__init__(address, _Handler)
         self.store = store
@@ -59,6 +60,7 @@ class ServeHTTPServer(ThreadingHTTPServer):
         self.metrics = metrics
         self.ready = ready
         self.extra = extra
+        self.receive = receive
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -87,9 +89,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- OTLP --------------------------------------------------------------------------------
     def _post(self) -> None:
-        path = urlsplit(self.path).path
+        url = urlsplit(self.path)
+        path = url.path
         if path != "/v1/traces":
-            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
+            self._post_extra(path, dict(parse_qsl(url.query)))
             return
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
         encoding = "json" if ctype == "application/json" else "protobuf"
@@ -114,6 +117,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, b"{}", "application/json")
         else:
             self._send(HTTPStatus.OK, b"", PROTOBUF)
+
+    def _post_extra(self, path: str, params: dict[str, str]) -> None:
+        """tacit's own POST endpoints (``server.receive``); 404 for any other path."""
+        try:
+            answer = self.server.receive(path, params, self._body())
+        except InputError as e:
+            self._json({"errors": [{"code": 400, "msg": str(e)}]}, HTTPStatus.BAD_REQUEST)
+            return
+        if answer is None:
+            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
+        else:
+            self._json(answer)
 
     def _body(self) -> bytes:
         try:

@@ -54,7 +54,7 @@ def go_duration(text: str, name: str) -> int:
     return round(total)
 
 
-def _int(params: Mapping[str, str], name: str) -> int | None:
+def int_param(params: Mapping[str, str], name: str) -> int | None:
     value = params.get(name)
     if value in (None, ""):
         return None
@@ -80,15 +80,15 @@ def trace_query(params: Mapping[str, str]) -> TraceQuery:
         raise InputError("service: a service is required to search traces")
     if params.get("tags") not in (None, "", "{}"):
         raise InputError("tags: searching by tags is not supported")
-    end_us = _int(params, "end")
-    start_us = _int(params, "start")
+    end_us = int_param(params, "end")
+    start_us = int_param(params, "start")
     lookback = params.get("lookback")
     if start_us is None and lookback and lookback != "custom":
         seconds = _LOOKBACK.get(lookback)
         if seconds is None:
             seconds = go_duration(lookback, "lookback") // 10**9
         start_us = (end_us if end_us is not None else time.time_ns() // 1000) - seconds * 10**6
-    limit = _int(params, "limit") or 20
+    limit = int_param(params, "limit") or 20
     operation = params.get("operation") or None
     return TraceQuery(
         service=service,
@@ -127,7 +127,7 @@ def traces_json(docs: list[str]) -> bytes:
 
 
 def dependencies(store: Store, params: Mapping[str, str]) -> dict[str, Any]:
-    end_ms = _int(params, "endTs") or time.time_ns() // 10**6
-    lookback_ms = _int(params, "lookback") or 24 * 3600 * 1000
+    end_ms = int_param(params, "endTs") or time.time_ns() // 10**6
+    lookback_ms = int_param(params, "lookback") or 24 * 3600 * 1000
     links = store.dependencies((end_ms - lookback_ms) * 10**6, end_ms * 10**6)
     return envelope([{"parent": a, "child": b, "callCount": n} for a, b, n in links])

@@ -3,13 +3,40 @@
 One registry per service, so that two services in one process (tests) do not share counters.
 RED metrics per service come from the finished spans of server kind: requests, errors and a
 duration histogram.
+
+The latency series label their samples by server (Pirate) and by source (RDA), not by
+connection: connections come and go without bound, servers and sources are what one watches.
+A label takes at most :data:`MAX_LABEL_VALUES` values; later ones are counted under ``other``.
 """
 
 from __future__ import annotations
 
+import threading
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+MAX_LABEL_VALUES = 100
+"""Servers (Pirate) or sources (RDA) given a label value of their own."""
+OTHER = "other"
+
+
+class BoundedLabel:
+    """The label value for a name: the name itself for the first :data:`MAX_LABEL_VALUES`
+    names seen, ``other`` after (a metric's series stay bounded whatever the traffic)."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str) -> str:
+        with self._lock:
+            if name in self._seen:
+                return name
+            if len(self._seen) < MAX_LABEL_VALUES:
+                self._seen.add(name)
+                return name
+            return OTHER
 
 
 class ServeMetrics:
@@ -79,6 +106,49 @@ class ServeMetrics:
         self.forwarded = Counter(
             "tacit_spans_forwarded",
             "Spans sent on to the downstream collector",
+            ["result"],
+            registry=r,
+        )
+        self.pirate_server = BoundedLabel()
+        self.pirate_latency = Gauge(
+            "tacit_pirate_latency_seconds",
+            "Pirate: the samples-weighted mean of the server's connection estimates in the "
+            "latest epoch closed",
+            ["server"],
+            registry=r,
+        )
+        self.pirate_estimates = Histogram(
+            "tacit_pirate_estimate_seconds",
+            "Pirate: every (connection, epoch) estimate of the server's response latency",
+            ["server"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.pirate_packets = Counter(
+            "tacit_pirate_packets",
+            "Pirate: packets read, by stage (capture: the reader; estimator: Pirate's buckets)",
+            ["stage", "bucket"],
+            registry=r,
+        )
+        self.rda_source = BoundedLabel()
+        self.rda_mean = Gauge(
+            "tacit_rda_mean_seconds",
+            "RDA: mean one-way latency of the source's latest interval with an estimate",
+            ["source"],
+            registry=r,
+        )
+        self.rda_std = Gauge(
+            "tacit_rda_std_seconds",
+            "RDA: standard deviation of the one-way latency in that interval",
+            ["source"],
+            registry=r,
+        )
+        self.rda_intervals = Counter(
+            "tacit_rda_intervals", "RDA: interval records stored, by status", ["status"], registry=r
+        )
+        self.rda_lines = Counter(
+            "tacit_rda_lines",
+            "RDA: result lines read, by result (stored, summary, malformed)",
             ["result"],
             registry=r,
         )

@@ -18,7 +18,10 @@ from tacit.serve.forward import Forwarder
 from tacit.serve.grpc_receiver import start_grpc
 from tacit.serve.http_server import ServeHTTPServer
 from tacit.serve.ingest import Ingest
+from tacit.serve.latency_api import oneway_series, response_series
 from tacit.serve.metrics import ServeMetrics
+from tacit.serve.pirate_feed import PirateFeed
+from tacit.serve.rda_feed import RdaFollower, RdaIngest
 from tacit.serve.reconstructor import Reconstructor
 from tacit.serve.store import Store
 
@@ -53,6 +56,22 @@ class Service:
             config.idle_s,
             self.forwarder,
         )
+        sources = [config.pirate_pcap, config.pirate_interface]
+        self.pirate = [
+            PirateFeed(
+                self.store,
+                self.metrics,
+                config.pirate,
+                source,
+                config.pirate_filter,
+                config.pirate_server,
+            )
+            for source in sources
+            if source is not None
+        ]
+        self.rda = RdaIngest(self.store, self.metrics)
+        self.rda_files = [RdaFollower(path, self.rda) for path in config.rda_results]
+        self._feeds: list[PirateFeed | RdaFollower] = [*self.pirate, *self.rda_files]
         self.restored = 0
         self.http: ServeHTTPServer | None = None
         self.grpc: Any = None
@@ -81,12 +100,15 @@ class Service:
                 self.metrics,
                 self.problem,
                 self.extra,
+                self.receive,
             )
         except OSError as e:
             raise ConfigError(f"http: cannot listen on {self.config.http}: {e.strerror}") from None
         threading.Thread(target=self.http.serve_forever, name="tacit-http", daemon=True).start()
         if self.config.grpc:
             self.grpc = start_grpc(self.config.grpc, self.ingest)
+        for feed in self._feeds:
+            feed.start()
         log.info(
             "serving: OTLP/HTTP and the query API on %s, OTLP/gRPC on %s, store %s "
             "(%d spans resumed)",
@@ -106,7 +128,12 @@ class Service:
         return None
 
     def extra(self, path: str, params: dict[str, str]) -> Any | None:
-        """tacit's own API beside Jaeger's: status and per-service confidence."""
+        """tacit's own API beside Jaeger's: status, per-service confidence and the latency
+        series (:mod:`.latency_api`)."""
+        if path == "/api/tacit/latency/response":
+            return response_series(self.store, params)
+        if path == "/api/tacit/latency/oneway":
+            return oneway_series(self.store, params)
         if path == "/api/tacit/confidence":
             conf = dict(sorted(self.reconstructor.confidence.items()))
             percent = {s: 100.0 * t / n if n else None for s, (n, t) in conf.items()}
@@ -124,7 +151,16 @@ class Service:
                 "stored": self.store.counts(),
                 "lag_seconds": self.reconstructor.lag_s,
                 "callgraph_endpoints": len(self.callgraph.endpoints),
+                "pirate": [feed.status() for feed in self.pirate],
+                "rda": [follower.status() for follower in self.rda_files],
             }
+        return None
+
+    def receive(self, path: str, params: dict[str, str], body: bytes) -> Any | None:
+        """tacit's own POST endpoints: RDA interval records as JSON lines, under the name
+        ``source`` (default ``http``)."""
+        if path == "/api/tacit/latency/oneway":
+            return self.rda.take_body(body, params.get("source") or "http")
         return None
 
     def stop(self) -> None:
@@ -139,6 +175,8 @@ class Service:
         if self.http is not None:
             self.http.shutdown()
             self.http.server_close()
+        for feed in self._feeds:
+            feed.stop()
         self.reconstructor.stop()
         if self.forwarder is not None:
             self.forwarder.stop()

@@ -25,17 +25,38 @@ Schema (``docs/serve.md`` documents it for people who query the file directly):
 ``confidence``
     Per-service confidence (TraceWeaver §6.3.2) as it evolves: ``at_ns``, ``service``,
     ``incoming``, ``top_choice``.
+``pirate_estimates``
+    Pirate's response latency (:mod:`tacit.response_latency`), one row per connection and
+    closed epoch: ``source`` (``live:IF`` or the capture file), ``client``, ``server``,
+    ``epoch_start_ns``, ``epoch_end_ns``, ``latency_ns``, ``samples`` (the gaps it rests on).
+``pirate_packets``
+    What became of every packet of each source, running totals: ``source``, ``stage``
+    (``capture``: the reader's buckets; ``estimator``: Pirate's, which partition the capture's
+    IP packets), ``bucket``, ``packets``.
+``rda_intervals``
+    RDA one-way latency, one row per interval record of an agent (:mod:`tacit.oneway_latency.
+    agent`): ``source`` (the results file, or the name a POST gave), ``role``, ``interval``,
+    ``start_ns``, ``end_ns``, ``status``, ``mean_ns``, ``std_ns``, ``packets_sender``,
+    ``packets_receiver``, ``matched``, ``set_difference``, ``lost``, ``late``, ``foreign``,
+    ``buckets_per_bank``, ``peel_rounds``, ``received_ns``. A record sent again for the same
+    source, role and interval replaces the earlier one.
+``rda_rejected``
+    Lines that were not interval records: ``source``, ``line``, ``reason``, ``received_ns``.
 ``state``
     ``low_water`` (no span before this sequence number is still being reconstructed),
-    ``next_position`` (the next stream position) and ``seed`` (of the trace ids).
+    ``next_position`` (the next stream position), ``seed`` (of the trace ids) and, per RDA
+    results file, ``rda_offset:FILE`` and ``rda_line:FILE`` (how far it has been read).
 
-Each thread uses its own cursor on the one connection (DuckDB's rule for threads).
+Each thread uses its own cursor on the one connection (DuckDB's rule for threads). Results
+are always fetched whole: a result left partly read keeps its cursor's transaction open, and
+the checkpoint at :meth:`Store.close` refuses to run while one is.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +80,20 @@ CREATE TABLE IF NOT EXISTS trace_operations(
     trace_start_ns BIGINT);
 CREATE TABLE IF NOT EXISTS confidence(
     at_ns BIGINT, service VARCHAR, incoming BIGINT, top_choice BIGINT);
+CREATE TABLE IF NOT EXISTS pirate_estimates(
+    source VARCHAR, client VARCHAR, server VARCHAR, epoch_start_ns BIGINT, epoch_end_ns BIGINT,
+    latency_ns BIGINT, samples BIGINT);
+CREATE TABLE IF NOT EXISTS pirate_packets(
+    source VARCHAR, stage VARCHAR, bucket VARCHAR, packets BIGINT,
+    PRIMARY KEY (source, stage, bucket));
+CREATE TABLE IF NOT EXISTS rda_intervals(
+    source VARCHAR, role VARCHAR, interval BIGINT, start_ns BIGINT, end_ns BIGINT,
+    status VARCHAR, mean_ns DOUBLE, std_ns DOUBLE, packets_sender BIGINT,
+    packets_receiver BIGINT, matched BIGINT, set_difference BIGINT, lost BIGINT, late BIGINT,
+    "foreign" BIGINT, buckets_per_bank BIGINT, peel_rounds BIGINT, received_ns BIGINT,
+    PRIMARY KEY (source, role, interval));
+CREATE TABLE IF NOT EXISTS rda_rejected(
+    source VARCHAR, line BIGINT, reason VARCHAR, received_ns BIGINT);
 CREATE TABLE IF NOT EXISTS state(key VARCHAR PRIMARY KEY, value BIGINT);
 """
 
@@ -114,10 +149,23 @@ class Store:
                 self._cursors.append(cur)
         return cur
 
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        """This thread's cursor inside a transaction: committed when the block ends, rolled
+        back when it raises."""
+        cur = self._cursor()
+        cur.execute("BEGIN")
+        try:
+            yield cur
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
     # -- state -------------------------------------------------------------------------------
     def state(self, key: str, default: int) -> int:
-        row = self._cursor().execute("SELECT value FROM state WHERE key = ?", [key]).fetchone()
-        return default if row is None else int(row[0])
+        rows = self._cursor().execute("SELECT value FROM state WHERE key = ?", [key]).fetchall()
+        return default if not rows else int(rows[0][0])
 
     def set_state(self, key: str, value: int) -> None:
         self._cursor().execute("INSERT OR REPLACE INTO state VALUES (?, ?)", [key, value])
@@ -125,20 +173,14 @@ class Store:
     # -- ingest ------------------------------------------------------------------------------
     def next_seq(self) -> int:
         """The sequence number the next acknowledged span gets."""
-        row = self._cursor().execute("SELECT max(first_seq + spans) FROM ingest").fetchone()
-        return int(row[0] or 0)
+        ((last,),) = self._cursor().execute("SELECT max(first_seq + spans) FROM ingest").fetchall()
+        return int(last or 0)
 
     def append_requests(self, rows: Sequence[tuple[int, int, int, str, bytes]]) -> None:
         """Commit acknowledged requests, (first_seq, spans, received_ns, encoding, body) each,
         in one transaction."""
-        cur = self._cursor()
-        cur.execute("BEGIN")
-        try:
+        with self._transaction() as cur:
             cur.executemany("INSERT INTO ingest VALUES (?, ?, ?, ?, ?)", list(rows))
-            cur.execute("COMMIT")
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
 
     def requests_from(self, seq: int) -> Iterator[tuple[int, str, bytes]]:
         """(first_seq, encoding, body) of the requests holding spans numbered ``seq`` or later,
@@ -162,9 +204,7 @@ class Store:
     def write_finished(self, tables: dict[str, Any], state: dict[str, int]) -> None:
         """Append the rows of ``tables`` (pyarrow tables named by :data:`FINISHED_TABLES`) and
         set ``state``, in one transaction: a trace is stored whole or not at all."""
-        cur = self._cursor()
-        cur.execute("BEGIN")
-        try:
+        with self._transaction() as cur:
             for name, table in tables.items():
                 if name not in FINISHED_TABLES:
                     raise ValueError(f"not a table of finished traces: {name}")
@@ -173,10 +213,6 @@ class Store:
                 cur.unregister("rows_in")
             for key, value in state.items():
                 cur.execute("INSERT OR REPLACE INTO state VALUES (?, ?)", [key, value])
-            cur.execute("COMMIT")
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
 
     # -- queries -----------------------------------------------------------------------------
     def services(self) -> list[str]:
@@ -227,12 +263,12 @@ class Store:
         return [docs[i] for i in ids]
 
     def trace(self, trace_id: str) -> str | None:
-        row = (
+        rows = (
             self._cursor()
             .execute("SELECT doc FROM traces WHERE trace_id = ?", [trace_id.lower()])
-            .fetchone()
+            .fetchall()
         )
-        return None if row is None else row[0]
+        return rows[0][0] if rows else None
 
     def dependencies(self, start_ns: int, end_ns: int) -> list[tuple[str, str, int]]:
         """(caller, callee, calls) between services over spans that started in the interval."""
@@ -253,10 +289,122 @@ class Store:
         )
         return {s: (int(i), int(t)) for s, i, t in rows.fetchall()}
 
+    # -- latency series ----------------------------------------------------------------------
+    def restart_pirate(self, source: str) -> None:
+        """Forget what ``source`` gave (a capture file read again from its start)."""
+        with self._transaction() as cur:
+            for table in ("pirate_estimates", "pirate_packets"):
+                cur.execute(f"DELETE FROM {table} WHERE source = ?", [source])
+
+    def append_pirate(
+        self,
+        source: str,
+        rows: Sequence[tuple[str, str, int, int, int, int]],
+        packets: Sequence[tuple[str, str, int]],
+    ) -> None:
+        """Add ``source``'s closed estimates, (client, server, epoch start, epoch end,
+        latency, samples) each, and its packets, (stage, bucket, packets) each, to the running
+        totals; in one transaction."""
+        with self._transaction() as cur:
+            if rows:
+                cur.executemany(
+                    "INSERT INTO pirate_estimates VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [(source, *r) for r in rows],
+                )
+            if packets:
+                cur.executemany(
+                    "INSERT INTO pirate_packets VALUES (?, ?, ?, ?) ON CONFLICT DO UPDATE "
+                    "SET packets = packets + excluded.packets",
+                    [(source, *p) for p in packets],
+                )
+
+    def pirate_estimates(
+        self, server: str | None, start_ns: int | None, end_ns: int | None, limit: int
+    ) -> list[tuple[str, str, str, int, int, int, int]]:
+        """The latest ``limit`` estimates (of ``server``, of epochs starting in [``start_ns``,
+        ``end_ns``]), by epoch then source, client."""
+        where, args = _range("epoch_start_ns", start_ns, end_ns)
+        if server is not None:
+            where.append("server = ?")
+            args.append(server)
+        rows = self._cursor().execute(
+            "SELECT * FROM (SELECT * FROM pirate_estimates WHERE "
+            + " AND ".join(where)
+            + " ORDER BY epoch_start_ns DESC, source, client LIMIT ?) "
+            "ORDER BY epoch_start_ns, source, client",
+            [*args, limit],
+        )
+        return [
+            (a, b, c, int(d), int(e), int(f), int(g)) for a, b, c, d, e, f, g in rows.fetchall()
+        ]
+
+    def pirate_packets(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Per source and stage, packets per bucket."""
+        rows = self._cursor().execute("SELECT * FROM pirate_packets ORDER BY ALL").fetchall()
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        for source, stage, bucket, n in rows:
+            out.setdefault(source, {}).setdefault(stage, {})[bucket] = int(n)
+        return out
+
+    def append_rda(
+        self,
+        records: Sequence[Sequence[Any]],
+        rejected: Sequence[tuple[str, int, str, int]],
+        state: dict[str, int],
+    ) -> None:
+        """Store interval records (the columns of ``rda_intervals`` in order; one that repeats
+        a source, role and interval replaces it), rejected lines (source, line, reason,
+        received_ns) and ``state`` (how far a file was read), in one transaction."""
+        with self._transaction() as cur:
+            if records:
+                cur.executemany(
+                    f"INSERT OR REPLACE INTO rda_intervals VALUES ({', '.join('?' * 18)})",
+                    [list(r) for r in records],
+                )
+            if rejected:
+                cur.executemany("INSERT INTO rda_rejected VALUES (?, ?, ?, ?)", list(rejected))
+            for key, value in state.items():
+                cur.execute("INSERT OR REPLACE INTO state VALUES (?, ?)", [key, value])
+
+    def rda_intervals(
+        self, source: str | None, start_ns: int | None, end_ns: int | None, limit: int
+    ) -> list[dict[str, Any]]:
+        """The latest ``limit`` interval records (of ``source``, of intervals starting in
+        [``start_ns``, ``end_ns``]), by source, role and interval."""
+        where, args = _range("start_ns", start_ns, end_ns)
+        if source is not None:
+            where.append("source = ?")
+            args.append(source)
+        cur = self._cursor().execute(
+            "SELECT * FROM (SELECT * FROM rda_intervals WHERE "
+            + " AND ".join(where)
+            + " ORDER BY start_ns DESC, source, role LIMIT ?) ORDER BY source, role, interval",
+            [*args, limit],
+        )
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def rda_rejected(self) -> dict[str, int]:
+        """Rejected lines per source."""
+        rows = self._cursor().execute(
+            "SELECT source, count(*) FROM rda_rejected GROUP BY source ORDER BY source"
+        )
+        return {s: int(n) for s, n in rows.fetchall()}
+
     def counts(self) -> dict[str, int]:
         """Rows per table, for readiness and the page."""
         cur = self._cursor()
         return {
-            t: int(cur.execute(f"SELECT count(*) FROM {t}").fetchone()[0])
-            for t in ("spans", "traces")
+            t: int(cur.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0])
+            for t in ("spans", "traces", "pirate_estimates", "rda_intervals")
         }
+
+
+def _range(column: str, start: int | None, end: int | None) -> tuple[list[str], list[Any]]:
+    """WHERE clauses (always at least one) and their arguments for ``column`` in [start, end]."""
+    where, args = ["TRUE"], []
+    for clause, value in ((f"{column} >= ?", start), (f"{column} <= ?", end)):
+        if value is not None:
+            where.append(clause)
+            args.append(value)
+    return where, args

@@ -1,10 +1,16 @@
 // The page of `tacit serve`: trace search, the waterfall of a reconstructed trace with each
-// link's score and alternatives, the service dependency graph and the per-service confidence
-// (TraceWeaver §6.3.2). It reads only the Jaeger query API and /api/tacit/*; no build step.
+// link's score and alternatives, the service dependency graph, the per-service confidence
+// (TraceWeaver §6.3.2) and the latency charts (Pirate's response latency per server, RDA's
+// one-way latency per interval). It reads only the Jaeger query API and /api/tacit/*; no build
+// step.
 //
 // Stable hooks for tests: #trace-list tr[data-trace-id], #waterfall .span-row[data-span-id]
 // (data-depth, data-parent-id), .link-score[data-score], .unmapped[data-reason],
-// #dependencies svg .edge[data-parent][data-child][data-calls], #confidence tr[data-service].
+// #dependencies svg .edge[data-parent][data-child][data-calls], #confidence tr[data-service],
+// #response-latency svg .point[data-server][data-epoch-ms][data-latency-ns],
+// #oneway-latency svg .point[data-source][data-role][data-interval][data-mean-ns][data-std-ns],
+// #oneway-latency svg .gap[data-status]; body[data-latency-drawn] counts the charts' refreshes
+// (every LATENCY_REFRESH_MS).
 // The search state lives in the address (?service=&operation=&lookback=&minDuration=&limit=
 // &trace=), so a search can be linked to; the mark "trace-list-drawn" (performance timeline)
 // and body[data-traces-drawn] tell when a result list has been drawn.
@@ -672,6 +678,160 @@ async function loadOverview() {
   if (failed.length) $("#status").textContent = `could not load: ${failed[0].reason.message}`;
 }
 
+// -- latency charts -----------------------------------------------------------------------------
+
+const LATENCY_REFRESH_MS = 5000;
+const CHART = { width: 640, height: 250, left: 70, right: 16, top: 28, bottom: 34 };
+
+/** Milliseconds since the epoch of a time the API gives in nanoseconds (a JSON number: a
+ * double, exact to well under a millisecond at today's times). */
+const nsToMs = (ns) => Math.round(ns / 1e6);
+
+/** A latency given in nanoseconds. */
+const fmtNs = (ns) => fmtDuration(ns / 1e3);
+
+function fmtClock(ms) {
+  const d = new Date(ms);
+  const pad = (n, w = 2) => String(n).padStart(w, "0");
+  return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+}
+
+/** ``n + 1`` evenly spaced values from ``lo`` to ``hi``. */
+const spaced = (lo, hi, n) => Array.from({ length: n + 1 }, (_, i) => lo + ((hi - lo) * i) / n);
+
+/**
+ * A time series chart in ``box``: per series, a line through its points (``t``: ms since the
+ * epoch, ``v``: ns), each point a circle with the series' data attributes and, where ``lo`` and
+ * ``hi`` are given, a bar between them; ``marks`` (``t``, attributes) sit on the time axis.
+ * The svg carries its scales (data-t0/t1, data-v0/v1 and the pixels they map to, data-x0/x1,
+ * data-y0/y1), so that what is drawn can be checked against the values.
+ */
+function drawChart(box, series, marks, empty) {
+  const all = series.flatMap((s) => s.points);
+  if (!all.length && !marks.length) {
+    box.replaceChildren(el("p", { className: "hint" }, empty));
+    return;
+  }
+  const times = [...all, ...marks].map((p) => p.t);
+  const t0 = Math.min(...times);
+  const t1 = Math.max(...times, t0 + 1);
+  const v0 = 0;
+  const v1 = Math.max(...all.map((p) => p.hi ?? p.v), 1) * 1.1;
+  const { width, height, left, right, top, bottom } = CHART;
+  const [x0, x1, y0, y1] = [left, width - right, height - bottom, top];
+  const x = (t) => x0 + ((t - t0) / (t1 - t0)) * (x1 - x0);
+  const y = (v) => y0 - ((v - v0) / (v1 - v0)) * (y0 - y1);
+  const root = svg("svg", {
+    viewBox: `0 0 ${width} ${height}`,
+    role: "img",
+    "data-t0": t0, "data-t1": t1, "data-v0": v0, "data-v1": v1,
+    "data-x0": x0, "data-x1": x1, "data-y0": y0, "data-y1": y1,
+  });
+  const axis = svg("g", { class: "axis" });
+  for (const v of spaced(v0, v1, 4)) {
+    axis.append(svg("line", { x1: x0, x2: x1, y1: y(v), y2: y(v) }));
+    const label = svg("text", { x: x0 - 6, y: y(v) + 3, "text-anchor": "end" });
+    label.textContent = fmtNs(v);
+    axis.append(label);
+  }
+  spaced(t0, t1, 4).forEach((t, i, all) => {
+    const anchor = i === 0 ? "start" : i === all.length - 1 ? "end" : "middle";
+    const label = svg("text", { x: x(t), y: y0 + 16, "text-anchor": anchor });
+    label.textContent = fmtClock(t);
+    axis.append(label);
+  });
+  root.append(axis);
+  const legend = svg("g", { class: "legend" });
+  series.forEach((s, i) => {
+    const g = svg("g", { class: "series", "data-name": s.name });
+    const stroke = PALETTE[i % PALETTE.length];
+    g.append(svg("polyline", { stroke, points: s.points.map((p) => `${x(p.t)},${y(p.v)}`).join(" ") }));
+    for (const p of s.points) {
+      if (p.lo !== undefined && p.hi !== undefined) {
+        g.append(svg("line", { class: "std", stroke, x1: x(p.t), x2: x(p.t), y1: y(p.lo), y2: y(p.hi) }));
+      }
+      const dot = svg("circle", { class: "point", cx: x(p.t), cy: y(p.v), r: 3.5, fill: stroke, ...p.attrs });
+      const title = svg("title");
+      title.textContent = p.title;
+      dot.append(title);
+      g.append(dot);
+    }
+    root.append(g);
+    const text = svg("text", { x: x0 + 8 + i * 190, y: 14, fill: stroke });
+    text.textContent = `● ${s.name}`;
+    legend.append(text);
+  });
+  root.append(legend);
+  for (const m of marks) {
+    const mark = svg("rect", { class: "gap", x: x(m.t) - 3, y: y0 - 3, width: 6, height: 6, ...m.attrs });
+    const title = svg("title");
+    title.textContent = m.title;
+    mark.append(title);
+    root.append(mark);
+  }
+  box.replaceChildren(root);
+}
+
+function drawResponseLatency(doc) {
+  const series = doc.series.map((s) => ({
+    name: s.server,
+    points: s.points.map((p) => ({
+      t: nsToMs(p.epoch_start_ns),
+      v: p.latency_ns,
+      attrs: {
+        "data-server": s.server,
+        "data-epoch-ms": nsToMs(p.epoch_start_ns),
+        "data-latency-ns": p.latency_ns,
+        "data-samples": p.samples,
+        "data-connections": p.connections,
+      },
+      title: `${s.server} at ${fmtClock(nsToMs(p.epoch_start_ns))}: ${fmtNs(p.latency_ns)} (${p.samples} gaps, ${p.connections} connections)`,
+    })),
+  }));
+  drawChart($("#response-latency .chart"), series, [], "No estimates: give tacit serve --pirate-interface or --pirate-pcap.");
+}
+
+function drawOnewayLatency(doc) {
+  const bySeries = new Map();
+  const marks = [];
+  for (const r of doc.data) {
+    const attrs = { "data-source": r.source, "data-role": r.role, "data-interval": r.interval };
+    const t = nsToMs(r.start_ns);
+    if (r.mean_ns === null) {
+      marks.push({ t, attrs: { ...attrs, "data-status": r.status }, title: `interval ${r.interval}: ${r.status}` });
+      continue;
+    }
+    const name = `${r.source} (${r.role})`;
+    if (!bySeries.has(name)) bySeries.set(name, { name, points: [] });
+    const std = r.std_ns;
+    bySeries.get(name).points.push({
+      t,
+      v: r.mean_ns,
+      lo: std === null ? undefined : Math.max(0, r.mean_ns - std),
+      hi: std === null ? undefined : r.mean_ns + std,
+      attrs: { ...attrs, "data-mean-ns": r.mean_ns, "data-std-ns": std === null ? "" : std, "data-status": r.status },
+      title: `interval ${r.interval} (${r.status}): ${fmtNs(r.mean_ns)}` + (std === null ? "" : ` ± ${fmtNs(std)}`),
+    });
+  }
+  drawChart($("#oneway-latency .chart"), [...bySeries.values()], marks, "No intervals: give tacit serve --rda-results or POST agents' records to /api/tacit/latency/oneway.");
+}
+
+let latencyDraws = 0;
+
+async function loadLatency() {
+  const jobs = [
+    api("/api/tacit/latency/response").then(drawResponseLatency),
+    api("/api/tacit/latency/oneway").then(drawOnewayLatency),
+  ];
+  const settled = await Promise.allSettled(jobs);
+  ["#response-latency", "#oneway-latency"].forEach((id, i) => {
+    if (settled[i].status === "rejected") {
+      $(`${id} .chart`).replaceChildren(el("p", { className: "error" }, `could not load: ${settled[i].reason.message}`));
+    }
+  });
+  document.body.dataset.latencyDrawn = String(++latencyDraws);
+}
+
 // -- wiring -------------------------------------------------------------------------------------
 
 function init() {
@@ -695,7 +855,12 @@ function init() {
 
   $("#service").addEventListener("change", () => loadOperations($("#service").value, null));
   $("#lookback").addEventListener("change", loadOverview);
-  $("#refresh").addEventListener("click", loadOverview);
+  $("#refresh").addEventListener("click", () => {
+    loadOverview();
+    loadLatency();
+  });
+  loadLatency();
+  setInterval(loadLatency, LATENCY_REFRESH_MS);
   $("#search").addEventListener("submit", (event) => {
     event.preventDefault();
     const params = formParams();
