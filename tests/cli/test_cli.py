@@ -51,7 +51,10 @@ def runs(work: Path) -> dict[str, subprocess.CompletedProcess]:
         "malformed": start("blind", "broken.json", "--out", "x.jsonl", cwd=work),
         "missing": start("callgraph", "missing.json", cwd=work),
         "debug": start("blind", "broken.json", "--out", "y.jsonl", "--debug", cwd=work),
-        "out_is_input": start("blind", "inproc.jsonl", "--out", "./inproc.jsonl", cwd=work),
+        "out_is_input": start(
+            "blind", "inproc.jsonl", "--out", "./inproc.jsonl", "--force", cwd=work
+        ),
+        "out_exists": start("blind", "traces.json", "--out", "inproc.orig", cwd=work),
         "out_is_dir": start("callgraph", "traces.json", "--out", ".", cwd=work),
         "out_full": start("blind", "traces.json", "--out", "/dev/full", cwd=work),
         "over_budget": start(
@@ -195,10 +198,12 @@ def test_nonexistent_file(runs) -> None:
 
 
 def test_outputs_that_cannot_be_written_are_refused_in_one_line(runs, work: Path) -> None:
-    """An output that is an input, a directory or a full device: one line, exit 2, and the
-    input left as it was."""
-    one_error_line(runs["out_is_input"], "also an input")
+    """An output that is an input, an existing file (without --force), a directory or a full
+    device: one line, exit 2, and the input left as it was."""
+    one_error_line(runs["out_is_input"], "also an input")  # even with --force
     assert (work / "inproc.jsonl").read_bytes() == (work / "inproc.orig").read_bytes()
+    one_error_line(runs["out_exists"], "inproc.orig: the output exists; add --force")
+    assert (work / "inproc.orig").read_bytes() == (work / "inproc.jsonl").read_bytes()
     one_error_line(runs["out_is_dir"], "is a directory")
     one_error_line(runs["out_full"], "/dev/full: cannot write: No space left on device")
 

@@ -128,6 +128,22 @@ OUTPUT_OPTIONS = frozenset({"--out", "--html", "--output", "-o"})
 """The options that name a file to write: ``-`` after one is the standard output."""
 
 
+def refuse_existing_outputs(argv: list[str], force: bool) -> None:
+    """Refuse, before anything runs, an output option naming a file that exists, unless
+    ``force``: a command replaces its output only when asked to. (The replacement itself is
+    atomic, :func:`tacit.outputs.atomic_output`; an output that is also an input is refused
+    even with ``force``.)"""
+    if force or "--help" in argv:
+        return
+    for i, a in enumerate(argv):
+        name, eq, value = a.partition("=")
+        if name not in OUTPUT_OPTIONS:
+            continue
+        path = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        if path and path != "-" and Path(path).is_file():
+            raise ConfigError(f"{path}: the output exists; add --force to replace it")
+
+
 @contextmanager
 def standard_streams(argv: list[str]) -> Iterator[list[str]]:
     """``argv`` with ``-`` standing for the standard streams: after an output option the

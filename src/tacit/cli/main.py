@@ -12,7 +12,13 @@ import sys
 import typer
 
 from tacit.cli import capture, diagnose, experiment, latency, paths, serve, traces
-from tacit.cli.common import console, out, show_notices, standard_streams
+from tacit.cli.common import (
+    console,
+    out,
+    refuse_existing_outputs,
+    show_notices,
+    standard_streams,
+)
 from tacit.compiled import kernels_cached
 from tacit.errors import TacitError
 
@@ -20,8 +26,8 @@ app = typer.Typer(
     name="tacit",
     help="Observability without instrumentation: traces and latencies inferred from what is "
     "visible anyway. Before or after any command: --tsv prints every table as tab-separated "
-    "values (for pipes), --quiet leaves out progress and notices, --debug shows the traceback "
-    "of an error.",
+    "values (for pipes), --quiet leaves out progress and notices, --force replaces output "
+    "files that exist, --debug shows the traceback of an error.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -56,10 +62,14 @@ def main() -> None:
     if quiet:
         sys.argv.remove("--quiet")
     show_notices(quiet)
+    force = "--force" in sys.argv
+    if force:
+        sys.argv.remove("--force")
     signal.signal(signal.SIGTERM, terminate)
     if sys.stderr.isatty() and not kernels_cached():
         console.print("first run: compiling tacit's kernels (once; later runs reuse them)")
     try:
+        refuse_existing_outputs(sys.argv, force)
         with standard_streams(sys.argv) as sys.argv:
             app()
     except (TacitError, OSError) as e:
