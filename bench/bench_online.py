@@ -115,8 +115,8 @@ def offline_run(blind, truth_parent, graph) -> dict:
 
 def cli_run(spans_file: Path, graph_file: Path, work: Path, output_format: str = "jaeger") -> dict:
     """``tacit reconstruct --algorithm traceweaver-online`` on ``spans_file`` in a subprocess,
-    writing ``work / "traces"`` (replacing the previous run's) as ``output_format``: its peak resident memory, time and whether
-    it streamed."""
+    writing ``work / "traces"`` (replacing the previous run's) as ``output_format``: its peak
+    resident memory, time and whether it streamed."""
     cli = "from tacit.cli.main import main; main()"
     args = ["reconstruct", str(spans_file), "--out", str(work / "traces"), "--force"]
     args += ["--format", output_format]

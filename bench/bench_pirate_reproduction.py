@@ -427,9 +427,11 @@ QUIC_WHY = """What the QUIC runs show (one connection per row; both ends are Pyt
 CPU-bound, and the machine is shared, so the rows move with the load):
 
 1. **Small responses: Pirate follows the client, as the paper found**, with pure ACKs coalesced
-   at 43 B, within a few per cent of the oracle with 1, 4 and 16 streams when the machine is
-   otherwise quiet. The client reads the responses to the requests in flight together and sends
-   the next requests together, so the gap before them is the response latency.
+   at 43 B, within a few per cent of the oracle with 1 and 4 streams. The client reads the
+   responses to the requests in flight together and sends the next requests together, so the
+   gap before them is the response latency. With 16 streams the runs differ: +0.9 % in one
+   quiet run, about +50 % in another; when the 16 responses are not read together, the
+   client's requests go out one per completion as in item 5.
 2. **Under load, some epochs are estimated at several times the truth** (the "over 2×"
    column, the step at −1 in the figure). Their estimates rest on 2–5 gaps: a few latency
    outliers (server or client descheduled) make a mode that holds the 5 % `ibg_min_share` and
@@ -497,10 +499,11 @@ WHY = """## Why tacit differs from the paper
    ms to tens of ms. Even an estimate equal to the epoch's true mean then has a large
    per-response error (the oracle rows). The paper's per-response tails (±15 %) suggest its
    latencies within an epoch were far more alike. With the quota enforced every 1 ms (setup
-   `web1ms`, the same allocation series), the oracle of the true epoch mean comes within a
-   few percent, and so does Pirate. Runs differ: on some runs the latency spread is wider
-   (see the oracle rows per run) and every estimator's error grows with it. In the figures,
-   the step at −1 is responses whose epoch estimate is more than twice their latency.
+   `web1ms`, the same allocation series), the oracle of the true epoch mean comes within
+   about 1 % per response, and so does Pirate, as the paper reports. Runs differ: on some
+   runs the latency spread is wider (see the oracle rows per run) and every estimator's error
+   grows with it. In the figures, the step at −1 is responses whose epoch estimate is more
+   than twice their latency.
 3. **The clients send one request per response, not bursts.** Closed-loop clients with 4
    outstanding requests do this, so §3.2's prominent-gap assumption is weak.
    - Browser-like clients (one request per connection) wait on other connections'
