@@ -47,24 +47,24 @@ def terminate(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _take_flag(name: str) -> bool:
+    """Whether the global flag ``name`` was given, before or after the command; it is taken out
+    of ``sys.argv`` so that the command does not see it."""
+    if name not in sys.argv:
+        return False
+    sys.argv.remove(name)
+    return True
+
+
 def main() -> None:
     """Entry point: run the app, turning tacit's errors into one line and exit code 2.
 
     Usage errors are typer's own (exit code 2 with the usage text).
     """
-    debug = "--debug" in sys.argv
-    if debug:
-        sys.argv.remove("--debug")
-    if "--tsv" in sys.argv:  # every table as tab-separated values, for pipes
-        sys.argv.remove("--tsv")
-        out.tsv = True
-    quiet = "--quiet" in sys.argv
-    if quiet:
-        sys.argv.remove("--quiet")
-    show_notices(quiet)
-    force = "--force" in sys.argv
-    if force:
-        sys.argv.remove("--force")
+    debug = _take_flag("--debug")
+    out.tsv = _take_flag("--tsv")  # every table as tab-separated values, for pipes
+    show_notices(_take_flag("--quiet"))
+    force = _take_flag("--force")
     signal.signal(signal.SIGTERM, terminate)
     if sys.stderr.isatty() and not kernels_cached():
         console.print("first run: compiling tacit's kernels (once; later runs reuse them)")
