@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tacit.experiment.memcached import free_port
 from tacit.experiment.otlp_load import BATCH, sdk_spans, send_spans
 from tacit.model.roles import infer_roles
 from tacit.model.spans import CLIENT
@@ -58,18 +58,12 @@ online: {{window_s: 2, lookahead_s: 2, max_request_s: 2, lateness_s: 1}}
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Server:
     """``tacit serve`` in a subprocess on core 0."""
 
     def __init__(self, tmp: Path, callgraph, pending: int = 10**7) -> None:
         self.tmp = tmp
-        self.port = _free_port()
+        self.port = free_port()
         callgraph.save(tmp / "callgraph.yaml")
         (tmp / "serve.yaml").write_text(CONFIG.format(port=self.port, pending=pending))
 

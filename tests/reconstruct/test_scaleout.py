@@ -4,7 +4,6 @@ on a simulated shop and on an app with a join; the parts run on a local Dask clu
 from __future__ import annotations
 
 import itertools
-import socket
 import sys
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 from reviews_app import reviews_app
 from tacit.errors import ConfigError
 from tacit.evaluation.trace_accuracy import score_reconstruction
+from tacit.experiment.memcached import free_port
 from tacit.model.roles import infer_roles, process_key
 from tacit.model.spans import SERVER
 from tacit.reconstruct.callgraph import learn_callgraph
@@ -148,12 +148,6 @@ def test_the_parts_on_a_dask_cluster_give_the_one_run_result(shop, reviews, clus
     with pytest.importorskip("distributed").Client(cluster, set_as_default=False) as client:
         assert_same(reconstruct_dask(blind, graph, client, FAST), whole)
         assert client.status == "running"  # a client given is left open
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_scheduler_out_of_reach_is_a_config_error(shop):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -16,6 +15,7 @@ import pytest
 
 from clirun import TACIT
 from serve_app import shop_callgraph, shop_spans
+from tacit.experiment.memcached import free_port
 from tacit.experiment.otlp_load import BATCH, sdk_spans
 
 CONFIG = """\
@@ -27,16 +27,10 @@ online: {{window_s: 1, lookahead_s: 1, max_request_s: 2, lateness_s: 0.1}}
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Server:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
-        self.port = _free_port()
+        self.port = free_port()
         shop_callgraph().save(tmp / "callgraph.yaml")
         (tmp / "serve.yaml").write_text(CONFIG.format(port=self.port))
         self.proc: subprocess.Popen | None = None
