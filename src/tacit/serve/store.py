@@ -323,17 +323,10 @@ class Store:
     ) -> list[tuple[str, str, str, int, int, int, int]]:
         """The latest ``limit`` estimates (of ``server``, of epochs starting in [``start_ns``,
         ``end_ns``]), by epoch then source, client."""
-        where, args = _range("epoch_start_ns", start_ns, end_ns)
-        if server is not None:
-            where.append("server = ?")
-            args.append(server)
-        rows = self._cursor().execute(
-            "SELECT * FROM (SELECT * FROM pirate_estimates WHERE "
-            + " AND ".join(where)
-            + " ORDER BY epoch_start_ns DESC, source, client LIMIT ?) "
-            "ORDER BY epoch_start_ns, source, client",
-            [*args, limit],
-        )
+        rows = self._latest(
+            "pirate_estimates", "epoch_start_ns", start_ns, end_ns, {"server": server}, limit,
+            newest="epoch_start_ns DESC, source, client", order="epoch_start_ns, source, client",
+        )  # fmt: skip
         return [
             (a, b, c, int(d), int(e), int(f), int(g)) for a, b, c, d, e, f, g in rows.fetchall()
         ]
@@ -371,18 +364,37 @@ class Store:
     ) -> list[dict[str, Any]]:
         """The latest ``limit`` interval records (of ``source``, of intervals starting in
         [``start_ns``, ``end_ns``]), by source, role and interval."""
-        where, args = _range("start_ns", start_ns, end_ns)
-        if source is not None:
-            where.append("source = ?")
-            args.append(source)
-        cur = self._cursor().execute(
-            "SELECT * FROM (SELECT * FROM rda_intervals WHERE "
-            + " AND ".join(where)
-            + " ORDER BY start_ns DESC, source, role LIMIT ?) ORDER BY source, role, interval",
-            [*args, limit],
-        )
+        cur = self._latest(
+            "rda_intervals", "start_ns", start_ns, end_ns, {"source": source}, limit,
+            newest="start_ns DESC, source, role", order="source, role, interval",
+        )  # fmt: skip
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def _latest(
+        self,
+        table: str,
+        at: str,
+        start_ns: int | None,
+        end_ns: int | None,
+        equal: dict[str, Any],
+        limit: int,
+        newest: str,
+        order: str,
+    ) -> Any:
+        """The cursor over the ``limit`` first rows of ``table`` by ``newest`` whose ``at``
+        column is in [``start_ns``, ``end_ns``] and whose columns equal ``equal`` (None: any),
+        in the order ``order``."""
+        where, args = _range(at, start_ns, end_ns)
+        for column, value in equal.items():
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        return self._cursor().execute(
+            f"SELECT * FROM (SELECT * FROM {table} WHERE {' AND '.join(where)} "
+            f"ORDER BY {newest} LIMIT ?) ORDER BY {order}",
+            [*args, limit],
+        )
 
     def rda_rejected(self) -> dict[str, int]:
         """Rejected lines per source."""
