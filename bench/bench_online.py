@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -140,13 +142,27 @@ def cli_run(spans_file: Path, graph_file: Path, work: Path, output_format: str =
     }
 
 
+@contextmanager
+def _workdir(graph) -> Iterator[tuple[Path, Path]]:
+    """A temporary directory holding ``graph`` saved as a call graph file: (dir, file)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        graph.save(work / "callgraph.yaml")
+        yield work, work / "callgraph.yaml"
+
+
+def _peak_ratios(runs: dict[str, list[dict]]) -> dict:
+    """Per way of running, its runs and the peak memory of the longest over the shortest."""
+    return {
+        name: {"runs": r, "peak_ratio": round(r[-1]["peak_rss_mb"] / r[0]["peak_rss_mb"], 2)}
+        for name, r in runs.items()
+    }
+
+
 def cli_rows(app, graph) -> dict:
     """The command line's peak memory, streamed and batch, on a short and a 10x longer stream."""
     runs: dict[str, list[dict]] = {"streamed": [], "batch": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        graph_file = work / "callgraph.yaml"
-        graph.save(graph_file)
+    with _workdir(graph) as (work, graph_file):
         for duration in CLI_DURATIONS:
             sim = simulate(app, RATE, duration_s=duration, seed=3, record_threads=False)
             blind = infer_roles(sim).without_truth()
@@ -154,23 +170,14 @@ def cli_rows(app, graph) -> dict:
                 spans_file = work / f"{name}.jsonl"
                 write_blind(spans_file, blind, in_end_order)
                 runs[name].append(cli_run(spans_file, graph_file, work))
-    return {
-        name: {
-            "runs": r,
-            "peak_ratio": round(r[-1]["peak_rss_mb"] / r[0]["peak_rss_mb"], 2),
-        }
-        for name, r in runs.items()
-    }
+    return _peak_ratios(runs)
 
 
 def cli_otlp_rows(app, graph) -> dict:
     """The command line's peak memory and link accuracy on OTLP, streamed (JSON Lines in end
     order) and batch (one document), on a stream and a 4x longer one."""
     runs: dict[str, list[dict]] = {"streamed": [], "batch": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        graph_file = work / "callgraph.yaml"
-        graph.save(graph_file)
+    with _workdir(graph) as (work, graph_file):
         for duration in OTLP_DURATIONS:
             sim = simulate(app, RATE, duration_s=duration, seed=3, record_threads=False)
             truth = _parents(sim)
@@ -185,13 +192,7 @@ def cli_otlp_rows(app, graph) -> dict:
                 right = sum(got[k][1] == truth[k][1] for k in clients)
                 runs[name].append(run | {"link_accuracy": round(right / len(clients), 4)})
                 spans_file.unlink()
-    return {
-        name: {
-            "runs": r,
-            "peak_ratio": round(r[-1]["peak_rss_mb"] / r[0]["peak_rss_mb"], 2),
-        }
-        for name, r in runs.items()
-    }
+    return _peak_ratios(runs)
 
 
 def _parents(spans) -> dict[tuple, tuple]:
