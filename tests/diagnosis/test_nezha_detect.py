@@ -7,28 +7,20 @@ is learned from the requests before the injection.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
+from nezha_faults import nezha_fault
 
 from tacit.diagnosis import critical_paths, detect, explain
 from tacit.diagnosis.critical_path import NETWORK
 from tacit.diagnosis.detect import SLOWER, confounder_keys
-from tacit.formats import observe
-
-DAY = "nezha/online_boutique/2022-08-22"
 
 
 @pytest.fixture(scope="module")
 def frontend_fault(shared_data):
-    day = shared_data / DAY
-    faults = [
-        f for hour in json.loads((day / "fault_list.json").read_text()).values() for f in hour
-    ]
-    (fault,) = [f for f in faults if f["inject_time"] == "2022-08-22 03:53:54"]
+    minutes = ["03_53", "03_54", "03_55"]
+    fault, spans = nezha_fault(shared_data, "2022-08-22 03:53:54", minutes)
     assert fault["inject_pod"].startswith("frontend-")
-    spans = observe([day / f"03_{m}_trace.csv.gz" for m in (53, 54, 55)])[0].spans
     cp = critical_paths(spans)
     key, keys = confounder_keys(cp.graph.spans, cp.root, ["endpoint"])
     return cp, key, keys, int(fault["inject_timestamp"]) * 10**9

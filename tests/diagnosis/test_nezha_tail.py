@@ -8,24 +8,16 @@ ground-truth traces.
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from nezha_faults import nezha_fault
 
 from tacit.diagnosis.tail import TailParams, requests_between, tail_profile
-from tacit.formats import observe
-
-DAY = "nezha/online_boutique/2022-08-22"
 
 
 @pytest.fixture(scope="module")
 def shipping_fault(shared_data):
-    day = shared_data / DAY
-    faults = [
-        f for hour in json.loads((day / "fault_list.json").read_text()).values() for f in hour
-    ]
-    (fault,) = [f for f in faults if f["inject_time"] == "2022-08-22 07:26:48"]
-    spans = observe([day / f"07_{m}_trace.csv.gz" for m in (26, 27, 28)])[0].spans
+    minutes = ["07_26", "07_27", "07_28"]
+    fault, spans = nezha_fault(shared_data, "2022-08-22 07:26:48", minutes)
     at = int(fault["inject_timestamp"]) * 10**9
     before = requests_between(spans, 0, at)
     during = requests_between(spans, at, at + 60 * 10**9)
