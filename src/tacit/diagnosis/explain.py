@@ -156,11 +156,13 @@ def explain(
     name, features (with what grew against its key's baseline) and the rules' verdict
     (``holds``, ``undetermined``, ``symptoms``)."""
     rules = rules or trace_rules()
+    slow = np.flatnonzero(detection.verdict == SLOWER)
+    if not len(slow):
+        return []
+    slow = slow[np.argsort(-detection.latency[slow], kind="stable")]
     baseline = baseline_contributions(cp, detection)
     edges, transit = transit_by_edge(cp)
     edge_baseline = _key_medians(transit, detection)
-    slow = np.flatnonzero(detection.verdict == SLOWER)
-    slow = slow[np.argsort(-detection.latency[slow], kind="stable")]
     out = []
     for i in slow.tolist():
         name = cp.trace_name(i)
