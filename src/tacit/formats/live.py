@@ -41,9 +41,14 @@ _RECORD = 16
 
 @dataclass(frozen=True)
 class CaptureStats:
-    """libpcap's counters (``pcap_stats``): packets the filter passed (``received``), dropped by
-    the kernel for lack of buffer space (``dropped``) and by the interface (``if_dropped``);
-    plus ``delivered``: frames handed to the decoder."""
+    """libpcap's counters (``pcap_stats``) since the filter was set: packets the filter passed
+    (``received``), dropped by the kernel for lack of buffer space (``dropped``) and by the
+    interface (``if_dropped``); plus ``delivered``: frames handed to the decoder.
+
+    The kernel starts taking every frame on the interface when the capture is activated, a
+    moment before the filter is attached; what it took (or dropped) then is not what the
+    filter asked for, so the counters are read once the filter is in place and reported as
+    differences from that reading."""
 
     received: int
     dropped: int
@@ -152,6 +157,7 @@ class LiveCapture:
         except pcapy.PcapError as e:
             self._handle.close()
             raise ConfigError(f"bad capture filter {bpf_filter!r}: {e}") from None
+        self._counted_from = self._handle.stats()
         self.linktype = self._handle.datalink()
         self.source = f"live:{interface}"
         self.empty()  # compiles the decoder now, not on the first packets
@@ -178,7 +184,9 @@ class LiveCapture:
             self._handle = None
 
     def stats(self) -> CaptureStats:
-        received, dropped, if_dropped = self._handle.stats()
+        received, dropped, if_dropped = (
+            now - then for now, then in zip(self._handle.stats(), self._counted_from, strict=True)
+        )
         return CaptureStats(received, dropped, if_dropped, self.delivered)
 
     def batches(
