@@ -16,7 +16,16 @@ from tacit.errors import ConfigError
 
 @pytest.mark.parametrize(
     ("text", "ns"),
-    [("5s", 5 * 10**9), ("250ms", 250 * 10**6), ("100us", 100_000), ("10ns", 10), ("1.5", 1.5e9)],
+    [
+        ("5s", 5 * 10**9),
+        ("250ms", 250 * 10**6),
+        ("100us", 100_000),
+        ("10ns", 10),
+        ("1.5", 1.5e9),
+        ("30m", 1800 * 10**9),
+        ("72h", 72 * 3600 * 10**9),
+        ("7d", 7 * 86400 * 10**9),
+    ],
 )
 def test_durations_in_every_unit(text, ns):
     assert parse_duration(text) == ns

@@ -63,7 +63,15 @@ def flag(*names: str, **options: Any) -> Any:
 
 JsonOpt = Annotated[bool, flag("--json", help="Machine-readable JSON on stdout.")]
 
-UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+UNITS_NS = {
+    "ns": 1,
+    "us": 1_000,
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+    "d": 86_400_000_000_000,
+}
 MAX_NS = 2**63 - 1
 
 
@@ -230,8 +238,9 @@ def comma_list(text: str) -> list[str]:
 
 
 def parse_duration(text: str) -> int:
-    """``5s``, ``250ms``, ``100us``, ``10ns`` or plain seconds → nanoseconds (finite, not
-    negative, at most what int64 nanoseconds hold: about 292 years)."""
+    """``5s``, ``250ms``, ``100us``, ``10ns``, ``30m``, ``72h``, ``7d`` or plain seconds →
+    nanoseconds (finite, not negative, at most what int64 nanoseconds hold: about 292
+    years)."""
     t = text.strip().lower()
     for unit in sorted(UNITS_NS, key=len, reverse=True):
         if t.endswith(unit):

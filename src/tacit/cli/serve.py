@@ -58,6 +58,10 @@ def register(app: typer.Typer) -> None:
             list[Path] | None,
             typer.Option(help="RDA: an agent's --output file, followed as it grows (may repeat)."),
         ] = None,
+        retention: Annotated[
+            str | None,
+            typer.Option(help="Delete what was taken in longer ago than this, e.g. 72h."),
+        ] = None,
     ) -> None:
         """Receive spans over OTLP, reconstruct their traces online (TraceWeaver §5.3), store
         them, and serve them: the Jaeger query API and a web page on the HTTP address,
@@ -69,6 +73,7 @@ def register(app: typer.Typer) -> None:
         from tacit.serve.logs import configure_logging
 
         epoch_ns = None if pirate_epoch is None else parse_duration(pirate_epoch)
+        retention_s = None if retention is None else parse_duration(retention) / 1e9
         cfg = load_config(config) if config is not None else ServeConfig()
         cfg = cfg.updated(
             callgraph=callgraph,
@@ -82,6 +87,7 @@ def register(app: typer.Typer) -> None:
             pirate_filter=pirate_filter,
             pirate=None if epoch_ns is None else replace(cfg.pirate, epoch_ns=epoch_ns),
             rda_results=tuple(rda_results) if rda_results else None,
+            retention_s=retention_s,
         )
         if cfg.pirate_pcap is not None and not cfg.pirate_pcap.exists():
             raise ConfigError(f"{cfg.pirate_pcap}: no such capture file")

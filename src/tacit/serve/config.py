@@ -10,6 +10,7 @@
     max_pending_spans: 200000   # not yet reconstructed: beyond, 429 or RESOURCE_EXHAUSTED
     retry_after_s: 1            # the retry hint sent with a refusal
     idle_s: 1                   # quiet this long, the stream's clock moves on by the time passed
+    retention_s: 259200         # what was taken in longer ago is deleted (0, the default: kept)
     online:                     # TraceWeaver §5.3 windows, in seconds
       window_s: 2
       lookahead_s: 2
@@ -27,6 +28,7 @@ The defaults listen on loopback only: the receivers take spans from anyone who c
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,7 @@ _FIELDS = (
     "max_pending_spans",
     "retry_after_s",
     "idle_s",
+    "retention_s",
     "online",
     "json_logs",
     "pirate_interface",
@@ -79,6 +82,10 @@ class ServeConfig:
     """With no request for this long, the stream's clock moves on by the wall time that passed
     (so the last traces before a pause finish). A sender replaying spans faster than real time
     that pauses longer than this finds its next spans late."""
+    retention_s: float = 0.0
+    """Spans, traces and latency series taken in longer ago than this are deleted
+    (:meth:`~tacit.serve.store.Store.expire`), checked every tenth of it (at most every
+    minute); 0 keeps everything."""
     online: OnlineParams = field(default_factory=lambda: SERVE_ONLINE)
     json_logs: bool = False
     pirate_interface: str | None = None
@@ -96,6 +103,8 @@ class ServeConfig:
                 raise ConfigError(f"{name}: {address!r} is not HOST:PORT")
         if self.max_pending_spans <= 0:
             raise ConfigError("max_pending_spans must be positive")
+        if not 0 <= self.retention_s < math.inf:
+            raise ConfigError(f"retention_s must be a finite number >= 0, got {self.retention_s}")
 
     def updated(self, **changes: Any) -> ServeConfig:
         """This configuration with the fields given (None values left as they are)."""
@@ -134,6 +143,8 @@ def load_config(path: str | Path) -> ServeConfig:
         kwargs["retry_after_s"] = number(data, "retry_after_s", where, positive=True, integer=True)
     if "idle_s" in data:
         kwargs["idle_s"] = number(data, "idle_s", where, positive=True, maximum=3600)
+    if "retention_s" in data:
+        kwargs["retention_s"] = number(data, "retention_s", where, positive=False)
     kwargs["json_logs"] = flag(data, "json_logs", where)
     if "online" in data:
         at = f"{where}: online"

@@ -69,6 +69,12 @@ class ServeMetrics:
             registry=r,
         )
         self.traces = Counter("tacit_traces_finished", "Traces finished and stored", registry=r)
+        self.expired = Counter(
+            "tacit_rows_expired",
+            "Rows deleted from the store for being older than the retention time, by table",
+            ["table"],
+            registry=r,
+        )
         self.pending = Gauge(
             "tacit_spans_pending", "Spans received and not yet in a finished trace", registry=r
         )

@@ -6,7 +6,8 @@ is written to the store in one transaction together with the low-water mark, the
 number below which every span is in a finished trace, from which a restart resumes. When
 nothing arrives for ``idle_s``, the stream's clock moves on by the wall time that passed since
 the last request (:meth:`tacit.reconstruct.online.OnlineTraceWeaver.advance`), so the last traces
-before a pause finish too.
+before a pause finish too. With a retention time, the thread also deletes what is older than
+that (:meth:`tacit.serve.store.Store.expire`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ log = logging.getLogger("tacit.serve")
 
 POLL_S = 0.25
 """How long the thread waits for a request before it looks at the quiet time."""
+MAX_EXPIRY_PERIOD_S = 60.0
+"""Retention is applied every tenth of the retention time, and at least this often."""
 
 
 class Reconstructor(threading.Thread):
@@ -46,6 +49,7 @@ class Reconstructor(threading.Thread):
         online: OnlineParams,
         idle_s: float,
         forward: Callable[[list[Traces]], None] | None = None,
+        retention_s: float = 0.0,
     ) -> None:
         super().__init__(name="tacit-reconstruct", daemon=True)
         self.store = store
@@ -53,6 +57,8 @@ class Reconstructor(threading.Thread):
         self.metrics = metrics
         self.forward = forward
         self.idle_s = idle_s
+        self.retention_s = retention_s
+        self._next_expiry = time.monotonic()
         self.seed = store.state("seed", 0) or _new_seed(store)
         self.feed = OnlineFeed(callgraph, online, store.state("next_position", 0))
         self._stop_event = threading.Event()
@@ -61,7 +67,8 @@ class Reconstructor(threading.Thread):
         self.lag_s = 0.0
         # per service, [incoming, top choice] over everything stored, kept up to date here
         # rather than summed again from the store after every write
-        self.confidence = {svc: list(v) for svc, v in store.confidence(0).items()}
+        self.confidence: dict[str, list[int]] = {}
+        self._load_confidence()
 
     def stop(self) -> None:
         """Finish what is queued, store it, and end; pending spans stay for the restart."""
@@ -78,6 +85,8 @@ class Reconstructor(threading.Thread):
     def _loop(self) -> None:
         q = self.ingest.queue
         while True:
+            if self.retention_s and time.monotonic() >= self._next_expiry:
+                self._expire()
             try:
                 batch: Batch | None = q.get(timeout=POLL_S)
             except queue.Empty:
@@ -122,9 +131,33 @@ class Reconstructor(threading.Thread):
             total = self.confidence.setdefault(svc, [0, 0])
             total[0] += n
             total[1] += top
-            m.confidence.labels(svc).set(total[1] / total[0] if total[0] else 1.0)
+            self._confidence_gauge(svc)
         if self.forward is not None and rows.forward:
             self.forward(rows.forward)
+
+    def _expire(self) -> None:
+        """Delete what was taken in more than the retention time ago (here, between writes:
+        the store's writer is this thread), and count it."""
+        before_ns = time.time_ns() - round(self.retention_s * 1e9)
+        low_water = self.feed.low_water(self.ingest.next_seq)
+        for table, n in self.store.expire(before_ns, low_water).items():
+            self.metrics.expired.labels(table).inc(n)
+        self._load_confidence()
+        self._next_expiry = time.monotonic() + min(self.retention_s / 10, MAX_EXPIRY_PERIOD_S)
+
+    def _load_confidence(self) -> None:
+        """Per-service confidence over what the store holds, and its gauges (a service with
+        nothing stored any more loses its gauge)."""
+        before = set(self.confidence)
+        self.confidence = {svc: list(v) for svc, v in self.store.confidence(0).items()}
+        for svc in self.confidence:
+            self._confidence_gauge(svc)
+        for svc in before - set(self.confidence):
+            self.metrics.confidence.remove(svc)
+
+    def _confidence_gauge(self, svc: str) -> None:
+        n, top = self.confidence[svc]
+        self.metrics.confidence.labels(svc).set(top / n if n else 1.0)
 
     def _red(self, f: Finished) -> None:
         """Rate, errors and duration of the finished incoming requests, per service."""

@@ -55,6 +55,7 @@ class Service:
             config.online,
             config.idle_s,
             self.forwarder,
+            config.retention_s,
         )
         sources = [config.pirate_pcap, config.pirate_interface]
         self.pirate = [

@@ -214,6 +214,60 @@ class Store:
             for key, value in state.items():
                 cur.execute("INSERT OR REPLACE INTO state VALUES (?, ?)", [key, value])
 
+    # -- retention ---------------------------------------------------------------------------
+    def expire(self, before_ns: int, low_water: int) -> dict[str, int]:
+        """Delete what the service took in before ``before_ns`` (its own clock), in one
+        transaction; the rows deleted per table.
+
+        A span goes once it was received before then (its ingest request's ``received_ns``)
+        and below ``low_water``: spans are numbered in the order they were received, so the
+        rule is a sequence number, the first received at or after ``before_ns`` or
+        ``low_water`` if lower. A trace goes with its spans, once it finished before
+        ``before_ns`` and none of its spans is at or past that number; spans in no trace go
+        by the number alone. The ingest requests go once all their spans are below it, but
+        for the last, which keeps the numbering going on a restart. Confidence goes by
+        ``at_ns``, RDA records by ``received_ns``, Pirate's estimates of a live source by
+        their epoch's end (a live capture is stamped with the system clock; a capture file's
+        estimates stay: they are replaced whole when it is read again).
+        """
+        with self._transaction() as cur:
+            ((first_after,),) = cur.execute(
+                "SELECT min(first_seq) FROM ingest WHERE received_ns >= ?", [before_ns]
+            ).fetchall()
+            cut = low_water if first_after is None else min(low_water, int(first_after))
+            expired = (
+                "SELECT trace_id FROM traces WHERE finished_ns < ? AND trace_id NOT IN "
+                "(SELECT trace_id FROM spans WHERE seq >= ? AND trace_id IS NOT NULL)"
+            )
+            deletes = {
+                "spans": (
+                    f"DELETE FROM spans WHERE trace_id IN ({expired}) "
+                    "OR (trace_id IS NULL AND seq < ?)",
+                    [before_ns, cut, cut],
+                ),
+                "trace_operations": (
+                    f"DELETE FROM trace_operations WHERE trace_id IN ({expired})",
+                    [before_ns, cut],
+                ),
+                "traces": (f"DELETE FROM traces WHERE trace_id IN ({expired})", [before_ns, cut]),
+                "ingest": (
+                    "DELETE FROM ingest WHERE first_seq + spans <= ? "
+                    "AND first_seq < (SELECT max(first_seq) FROM ingest)",
+                    [cut],
+                ),
+                "confidence": ("DELETE FROM confidence WHERE at_ns < ?", [before_ns]),
+                "pirate_estimates": (
+                    "DELETE FROM pirate_estimates WHERE source LIKE 'live:%' AND epoch_end_ns < ?",
+                    [before_ns],
+                ),
+                "rda_intervals": ("DELETE FROM rda_intervals WHERE received_ns < ?", [before_ns]),
+                "rda_rejected": ("DELETE FROM rda_rejected WHERE received_ns < ?", [before_ns]),
+            }
+            return {
+                table: int(cur.execute(sql, args).fetchall()[0][0])
+                for table, (sql, args) in deletes.items()
+            }
+
     # -- queries -----------------------------------------------------------------------------
     def services(self) -> list[str]:
         rows = self._cursor().execute(
