@@ -136,11 +136,19 @@ class Reconstructor(threading.Thread):
             self.forward(rows.forward)
 
     def _expire(self) -> None:
-        """Delete what was taken in more than the retention time ago (here, between writes:
-        the store's writer is this thread), and count it."""
+        """Delete what was taken in more than the retention time ago (between this thread's
+        writes of finished traces), and count it. A pass that fails (a write of the Pirate or
+        RDA threads conflicting with its deletions) is logged and tried again next time."""
+        import duckdb
+
         before_ns = time.time_ns() - round(self.retention_s * 1e9)
         low_water = self.feed.low_water(self.ingest.next_seq)
-        for table, n in self.store.expire(before_ns, low_water).items():
+        try:
+            expired = self.store.expire(before_ns, low_water)
+        except duckdb.Error as e:
+            log.warning("retention pass failed, to be tried again: %s", e)
+            expired = {}
+        for table, n in expired.items():
             self.metrics.expired.labels(table).inc(n)
         self._load_confidence()
         self._next_expiry = time.monotonic() + min(self.retention_s / 10, MAX_EXPIRY_PERIOD_S)
