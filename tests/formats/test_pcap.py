@@ -502,6 +502,20 @@ def test_garbage_in_the_middle_of_a_pcap(tmp_path: Path) -> None:
         assert f"at byte {24 + 16 + first}" in str(e.value)
 
 
+def test_a_stream_of_chunks_delivers_the_records_before_garbage(tmp_path: Path) -> None:
+    frames = tcp_frames(*V4, n=5)
+    path = pcap_file(tmp_path, frames)
+    before = 24 + sum(16 + len(f) for f in frames[:3])
+    corrupt(path, before + 8, struct.pack("<I", 0x7FFF0000))
+    delivered = []
+    with pytest.raises(InputError) as e:
+        for chunk in iter_packet_chunks(path, 1000):
+            delivered.append(chunk)
+    assert e.value.record == 3
+    assert [len(c.packets) for c in delivered] == [3]
+    assert delivered[0].accounting.records == 3
+
+
 @pytest.mark.parametrize(
     ("at", "value", "message"),
     [

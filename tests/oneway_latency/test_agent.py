@@ -146,3 +146,39 @@ def test_corrupt_capture_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(InputError, match=r"bad\.pcap"):
         agent.run_sync()
     assert agent.records[-1]["summary"] and "bad.pcap" in agent.records[-1]["source_error"]
+
+
+@pytest.mark.parametrize("side", [0, 1])
+def test_a_corrupt_record_ends_a_capture_after_the_intervals_before_it(pcaps, tmp_path, side):
+    """A capture file with a corrupt record 90% of the way in (the sender's or the receiver's):
+    the intervals its clock closed before the record are measured as in a clean run; the ones
+    it may have left partial, and every later one, are published ``incomplete``, never
+    measured as if the missing packets were lost; the agent reading it names the file."""
+    data = bytearray(pcaps[side].read_bytes())
+    pos, records = 24, 0
+    while records < 0.9 * len(stream(pcaps[side])):
+        pos += 16 + int.from_bytes(data[pos + 8 : pos + 12], "little")
+        records += 1
+    data[pos + 8 : pos + 12] = (0x7FFF0000).to_bytes(4, "little")
+    bad = tmp_path / pcaps[side].name
+    bad.write_bytes(bytes(data))
+    port = free_port()
+    files = [bad if k == side else pcaps[k] for k in (0, 1)]
+    sender = Agent("sender", ("127.0.0.1", port), KEY, PcapSource(files[0]), FAST)
+    receiver = Agent("receiver", ("127.0.0.1", port), KEY, PcapSource(files[1]), FAST)
+
+    async def run():
+        return await asyncio.gather(receiver.run(), sender.run(), return_exceptions=True)
+
+    outcomes = asyncio.run(run())
+    assert isinstance(outcomes[1 - side], InputError) and str(bad) in str(outcomes[1 - side])
+    clean = intervals(asyncio.run(pair(pcaps))[1])
+    for agent in (sender, receiver):
+        rows = intervals(agent)
+        complete = [i for i, r in rows.items() if r["status"] == "complete"]
+        assert complete and all(
+            rows[i] == {**clean[i], "role": agent.role.name.lower()} for i in complete
+        )
+        assert all(r["status"] == "incomplete" for i, r in rows.items() if i > max(complete))
+    cut = [i for i, r in intervals(sender).items() if r["status"] == "incomplete"]
+    assert cut and sorted(intervals(sender)) == sorted(clean)[: len(intervals(sender))]

@@ -212,9 +212,11 @@ def read_packet_buffer(
     spans = _spans(capacity if payloads else 0)
     counters = _Counters()
     while True:
-        status, pos, rows, done = walk.walk(
+        status, pos, rows, done, failure = walk.walk(
             buf, pos, table, spans, rows, capacity - records, counters
         )
+        if failure is not None:
+            raise failure
         records += done
         if status == _END:
             break
@@ -236,7 +238,9 @@ def iter_packet_chunks(
     (gzip or not) a block at a time, so that files larger than memory can be processed; with
     ``payloads``, each piece carries its rows' captured payload bytes.
 
-    Each piece carries the accounting of its own records; their sum is the file's.
+    Each piece carries the accounting of its own records; their sum is the file's. A record
+    that cannot be right raises its :class:`~tacit.errors.InputError` after the piece holding
+    the records before it: a reader of the stream keeps everything the capture held up to it.
     """
     if chunk_records < 1:
         raise ValueError("chunk_records must be at least 1")
@@ -254,11 +258,13 @@ def iter_packet_chunks(
                 buf = np.frombuffer(data, dtype=np.uint8)
                 room = chunk_records - records
                 first = rows
-                status, pos, rows, done = walk.walk(buf, pos, table, spans, rows, room, counters)
+                status, pos, rows, done, failure = walk.walk(
+                    buf, pos, table, spans, rows, room, counters
+                )
                 records += done
                 if payloads:  # gathered now: the next buffer replaces this one
                     pieces.append(_gather(buf, spans, first, rows))
-                if status == _LIMIT:
+                if failure is not None or status == _LIMIT:
                     break
                 if eof:
                     finished = True
@@ -274,6 +280,8 @@ def iter_packet_chunks(
             if records + cut or (finished and not total.records):
                 held = PacketPayloads.concat(pieces) if payloads else None
                 yield PacketRead(_rows(table, rows, name), accounting, walk.format, held)
+            if failure is not None:  # after the records before it, delivered above
+                raise failure
 
 
 def _rows(table: PacketTable, rows: int, source: str) -> PacketTable:
@@ -433,10 +441,12 @@ class _Walk:
         row: int,
         max_records: int,
         counters: _Counters,
-    ) -> tuple[int, int, int, int]:
+    ) -> tuple[int, int, int, int, InputError | None]:
         """Decode up to ``max_records`` records of ``buf`` from ``pos`` into ``table`` (and the
         payload spans into ``spans`` unless it has no rows) from ``row`` on; returns (how it
-        stopped, position, next row, records walked)."""
+        stopped, position, next row, records walked, the error naming the first bad record or
+        None). The records before a bad one are decoded: a caller may deliver them before it
+        raises the error."""
         cols = tuple(table.columns().values())
         args = (self.state, cols, spans, counters.arrays, self.key)
         if self.format == "pcap":
@@ -445,14 +455,15 @@ class _Walk:
             status, end, rows, records, info = _walk_pcapng(
                 buf, pos, row, max_records, self.ifaces, *args
             )
-        if status not in (_END, _LIMIT):
-            message = _ERRORS[status].format(info=info)
-            raise InputError(
-                f"{message} at byte {self.offset + end}: not a valid {self.format} file from here",
-                path=self.path,
-                record=int(self.state[_NEXT_RECORD]),
-            )
-        return status, end, rows, records
+        if status in (_END, _LIMIT):
+            return status, end, rows, records, None
+        message = _ERRORS[status].format(info=info)
+        failure = InputError(
+            f"{message} at byte {self.offset + end}: not a valid {self.format} file from here",
+            path=self.path,
+            record=int(self.state[_NEXT_RECORD]),
+        )
+        return status, end, rows, records, failure
 
     def check_decoded(self, accounting: PacketAccounting) -> None:
         """Raise when no packet decoded because the link types are all unsupported."""

@@ -35,10 +35,12 @@ Retention (documented limits): an interval waits for its peer at most ``retentio
 (wall clock) after it closed; at most ``max_pending`` intervals wait at once — a file source
 then pauses (backpressure), a live source publishes the oldest as given up. An interval that
 cannot be completed is published with its status: ``peer_missing`` (the peer never asked for
-or sent it), ``incomplete`` (the exchange began but did not finish), ``expired`` (the receiver
-no longer held its packets). ``complete`` and ``undecodable`` (the difference could not be
-fully listed; the mean and standard deviation then rest on the clean buckets only, as in RDA
-Algorithm 2) are the outcomes of a reconciliation. Intervals in which the sender saw no packet
+or sent it), ``incomplete`` (the exchange began but did not finish, or either side's capture
+failed before the interval's end: a corrupt record ends a capture file, and the intervals
+closed before it are still measured), ``expired`` (the receiver no longer held its packets).
+``complete`` and ``undecodable`` (the difference could not be fully listed; the mean and
+standard deviation then rest on the clean buckets only, as in RDA Algorithm 2) are the outcomes
+of a reconciliation. Intervals in which the sender saw no packet
 are not published (there is nothing to measure); the final summary line counts them.
 """
 
@@ -241,6 +243,9 @@ class Agent:
         self._config = self.params.config()
         self._source_done = False
         self._source_error: TacitError | None = None
+        self._cut_at: int | None = None
+        """After the capture failed, the first interval it may not have covered whole: from it
+        on no interval is measured (each is published ``incomplete``)."""
         self._changed: asyncio.Event | None = None
         self._conn: Connection | None = None
         self._handshakes: list[_Handshake] = []  # unauthenticated, oldest first
@@ -378,6 +383,7 @@ class Agent:
             if isinstance(item, TacitError):
                 log.error("source failed: %s", item)
                 self._source_error = item
+                self._cut_at = self.book.closed_below or 0
                 break
             if item.read is not None:
                 self.accounting = self.accounting + item.read.accounting
@@ -399,6 +405,9 @@ class Agent:
         for i, cache, packets in intervals:
             if self.role == Role.SENDER:
                 if not packets:
+                    continue
+                if self._cut_short(i):
+                    self._emit(self._record(i, INCOMPLETE, packets))
                     continue
                 self._pending[i] = _Pending(cache, packets, now)
                 self._last_interval = max(self._last_interval, i)
@@ -716,10 +725,18 @@ class Agent:
                 break
             if i in self._results or i in self._tasks or not self._ready(i):
                 continue
+            if self._cut_short(i):
+                self._resolve(i, self._record(i, INCOMPLETE, self._sketches[i].size))
+                continue
             if i < self._forgotten_below:
                 self._resolve(i, self._record(i, EXPIRED, self._sketches[i].size))
                 continue
             self._tasks[i] = asyncio.create_task(self._exchange(self._conn, i))
+
+    def _cut_short(self, i: int) -> bool:
+        """Whether interval ``i`` is at or past where the capture failed (its packets are
+        partial or missing, so a measurement would count the rest as lost)."""
+        return self._cut_at is not None and i >= self._cut_at
 
     def _forget_old_caches(self) -> None:
         """Drop the caches no reconciliation can need: below every unresolved announced
