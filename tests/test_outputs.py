@@ -52,6 +52,11 @@ def test_a_kill_while_writing_leaves_the_previous_file(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code, str(out)], check=False)
     assert proc.returncode == -signal.SIGKILL
     assert out.read_bytes() == b"old"
+    (left,) = tmp_path.glob(".a.json.*.partial")  # a killed process cannot remove it
+    mine = tmp_path / f".a.json.{os.getpid()}.x.partial"  # a write still running
+    mine.write_bytes(b"")
+    write_bytes(out, b"new")
+    assert not left.exists() and mine.exists() and out.read_bytes() == b"new"
 
 
 @pytest.mark.parametrize(

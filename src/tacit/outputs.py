@@ -5,11 +5,14 @@ Every file tacit writes for a user goes through :func:`atomic_output`: the data 
 temporary file beside the destination, is flushed to disk, and is renamed over the
 destination only when all of it was written. An error on the way removes the temporary file
 and leaves the destination as it was; an operating-system error becomes an
-:class:`~tacit.errors.OutputError` naming the file.
+:class:`~tacit.errors.OutputError` naming the file. A process killed outright (SIGKILL, a
+crash of the machine) cannot remove its temporary file: the name holds the writer's process
+id, and the next write of the same destination removes those whose process is gone.
 """
 
 from __future__ import annotations
 
+import glob
 import gzip
 import os
 import sys
@@ -46,7 +49,9 @@ def atomic_output(path: str | Path) -> Iterator[BinaryIO]:
     with _output_errors(p):
         p.parent.mkdir(parents=True, exist_ok=True)
         mode = p.stat().st_mode & 0o777 if p.exists() else 0o666 & ~_umask()
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".partial")
+        _remove_abandoned(p)
+        prefix = f"{_stem(p)}{os.getpid()}."
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=prefix, suffix=_PARTIAL)
     try:
         with _output_errors(p):
             with os.fdopen(fd, "wb") as raw:
@@ -58,6 +63,34 @@ def atomic_output(path: str | Path) -> Iterator[BinaryIO]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+_PARTIAL = ".partial"
+
+
+def _stem(p: Path) -> str:
+    """How the names of the temporary files writing ``p`` begin (the writer's process id and
+    a random part follow)."""
+    return f".{p.name}."
+
+
+def _remove_abandoned(p: Path) -> None:
+    """Remove the temporary files of earlier writes of ``p`` whose process no longer runs
+    (killed before it could remove its own)."""
+    for tmp in p.parent.glob(f"{glob.escape(_stem(p))}*{_PARTIAL}"):
+        pid = tmp.name[len(_stem(p)) :].split(".", 1)[0]
+        if pid.isdigit() and not _running(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _maybe_gzip(p: Path, raw: BinaryIO) -> Iterator[BinaryIO]:
