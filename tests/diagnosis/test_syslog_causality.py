@@ -21,7 +21,7 @@ from tacit.diagnosis.syslog_causality import (
     mine_syslog_rules,
     neighbor_lists,
 )
-from tacit.errors import ConfigError
+from tacit.errors import ConfigError, InputError
 from tacit.formats.syslog import parse_syslog_text
 from tacit.simulate.syslog_cascades import CascadeParams, rule_precision_recall, simulate_cascades
 
@@ -67,9 +67,40 @@ def test_lagged_correlation_finds_the_lag():
     w = np.r_[np.arange(0, 100, 7), np.arange(1, 100, 7)]
     t = np.r_[np.zeros(15, np.int64), np.ones(15, np.int64)]
     x = Presence(t, np.zeros(len(w), np.int64), w, 2, 1, 100)
-    corr, lag = lagged_correlation(x, x, 2)
+    corr, lag = _dense_result(lagged_correlation(x, x, 2), 2)
     assert corr[0, 1] == pytest.approx(1.0) and lag[0, 1] == 1
-    assert corr[1, 0] < 0.2
+    assert not corr[1, 0] >= 0.2  # absent (not positive) or weak
+
+
+def _dense_result(pairs, n_templates: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs' correlations and lags as [cause, effect] arrays (NaN and -1 elsewhere)."""
+    corr = np.full((n_templates, n_templates), np.nan)
+    lag = np.full((n_templates, n_templates), -1)
+    corr[pairs.cause, pairs.effect] = pairs.corr
+    lag[pairs.cause, pairs.effect] = pairs.lag
+    return corr, lag
+
+
+def test_many_rare_templates_need_memory_for_their_co_occurrences_only(monkeypatch):
+    """200,000 templates seen once each beside the cascade: dense [template, template]
+    correlations would need 320 GB; the pairs that share a window are few. The rule found is the
+    same, and a budget smaller than those pairs need is refused naming the input."""
+    base = synthetic(1, False)
+    n_rare = 200_000
+    rare = SyslogEvents(
+        np.r_[base.time, np.arange(n_rare) * 60 * S],  # one a minute
+        np.r_[base.device, np.zeros(n_rare, np.int64)],
+        np.r_[base.template, 4 + np.arange(n_rare)],
+        4,
+        4 + n_rare,
+        ("rare.log",),
+    )
+    rules = mine_rules(rare, LINE)
+    assert [(r.cause, r.effect, r.scope) for r in rules] == [(A, B, INTRA)]
+    monkeypatch.setenv("TACIT_MEMORY_BUDGET", "1M")
+    with pytest.raises(InputError, match="co-occurrences of 200,004 templates") as e:
+        mine_rules(rare, LINE)
+    assert e.value.path == "rare.log"
 
 
 def _dense(p: Presence) -> np.ndarray:
@@ -81,8 +112,9 @@ def _dense(p: Presence) -> np.ndarray:
 @settings(deadline=None, max_examples=60)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(1, 5), st.integers(0, 3))
 def test_sparse_correlation_matches_the_dense_one(seed, n_templates, n_devices, max_lag):
-    """Presence and its neighbours' presence, correlated from the non-empty cells only, give
-    what the dense arrays give (the naive reference), every lag and every pair."""
+    """Presence and its neighbours' presence, correlated from the co-occurring cells only,
+    give what the dense arrays give (the naive reference) for every pair that correlates
+    positively, with its lag, and no other pair."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(0, 60))
     events = SyslogEvents(
@@ -96,9 +128,12 @@ def test_sparse_correlation_matches_the_dense_one(seed, n_templates, n_devices, 
     x = Presence.of(events, 60 * S)
     near = x.around(neighbor_lists(n_devices, links))
     for effect in (x, near):
-        got = lagged_correlation(x, effect, max_lag)
+        got = _dense_result(lagged_correlation(x, effect, max_lag), n_templates)
         want = lagged_correlation_naive(_dense(x), _dense(effect), max_lag)
-        np.testing.assert_allclose(got[0], want[0], atol=1e-9)
+        positive = want[0] > 1e-9
+        np.testing.assert_array_equal(~np.isnan(got[0]), positive)
+        np.testing.assert_allclose(got[0][positive], want[0][positive], atol=1e-9)
+        np.testing.assert_array_equal(got[1][positive], want[1][positive])
     adjacency = np.zeros((n_devices, n_devices))
     for a, b in links:
         if a != b:
