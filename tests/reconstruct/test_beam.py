@@ -31,6 +31,11 @@ ANCHORED = CallPath(
     [Slot("b", "X", 0), Slot("c", "Y", 0), Slot("d", "Z", 0)], [[], [], []], anchors=[None, 0, 1]
 )
 """An asynchronous fan-out: Y's gap timed from X's start, Z's from Y's."""
+FOUR_TWINS = CallPath(
+    [Slot("b", "X", k) for k in range(4)] + [Slot("c", "Y", 0)],
+    [[], [0], [], [2], [1, 3]],
+)
+"""a.E -> (b.X -> b.X || b.X -> b.X) -> c.Y: four calls to one backend, two chains"""
 """a.E -> (b.X, which may start 15 before and end 25 after the request || c.Y)"""
 
 
@@ -178,6 +183,25 @@ def test_optional_slots_add_skipped_mappings(path, seed):
         want = reference(spans, path, models, int(r), skip)
         assert set(got) == set(want)
         assert any(c[2] == SKIP for c in got)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_optional_twins_look_past_the_skipped_ones(seed):
+    """Where the nearest calls to the same backend may be skipped, the bounds come from the
+    nearest placed one, however far (the search's twin lists stop at the first twin that is
+    never skipped, so that n calls to one backend cost O(n), not n²)."""
+    rng = np.random.default_rng(200 + seed)
+    spans, _ = simulate_instance(FOUR_TWINS, rng, n_in=2, noise=2)
+    models = models_for(FOUR_TWINS, rng)
+    skip = [-np.inf, math.log(0.3), math.log(0.3), -np.inf, -np.inf]
+    cs, scores = run_search(spans, FOUR_TWINS, models, skip=skip)
+    for r in np.flatnonzero(spans.kind == SERVER):
+        got = listed(cs, scores, int(r))
+        want = reference(spans, FOUR_TWINS, models, int(r), skip)
+        assert set(got) == set(want)
+        for combo, score in got.items():
+            assert score == pytest.approx(want[combo], abs=1e-9)
+        assert any(SKIP in c for c in got)
 
 
 def test_a_narrow_beam_returns_consistent_mappings_with_their_exact_scores():

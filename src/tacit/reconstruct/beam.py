@@ -29,7 +29,9 @@ pools out as arrays for it, and the tests compare it with an exhaustive enumerat
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -184,7 +186,8 @@ def search(
         need_ptr.append(len(need_pool))
         topo = p.path.order
         pos = {j: i for i, j in enumerate(topo)}
-        for i, j in enumerate(topo):
+        placed: dict[tuple[str, str], list[tuple[int, int]]] = {}  # callee -> (occurrence, j)
+        for j in topo:
             sl = p.path.slots[j]
             slot_index.append(j)
             slot_pool.append(int(p.pools[j]))
@@ -197,14 +200,13 @@ def search(
             slot_skip.append(float(p.skip_logp[j]))
             preds.extend(pos[q] for q in p.path.preds[j])
             pred_ptr.append(len(preds))
-            # Earlier-placed slots calling the same backend, nearest occurrence first: the
-            # first one not skipped bounds this slot's call from below (or above).
-            same = [q for q in topo[:i] if p.path.slots[q].callee == sl.callee]
-            same.sort(key=lambda q: abs(p.path.slots[q].occurrence - sl.occurrence))
-            for q in same:
+            # Earlier-placed slots calling the same backend, nearest occurrence first on each
+            # side: the first one not skipped bounds this slot's call from below (or above).
+            for q, after in _twins(placed.setdefault(sl.callee, []), sl.occurrence, p.skip_logp):
                 twins.append(pos[q])
-                twin_after.append(p.path.slots[q].occurrence < sl.occurrence)
+                twin_after.append(after)
             twin_ptr.append(len(twins))
+            bisect.insort(placed[sl.callee], (sl.occurrence, j))
         slot_ptr.append(len(slot_index))
     pool_ptr = [0]
     pool_call = []
@@ -411,6 +413,21 @@ def _beam(incoming, paths, slots, deps, need, calls, gaps, limits):  # pragma: n
                 out = _grown(out, 2 * (n_out + len(ranked)), n_out)
             n_out = _emit(out, n_out, i, p, ranked, best_score, slot_ptr, slots[0], tree)
     return out[0][:n_out], out[1][:n_out], out[2][:n_out], out[3][:n_out], truncated
+
+
+def _twins(
+    placed: list[tuple[int, int]], occurrence: int, skip_logp: np.ndarray
+) -> Iterator[tuple[int, bool]]:
+    """The twins of a slot of ``occurrence`` among the ``placed`` slots calling its backend
+    (``(occurrence, slot)`` in order): ``(slot, whether it comes before)``, nearest first on
+    each side, each side ending at its first slot that is never skipped (the search looks no
+    further than that one), so that a path of n calls to one backend has O(n) twins, not n²."""
+    k = bisect.bisect_left(placed, (occurrence, -1))
+    for side in (range(k - 1, -1, -1), range(k, len(placed))):
+        for occ, q in (placed[x] for x in side):
+            yield q, occ < occurrence
+            if skip_logp[q] == -np.inf:
+                break
 
 
 @njit(cache=True)

@@ -114,7 +114,8 @@ class CallPath:
 
     def sinks(self) -> list[int]:
         """The slots no other slot waits for: the response follows the last of them."""
-        return [j for j in range(len(self.slots)) if not any(j in p for p in self.preds)]
+        waited = {q for p in self.preds for q in p}
+        return [j for j in range(len(self.slots)) if j not in waited]
 
     def is_sequential(self) -> bool:
         """True when the calls form one chain (no two run in parallel)."""
@@ -299,7 +300,12 @@ def _parse_calls(spec: dict, where: str, requests: int = 0) -> CallPath:
     calls = spec.get("calls", [])
     if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
         raise ConfigError(f"{where}: 'calls' must be a list of mappings")
-    ids = [c.get("id", j) for j, c in enumerate(calls)]
+    position: dict[float | str, int] = {}  # call id -> its first call's position
+    for j, c in enumerate(calls):
+        call_id = c.get("id", j)
+        if not isinstance(call_id, int | float | str):
+            raise ConfigError(f"{where}: a call's 'id' must be a number or a string")
+        position.setdefault(call_id, j)
     slots, preds, anchors = [], [], []
     seen: dict[tuple[str, str], int] = {}
     for c in calls:
@@ -315,10 +321,10 @@ def _parse_calls(spec: dict, where: str, requests: int = 0) -> CallPath:
         if not isinstance(after, list):
             raise ConfigError(f"{where}: 'after' must be a list of call ids")
         try:
-            preds.append([ids.index(a) for a in after])
+            preds.append([position[a] for a in after])
             anchor = c.get("from_start_of")
-            anchors.append(None if anchor is None else ids.index(anchor))
-        except ValueError:
+            anchors.append(None if anchor is None else position[anchor])
+        except (KeyError, TypeError):
             raise ConfigError(
                 f"{where}: 'after' or 'from_start_of' names an unknown call id"
             ) from None
