@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from tacit.errors import ConfigError
+from tacit.errors import ConfigError, InputError
 from tacit.model.roles import infer_roles
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, StringPool
+from tacit.reconstruct import callgraph
 from tacit.reconstruct.callgraph import CallGraph, EndpointGraph, Slot, learn_callgraph
 from tacit.simulate import load_app, simulate
 
@@ -163,6 +164,27 @@ def test_one_overlapping_request_makes_calls_parallel():
     assert seq.preds == [[], [0]] and seq.is_sequential()
 
 
+def test_the_order_learned_a_few_requests_at_a_time_is_the_same(monkeypatch):
+    """Slots are ordered comparing requests in chunks (memory slots² per chunk, not requests ×
+    slots²): one request at a time gives the graph all at once gives."""
+    monkeypatch.setattr(callgraph, "_SLOT_PAIR_CHUNK", 1)
+    sim = simulate(load_app(None), 20, duration_s=5.0, seed=1)
+    one_at_a_time = learn_callgraph(sim)
+    monkeypatch.undo()
+    assert one_at_a_time.to_yaml() == learn_callgraph(sim).to_yaml()
+
+
+def test_ordering_more_slots_than_memory_allows_is_refused_naming_the_input(monkeypatch):
+    rows: list[tuple] = [("a", "E", SERVER, 0, 10_000, None, NONE)]
+    rows += [("a", f"X{k}", CLIENT, 10 * k, 10 * k + 5, "b", 0) for k in range(100)]
+    spans = _table(rows)
+    spans.sources = ["fan.json"]
+    monkeypatch.setenv("TACIT_MEMORY_BUDGET", "64K")  # 2 × 1 × 100 fits, 4 × 100 × 100 not
+    with pytest.raises(InputError, match="ordering 100 call slots") as e:
+        learn_callgraph(spans)
+    assert e.value.path == "fan.json"
+
+
 def _fan_out(offsets: list[tuple[int, int]]) -> SpanTable:
     """Requests of a.E (1 ms apart) calling b.X and b.Y in parallel, at these start offsets."""
     rows: list[tuple] = []
@@ -302,6 +324,8 @@ def test_missing_file_raises_config_error(tmp_path):
         "s:\n  - E\n",  # endpoints given as a list
         "s:\n  E:\n    calls: 3\n",  # calls not a list
         "s:\n  E:\n    calls:\n      - {service: b, endpoint: X, after: 0}\n",  # after not a list
+        "s:\n  E:\n    calls:\n      - {id: [1], service: b, endpoint: X}\n",  # id not a scalar
+        "s:\n  E:\n    calls:\n      - {service: b, endpoint: X, after: [[0]]}\n",  # nor after's
     ],
 )
 def test_malformed_structure_raises_config_error(tmp_path, text):

@@ -520,6 +520,13 @@ def _slot_calls(
     return slot_ids, rows_per_req
 
 
+_SLOT_PAIR_ARRAYS = 4
+"""Slot × slot arrays learning a path's order holds at once, in float64's size: the violated
+and together masks, the order and the product of the transitive reduction."""
+_SLOT_PAIR_CHUNK = 1 << 24
+"""Request × slot × slot cells compared at once when ordering slots (16 MiB of each mask)."""
+
+
 def _learn_path(
     spans: SpanTable,
     s: StringPool,
@@ -531,6 +538,8 @@ def _learn_path(
     n = len(slot_ids)
     what = f"learning the call graph's timing: 2 × {len(reqs)} requests × {n} call slots"
     check_allocation((2, len(reqs), n), np.float64, what, spans.sources)
+    what = f"ordering {n} call slots: {_SLOT_PAIR_ARRAYS} × {n} × {n} slot pairs"
+    check_allocation((_SLOT_PAIR_ARRAYS, n, n), np.float64, what, spans.sources)
     start = np.full((len(reqs), n), np.nan)
     end = np.full((len(reqs), n), np.nan)
     for i, (r, placed) in enumerate(zip(reqs, rows_per_req, strict=True)):
@@ -538,13 +547,18 @@ def _learn_path(
             start[i, j] = spans.start[c] - spans.start[r]
             end[i, j] = spans.end[c] - spans.start[r]
     present = ~np.isnan(start)
-    both = present[:, :, None] & present[:, None, :]
-    violated = (end[:, :, None] > start[:, None, :]) & both
-    before = ~violated.any(axis=0) & both.any(axis=0)
+    violated, together = np.zeros((n, n), bool), np.zeros((n, n), bool)
+    step = max(1, _SLOT_PAIR_CHUNK // max(1, n * n))  # requests compared at once
+    for k in range(0, len(reqs), step):
+        both = present[k : k + step, :, None] & present[k : k + step, None, :]
+        violated |= ((end[k : k + step, :, None] > start[k : k + step, None, :]) & both).any(0)
+        together |= both.any(axis=0)
+    before = ~violated & together
     np.fill_diagonal(before, False)
     before &= ~before.T  # zero-length calls at one instant order both ways: keep neither
-    # Transitive reduction: drop a -> b when a -> m -> b for some m.
-    implied = (before.astype(np.int64) @ before.astype(np.int64)) > 0
+    # Transitive reduction: drop a -> b when a -> m -> b for some m (a count of paths of
+    # length two: exact in float64 below 2^53, and done by BLAS).
+    implied = (before.astype(np.float64) @ before.astype(np.float64)) > 0
     immediate = before & ~implied
     probability = present.mean(axis=0) if len(reqs) else np.ones(n)
     slots = [
