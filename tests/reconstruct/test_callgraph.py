@@ -349,6 +349,9 @@ def test_blind_spans_teach_no_call_graph():
     [
         (b"s:\n  E: x\n   y: z\n", r"cg\.yaml: invalid YAML at line 3 column 5: "),
         (b"s:\n  E:\n    calls: [\xff]\n", r"cg\.yaml: not UTF-8 text \(byte 20\)$"),
+        # Nested 100,000 deep: libyaml's composer overflowed the C stack and crashed.
+        (b"[" * 100_000 + b"]" * 100_000, r"cg\.yaml: .* nested deeper than 64 levels at line 1$"),
+        ("".join(f"{' ' * k}k{k}:\n" for k in range(3000)).encode(), r"deeper .* at line 65$"),
     ],
 )
 def test_unreadable_yaml_is_one_line_naming_the_line(tmp_path, data, message):
