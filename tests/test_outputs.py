@@ -106,3 +106,16 @@ def test_sigterm_while_writing_leaves_the_previous_file_and_no_partial(tmp_path:
     proc = subprocess.run([sys.executable, "-c", code, str(out)], check=False)
     assert proc.returncode == 128 + signal.SIGTERM
     assert out.read_bytes() == b"old" and os.listdir(tmp_path) == ["a.json"]
+
+
+def test_an_output_through_a_symbolic_link_replaces_its_target_not_the_link(tmp_path: Path) -> None:
+    target = tmp_path / "target.json"
+    target.write_bytes(b"old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_bytes(link, b"new")
+    assert link.is_symlink() and target.read_bytes() == b"new"
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "sub" / "made.json")
+    write_bytes(dangling, b"made")
+    assert dangling.is_symlink() and (tmp_path / "sub" / "made.json").read_bytes() == b"made"

@@ -33,8 +33,9 @@ input for an input, which the command line spools to a file)."""
 def atomic_output(path: str | Path) -> Iterator[BinaryIO]:
     """A binary file that becomes ``path`` when the ``with`` block ends without an error
     (gzip-compressed when the name ends in ``.gz``). Missing parent directories are created;
-    an existing file keeps its permissions. ``path`` :data:`STDIO` is the standard output."""
-    p = Path(path)
+    an existing file keeps its permissions; a symbolic link stays, its target is replaced.
+    ``path`` :data:`STDIO` is the standard output."""
+    p = Path(os.path.realpath(path))  # through a symbolic link: it is the target that is written
     if str(path) == STDIO:
         with _output_errors(p):
             yield sys.stdout.buffer
