@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from oneway_streams import simulated
-from tacit.errors import ConfigError
+from tacit.errors import ConfigError, InputError
 from tacit.oneway_latency.comparison import METHODS, compare_methods
 
 BUDGET = 64 * 1024
@@ -53,3 +53,10 @@ def test_unknown_method_is_a_config_error():
     sim = simulated()
     with pytest.raises(ConfigError, match="unknown methods"):
         compare_methods(sim.sender, sim.receiver, BUDGET, methods=("rda", "ipa"))
+
+
+def test_synopses_larger_than_memory_allows_are_refused_before_any_is_built(monkeypatch):
+    sim = simulated(duration_ns=1_000_000)
+    monkeypatch.setenv("TACIT_MEMORY_BUDGET", "4M")
+    with pytest.raises(InputError, match=r"5 synopses of 1,048,576 bytes would need 5\.0 MiB"):
+        compare_methods(sim.sender, sim.receiver, 2**20)

@@ -269,9 +269,9 @@ def bounded(
     left = "(" if lo_open else "["
     right = ")" if hi_open else "]"
     if hi == math.inf:
-        wanted = f"> {lo:g}" if lo_open else f">= {lo:g}"
+        wanted = f"> {_number(lo)}" if lo_open else f">= {_number(lo)}"
     else:
-        wanted = f"in {left}{lo:g}, {hi:g}{right}"
+        wanted = f"in {left}{_number(lo)}, {_number(hi)}{right}"
 
     def check(param: typer.CallbackParam, value: Any) -> Any:
         if value is None:
@@ -284,6 +284,11 @@ def bounded(
         return value
 
     return check
+
+
+def _number(x: float) -> str:
+    """A bound as written: whole numbers in full (2^30 as 1073741824, not 1.07374e+09)."""
+    return str(int(x)) if math.isfinite(x) and x == int(x) else f"{x:g}"
 
 
 COUNT = bounded(0)

@@ -34,8 +34,9 @@ SWEEP_RATE = 10e6
 SWEEP_INTERVALS = 5
 MAX_PACKETS = 10**8
 """The longest stream --packets asks for: its packet table alone takes gigabytes."""
-MAX_MEMORY = 2**32
-"""The largest synopsis --memory asks for (the paper's is 100 kB): each is allocated."""
+MAX_MEMORY = 2**30
+"""The largest synopsis --memory asks for (the paper's is 100 kB): a run holds about five at
+once (:data:`tacit.oneway_latency.comparison.SYNOPSES_HELD`), 5 GiB at this size."""
 
 
 @oneway_app.command()
@@ -71,7 +72,7 @@ def simulate(
         int,
         typer.Option(
             callback=bounded(0, MAX_MEMORY, lo_open=True),
-            help="Bytes per synopsis, the same for every method (at most 2^32).",
+            help="Bytes per synopsis, the same for every method (at most 2^30).",
         ),
     ] = PAPER_MEMORY_BYTES,
     rate: Annotated[
