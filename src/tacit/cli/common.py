@@ -295,8 +295,9 @@ COUNT = bounded(0)
 """A count or a number of items to show: 0 or more."""
 POSITIVE = bounded(0, lo_open=True)
 """A rate, a size or a length: more than 0."""
-SEED = bounded(0)
-"""A random seed: numpy's generators take any whole number from 0."""
+SEED = bounded(0, 2**63 - 1)
+"""A random seed: 0 to 2^63 - 1 (numpy's generators take any whole number from 0, but seeds
+also go through int64 arrays and compiled hashing)."""
 FRACTION = bounded(0, 1)
 """A probability or a share: 0 to 1."""
 PERCENT = bounded(0, 100)

@@ -15,6 +15,7 @@ from tacit.cli.common import (
     console,
     flag,
     out,
+    parse_duration,
     print_json,
     working,
 )
@@ -27,14 +28,21 @@ BlindOpt = Annotated[
 SeedOpt = Annotated[int, typer.Option(callback=SEED, help="Seed of the random choice of requests.")]
 
 
+MAX_INJECTED_NS = 86_400 * 10**9
+"""The longest delay --inject adds: a day (longer ones would only push times past int64)."""
+
+
 def _parse_injection(spec: str) -> tuple[str, int]:
-    service, _, ms = spec.partition(":")
+    service, colon, ms = spec.partition(":")
+    if not service or not colon:
+        raise ConfigError(f"--inject takes SERVICE:MS (e.g. reservation:40), not {spec!r}")
     try:
-        return service, round(float(ms) * 1e6)
-    except ValueError:
-        raise ConfigError(
-            f"--inject takes SERVICE:MS (e.g. reservation:40), not {spec!r}"
-        ) from None
+        ns = parse_duration(f"{ms}ms")
+    except ConfigError as e:
+        raise ConfigError(f"--inject {spec!r}: {e}") from None
+    if ns > MAX_INJECTED_NS:
+        raise ConfigError(f"--inject {spec!r}: at most a day (86400000 ms)")
+    return service, ns
 
 
 def _profile_table(title: str, prof) -> Table:

@@ -13,7 +13,6 @@ import typer
 from rich.table import Table
 
 from tacit.cli.common import (
-    COUNT,
     FRACTION,
     PERCENT,
     POSITIVE,
@@ -28,6 +27,14 @@ from tacit.cli.common import (
 from tacit.errors import ConfigError
 
 experiment_app = typer.Typer(help="Experiments that measure tacit against ground truth.")
+
+
+RUN_SECONDS = bounded(0, 3600, lo_open=True)
+"""How long an experiment runs: up to an hour."""
+CONNECTIONS = bounded(1, 256)
+"""Client or load-generator connections (each is a socket, a task and a log)."""
+NETEM_MS = bounded(0, 60_000)
+"""A delay or jitter netem adds, ms: up to a minute."""
 
 
 def register(app: typer.Typer) -> None:
@@ -46,10 +53,10 @@ def _table(title: str, rows: dict) -> Table:
 @experiment_app.command()
 def web(
     seconds: Annotated[
-        float, typer.Option(callback=POSITIVE, help="How long the clients run.")
+        float, typer.Option(callback=RUN_SECONDS, help="How long the clients run (s).")
     ] = 10.0,
     server: Annotated[str, typer.Option(help="http (tacit's server) or memcached.")] = "http",
-    clients: Annotated[int, typer.Option(callback=bounded(1), help="Client connections.")] = 8,
+    clients: Annotated[int, typer.Option(callback=CONNECTIONS, help="Client connections.")] = 8,
     seed: Annotated[
         int, typer.Option(callback=SEED, help="Seed of the site, service times and clients.")
     ] = 0,
@@ -81,7 +88,7 @@ def web(
 @experiment_app.command()
 def asymmetric(
     seconds: Annotated[
-        float, typer.Option(callback=POSITIVE, help="How long the clients run.")
+        float, typer.Option(callback=RUN_SECONDS, help="How long the clients run (s).")
     ] = 20.0,
     server: Annotated[
         str,
@@ -90,11 +97,11 @@ def asymmetric(
             "(HTTP/3, aioquic)."
         ),
     ] = "http",
-    connections: Annotated[int, typer.Option(callback=bounded(1), help="Client connections.")] = 8,
+    connections: Annotated[int, typer.Option(callback=CONNECTIONS, help="Client connections.")] = 8,
     outstanding: Annotated[
         int,
         typer.Option(
-            callback=bounded(1), help="Requests in flight per connection (quic: streams)."
+            callback=CONNECTIONS, help="Requests in flight per connection (quic: streams)."
         ),
     ] = 4,
     response_bytes: Annotated[
@@ -197,15 +204,17 @@ def loadbalancer(
 @experiment_app.command()
 def netns(
     seconds: Annotated[
-        float, typer.Option(callback=POSITIVE, help="How long the generator sends.")
+        float, typer.Option(callback=RUN_SECONDS, help="How long the generator sends (s).")
     ] = 2.0,
-    delay: Annotated[float, typer.Option(callback=COUNT, help="One-way delay added, ms.")] = 5.0,
-    jitter: Annotated[float, typer.Option(callback=COUNT, help="Jitter (normal), ms.")] = 1.0,
+    delay: Annotated[float, typer.Option(callback=NETEM_MS, help="One-way delay added, ms.")] = 5.0,
+    jitter: Annotated[float, typer.Option(callback=NETEM_MS, help="Jitter (normal), ms.")] = 1.0,
     loss: Annotated[float, typer.Option(callback=PERCENT, help="Loss, percent.")] = 1.0,
     reorder: Annotated[
         float, typer.Option(callback=PERCENT, help="Packets sent ahead, percent.")
     ] = 5.0,
-    rate: Annotated[float, typer.Option(callback=POSITIVE, help="Datagrams per second.")] = 1000.0,
+    rate: Annotated[
+        float, typer.Option(callback=bounded(0, 1e6, lo_open=True), help="Datagrams per second.")
+    ] = 1000.0,
     impairment: Annotated[
         str, typer.Option(help="auto, netem, relay (userspace) or none (kernel forwarding).")
     ] = "auto",
@@ -247,14 +256,14 @@ def traced_app(
         Path, typer.Option("--out", help="Directory for app.pcap, services.yaml, truth.jsonl.")
     ],
     seconds: Annotated[
-        float, typer.Option(callback=bounded(0, 3600, lo_open=True), help="How long the load runs.")
+        float, typer.Option(callback=RUN_SECONDS, help="How long the load runs (s).")
     ] = 10.0,
     rate: Annotated[
         float,
         typer.Option(callback=bounded(0, 10_000, lo_open=True), help="Requests per second."),
     ] = 100.0,
     concurrency: Annotated[
-        int, typer.Option(callback=bounded(1, 256), help="Load-generator connections.")
+        int, typer.Option(callback=CONNECTIONS, help="Load-generator connections.")
     ] = 8,
     seed: Annotated[
         int, typer.Option(callback=SEED, help="Seed of the arrivals and service times.")

@@ -72,9 +72,11 @@ def main() -> None:
         refuse_existing_outputs(sys.argv, force)
         with standard_streams(sys.argv) as sys.argv:
             app()
-    except (TacitError, OSError) as e:
-        # An OSError tacit did not turn into one of its own errors still names its file.
+    except (TacitError, OSError, MemoryError) as e:
+        # An OSError tacit did not turn into one of its own errors still names its file; a
+        # MemoryError is an allocation the machine refused (numpy says how large).
         if debug:
             raise
-        print(f"tacit: error: {e}", file=sys.stderr)
+        what = f"out of memory: {e or 'an allocation failed'}" if isinstance(e, MemoryError) else e
+        print(f"tacit: error: {what}", file=sys.stderr)
         sys.exit(2)

@@ -34,6 +34,10 @@ SWEEP_RATE = 10e6
 SWEEP_INTERVALS = 5
 MAX_PACKETS = 10**8
 """The longest stream --packets asks for: its packet table alone takes gigabytes."""
+MAX_RATE = 1e10
+"""The fastest sender --rate asks for: a 10 ms interval of it holds 10^8 packets."""
+MAX_SEEDS = 1000
+"""The most seeds per set difference a sweep runs (each run simulates a stream)."""
 MAX_MEMORY = 2**30
 """The largest synopsis --memory asks for (the paper's is 100 kB): a run holds about five at
 once (:data:`tacit.oneway_latency.comparison.SYNOPSES_HELD`), 5 GiB at this size."""
@@ -78,8 +82,9 @@ def simulate(
     rate: Annotated[
         float | None,
         typer.Option(
-            help="Sender packets per second (default: the capture's own timing; simulated "
-            "1 M, or 10 M with --sweep)."
+            callback=bounded(1, MAX_RATE),
+            help="Sender packets per second, 1 to 10^10 (default: the capture's own timing; "
+            "simulated 1 M, or 10 M with --sweep).",
         ),
     ] = None,
     sweep: Annotated[
@@ -91,7 +96,8 @@ def simulate(
         typer.Option(help="Sweep: comma-separated set differences per interval."),
     ] = None,
     seeds: Annotated[
-        int, typer.Option(callback=bounded(1), help="Sweep: seeds per set difference.")
+        int,
+        typer.Option(callback=bounded(1, MAX_SEEDS), help="Sweep: seeds per set difference."),
     ] = 3,
     plots: Annotated[
         Path | None, typer.Option("--plots", help="Sweep: directory for the PNG figures.")
@@ -187,8 +193,6 @@ def _sweep(
 ) -> None:
     from tacit.oneway_latency.sweep import SweepParams, plot_sweep, run_sweep
 
-    if seeds < 1:
-        raise ConfigError(f"--seeds must be at least 1, got {seeds}")
     pps = rate or SWEEP_RATE
     length = SweepParams().intervals.length_ns
     wanted = packets or round(pps * SWEEP_INTERVALS * length / 1e9)

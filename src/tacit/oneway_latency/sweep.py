@@ -95,6 +95,12 @@ class SweepParams:
     def __post_init__(self) -> None:
         if not self.differences or min(self.differences) < 0:
             raise ConfigError(f"set differences must be non-negative, got {self.differences}")
+        per_interval = self.rate_pps * self.intervals.length_ns / 1e9
+        if max(self.differences) > per_interval:
+            raise ConfigError(
+                f"a set difference of {max(self.differences)} packets is more than the "
+                f"{per_interval:.0f} sent per interval"
+            )
         if not self.seeds:
             raise ConfigError("a sweep needs at least one seed")
         if self.guard_ns < 0 or self.reorder_span_ns <= 0:

@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from tacit.config_fields import fields, flag, get, number, read_yaml
 from tacit.errors import ConfigError
@@ -45,6 +46,9 @@ SERVE_ONLINE = OnlineParams(
 default (``OTEL_BSP_SCHEDULE_DELAY``): a span may arrive that much after one that ended later,
 so the lateness is 7 s; requests are taken to last at most 10 s."""
 
+MAX_PORT = 65535
+MAX_PENDING_SPANS = 100_000_000
+"""The largest max_pending_spans taken: the queue it bounds is held in memory."""
 _FIELDS = (
     "http",
     "grpc",
@@ -99,10 +103,15 @@ class ServeConfig:
     def __post_init__(self) -> None:
         for name in ("http", "grpc"):
             address = getattr(self, name)
-            if address and not address.rpartition(":")[2].isdigit():
-                raise ConfigError(f"{name}: {address!r} is not HOST:PORT")
-        if self.max_pending_spans <= 0:
-            raise ConfigError("max_pending_spans must be positive")
+            if not address and name == "grpc":
+                continue  # turned off
+            port = address.rpartition(":")[2]
+            if not (port.isascii() and port.isdigit() and int(port) <= MAX_PORT):
+                raise ConfigError(f"{name}: {address!r} is not HOST:PORT with a port 0 to 65535")
+        if self.forward is not None and urlsplit(self.forward).scheme not in ("http", "https"):
+            raise ConfigError(f"forward: {self.forward!r} is not an http:// or https:// URL")
+        if not 0 < self.max_pending_spans <= MAX_PENDING_SPANS:
+            raise ConfigError(f"max_pending_spans must be 1 to {MAX_PENDING_SPANS:,}")
         if not 0 <= self.retention_s < math.inf:
             raise ConfigError(f"retention_s must be a finite number >= 0, got {self.retention_s}")
 

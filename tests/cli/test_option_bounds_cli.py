@@ -1,0 +1,50 @@
+"""Option values that once ran without end, ate memory or ended in a traceback are refused in
+one line naming the option, before any work (found by a sweep of bad inputs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clirun import finish, one_error_line, start
+
+HUGE = "99999999999999999999999"
+CASES = {
+    "rate nan": (["latency", "oneway", "simulate", "--packets", "1000", "--rate", "nan"], "--rate"),
+    "rate tiny": (
+        ["latency", "oneway", "simulate", "--packets", "9", "--rate", "1e-300"],
+        "--rate",
+    ),
+    "seed": (["latency", "oneway", "simulate", "--packets", "1000", "--seed", HUGE], "--seed"),
+    "seeds": (["latency", "oneway", "simulate", "--sweep", "--seeds", HUGE], "--seeds"),
+    "difference": (
+        [
+            "latency",
+            "oneway",
+            "simulate",
+            "--packets",
+            "9",
+            "--sweep",
+            "--differences",
+            "99999999999",
+        ],
+        "set difference of 99999999999 packets",
+    ),
+    "memory": (["latency", "oneway", "simulate", "--memory", "2000000000"], "--memory"),
+    "inject inf": (["diagnose", "tail", "t.json", "--inject", "front:inf"], "--inject"),
+    "inject huge": (["diagnose", "tail", "t.json", "--inject", f"front:{HUGE}"], "--inject"),
+    "http port": (["serve", "--callgraph", "cg.yaml", "--http", "127.0.0.1:99999"], "http:"),
+    "grpc port": (["serve", "--callgraph", "cg.yaml", "--grpc", "127.0.0.1:99999"], "grpc:"),
+    "demo port": (["demo", "--serve", "--seconds", "1", "--http", ""], "http:"),
+    "seconds": (["experiment", "asymmetric", "--seconds", "1e30"], "--seconds"),
+    "connections": (["experiment", "asymmetric", "--connections", "99999999999"], "--connections"),
+    "clients": (["experiment", "web", "--clients", HUGE], "--clients"),
+    "netem delay": (["experiment", "netns", "--delay", "1e30"], "--delay"),
+}
+
+
+def test_out_of_range_options_are_one_line_errors(tmp_path: Path) -> None:
+    (tmp_path / "cg.yaml").write_text("{}\n")
+    (tmp_path / "t.json").write_text('{"data": []}\n')
+    runs = finish({k: start(*args, cwd=tmp_path) for k, (args, _) in CASES.items()})
+    for name, (_, words) in CASES.items():
+        assert one_error_line(runs[name], words), name
