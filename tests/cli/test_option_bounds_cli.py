@@ -39,12 +39,16 @@ CASES = {
     "connections": (["experiment", "asymmetric", "--connections", "99999999999"], "--connections"),
     "clients": (["experiment", "web", "--clients", HUGE], "--clients"),
     "netem delay": (["experiment", "netns", "--delay", "1e30"], "--delay"),
+    # A filter on a capture file was ignored: every packet counted.
+    "capture filter": (["capture", "c.pcap", "--filter", "tcp"], "--filter goes with --interface"),
+    "response filter": (["latency", "response", "c.pcap", "--filter", "tcp"], "--filter goes"),
 }
 
 
 def test_out_of_range_options_are_one_line_errors(tmp_path: Path) -> None:
     (tmp_path / "cg.yaml").write_text("{}\n")
     (tmp_path / "t.json").write_text('{"data": []}\n')
+    (tmp_path / "c.pcap").write_bytes(b"")
     runs = finish({k: start(*args, cwd=tmp_path) for k, (args, _) in CASES.items()})
     for name, (_, words) in CASES.items():
         assert one_error_line(runs[name], words), name

@@ -95,6 +95,8 @@ def register(app: typer.Typer) -> None:
 
         if (pcap is None) == (interface is None):
             raise ConfigError("give a capture file or --interface, not both")
+        if bpf and interface is None:
+            raise ConfigError("--filter goes with --interface (a live capture)")
         inputs = [p for p in (pcap, services, callgraph, test_capture) if p is not None]
         refuse_input_as_output(out_path, inputs)
         if reconstruct:

@@ -96,6 +96,8 @@ def response(
         raise ConfigError(f"unknown algorithm {algorithm!r}: expected {', '.join(ALGORITHMS)}")
     if (capture is None) == (interface is None):
         raise ConfigError("give a capture file or --interface, not both")
+    if bpf and interface is None:
+        raise ConfigError("--filter goes with --interface (a live capture)")
     if truth and capture is None:
         raise ConfigError("--truth needs a capture file (it parses both directions)")
     t0 = time.perf_counter()
