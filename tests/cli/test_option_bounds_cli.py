@@ -40,7 +40,10 @@ CASES = {
     "clients": (["experiment", "web", "--clients", HUGE], "--clients"),
     "netem delay": (["experiment", "netns", "--delay", "1e30"], "--delay"),
     # A filter on a capture file was ignored: every packet counted.
-    "capture filter": (["capture", "c.pcap", "--filter", "tcp"], "--filter goes with --interface"),
+    "capture filter": (
+        ["capture", "c.pcap", "--out", "s.jsonl", "--filter", "tcp"],
+        "--filter goes with --interface",
+    ),
     "response filter": (["latency", "response", "c.pcap", "--filter", "tcp"], "--filter goes"),
 }
 
