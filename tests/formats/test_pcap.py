@@ -409,7 +409,11 @@ def test_snap_length_cuts(tmp_path: Path) -> None:
         assert (got["sport"], got["dport"]) == (1, 2)
         assert (got["cap_len"], got["wire_len"]) == (snaplen, len(frame))
     for snaplen, reason in ((30, "cut in the IP header"), (10, "cut in the link-layer header")):
-        r = read(pcap_file(tmp_path, [frame], f"s{snaplen}.pcap", snaplen=snaplen))
+        path = pcap_file(tmp_path, [frame], f"s{snaplen}.pcap", snaplen=snaplen)
+        # A file of which no record decodes is refused; a live capture's batch is accounted.
+        with pytest.raises(InputError, match=f"no packet decoded: 1 records, 1 {reason}$"):
+            read(path)
+        r = pcap.read_packet_buffer(path.read_bytes(), str(path))
         assert r.accounting.truncated == 1 and r.accounting.reasons == {reason: 1}
 
 
@@ -466,7 +470,10 @@ def test_malformed_packets(tmp_path: Path) -> None:
         "TCP data offset below 5",
         "transport header longer than the IP length",
     }
-    raw = read(pcap_file(tmp_path, [ip_packet(*V6)], "v4.pcap", linktype=IPV4))
+    mislabelled = pcap_file(tmp_path, [ip_packet(*V6)], "v4.pcap", linktype=IPV4)
+    with pytest.raises(InputError, match="1 IP version does not match the link layer"):
+        read(mislabelled)  # nothing decodes: refused, not read as no traffic
+    raw = pcap.read_packet_buffer(mislabelled.read_bytes(), str(mislabelled))
     assert raw.accounting.malformed == 1
 
 

@@ -179,7 +179,25 @@ def read_packets(
     """
     if chunk_records is not None:
         return join_reads(list(iter_packet_chunks(path, chunk_records, payloads=payloads)), path)
-    return read_packet_buffer(_file_array(str(path)), str(path), payloads=payloads)
+    read = read_packet_buffer(_file_array(str(path)), str(path), payloads=payloads)
+    _refuse_undecodable(read.accounting, str(path))
+    return read
+
+
+def _refuse_undecodable(accounting: PacketAccounting, path: str) -> None:
+    """Raise when a capture file held packet records but not one decoded, all of them broken
+    (malformed or cut before the IP header's end): what it holds is not what it claims, and
+    reading it as no traffic would drop every record silently. (A live capture's batch is not
+    held to this: one batch of bad frames does not end a capture.)"""
+    broken = accounting.malformed + accounting.truncated
+    if (
+        accounting.ip_packets
+        or not broken
+        or broken < accounting.records - accounting.truncated_file
+    ):
+        return
+    kinds = ", ".join(f"{n} {k}" for k, n in sorted(accounting.reasons.items()) if n)
+    raise InputError(f"no packet decoded: {accounting.records} records, {kinds}", path=path)
 
 
 def join_reads(parts: list[PacketRead], source: str | Path) -> PacketRead:
@@ -277,6 +295,7 @@ def iter_packet_chunks(
             total = total + accounting
             if finished:
                 walk.check_decoded(total)
+                _refuse_undecodable(total, name)
             if records + cut or (finished and not total.records):
                 held = PacketPayloads.concat(pieces) if payloads else None
                 yield PacketRead(_rows(table, rows, name), accounting, walk.format, held)
