@@ -28,7 +28,7 @@ from tacit.formats.jaeger import read_jaeger, write_jaeger
 from tacit.formats.otlp import read_otlp, read_otlp_protobuf, write_otlp
 from tacit.formats.rpc_pairing import AgentSpans
 from tacit.formats.spancsv import COLUMNS, read_span_csv
-from tacit.formats.textio import load_json, parse_json, read_head, read_text
+from tacit.formats.textio import load_json, parse_json, read_head, read_text, refuse_repeated
 from tacit.formats.zipkin import read_zipkin, write_zipkin
 from tacit.model.roles import Observed, infer_roles
 from tacit.model.spans import SpanTable, concat
@@ -110,20 +110,22 @@ def read_spans(
     if format != "auto":
         return _reader(format)(paths)
     tables = []
-    for p in paths if isinstance(paths, list) else [paths]:
-        in_dir = Path(p).is_dir()
-        for f in input_files([p], SUFFIXES):
-            try:
-                fmt, doc = _detect(f)
-            except _NotSpans:
-                if skipped is None or not in_dir:
-                    raise
-                skipped.append(f)
-                log.warning("%s: holds no spans, skipped", f)
-                continue
-            tables.append(
-                _DOCUMENT_READERS[fmt](f, doc) if doc is not None else _reader(fmt, f)([f])
-            )
+    files = [
+        (f, Path(p).is_dir())
+        for p in (paths if isinstance(paths, list) else [paths])
+        for f in input_files([p], SUFFIXES)
+    ]
+    refuse_repeated([f for f, _ in files])
+    for f, in_dir in files:
+        try:
+            fmt, doc = _detect(f)
+        except _NotSpans:
+            if skipped is None or not in_dir:
+                raise
+            skipped.append(f)
+            log.warning("%s: holds no spans, skipped", f)
+            continue
+        tables.append(_DOCUMENT_READERS[fmt](f, doc) if doc is not None else _reader(fmt, f)([f]))
     if not tables:
         raise InputError(
             "no span files among the inputs", path=", ".join(map(str, skipped or [])) or None

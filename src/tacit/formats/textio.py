@@ -10,6 +10,7 @@ import csv
 import gzip
 import io
 import json
+import stat
 import zlib
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
@@ -157,7 +158,8 @@ def _open_lines(p: Path) -> Iterator[BinaryIO]:
 
 
 def expand_inputs(paths: list[str | Path], suffixes: tuple[str, ...]) -> list[Path]:
-    """Files named directly, plus the files with one of ``suffixes`` inside named directories."""
+    """Files named directly, plus the files with one of ``suffixes`` inside named directories.
+    One file reached twice (named twice, or through a link) is refused (:func:`refuse_repeated`)."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
@@ -171,7 +173,21 @@ def expand_inputs(paths: list[str | Path], suffixes: tuple[str, ...]) -> list[Pa
             out.append(p)
         else:
             raise InputError("no such file or directory", path=str(p))
+    refuse_repeated(out)
     return out
+
+
+def refuse_repeated(files: list[Path]) -> None:
+    """Raise naming the second of two ``files`` that are one regular file (by any name): its
+    records would count twice."""
+    seen: dict[tuple[int, int], Path] = {}
+    for f in files:
+        st = f.stat()
+        first = seen.setdefault((st.st_dev, st.st_ino), f)
+        if first is not f and stat.S_ISREG(st.st_mode):
+            raise InputError(
+                f"the same file as {first}: its records would count twice", path=str(f)
+            )
 
 
 def dump_json(obj: Any) -> bytes:
