@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from oneway_agents import FAST, KEY, check_against_truth, intervals, pair, stream
-from tacit.errors import InputError
+from tacit.errors import ConfigError, InputError
 from tacit.experiment.memcached import free_port
 from tacit.oneway_latency.agent import Agent, AgentParams
 from tacit.oneway_latency.capture_sources import PcapSource
@@ -182,3 +182,10 @@ def test_a_corrupt_record_ends_a_capture_after_the_intervals_before_it(pcaps, tm
         assert all(r["status"] == "incomplete" for i, r in rows.items() if i > max(complete))
     cut = [i for i, r in intervals(sender).items() if r["status"] == "incomplete"]
     assert cut and sorted(intervals(sender)) == sorted(clean)[: len(intervals(sender))]
+
+
+def test_a_synopsis_larger_than_a_frame_is_refused_before_the_agent_starts() -> None:
+    """It was accepted, and the receiver died of the sender's refusal to build it."""
+    with pytest.raises(ConfigError, match="buckets per bank: at most 1677720"):
+        AgentParams(rda=RDAParams(buckets_per_bank=99_999_999_999_999))
+    AgentParams(rda=RDAParams(buckets_per_bank=1_677_720))

@@ -109,6 +109,12 @@ STATUSES = (COMPLETE, UNDECODABLE, PEER_MISSING, INCOMPLETE, EXPIRED)
 """Every status an interval record can have (module docstring)."""
 
 
+def max_buckets_per_bank(k: int) -> int:
+    """The most buckets per bank a synopsis of ``k`` banks may have: 20 bytes a bucket, and
+    the synopsis sent in one frame of at most ``MAX_PAYLOAD`` bytes (64 of them a header)."""
+    return (MAX_PAYLOAD - 64) // (20 * k)
+
+
 @dataclass(frozen=True)
 class AgentParams:
     """Parameters of one agent; both agents must agree on ``intervals``, ``rda`` and
@@ -173,6 +179,9 @@ class AgentParams:
             raise ConfigError(
                 "grace must be non-negative; retention, retries and handshake time positive"
             )
+        most = max_buckets_per_bank(self.rda.k)
+        if self.rda.buckets_per_bank and self.rda.buckets_per_bank > most:
+            raise ConfigError(f"buckets per bank: at most {most} (a synopsis is one frame)")
 
     def config(self) -> dict[str, Any]:
         """What both agents must agree on (exchanged once both have proven the key)."""
@@ -621,7 +630,7 @@ class Agent:
         if p is None:
             conn.send_now(MessageType.EXPIRED, encode_end(i))
             return
-        if per_bank < 1 or 20 * per_bank * self.params.rda.k > MAX_PAYLOAD - 64:
+        if not 1 <= per_bank <= max_buckets_per_bank(self.params.rda.k):
             raise conn.channel.error(f"synopsis of {per_bank} buckets per bank refused")
         p.requested = True
         syn = Synopsis.build(self.params.rda.layout(per_bank), p.cache.ids, p.cache.ts)
