@@ -195,6 +195,26 @@ def test_pcap_byte_orders_and_resolutions(tmp_path: Path, big_endian: bool, nano
 OFFSET = 1_700_000_000  # if_tsoffset: keeps picosecond and 2^-40 s timestamps within 64 bits
 
 
+@pytest.mark.parametrize(
+    ("tsresol", "tsoffset", "seconds"),
+    [
+        (9, 2**40, 0),  # the offset alone is past 2262: it wrapped to a negative time
+        (9, 2**62, 0),  # it wrapped to exactly 0 added
+        (9, -(2**40), 1_700_000_000),  # before 1970
+        (0, 0, 2**62),  # seconds past 2262: wrapped by the multiplication to ns
+        (0x80 | 10, 0, 2**52),  # 2^-10 s units: 2^52 s
+    ],
+)
+def test_pcapng_times_beyond_int64_nanoseconds_are_refused(tmp_path, tsresol, tsoffset, seconds):
+    path = tmp_path / "t.pcapng"
+    units = seconds * (2 ** (tsresol & 0x7F) if tsresol & 0x80 else 10**tsresol)
+    data = pcapng_section() + pcapng_interface(ETHERNET, 65535, tsresol=tsresol, tsoffset=tsoffset)
+    path.write_bytes(data + pcapng_packet(tcp_frames(*V4)[0], units))
+    with pytest.raises(InputError, match="timestamp before 1970 or past 2262") as e:
+        read_packets(path)
+    assert e.value.record == 0
+
+
 @pytest.mark.parametrize("big_endian", [False, True])
 @pytest.mark.parametrize(
     ("tsresol", "tsoffset"),

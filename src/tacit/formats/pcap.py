@@ -142,6 +142,7 @@ _BLOCK_NAMES = {
 _END, _LIMIT = 0, 1  # out of whole records (the rest is a cut one); record limit reached
 _ERR_RECORD_LEN, _ERR_BLOCK_LEN, _ERR_TRAILER, _ERR_BYTE_ORDER = 2, 3, 4, 5
 _ERR_INTERFACE, _ERR_TSRESOL, _ERR_INTERFACES, _ERR_PACKET_LEN = 6, 7, 8, 9
+_ERR_TIME = 10
 _ERRORS = {
     _ERR_RECORD_LEN: "impossible record length {info}",
     _ERR_BLOCK_LEN: "impossible block length {info}",
@@ -151,6 +152,7 @@ _ERRORS = {
     _ERR_TSRESOL: "unsupported if_tsresol 0x{info:02x}",
     _ERR_INTERFACES: f"more than {MAX_INTERFACES} interfaces",
     _ERR_PACKET_LEN: "packet block captured length {info} exceeds the block",
+    _ERR_TIME: "timestamp before 1970 or past 2262 (beyond int64 nanoseconds)",
 }
 
 # Walk state (int64 array): the number of the next record, the byte order, the pcap time unit,
@@ -599,13 +601,22 @@ def _walk_pcap(buf, pos, row, max_records, state, cols, spans, tallies, key):
     return _LIMIT, pos, row, records, 0
 
 
+_MAX_SEC = (2**63 - 1) // _SEC
+"""The last whole second int64 nanoseconds hold (in 2262)."""
+
+
 @njit(cache=True)
 def _ts_ns(ts, resol, offset):
-    """A pcapng timestamp (64 unsigned bits) in units of ``if_tsresol`` = ``resol`` as ns since
-    the epoch."""
+    """A pcapng timestamp (64 unsigned bits) in units of ``if_tsresol`` = ``resol``, moved by
+    ``if_tsoffset`` = ``offset`` seconds, as ns since the epoch; -1 when that is before the
+    epoch or past int64 nanoseconds (computed so that nothing wraps on the way)."""
     u = np.uint64(ts)
+    if offset < -_MAX_SEC or offset > _MAX_SEC:
+        return -1
     if resol & 0x80:
         r = np.uint64(resol & 0x7F)
+        if (u >> r) > np.uint64(_MAX_SEC):
+            return -1
         sec = np.int64(u >> r)
         frac = u & ((np.uint64(1) << r) - np.uint64(1))
         if r > 32:  # keep frac * 10^9 within 64 bits
@@ -613,10 +624,15 @@ def _ts_ns(ts, resol, offset):
             r = np.uint64(32)
         ns = sec * _SEC + np.int64((frac * np.uint64(_SEC)) >> r)
     elif resol <= 9:
+        if u > np.uint64((2**63 - 1) // _POW10[9 - resol]):
+            return -1
         ns = np.int64(u) * _POW10[9 - resol]
     else:
         ns = np.int64(u // np.uint64(_POW10[resol - 9]))
-    return ns + offset * _SEC
+    shift = offset * _SEC
+    if (shift > 0 and ns > 2**63 - 1 - shift) or ns + shift < 0:
+        return -1
+    return ns + shift
 
 
 @njit(cache=True)
@@ -711,6 +727,8 @@ def _walk_pcapng(buf, pos, row, max_records, ifaces, state, cols, spans, tallies
                     cap = min(cap, ifaces[k, _IF_SNAP])
             else:
                 t = _ts_ns(ts, ifaces[k, _IF_RESOL], ifaces[k, _IF_OFFSET])
+                if t < 0:
+                    return _ERR_TIME, pos, row, records, 0
             link = ifaces[k, _IF_LINK]
             r = _decode(buf, data, cap, wire, link, out, counts, ethertypes, linktypes, key)
             counts[r] += 1
