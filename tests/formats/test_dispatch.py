@@ -139,7 +139,7 @@ def test_directory_of_mixed_formats_is_combined(tmp_path: Path) -> None:
 def test_a_file_reached_twice_is_refused_not_counted_twice(tmp_path: Path, fmt: str) -> None:
     write_all_formats(tmp_path)
     a = tmp_path / "a.json"
-    with pytest.raises(InputError, match="the same file as .*a.json: its records would count"):
+    with pytest.raises(InputError, match=r"the same file as .*a\.json: its records would count"):
         read_spans([a, a], format=fmt)
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "link.json").symlink_to(a)
