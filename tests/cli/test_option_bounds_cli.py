@@ -45,6 +45,15 @@ CASES = {
         "--filter goes with --interface",
     ),
     "response filter": (["latency", "response", "c.pcap", "--filter", "tcp"], "--filter goes"),
+    # Nonsense that was accepted while it had no effect.
+    "capture algorithm": (
+        ["capture", "c.pcap", "--out", "s.jsonl", "--algorithm", "nope"],
+        "unknown algorithm 'nope'",
+    ),
+    "capture format": (["capture", "c.pcap", "--out", "s.jsonl", "--format", "nope"], "--format"),
+    "no algorithm": (["evaluate", "t.json", "--algorithm", ""], "no algorithm to evaluate"),
+    "demo rate": (["demo", "--rate", "5", "--out", "d"], "go with --serve"),
+    "demo requests": (["demo", "--requests", "99999999999", "--out", "d"], "--requests"),
 }
 
 

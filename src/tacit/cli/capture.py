@@ -81,7 +81,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Turn every request/response exchange in a capture (HTTP/1.1, HTTP/2 and gRPC, Redis,
         memcached) into a client span at the caller and a server span at the callee."""
-        from tacit.formats import write_traces
+        from tacit.formats import WRITE_FORMATS, write_traces
         from tacit.formats.blind import write_blind
         from tacit.formats.capture_spans import (
             ServiceMap,
@@ -99,8 +99,10 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("--filter goes with --interface (a live capture)")
         inputs = [p for p in (pcap, services, callgraph, test_capture) if p is not None]
         refuse_input_as_output(out_path, inputs)
+        check_algorithm(algorithm)
+        if output_format not in WRITE_FORMATS:
+            raise ConfigError(f"--format must be one of {', '.join(WRITE_FORMATS)}")
         if reconstruct:
-            check_algorithm(algorithm)
             if (callgraph is None) == (test_capture is None):
                 raise ConfigError(
                     "--reconstruct needs the call graph: give --callgraph FILE or "

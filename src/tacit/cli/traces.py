@@ -398,7 +398,8 @@ def register(app: typer.Typer) -> None:
             "demo-output"
         ),
         requests: Annotated[
-            int, typer.Option(callback=bounded(1), help="Requests per load level.")
+            int,
+            typer.Option(callback=bounded(1, 1_000_000), help="Requests per load level."),
         ] = 400,
         json_out: JsonOpt = False,
         serve: Annotated[
@@ -409,23 +410,34 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         rate: Annotated[
-            float, typer.Option(callback=POSITIVE, help="With --serve: requests per second.")
-        ] = 50.0,
+            float | None,
+            typer.Option(
+                callback=bounded(0, 10_000, lo_open=True),
+                help="With --serve: requests per second (default 50).",
+            ),
+        ] = None,
         seconds: Annotated[
             float | None,
             typer.Option(
                 callback=POSITIVE, help="With --serve: stop after this long (default: at Ctrl-C)."
             ),
         ] = None,
-        http: Annotated[str, typer.Option(help="With --serve: the HTTP address.")] = (
-            "127.0.0.1:4318"
-        ),
+        http: Annotated[
+            str | None, typer.Option(help="With --serve: the HTTP address (127.0.0.1:4318).")
+        ] = None,
     ) -> None:
         """Simulate a small app under rising load, reconstruct, score every algorithm, report;
         or (--serve) watch tacit serve reconstruct the app's traces live."""
         if serve:
-            _serve_demo(out_dir, rate, seconds, http)
+            _serve_demo(
+                out_dir,
+                50.0 if rate is None else rate,
+                seconds,
+                "127.0.0.1:4318" if http is None else http,
+            )
             return
+        if rate is not None or seconds is not None or http is not None:
+            raise ConfigError("--rate, --seconds and --http go with --serve")
         from tacit.evaluation.demo import run_demo
 
         res = run_demo(out_dir, requests=requests)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tacit.errors import InputError
+from tacit.errors import ConfigError, InputError
 from tacit.evaluation.trace_accuracy import artifact_scope, score_reconstruction
 from tacit.formats import observe
 from tacit.model.spans import SpanTable
@@ -60,6 +60,8 @@ def evaluate(
     the ``instrumented`` services keep their parents (they propagate trace context): every
     algorithm maps only the rest, and the score still counts every link.
     """
+    if not algorithms:
+        raise ConfigError("no algorithm to evaluate: name at least one")
     for a in algorithms:  # fail before the (long) read
         check_algorithm(a)
     observed, read_seconds = observe(source)
