@@ -188,9 +188,16 @@ def read_packets(
 
 def _refuse_undecodable(accounting: PacketAccounting, path: str) -> None:
     """Raise when a capture file held packet records but not one decoded, all of them broken
-    (malformed or cut before the IP header's end): what it holds is not what it claims, and
-    reading it as no traffic would drop every record silently. (A live capture's batch is not
-    held to this: one batch of bad frames does not end a capture.)"""
+    (malformed or cut before the IP header's end), or when no packet has a time: what it holds
+    is not what it claims, and reading it as no traffic (or as packets no use can time) would
+    drop every record silently. (A live capture's batch is not held to this: one batch of bad
+    frames does not end a capture.)"""
+    if accounting.ip_packets and accounting.no_timestamp == accounting.ip_packets:
+        raise InputError(
+            f"none of its {accounting.ip_packets} packets has a time: pcapng Simple Packet "
+            "Blocks carry none",
+            path=path,
+        )
     broken = accounting.malformed + accounting.truncated
     if (
         accounting.ip_packets
