@@ -133,6 +133,8 @@ def test_parse_server():
     with pytest.raises(ConfigError):
         parse_server("70000")
     with pytest.raises(ConfigError):
+        parse_server("0")  # no TCP connection has it
+    with pytest.raises(ConfigError):
         parse_server("not-an-address")
 
 

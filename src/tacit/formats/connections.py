@@ -140,7 +140,7 @@ def parse_server(server: str | None) -> tuple[int | None, int | None, int | None
         hi, lo, port = None, None, int(text)
     else:
         hi, lo, port = parse_endpoint(text)
-    if port is not None and port > 0xFFFF:
+    if port is not None and not 0 < port <= 0xFFFF:  # port 0 is no TCP connection's
         raise ConfigError(f"not a port number: {text!r}")
     return hi, lo, port
 
