@@ -54,6 +54,10 @@ CASES = {
     "no algorithm": (["evaluate", "t.json", "--algorithm", ""], "no algorithm to evaluate"),
     "demo rate": (["demo", "--rate", "5", "--out", "d"], "go with --serve"),
     "demo requests": (["demo", "--requests", "99999999999", "--out", "d"], "--requests"),
+    "rda directory": (
+        ["serve", "--callgraph", "cg.yaml", "--rda-results", ".", "--http", "127.0.0.1:0"],
+        "a directory, not an RDA agent's results file",
+    ),
 }
 
 

@@ -89,8 +89,11 @@ def register(app: typer.Typer) -> None:
             rda_results=tuple(rda_results) if rda_results else None,
             retention_s=retention_s,
         )
-        if cfg.pirate_pcap is not None and not cfg.pirate_pcap.exists():
+        if cfg.pirate_pcap is not None and not cfg.pirate_pcap.is_file():
             raise ConfigError(f"{cfg.pirate_pcap}: no such capture file")
+        for followed in cfg.rda_results:
+            if followed.is_dir():
+                raise ConfigError(f"{followed}: a directory, not an RDA agent's results file")
         if cfg.callgraph is None:
             raise ConfigError(
                 "a call graph is required: give --callgraph FILE (from `tacit callgraph`) or "
