@@ -14,8 +14,10 @@ Every packet record is accounted for (:class:`~tacit.model.captures.PacketAccoun
 of the table, or a count with its reason (not IP, unsupported link type, cut before the end of
 the IP header, a non-first fragment, malformed, or cut by the end of the file). A capture killed
 mid-write ends in a cut record: that is counted (``truncated_file``), not an error. A length
-that cannot be right (a record longer than any snap length, a pcapng block of impossible size)
-is garbage: an :class:`~tacit.errors.InputError` naming the file, record and byte offset.
+that cannot be right (a record longer than any snap length, a pcapng block of impossible size,
+a timestamp beyond int64 nanoseconds) is garbage: an :class:`~tacit.errors.InputError` naming the
+file, record and byte offset, raised after the records before it are delivered. A file of which
+no record decodes, or no packet has a time, is refused too, rather than read as no traffic.
 
 Why hand-written rather than dpkt: dpkt builds a Python object per header and, taken to the
 same fields, decodes 30,000 to 60,000 packets/s (bench/bench_pcap.py), while the latency
