@@ -156,7 +156,8 @@ def test_a_corrupt_record_ends_a_capture_after_the_intervals_before_it(pcaps, tm
     measured as if the missing packets were lost; the agent reading it names the file."""
     data = bytearray(pcaps[side].read_bytes())
     pos, records = 24, 0
-    while records < 0.9 * len(stream(pcaps[side])):
+    cut_at = 0.9 * len(stream(pcaps[side]))
+    while records < cut_at:
         pos += 16 + int.from_bytes(data[pos + 8 : pos + 12], "little")
         records += 1
     data[pos + 8 : pos + 12] = (0x7FFF0000).to_bytes(4, "little")
