@@ -13,6 +13,7 @@ from rich.table import Table
 from tacit.cli.common import (
     POSITIVE,
     JsonOpt,
+    check_packet_source,
     flag,
     load_callgraph,
     out,
@@ -93,10 +94,7 @@ def register(app: typer.Typer) -> None:
         from tacit.reconstruct.isolated import callgraph_from_test_capture
         from tacit.reconstruct.pipeline import check_algorithm, reconstruct_blind
 
-        if (pcap is None) == (interface is None):
-            raise ConfigError("give a capture file or --interface, not both")
-        if bpf and interface is None:
-            raise ConfigError("--filter goes with --interface (a live capture)")
+        check_packet_source(pcap, interface, bpf)
         inputs = [p for p in (pcap, services, callgraph, test_capture) if p is not None]
         refuse_input_as_output(out_path, inputs)
         check_algorithm(algorithm)

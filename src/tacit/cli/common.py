@@ -286,6 +286,16 @@ def bounded(
     return check
 
 
+def check_packet_source(capture: Path | None, interface: str | None, bpf: str) -> None:
+    """Refuse what a command reading packets cannot take: both a capture file and a live
+    ``--interface``, or neither; a ``--filter`` without ``--interface`` (it filters a live
+    capture, and would be ignored on a file)."""
+    if (capture is None) == (interface is None):
+        raise ConfigError("give a capture file or --interface, not both")
+    if bpf and interface is None:
+        raise ConfigError("--filter goes with --interface (a live capture)")
+
+
 def _number(x: float) -> str:
     """A bound as written: whole numbers in full (2^30 as 1073741824, not 1.07374e+09)."""
     return str(int(x)) if math.isfinite(x) and x == int(x) else f"{x:g}"

@@ -16,6 +16,7 @@ from rich.table import Table
 from tacit.cli.common import (
     POSITIVE,
     JsonOpt,
+    check_packet_source,
     console,
     flag,
     ms,
@@ -94,10 +95,7 @@ def response(
         params = replace(params, epoch_ns=parse_duration(epoch))
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"unknown algorithm {algorithm!r}: expected {', '.join(ALGORITHMS)}")
-    if (capture is None) == (interface is None):
-        raise ConfigError("give a capture file or --interface, not both")
-    if bpf and interface is None:
-        raise ConfigError("--filter goes with --interface (a live capture)")
+    check_packet_source(capture, interface, bpf)
     if truth and capture is None:
         raise ConfigError("--truth needs a capture file (it parses both directions)")
     t0 = time.perf_counter()
