@@ -233,11 +233,10 @@ def lagged_correlation(
         a = _matrix(a_t, a_cell, n_t, len(cells))
         b = _matrix(b_t, b_cell, n_t, len(cells))
         n = float(cause.n_units * span)
-        n_a = np.bincount(a_t, minlength=n_t).astype(np.float64)[:, None]
-        n_b = np.bincount(b_t, minlength=n_t).astype(np.float64)[:, None]
         n_ab = (a @ b.T).tocoo()
         i, j = n_ab.row.astype(np.int64), n_ab.col.astype(np.int64)
-        na, nb = n_a[i, 0], n_b[j, 0]
+        na = np.bincount(a_t, minlength=n_t).astype(np.float64)[i]
+        nb = np.bincount(b_t, minlength=n_t).astype(np.float64)[j]
         spread = np.sqrt((n * na - na**2) * (n * nb - nb**2))
         cov = n * n_ab.data - na * nb
         c = np.divide(cov, spread, out=np.zeros_like(cov), where=spread > 0)
