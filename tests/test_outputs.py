@@ -63,7 +63,7 @@ def test_a_kill_while_writing_leaves_the_previous_file(tmp_path: Path) -> None:
     ("target", "message"),
     [
         (lambda d: d, "is a directory"),
-        (lambda d: d / "file" / "under" / "it.json", "cannot write"),
+        (lambda d: d / "file" / "under" / "it.json", "file is not a directory"),
         (lambda d: Path("/dev/full"), "No space left on device"),
     ],
 )

@@ -47,6 +47,9 @@ def atomic_output(path: str | Path) -> Iterator[BinaryIO]:
         with _output_errors(p), p.open("wb") as raw:
             yield from _maybe_gzip(p, raw)
         return
+    above = next((a for a in p.parents if a.exists()), None)  # the directory to create it in
+    if above is not None and not above.is_dir():
+        raise OutputError(f"cannot write: {above} is not a directory", path=str(p))
     with _output_errors(p):
         p.parent.mkdir(parents=True, exist_ok=True)
         mode = p.stat().st_mode & 0o777 if p.exists() else 0o666 & ~_umask()

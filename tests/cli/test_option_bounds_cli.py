@@ -8,6 +8,7 @@ from pathlib import Path
 from clirun import finish, one_error_line, start
 
 HUGE = "99999999999999999999999"
+AGENT = ["latency", "oneway", "agent", "--role", "receiver", "--peer"]
 CASES = {
     "rate nan": (["latency", "oneway", "simulate", "--packets", "1000", "--rate", "nan"], "--rate"),
     "rate tiny": (
@@ -54,6 +55,25 @@ CASES = {
     "no algorithm": (["evaluate", "t.json", "--algorithm", ""], "no algorithm to evaluate"),
     "demo rate": (["demo", "--rate", "5", "--out", "d"], "go with --serve"),
     "demo requests": (["demo", "--requests", "99999999999", "--out", "d"], "--requests"),
+    "live seconds": (
+        ["capture", "--interface", "lo", "--seconds", "1e30", "--out", "s"],
+        "--seconds",
+    ),
+    "response live seconds": (
+        ["latency", "response", "--interface", "lo", "--seconds", "1e30"],
+        "--seconds",
+    ),
+    "response bytes": (["experiment", "asymmetric", "--response-bytes", "ack"], "--server quic"),
+    # An agent with a source it cannot read used to wait for its peer, then fail.
+    "agent capture": ([*AGENT, "127.0.0.1:1", "--pcap", "c.pcap"], "not a pcap or pcapng file"),
+    "agent duration": (
+        [*AGENT, "127.0.0.1:1", "--interface", "lo", "--duration", "0"],
+        "--duration",
+    ),
+    "agent peer": (
+        [*AGENT, "nosuch.invalid:1", "--pcap", "c.pcap"],
+        "cannot resolve 'nosuch.invalid'",
+    ),
     "rda directory": (
         ["serve", "--callgraph", "cg.yaml", "--rda-results", ".", "--http", "127.0.0.1:0"],
         "a directory, not an RDA agent's results file",

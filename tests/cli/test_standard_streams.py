@@ -50,3 +50,9 @@ def test_standard_input_is_read_once(traces: Path) -> None:
     r = tacit("evaluate", "-", "-", stdin=b"{}", cwd=traces)
     assert r.returncode == 2 and b"standard input can be read once" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_standard_input_is_named_stdin_in_errors(traces: Path) -> None:
+    r = tacit("evaluate", "-", stdin=b"garbage {", cwd=traces)
+    assert r.returncode == 2
+    assert r.stderr.decode().startswith("tacit: error: stdin: unknown span format")

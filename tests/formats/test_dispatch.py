@@ -108,6 +108,19 @@ def test_round_trip_preserves_the_table(tmp_path: Path, fmt: str, name: str) -> 
         np.testing.assert_array_equal(np.sort(back.start), np.sort(table.start))
 
 
+@pytest.mark.parametrize("fmt", WRITE_FORMATS)
+@pytest.mark.parametrize("name", ["bom.json", "bom.json.gz"])
+def test_a_utf8_byte_order_mark_is_skipped(tmp_path: Path, fmt: str, name: str) -> None:
+    plain = tmp_path / "plain.json"
+    write_traces(plain, sample_table(), format=fmt)
+    text = b"\xef\xbb\xbf" + plain.read_bytes()
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+    assert detect_format(path) == fmt
+    micros = fmt != "otlp"
+    assert canonical(read_spans(path), micros=micros) == canonical(read_spans(plain), micros=micros)
+
+
 def test_extra_tags_are_written(tmp_path: Path) -> None:
     write_traces(tmp_path / "j.json", sample_table(), tags={0: {"tacit.parent": "x"}})
     doc = json.loads((tmp_path / "j.json").read_text())

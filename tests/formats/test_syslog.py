@@ -95,6 +95,16 @@ def test_unparsed_lines_counted_or_raised(tmp_path):
     assert str(e.value) == f"{path}: record line 2: not a rfc5424 line: 'garbage'"
 
 
+@pytest.mark.parametrize(
+    "line", [format_rfc5424(5 * S, "sw1", "d", "ok"), "Jun 14 15:16:01 h p: x"]
+)
+def test_a_utf8_byte_order_mark_keeps_the_first_line(tmp_path, line):
+    path = tmp_path / "bom.log"
+    path.write_bytes(b"\xef\xbb\xbf" + f"{line}\n{line}\n".encode())
+    r = read_syslog(path)
+    assert r.accounting == {"lines": 2, "parsed": 2, "blank": 0, "unparsed": 0}
+
+
 def test_bad_calendar_date_is_counted():
     r = parse_syslog_text("Jan  1 00:00:00 a x: ok\nFeb 30 00:00:00 a x: no\n", year=2001)
     assert r.accounting["unparsed"] == 1 and r.records.content == ["ok"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import threading
 import time
 import urllib.error
@@ -20,7 +21,7 @@ from capture_probe import needs_capture
 from clirun import finish, one_error_line, start
 from serve_app import config, get, get_json, running, shop_callgraph, url
 from serve_latency import PIRATE, SIM, json_lines, pirate_capture, rda_records
-from tacit.errors import ConfigError
+from tacit.errors import ConfigError, InputError
 from tacit.formats.pcap import read_packets
 from tacit.response_latency import PirateParams, estimate_response_latency, score_estimates
 from tacit.serve import Service, Store, load_config
@@ -296,6 +297,12 @@ def test_the_options_are_read_from_the_file_and_checked(tmp_path: Path) -> None:
 def test_a_corrupt_capture_ends_its_source_not_the_service(tmp_path: Path) -> None:
     bad = tmp_path / "bad.pcap"
     bad.write_bytes(b"this is no capture file at all")
+    with pytest.raises(InputError, match="not a pcap or pcapng file"):
+        Service(config(tmp_path, pirate_pcap=bad), shop_callgraph())  # refused at the start
+    header = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)  # pcap 2.4, Ethernet
+    bad.write_bytes(header + b"\xff" * 40)  # a corrupt first record
+    with pytest.raises(ConfigError, match="bad capture filter"):
+        Service(config(tmp_path, pirate_pcap=bad, pirate_filter="((("), shop_callgraph())
     with running(tmp_path, pirate_pcap=bad) as svc:
         _until(svc.pirate[0].finished.is_set, "the source to end")
         (source,) = get_json(svc, "/api/tacit/status")["pirate"]
@@ -306,3 +313,33 @@ def test_a_corrupt_capture_ends_its_source_not_the_service(tmp_path: Path) -> No
 def test_the_command_refuses_a_missing_capture_in_one_line(tmp_path: Path) -> None:
     run = finish({"serve": start("serve", "--pirate-pcap", "nosuch.pcap", cwd=tmp_path)})
     assert "no such capture file" in one_error_line(run["serve"], "nosuch.pcap")
+
+
+def test_a_line_longer_than_a_read_is_one_rejected_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agents: Any
+) -> None:
+    from tacit.serve import rda_feed
+    from tacit.serve.metrics import ServeMetrics
+
+    monkeypatch.setattr(rda_feed, "MAX_READ", 1024)  # more than a record
+    receiver, _ = agents
+    results = tmp_path / "receiver.jsonl"
+    results.write_text(json_lines(receiver[:1]) + "x" * 1500)  # a long line, not yet ended
+    store = Store(tmp_path / "tacit.duckdb")
+    try:
+        follower = rda_feed.RdaFollower(results, rda_feed.RdaIngest(store, ServeMetrics()))
+        while follower.read_more():
+            pass
+        assert follower.line == 1  # the long line waits for its end, however long it grows
+        with results.open("a") as f:
+            f.write("y" * 1500)
+        assert not follower.read_more()
+        with results.open("a") as f:
+            f.write("\n" + json_lines(receiver[1:3]))
+        while follower.read_more():
+            pass
+        assert follower.line == 4 and follower.offset == results.stat().st_size
+        assert store.rda_rejected() == {str(results): 1}
+        assert len(store.rda_intervals(str(results), None, None, 10)) == 3
+    finally:
+        store.close()

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from tacit.cli.common import (
-    POSITIVE,
+    LIVE_SECONDS,
     JsonOpt,
     check_packet_source,
     flag,
@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="Capture live on this interface instead (libpcap).")
         ] = None,
         seconds: Annotated[
-            float, typer.Option(callback=POSITIVE, help="With --interface: how long to capture.")
+            float, typer.Option(callback=LIVE_SECONDS, help="With --interface: how long.")
         ] = 10.0,
         bpf: Annotated[
             str, typer.Option("--filter", help="With --interface: a BPF filter (tcpdump's).")

@@ -87,8 +87,14 @@ def finite(x: Any) -> Any:
 
 
 def print_json(doc: Any) -> None:
-    """``doc`` as valid JSON on stdout: NaN and infinities become null."""
-    out.print_json(json.dumps(finite(doc)))
+    """``doc`` as valid JSON on stdout: NaN and infinities become null. Highlighted on a
+    terminal; into a pipe or a file written as is (rich's re-parsing and highlighting take
+    seconds on a document of megabytes)."""
+    text = json.dumps(finite(doc), indent=2, ensure_ascii=False)
+    if out.is_terminal:
+        out.print_json(text)
+    else:
+        out.file.write(text + "\n")
 
 
 class _Notices(logging.Handler):
@@ -96,7 +102,9 @@ class _Notices(logging.Handler):
     on stderr."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        console.print(f"tacit: note: {record.getMessage()}", markup=False, highlight=False)
+        console.print(
+            f"tacit: note: {as_given(record.getMessage())}", markup=False, highlight=False
+        )
 
 
 QUIET = False
@@ -175,11 +183,24 @@ def standard_streams(argv: list[str]) -> Iterator[list[str]]:
     if not inputs:
         yield argv
         return
+    global _spooled_stdin
     with tempfile.TemporaryDirectory(prefix="tacit-") as tmp:
         spooled = Path(tmp) / "stdin"
         with spooled.open("wb") as f:
             shutil.copyfileobj(sys.stdin.buffer, f)
+        _spooled_stdin = str(spooled)
         yield [str(spooled) if i in inputs else a for i, a in enumerate(argv)]
+
+
+_spooled_stdin: str | None = None
+"""Where :func:`standard_streams` spooled the standard input, if it did."""
+
+
+def as_given(message: object) -> str:
+    """A message as the user would write its files: the spooled standard input named
+    ``stdin`` rather than by its temporary path."""
+    text = str(message)
+    return text.replace(_spooled_stdin, "stdin") if _spooled_stdin else text
 
 
 def load_callgraph(spec: str):
@@ -305,6 +326,9 @@ COUNT = bounded(0)
 """A count or a number of items to show: 0 or more."""
 POSITIVE = bounded(0, lo_open=True)
 """A rate, a size or a length: more than 0."""
+LIVE_SECONDS = bounded(0, 86400, lo_open=True)
+"""How long a live capture runs: more than 0 and at most a day (what it captures is held in
+memory until it ends)."""
 SEED = bounded(0, 2**63 - 1)
 """A random seed: 0 to 2^63 - 1 (numpy's generators take any whole number from 0, but seeds
 also go through int64 arrays and compiled hashing)."""

@@ -105,8 +105,11 @@ def asymmetric(
         ),
     ] = 4,
     response_bytes: Annotated[
-        str, typer.Option(help="quic: response sizes, noack (30-130 B) or ack (1600-15100 B).")
-    ] = "noack",
+        str | None,
+        typer.Option(
+            help="quic: response sizes, noack (30-130 B, the default) or ack (1600-15100 B)."
+        ),
+    ] = None,
     loss: Annotated[
         float, typer.Option(callback=FRACTION, help="§5.4: loss from client to vantage point.")
     ] = 0.0,
@@ -137,6 +140,9 @@ def asymmetric(
     )
     from tacit.experiment.quic import SCENARIOS
 
+    if response_bytes is not None and server != "quic":
+        raise ConfigError("--response-bytes goes with --server quic")
+    response_bytes = response_bytes or "noack"
     if response_bytes not in SCENARIOS:
         raise ConfigError(f"--response-bytes must be one of {sorted(SCENARIOS)}")
     params = AsymmetricParams(

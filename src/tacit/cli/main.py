@@ -13,6 +13,7 @@ import typer
 
 from tacit.cli import capture, diagnose, experiment, latency, paths, serve, traces
 from tacit.cli.common import (
+    as_given,
     console,
     out,
     refuse_existing_outputs,
@@ -78,5 +79,5 @@ def main() -> None:
         if debug:
             raise
         what = f"out of memory: {e or 'an allocation failed'}" if isinstance(e, MemoryError) else e
-        print(f"tacit: error: {what}", file=sys.stderr)
+        print(f"tacit: error: {as_given(what)}", file=sys.stderr)
         sys.exit(2)

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,11 +21,17 @@ KEY_ENV = "TACIT_AGENT_KEY"
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) → (host, port)."""
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) → (host, port), the host resolved now so that a
+    name that does not resolve is refused before the agent starts."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536 or not host:
         raise ConfigError(f"not an address: {text!r} (expected HOST:PORT)")
-    return host.strip("[]"), int(port)
+    host = host.strip("[]")
+    try:
+        socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise ConfigError(f"--peer {text}: cannot resolve {host!r} ({e.strerror})") from None
+    return host, int(port)
 
 
 def read_key(key_file: Path | None) -> bytes:
@@ -56,6 +63,17 @@ def _line(record: dict[str, Any]) -> str:
         f"sent {record['packets_sender']} matched {record['matched']} "
         f"difference {record['set_difference']}"
     )
+
+
+def _log_progress() -> None:
+    """The agent's progress (``logging`` INFO of the ``tacit`` loggers) as plain lines on
+    stderr; warnings and errors keep going to the notices (not printed twice)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.addFilter(lambda record: record.levelno < logging.WARNING)
+    tacit_log = logging.getLogger("tacit")
+    tacit_log.setLevel(logging.INFO)
+    tacit_log.addHandler(handler)
 
 
 def register(app: typer.Typer) -> None:
@@ -118,6 +136,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("give exactly one of --interface and --pcap")
         if role not in ("sender", "receiver"):
             raise ConfigError(f"--role must be sender or receiver, got {role!r}")
+        address = parse_address(peer)
         params = AgentParams(
             intervals=IntervalParams(length_ns=parse_duration(interval)),
             rda=RDAParams(buckets_per_bank=buckets, sampling_rate=sampling_rate, seed=seed),
@@ -131,11 +150,13 @@ def register(app: typer.Typer) -> None:
             source = PcapSource(pcap, realtime=realtime, bpf_filter=bpf)
         elif interface is not None:
             seconds = None if duration is None else parse_duration(duration) / 1e9
+            if seconds == 0:
+                raise ConfigError("--duration must be more than 0")
             source = LiveSource(interface, bpf, seconds)
         key = read_key(key_file)
         if output is not None:
             refuse_input_as_output(output, [pcap] if pcap is not None else [])
-        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+        _log_progress()
         # Lines are appended as intervals finish (a log, not one document): opened only once
         # every check has passed, so a refused start leaves an existing file alone.
         sink = open(output, "w") if output is not None else None  # noqa: SIM115
@@ -153,7 +174,7 @@ def register(app: typer.Typer) -> None:
         # SIGTERM ends the capture; the agent then finishes the intervals it holds and exits.
         signal.signal(signal.SIGTERM, lambda *_: source.stop())
         try:
-            Agent(role, parse_address(peer), key, source, params, publish).run_sync()
+            Agent(role, address, key, source, params, publish).run_sync()
         except KeyboardInterrupt:
             console.print("interrupted")
         finally:

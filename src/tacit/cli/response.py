@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from tacit.cli.common import (
-    POSITIVE,
+    LIVE_SECONDS,
     JsonOpt,
     check_packet_source,
     console,
@@ -43,7 +43,7 @@ def response(
     ] = None,
     bpf: Annotated[str, typer.Option("--filter", help="Live capture: a BPF filter.")] = "",
     seconds: Annotated[
-        float, typer.Option(callback=POSITIVE, help="Live capture: how long.")
+        float, typer.Option(callback=LIVE_SECONDS, help="Live capture: how long.")
     ] = 10.0,
     server: Annotated[
         str | None,

@@ -27,11 +27,18 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tacit.errors import ConfigError, InputError
-from tacit.formats.pcap import MAX_SNAPLEN, join_reads, read_packet_buffer
+from tacit.formats.pcap import (
+    MAX_SNAPLEN,
+    capture_format,
+    iter_packet_chunks,
+    join_reads,
+    read_packet_buffer,
+)
 from tacit.model.captures import PacketRead
 
 _PCAP_HEADER = struct.Struct("<IHHiIII")
@@ -247,11 +254,10 @@ def capture_for(
         return join_reads(parts or [cap.empty()], cap.source), cap.stats()
 
 
-def filtered_file(
-    path: str | Path, bpf_filter: str, batch_frames: int = 65536
-) -> Iterator[PacketRead]:
-    """The packets of a capture file that pass a BPF filter, read by libpcap (pcap or pcapng,
-    not compressed) in batches, decoded like live frames (so with microsecond timestamps)."""
+def open_filtered_file(path: str | Path, bpf_filter: str) -> Any:
+    """A libpcap handle reading a capture file (pcap or pcapng, not compressed) through a BPF
+    filter; raises :class:`~tacit.errors.InputError` for a file libpcap cannot read and
+    :class:`~tacit.errors.ConfigError` for a filter it cannot compile. Close it when done."""
     pcapy = _pcapy()
     name = str(path)
     try:
@@ -259,10 +265,23 @@ def filtered_file(
     except pcapy.PcapError as e:
         raise InputError(f"libpcap cannot read it: {e}", path=name) from None
     try:
-        try:
-            handle.setfilter(bpf_filter)
-        except pcapy.PcapError as e:
-            raise ConfigError(f"bad capture filter {bpf_filter!r}: {e}") from None
+        handle.setfilter(bpf_filter)
+    except pcapy.PcapError as e:
+        handle.close()
+        raise ConfigError(f"bad capture filter {bpf_filter!r}: {e}") from None
+    return handle
+
+
+def filtered_file(
+    path: str | Path, bpf_filter: str, batch_frames: int = 65536
+) -> Iterator[PacketRead]:
+    """The packets of a capture file that pass a BPF filter, read by libpcap
+    (:func:`open_filtered_file`) in batches, decoded like live frames (so with microsecond
+    timestamps)."""
+    pcapy = _pcapy()
+    name = str(path)
+    handle = open_filtered_file(name, bpf_filter)
+    try:
         linktype = handle.datalink()
         while True:
             try:
@@ -274,3 +293,24 @@ def filtered_file(
             yield read_packet_buffer(wrap_frames(data, meta, linktype, MAX_SNAPLEN), name)
     finally:
         handle.close()
+
+
+def capture_file_batches(
+    path: str | Path, bpf_filter: str = "", chunk_records: int = 65536
+) -> Iterator[PacketRead]:
+    """The packets of a capture file in batches of at most ``chunk_records``: through libpcap
+    when there is a BPF filter (:func:`filtered_file`), else tacit's own reader (gzip too)."""
+    if bpf_filter:
+        return filtered_file(path, bpf_filter, chunk_records)
+    return iter_packet_chunks(path, chunk_records)
+
+
+def check_capture_file(path: str | Path, bpf_filter: str = "") -> None:
+    """Refuse, before a long-running reader of :func:`capture_file_batches` starts, a file that
+    is not a capture or a filter libpcap cannot compile (as :class:`LiveCapture` refuses a bad
+    interface or filter when it opens). A corrupt record later still ends the reading after
+    the packets before it."""
+    if bpf_filter:
+        open_filtered_file(path, bpf_filter).close()
+    else:
+        capture_format(path)

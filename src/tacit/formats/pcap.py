@@ -260,6 +260,15 @@ def read_packet_buffer(
     return PacketRead(_rows(table, rows, source), accounting, walk.format, held)
 
 
+def capture_format(path: str | Path) -> str:
+    """The format of a capture file (``pcap`` or ``pcapng``, gzip or not), read from its
+    header alone: a check before a long-running reader starts. Raises
+    :class:`~tacit.errors.InputError` for a file that is not a capture."""
+    name = str(path)
+    with _open_in(name) as f:
+        return _Walk(name, _read(f, name, 24)).format
+
+
 def iter_packet_chunks(
     path: str | Path, chunk_records: int, *, payloads: bool = False
 ) -> Iterator[PacketRead]:

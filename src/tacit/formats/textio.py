@@ -23,6 +23,9 @@ from tacit.errors import InputError
 from tacit.outputs import write_bytes
 
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
+"""The byte-order mark some editors and Windows tools put before UTF-8 text: every reader
+skips it (no capture or protobuf message starts with these bytes)."""
 
 
 HEAD_BYTES = 1 << 20
@@ -30,7 +33,8 @@ HEAD_BYTES = 1 << 20
 
 
 def read_bytes(path: str | Path) -> bytes:
-    """The content of ``path``, decompressed when it is gzip (detected by magic, not by name)."""
+    """The content of ``path``, decompressed when it is gzip (detected by magic, not by name),
+    without a UTF-8 byte-order mark."""
     return _read(path, None)
 
 
@@ -46,9 +50,20 @@ def _read(path: str | Path, size: int | None) -> bytes:
         gzipped = f.read(2) == GZIP_MAGIC
         f.seek(0)
         if not gzipped:
-            return f.read() if size is None else f.read(size)
+            return _without_bom(f.read() if size is None else f.read(size))
         with gzip.GzipFile(fileobj=f) as z:
-            return z.read() if size is None else z.read(size)
+            return _without_bom(z.read() if size is None else z.read(size))
+
+
+def _without_bom(data: bytes) -> bytes:
+    return data[len(UTF8_BOM) :] if data.startswith(UTF8_BOM) else data
+
+
+def _skip_bom(f: BinaryIO) -> BinaryIO:
+    """``f`` (at its start) past a UTF-8 byte-order mark, if it has one."""
+    if f.read(len(UTF8_BOM)) != UTF8_BOM:
+        f.seek(0)
+    return f
 
 
 @contextmanager
@@ -144,17 +159,18 @@ def iter_json_lines(path: str | Path) -> Generator[tuple[int, Any], None, None]:
 
 @contextmanager
 def _open_lines(p: Path) -> Iterator[BinaryIO]:
-    """``p`` opened for reading line by line, decompressed when it is gzip."""
+    """``p`` opened for reading line by line, decompressed when it is gzip, past a UTF-8
+    byte-order mark."""
     with _input_errors(p):
         raw = p.open("rb")
     with raw, _input_errors(p):
         gzipped = raw.read(2) == GZIP_MAGIC
         raw.seek(0)
         if not gzipped:
-            yield raw
+            yield _skip_bom(raw)
             return
         with gzip.GzipFile(fileobj=raw) as z:
-            yield cast(BinaryIO, z)
+            yield _skip_bom(cast(BinaryIO, z))
 
 
 def expand_inputs(paths: list[str | Path], suffixes: tuple[str, ...]) -> list[Path]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tacit.formats.pcap import iter_packet_chunks
+from tacit.formats.live import capture_file_batches, check_capture_file
 from tacit.model.captures import PacketAccounting, PacketRead
 from tacit.model.packets import NO_TIME
 
@@ -32,7 +32,7 @@ class Batch:
 class PcapSource:
     """A capture file, replayed as fast as possible (interval boundaries by capture time) or,
     with ``realtime``, paced by its capture timestamps. A BPF ``bpf_filter`` makes libpcap
-    read the file (:func:`tacit.formats.live.filtered_file`)."""
+    read the file (:func:`tacit.formats.live.capture_file_batches`)."""
 
     live = False
 
@@ -49,17 +49,13 @@ class PcapSource:
         self.bpf_filter = bpf_filter
         self.chunk_records = chunk_records
         self._stop = threading.Event()
+        check_capture_file(self.path, bpf_filter)  # refused now, not once the agent runs
 
     def stop(self) -> None:
         self._stop.set()
 
     def batches(self) -> Iterator[Batch]:
-        if self.bpf_filter:
-            from tacit.formats.live import filtered_file
-
-            reads = filtered_file(self.path, self.bpf_filter)
-        else:
-            reads = iter_packet_chunks(self.path, self.chunk_records)
+        reads = capture_file_batches(self.path, self.bpf_filter, self.chunk_records)
         origin: tuple[int, float] | None = None
         for read in reads:
             if self._stop.is_set():

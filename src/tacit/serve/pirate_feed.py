@@ -21,8 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tacit.errors import TacitError
-from tacit.formats.live import LiveCapture, filtered_file
-from tacit.formats.pcap import iter_packet_chunks
+from tacit.formats.live import LiveCapture, capture_file_batches, check_capture_file
 from tacit.model.captures import PacketAccounting, PacketRead
 from tacit.response_latency import PirateParams, ResponseEstimates, StreamingEstimator
 from tacit.serve.metrics import ServeMetrics
@@ -37,8 +36,9 @@ NS = 1e9
 
 class PirateFeed:
     """One packet source for Pirate: ``source`` is a capture file (a :class:`~pathlib.Path`) or
-    the name of an interface to capture on live (libpcap; opened now, so that a missing
-    interface or permission is a start-up error), either through the BPF filter ``bpf``;
+    the name of an interface to capture on live (libpcap), either through the BPF filter
+    ``bpf``, both checked now (a missing file or interface, no permission or a bad filter is a
+    start-up error);
     ``server`` (ADDR:PORT, ADDR or PORT) picks the connections as the estimator does (default:
     every connection, its direction from the handshake)."""
 
@@ -57,6 +57,8 @@ class PirateFeed:
         self.pcap = source if isinstance(source, Path) else None
         self.bpf = bpf
         self.capture = None if isinstance(source, Path) else LiveCapture(source, bpf)
+        if self.pcap is not None:
+            check_capture_file(self.pcap, bpf)
         self.source = str(source) if self.capture is None else self.capture.source
         self.packets = 0
         self.estimates = 0
@@ -92,10 +94,8 @@ class PirateFeed:
             for read in self.capture.batches():
                 if read is not None:
                     yield read
-        elif self.bpf:
-            yield from filtered_file(str(self.pcap), self.bpf)
         else:
-            yield from iter_packet_chunks(str(self.pcap), CHUNK_RECORDS)
+            yield from capture_file_batches(str(self.pcap), self.bpf, CHUNK_RECORDS)
 
     def _run(self) -> None:
         try:

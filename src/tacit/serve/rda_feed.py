@@ -49,8 +49,8 @@ COUNTS = (
 interval without reconciliation has none of the last five)."""
 ROLES = ("sender", "receiver")
 MAX_READ = 4 << 20
-"""Bytes of a followed file read at once; a line longer than this (no agent writes one) is read
-in pieces of this size, each taken as a line of its own."""
+"""Bytes of a followed file read at once; a line longer than this (no agent writes one) is
+rejected whole, as one line, once its end is written."""
 POLL_S = 0.2
 NS = 1e9
 
@@ -128,17 +128,23 @@ class RdaIngest:
         self._lock = threading.Lock()
 
     def take(
-        self, lines: Iterable[tuple[int, str]], source: str, state: dict[str, int] | None = None
+        self,
+        lines: Iterable[tuple[int, str | InputError]],
+        source: str,
+        state: dict[str, int] | None = None,
     ) -> RdaLines:
-        """Read numbered lines of ``source``; store their records, their rejections and
-        ``state`` in one transaction; count them. Returns what they gave."""
+        """Read numbered lines of ``source`` (or why the reader refused one); store their
+        records, their rejections and ``state`` in one transaction; count them. Returns what
+        they gave."""
         now = time.time_ns()
         got = RdaLines()
         for number, text in lines:
-            if not text.strip():
+            if isinstance(text, str) and not text.strip():
                 got.results["blank"] += 1
                 continue
             try:
+                if isinstance(text, InputError):
+                    raise text
                 row = interval_row(text, source, now)
             except InputError as e:
                 got.results["malformed"] += 1
@@ -203,6 +209,7 @@ class RdaFollower:
         self.offset = ingest.store.state(self._offset_key, 0)
         self.line = ingest.store.state(self._line_key, 0)
         self.error: str | None = None
+        self._scanned = 0  # how far a line longer than MAX_READ was searched for its end
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tacit-rda", daemon=True)
 
@@ -258,7 +265,7 @@ class RdaFollower:
                 size,
                 self.offset,
             )
-            self.offset = self.line = 0
+            self.offset = self.line = self._scanned = 0
         if size == self.offset:
             return False
         with open(self.path, "rb") as f:
@@ -266,16 +273,38 @@ class RdaFollower:
             data = f.read(min(size - self.offset, MAX_READ))
         end = data.rfind(b"\n") + 1
         if not end:
-            if len(data) < MAX_READ:
-                return False  # the last line is still being written
-            end = len(data)  # a line longer than MAX_READ: what was read is taken as one line
+            return len(data) == MAX_READ and self._take_long_line()
         lines = data[:end].split(b"\n")
         if not lines[-1]:
             lines.pop()
-        numbered = [
+        numbered: list[tuple[int, str | InputError]] = [
             (self.line + i, text.decode(errors="replace")) for i, text in enumerate(lines, 1)
         ]
-        offset, line = self.offset + end, self.line + len(lines)
+        self._took(numbered, end)
+        return True
+
+    def _took(self, numbered: list[tuple[int, str | InputError]], size: int) -> None:
+        """Store what ``numbered`` (the next lines, ``size`` bytes) gave, and how far the file
+        has been read, in one transaction."""
+        offset, line = self.offset + size, self.line + len(numbered)
         self.ingest.take(numbered, self.source, {self._offset_key: offset, self._line_key: line})
         self.offset, self.line = offset, line
+
+    def _take_long_line(self) -> bool:
+        """The next line is longer than :data:`MAX_READ`: once its end is written, reject it
+        as one line (searching on from where the last search stopped, so that a line still
+        growing costs each poll only its new bytes); whether it ended."""
+        with open(self.path, "rb") as f:
+            f.seek(max(self._scanned, self.offset + MAX_READ))
+            while block := f.read(MAX_READ):
+                at = block.find(b"\n")
+                if at >= 0:
+                    size = f.tell() - len(block) + at + 1 - self.offset
+                    break
+            else:
+                self._scanned = f.tell()
+                return False
+        self._scanned = 0
+        why = InputError(f"a line of {size - 1} bytes, longer than any record ({MAX_READ} at most)")
+        self._took([(self.line + 1, why)], size)
         return True
