@@ -9,6 +9,7 @@ from tacit.errors import InputError
 from tacit.evaluation.trace_accuracy import score_reconstruction
 from tacit.model.roles import infer_roles
 from tacit.model.spans import CLIENT, NONE, SERVER
+from tacit.reconstruct import online
 from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.reconstruct.online import (
     OnlineParams,
@@ -85,6 +86,29 @@ def test_pending_spans_stay_bounded_on_a_long_stream(stream):
     per_second = len(blind) / 12.0
     assert rec.info["peak_pending_spans"] < 3.0 * per_second
     assert rec.info["peak_pending_spans"] < 0.3 * len(blind)
+
+
+def test_the_pending_spans_string_pool_stays_bounded_and_their_names_right(stream, monkeypatch):
+    """The pool the pending spans share is extended push after push, and compacted (here once
+    it holds more strings than one per pending span, plus 4096): it never holds all the
+    stream's ids, and every pending span still reads its own names."""
+    monkeypatch.setattr(online, "_POOL_SLACK", 1)
+    obs, blind, graph = stream
+    blind = blind.take(np.arange(len(blind)))
+    blind.span_id[:] = obs.spans.span_id  # ids of their own, as an OTLP sender gives them
+    tw = OnlineTraceWeaver(graph, FAST, WINDOWS)
+    order = np.argsort(blind.end, kind="stable")
+    most = 0
+    for chunk in stream_chunks(blind, 200):
+        tw.push(chunk)
+        most = max(most, len(tw.spans.strings))
+        rows = order[tw.position]
+        for column in ("service", "endpoint", "trace", "span_id"):
+            assert [tw.spans.name(column, r) for r in range(len(tw.spans))] == [
+                blind.name(column, int(r)) for r in rows
+            ]
+    # Before a push compacts: the pending spans and a chunk, the slack, and the chunk's strings.
+    assert most <= tw.peak_pending + 4096 + 3 * 200 < len(blind)
 
 
 def test_a_server_span_whose_caller_arrives_later_waits_for_it(stream):

@@ -77,6 +77,8 @@ def tag(key: str, value: Any) -> dict[str, Any]:
     Jaeger's ``binary`` (base64); lists and mappings (OTLP array and key-value list attributes)
     are JSON text, as the OpenTelemetry Jaeger translation writes them.
     """
+    if type(value) is str:  # most tags: first, past the checks below
+        return {"key": key, "type": "string", "value": value}
     if isinstance(value, bool):
         return {"key": key, "type": "bool", "value": value}
     if isinstance(value, (int, np.integer)):

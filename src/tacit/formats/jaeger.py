@@ -310,41 +310,49 @@ def jaeger_traces(
     tags = tags or {}
     s = spans.strings
     trace_ids, span_ids = hex_ids(spans)
+    # Columns as lists: a row's values are read one by one, which numpy scalars make slow.
+    start, end, kind_of, parent_of = (
+        c.tolist() for c in (spans.start, spans.end, spans.kind, spans.parent)
+    )
+    service, instance, endpoint, thread, peer = (
+        c.tolist()
+        for c in (spans.service, spans.instance, spans.endpoint, spans.thread, spans.peer)
+    )
     traces: dict[int, list[int]] = {}
-    for row, t in enumerate(spans.trace):
-        traces.setdefault(int(t), []).append(row)
+    for row, t in enumerate(spans.trace.tolist()):
+        traces.setdefault(t, []).append(row)
     data = []
     for rows in traces.values():
         trace_id = trace_ids[rows[0]]
         processes: dict[tuple[int, int, int], str] = {}
         resources: dict[str, Mapping[str, Any]] = {}
         out = []
-        for row in sorted(rows, key=lambda r: spans.start[r]):
+        for row in sorted(rows, key=start.__getitem__):
             d = spans.detail(row) or NO_DETAIL
-            pkey = (int(spans.service[row]), int(spans.instance[row]), id(d.resource))
+            pkey = (service[row], instance[row], id(d.resource))
             pid = processes.setdefault(pkey, f"p{len(processes) + 1}")
             resources[pid] = d.resource
-            kind = int(spans.kind[row])
+            kind = kind_of[row]
             columns: dict[str, Any] = {} if kind == UNKNOWN else {"span.kind": KIND_NAMES[kind]}
-            if spans.thread[row] != NONE:
-                columns["thread.id"] = int(spans.thread[row])
-            if spans.peer[row] != NONE:
-                columns["peer.service"] = s[int(spans.peer[row])]
+            if thread[row] != NONE:
+                columns["thread.id"] = thread[row]
+            if peer[row] != NONE:
+                columns["peer.service"] = s[peer[row]]
             columns |= status_tags(d, True)
             span_tags = merged_tags(spans, row, columns, tags.get(row, {}))
-            parent = int(spans.parent[row])
+            parent = parent_of[row]
             refs = []
             if parent != NONE:
                 refs = [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": span_ids[parent]}]
-            start_us = int(spans.start[row]) // 1000
+            start_us = start[row] // 1000
             out.append(
                 {
                     "traceID": trace_id,
                     "spanID": span_ids[row],
-                    "operationName": s[int(spans.endpoint[row])],
+                    "operationName": s[endpoint[row]],
                     "references": refs,
                     "startTime": start_us,
-                    "duration": max(0, -(-int(spans.end[row]) // 1000) - start_us),
+                    "duration": max(0, -(-end[row] // 1000) - start_us),
                     "tags": [_tag(k, v) for k, v in span_tags.items()],
                     "logs": [
                         {

@@ -120,22 +120,30 @@ class SpanTable(ColumnTable):
         )
 
 
-def concat(tables: Sequence[SpanTable]) -> SpanTable:
-    """Concatenate tables, re-interning strings into one pool and offsetting row references."""
+def concat(tables: Sequence[SpanTable], *, into_first: bool = False) -> SpanTable:
+    """Concatenate tables, re-interning strings into one pool and offsetting row references.
+
+    With ``into_first``, the pool is the first table's, extended with the others' strings: its
+    codes stay as they are (as do those of every table sharing the pool), so the work is that
+    of the other tables alone, not of every row again; but the pool keeps strings no row uses
+    any more, and a caller that appends forever compacts it now and then (``into_first``
+    False: a fresh pool of the strings in use)."""
     if not tables:
         return SpanTable.empty()
     if len(tables) == 1:
         return tables[0]
-    pool = StringPool()
+    pool = tables[0].strings if into_first else StringPool()
     parts: dict[str, list[np.ndarray]] = {k: [] for k in _COLUMNS}
     offset = 0
     sources: list[str] = []
-    for t in tables:
-        # Only the strings the rows use: a slice of a big table shares its whole pool.
-        used = np.unique(np.concatenate([getattr(t, k) for k in _STRING_COLUMNS]))
-        table = recode(pool, t.strings, used)
+    for i, t in enumerate(tables):
+        table = None  # the first table's codes, kept as they are
+        if not (into_first and i == 0):
+            # Only the strings the rows use: a slice of a big table shares its whole pool.
+            used = np.unique(np.concatenate([getattr(t, k) for k in _STRING_COLUMNS]))
+            table = recode(pool, t.strings, used)
         for k, v in t.columns().items():
-            if k in _STRING_COLUMNS:
+            if k in _STRING_COLUMNS and table is not None:
                 v = table[v]
             elif k in ("parent", "link"):
                 v = np.where(v >= 0, v + offset, NONE)

@@ -49,6 +49,10 @@ from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_tracewe
 NS = 1_000_000_000
 CHUNK_SIZE = 1000
 """Spans per chunk when a table is streamed (:func:`reconstruct_streamed`)."""
+_POOL_SLACK = 8
+"""The pending spans' string pool is compacted once it holds more than this many strings per
+pending span (each span brings about two of its own, its trace and span ids): memory stays
+proportional to what is pending, and each string is interned about once."""
 
 
 @dataclass(frozen=True)
@@ -148,11 +152,15 @@ class OnlineTraceWeaver:
         positions = np.arange(self.pushed, self.pushed + n)
         self.pushed += n
         cols = chunk.columns() | {"link": np.full(n, NONE), "parent": np.full(n, NONE)}
+        # The pending spans' pool is extended, not rebuilt, but for a compaction once it holds
+        # far more strings than the pending rows use: each string is interned about once.
+        compact = len(self.spans.strings) > _POOL_SLACK * (len(self.spans) + n) + 4096
         self.spans = concat(
             [
                 self.spans,
                 SpanTable(chunk.strings, **cols, sources=chunk.sources, details=chunk.details),
-            ]
+            ],
+            into_first=not compact,
         )
         self.position = np.concatenate([self.position, positions])
         self.link = np.concatenate([self.link, chunk.link.astype(np.int64)])
