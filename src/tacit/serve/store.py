@@ -97,6 +97,13 @@ CREATE TABLE IF NOT EXISTS rda_rejected(
 CREATE TABLE IF NOT EXISTS state(key VARCHAR PRIMARY KEY, value BIGINT);
 """
 
+CHECKPOINT_THRESHOLD = "256MB"
+"""How much write-ahead log DuckDB gathers before the commit that crosses it checkpoints the
+file (its default is 16 MB). A checkpoint blocks the committing thread for a time that grows
+with the file, so small ones, made often, held reconstruction back: measured with
+``bench/bench_serve.py sustained`` on 435,500 spans, 4,500 spans/s at 16 MB against 6,100 at
+256 MB, with a lower peak memory (940 against 1,130 MiB). Commits stay durable either way (the
+log is synced at each); the cost is a longer log to replay when a killed service restarts."""
 FINISHED_TABLES = ("spans", "traces", "trace_operations", "confidence")
 """The tables :meth:`Store.write_finished` appends to, in its one transaction."""
 
@@ -128,6 +135,7 @@ class Store:
         except (duckdb.Error, OSError) as e:
             raise ConfigError(f"{path}: cannot open the database: {e}") from None
         self._con.execute(_SCHEMA)
+        self._con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
         self._local = threading.local()
         self._cursors: list[Any] = []
         self._lock = threading.Lock()
