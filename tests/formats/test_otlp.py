@@ -1,16 +1,24 @@
-"""OTLP JSON: resources, kinds, AnyValue attributes, written documents, errors located."""
+"""OTLP JSON: resources, kinds, AnyValue attributes, written documents, errors located; OTLP
+protobuf requests read straight from the decoded message as their JSON form is read, and
+refused in the same words."""
 
 from __future__ import annotations
 
+import base64
+import copy
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
+from google.protobuf.json_format import ParseDict
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tacit.errors import InputError
-from tacit.formats.otlp import otlp_document, read_otlp
-from tacit.model.spans import CLIENT, INTERNAL, NONE, SERVER, UNKNOWN
+from tacit.formats.otlp import otlp_document, read_export_request, read_otlp
+from tacit.model.spans import CLIENT, INTERNAL, NONE, SERVER, UNKNOWN, SpanTable
 
 T0 = 1_661_140_374_351_773_094
 TRACE = "0087f677c0a2cf3f80a551987167911b"
@@ -228,3 +236,70 @@ def test_end_before_start_names_the_record(tmp_path: Path) -> None:
 )
 def test_bad_document_names_file_and_place(tmp_path: Path, doc: object, message: str) -> None:
     assert message in error_of(tmp_path, doc)
+
+
+def as_protobuf(doc: dict) -> bytes:
+    """An OTLP/JSON document as the protobuf request it stands for (ids from hex to the
+    base64 of protobuf's JSON mapping; the pre-0.15 scope list under its current name)."""
+    doc = copy.deepcopy(doc)
+    for rs in doc["resourceSpans"]:
+        rs["scopeSpans"] = rs.pop("instrumentationLibrarySpans", rs.get("scopeSpans"))
+        for scope in rs["scopeSpans"]:
+            for span in scope["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    span[key] = base64.b64encode(bytes.fromhex(span[key])).decode()
+    return ParseDict(doc, ExportTraceServiceRequest()).SerializeToString()
+
+
+def read(body: bytes, encoding: str) -> tuple[list[Any], list[Any]]:
+    table, parent_ids = read_export_request(body, encoding, "req")
+    return _rows(table), [table.strings[int(c)] for c in parent_ids]
+
+
+def _rows(t: SpanTable) -> list[Any]:
+    return [
+        (
+            {k: t.name(k, r) for k in ("service", "instance", "endpoint", "peer", "trace")},
+            {k: int(getattr(t, k)[r]) for k in ("kind", "start", "end", "thread", "parent")},
+            t.detail(r),
+        )
+        for r in range(len(t))
+    ]
+
+
+def test_a_protobuf_request_reads_as_its_json_form() -> None:
+    doc = shop_document()
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    spans[1]["status"] = {"code": 2, "message": "boom"}
+    spans[1]["events"] = [
+        {"timeUnixNano": str(spans[1]["startTimeUnixNano"] + 5), "name": "retry", "attributes": []}
+    ]
+    got = read(as_protobuf(doc), "protobuf")
+    assert got == read(orjson.dumps(doc), "json")
+    details = [d for _, _, d in got[0]]
+    assert details[1].attributes["raw"] == b"\x00\x01" and details[1].attributes["empty"] is None
+    assert details[1].events[0].name == "retry" and details[1].status_message == "boom"
+
+
+WEB = [attr("service.name", stringValue="web")]
+
+
+@pytest.mark.parametrize(
+    ("attrs", "bad"),
+    [
+        (WEB, {"kind": 9}),
+        (WEB, {"traceId": "00" * 20}),
+        (WEB, {"spanId": "00" * 9}),
+        (WEB, {"parentSpanId": "00" * 9}),
+        (WEB, {"status": {"code": 7}}),
+        ([attr("service.name", intValue="1")], {}),
+        ([], {}),
+    ],
+)
+def test_what_a_check_refuses_is_refused_in_the_same_words(attrs: list, bad: dict) -> None:
+    doc = {"resourceSpans": [resource(attrs, [otlp_span("e1"), {**otlp_span("e2"), **bad}])]}
+    with pytest.raises(InputError) as as_json:
+        read_export_request(orjson.dumps(doc), "json", "req")
+    with pytest.raises(InputError) as as_protobuf_body:
+        read_export_request(as_protobuf(doc), "protobuf", "req")
+    assert str(as_protobuf_body.value) == str(as_json.value)

