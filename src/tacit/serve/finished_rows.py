@@ -22,7 +22,8 @@ from tacit.serve.online_feed import Alone, Given
 class Rows:
     """Rows for the store's tables of finished traces, and what the metrics count of them."""
 
-    spans: list[dict[str, Any]] = field(default_factory=list)
+    spans: dict[str, list[Any]] = field(default_factory=lambda: {k: [] for k in _SPAN_COLUMNS})
+    """The ``spans`` rows by column (thousands of rows a second: no dict per row)."""
     traces: list[dict[str, Any]] = field(default_factory=list)
     operations: list[dict[str, Any]] = field(default_factory=list)
     confidence: dict[str, list[int]] = field(default_factory=dict)  # service -> [in, top]
@@ -32,17 +33,19 @@ class Rows:
     disagree: int = 0
     forward: list[Traces] = field(default_factory=list)
 
+    @property
+    def span_count(self) -> int:
+        return len(self.spans["seq"])
+
     def tables(self, now_ns: int) -> dict[str, pa.Table]:
         """The rows as pyarrow tables in the store's column order."""
         out = {
             name: pa.Table.from_pylist(rows, schema=_SCHEMAS[name])
-            for name, rows in (
-                ("spans", self.spans),
-                ("traces", self.traces),
-                ("trace_operations", self.operations),
-            )
+            for name, rows in (("traces", self.traces), ("trace_operations", self.operations))
             if rows
         }
+        if self.span_count:
+            out["spans"] = pa.Table.from_pydict(self.spans, schema=_SCHEMAS["spans"])
         if self.confidence:
             out["confidence"] = pa.Table.from_pylist(
                 [
@@ -60,38 +63,34 @@ class Rows:
         spans, tags = assemble_finished(f, seed)
         docs = jaeger_traces(spans, tags)
         s = spans.strings
-        span_ids = [s[int(c)] for c in spans.span_id]
-        parent_service = [
-            s[int(spans.service[p])] if p != NONE else None for p in spans.parent.tolist()
-        ]
+        span_ids = [s[c] for c in spans.span_id.tolist()]
+        parents = spans.parent.tolist()
         position_row = {int(p): r for r, p in enumerate(f.position.tolist())}
-        for r in range(len(spans)):
-            t = tags.get(r, {})
-            p = int(spans.parent[r])
-            g = given[r]
-            if spans.kind[r] == CLIENT:
-                if p != NONE:
-                    self.mapped += 1
+        for r in np.flatnonzero(spans.kind == CLIENT).tolist():
+            p, g = parents[r], given[r]
+            if p != NONE:
+                self.mapped += 1
+            else:
+                why = tags.get(r, {}).get("tacit.unmapped", "unmapped")
+                self.unmapped[why] = self.unmapped.get(why, 0) + 1
+            if g.parent_id:
+                if p != NONE and span_ids[p] == g.parent_id:
+                    self.agree += 1
                 else:
-                    why = t.get("tacit.unmapped", "unmapped")
-                    self.unmapped[why] = self.unmapped.get(why, 0) + 1
-                if g.parent_id:
-                    if p != NONE and span_ids[p] == g.parent_id:
-                        self.agree += 1
-                    else:
-                        self.disagree += 1
-            self.spans.append(
-                _span_row(spans, r, int(seq[r]), g)
-                | {
-                    "trace_id": s[int(spans.trace[r])],
-                    "span_id": span_ids[r],
-                    "parent_span_id": span_ids[p] if p != NONE else None,
-                    "parent_service": parent_service[r],
-                    "score": t.get("tacit.score"),
-                    "alternatives": t.get("tacit.alternatives"),
-                    "unmapped": t.get("tacit.unmapped"),
-                }
-            )
+                    self.disagree += 1
+        row_tags = [tags.get(r, {}) for r in range(len(spans))]
+        self._add_spans(
+            spans,
+            seq,
+            given,
+            trace_id=[s[c] for c in spans.trace.tolist()],
+            span_id=span_ids,
+            parent_span_id=[span_ids[p] if p != NONE else None for p in parents],
+            parent_service=[s[int(spans.service[p])] if p != NONE else None for p in parents],
+            score=[t.get("tacit.score") for t in row_tags],
+            alternatives=[t.get("tacit.alternatives") for t in row_tags],
+            unmapped=[t.get("tacit.unmapped") for t in row_tags],
+        )
         self._confidence(f, spans, position_row)
         self._traces(spans, docs, tags, now_ns)
         self.forward.append((spans, tags))
@@ -159,36 +158,41 @@ class Rows:
 
     def add_alone(self, a: Alone) -> None:
         """Spans finished without reconstruction: stored with their reason, in no trace."""
-        for r in range(len(a.spans)):
-            g = a.given[r]
-            self.unmapped[a.reason[r]] = self.unmapped.get(a.reason[r], 0) + 1
-            self.spans.append(
-                _span_row(a.spans, r, int(a.seq[r]), g)
-                | {"span_id": g.span_id or None, "unmapped": a.reason[r]}
-            )
+        for why in a.reason:
+            self.unmapped[why] = self.unmapped.get(why, 0) + 1
+        n = len(a.spans)
+        self._add_spans(
+            a.spans,
+            a.seq,
+            a.given,
+            trace_id=[None] * n,
+            span_id=[g.span_id or None for g in a.given],
+            parent_span_id=[None] * n,
+            parent_service=[None] * n,
+            score=[None] * n,
+            alternatives=[None] * n,
+            unmapped=list(a.reason),
+        )
 
-
-def _span_row(spans: SpanTable, r: int, seq: int, given: Given) -> dict[str, Any]:
-    """The ``spans`` row of span ``r`` as received; what reconstruction adds left empty."""
-    s = spans.strings
-    return {
-        "seq": seq,
-        "trace_id": None,
-        "span_id": None,
-        "parent_span_id": None,
-        "service": s[int(spans.service[r])],
-        "instance": s[int(spans.instance[r])],
-        "operation": s[int(spans.endpoint[r])],
-        "kind": KIND_NAMES[int(spans.kind[r])],
-        "start_ns": int(spans.start[r]),
-        "duration_ns": int(spans.end[r] - spans.start[r]),
-        "parent_service": None,
-        "score": None,
-        "alternatives": None,
-        "unmapped": None,
-        "given_trace_id": given.trace_id or None,
-        "given_parent_id": given.parent_id or None,
-    }
+    def _add_spans(
+        self, spans: SpanTable, seq: np.ndarray, given: Sequence[Given], **made: list[Any]
+    ) -> None:
+        """Add the ``spans`` rows of ``spans`` as received (numbered ``seq``, with what their
+        senders gave), and what reconstruction ``made`` of them (the other columns)."""
+        s = spans.strings.values
+        received = {
+            "seq": seq.tolist(),
+            "service": [s[c] for c in spans.service.tolist()],
+            "instance": [s[c] for c in spans.instance.tolist()],
+            "operation": [s[c] for c in spans.endpoint.tolist()],
+            "kind": [KIND_NAMES[k] for k in spans.kind.tolist()],
+            "start_ns": spans.start.tolist(),
+            "duration_ns": (spans.end - spans.start).tolist(),
+            "given_trace_id": [g.trace_id or None for g in given],
+            "given_parent_id": [g.parent_id or None for g in given],
+        }
+        for name, column in self.spans.items():
+            column.extend(received[name] if name in received else made[name])
 
 
 _S, _I, _F = pa.string(), pa.int64(), pa.float64()
@@ -238,3 +242,5 @@ _SCHEMAS = {
     ),
     "confidence": pa.schema([("at_ns", _I), ("service", _S), ("incoming", _I), ("top_choice", _I)]),
 }
+_SPAN_COLUMNS = tuple(_SCHEMAS["spans"].names)
+"""The columns of the store's ``spans`` table, in its order."""

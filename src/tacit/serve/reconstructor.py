@@ -119,7 +119,7 @@ class Reconstructor(threading.Thread):
             "next_position": self.feed.tw.pushed,
         }
         self.store.write_finished(rows.tables(now), state)
-        self.ingest.finished(len(rows.spans))
+        self.ingest.finished(rows.span_count)
         m = self.metrics
         m.traces.inc(len(rows.traces))
         m.mapped.inc(rows.mapped)
