@@ -7,7 +7,8 @@ other), with TraceWeaver §5.3 windows of 2 s; spans are the embedded shop app's
 requests/s, exported in batches of 512 by the SDK's OTLP/HTTP protobuf exporter.
 
 * sustained: every span sent as fast as the exporter goes; spans/s from the first request to
-  the last span in a finished trace, and link accuracy (a call's chosen parent equals the one
+  the last span in a finished trace, the service's CPU time per span (steadier than spans/s on
+  a shared machine), and link accuracy (a call's chosen parent equals the one
   its sender's context gave) against the offline and the batch-online algorithms on the same
   spans; target 20,000 spans/s at offline accuracy.
 * burst: four exporters at once with ``max_pending_spans`` of 50,000; the spans each
@@ -105,6 +106,12 @@ class Server:
                 return int(line.split()[1]) / 1024
         return float("nan")
 
+    def cpu_seconds(self) -> float:
+        """User and system CPU the service has used so far: its work, whatever else the
+        machine runs (throughput on a shared machine varies by a quarter from run to run)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(timeout=120)
@@ -122,6 +129,7 @@ def _stored(db: Path) -> tuple[int, set[str]]:
 
 def sustained(spans, callgraph, tmp: Path) -> dict:
     server = Server(tmp, callgraph).start()
+    start_cpu_s = server.cpu_seconds()
     began = time.monotonic()
     log = send_spans(spans, server.url("/v1/traces"))
     sent_s = time.monotonic() - began
@@ -130,6 +138,7 @@ def sustained(spans, callgraph, tmp: Path) -> dict:
     agree = server.metric('tacit_links_checked_total{result="agree"}')
     checked = server.metric("tacit_links_checked_total")
     rss = server.peak_rss_mib()
+    cpu_s = server.cpu_seconds() - start_cpu_s
     server.stop()
     obs = infer_roles(spans)
     blind = obs.without_truth()
@@ -144,6 +153,7 @@ def sustained(spans, callgraph, tmp: Path) -> dict:
         "seconds_to_last_trace": round(total_s, 2),
         "spans_per_s": round(len(spans) / total_s),
         "target_spans_per_s": 20_000,
+        "server_cpu_us_per_span": round(cpu_s / len(spans) * 1e6, 1),
         "peak_rss_mib": round(rss),
         "accuracy_served": round(agree / checked, 4),
         "accuracy_offline": round(float((offline == truth).mean()), 4),
