@@ -17,7 +17,8 @@ requests/s, exported in batches of 512 by the SDK's OTLP/HTTP protobuf exporter.
   database, the refused batches sent again; acknowledged spans missing from the store (target 0).
 * query: a million spans reconstructed into a database, then Jaeger searches for a service's
   20 most recent traces, median of 20 (target < 200 ms); then retention deletes the older half
-  (one transaction, timed) and the searches are timed again.
+  in the service's bounded passes (the total and the longest pass, which is how long
+  reconstruction waits at most) and the searches are timed again.
 
 Prints one JSON object.
 """
@@ -239,6 +240,7 @@ def query(callgraph, tmp: Path, target_spans: int = 1_000_000) -> dict:
 
     from tacit.formats.otlp import read_export_request
     from tacit.serve.online_feed import Fed, OnlineFeed
+    from tacit.serve.reconstructor import EXPIRY_SPANS
     from tacit.serve.store import Store, TraceQuery
 
     store = Store(tmp / "tacit.duckdb")
@@ -270,10 +272,18 @@ def query(callgraph, tmp: Path, target_spans: int = 1_000_000) -> dict:
         return len(found), times
 
     found, times = search()
-    # Retention: every trace finished at 0 here, so the older half (by sequence number) goes.
-    t = time.perf_counter()
-    expired = store.expire(before_ns=1, low_water=seq // 2)
-    expire_s = time.perf_counter() - t
+    # Retention: every trace finished at 0 here, so the older half (by sequence number) goes,
+    # in passes of at most EXPIRY_SPANS spans as the service runs them.
+    expired: dict[str, int] = {}
+    passes: list[float] = []
+    while True:
+        t = time.perf_counter()
+        part = store.expire(before_ns=1, low_water=seq // 2, most_spans=EXPIRY_SPANS)
+        passes.append(time.perf_counter() - t)
+        for table, n in part.rows.items():
+            expired[table] = expired.get(table, 0) + n
+        if part.done:
+            break
     _, after = search()
     store.close()
     return {
@@ -286,7 +296,9 @@ def query(callgraph, tmp: Path, target_spans: int = 1_000_000) -> dict:
         "target_ms": 200,
         "expired_spans": expired["spans"],
         "expired_traces": expired["traces"],
-        "expire_seconds": round(expire_s, 2),
+        "expire_seconds": round(sum(passes), 2),
+        "expire_passes": len(passes),
+        "expire_longest_pass_seconds": round(max(passes), 2),
         "search_ms_median_after_expiry": round(statistics.median(after), 1),
     }
 

@@ -41,8 +41,11 @@ def store(tmp_path):
             "INSERT INTO spans (seq, trace_id, service, start_ns) VALUES (?, ?, 'svc', ?)",
             [seq, trace, old],
         )
-    for trace, finished in (("a", old), ("b", old), ("c", new)):
-        cur.execute("INSERT INTO traces (trace_id, finished_ns) VALUES (?, ?)", [trace, finished])
+    for trace, finished, n in (("a", old, 4), ("b", old, 3), ("c", new, 2)):
+        cur.execute(
+            "INSERT INTO traces (trace_id, finished_ns, spans) VALUES (?, ?, ?)",
+            [trace, finished, n],
+        )
         cur.execute("INSERT INTO trace_operations (trace_id, service) VALUES (?, 'svc')", [trace])
     for first, n, received in ((0, 4, old), (4, 2, old), (6, 4, new)):
         cur.execute("INSERT INTO ingest VALUES (?, ?, ?, 'json', '')", [first, n, received])
@@ -63,7 +66,7 @@ def store(tmp_path):
 
 
 def test_expire_deletes_what_was_taken_in_before_the_cut_and_nothing_else(store):
-    deleted = store.expire(NOW - 60 * 10**9, low_water=10)
+    deleted = store.expire(NOW - 60 * 10**9, low_water=10).rows
     # Trace b keeps its spans: span 6 came in with the recent request (sequence cut 6).
     assert deleted == {
         "spans": 4,
@@ -91,7 +94,26 @@ def test_expire_keeps_what_reconstruction_may_still_read(store):
     store.expire(NOW + 10**9, low_water=2)
     assert _count(store, "traces") == 3 and _count(store, "spans") == 10
     assert _count(store, "ingest") == 3
-    assert store.expire(NOW + 10**9, low_water=10)["traces"] == 3
+    assert store.expire(NOW + 10**9, low_water=10).rows["traces"] == 3
+    assert _count(store, "spans") == 0 and _count(store, "ingest") == 1
+
+
+def test_passes_of_a_few_spans_delete_what_one_pass_deletes(store):
+    """Bounded passes (a trace at a time here: each holds at least two spans) until one says
+    it is done: the same rows go, and no pass takes a trace without all its spans."""
+    total: dict[str, int] = {}
+    passes = 0
+    while True:
+        expired = store.expire(NOW + 10**9, low_water=10, most_spans=2)
+        passes += 1
+        for table, n in expired.rows.items():
+            total[table] = total.get(table, 0) + n
+        assert _count(store, "traces", "trace_id NOT IN (SELECT trace_id FROM spans "
+                      "WHERE trace_id IS NOT NULL)") == 0  # fmt: skip
+        if expired.done:
+            break
+    assert passes == 3  # traces a, b and c
+    assert total["spans"] == 10 and total["traces"] == 3 and total["ingest"] == 2
     assert _count(store, "spans") == 0 and _count(store, "ingest") == 1
 
 

@@ -7,7 +7,7 @@ number below which every span is in a finished trace, from which a restart resum
 nothing arrives for ``idle_s``, the stream's clock moves on by the wall time that passed since
 the last request (:meth:`tacit.reconstruct.online.OnlineTraceWeaver.advance`), so the last traces
 before a pause finish too. With a retention time, the thread also deletes what is older than
-that (:meth:`tacit.serve.store.Store.expire`).
+that (:meth:`tacit.serve.store.Store.expire`), a bounded part at a time.
 """
 
 from __future__ import annotations
@@ -35,6 +35,10 @@ POLL_S = 0.25
 """How long the thread waits for a request before it looks at the quiet time."""
 MAX_EXPIRY_PERIOD_S = 60.0
 """Retention is applied every tenth of the retention time, and at least this often."""
+EXPIRY_SPANS = 50_000
+"""Spans one retention transaction deletes at most: a pass over more goes on between the
+writes of finished traces instead of holding them up (deleting half of a million stored spans
+in one transaction took 15 s)."""
 
 
 class Reconstructor(threading.Thread):
@@ -137,21 +141,25 @@ class Reconstructor(threading.Thread):
 
     def _expire(self) -> None:
         """Delete what was taken in more than the retention time ago (between this thread's
-        writes of finished traces), and count it. A pass that fails (a write of the Pirate or
+        writes of finished traces, at most :data:`EXPIRY_SPANS` spans at a time, the next part
+        after the next request), and count it. A pass that fails (a write of the Pirate or
         RDA threads conflicting with its deletions) is logged and tried again next time."""
         import duckdb
 
         before_ns = time.time_ns() - round(self.retention_s * 1e9)
         low_water = self.feed.low_water(self.ingest.next_seq)
+        done = True
         try:
-            expired = self.store.expire(before_ns, low_water)
+            expired = self.store.expire(before_ns, low_water, EXPIRY_SPANS)
         except duckdb.Error as e:
             log.warning("retention pass failed, to be tried again: %s", e)
-            expired = {}
-        for table, n in expired.items():
-            self.metrics.expired.labels(table).inc(n)
+        else:
+            done = expired.done
+            for table, n in expired.rows.items():
+                self.metrics.expired.labels(table).inc(n)
         self._load_confidence()
-        self._next_expiry = time.monotonic() + min(self.retention_s / 10, MAX_EXPIRY_PERIOD_S)
+        wait = 0.0 if not done else min(self.retention_s / 10, MAX_EXPIRY_PERIOD_S)
+        self._next_expiry = time.monotonic() + wait
 
     def _load_confidence(self) -> None:
         """Per-service confidence over what the store holds, and its gauges (a service with

@@ -123,6 +123,15 @@ class TraceQuery:
     limit: int = 20
 
 
+@dataclass(frozen=True)
+class Expired:
+    """What one retention pass (:meth:`Store.expire`) deleted, per table, and whether it was
+    all there was to delete (else a pass bounded by its span count left the newer part)."""
+
+    rows: dict[str, int]
+    done: bool
+
+
 class Store:
     """The database file at ``path`` (created with the schema when absent)."""
 
@@ -223,9 +232,10 @@ class Store:
                 cur.execute("INSERT OR REPLACE INTO state VALUES (?, ?)", [key, value])
 
     # -- retention ---------------------------------------------------------------------------
-    def expire(self, before_ns: int, low_water: int) -> dict[str, int]:
+    def expire(self, before_ns: int, low_water: int, most_spans: int | None = None) -> Expired:
         """Delete what the service took in before ``before_ns`` (its own clock), in one
-        transaction; the rows deleted per table.
+        transaction: at most about ``most_spans`` spans (the oldest), so that a writer waiting
+        for the file is not held up long; :attr:`Expired.done` says whether all went.
 
         A span goes once it was received before then (its ingest request's ``received_ns``)
         and below ``low_water``: spans are numbered in the order they were received, so the
@@ -243,21 +253,41 @@ class Store:
                 "SELECT min(first_seq) FROM ingest WHERE received_ns >= ?", [before_ns]
             ).fetchall()
             cut = low_water if first_after is None else min(low_water, int(first_after))
-            expired = (
-                "SELECT trace_id FROM traces WHERE finished_ns < ? AND trace_id NOT IN "
-                "(SELECT trace_id FROM spans WHERE seq >= ? AND trace_id IS NOT NULL)"
+            # The traces that go, and the spans in no trace that go: the first ones (by trace
+            # id, by number) up to about ``most_spans`` spans, set down once for every delete.
+            most = 2**62 if most_spans is None else most_spans
+            cur.execute(
+                "CREATE TEMP TABLE expiring AS SELECT trace_id, spans FROM traces "
+                "WHERE finished_ns < ? AND trace_id NOT IN "
+                "(SELECT trace_id FROM spans WHERE seq >= ? AND trace_id IS NOT NULL) "
+                "QUALIFY sum(spans) OVER (ORDER BY trace_id) - spans < ?",
+                [before_ns, cut, most],
             )
+            ((alone,),) = cur.execute(
+                "SELECT max(seq) + 1 FROM (SELECT seq FROM spans "
+                "WHERE trace_id IS NULL AND seq < ? ORDER BY seq LIMIT ?)",
+                [cut, most],
+            ).fetchall()
+            alone = 0 if alone is None else int(alone)
+            ((more,),) = cur.execute(
+                "SELECT (SELECT count(*) FROM traces WHERE finished_ns < ? AND trace_id NOT IN "
+                "(SELECT trace_id FROM spans WHERE seq >= ? AND trace_id IS NOT NULL)) "
+                "> (SELECT count(*) FROM expiring) OR EXISTS (SELECT 1 FROM spans "
+                "WHERE trace_id IS NULL AND seq >= ? AND seq < ?)",
+                [before_ns, cut, alone, cut],
+            ).fetchall()
+            expiring = "SELECT trace_id FROM expiring"
             deletes = {
                 "spans": (
-                    f"DELETE FROM spans WHERE trace_id IN ({expired}) "
+                    f"DELETE FROM spans WHERE trace_id IN ({expiring}) "
                     "OR (trace_id IS NULL AND seq < ?)",
-                    [before_ns, cut, cut],
+                    [alone],
                 ),
                 "trace_operations": (
-                    f"DELETE FROM trace_operations WHERE trace_id IN ({expired})",
-                    [before_ns, cut],
+                    f"DELETE FROM trace_operations WHERE trace_id IN ({expiring})",
+                    [],
                 ),
-                "traces": (f"DELETE FROM traces WHERE trace_id IN ({expired})", [before_ns, cut]),
+                "traces": (f"DELETE FROM traces WHERE trace_id IN ({expiring})", []),
                 "ingest": (
                     "DELETE FROM ingest WHERE first_seq + spans <= ? "
                     "AND first_seq < (SELECT max(first_seq) FROM ingest)",
@@ -271,10 +301,12 @@ class Store:
                 "rda_intervals": ("DELETE FROM rda_intervals WHERE received_ns < ?", [before_ns]),
                 "rda_rejected": ("DELETE FROM rda_rejected WHERE received_ns < ?", [before_ns]),
             }
-            return {
+            rows = {
                 table: int(cur.execute(sql, args).fetchall()[0][0])
                 for table, (sql, args) in deletes.items()
             }
+            cur.execute("DROP TABLE expiring")
+        return Expired(rows, not more)
 
     # -- queries -----------------------------------------------------------------------------
     def services(self) -> list[str]:
