@@ -36,7 +36,7 @@ import codecs
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -223,11 +223,9 @@ def _protobuf_spans(request: Any, record: int) -> Iterator[dict[str, Any]]:
     when it fails, and the request is read again the checking way, so that every refusal is
     worded in one place."""
     for rs in request.resource_spans:
-        resource = _pb_attributes(rs.resource.attributes)
-        service = resource.get(SERVICE_ATTR)
-        if not isinstance(service, str):
+        process = _process(_pb_attributes(rs.resource.attributes))
+        if process is None:
             raise _Unusual
-        instance = first_tag(resource, INSTANCE_ATTRS) or service
         for scope in rs.scope_spans:
             for span in scope.spans:
                 record += 1
@@ -236,9 +234,7 @@ def _protobuf_spans(request: Any, record: int) -> Iterator[dict[str, Any]]:
                 if not (0 <= span.kind < len(_KIND_ENUM) and span.status.code in _STATUS_SET):
                     raise _Unusual
                 yield _span_fields(
-                    service,
-                    instance,
-                    resource,
+                    process,
                     record,
                     trace,
                     span_id,
@@ -420,10 +416,9 @@ def _export_spans(src: str, where: str, doc: Any, record: int) -> Iterator[dict[
     """The spans of one export as :meth:`SpanTableBuilder.add` takes them, numbered after
     ``record``."""
     for rr, resource, spans in resource_spans(src, where, doc):
-        service = resource.get(SERVICE_ATTR)
-        if not isinstance(service, str):
+        process = _process(resource)
+        if process is None:
             raise rr.fail(f"resource has no string {SERVICE_ATTR!r} attribute")
-        instance = first_tag(resource, INSTANCE_ATTRS) or service
         for span in spans:
             record += 1
             at = f"{where}, " if where else ""
@@ -433,9 +428,7 @@ def _export_spans(src: str, where: str, doc: Any, record: int) -> Iterator[dict[
             span_id = _id(r, span, "spanId")
             r.record = f"{record} ({at}trace {trace} span {span_id})"
             yield _span_fields(
-                service,
-                instance,
-                resource,
+                process,
                 record,
                 trace,
                 span_id,
@@ -450,10 +443,24 @@ def _export_spans(src: str, where: str, doc: Any, record: int) -> Iterator[dict[
             )
 
 
+class _Process(NamedTuple):
+    """The process a resource names: its service, its instance and all its attributes."""
+
+    service: str
+    instance: str
+    resource: dict[str, Any]
+
+
+def _process(resource: dict[str, Any]) -> _Process | None:
+    """The process of a resource's attributes; None without a string service name."""
+    service = resource.get(SERVICE_ATTR)
+    if not isinstance(service, str):
+        return None
+    return _Process(service, first_tag(resource, INSTANCE_ATTRS) or service, resource)
+
+
 def _span_fields(
-    service: str,
-    instance: str,
-    resource: dict[str, Any],
+    process: _Process,
     record: int,
     trace: str,
     span_id: str,
@@ -469,8 +476,8 @@ def _span_fields(
     """One span's fields as :meth:`SpanTableBuilder.add` takes them, from what either reader
     (JSON or protobuf) took out of the span."""
     return dict(
-        service=service,
-        instance=instance,
+        service=process.service,
+        instance=process.instance,
         endpoint=name,
         kind=kind_code(kind),
         start=start,
@@ -484,7 +491,7 @@ def _span_fields(
         detail=SpanDetail(
             span_id=span_id,
             attributes=attrs,
-            resource=resource,
+            resource=process.resource,
             status=status[0],
             status_message=status[1],
             events=events,

@@ -242,5 +242,5 @@ _SCHEMAS = {
     ),
     "confidence": pa.schema([("at_ns", _I), ("service", _S), ("incoming", _I), ("top_choice", _I)]),
 }
-_SPAN_COLUMNS = tuple(_SCHEMAS["spans"].names)
+_SPAN_COLUMNS: tuple[str, ...] = tuple(_SCHEMAS["spans"].names)
 """The columns of the store's ``spans`` table, in its order."""
