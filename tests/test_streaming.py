@@ -26,7 +26,7 @@ from tacit.formats import pcap
 from tacit.formats.live import filtered_file
 from tacit.formats.pcap import PacketAccounting, iter_packet_chunks, read_packets
 from tacit.formats.pcap_write import build_frame, link_frame, write_pcap, write_pcapng
-from tacit.formats.textio import GZIP_MAGIC, read_bytes, read_head, write_bytes
+from tacit.formats.textio import GZIP_MAGIC, UTF8_BOM, read_bytes, read_head, write_bytes
 from tacit.model.packets import TCP, UDP, concat_packets
 from tacit.model.roles import infer_roles
 from tacit.oneway_latency.agent import AgentParams
@@ -71,12 +71,18 @@ def assert_same_columns(a, b) -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(data=st.binary(max_size=3000), size=st.integers(0, 4000), gz=st.booleans())
-def test_a_files_head_is_the_start_of_the_whole_read(data: bytes, size: int, gz: bool) -> None:
-    assume(gz or not data.startswith(GZIP_MAGIC))  # gzip is told by its magic, not by name
+@given(
+    data=st.binary(max_size=3000), size=st.integers(0, 4000), gz=st.booleans(), bom=st.booleans()
+)
+def test_a_files_head_is_the_start_of_the_whole_read(
+    data: bytes, size: int, gz: bool, bom: bool
+) -> None:
+    """Whole or in part, a file reads the same, after a UTF-8 byte-order mark if it has one."""
+    assume(gz or bom or not data.startswith(GZIP_MAGIC))  # gzip is told by its magic
+    assume(not data.startswith(UTF8_BOM))  # a second mark would be content
     with TemporaryDirectory() as tmp:
         path = Path(tmp) / ("f.gz" if gz else "f")
-        write_bytes(path, data)
+        write_bytes(path, UTF8_BOM + data if bom else data)
         assert read_bytes(path) == data
         assert read_head(path, size) == data[:size]
 

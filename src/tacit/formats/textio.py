@@ -50,13 +50,14 @@ def _read(path: str | Path, size: int | None) -> bytes:
         gzipped = f.read(2) == GZIP_MAGIC
         f.seek(0)
         if not gzipped:
-            return _without_bom(f.read() if size is None else f.read(size))
+            return _without_bom(f, size)
         with gzip.GzipFile(fileobj=f) as z:
-            return _without_bom(z.read() if size is None else z.read(size))
+            return _without_bom(cast(BinaryIO, z), size)
 
 
-def _without_bom(data: bytes) -> bytes:
-    return data[len(UTF8_BOM) :] if data.startswith(UTF8_BOM) else data
+def _without_bom(f: BinaryIO, size: int | None) -> bytes:
+    """The content of ``f`` (the first ``size`` bytes of it) after a UTF-8 byte-order mark."""
+    return _skip_bom(f).read() if size is None else _skip_bom(f).read(size)
 
 
 def _skip_bom(f: BinaryIO) -> BinaryIO:

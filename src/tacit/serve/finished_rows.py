@@ -179,7 +179,7 @@ class Rows:
     ) -> None:
         """Add the ``spans`` rows of ``spans`` as received (numbered ``seq``, with what their
         senders gave), and what reconstruction ``made`` of them (the other columns)."""
-        s = spans.strings.values
+        s = spans.strings
         received = {
             "seq": seq.tolist(),
             "service": [s[c] for c in spans.service.tolist()],

@@ -256,10 +256,12 @@ class Store:
             # The traces that go, and the spans in no trace that go: the first ones (by trace
             # id, by number) up to about ``most_spans`` spans, set down once for every delete.
             most = 2**62 if most_spans is None else most_spans
+            due = (
+                "FROM traces WHERE finished_ns < ? AND trace_id NOT IN "
+                "(SELECT trace_id FROM spans WHERE seq >= ? AND trace_id IS NOT NULL)"
+            )
             cur.execute(
-                "CREATE TEMP TABLE expiring AS SELECT trace_id, spans FROM traces "
-                "WHERE finished_ns < ? AND trace_id NOT IN "
-                "(SELECT trace_id FROM spans WHERE seq >= ? AND trace_id IS NOT NULL) "
+                f"CREATE TEMP TABLE expiring AS SELECT trace_id, spans {due} "
                 "QUALIFY sum(spans) OVER (ORDER BY trace_id) - spans < ?",
                 [before_ns, cut, most],
             )
@@ -270,9 +272,8 @@ class Store:
             ).fetchall()
             alone = 0 if alone is None else int(alone)
             ((more,),) = cur.execute(
-                "SELECT (SELECT count(*) FROM traces WHERE finished_ns < ? AND trace_id NOT IN "
-                "(SELECT trace_id FROM spans WHERE seq >= ? AND trace_id IS NOT NULL)) "
-                "> (SELECT count(*) FROM expiring) OR EXISTS (SELECT 1 FROM spans "
+                f"SELECT (SELECT count(*) {due}) > (SELECT count(*) FROM expiring) "
+                "OR EXISTS (SELECT 1 FROM spans "
                 "WHERE trace_id IS NULL AND seq >= ? AND seq < ?)",
                 [before_ns, cut, alone, cut],
             ).fetchall()
