@@ -137,6 +137,11 @@ def test_jsonl_typed_times(tmp_path):
             "5 fields, the header has 4",
         ),
         ("sender,receiver,send_time,receive_time,size\na,b,1,2,big\n", "line 2", "integer"),
+        (
+            "sender,receiver,send_time,receive_time,flow\na,b,1,2,1\nc,d,3,4,17000000000000000000\n",
+            "line 3",
+            "flow 17000000000000000000 is out of range",
+        ),
     ],
 )
 def test_bad_rows_are_named(tmp_path, text, record, message):

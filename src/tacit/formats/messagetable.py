@@ -318,14 +318,17 @@ def _integers(column: Any, name: str, fail) -> np.ndarray:
     for i, v in enumerate(values):
         if v is None or v == "":
             continue
-        if isinstance(v, int) and not isinstance(v, bool):
-            out[i] = v
-        elif (isinstance(v, float) and v.is_integer()) or (
-            isinstance(v, str) and _INT.fullmatch(v.strip())
+        if (
+            (isinstance(v, int) and not isinstance(v, bool))
+            or (isinstance(v, float) and v.is_integer())
+            or (isinstance(v, str) and _INT.fullmatch(v.strip()))
         ):
-            out[i] = int(v)
+            x = int(v)
         else:
             raise fail(i, f"{name} must be an integer, got {v!r}")
+        if not -(2**63) <= x < 2**63:
+            raise fail(i, f"{name} {x} is out of range (an int64 holds at most {2**63 - 1})")
+        out[i] = x
     return out
 
 
