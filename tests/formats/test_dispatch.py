@@ -121,6 +121,15 @@ def test_a_utf8_byte_order_mark_is_skipped(tmp_path: Path, fmt: str, name: str) 
     assert canonical(read_spans(path), micros=micros) == canonical(read_spans(plain), micros=micros)
 
 
+@pytest.mark.parametrize("fmt", [f for f in WRITE_FORMATS if f != "otlp"])  # OTLP nests AnyValues
+def test_a_tag_nested_too_deep_to_write_is_one_input_error(tmp_path: Path, fmt: str) -> None:
+    nested: list = []
+    for _ in range(300):  # orjson writes at most 254 levels
+        nested = [nested]
+    with pytest.raises(InputError, match="cannot be written as JSON"):
+        write_traces(tmp_path / "out.json", sample_table(), format=fmt, tags={0: {"x": nested}})
+
+
 def test_extra_tags_are_written(tmp_path: Path) -> None:
     write_traces(tmp_path / "j.json", sample_table(), tags={0: {"tacit.parent": "x"}})
     doc = json.loads((tmp_path / "j.json").read_text())

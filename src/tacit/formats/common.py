@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from tacit.errors import InputError
 from tacit.formats.textio import expand_inputs
 from tacit.model.span_details import (
     STATUS_CODES,
@@ -94,7 +95,10 @@ def tag_text(value: Any) -> str:
     """A tag value as text (Zipkin's tags are strings): JSON for lists and mappings, ``true``
     and ``false`` for booleans, base64 for bytes."""
     if isinstance(value, (list, tuple, Mapping)):
-        return orjson.dumps(value, default=_json_default).decode()
+        try:
+            return orjson.dumps(value, default=_json_default).decode()
+        except TypeError as e:  # orjson writes at most 254 levels of lists and mappings
+            raise InputError(f"a tag value that cannot be written as JSON ({e})") from None
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, bytes):
