@@ -204,9 +204,7 @@ def _read_protobuf(builder: SpanTableBuilder, data: bytes, source: str) -> None:
             spans = list(_protobuf_spans(request, record))
         except _Unusual:  # read again by the checking path, which names what is wrong
             spans = list(_export_spans(source, where, _request_doc(request), record))
-        for span in spans:
-            builder.add(**span)
-            record = span["record"]
+        record = _add_spans(builder, spans, record)
 
 
 class _Unusual(Exception):
@@ -395,7 +393,13 @@ def resource_spans(
 def _read_export(builder: SpanTableBuilder, src: str, where: str, doc: Any, record: int) -> int:
     """Add the spans of one ``ExportTraceServiceRequest`` (``where``: its line or message, for
     messages, and ``record``: the records before it); returns the records read so far."""
-    for span in _export_spans(src, where, doc, record):
+    return _add_spans(builder, _export_spans(src, where, doc, record), record)
+
+
+def _add_spans(builder: SpanTableBuilder, spans: Iterable[dict[str, Any]], record: int) -> int:
+    """Add ``spans`` (as :func:`_span_fields` gives them) after ``record`` records; returns the
+    records read so far."""
+    for span in spans:
         builder.add(**span)
         record = span["record"]
     return record
