@@ -37,8 +37,9 @@ MAX_EXPIRY_PERIOD_S = 60.0
 """Retention is applied every tenth of the retention time, and at least this often."""
 EXPIRY_SPANS = 50_000
 """Spans one retention transaction deletes at most: a pass over more goes on between the
-writes of finished traces instead of holding them up (deleting half of a million stored spans
-in one transaction took 15 s)."""
+writes of finished traces instead of holding them up. Deleting half of a million stored spans
+in one transaction took 0.5 s, and 15 s when its commit set off a checkpoint of the file; in
+passes of this size the longest took 0.2 s."""
 
 
 class Reconstructor(threading.Thread):
