@@ -28,7 +28,7 @@ and missing bytes are all counted in :class:`ExchangeAccounting`.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from itertools import chain
 from types import MappingProxyType
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from tacit.errors import ConfigError, InputError
-from tacit.formats.connections import DECISIONS, connections
+from tacit.formats.connections import DECISIONS, ConnectionRegistry
 from tacit.formats.protocols import (
     CERTAIN,
     EXCHANGES,
@@ -109,6 +109,11 @@ class Connection:
     """How the client and server ends were told apart: one of
     :data:`tacit.formats.connections.DECISIONS`."""
     packets: int = 0
+    index: int = -1
+    """The connection's index in the :class:`~tacit.formats.connections.ConnectionRegistry`
+    that told its ends apart (stable across batches when one registry reads them all)."""
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """Its packets: rows of the packet table it was read from, time order."""
     requests: int = 0
     responses: int = 0
     unparsed: dict[str, int] = field(default_factory=dict)
@@ -211,6 +216,16 @@ class Exchanges:
     def columns(self) -> dict[str, np.ndarray]:
         return {k: getattr(self, k) for k in COLUMNS}
 
+    def take(self, rows: np.ndarray) -> Exchanges:
+        """The exchanges at ``rows`` (same strings, connections and accounting)."""
+        return Exchanges(
+            self.strings,
+            **{k: v[rows] for k, v in self.columns().items()},
+            kept={k: v[rows] for k, v in self.kept.items()},
+            connections=self.connections,
+            accounting=self.accounting,
+        )
+
 
 _Found = dict[str, Any]
 """The exchanges of one connection in request order: per name of :data:`COLUMNS` but
@@ -222,18 +237,22 @@ _TEXT = ("command", "target")  # the order in which the strings of a row are int
 def read_exchanges(
     read: PacketRead,
     server: str | None = None,
-    protocol: str = "auto",
+    protocol: str | Callable[[Connection], str] = "auto",
     params: ExchangeParams | None = None,
+    registry: ConnectionRegistry | None = None,
 ) -> Exchanges:
     """Every request and response of every TCP connection in ``read`` (which must have been read
     with ``payloads=True``).
 
     ``server`` names the server end (``ADDR``, ``ADDR:PORT``, ``[V6]:PORT`` or a bare port), for
     connections without a SYN; ``protocol`` is one of :data:`PROTOCOLS` for every connection, or
-    "auto" (by server port, else by the first client bytes).
+    "auto" (by server port, else by the first client bytes), or a function of the connection
+    that gives one of those. ``registry`` (default: a new one for ``server``) tells the ends of
+    each connection apart: one registry over time-ordered batches keeps each connection's
+    direction and index from the batch it first appeared in.
     """
     params = params or ExchangeParams()
-    if protocol != "auto" and protocol not in PROTOCOLS:
+    if isinstance(protocol, str) and protocol != "auto" and protocol not in PROTOCOLS:
         raise ConfigError(f"unknown protocol {protocol!r}; expected auto or {', '.join(PROTOCOLS)}")
     if read.payloads is None:
         source = read.packets.sources[0] if read.packets.sources else None
@@ -245,9 +264,10 @@ def read_exchanges(
     found: list[tuple[int, _Found]] = []
     conns: list[Connection] = []
     counts = StreamBytes()
-    for conn, c2s, s2c in tcp_connections(p, server):
+    for conn, c2s, s2c in tcp_connections(p, server, registry):
         up, down = (reassemble(p, payloads, rows_, counts) for rows_ in (c2s, s2c))
-        conn.protocol = protocol if protocol != "auto" else _detect(conn, up, params)
+        given = protocol if isinstance(protocol, str) else protocol(conn)
+        conn.protocol = given if given != "auto" else _detect(conn, up, params)
         index = len(conns)
         conns.append(conn)
         name = conn.protocol or "unknown"
@@ -299,12 +319,12 @@ def _table(
 
 
 def tcp_connections(
-    p: PacketTable, server: str | None = None
+    p: PacketTable, server: str | None = None, registry: ConnectionRegistry | None = None
 ) -> list[tuple[Connection, np.ndarray, np.ndarray]]:
     """The TCP connections of ``p`` in the order they start: each with its client → server and
     server → client rows (time order). See the module docstring, step 1, and
-    :func:`read_exchanges` for ``server``."""
-    conns = connections(p, server)
+    :func:`read_exchanges` for ``server`` and ``registry``."""
+    conns = (registry or ConnectionRegistry(server)).assign(p)
     rows = np.flatnonzero((conns.row_connection >= 0) & (p.proto == TCP))
     rows = rows[np.lexsort((p.time[rows], conns.row_connection[rows]))]
     starts, sizes = run_bounds(conns.row_connection[rows])
@@ -316,7 +336,7 @@ def tcp_connections(
         for members in _incarnations(p, group):
             up = conns.to_server[members]
             conn = Connection(table.client(c), table.server(c), None, DECISIONS[table.decided[c]])
-            conn.packets = len(members)
+            conn.packets, conn.index, conn.rows = len(members), c, members
             out.append((conn, members[up], members[~up]))
     out.sort(key=lambda item: p.time[np.concatenate(item[1:])].min())
     return out

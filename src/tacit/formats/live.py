@@ -273,11 +273,11 @@ def open_filtered_file(path: str | Path, bpf_filter: str) -> Any:
 
 
 def filtered_file(
-    path: str | Path, bpf_filter: str, batch_frames: int = 65536
+    path: str | Path, bpf_filter: str, batch_frames: int = 65536, *, payloads: bool = False
 ) -> Iterator[PacketRead]:
     """The packets of a capture file that pass a BPF filter, read by libpcap
     (:func:`open_filtered_file`) in batches, decoded like live frames (so with microsecond
-    timestamps)."""
+    timestamps); with ``payloads``, their captured payload bytes too."""
     pcapy = _pcapy()
     name = str(path)
     handle = open_filtered_file(name, bpf_filter)
@@ -290,19 +290,21 @@ def filtered_file(
                 raise InputError(f"libpcap: {e}", path=name) from None
             if not meta:
                 return
-            yield read_packet_buffer(wrap_frames(data, meta, linktype, MAX_SNAPLEN), name)
+            frames = wrap_frames(data, meta, linktype, MAX_SNAPLEN)
+            yield read_packet_buffer(frames, name, payloads=payloads)
     finally:
         handle.close()
 
 
 def capture_file_batches(
-    path: str | Path, bpf_filter: str = "", chunk_records: int = 65536
+    path: str | Path, bpf_filter: str = "", chunk_records: int = 65536, *, payloads: bool = False
 ) -> Iterator[PacketRead]:
     """The packets of a capture file in batches of at most ``chunk_records``: through libpcap
-    when there is a BPF filter (:func:`filtered_file`), else tacit's own reader (gzip too)."""
+    when there is a BPF filter (:func:`filtered_file`), else tacit's own reader (gzip too);
+    with ``payloads``, their captured payload bytes too."""
     if bpf_filter:
-        return filtered_file(path, bpf_filter, chunk_records)
-    return iter_packet_chunks(path, chunk_records)
+        return filtered_file(path, bpf_filter, chunk_records, payloads=payloads)
+    return iter_packet_chunks(path, chunk_records, payloads=payloads)
 
 
 def check_capture_file(path: str | Path, bpf_filter: str = "") -> None:

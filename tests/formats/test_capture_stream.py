@@ -1,0 +1,99 @@
+"""Spans from packets that come in batches: the same spans as from the whole capture, whatever
+the batch size, each exchange given once; what cannot be read is counted by reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app_captures import NAMES, three_tier
+from tacit.formats.capture_spans import NO_RESPONSE, ServiceMap, read_capture_spans
+from tacit.formats.capture_stream import GIVEN_UP_HTTP2, CaptureSpanStream
+from tacit.formats.live import capture_file_batches
+from tacit.formats.pcap_write import write_pcap
+from tacit.simulate import load_app, simulate
+from tacit.simulate.app_packets import app_packets
+from tcp_conversations import MS, Conversation, capture_all
+
+
+@pytest.fixture(scope="module")
+def app_capture(tmp_path_factory) -> tuple[Path, ServiceMap]:
+    """A simulated app's RPCs over HTTP/1.1 (keep-alive) and gRPC (one HTTP/2 connection per
+    caller and callee, many streams each)."""
+    spans = simulate(load_app(None), 100, n_requests=120, seed=4)
+    packets = app_packets(spans)
+    path = tmp_path_factory.mktemp("stream") / "app.pcap"
+    write_pcap(path, packets.frames, packets.times)
+    return path, ServiceMap(addresses=packets.service_map())
+
+
+def rows(table) -> list[tuple]:
+    s = table.strings
+    return sorted(
+        (s[int(a)], s[int(b)], s[int(c)], int(k), int(t0), int(t1))
+        for a, b, c, k, t0, t1 in zip(
+            table.service, table.endpoint, table.peer, table.kind, table.start, table.end,
+            strict=True,
+        )
+    )  # fmt: skip
+
+
+def streamed(path: Path, batch: int, stream: CaptureSpanStream, flush: bool = True) -> list:
+    got = []
+    for read in capture_file_batches(path, "", batch, payloads=True):
+        got += rows(stream.feed(read).spans)
+    if flush:
+        got += rows(stream.flush().spans)
+    return sorted(got)
+
+
+@pytest.mark.parametrize("batch", [7, 160, 1_000_000])
+def test_batches_give_the_spans_of_the_whole_capture(app_capture, batch: int) -> None:
+    path, names = app_capture
+    whole = read_capture_spans(path, names)
+    stream = CaptureSpanStream(names)
+    assert streamed(path, batch, stream) == rows(whole.spans)
+    acc = stream.accounting
+    assert acc.exchanges.as_dict() == whole.accounting.as_dict()
+    assert acc.exchanges.paired > 200
+    assert acc.packets == acc.tcp_packets
+    assert acc.unparsed == {} and acc.ignored_packets == 0
+    assert stream.kept_packets == 0
+
+
+def test_every_packet_is_counted(app_capture) -> None:
+    path, names = app_capture
+    stream = CaptureSpanStream(names)
+    streamed(path, 50, stream)
+    total = sum(len(r.packets) for r in capture_file_batches(path, "", 1_000_000))
+    assert stream.accounting.packets == total
+
+
+def test_an_answer_that_never_comes_is_counted_once_it_is_too_old(tmp_path: Path) -> None:
+    later = Conversation(("10.0.0.9", 41000), ("10.0.0.3", 80))
+    later.handshake(100 * MS)  # the capture's clock passes 30 ms + 10 ms
+    capture_all(tmp_path, [*three_tier([10, 30], answer_last=False), later])
+    path = tmp_path / "all.pcap"
+    stream = CaptureSpanStream(NAMES, max_carry_ns=10 * MS)
+    got = streamed(path, 1, stream, flush=False)
+    assert len(got) == 6
+    assert stream.accounting.exchanges.left_out == {NO_RESPONSE: 1}
+    assert stream.kept_packets == 0
+    patient = CaptureSpanStream(NAMES)
+    assert streamed(path, 1, patient, flush=False) == got
+    assert patient.accounting.exchanges.left_out == {} and patient.kept_packets > 0
+    assert rows(patient.flush().spans) == []
+    assert patient.accounting.exchanges.left_out == {NO_RESPONSE: 1}
+
+
+def test_http2_beyond_its_byte_budget_is_given_up_and_counted(app_capture) -> None:
+    path, names = app_capture
+    whole = read_capture_spans(path, names)
+    http1 = [r for r in rows(whole.spans) if not r[1].startswith("/")]  # gRPC methods: /pkg.S/M
+    stream = CaptureSpanStream(names, max_http2_bytes=2_000)
+    got = streamed(path, 40, stream)
+    assert [r for r in got if not r[1].startswith("/")] == http1
+    assert len(got) < len(rows(whole.spans))
+    acc = stream.accounting
+    assert acc.unparsed[GIVEN_UP_HTTP2] > 2_000 and acc.ignored_packets > 0
