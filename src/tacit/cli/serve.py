@@ -58,6 +58,27 @@ def register(app: typer.Typer) -> None:
             list[Path] | None,
             typer.Option(help="RDA: an agent's --output file, followed as it grows (may repeat)."),
         ] = None,
+        capture_interface: Annotated[
+            str | None,
+            typer.Option(help="Spans from every exchange captured live on this interface."),
+        ] = None,
+        capture_pcap: Annotated[
+            Path | None,
+            typer.Option(help="Spans from every exchange in this capture file, read once."),
+        ] = None,
+        capture_filter: Annotated[
+            str | None, typer.Option(help="With --capture-*: a BPF filter of the packets.")
+        ] = None,
+        capture_services: Annotated[
+            Path | None,
+            typer.Option(
+                help="With --capture-*: service names of addresses (as `tacit capture --services`)."
+            ),
+        ] = None,
+        capture_protocol: Annotated[
+            str | None,
+            typer.Option(help="With --capture-*: auto, http, http2, redis or memcached."),
+        ] = None,
         retention: Annotated[
             str | None,
             typer.Option(help="Delete what was taken in longer ago than this, e.g. 72h."),
@@ -67,7 +88,9 @@ def register(app: typer.Typer) -> None:
         them, and serve them: the Jaeger query API and a web page on the HTTP address,
         Prometheus metrics at /metrics. With --pirate-* it also estimates response latency from
         captured client-to-server packets (Pirate), with --rda-results it takes the one-way
-        latency of RDA agents. Runs until SIGTERM or Ctrl-C, then stops gracefully."""
+        latency of RDA agents, with --capture-* it makes spans of the request/response
+        exchanges in captured packets and reconstructs them with the spans received. Runs
+        until SIGTERM or Ctrl-C, then stops gracefully."""
         from tacit.reconstruct.callgraph import CallGraph
         from tacit.serve import ServeConfig, Service, load_config
         from tacit.serve.logs import configure_logging
@@ -88,9 +111,15 @@ def register(app: typer.Typer) -> None:
             pirate=None if epoch_ns is None else replace(cfg.pirate, epoch_ns=epoch_ns),
             rda_results=tuple(rda_results) if rda_results else None,
             retention_s=retention_s,
+            capture_interface=capture_interface,
+            capture_pcap=capture_pcap,
+            capture_filter=capture_filter,
+            capture_services=capture_services,
+            capture_protocol=capture_protocol,
         )
-        if cfg.pirate_pcap is not None and not cfg.pirate_pcap.is_file():
-            raise ConfigError(f"{cfg.pirate_pcap}: no such capture file")
+        for pcap in (cfg.pirate_pcap, cfg.capture_pcap):
+            if pcap is not None and not pcap.is_file():
+                raise ConfigError(f"{pcap}: no such capture file")
         for followed in cfg.rda_results:
             if followed.is_dir():
                 raise ConfigError(f"{followed}: a directory, not an RDA agent's results file")

@@ -25,7 +25,8 @@ Each exchange's spans are given once, in the batch where its response is complet
   first bytes, its handshake is kept (for ``max_carry_ns`` of silence at most).
 
 The capture's timestamps are the clock (a file read faster than real time behaves as when it
-was captured). :meth:`CaptureSpanStream.flush` gives up everything at the end of the source.
+was captured), moved on by the caller for a live source that falls quiet.
+:meth:`CaptureSpanStream.flush` gives up everything at the end of the source.
 """
 
 from __future__ import annotations
@@ -136,15 +137,15 @@ class CaptureSpanStream:
         """Packets kept for the next batch."""
         return len(self._packets)
 
-    def feed(self, read: PacketRead) -> CapturedSpans:
-        """The spans of the exchanges that ``read`` (the next batch) completes."""
+    def feed(self, read: PacketRead, now_ns: int = 0) -> CapturedSpans:
+        """The spans of the exchanges that ``read`` (the next batch) completes; ``now_ns`` moves
+        the clock on when a live source has been quiet (the capture's clock otherwise)."""
         if read.payloads is None:
             raise ValueError("read the packets with payloads=True")
         p = read.packets
         self.accounting.packets += len(p)
         self.accounting.tcp_packets += int((p.proto == TCP).sum())
-        if len(p):
-            self._now = max(self._now, int(p.time.max()))
+        self._now = max(self._now, now_ns, int(p.time.max()) if len(p) else 0)
         packets = concat_packets([self._packets, p])
         return self._read(packets, PacketPayloads.concat([self._payloads, read.payloads]))
 

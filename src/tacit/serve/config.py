@@ -22,6 +22,11 @@
     pirate_filter: tcp port 443 # a BPF filter of the captured packets
     pirate_epoch_s: 1           # one estimate per connection per epoch (Pirate: 0.1 s)
     rda_results: [receiver.jsonl]   # RDA agents' --output files, followed as they grow
+    capture_interface: eth0     # spans from packets: every exchange captured live (libpcap)
+    capture_pcap: app.pcap      # ... and/or from a capture file, read once
+    capture_filter: tcp port 8080   # a BPF filter of the captured packets
+    capture_services: pods.json # names of addresses (as `tacit capture --services`)
+    capture_protocol: auto      # auto, http, http2, redis or memcached
 
 The defaults listen on loopback only: the receivers take spans from anyone who can connect.
 """
@@ -36,6 +41,7 @@ from urllib.parse import urlsplit
 
 from tacit.config_fields import fields, flag, get, number, read_yaml
 from tacit.errors import ConfigError
+from tacit.formats.exchanges import PROTOCOLS
 from tacit.reconstruct.online import NS, OnlineParams
 from tacit.response_latency import PirateParams
 
@@ -67,6 +73,11 @@ _FIELDS = (
     "pirate_filter",
     "pirate_epoch_s",
     "rda_results",
+    "capture_interface",
+    "capture_pcap",
+    "capture_filter",
+    "capture_services",
+    "capture_protocol",
 )
 _ONLINE_FIELDS = ("window_s", "lookahead_s", "max_request_s", "lateness_s")
 
@@ -99,6 +110,11 @@ class ServeConfig:
     pirate: PirateParams = field(default_factory=PirateParams)
     """Pirate's parameters (the paper's, but for the epoch, which ``pirate_epoch_s`` sets)."""
     rda_results: tuple[Path, ...] = ()
+    capture_interface: str | None = None
+    capture_pcap: Path | None = None
+    capture_filter: str = ""
+    capture_services: Path | None = None
+    capture_protocol: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("http", "grpc"):
@@ -114,6 +130,11 @@ class ServeConfig:
             raise ConfigError(f"max_pending_spans must be 1 to {MAX_PENDING_SPANS:,}")
         if not 0 <= self.retention_s < math.inf:
             raise ConfigError(f"retention_s must be a finite number >= 0, got {self.retention_s}")
+        if self.capture_protocol not in ("auto", *PROTOCOLS):
+            raise ConfigError(
+                f"capture_protocol: {self.capture_protocol!r} is not one of auto, "
+                f"{', '.join(PROTOCOLS)}"
+            )
 
     def updated(self, **changes: Any) -> ServeConfig:
         """This configuration with the fields given (None values left as they are)."""
@@ -128,13 +149,24 @@ def load_config(path: str | Path) -> ServeConfig:
     data = fields({} if data is None else data, where, _FIELDS)
     base = Path(path).parent
     kwargs: dict[str, Any] = {}
-    for key in ("http", "grpc", "forward", "pirate_interface", "pirate_server", "pirate_filter"):
+    strings = (
+        "http",
+        "grpc",
+        "forward",
+        "pirate_interface",
+        "pirate_server",
+        "pirate_filter",
+        "capture_interface",
+        "capture_filter",
+        "capture_protocol",
+    )
+    for key in strings:
         if key in data:
             value = get(data, key, where)
             if not isinstance(value, str):
                 raise ConfigError(f"{where}: field '{key}' must be a string, got {value!r}")
             kwargs[key] = value
-    for key in ("database", "callgraph", "pirate_pcap"):
+    for key in ("database", "callgraph", "pirate_pcap", "capture_pcap", "capture_services"):
         if key in data:
             kwargs[key] = _path(data, key, where, base)
     if "rda_results" in data:

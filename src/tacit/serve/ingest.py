@@ -76,9 +76,12 @@ class Ingest:
             self._outstanding -= n
         self.metrics.pending.set(self._outstanding)
 
-    def submit(self, body: bytes, encoding: str, transport: str) -> int:
-        """Decode, admit and commit one request; returns its span count. Raises
-        :class:`InputError` for a malformed request, :class:`Busy` when over the limit."""
+    def submit(
+        self, body: bytes, encoding: str, transport: str, state: dict[str, int] | None = None
+    ) -> int:
+        """Decode, admit and commit one request (with the store's ``state`` values that go with
+        it: a source's progress); returns its span count. Raises :class:`InputError` for a
+        malformed request, :class:`Busy` when over the limit."""
         if len(body) > MAX_BODY:
             self.metrics.refused.labels(transport, "invalid").inc()
             raise InputError(f"request body of {len(body)} bytes exceeds {MAX_BODY}")
@@ -95,7 +98,7 @@ class Ingest:
                 self.metrics.refused.labels(transport, "busy").inc()
                 raise Busy(self.retry_after_s)
             first = self.next_seq
-            self.store.append_requests([(first, n, time.time_ns(), encoding, body)])
+            self.store.append_requests([(first, n, time.time_ns(), encoding, body)], state)
             self.next_seq += n
             self._outstanding += n
             self.queue.put(Batch(first, spans, parent_ids))

@@ -11,8 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from tacit.errors import ConfigError
+from tacit.formats.capture_spans import read_service_map
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.result import instrument_next
+from tacit.serve.capture_feed import CaptureFeed
 from tacit.serve.config import ServeConfig
 from tacit.serve.forward import Forwarder
 from tacit.serve.grpc_receiver import start_grpc
@@ -20,6 +22,7 @@ from tacit.serve.http_server import ServeHTTPServer
 from tacit.serve.ingest import Ingest
 from tacit.serve.latency_api import oneway_series, response_series
 from tacit.serve.metrics import ServeMetrics
+from tacit.serve.packet_feed import PacketFeed
 from tacit.serve.pirate_feed import PirateFeed
 from tacit.serve.rda_feed import RdaFollower, RdaIngest
 from tacit.serve.reconstructor import Reconstructor
@@ -72,7 +75,17 @@ class Service:
         ]
         self.rda = RdaIngest(self.store, self.metrics)
         self.rda_files = [RdaFollower(path, self.rda) for path in config.rda_results]
-        self._feeds: list[PirateFeed | RdaFollower] = [*self.pirate, *self.rda_files]
+        names = read_service_map(config.capture_services) if config.capture_services else None
+        self.captures = [
+            CaptureFeed(self.ingest, source, config.capture_filter, names, config.capture_protocol)
+            for source in (config.capture_pcap, config.capture_interface)
+            if source is not None
+        ]
+        self._feeds: list[PacketFeed | RdaFollower] = [
+            *self.pirate,
+            *self.rda_files,
+            *self.captures,
+        ]
         self.restored = 0
         self.http: ServeHTTPServer | None = None
         self.grpc: Any = None
@@ -154,6 +167,7 @@ class Service:
                 "callgraph_endpoints": len(self.callgraph.endpoints),
                 "pirate": [feed.status() for feed in self.pirate],
                 "rda": [follower.status() for follower in self.rda_files],
+                "capture": [feed.status() for feed in self.captures],
             }
         return None
 

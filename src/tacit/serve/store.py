@@ -193,11 +193,15 @@ class Store:
         ((last,),) = self._cursor().execute("SELECT max(first_seq + spans) FROM ingest").fetchall()
         return int(last or 0)
 
-    def append_requests(self, rows: Sequence[tuple[int, int, int, str, bytes]]) -> None:
+    def append_requests(
+        self, rows: Sequence[tuple[int, int, int, str, bytes]], state: dict[str, int] | None = None
+    ) -> None:
         """Commit acknowledged requests, (first_seq, spans, received_ns, encoding, body) each,
-        in one transaction."""
+        and the ``state`` values that go with them, in one transaction."""
         with self._transaction() as cur:
             cur.executemany("INSERT INTO ingest VALUES (?, ?, ?, ?, ?)", list(rows))
+            if state:
+                cur.executemany("INSERT OR REPLACE INTO state VALUES (?, ?)", list(state.items()))
 
     def requests_from(self, seq: int) -> Iterator[tuple[int, str, bytes]]:
         """(first_seq, encoding, body) of the requests holding spans numbered ``seq`` or later,

@@ -1,0 +1,182 @@
+"""Spans from packets as a source of ``tacit serve``: every exchange of a capture file taken
+in, reconstructed as accurately as offline on the same spans, against the app's own log;
+read once across restarts."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from capture_probe import needs_capture
+from serve_app import QUICK, config, get_json, running
+from tacit.evaluation.capture_accuracy import label_capture
+from tacit.formats.capture_spans import ServiceMap, read_capture_spans
+from tacit.formats.exchanges import ExchangeParams
+from tacit.formats.pcap_write import write_pcap
+from tacit.model.spans import CLIENT, NONE
+from tacit.reconstruct.isolated import callgraph_from_test_capture
+from tacit.reconstruct.online import reconstruct_streamed
+from tacit.serve import Service
+from tacit.simulate import load_app, simulate
+from tacit.simulate.app_packets import REQUEST_ID, app_packets
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    """A test capture (requests one at a time), a production capture, the service names, and
+    the production capture's truth: its spans with their parents from the app's log."""
+    tmp = tmp_path_factory.mktemp("capture-source")
+    app = load_app(None)
+    made = {}
+    for name, spans in (
+        ("test", simulate(app, 2, n_requests=60, seed=5)),
+        ("prod", simulate(app, 100, n_requests=250, seed=7)),
+    ):
+        made[name] = app_packets(spans)
+        write_pcap(tmp / f"{name}.pcap", made[name].frames, made[name].times)
+    addresses = made["prod"].service_map()
+    (tmp / "services.yaml").write_text(yaml.safe_dump(dict(addresses)))
+    names = ServiceMap(addresses=addresses)
+    callgraph, _ = callgraph_from_test_capture(tmp / "test.pcap", names)
+    got = read_capture_spans(
+        tmp / "prod.pcap", names, params=ExchangeParams(keep_headers=(REQUEST_ID,))
+    )
+    truth, labels = label_capture(got, REQUEST_ID, made["prod"].parent_of())
+    assert labels.parents_missing == 0 and labels.labelled == len(got.spans) // 2
+    return tmp, callgraph, truth
+
+
+def _key(service: str, kind: str, start: int, duration: int) -> tuple:
+    return service, kind, start, duration
+
+
+def _served(svc: Service) -> tuple[dict, dict]:
+    """Per stored span (service, kind, start, duration): its span id; and per client span id,
+    the id of the server span reconstruction gave it as parent."""
+    rows = svc.store._cursor().execute(
+        "SELECT service, kind, start_ns, duration_ns, span_id, parent_span_id FROM spans"
+    )
+    ids, parents = {}, {}
+    for service, kind, start, duration, span_id, parent in rows.fetchall():
+        ids[_key(service, kind, start, duration)] = span_id
+        if kind == "client":
+            parents[span_id] = parent
+    return ids, parents
+
+
+def _accuracy(truth, parent_of_row) -> float:
+    """The share of client spans (with a parent in the truth) given the right one."""
+    client = np.flatnonzero((truth.kind == CLIENT) & (truth.parent != NONE))
+    return float(np.mean([parent_of_row(r) == truth.parent[r] for r in client.tolist()]))
+
+
+def _wait(svc: Service) -> dict:
+    deadline = time.monotonic() + 60
+    while not svc.captures[0].finished.is_set() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert svc.wait_idle(60)
+    return get_json(svc, "/api/tacit/status")
+
+
+def test_a_capture_file_is_reconstructed_as_accurately_as_offline(app) -> None:
+    tmp, callgraph, truth = app
+    cfg = config(
+        tmp / "one",
+        capture_pcap=tmp / "prod.pcap",
+        capture_services=tmp / "services.yaml",
+    )
+    (tmp / "one").mkdir()
+    svc = Service(cfg, callgraph).start()
+    try:
+        status = _wait(svc)
+        ids, parents = _served(svc)
+    finally:
+        svc.stop()
+    source = status["capture"][0]
+    n = len(truth)
+    assert source["error"] is None and source["spans"] == n
+    assert source["exchanges"] == {"exchanges": n // 2, "paired": n // 2, "spans": n,
+                                   "left_out": {}}  # fmt: skip
+    assert status["received"] == n and status["stored"]["spans"] == n
+    s = truth.strings
+    key = [
+        _key(s[int(truth.service[r])], "client" if truth.kind[r] == CLIENT else "server",
+             int(truth.start[r]), int(truth.end[r] - truth.start[r]))
+        for r in range(n)
+    ]  # fmt: skip
+    row_of = {ids[k]: r for r, k in enumerate(key)}
+    assert len(row_of) == n  # every span stored, once
+    served = _accuracy(truth, lambda r: row_of.get(parents[ids[key[r]]], NONE))
+    blind = truth.take(np.arange(n))
+    blind.parent[:] = NONE
+    offline = reconstruct_streamed(blind, callgraph, online=QUICK)
+    offline_accuracy = _accuracy(truth, lambda r: offline.parent[r])
+    assert served >= 0.95, served
+    assert abs(served - offline_accuracy) <= 0.01, (served, offline_accuracy)
+
+
+def test_a_restart_does_not_take_a_capture_file_twice(app) -> None:
+    tmp, callgraph, truth = app
+    cfg = config(
+        tmp / "twice", capture_pcap=tmp / "prod.pcap", capture_services=tmp / "services.yaml"
+    )
+    (tmp / "twice").mkdir()
+    for run in range(2):
+        svc = Service(cfg, callgraph).start()
+        try:
+            status = _wait(svc)
+        finally:
+            svc.stop()
+        assert status["capture"][0]["spans"] == (len(truth) if run == 0 else 0)
+        assert status["stored"]["spans"] == len(truth)
+
+
+@pytest.mark.live
+@needs_capture(tool=False)
+def test_a_live_capture_on_loopback_is_taken_in(tmp_path: Path) -> None:
+    """HTTP/1.1 requests on one keep-alive connection to a server on loopback, captured live:
+    every exchange becomes a span pair in the store, across the live batches."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Pong)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    (tmp_path / "services.yaml").write_text(f'":{port}": pong\n')
+    live = {"capture_interface": "lo", "capture_filter": f"tcp port {port}"}
+    requests = 40
+    with running(tmp_path, capture_services=tmp_path / "services.yaml", **live) as svc:
+        client = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        for _ in range(requests):
+            client.request("GET", "/ping")
+            assert client.getresponse().read() == b"pong"
+            time.sleep(0.02)  # across several of the feed's reads
+        deadline = time.monotonic() + 30
+        while get_json(svc, "/api/tacit/status")["capture"][0]["spans"] < 2 * requests:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        client.close()
+        assert svc.wait_idle(30)
+        (source,) = get_json(svc, "/api/tacit/status")["capture"]
+        stored = svc.store.counts()["spans"]
+    server.shutdown()
+    assert source["source"] == "live:lo" and source["error"] is None
+    assert source["exchanges"]["paired"] == requests and source["unparsed_bytes"] == {}
+    assert stored == 2 * requests
+
+
+class _Pong(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "4")
+        self.end_headers()
+        self.wfile.write(b"pong")
+
+    def log_message(self, *args) -> None:
+        pass
