@@ -6,7 +6,11 @@
    :func:`~tacit.formats.capture_spans.read_capture_spans` (decode, reassemble, parse, spans).
    Printed: packets/s and spans/s on one core (best of three), and the ratio of that time to
    decoding the packets alone (:func:`~tacit.formats.pcap.read_packets` with payloads), the
-   baseline every capture command pays; again with every service speaking HTTP/1.1.
+   baseline every capture command pays; again with every service speaking HTTP/1.1. Beside it,
+   the same capture read in batches (:class:`~tacit.formats.capture_stream.CaptureSpanStream`,
+   what ``tacit serve --capture-*`` does) of 65,536 records (a file) and of 4,096 (about what
+   a live source gathers in its half-second at this rate): the time against reading it whole,
+   and whether the spans are the same.
 2. Accuracy, simulated. The same app at several loads; the call graph learned from a capture of
    requests sent one at a time (TraceWeaver §5.2); TraceWeaver and FCFS scored against the
    simulator's truth, which the packets carry as request ids that only the scoring reads.
@@ -31,6 +35,8 @@ from pathlib import Path
 from tacit.evaluation.capture_accuracy import evaluate_capture
 from tacit.evaluation.reconstruction import evaluate
 from tacit.formats.capture_spans import ServiceMap, read_capture_spans, read_service_map
+from tacit.formats.capture_stream import CaptureSpanStream
+from tacit.formats.live import capture_file_batches
 from tacit.formats.pcap import read_packets
 from tacit.formats.pcap_write import write_pcap
 from tacit.model.roles import infer_roles
@@ -65,6 +71,13 @@ def throughput(work: Path, requests: int, http1_only: bool = False) -> dict:
     decode_s, _ = _best(lambda: read_packets(work / "throughput.pcap", payloads=True))
     capture_s, got = _best(lambda: read_capture_spans(work / "throughput.pcap", names))
     n = len(packets.frames)
+    streamed = {}
+    for batch in (65_536, 4_096):
+        stream_s, parts = _best(lambda b=batch: _streamed(work / "throughput.pcap", names, b))
+        streamed[f"batches_of_{batch}"] = {
+            "time_vs_whole": round(stream_s / capture_s, 2),
+            "same_spans": _span_rows(parts) == _span_rows([got.spans]),
+        }
     return {
         "packets": n,
         "connections": packets.connections,
@@ -74,7 +87,25 @@ def throughput(work: Path, requests: int, http1_only: bool = False) -> dict:
         "spans_per_second": round(len(got.spans) / capture_s),
         "decode_only_packets_per_second": round(n / decode_s),
         "capture_vs_decode_time": round(capture_s / decode_s, 2),
+        "streamed": streamed,
     }
+
+
+def _streamed(path: Path, names: ServiceMap, batch: int) -> list:
+    stream = CaptureSpanStream(names)
+    parts = [
+        stream.feed(read).spans for read in capture_file_batches(path, "", batch, payloads=True)
+    ]
+    return [*parts, stream.flush().spans]
+
+
+def _span_rows(tables: list) -> list[tuple]:
+    return sorted(
+        (t.strings[int(t.service[r])], t.strings[int(t.endpoint[r])], int(t.kind[r]),
+         int(t.start[r]), int(t.end[r]))
+        for t in tables
+        for r in range(len(t))
+    )  # fmt: skip
 
 
 def simulated_accuracy(work: Path, requests: int) -> list[dict]:

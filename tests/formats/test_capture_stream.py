@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app_captures import NAMES, three_tier
+from app_captures import NAMES, ok, request, three_tier
 from tacit.formats.capture_spans import NO_RESPONSE, ServiceMap, read_capture_spans
 from tacit.formats.capture_stream import GIVEN_UP_HTTP2, CaptureSpanStream
 from tacit.formats.live import capture_file_batches
@@ -62,6 +62,19 @@ def test_batches_give_the_spans_of_the_whole_capture(app_capture, batch: int) ->
     assert stream.kept_packets == 0
 
 
+def test_connections_are_cut_where_quiet_http2_included(app_capture) -> None:
+    """What is kept between batches stays a few packets: keep-alive HTTP/1.1 and long-lived
+    HTTP/2 connections alike are cut where no exchange was open, HTTP/2 going on with the
+    header compression state it had there."""
+    path, names = app_capture
+    stream = CaptureSpanStream(names)
+    peak = total = 0
+    for read in capture_file_batches(path, "", 7, payloads=True):
+        stream.feed(read)
+        peak, total = max(peak, stream.kept_packets), total + len(read.packets)
+    assert peak < total / 20, (peak, total)
+
+
 def test_every_packet_is_counted(app_capture) -> None:
     path, names = app_capture
     stream = CaptureSpanStream(names)
@@ -79,7 +92,7 @@ def test_an_answer_that_never_comes_is_counted_once_it_is_too_old(tmp_path: Path
     got = streamed(path, 1, stream, flush=False)
     assert len(got) == 6
     assert stream.accounting.exchanges.left_out == {NO_RESPONSE: 1}
-    assert stream.kept_packets == 0
+    assert stream.kept_packets == 3  # the later connection's handshake, nothing read yet
     patient = CaptureSpanStream(NAMES)
     assert streamed(path, 1, patient, flush=False) == got
     assert patient.accounting.exchanges.left_out == {} and patient.kept_packets > 0
@@ -91,9 +104,30 @@ def test_http2_beyond_its_byte_budget_is_given_up_and_counted(app_capture) -> No
     path, names = app_capture
     whole = read_capture_spans(path, names)
     http1 = [r for r in rows(whole.spans) if not r[1].startswith("/")]  # gRPC methods: /pkg.S/M
-    stream = CaptureSpanStream(names, max_http2_bytes=2_000)
-    got = streamed(path, 40, stream)
+    stream = CaptureSpanStream(names, max_http2_bytes=300)
+    got = streamed(path, 400, stream)
     assert [r for r in got if not r[1].startswith("/")] == http1
     assert len(got) < len(rows(whole.spans))
     acc = stream.accounting
-    assert acc.unparsed[GIVEN_UP_HTTP2] > 2_000 and acc.ignored_packets > 0
+    assert acc.unparsed[GIVEN_UP_HTTP2] > 300 and acc.ignored_packets > 0
+
+
+def test_a_connection_never_quiet_at_a_batch_end_is_cut_where_it_was(tmp_path: Path) -> None:
+    """Requests two at a time on one connection (the second sent before the first is
+    answered), pairs 10 ms apart, read in batches that end inside a pair: the connection is
+    cut before a pair (every earlier exchange had ended), not given up when it has been busy
+    at every batch's end for longer than ``max_carry_ns``."""
+    conv = Conversation()
+    conv.handshake(0)
+    for k in range(12):
+        t = 10 * MS * (k + 1)
+        conv.send(t, 0, request("/a", f"a{k}"))
+        conv.send(t + 1 * MS, 0, request("/b", f"b{k}"))
+        conv.send(t + 3 * MS, 1, ok(b"a"))
+        conv.send(t + 4 * MS, 1, ok(b"b"))
+    capture_all(tmp_path, [conv])
+    path = tmp_path / "all.pcap"
+    whole = rows(read_capture_spans(path).spans)
+    stream = CaptureSpanStream(max_carry_ns=15 * MS)
+    assert streamed(path, 3, stream) == whole and len(whole) == 48
+    assert stream.accounting.exchanges.left_out == {}

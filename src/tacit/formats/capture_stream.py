@@ -5,22 +5,25 @@
 that never ends comes in batches, and a connection's exchanges run across them, so
 :class:`CaptureSpanStream` keeps, per connection, the packets its exchanges may still need and
 reads them again with the next batch (one :class:`~tacit.formats.connections.ConnectionRegistry`
-for all batches, so a connection keeps the direction and the protocol it was first read with).
+for all batches, so a connection keeps the direction it was first read with).
 Each exchange's spans are given once, in the batch where its response is complete:
 
-- A connection that answers in order (HTTP/1.1, Redis, memcached) is cut whenever it is
-  *quiet*: every request answered and every byte of both directions parsed. Both directions then
-  end at a message boundary, and its next packets are read as a new stream from there. One that
-  is not quiet within ``max_carry_ns`` of its oldest packet kept (a response that never came, a
-  request cut by the capture, requests pipelined without pause) is cut all the same: its
-  complete exchanges are given, the others counted as without response, its unparsed bytes
-  counted by reason, and its next packets read from wherever they start.
-- HTTP/2 cannot be cut so: its header compression (RFC 7541) carries state from the
-  connection's first frame on. Its packets are kept whole, and each batch gives the streams
-  newly complete. The connection ends when it is closed with every stream complete, when its
-  open streams see nothing new for ``max_carry_ns``, or after :data:`MAX_HTTP2_IDLE_NS` with
-  none open; when it holds more than ``max_http2_bytes`` it is given up, and its later packets
-  are counted, not read.
+- A connection is cut where it was last *quiet*: before the first byte of a request when every
+  earlier exchange had ended, or after its last packet when every exchange has ended, every
+  byte of both directions parsed. Both directions are at a message boundary there (HTTP/2: a
+  frame boundary with no stream open); the packets before go, and the rest is read as a stream
+  that starts there. HTTP/2 goes on with the header compression state (RFC 7541: each
+  direction's dynamic table) it had at the cut
+  (:class:`~tacit.formats.protocols.http2.Resume`), read again from the kept packets up to a
+  cut before their end.
+- A connection with a request that has waited ``max_carry_ns`` for its response (one that never
+  came, or was lost to the capture) is cut all the same: its complete exchanges are given, the
+  others counted as without response, its unparsed bytes counted by reason, and its next
+  packets read from wherever they start (HTTP/2: counted unread, as in a capture begun
+  mid-connection). So is one whose bytes have not parsed for that long.
+- An HTTP/2 connection that holds more than ``max_http2_bytes`` without a quiet point is given
+  up, and its later packets are counted, not read. One with nothing new for
+  :data:`MAX_HTTP2_IDLE_NS` is forgotten (its closing may not have been captured).
 - A connection of no known protocol is counted (its bytes, by reason) and not kept; before its
   first bytes, its handshake is kept (for ``max_carry_ns`` of silence at most).
 
@@ -42,20 +45,23 @@ from tacit.formats.capture_spans import (
     spans_from_exchanges,
 )
 from tacit.formats.connections import ConnectionRegistry
-from tacit.formats.exchanges import Connection, ExchangeParams, read_exchanges
+from tacit.formats.exchanges import Connection, ExchangeParams, Exchanges, read_exchanges
+from tacit.formats.protocols.http2 import Resume
 from tacit.model.captures import PacketAccounting, PacketRead
 from tacit.model.messages import MISSING
 from tacit.model.packets import FIN, RST, TCP, PacketPayloads, PacketTable, concat_packets
 
 NS = 1_000_000_000
+LATER = np.iinfo(np.int64).max
 MAX_CARRY_NS = 5 * NS
 """How long a connection may stay short of quiet before it is given up (capture time). Below
 the 7 s lateness of ``tacit serve``'s online reconstruction, so that given spans are not late."""
 MAX_HTTP2_BYTES = 16 * 1024 * 1024
-"""Payload bytes of one HTTP/2 connection kept and read again with every batch."""
+"""Payload bytes of one HTTP/2 connection kept (and read again with every batch) while it has
+no quiet point."""
 MAX_HTTP2_IDLE_NS = 300 * NS
-"""An HTTP/2 connection with every stream complete and nothing new for this long is let go
-(its closing may not have been captured); were it used again, it would be read from mid-way."""
+"""An HTTP/2 connection with nothing new for this long is forgotten; were it used again, it
+would be read as a capture begun mid-connection."""
 HTTP2 = "http2"
 GIVEN_UP_HTTP2 = "HTTP/2 connection longer than the bytes kept for it; later packets not read"
 
@@ -126,8 +132,8 @@ class CaptureSpanStream:
         self.accounting = StreamAccounting()
         self._registry = ConnectionRegistry(server)
         self._kept: dict[int, _Kept] = {}
-        self._protocols: dict[int, str] = {}  # by connection index, once known
         self._given_up: set[int] = set()
+        self._http2: dict[int, tuple[Resume, int]] = {}  # where reading goes on; last packet
         self._packets = PacketTable.empty()
         self._payloads = PacketPayloads.empty()
         self._now = 0
@@ -156,12 +162,7 @@ class CaptureSpanStream:
     def _read(
         self, packets: PacketTable, payloads: PacketPayloads, final: bool = False
     ) -> CapturedSpans:
-        ex = read_exchanges(
-            PacketRead(packets, PacketAccounting(), "", payloads),
-            protocol=self._protocol_of,
-            params=self.params,
-            registry=self._registry,
-        )
+        ex = self._exchanges(packets, payloads)
         sizes = np.bincount(ex.connection, minlength=len(ex.connections))
         starts = np.concatenate([[0], np.cumsum(sizes)])
         last_of = {c.index: k for k, c in enumerate(ex.connections)}
@@ -172,8 +173,6 @@ class CaptureSpanStream:
             if conn.index in self._given_up:
                 self.accounting.ignored_packets += len(conn.rows)
                 continue
-            if conn.protocol is not None:
-                self._protocols[conn.index] = conn.protocol
             rows = np.arange(starts[k], starts[k + 1])
             times = packets.time[conn.rows]
             # the kept state goes with the first incarnation of a 4-tuple in this batch
@@ -185,12 +184,22 @@ class CaptureSpanStream:
             given = np.zeros(len(rows), bool)
             given[: len(state.given)] = state.given[: len(rows)]
             closing = final or last_of[conn.index] != k  # or a later incarnation took the 4-tuple
-            end, reason = self._ends(conn, packets, payloads, done, state, closing)
-            give.append(rows[~given & (done | end)])
+            cut, resume = (
+                (0, None) if closing else self._quiet_cut(conn, ex, rows, done, packets, payloads)
+            )
+            if cut:
+                state.since = int(ex.request_first[rows[cut]])
+            end, reason = self._ends(conn, ex, rows, done, payloads, state, closing)
+            if end:
+                cut = len(rows)
+                resume = conn.http2 if _goes_on(conn, packets, done, closing, reason) else None
+            if conn.protocol == HTTP2 and (cut or end):
+                self._resume(conn.index, resume, state.last)
+            give += [rows[:cut][~given[:cut]], rows[cut:][done[cut:] & ~given[cut:]]]
             if not end:
-                state.given = given | done
+                state.given = (given | done)[cut:]
                 kept[conn.index] = state
-                carry.append(conn.rows)
+                carry.append(conn.rows[packets.time[conn.rows] >= state.since])
                 continue
             unparsed = dict(conn.unparsed)
             if reason:
@@ -199,6 +208,7 @@ class CaptureSpanStream:
             for why, n in unparsed.items():
                 self.accounting.unparsed[why] = self.accounting.unparsed.get(why, 0) + n
         self._kept = kept
+        self._forget_idle()
         rows = np.sort(np.concatenate(carry)) if carry else np.zeros(0, np.int64)
         self._packets, self._payloads = packets.take(rows), payloads.take(rows)
         given_rows = np.sort(np.concatenate(give)) if give else np.zeros(0, np.int64)
@@ -207,15 +217,65 @@ class CaptureSpanStream:
         self.accounting.add(got.accounting)
         return got
 
+    def _exchanges(self, packets: PacketTable, payloads: PacketPayloads) -> Exchanges:
+        return read_exchanges(
+            PacketRead(packets, PacketAccounting(), "", payloads),
+            protocol=self._protocol_of,
+            params=self.params,
+            registry=self._registry,
+            resume={i: r for i, (r, _) in self._http2.items()},
+        )
+
     def _protocol_of(self, conn: Connection) -> str:
-        return self._protocols.get(conn.index, self.protocol)
+        """HTTP/2 for a connection read on from a cut (its bytes no longer start with the
+        preface); else as given (one cut elsewhere starts at a message, as detection needs)."""
+        return HTTP2 if conn.index in self._http2 else self.protocol
+
+    def _resume(self, index: int, resume: Resume | None, last: int) -> None:
+        """Keep (or forget) where an HTTP/2 connection's kept packets now start, and when it was
+        last seen."""
+        if resume is None:
+            self._http2.pop(index, None)
+        else:
+            self._http2[index] = (resume, last)
+
+    def _forget_idle(self) -> None:
+        """Let go of HTTP/2 connections with nothing kept and nothing new for
+        :data:`MAX_HTTP2_IDLE_NS` (their closing may not have been captured)."""
+        idle = [
+            i
+            for i, (_, last) in self._http2.items()
+            if i not in self._kept and self._now - last > MAX_HTTP2_IDLE_NS
+        ]
+        for i in idle:
+            del self._http2[i]
+
+    def _quiet_cut(
+        self,
+        conn: Connection,
+        ex: Exchanges,
+        rows: np.ndarray,
+        done: np.ndarray,
+        packets: PacketTable,
+        payloads: PacketPayloads,
+    ) -> tuple[int, Resume | None]:
+        """Where to cut the connection's kept packets before their end (:func:`_quiet_before`),
+        and for HTTP/2 where its reading goes on from there (read again up to the cut); (0,
+        None) for no cut."""
+        cut = _quiet_before(conn, ex, rows, done)
+        if not cut or conn.protocol != HTTP2:
+            return cut, None
+        before = conn.rows[packets.time[conn.rows] < ex.request_first[rows[cut]]]
+        (again,) = self._exchanges(packets.take(before), payloads.take(before)).connections
+        return (0, None) if again.unparsed or again.http2 is None else (cut, again.http2)
 
     def _ends(
         self,
         conn: Connection,
-        packets: PacketTable,
-        payloads: PacketPayloads,
+        ex: Exchanges,
+        rows: np.ndarray,
         done: np.ndarray,
+        payloads: PacketPayloads,
         state: _Kept,
         closing: bool,
     ) -> tuple[bool, str]:
@@ -225,13 +285,39 @@ class CaptureSpanStream:
             return True, ""
         if conn.protocol is None:  # none known once it has bytes; until then its handshake kept
             return bool(conn.unparsed) or self._now - state.last > self.max_carry_ns, ""
-        if conn.protocol != HTTP2:
-            quiet = done.all() and not conn.unparsed
-            return quiet or self._now - state.since > self.max_carry_ns, ""
-        if int(payloads.lengths()[conn.rows].sum()) > self.max_http2_bytes:
+        if (
+            conn.protocol == HTTP2
+            and int(payloads.lengths()[conn.rows].sum()) > self.max_http2_bytes
+        ):
             return True, GIVEN_UP_HTTP2
-        idle = self._now - state.last
-        if done.all():
-            closed = bool(np.any(packets.tcp_flags[conn.rows] & (FIN | RST)))
-            return closed or idle > MAX_HTTP2_IDLE_NS, ""
-        return idle > self.max_carry_ns, ""
+        pending = np.flatnonzero(~done)
+        if len(pending):  # a request waiting for its response
+            return self._now - int(ex.request_first[rows[pending[0]]]) > self.max_carry_ns, ""
+        if conn.unparsed:  # a message cut short by the batch, or bytes that do not parse
+            return self._now - state.since > self.max_carry_ns, ""
+        if len(done):
+            return True, ""  # quiet at the end: cut there (HTTP/2: its preface read)
+        return self._now - state.last > self.max_carry_ns, ""  # nothing read yet
+
+
+def _goes_on(
+    conn: Connection, packets: PacketTable, done: np.ndarray, closing: bool, reason: str
+) -> bool:
+    """Whether an HTTP/2 connection whose kept packets end here is read on from where they
+    end: it was quiet there and is not closed."""
+    if closing or reason or conn.protocol != HTTP2 or conn.unparsed or not done.all():
+        return False
+    return not np.any(packets.tcp_flags[conn.rows] & (FIN | RST))
+
+
+def _quiet_before(conn: Connection, ex: Exchanges, rows: np.ndarray, done: np.ndarray) -> int:
+    """For a connection whose bytes all parsed, the last of its exchanges (``rows``, in request
+    order) before whose first byte every earlier exchange had ended: both directions are at a
+    message boundary there (HTTP/2: a frame boundary with no stream open), and what came before
+    can go. 0 when there is none."""
+    if conn.protocol is None or conn.unparsed or len(rows) < 2:
+        return 0
+    answered = ex.response_last[rows]
+    ended = np.where(done, np.where(answered != MISSING, answered, ex.request_last[rows]), LATER)
+    quiet = np.flatnonzero(np.maximum.accumulate(ended)[:-1] < ex.request_first[rows[1:]])
+    return int(quiet[-1]) + 1 if len(quiet) else 0

@@ -114,6 +114,8 @@ class Connection:
     that told its ends apart (stable across batches when one registry reads them all)."""
     rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     """Its packets: rows of the packet table it was read from, time order."""
+    http2: http2.Resume | None = None
+    """HTTP/2: where reading it ended (:attr:`.protocols.http2.Streams.resume`)."""
     requests: int = 0
     responses: int = 0
     unparsed: dict[str, int] = field(default_factory=dict)
@@ -240,6 +242,7 @@ def read_exchanges(
     protocol: str | Callable[[Connection], str] = "auto",
     params: ExchangeParams | None = None,
     registry: ConnectionRegistry | None = None,
+    resume: Mapping[int, http2.Resume] | None = None,
 ) -> Exchanges:
     """Every request and response of every TCP connection in ``read`` (which must have been read
     with ``payloads=True``).
@@ -249,7 +252,9 @@ def read_exchanges(
     "auto" (by server port, else by the first client bytes), or a function of the connection
     that gives one of those. ``registry`` (default: a new one for ``server``) tells the ends of
     each connection apart: one registry over time-ordered batches keeps each connection's
-    direction and index from the batch it first appeared in.
+    direction and index from the batch it first appeared in. ``resume`` gives, by connection
+    index, where an earlier reading of an HTTP/2 connection ended, its packets here starting
+    there.
     """
     params = params or ExchangeParams()
     if isinstance(protocol, str) and protocol != "auto" and protocol not in PROTOCOLS:
@@ -276,6 +281,7 @@ def read_exchanges(
             conn.skip(ENCRYPTED if _TLS.match(up.data) else UNRECOGNISED, up.end + down.end)
             continue
         if conn.protocol in EXCHANGES:
+            conn.http2 = resume.get(conn.index) if resume else None
             got = _streams(conn, up, down, params.keep_headers)
         else:
             got = _in_order(conn, conn.protocol, up, down, params)
@@ -366,7 +372,8 @@ def _detect(conn: Connection, client: ByteStream, params: ExchangeParams) -> str
 def _streams(conn: Connection, c: ByteStream, s: ByteStream, keep: tuple[str, ...]) -> _Found:
     """The exchanges of a multiplexed connection (HTTP/2, the one protocol of
     :data:`EXCHANGES`: one per stream), in request order."""
-    xs = http2.columns(c, s, conn, keep)
+    xs = http2.columns(c, s, conn, keep, resume=conn.http2)
+    conn.http2 = xs.resume
     first, end = xs.request_start, xs.request_end
     response_first, response_end = xs.response_start, xs.response_end
     answered = (response_first >= 0) & (response_end >= 0)

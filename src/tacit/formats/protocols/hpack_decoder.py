@@ -350,6 +350,13 @@ class HpackDecoder:
         """Whether the last block changed the dynamic table (an entry added or evicted, or
         its maximum size set): while it does not, blocks decode as they did (§3.2)."""
 
+    def copy(self) -> HpackDecoder:
+        """A decoder in the same state, that goes on apart from this one."""
+        other = object.__new__(HpackDecoder)
+        other._meta, other._ents, other._table, other._out = (a.copy() for a in self.state)
+        other.changed = self.changed
+        return other
+
     @property
     def limit(self) -> int:
         return int(self._meta[LIMIT])

@@ -251,18 +251,33 @@ def _be32(data, i):  # pragma: no cover - compiled
     )
 
 
-def _limits(s: ByteStream, settings: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+def _limits(
+    s: ByteStream, settings: list[list[int]], top: int = _INITIAL_TABLE
+) -> tuple[np.ndarray, np.ndarray]:
     """(capture times, values) where the largest SETTINGS_HEADER_TABLE_SIZE the sender of ``s``
-    has advertised in ``settings`` (first byte, value) rises above the ones before (the initial
-    value included)."""
+    has advertised in ``settings`` (first byte, value) rises above the ones before (``top``, the
+    largest before ``s`` begins, included)."""
     times, values = [], []
-    top = _INITIAL_TABLE
     for pos, size in settings:
         if size > top:
             top = size
             times.append(s.time(pos))
             values.append(size)
     return np.array(times, np.int64), np.array(values, np.int64)
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What reading a connection needs to go on from a point where both directions are at a
+    frame boundary and no stream is open (so that a live capture need not keep the connection's
+    packets from its start): the HPACK decoder of the client's field blocks and of the
+    server's, whose dynamic tables (RFC 7541 §2.3.2) and limits carry over."""
+
+    client: HpackDecoder
+    server: HpackDecoder
+
+    def copy(self) -> Resume:
+        return Resume(self.client.copy(), self.server.copy())
 
 
 @dataclass(frozen=True)
@@ -292,6 +307,9 @@ class Streams:
     kept: dict[str, np.ndarray]
     strings: list[str]
     headers: list[dict[str, str]] | None = None
+    resume: Resume | None = None
+    """Where the reading ended, to go on from (meaningful where it ended with no stream open
+    and nothing unread)."""
 
     def __len__(self) -> int:
         return len(self.stream_id)
@@ -317,11 +335,13 @@ def columns(
     conn: Skipper,
     keep: tuple[str, ...] = (),
     max_frame: int = 1 << 24,
+    resume: Resume | None = None,
 ) -> Streams:
     """:func:`exchanges` as columns, with the values of the request header fields named in
     ``keep`` (lower case) instead of every field: what spans from packets need, made without an
-    object per stream."""
-    return _Connection(keep, False).read(client, server, conn, max_frame)
+    object per stream. With ``resume`` (left as it is), both streams are read from where an
+    earlier reading of the connection ended (:attr:`Streams.resume`), with no preface."""
+    return _Connection(keep, False).read(client, server, conn, max_frame, resume)
 
 
 # The columns of the compiled walk's exchange table (:class:`Streams` in this order).
@@ -377,27 +397,43 @@ class _Connection:
         self.smap = np.zeros((4, 2), np.int64)
 
     def read(
-        self, client: ByteStream, server: ByteStream, conn: Skipper, max_frame: int
+        self,
+        client: ByteStream,
+        server: ByteStream,
+        conn: Skipper,
+        max_frame: int,
+        resume: Resume | None = None,
     ) -> Streams:
+        decoders = (
+            resume.copy()
+            if resume is not None
+            else Resume(*(HpackDecoder(_INITIAL_TABLE, _MAX_FIELD_SECTION) for _ in range(2)))
+        )
         head = client.data[: len(PREFACE)]
-        up, down = np.zeros((0, 7), np.int64), np.zeros((0, 7), np.int64)
-        if not client.start_seen or client.hole(0, len(head)) or not PREFACE.startswith(head):
+        if resume is not None:
+            up, up_stop, up_settings = _frames(client, 0, max_frame)
+            down, down_stop, down_settings = _frames(server, 0, max_frame)
+        elif not client.start_seen or client.hole(0, len(head)) or not PREFACE.startswith(head):
             _skip(conn, MIDWAY if not client.start_seen else NOT_HTTP2, client.end + server.end)
+            return self._streams(decoders)
         elif len(head) < len(PREFACE):
             _skip(conn, f"client: {CUT}", client.end + server.end)
+            return self._streams(decoders)
         else:
             up, up_stop, up_settings = _frames(client, len(PREFACE), max_frame)
-            down_stop: Stop | None = Stop(MIDWAY, 0)
-            down_settings: list[list[int]] = []
+            down, down_stop, down_settings = np.zeros((0, 7), np.int64), Stop(MIDWAY, 0), []
             if server.start_seen:
                 down, down_stop, down_settings = _frames(server, 0, max_frame)
-            cap = int(np.count_nonzero(up[:, 2] == _HEADERS))
-            self.ex = np.tile(np.array(_UNSET, np.int64), (cap, 1))
-            self.kept = np.full((cap, len(self.keep)), -1, np.int64)
-            self.smap = np.zeros((1 << max(2, (2 * cap).bit_length()), 2), np.int64)
-            self._side(client, up, up_stop, _limits(server, down_settings), True, conn)
-            self._side(server, down, down_stop, _limits(client, up_settings), False, conn)
-        return self._streams()
+        cap = int(np.count_nonzero(up[:, 2] == _HEADERS))
+        self.ex = np.tile(np.array(_UNSET, np.int64), (cap, 1))
+        self.kept = np.full((cap, len(self.keep)), -1, np.int64)
+        self.smap = np.zeros((1 << max(2, (2 * cap).bit_length()), 2), np.int64)
+        d = decoders
+        self._side(client, up, up_stop, _limits(server, down_settings, d.client.limit), d.client,
+                   True, conn)  # fmt: skip
+        self._side(server, down, down_stop, _limits(client, up_settings, d.server.limit), d.server,
+                   False, conn)  # fmt: skip
+        return self._streams(decoders)
 
     def _side(
         self,
@@ -405,12 +441,12 @@ class _Connection:
         rows: np.ndarray,
         stop: Stop | None,
         limits: tuple[np.ndarray, np.ndarray],
+        decoder: HpackDecoder,
         client: bool,
         conn: Skipper,
     ) -> None:
         """Walk one direction's frames (:func:`_walk_side`), acting on what it asks for."""
         side = "client" if client else "server"
-        decoder = HpackDecoder(_INITIAL_TABLE, _MAX_FIELD_SECTION)
         data = np.frombuffer(s.data, np.uint8)
         times = s.times(rows[:, 0]) if len(limits[0]) else limits[0]
         st = self.st
@@ -467,7 +503,7 @@ class _Connection:
         )
         return int(_intern(b, 0, len(b), self.pool, self.offs, self.slots, self.st))
 
-    def _streams(self) -> Streams:
+    def _streams(self, resume: Resume) -> Streams:
         n, count = int(self.st[_EXCHANGES]), int(self.st[_STRINGS])
         sid, start, end, response_start, response_end, status, grpc_status, *rest = self.ex[:n].T
         request_bytes, response_bytes, reset, method, path, authority, content_type = rest
@@ -495,6 +531,7 @@ class _Connection:
             kept={k: self.kept[:n, j] for j, k in enumerate(self.keep)},
             strings=strings,
             headers=[self.headers[e] for e in range(n)] if self.every else None,
+            resume=resume,
         )
 
 
