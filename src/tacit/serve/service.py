@@ -3,6 +3,7 @@ process (see the package docstring for the parts)."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -29,6 +30,15 @@ from tacit.serve.reconstructor import Reconstructor
 from tacit.serve.store import Store
 
 log = logging.getLogger("tacit.serve")
+
+GC_THRESHOLDS = (100_000, 50, 100)
+"""The cyclic garbage collector's thresholds while serving (Python's default: 700, 10, 10).
+Ingest makes and drops a few objects per span, almost none in cycles (reference counting
+frees them), yet at the default every 700 allocations start a collection and every 70,000 a
+full one over every object the service holds, which grows with the spans waiting for their
+window. Measured with ``bench/bench_serve.py`` on one machine, the service's CPU per span fell
+from 114 to 92 µs for the SDK exporter's spans (``sustained``) and from 251 to 170 µs for spans
+from a capture file (``capture``), with the same peak memory (688 and 691 MiB) and accuracy."""
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -102,6 +112,8 @@ class Service:
 
     def start(self) -> Service:
         """Resume what a previous run left, then listen."""
+        gc.freeze()  # what was made so far (imports, the call graph) is never collected
+        gc.set_threshold(*GC_THRESHOLDS)
         self.restored = self.ingest.restore(self.store.state("low_water", 0))
         if self.forwarder is not None:
             self.forwarder.start()
