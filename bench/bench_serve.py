@@ -15,6 +15,10 @@ requests/s, exported in batches of 512 by the SDK's OTLP/HTTP protobuf exporter.
   acknowledged against those stored, the 429s sent, and the service's peak resident memory.
 * kill -9: the service killed when half the batches are acknowledged, restarted on its
   database, the refused batches sent again; acknowledged spans missing from the store (target 0).
+* capture: spans from a capture file instead of an exporter (``capture_pcap``): the shop app's
+  RPCs at 300 requests/s as one capture point's packets; spans/s and CPU per span through to
+  the last finished trace, and the accuracy of the stored links against the app's log, beside
+  the offline and batch-online algorithms on the same spans.
 * query: a million spans reconstructed into a database, then Jaeger searches for a service's
   20 most recent traces, median of 20 (target < 200 ms); then retention deletes the older half
   in the service's bounded passes (the total and the longest pass, which is how long
@@ -39,14 +43,20 @@ from pathlib import Path
 
 import numpy as np
 
+from tacit.evaluation.capture_accuracy import call_accuracy, label_capture, stored_parents
 from tacit.experiment.memcached import free_port
 from tacit.experiment.otlp_load import BATCH, sdk_spans, send_spans
+from tacit.formats.capture_spans import ServiceMap, read_capture_spans
+from tacit.formats.exchanges import ExchangeParams
+from tacit.formats.pcap_write import write_pcap
 from tacit.model.roles import infer_roles
 from tacit.model.spans import CLIENT
 from tacit.reconstruct.callgraph import learn_callgraph
+from tacit.reconstruct.isolated import callgraph_from_test_capture
 from tacit.reconstruct.online import NS, OnlineParams, reconstruct_streamed
 from tacit.reconstruct.traceweaver import reconstruct_traceweaver
 from tacit.simulate import load_app, simulate
+from tacit.simulate.app_packets import REQUEST_ID, app_packets
 
 TACIT = Path(sys.executable).parent / "tacit"
 RATE = 300
@@ -58,17 +68,18 @@ database: tacit.duckdb
 callgraph: callgraph.yaml
 max_pending_spans: {pending}
 online: {{window_s: 2, lookahead_s: 2, max_request_s: 2, lateness_s: 1}}
-"""
+{extra}"""
 
 
 class Server:
     """``tacit serve`` in a subprocess on core 0."""
 
-    def __init__(self, tmp: Path, callgraph, pending: int = 10**7) -> None:
+    def __init__(self, tmp: Path, callgraph, pending: int = 10**7, extra: str = "") -> None:
         self.tmp = tmp
         self.port = free_port()
         callgraph.save(tmp / "callgraph.yaml")
-        (tmp / "serve.yaml").write_text(CONFIG.format(port=self.port, pending=pending))
+        config = CONFIG.format(port=self.port, pending=pending, extra=extra)
+        (tmp / "serve.yaml").write_text(config)
 
     def start(self) -> Server:
         self.proc = subprocess.Popen(
@@ -97,8 +108,11 @@ class Server:
             if line.startswith(name)
         )
 
+    def status(self) -> dict:
+        return json.loads(self.get("/api/tacit/status"))
+
     def wait_idle(self) -> None:
-        while json.loads(self.get("/api/tacit/status"))["pending"]:
+        while self.status()["pending"]:
             time.sleep(0.1)
 
     def peak_rss_mib(self) -> float:
@@ -235,6 +249,64 @@ def kill_9(spans, callgraph, tmp: Path) -> dict:
     }
 
 
+def capture(tmp: Path, requests: int) -> dict:
+    """Spans from a capture file (the shop app's RPCs as one capture point's packets, HTTP/1.1
+    into the front end and gRPC behind it), the call graph learned from a capture of test
+    requests sent one at a time; scored against the app's log of which request caused which."""
+    app = load_app(None)
+    made = {}
+    for name, spans in (
+        ("test", simulate(app, 2, n_requests=100, seed=5, record_threads=False)),
+        ("prod", simulate(app, RATE, n_requests=requests, seed=7, record_threads=False)),
+    ):
+        made[name] = app_packets(spans)
+        write_pcap(tmp / f"{name}.pcap", made[name].frames, made[name].times)
+    addresses = {**made["test"].service_map(), **made["prod"].service_map()}
+    (tmp / "services.json").write_text(json.dumps(addresses))
+    names = ServiceMap(addresses=addresses)
+    callgraph, _ = callgraph_from_test_capture(tmp / "test.pcap", names)
+    got = read_capture_spans(
+        tmp / "prod.pcap", names, params=ExchangeParams(keep_headers=(REQUEST_ID,))
+    )
+    truth, _ = label_capture(got, REQUEST_ID, made["prod"].parent_of())
+    extra = "capture_pcap: prod.pcap\ncapture_services: services.json\n"
+    server = Server(tmp, callgraph, extra=extra).start()
+    start_cpu_s = server.cpu_seconds()
+    began = time.monotonic()
+    while not (status := server.status())["capture"][0]["finished"] or status["pending"]:
+        time.sleep(0.1)
+    total_s = time.monotonic() - began
+    cpu_s = server.cpu_seconds() - start_cpu_s
+    server.stop()
+    import duckdb
+
+    con = duckdb.connect(str(tmp / "tacit.duckdb"), read_only=True)
+    stored = con.execute(
+        "SELECT service, kind, start_ns, duration_ns, span_id, parent_span_id FROM spans"
+    ).fetchall()
+    con.close()
+    blind = truth.take(np.arange(len(truth)))
+    blind.parent[:] = -1
+    source = status["capture"][0]
+    return {
+        "packets": source["packets"],
+        "spans": source["spans"],
+        "exchanges": source["exchanges"],
+        "unparsed_bytes": source["unparsed_bytes"],
+        "stored": len(stored),
+        "seconds_to_last_trace": round(total_s, 2),
+        "spans_per_s": round(len(stored) / total_s),
+        "server_cpu_us_per_span": round(cpu_s / len(stored) * 1e6, 1),
+        "accuracy_served": round(call_accuracy(truth, stored_parents(truth, stored)), 4),
+        "accuracy_offline": round(
+            call_accuracy(truth, reconstruct_traceweaver(blind, callgraph).parent), 4
+        ),
+        "accuracy_online_batch": round(
+            call_accuracy(truth, reconstruct_streamed(blind, callgraph, online=ONLINE).parent), 4
+        ),
+    }
+
+
 def query(callgraph, tmp: Path, target_spans: int = 1_000_000) -> dict:
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
@@ -332,6 +404,7 @@ def main() -> None:
             "burst": lambda d: burst(_load(3, 30), callgraph, d),
             "kill_9": lambda d: kill_9(_load(4, 10), callgraph, d),
             "query": lambda d: query(callgraph, d),
+            "capture": lambda d: capture(d, 20_000),
         }
         for name, run in runs.items():
             if only and name not in only:

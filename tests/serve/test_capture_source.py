@@ -16,11 +16,11 @@ import yaml
 
 from capture_probe import needs_capture
 from serve_app import QUICK, config, get_json, running
-from tacit.evaluation.capture_accuracy import label_capture
+from tacit.evaluation.capture_accuracy import call_accuracy, label_capture, stored_parents
 from tacit.formats.capture_spans import ServiceMap, read_capture_spans
 from tacit.formats.exchanges import ExchangeParams
 from tacit.formats.pcap_write import write_pcap
-from tacit.model.spans import CLIENT, NONE
+from tacit.model.spans import NONE
 from tacit.reconstruct.isolated import callgraph_from_test_capture
 from tacit.reconstruct.online import reconstruct_streamed
 from tacit.serve import Service
@@ -53,28 +53,12 @@ def app(tmp_path_factory):
     return tmp, callgraph, truth
 
 
-def _key(service: str, kind: str, start: int, duration: int) -> tuple:
-    return service, kind, start, duration
-
-
-def _served(svc: Service) -> tuple[dict, dict]:
-    """Per stored span (service, kind, start, duration): its span id; and per client span id,
-    the id of the server span reconstruction gave it as parent."""
-    rows = svc.store._cursor().execute(
-        "SELECT service, kind, start_ns, duration_ns, span_id, parent_span_id FROM spans"
+def _stored(svc: Service) -> list:
+    return (
+        svc.store._cursor()
+        .execute("SELECT service, kind, start_ns, duration_ns, span_id, parent_span_id FROM spans")
+        .fetchall()
     )
-    ids, parents = {}, {}
-    for service, kind, start, duration, span_id, parent in rows.fetchall():
-        ids[_key(service, kind, start, duration)] = span_id
-        if kind == "client":
-            parents[span_id] = parent
-    return ids, parents
-
-
-def _accuracy(truth, parent_of_row) -> float:
-    """The share of client spans (with a parent in the truth) given the right one."""
-    client = np.flatnonzero((truth.kind == CLIENT) & (truth.parent != NONE))
-    return float(np.mean([parent_of_row(r) == truth.parent[r] for r in client.tolist()]))
 
 
 def _wait(svc: Service) -> dict:
@@ -96,7 +80,7 @@ def test_a_capture_file_is_reconstructed_as_accurately_as_offline(app) -> None:
     svc = Service(cfg, callgraph).start()
     try:
         status = _wait(svc)
-        ids, parents = _served(svc)
+        stored = _stored(svc)
     finally:
         svc.stop()
     source = status["capture"][0]
@@ -105,21 +89,12 @@ def test_a_capture_file_is_reconstructed_as_accurately_as_offline(app) -> None:
     assert source["exchanges"] == {"exchanges": n // 2, "paired": n // 2, "spans": n,
                                    "left_out": {}}  # fmt: skip
     assert status["received"] == n and status["stored"]["spans"] == n
-    s = truth.strings
-    key = [
-        _key(s[int(truth.service[r])], "client" if truth.kind[r] == CLIENT else "server",
-             int(truth.start[r]), int(truth.end[r] - truth.start[r]))
-        for r in range(n)
-    ]  # fmt: skip
-    row_of = {ids[k]: r for r, k in enumerate(key)}
-    assert len(row_of) == n  # every span stored, once
-    served = _accuracy(truth, lambda r: row_of.get(parents[ids[key[r]]], NONE))
+    served = call_accuracy(truth, stored_parents(truth, stored))  # every span stored
     blind = truth.take(np.arange(n))
     blind.parent[:] = NONE
-    offline = reconstruct_streamed(blind, callgraph, online=QUICK)
-    offline_accuracy = _accuracy(truth, lambda r: offline.parent[r])
+    offline = call_accuracy(truth, reconstruct_streamed(blind, callgraph, online=QUICK).parent)
     assert served >= 0.95, served
-    assert abs(served - offline_accuracy) <= 0.01, (served, offline_accuracy)
+    assert abs(served - offline) <= 0.01, (served, offline)
 
 
 def test_a_restart_does_not_take_a_capture_file_twice(app) -> None:

@@ -11,7 +11,7 @@ scores any traced input (TraceWeaver §6). Reconstruction never sees the ids.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -109,3 +109,41 @@ def evaluate_capture(
         "accuracy": {r["algorithm"]: r["accuracy"] for r in ev.results},
         "link_accuracy": {r["algorithm"]: r["link_accuracy"] for r in ev.results},
     }
+
+
+StoredSpan = tuple[str, str, int, int, str, "str | None"]
+"""A span as ``tacit serve`` stores it: service, kind ("client" or "server"), start and
+duration (ns), span id, and the span id of the parent reconstruction gave it (None for
+none)."""
+
+
+def stored_parents(truth: SpanTable, stored: Iterable[StoredSpan]) -> np.ndarray:
+    """Per span of ``truth`` (from :func:`label_capture`), the row of the parent ``tacit serve``
+    stored for it (NONE for none). A stored span is matched to its truth by service, kind and
+    times (a capture gives each exchange's times to the nanosecond); every span of ``truth``
+    must be stored."""
+    s = truth.strings
+    key_row = {
+        (s[int(svc)], "client" if kind == CLIENT else "server", int(start), int(end - start)): r
+        for r, (svc, kind, start, end) in enumerate(
+            zip(truth.service, truth.kind, truth.start, truth.end, strict=True)
+        )
+    }
+    row_of: dict[str, int] = {}
+    parent_id: dict[int, str | None] = {}
+    for service, kind, start, duration, span_id, parent in stored:
+        row = key_row.get((service, kind, start, duration))
+        if row is not None:
+            row_of[span_id], parent_id[row] = row, parent
+    if len(parent_id) != len(truth):
+        raise ValueError(f"{len(truth) - len(parent_id)} spans of the truth are not stored")
+    return np.array(
+        [row_of.get(parent_id[r] or "", NONE) for r in range(len(truth))], dtype=np.int64
+    )
+
+
+def call_accuracy(truth: SpanTable, parent: np.ndarray) -> float:
+    """The share of the calls of ``truth`` (client spans with a parent) whose ``parent`` (a row
+    per span) is the true one."""
+    calls = np.flatnonzero((truth.kind == CLIENT) & (truth.parent != NONE))
+    return float((parent[calls] == truth.parent[calls]).mean()) if len(calls) else float("nan")

@@ -595,6 +595,11 @@ def _any_value(r: RecordReader, value: Any) -> Any:
 def _any(value: Any) -> dict[str, Any]:
     """A Python value as an ``AnyValue`` (the inverse of :func:`_any_value`). JSON has no
     infinity or NaN: a float that is not finite is written as a string."""
+    kind = type(value)
+    if kind is str:  # most attributes: at once, before the checks below
+        return {"stringValue": value}
+    if kind is int:
+        return {"intValue": str(value)}
     if value is None:
         return {}
     if isinstance(value, bool):
