@@ -20,7 +20,8 @@ requests/s, exported in batches of 512 by the SDK's OTLP/HTTP protobuf exporter.
   the last finished trace, and the accuracy of the stored links against the app's log, beside
   the offline and batch-online algorithms on the same spans.
 * query: a million spans reconstructed into a database, then Jaeger searches for a service's
-  20 most recent traces, median of 20 (target < 200 ms); then retention deletes the older half
+  20 most recent traces, median of 20 (target < 200 ms), and those with a call to db (a
+  search by tags); then retention deletes the older half
   in the service's bounded passes (the total and the longest pass, which is how long
   reconstruction waits at most) and the searches are timed again.
 
@@ -335,15 +336,16 @@ def query(callgraph, tmp: Path, target_spans: int = 1_000_000) -> dict:
     fill_s = time.monotonic() - began
     stored = store.counts()
 
-    def search() -> tuple[int, list[float]]:
+    def search(tags: tuple[tuple[str, str], ...] = ()) -> tuple[int, list[float]]:
         times = []
         for _ in range(20):
             t = time.perf_counter()
-            found = store.find_traces(TraceQuery(service="catalog", limit=20))
+            found = store.find_traces(TraceQuery(service="catalog", limit=20, tags=tags))
             times.append((time.perf_counter() - t) * 1000)
         return len(found), times
 
     found, times = search()
+    found_tagged, tagged = search((("peer.service", "db"),))
     # Retention: every trace finished at 0 here, so the older half (by sequence number) goes,
     # in passes of at most EXPIRY_SPANS spans as the service runs them.
     expired: dict[str, int] = {}
@@ -366,6 +368,8 @@ def query(callgraph, tmp: Path, target_spans: int = 1_000_000) -> dict:
         "search_ms_median": round(statistics.median(times), 1),
         "search_ms_max": round(max(times), 1),
         "target_ms": 200,
+        "tag_search_traces_found": found_tagged,
+        "tag_search_ms_median": round(statistics.median(tagged), 1),
         "expired_spans": expired["spans"],
         "expired_traces": expired["traces"],
         "expire_seconds": round(sum(passes), 2),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from urllib.parse import quote
 
 import pytest
 
@@ -66,6 +67,30 @@ def test_search_filters_by_service_operation_and_duration(svc):
     assert len(slow) == n_slow
 
 
+def test_search_by_tags_keeps_traces_with_a_span_that_has_them(svc):
+    """Jaeger UI's and Grafana's ``tags``: a JSON object; every tag on one span of the
+    service, its own or its process's."""
+
+    def search(tags: str, limit: int = 1000) -> list:
+        return get_json(svc, f"/api/traces?service=catalog&tags={quote(tags)}&limit={limit}")[
+            "data"
+        ]
+
+    calls_db = (
+        "SELECT DISTINCT c.trace_id FROM spans c JOIN spans d ON d.parent_span_id = c.span_id"
+    )
+    calls_db += " WHERE c.service = 'catalog' AND d.service = 'db'"
+    found = search('{"peer.service":"db"}')
+    assert 0 < len(found) < len(get_json(svc, "/api/traces?service=catalog&limit=1000")["data"])
+    assert {t["traceID"] for t in found} == {r[0] for r in _rows(svc, calls_db)}
+    on_one = search('{"peer.service":"db","host.name":"catalog-1"}')  # a process tag too
+    expected = _rows(svc, calls_db + " AND c.instance = 'catalog-1'")
+    assert 0 < len(on_one) < len(found)
+    assert {t["traceID"] for t in on_one} == {r[0] for r in expected}
+    assert search('{"peer.service":"db","no.such.tag":"1"}') == []
+    assert len(search('{"peer.service":"db"}', limit=3)) == 3
+
+
 def test_a_trace_by_id_and_an_unknown_one(svc):
     trace = get_json(svc, "/api/traces?service=frontend&limit=1")["data"][0]
     again = get_json(svc, f"/api/traces/{trace['traceID']}")["data"]
@@ -103,7 +128,7 @@ def test_dependencies_count_the_calls_between_services(svc):
         ("", "service"),
         ("service=catalog&minDuration=soon", "minDuration"),
         ("service=catalog&limit=-3", "limit"),
-        ("service=catalog&tags=%7B%22a%22%3A%221%22%7D", "tags"),
+        ("service=catalog&tags=a%3D1", "tags"),
     ],
 )
 def test_bad_searches_are_400_with_the_reason(svc, query, message):

@@ -5,8 +5,9 @@
 ``/api/traces/{id}`` and ``/api/dependencies?endTs=&lookback=``. Times are microseconds since
 the epoch (``start``, ``end``) or milliseconds (``endTs``, ``lookback`` of dependencies), and
 durations Go duration strings (``1.2ms``, ``500us``, ``2s``), as Jaeger has them; every answer
-is ``{"data": ..., "total", "limit", "offset", "errors"}``. Tags filters (``tags=``) are not
-supported and are refused rather than ignored.
+is ``{"data": ..., "total", "limit", "offset", "errors"}``. A search by tags (``tags=``, a JSON
+object of tag names to values, as Jaeger UI and Grafana send it) keeps the traces with a span
+of the service (and operation) that has every one of them (:meth:`Store.find_traces`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import re
 import time
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 from tacit.errors import InputError
 from tacit.serve.store import Store, TraceQuery
@@ -78,8 +81,6 @@ def trace_query(params: Mapping[str, str]) -> TraceQuery:
     service = params.get("service")
     if not service:
         raise InputError("service: a service is required to search traces")
-    if params.get("tags") not in (None, "", "{}"):
-        raise InputError("tags: searching by tags is not supported")
     end_us = int_param(params, "end")
     start_us = int_param(params, "start")
     lookback = params.get("lookback")
@@ -98,6 +99,23 @@ def trace_query(params: Mapping[str, str]) -> TraceQuery:
         min_duration_ns=_duration(params, "minDuration"),
         max_duration_ns=_duration(params, "maxDuration"),
         limit=min(limit, 1500),
+        tags=_tags(params.get("tags")),
+    )
+
+
+def _tags(text: str | None) -> tuple[tuple[str, str], ...]:
+    """The ``tags`` of a search: a JSON object of names to values (a value that is not a
+    string is compared as its JSON text: ``true``, ``500``)."""
+    if not text:
+        return ()
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise InputError(f'tags: {text!r} is not a JSON object such as {{"error":"true"}}')
+    return tuple(
+        sorted((k, v if isinstance(v, str) else orjson.dumps(v).decode()) for k, v in doc.items())
     )
 
 

@@ -61,6 +61,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from tacit.errors import ConfigError
 
 _SCHEMA = """
@@ -104,6 +106,10 @@ with the file, so small ones, made often, held reconstruction back: measured wit
 ``bench/bench_serve.py sustained`` on 435,500 spans, 4,500 spans/s at 16 MB against 6,100 at
 256 MB, with a lower peak memory (940 against 1,130 MiB). Commits stay durable either way (the
 log is synced at each); the cost is a longer log to replay when a killed service restarts."""
+TAG_PAGE = 500
+MAX_TAG_SEARCH = 20_000
+"""A search by tags reads the documents of the most recent traces that match the rest of the
+search, :data:`TAG_PAGE` at a time, until it has found ``limit`` or read this many."""
 FINISHED_TABLES = ("spans", "traces", "trace_operations", "confidence")
 """The tables :meth:`Store.write_finished` appends to, in its one transaction."""
 
@@ -112,7 +118,8 @@ FINISHED_TABLES = ("spans", "traces", "trace_operations", "confidence")
 class TraceQuery:
     """A Jaeger ``/api/traces`` search: traces with a span of ``service`` (and ``operation``)
     that started in [``start_ns``, ``end_ns``] and lasted at least ``min_duration_ns`` (at most
-    ``max_duration_ns``); the ``limit`` that started last."""
+    ``max_duration_ns``), and has each of ``tags`` (name, value as text); the ``limit`` that
+    started last."""
 
     service: str
     operation: str | None = None
@@ -121,6 +128,7 @@ class TraceQuery:
     min_duration_ns: int | None = None
     max_duration_ns: int | None = None
     limit: int = 20
+    tags: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -342,13 +350,26 @@ class Store:
             if value is not None:
                 where.append(clause)
                 args.append(value)
-        hits = self._cursor().execute(
+        query = (
             "SELECT trace_id FROM trace_operations WHERE "
             + " AND ".join(where)
-            + " GROUP BY trace_id ORDER BY max(trace_start_ns) DESC LIMIT ?",
-            [*args, q.limit],
+            + " GROUP BY trace_id ORDER BY max(trace_start_ns) DESC LIMIT ? OFFSET ?"
         )
-        ids = [r[0] for r in hits.fetchall()]
+        if not q.tags:
+            return self._docs(self._ids(query, [*args, q.limit, 0]))
+        found: list[str] = []
+        for offset in range(0, MAX_TAG_SEARCH, TAG_PAGE):
+            ids = self._ids(query, [*args, TAG_PAGE, offset])
+            found += [d for d in self._docs(ids) if _has_tags(orjson.loads(d), q)]
+            if len(found) >= q.limit or len(ids) < TAG_PAGE:
+                break
+        return found[: q.limit]
+
+    def _ids(self, query: str, args: list[str | int]) -> list[str]:
+        return [r[0] for r in self._cursor().execute(query, args).fetchall()]
+
+    def _docs(self, ids: list[str]) -> list[str]:
+        """The Jaeger documents of the traces ``ids``, in that order."""
         if not ids:
             return []
         # Only the documents shown are read, found by the index: joining first would read every
@@ -519,3 +540,23 @@ def _range(column: str, start: int | None, end: int | None) -> tuple[list[str], 
             where.append(clause)
             args.append(value)
     return where, args
+
+
+def _has_tags(doc: dict[str, Any], q: TraceQuery) -> bool:
+    """Whether a Jaeger trace document has a span of ``q``'s service (and operation) with
+    every one of ``q.tags``, among its own tags or its process's."""
+    processes = doc["processes"]
+    for span in doc["spans"]:
+        process = processes[span["processID"]]
+        if process["serviceName"] != q.service:
+            continue
+        if q.operation is not None and span["operationName"] != q.operation:
+            continue
+        have = {(t["key"], _tag_text(t["value"])) for t in (*span["tags"], *process["tags"])}
+        if all(tag in have for tag in q.tags):
+            return True
+    return False
+
+
+def _tag_text(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
