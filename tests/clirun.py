@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import os
+import signal
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 TACIT = Path(sys.executable).parent / "tacit"
@@ -23,6 +26,32 @@ def start(
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+    )
+
+
+def run_here(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``tacit ARGS`` in this process, as the console script runs it (from ``cwd``): for
+    commands that stop before any work, without a new process's start-up each. Exceptions
+    other than the exit propagate."""
+    from tacit.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    argv, here, sigterm = sys.argv, os.getcwd(), signal.getsignal(signal.SIGTERM)
+    sys.argv = ["tacit", *map(str, args)]
+    code = 0
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with redirect_stdout(out), redirect_stderr(err):
+            main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = argv
+        os.chdir(here)
+        signal.signal(signal.SIGTERM, sigterm)
+    return subprocess.CompletedProcess(
+        ["tacit", *map(str, args)], code, out.getvalue(), err.getvalue()
     )
 
 

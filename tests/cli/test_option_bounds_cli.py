@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clirun import finish, one_error_line, start
+from clirun import one_error_line, run_here
 
 HUGE = "99999999999999999999999"
 AGENT = ["latency", "oneway", "agent", "--role", "receiver", "--peer"]
@@ -85,6 +85,5 @@ def test_out_of_range_options_are_one_line_errors(tmp_path: Path) -> None:
     (tmp_path / "cg.yaml").write_text("{}\n")
     (tmp_path / "t.json").write_text('{"data": []}\n')
     (tmp_path / "c.pcap").write_bytes(b"")
-    runs = finish({k: start(*args, cwd=tmp_path) for k, (args, _) in CASES.items()})
-    for name, (_, words) in CASES.items():
-        assert one_error_line(runs[name], words), name
+    for name, (args, words) in CASES.items():
+        assert one_error_line(run_here(*args, cwd=tmp_path), words), name

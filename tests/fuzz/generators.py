@@ -25,7 +25,7 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,9 +34,9 @@ import yaml
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from clirun import run_here
 from ss_sample import SS
 from tacit.causal_paths.from_spans import messages_from_spans
-from tacit.cli.main import main
 from tacit.formats.blind import write_blind
 from tacit.formats.jaeger import write_jaeger
 from tacit.formats.messagetable import write_message_table
@@ -685,26 +685,17 @@ def _classify(code: int, stderr: str) -> str:
 
 def run_cli(argv: list[str], timeout_s: float | None = TIMEOUT_S) -> Run:
     """Run ``tacit ARGV`` in this process as the console script does, bounded in time."""
-    out, err = io.StringIO(), io.StringIO()
-    saved = sys.argv
-    sys.argv = ["tacit", *argv]
     t0 = time.perf_counter()
-    code, outcome = 0, ""
     try:
-        with _alarm(timeout_s), redirect_stdout(out), redirect_stderr(err):
-            main()
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        with _alarm(timeout_s):
+            done = run_here(*argv)
+        outcome, code, stdout, stderr = "", done.returncode, done.stdout, done.stderr
     except CaseTimeout:
-        code, outcome = -1, "timeout"
+        outcome, code, stdout, stderr = "timeout", -1, "", ""
     except BaseException:
-        code, outcome = 1, "traceback"
-        err.write(traceback.format_exc())
-    finally:
-        sys.argv = saved
+        outcome, code, stdout, stderr = "traceback", 1, "", traceback.format_exc()
     seconds = time.perf_counter() - t0
-    stderr = err.getvalue()
-    return Run(outcome or _classify(code, stderr), code, out.getvalue(), stderr, seconds)
+    return Run(outcome or _classify(code, stderr), code, stdout, stderr, seconds)
 
 
 def digest(files: dict[Path, bytes]) -> dict[Path, str]:
