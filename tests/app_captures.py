@@ -3,6 +3,11 @@ conversations with known timing, for the spans-from-packets tests."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 from tacit.formats.capture_spans import ServiceMap
 from tcp_conversations import MS, Conversation
 
@@ -39,3 +44,29 @@ def three_tier(
         if answer_last or not last:
             outer.send((t + call_ms[2]) * MS, 1, ok(b"hotels"))
     return [outer, inner]
+
+
+@contextmanager
+def pong_server() -> Iterator[int]:
+    """An HTTP/1.1 server on loopback answering every GET with ``pong`` (keep-alive unless the
+    client closes), for the live capture tests; yields its port."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Pong)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _Pong(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "4")
+        self.end_headers()
+        self.wfile.write(b"pong")
+
+    def log_message(self, *args) -> None:
+        pass

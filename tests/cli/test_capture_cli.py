@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from app_captures import three_tier
+from app_captures import pong_server, three_tier
 from capture_probe import needs_capture
 from clirun import finish, start
 from tacit.formats.blind import read_blind
@@ -114,19 +112,18 @@ def test_bad_use_is_one_line(runs) -> None:
 def test_live_capture_on_loopback(tmp_path):
     """``--interface``: HTTP/1.1 requests on loopback, each on a connection of its own, captured
     live and turned into span pairs; every exchange accounted for."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Pong)
-    port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    (tmp_path / "services.yaml").write_text(f'":{port}": pong\n')
-    args = ("capture", "--interface", "lo", "--filter", f"tcp port {port}", "--seconds", "4")
-    proc = start(*args, "--services", "services.yaml", "--out", "s.jsonl", "--json", cwd=tmp_path)
-    sent = 0
-    while proc.poll() is None:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=5) as r:
-            assert r.read() == b"pong"
-        sent += 1
-        time.sleep(0.01)
-    server.shutdown()
+    with pong_server() as port:
+        (tmp_path / "services.yaml").write_text(f'":{port}": pong\n')
+        args = ("capture", "--interface", "lo", "--filter", f"tcp port {port}", "--seconds", "4")
+        proc = start(
+            *args, "--services", "services.yaml", "--out", "s.jsonl", "--json", cwd=tmp_path
+        )
+        sent = 0
+        while proc.poll() is None:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=5) as r:
+                assert r.read() == b"pong"
+            sent += 1
+            time.sleep(0.01)
     r = finish({"live": proc})["live"]
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -137,14 +134,3 @@ def test_live_capture_on_loopback(tmp_path):
     assert doc["live"]["dropped"] == 0, (doc["live"], sent, x)
     spans = read_blind(tmp_path / "s.jsonl")
     assert {spans.name("endpoint", r) for r in range(len(spans))} == {"GET /ping"}
-
-
-class _Pong(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", "4")
-        self.end_headers()
-        self.wfile.write(b"pong")
-
-    def log_message(self, *args) -> None:
-        pass

@@ -5,15 +5,14 @@ read once across restarts."""
 from __future__ import annotations
 
 import http.client
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
+from app_captures import pong_server
 from capture_probe import needs_capture
 from serve_app import QUICK, config, get_json, running
 from tacit.evaluation.capture_accuracy import call_accuracy, label_capture, stored_parents
@@ -118,40 +117,25 @@ def test_a_restart_does_not_take_a_capture_file_twice(app) -> None:
 def test_a_live_capture_on_loopback_is_taken_in(tmp_path: Path) -> None:
     """HTTP/1.1 requests on one keep-alive connection to a server on loopback, captured live:
     every exchange becomes a span pair in the store, across the live batches."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Pong)
-    port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    (tmp_path / "services.yaml").write_text(f'":{port}": pong\n')
-    live = {"capture_interface": "lo", "capture_filter": f"tcp port {port}"}
     requests = 40
-    with running(tmp_path, capture_services=tmp_path / "services.yaml", **live) as svc:
-        client = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        for _ in range(requests):
-            client.request("GET", "/ping")
-            assert client.getresponse().read() == b"pong"
-            time.sleep(0.02)  # across several of the feed's reads
-        deadline = time.monotonic() + 30
-        while get_json(svc, "/api/tacit/status")["capture"][0]["spans"] < 2 * requests:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        client.close()
-        assert svc.wait_idle(30)
-        (source,) = get_json(svc, "/api/tacit/status")["capture"]
-        stored = svc.store.counts()["spans"]
-    server.shutdown()
+    with pong_server() as port:
+        (tmp_path / "services.yaml").write_text(f'":{port}": pong\n')
+        live = {"capture_interface": "lo", "capture_filter": f"tcp port {port}"}
+        names = tmp_path / "services.yaml"
+        with running(tmp_path, capture_services=names, **live) as svc:
+            client = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            for _ in range(requests):
+                client.request("GET", "/ping")
+                assert client.getresponse().read() == b"pong"
+                time.sleep(0.02)  # across several of the feed's reads
+            deadline = time.monotonic() + 30
+            while get_json(svc, "/api/tacit/status")["capture"][0]["spans"] < 2 * requests:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            client.close()
+            assert svc.wait_idle(30)
+            (source,) = get_json(svc, "/api/tacit/status")["capture"]
+            stored = svc.store.counts()["spans"]
     assert source["source"] == "live:lo" and source["error"] is None
     assert source["exchanges"]["paired"] == requests and source["unparsed_bytes"] == {}
     assert stored == 2 * requests
-
-
-class _Pong(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive
-
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", "4")
-        self.end_headers()
-        self.wfile.write(b"pong")
-
-    def log_message(self, *args) -> None:
-        pass
