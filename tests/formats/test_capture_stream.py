@@ -3,15 +3,26 @@ the batch size, each exchange given once; what cannot be read is counted by reas
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from app_captures import NAMES, ok, request, three_tier
-from tacit.formats.capture_spans import NO_RESPONSE, ServiceMap, read_capture_spans
+from capture_probe import needs_capture
+from tacit.formats.capture_spans import (
+    NO_RESPONSE,
+    ServiceMap,
+    read_capture_spans,
+    spans_from_read,
+)
 from tacit.formats.capture_stream import GIVEN_UP_HTTP2, CaptureSpanStream
-from tacit.formats.live import capture_file_batches
+from tacit.formats.live import LiveCapture, capture_file_batches
 from tacit.formats.pcap_write import write_pcap
+from tacit.model.captures import PacketAccounting, PacketRead
+from tacit.model.packets import PacketPayloads, concat_packets
 from tacit.simulate import load_app, simulate
 from tacit.simulate.app_packets import app_packets
 from tcp_conversations import MS, Conversation, capture_all
@@ -131,3 +142,53 @@ def test_a_connection_never_quiet_at_a_batch_end_is_cut_where_it_was(tmp_path: P
     stream = CaptureSpanStream(max_carry_ns=15 * MS)
     assert streamed(path, 3, stream) == whole and len(whole) == 48
     assert stream.accounting.exchanges.left_out == {}
+
+
+@pytest.mark.live
+@needs_capture(tool=False)
+def test_a_real_grpc_channel_is_read_on_from_batch_to_batch() -> None:
+    """grpcio's client and server on loopback, calls one after another on one channel with a
+    request id each (so HPACK's dynamic table changes all along), captured live and read as
+    libpcap delivers the packets, the connection cut between calls: every call a span pair,
+    nothing unparsed, the same spans as from all the packets at once."""
+    import grpc
+
+    def say(request: bytes, context) -> bytes:
+        return request[::-1]
+
+    handler = grpc.method_handlers_generic_handler(
+        "echo.Echo", {"Say": grpc.unary_unary_rpc_method_handler(say)}
+    )
+    server = grpc.server(ThreadPoolExecutor(max_workers=4))
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    calls, reads, parts, peak = 60, [], [], 0
+    stream = CaptureSpanStream()
+    with LiveCapture("lo", f"tcp port {port}", payloads=True) as cap:
+
+        def client() -> None:
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                call = channel.unary_unary("/echo.Echo/Say")
+                for k in range(calls):
+                    assert call(b"hello %d" % k, metadata=(("x-request-id", f"r{k}"),))
+                    time.sleep(0.01)
+            time.sleep(0.3)  # the channel's closing through the capture
+            cap.stop()
+
+        threading.Thread(target=client, daemon=True).start()
+        for read in cap.batches(max_seconds=30):
+            reads.append(read)
+            parts += rows(stream.feed(read).spans)
+            peak = max(peak, stream.kept_packets)
+    server.stop(None)
+    parts += rows(stream.flush().spans)
+    whole = PacketRead(
+        concat_packets([r.packets for r in reads]),
+        PacketAccounting(),
+        "",
+        PacketPayloads.concat([r.payloads for r in reads]),
+    )
+    assert len(reads) > 5 and peak < len(whole.packets) / 4  # cut between the calls
+    assert stream.accounting.exchanges.paired == calls and stream.accounting.unparsed == {}
+    assert sorted(parts) == rows(spans_from_read(whole).spans)
