@@ -22,7 +22,7 @@ from tacit.formats.capture_stream import GIVEN_UP_HTTP2, CaptureSpanStream
 from tacit.formats.live import LiveCapture, capture_file_batches
 from tacit.formats.pcap_write import write_pcap
 from tacit.model.captures import PacketAccounting, PacketRead
-from tacit.model.packets import PacketPayloads, concat_packets
+from tacit.model.packets import ACK, FIN, PacketPayloads, concat_packets
 from tacit.simulate import load_app, simulate
 from tacit.simulate.app_packets import app_packets
 from tcp_conversations import MS, Conversation, capture_all
@@ -192,3 +192,29 @@ def test_a_real_grpc_channel_is_read_on_from_batch_to_batch() -> None:
     assert len(reads) > 5 and peak < len(whole.packets) / 4  # cut between the calls
     assert stream.accounting.exchanges.paired == calls and stream.accounting.unparsed == {}
     assert sorted(parts) == rows(spans_from_read(whole).spans)
+
+
+def test_a_source_that_runs_on_forgets_connections_long_quiet(tmp_path: Path) -> None:
+    """300 short connections a second apart: those quiet for longer than ``forget_ns`` are
+    forgotten, so the connections remembered stay few, and the spans are those of the whole
+    capture."""
+    convs = []
+    for k in range(300):
+        conv = Conversation(("10.0.0.1", 20000 + k), ("10.0.0.2", 80))
+        t = conv.handshake(1000 * MS * k)
+        conv.send(t + MS, 0, request("/a", f"r{k}"))
+        conv.send(t + 3 * MS, 1, ok(b"a"))
+        conv.packet(t + 4 * MS, 0, flags=FIN | ACK)
+        conv.packet(t + 5 * MS, 1, flags=FIN | ACK)
+        convs.append(conv)
+    capture_all(tmp_path, convs)
+    path = tmp_path / "all.pcap"
+    stream = CaptureSpanStream(forget_ns=10_000 * MS, min_compact=40)
+    most = 0
+    got = []
+    for read in capture_file_batches(path, "", 20, payloads=True):
+        got += rows(stream.feed(read).spans)
+        most = max(most, stream.connections)
+    got += rows(stream.flush().spans)
+    assert sorted(got) == rows(read_capture_spans(path).spans) and len(got) == 600
+    assert most < 60, most

@@ -62,6 +62,11 @@ no quiet point."""
 MAX_HTTP2_IDLE_NS = 300 * NS
 """An HTTP/2 connection with nothing new for this long is forgotten; were it used again, it
 would be read as a capture begun mid-connection."""
+FORGET_NS = 600 * NS
+"""A connection with nothing kept and no packet for this long is forgotten (:meth:`~tacit.formats
+.connections.ConnectionRegistry.compact`) once forgotten ones would be half of those
+remembered, so that a source that runs for days holds what is live, not every connection it
+ever saw; seen again, its direction is decided anew from its packets."""
 HTTP2 = "http2"
 GIVEN_UP_HTTP2 = "HTTP/2 connection longer than the bytes kept for it; later packets not read"
 
@@ -123,12 +128,16 @@ class CaptureSpanStream:
         server: str | None = None,
         max_carry_ns: int = MAX_CARRY_NS,
         max_http2_bytes: int = MAX_HTTP2_BYTES,
+        forget_ns: int = FORGET_NS,
+        min_compact: int = 65_536,
     ) -> None:
         self.services = services or ServiceMap()
         self.protocol = protocol
         self.params = params or ExchangeParams()
         self.max_carry_ns = max_carry_ns
         self.max_http2_bytes = max_http2_bytes
+        self.forget_ns = forget_ns
+        self.min_compact = min_compact
         self.accounting = StreamAccounting()
         self._registry = ConnectionRegistry(server)
         self._kept: dict[int, _Kept] = {}
@@ -137,11 +146,17 @@ class CaptureSpanStream:
         self._packets = PacketTable.empty()
         self._payloads = PacketPayloads.empty()
         self._now = 0
+        self._seen = np.zeros(0, np.int64)  # per connection index, its latest packet's time
 
     @property
     def kept_packets(self) -> int:
         """Packets kept for the next batch."""
         return len(self._packets)
+
+    @property
+    def connections(self) -> int:
+        """Connections remembered (their direction, for when they are seen again)."""
+        return self._registry.count
 
     def feed(self, read: PacketRead, now_ns: int = 0) -> CapturedSpans:
         """The spans of the exchanges that ``read`` (the next batch) completes; ``now_ns`` moves
@@ -209,6 +224,7 @@ class CaptureSpanStream:
                 self.accounting.unparsed[why] = self.accounting.unparsed.get(why, 0) + n
         self._kept = kept
         self._forget_idle()
+        self._note_seen(ex.connections, packets)
         rows = np.sort(np.concatenate(carry)) if carry else np.zeros(0, np.int64)
         self._packets, self._payloads = packets.take(rows), payloads.take(rows)
         given_rows = np.sort(np.concatenate(give)) if give else np.zeros(0, np.int64)
@@ -249,6 +265,28 @@ class CaptureSpanStream:
         ]
         for i in idle:
             del self._http2[i]
+
+    def _note_seen(self, conns: list[Connection], packets: PacketTable) -> None:
+        """Keep each connection's latest packet time; forget the long quiet ones when they would
+        be half of those remembered."""
+        count = self._registry.count
+        if len(self._seen) < count:
+            self._seen = np.concatenate([self._seen, np.zeros(count - len(self._seen), np.int64)])
+        for conn in conns:
+            self._seen[conn.index] = max(self._seen[conn.index], int(packets.time[conn.rows[-1]]))
+        if count < self.min_compact:
+            return
+        live = np.zeros(count, bool)
+        live[list({*self._kept, *self._http2, *self._given_up})] = True
+        keep = live | (self._now - self._seen[:count] <= self.forget_ns)
+        if keep.sum() > count // 2:
+            return
+        remap = self._registry.compact(keep)
+        self._kept = {int(remap[i]): v for i, v in self._kept.items()}
+        self._http2 = {int(remap[i]): v for i, v in self._http2.items()}
+        self._given_up = {int(remap[i]) for i in self._given_up}
+        self._seen = self._seen[:count][keep]
+        self.min_compact = max(self.min_compact, 2 * int(keep.sum()))
 
     def _quiet_cut(
         self,

@@ -222,6 +222,25 @@ class ConnectionRegistry:
         key = self._keys.itemsize * 4 + self._ports.itemsize * 2
         return key + sum(a.itemsize for a in arrays)
 
+    def compact(self, keep: np.ndarray) -> np.ndarray:
+        """Forget the connections not in ``keep`` (a mask over those registered), for a reader
+        that runs without end: a connection seen again is registered anew, its direction
+        decided again from what it then shows. Returns the new index of every old one (-1:
+        forgotten); the kept keep their order."""
+        k = self.count
+        remap = np.full(k, -1, dtype=np.int64)
+        kept = np.flatnonzero(keep[:k])
+        remap[kept] = np.arange(len(kept))
+        for name in ("_keys", "_ports", "_proto", "_syn_side", "_first_side", "_client_side",
+                     "_decided"):  # fmt: skip
+            a = getattr(self, name)
+            out = np.zeros_like(a)
+            out[: len(kept)] = a[kept]
+            setattr(self, name, out)
+        self.count = len(kept)
+        self._slots = _rehash(len(self._slots), self._keys, self._ports, self._proto, self.count)
+        return remap
+
     def excluded(self) -> np.ndarray:
         """Per connection: set aside because it does not involve the given server."""
         return self._decided[: self.count] == NOT_SERVER

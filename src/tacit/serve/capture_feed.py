@@ -82,6 +82,7 @@ class CaptureFeed(PacketFeed):
             "spans": self.spans,
             "resumed_after_exchanges": self.resumed,
             "kept_packets": self.stream.kept_packets,
+            "connections": self.stream.connections,
             **self.stream.accounting.as_dict(),
         }
 
