@@ -438,3 +438,35 @@ def test_the_compiled_pass_matches_a_naive_pirate(seed):
     assert {key[c]: int(est.used_packets[c]) for c in served} == want["used"]
     assert {key[c]: int(est.discarded_gaps[c]) for c in served} == want["discarded"]
     assert {k: v for k, v in est.accounting.counts.items() if v} == want["buckets"]
+
+
+@pytest.mark.parametrize("algorithm", ["modes", "centres", "threshold"])
+def test_a_live_source_forgets_connections_long_quiet(algorithm):
+    """200 clients one after another, each a few requests on its own connection: with
+    connections quiet for ``forget_ns`` forgotten, few are held at any time, and the estimates
+    (by client and server, not by index) are those of an estimator that holds them all."""
+    clients = [
+        request_response([20 * MS + k * MS // 10] * 5, start=T0 + k * 2_000 * MS,
+                         src=f"10.0.{k // 200}.{k % 200 + 2}:40000")
+        for k in range(200)
+    ]  # fmt: skip
+    packets = concat_packets(clients)
+    held, forgetful = (
+        StreamingEstimator(algorithm=algorithm),
+        StreamingEstimator(algorithm=algorithm, forget_ns=5_000 * MS, min_compact=20),
+    )
+    rows: dict[str, list] = {"held": [], "forgetful": []}
+    most = 0
+    for lo in range(0, len(packets), 40):
+        part = packets.take(np.arange(lo, min(lo + 40, len(packets))))
+        for name, est in (("held", held), ("forgetful", forgetful)):
+            rows[name] += est.feed(part).as_rows()
+        most = max(most, forgetful.registry.count)
+    for name, est in (("held", held), ("forgetful", forgetful)):
+        rows[name] += est.flush().as_rows()
+    strip = [
+        sorted((r["client"], r["epoch_start_ns"], r["latency_ns"], r["samples"]) for r in rows[n])
+        for n in rows
+    ]
+    assert strip[0] == strip[1] and len(strip[0]) >= 200
+    assert held.registry.count == 200 and most < 20, most

@@ -50,6 +50,9 @@ from tacit.response_latency.timers import timer_gaps_ns
 ALGORITHMS = ("modes", "centres", "threshold")
 MODE_SUM, CENTRES, THRESHOLD = range(len(ALGORITHMS))
 
+FORGET_NS = 600 * 10**9
+"""A connection quiet this long (no open epoch) may be forgotten (:meth:`StreamingEstimator.
+_forget_quiet`)."""
 _STATE_DTYPES = {
     "last_time": np.int64,
     "last_full": np.bool_,
@@ -169,6 +172,8 @@ class StreamingEstimator:
         params: PirateParams | None = None,
         server: str | None = None,
         algorithm: str = "modes",
+        forget_ns: int = FORGET_NS,
+        min_compact: int = 65_536,
     ) -> None:
         if algorithm not in ALGORITHMS:
             raise ConfigError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
@@ -184,6 +189,9 @@ class StreamingEstimator:
         self._used = np.zeros(0, dtype=np.int64)
         self._samples = np.zeros(0, dtype=np.int64)
         self._grow(1024)
+        self.forget_ns = forget_ns
+        self.min_compact = min_compact
+        self._latest = NO_TIME
 
     @property
     def state_bytes_per_connection(self) -> int:
@@ -242,10 +250,36 @@ class StreamingEstimator:
         valid = time[time != NO_TIME]
         # A batch without a time (none captured, say) moves no epoch's end: only flush closes all.
         closed = self._close(out, int(valid.max()) // p.epoch_ns) if len(valid) else out
-        return self._result(
+        result = self._result(
             closed,
             ResponseAccounting({name: int(c) for name, c in zip(BUCKETS, counts, strict=True)}),
         )
+        if len(valid):
+            self._latest = max(self._latest, int(valid.max()))
+            self._forget_quiet()
+        return result
+
+    def _forget_quiet(self) -> None:
+        """Forget the connections with no open epoch and no packet used for ``forget_ns``, once
+        they are half of those registered (and at least ``min_compact`` are): a live source
+        then holds the state of the connections in use, not of every one it saw. One seen again
+        starts anew, as after a pause longer than the idle gap it would."""
+        k = self.registry.count
+        if k < self.min_compact:
+            return
+        s = self._state
+        keep = (s["epoch"][:k] >= 0) | (s["last_time"][:k] >= self._latest - self.forget_ns)
+        kept = np.flatnonzero(keep)
+        if len(kept) > k // 2:
+            return
+        self.registry.compact(keep)
+        for held in (s, self._modes, self._sums if self._code == MODE_SUM else {}):
+            for name, a in held.items():
+                held[name] = a[kept]
+        self._used, self._samples = self._used[kept], self._samples[kept]
+        cap, self._cap = self._cap, len(kept)
+        self._grow(cap)  # room again, the rows after the kept ones new
+        self.min_compact = max(self.min_compact, 2 * len(kept))
 
     def flush(self) -> ResponseEstimates:
         """Close every open epoch; their estimates."""
