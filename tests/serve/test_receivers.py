@@ -15,9 +15,11 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from otel_sdk import collector_json_line
-from serve_app import get, get_json, post, running, shop_spans
+from serve_app import config, get, get_json, post, running, shop_callgraph, shop_spans
+from tacit.errors import ConfigError
 from tacit.experiment.otlp_load import sdk_spans
 from tacit.reconstruct.online import NS, OnlineParams
+from tacit.serve import Service
 
 SLOW = OnlineParams(window_ns=60 * NS, lookahead_ns=60 * NS, max_request_ns=60 * NS)
 """Windows so long that nothing finishes during a test: spans stay pending."""
@@ -112,3 +114,46 @@ def test_a_gzip_body_that_inflates_without_end_is_refused(tmp_path):
         truncated = post(svc, bomb[:100], "application/x-protobuf", **{"Content-Encoding": "gzip"})
     assert status == 400 and "inflates beyond" in status_pb2.Status.FromString(body).message
     assert truncated[0] == 400
+
+
+def test_an_ingest_token_is_asked_of_senders_only(tmp_path, request_pb):
+    """With ``ingest_token_file``, exports without its token are 401 / UNAUTHENTICATED and
+    leave nothing behind; the SDK's exporter given the header gets through; queries stay
+    open."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    (tmp_path / "token").write_text("s3cret-token\n")
+    body, pb = request_pb.SerializeToString(), "application/x-protobuf"
+    bearer = "Bearer s3cret-token"
+    with running(tmp_path, online=SLOW, ingest_token_file=tmp_path / "token") as svc:
+        assert post(svc, body, pb)[0] == 401
+        assert post(svc, body, pb, Authorization="Bearer wrong")[0] == 401
+        assert post(svc, body, pb, Authorization=bearer)[0] == 200
+        with grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as channel:
+            stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Export(request_pb, timeout=10)
+            stub.Export(request_pb, timeout=10, metadata=(("authorization", bearer),))
+        exporter = OTLPSpanExporter(
+            endpoint=f"http://127.0.0.1:{svc.http_port}/v1/traces",
+            headers={"Authorization": bearer},
+        )
+        spans = sdk_spans(shop_spans(2).take(np.arange(100)), 0)
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+        assert get(svc, "/api/services")[0] == 200
+        stored = svc.store._cursor().execute("SELECT sum(spans) FROM ingest").fetchone()[0]
+        metrics = get(svc, "/metrics")[1].decode()
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert stored == 2 * 512 + 100
+    assert 'tacit_requests_refused_total{reason="unauthenticated",transport="http"} 2.0' in metrics
+    assert 'tacit_requests_refused_total{reason="unauthenticated",transport="grpc"} 1.0' in metrics
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n", "two words\n"])
+def test_a_token_file_without_one_token_is_a_configuration_error(tmp_path, text):
+    (tmp_path / "token").write_text(text)
+    with pytest.raises(ConfigError, match="ingest_token_file"):
+        Service(config(tmp_path, ingest_token_file=tmp_path / "token"), shop_callgraph())
+    with pytest.raises(ConfigError, match="cannot read"):
+        Service(config(tmp_path, ingest_token_file=tmp_path / "absent"), shop_callgraph())

@@ -79,6 +79,13 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(help="With --capture-*: auto, http, http2, redis or memcached."),
         ] = None,
+        ingest_token_file: Annotated[
+            Path | None,
+            typer.Option(
+                help="Require senders to give 'Authorization: Bearer TOKEN', the file's first "
+                "line (OTLP exports and RDA records; the query side stays open)."
+            ),
+        ] = None,
         retention: Annotated[
             str | None,
             typer.Option(help="Delete what was taken in longer ago than this, e.g. 72h."),
@@ -116,6 +123,7 @@ def register(app: typer.Typer) -> None:
             capture_filter=capture_filter,
             capture_services=capture_services,
             capture_protocol=capture_protocol,
+            ingest_token_file=ingest_token_file,
         )
         for pcap in (cfg.pirate_pcap, cfg.capture_pcap):
             if pcap is not None and not pcap.is_file():

@@ -27,8 +27,10 @@
     capture_filter: tcp port 8080   # a BPF filter of the captured packets
     capture_services: pods.json # names of addresses (as `tacit capture --services`)
     capture_protocol: auto      # auto, http, http2, redis or memcached
+    ingest_token_file: token    # senders must give Authorization: Bearer <its first line>
 
-The defaults listen on loopback only: the receivers take spans from anyone who can connect.
+The defaults listen on loopback only: without an ingest token, the receivers take spans from
+anyone who can connect.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ _FIELDS = (
     "capture_filter",
     "capture_services",
     "capture_protocol",
+    "ingest_token_file",
 )
 _ONLINE_FIELDS = ("window_s", "lookahead_s", "max_request_s", "lateness_s")
 
@@ -115,6 +118,9 @@ class ServeConfig:
     capture_filter: str = ""
     capture_services: Path | None = None
     capture_protocol: str = "auto"
+    ingest_token_file: Path | None = None
+    """A file whose first line is the token every request bringing data must carry
+    (:mod:`tacit.serve.auth`); none: anyone who can connect may send."""
 
     def __post_init__(self) -> None:
         for name in ("http", "grpc"):
@@ -166,7 +172,15 @@ def load_config(path: str | Path) -> ServeConfig:
             if not isinstance(value, str):
                 raise ConfigError(f"{where}: field '{key}' must be a string, got {value!r}")
             kwargs[key] = value
-    for key in ("database", "callgraph", "pirate_pcap", "capture_pcap", "capture_services"):
+    paths = (
+        "database",
+        "callgraph",
+        "pirate_pcap",
+        "capture_pcap",
+        "capture_services",
+        "ingest_token_file",
+    )
+    for key in paths:
         if key in data:
             kwargs[key] = _path(data, key, where, base)
     if "rda_results" in data:

@@ -3,7 +3,7 @@
 Requests go through the same :class:`~.ingest.Ingest` as OTLP/HTTP. Too many spans waiting is
 ``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` detail giving the delay, which the OTLP
 exporters honour (OTLP specification, "OTLP/gRPC Throttling"); a malformed request is
-``INVALID_ARGUMENT``.
+``INVALID_ARGUMENT``; one without the ingest token, when there is one, ``UNAUTHENTICATED``.
 """
 
 from __future__ import annotations
@@ -15,14 +15,20 @@ import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from tacit.errors import ConfigError, InputError
+from tacit.serve.auth import authorized
 from tacit.serve.ingest import MAX_BODY, Busy, Ingest
 
 
 class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, ingest: Ingest) -> None:
+    def __init__(self, ingest: Ingest, token: str | None) -> None:
         self.ingest = ingest
+        self.token = token
 
     def Export(self, request: Any, context: Any) -> Any:
+        header = dict(context.invocation_metadata()).get("authorization")
+        if not authorized(header, self.token):
+            self.ingest.metrics.refused.labels("grpc", "unauthenticated").inc()
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "an ingest token is required")
         try:
             self.ingest.submit(request.SerializeToString(), "protobuf", "grpc")
         except Busy as e:
@@ -46,13 +52,16 @@ def _retry_status(message: str, retry_after_s: int) -> Any:
     )
 
 
-def start_grpc(address: str, ingest: Ingest, workers: int = 4) -> grpc.Server:
-    """Serve OTLP/gRPC on ``address`` (HOST:PORT); returns the started server."""
+def start_grpc(
+    address: str, ingest: Ingest, token: str | None = None, workers: int = 4
+) -> grpc.Server:
+    """Serve OTLP/gRPC on ``address`` (HOST:PORT), requiring ``token`` when given (the
+    ``authorization`` metadata, :mod:`.auth`); returns the started server."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tacit-grpc"),
         options=[("grpc.max_receive_message_length", MAX_BODY)],
     )
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(ingest), server)
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(ingest, token), server)
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as e:

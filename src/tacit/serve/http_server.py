@@ -5,7 +5,8 @@ OTLP/HTTP (specification, "OTLP/HTTP"): ``POST /v1/traces`` with ``application/x
 ``application/json``, optionally gzip-encoded; success is 200 with an (empty)
 ``ExportTraceServiceResponse`` in the request's encoding; a malformed request is 400 with a
 ``google.rpc.Status`` saying why; too many spans waiting is 429 with ``Retry-After``, which the
-SDK exporters honour by retrying later.
+SDK exporters honour by retrying later. With an ingest token (:mod:`.auth`), a POST without it
+is 401.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tacit.errors import InputError
 from tacit.serve import jaeger_api
+from tacit.serve.auth import authorized
 from tacit.serve.ingest import MAX_BODY, Busy, Ingest
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.store import Store
@@ -53,8 +55,10 @@ class ServeHTTPServer(ThreadingHTTPServer):
         ready: Callable[[], str | None],
         extra: Callable[[str, dict[str, str]], Any | None],
         receive: Callable[[str, dict[str, str], bytes], Any | None],
+        token: str | None = None,
     ) -> None:
         super().__init__(address, _Handler)
+        self.token = token
         self.store = store
         self.ingest = ingest
         self.metrics = metrics
@@ -91,6 +95,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _post(self) -> None:
         url = urlsplit(self.path)
         path = url.path
+        if not authorized(self.headers.get("Authorization"), self.server.token):
+            self.server.metrics.refused.labels("http", "unauthenticated").inc()
+            self.send_response(HTTPStatus.UNAUTHORIZED)
+            self.send_header("WWW-Authenticate", 'Bearer realm="tacit"')
+            self.send_header("Content-Length", "0")
+            self.send_header("Connection", "close")  # its body, if any, is not read
+            self.end_headers()
+            self.close_connection = True
+            return
         if path != "/v1/traces":
             self._post_extra(path, dict(parse_qsl(url.query)))
             return

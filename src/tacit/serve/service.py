@@ -15,6 +15,7 @@ from tacit.errors import ConfigError
 from tacit.formats.capture_spans import read_service_map
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.result import instrument_next
+from tacit.serve.auth import read_token
 from tacit.serve.capture_feed import CaptureFeed
 from tacit.serve.config import ServeConfig
 from tacit.serve.forward import Forwarder
@@ -55,6 +56,7 @@ class Service:
         self.config = config
         self.callgraph = callgraph
         self.metrics = ServeMetrics()
+        self.token = read_token(config.ingest_token_file) if config.ingest_token_file else None
         self.store = Store(config.database)
         self.ingest = Ingest(
             self.store, self.metrics, config.max_pending_spans, config.retry_after_s
@@ -127,12 +129,13 @@ class Service:
                 self.problem,
                 self.extra,
                 self.receive,
+                self.token,
             )
         except OSError as e:
             raise ConfigError(f"http: cannot listen on {self.config.http}: {e.strerror}") from None
         threading.Thread(target=self.http.serve_forever, name="tacit-http", daemon=True).start()
         if self.config.grpc:
-            self.grpc = start_grpc(self.config.grpc, self.ingest)
+            self.grpc = start_grpc(self.config.grpc, self.ingest, self.token)
         for feed in self._feeds:
             feed.start()
         log.info(
