@@ -40,8 +40,8 @@ from tacit.serve.packet_feed import PacketFeed
 
 FEED_S = 0.5
 """A live source's packets are read into spans every this often (or sooner, when this many
-packets have come: :data:`FEED_PACKETS`): each read of an HTTP/2 connection goes over all of
-its kept packets again, so reading every libpcap poll would cost more."""
+packets have come: :data:`FEED_PACKETS`): each read goes over the packets every connection
+keeps since its last quiet point again, so reading at every libpcap poll would cost more."""
 FEED_PACKETS = 65_536
 REQUEST_EXCHANGES = 1024
 """Exchanges per export request taken in (two spans each)."""
@@ -95,7 +95,7 @@ class CaptureFeed(PacketFeed):
             return
         self._last_feed = time.monotonic()
         reads, self._held = self._held, []
-        if not reads and self.capture is not None:
+        if not reads and self.capture is not None:  # a quiet spell: the clock moves on
             reads = [self.capture.empty()]
         now = time.time_ns() if live else 0
         self._submit(self.stream.feed(_joined(reads), now))

@@ -99,6 +99,7 @@ class Service:
             *self.captures,
         ]
         self.restored = 0
+        self._gc_thresholds = gc.get_threshold()
         self.http: ServeHTTPServer | None = None
         self.grpc: Any = None
         self._stopped = threading.Event()
@@ -114,6 +115,7 @@ class Service:
 
     def start(self) -> Service:
         """Resume what a previous run left, then listen."""
+        self._gc_thresholds = gc.get_threshold()
         gc.freeze()  # what was made so far (imports, the call graph) is never collected
         gc.set_threshold(*GC_THRESHOLDS)
         self.restored = self.ingest.restore(self.store.state("low_water", 0))
@@ -211,6 +213,8 @@ class Service:
         if self.forwarder is not None:
             self.forwarder.stop()
         self.store.close()
+        gc.set_threshold(*self._gc_thresholds)  # as it was, for a process that goes on
+        gc.unfreeze()
         log.info("stopped")
 
     def run(
