@@ -50,9 +50,11 @@ def rows(table) -> list[tuple]:
     )  # fmt: skip
 
 
-def streamed(path: Path, batch: int, stream: CaptureSpanStream, flush: bool = True) -> list:
+def streamed(
+    path: Path, batch: int, stream: CaptureSpanStream, flush: bool = True, bpf: str = ""
+) -> list:
     got = []
-    for read in capture_file_batches(path, "", batch, payloads=True):
+    for read in capture_file_batches(path, bpf, batch, payloads=True):
         got += rows(stream.feed(read).spans)
     if flush:
         got += rows(stream.flush().spans)
@@ -84,6 +86,28 @@ def test_connections_are_cut_where_quiet_http2_included(app_capture) -> None:
         stream.feed(read)
         peak, total = max(peak, stream.kept_packets), total + len(read.packets)
     assert peak < total / 20, (peak, total)
+
+
+@needs_capture(tool=False)
+def test_a_capture_file_read_through_a_filter_gives_its_payloads_too(app_capture) -> None:
+    """A capture file through a BPF filter is read by libpcap (``tacit serve --capture-pcap
+    --capture-filter``, with libpcap's microsecond times): in batches, the spans of the whole
+    filtered capture, as many as without the filter."""
+    path, names = app_capture
+    whole = _all(capture_file_batches(path, "tcp", 1_000_000, payloads=True))
+    got = streamed(path, 500, CaptureSpanStream(names), bpf="tcp")
+    assert got == rows(spans_from_read(whole, names).spans)
+    assert len(got) == len(read_capture_spans(path, names).spans)
+
+
+def _all(reads) -> PacketRead:
+    reads = list(reads)
+    return PacketRead(
+        concat_packets([r.packets for r in reads]),
+        PacketAccounting(),
+        "",
+        PacketPayloads.concat([r.payloads for r in reads]),
+    )
 
 
 def test_every_packet_is_counted(app_capture) -> None:
@@ -183,12 +207,7 @@ def test_a_real_grpc_channel_is_read_on_from_batch_to_batch() -> None:
             peak = max(peak, stream.kept_packets)
     server.stop(None)
     parts += rows(stream.flush().spans)
-    whole = PacketRead(
-        concat_packets([r.packets for r in reads]),
-        PacketAccounting(),
-        "",
-        PacketPayloads.concat([r.payloads for r in reads]),
-    )
+    whole = _all(reads)
     assert len(reads) > 5 and peak < len(whole.packets) / 4  # cut between the calls
     assert stream.accounting.exchanges.paired == calls and stream.accounting.unparsed == {}
     assert sorted(parts) == rows(spans_from_read(whole).spans)
