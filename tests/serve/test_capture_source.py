@@ -16,7 +16,7 @@ from app_captures import pong_server
 from capture_probe import needs_capture
 from serve_app import QUICK, config, get_json, running
 from tacit.evaluation.capture_accuracy import call_accuracy, label_capture, stored_parents
-from tacit.formats.capture_spans import ServiceMap, read_capture_spans
+from tacit.formats.capture_spans import NO_RESPONSE, ServiceMap, read_capture_spans
 from tacit.formats.exchanges import ExchangeParams
 from tacit.formats.pcap_write import write_pcap
 from tacit.model.spans import NONE
@@ -139,3 +139,33 @@ def test_a_live_capture_on_loopback_is_taken_in(tmp_path: Path) -> None:
     assert source["source"] == "live:lo" and source["error"] is None
     assert source["exchanges"]["paired"] == requests and source["unparsed_bytes"] == {}
     assert stored == 2 * requests
+
+
+def test_a_capture_file_corrupt_midway_gives_what_came_before(app) -> None:
+    """A record with an impossible length halfway: the source ends with the error in its
+    status, the exchanges before it are taken (those still open at the cut counted as without
+    response), and the service goes on."""
+    tmp, callgraph, truth = app
+    data = bytearray((tmp / "prod.pcap").read_bytes())
+    pos, records = 24, 0
+    while records < 2_000:  # record headers: ts_sec, ts_frac, incl_len, orig_len
+        pos += 16 + int.from_bytes(data[pos + 8 : pos + 12], "little")
+        records += 1
+    data[pos + 8 : pos + 12] = (0xFFFFFFF0).to_bytes(4, "little")
+    (tmp / "broken.pcap").write_bytes(bytes(data))
+    (tmp / "broken").mkdir()
+    cfg = config(
+        tmp / "broken", capture_pcap=tmp / "broken.pcap", capture_services=tmp / "services.yaml"
+    )
+    svc = Service(cfg, callgraph).start()
+    try:
+        status = _wait(svc)
+        alive = svc.problem() is None
+    finally:
+        svc.stop()
+    (source,) = status["capture"]
+    x = source["exchanges"]
+    assert "record 2000: impossible record length" in source["error"] and alive
+    assert 0 < source["spans"] == x["spans"] == status["stored"]["spans"] < len(truth)
+    assert x["exchanges"] == x["paired"] + sum(x["left_out"].values())
+    assert x["left_out"][NO_RESPONSE] > 0  # open at the cut: counted, not lost

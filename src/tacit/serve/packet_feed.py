@@ -2,7 +2,8 @@
 in batches) or an interface (captured live by libpcap), through a BPF filter. Both are checked
 when the feed is made, so that a missing file or interface, no permission or a bad filter is a
 start-up error; what goes wrong later (a corrupt capture) ends this source only, logged and
-shown in its status, and the service goes on."""
+shown in its status, after what it read before is finished (:meth:`PacketFeed._end`), and the
+service goes on."""
 
 from __future__ import annotations
 
@@ -90,16 +91,17 @@ class PacketFeed:
 
     def _run(self) -> None:
         try:
-            for read in self._batches():
-                if read is not None:
-                    self.packets += len(read.packets)
-                self._take(read)
-                if self._stop.is_set():
-                    break
+            try:
+                for read in self._batches():
+                    if read is not None:
+                        self.packets += len(read.packets)
+                    self._take(read)
+                    if self._stop.is_set():
+                        break
+            except TacitError as e:  # a corrupt capture, say: this source ends, the service
+                self.error = str(e)  # goes on, and what came before is finished below
+                log.error("%s source %s: %s", self.kind, self.source, e)
             self._end()
-        except TacitError as e:  # a corrupt capture, say: this source ends, the service goes on
-            self.error = str(e)
-            log.error("%s source %s: %s", self.kind, self.source, e)
         except Exception as e:
             self.error = f"{type(e).__name__}: {e}"
             log.exception("%s source %s failed", self.kind, self.source)
