@@ -138,6 +138,7 @@ def test_a_live_capture_on_loopback_is_taken_in(tmp_path: Path) -> None:
             stored = svc.store.counts()["spans"]
     assert source["source"] == "live:lo" and source["error"] is None
     assert source["exchanges"]["paired"] == requests and source["unparsed_bytes"] == {}
+    assert source["live"]["dropped"] == 0 and source["live"]["delivered"] == source["packets"]
     assert stored == 2 * requests
 
 

@@ -81,7 +81,7 @@ def test_pirate_estimates_are_the_batch_estimators_and_near_the_truth(
     assert answer["data"] == sorted(rows, key=lambda r: tuple(r[k] for k in key))
     assert status["pirate"] == [
         {"source": str(path), "packets": len(read.packets), "estimates": len(batch),
-         "finished": True, "error": None}
+         "live": None, "finished": True, "error": None}
     ]  # fmt: skip
 
     # The series: per server and epoch, the samples-weighted mean of the connections' estimates.
@@ -261,6 +261,7 @@ def test_a_live_source_measures_a_servers_think_time(tmp_path: Path) -> None:
         time.sleep(0.2)  # the last packets through the capture
         (source,) = get_json(svc, "/api/tacit/status")["pirate"]
         assert source["source"] == "live:lo" and source["error"] is None
+        assert source["live"]["dropped"] == 0 and source["live"]["delivered"] > 0
     server.join(5)
     listener.close()
     store = Store(tmp_path / "tacit.duckdb")

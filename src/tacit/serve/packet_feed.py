@@ -10,10 +10,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 from tacit.errors import TacitError
-from tacit.formats.live import LiveCapture, capture_file_batches, check_capture_file
+from tacit.formats.live import (
+    CaptureStats,
+    LiveCapture,
+    capture_file_batches,
+    check_capture_file,
+)
 from tacit.model.captures import PacketRead
 
 log = logging.getLogger("tacit.serve")
@@ -46,6 +52,9 @@ class PacketFeed:
             check_capture_file(self.pcap, bpf)
         self.source = str(source) if self.capture is None else self.capture.source
         self.packets = 0
+        self.live: CaptureStats | None = None
+        """libpcap's counters of a live source as of its latest batch (what the kernel dropped
+        for want of buffer is there, not in ``packets``)."""
         self.error: str | None = None
         self.finished = threading.Event()
         self._stop = threading.Event()
@@ -66,6 +75,7 @@ class PacketFeed:
         return {
             "source": self.source,
             "packets": self.packets,
+            "live": None if self.live is None else asdict(self.live),
             "finished": self.finished.is_set(),
             "error": self.error,
         }
@@ -95,6 +105,8 @@ class PacketFeed:
                 for read in self._batches():
                     if read is not None:
                         self.packets += len(read.packets)
+                    if self.capture is not None:  # read here, where the handle is used
+                        self.live = self.capture.stats()
                     self._take(read)
                     if self._stop.is_set():
                         break
