@@ -74,6 +74,15 @@ CASES = {
         [*AGENT, "nosuch.invalid:1", "--pcap", "c.pcap"],
         "cannot resolve 'nosuch.invalid'",
     ),
+    # Options of a source that is not there had no effect.
+    "capture filter alone": (
+        ["serve", "--callgraph", "cg.yaml", "--capture-filter", "tcp"],
+        "capture_filter (--capture-filter) goes with capture_interface or capture_pcap",
+    ),
+    "pirate server alone": (
+        ["serve", "--callgraph", "cg.yaml", "--pirate-server", "10.0.0.5:443"],
+        "pirate_server (--pirate-server) goes with pirate_interface or pirate_pcap",
+    ),
     "rda directory": (
         ["serve", "--callgraph", "cg.yaml", "--rda-results", ".", "--http", "127.0.0.1:0"],
         "a directory, not an RDA agent's results file",

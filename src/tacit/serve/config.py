@@ -136,6 +136,19 @@ class ServeConfig:
             raise ConfigError(f"max_pending_spans must be 1 to {MAX_PENDING_SPANS:,}")
         if not 0 <= self.retention_s < math.inf:
             raise ConfigError(f"retention_s must be a finite number >= 0, got {self.retention_s}")
+        for source, given in (
+            ("pirate", {"pirate_server": self.pirate_server, "pirate_filter": self.pirate_filter}),
+            ("capture", {"capture_filter": self.capture_filter,
+                         "capture_services": self.capture_services,
+                         "capture_protocol": self.capture_protocol != "auto"}),
+        ):  # fmt: skip
+            has_source = getattr(self, f"{source}_interface") or getattr(self, f"{source}_pcap")
+            for name, value in given.items():
+                if value and not has_source:
+                    flag = "--" + name.replace("_", "-")
+                    raise ConfigError(
+                        f"{name} ({flag}) goes with {source}_interface or {source}_pcap"
+                    )
         if self.capture_protocol not in ("auto", *PROTOCOLS):
             raise ConfigError(
                 f"capture_protocol: {self.capture_protocol!r} is not one of auto, "
