@@ -44,7 +44,7 @@ from tacit.formats.capture_spans import (
     ServiceMap,
     spans_from_exchanges,
 )
-from tacit.formats.connections import ConnectionRegistry
+from tacit.formats.connections import FORGET_NS, MIN_COMPACT, ConnectionRegistry
 from tacit.formats.exchanges import Connection, ExchangeParams, Exchanges, read_exchanges
 from tacit.formats.protocols.http2 import Resume
 from tacit.model.captures import PacketAccounting, PacketRead
@@ -62,11 +62,6 @@ no quiet point."""
 MAX_HTTP2_IDLE_NS = 300 * NS
 """An HTTP/2 connection with nothing new for this long is forgotten; were it used again, it
 would be read as a capture begun mid-connection."""
-FORGET_NS = 600 * NS
-"""A connection with nothing kept and no packet for this long is forgotten (:meth:`~tacit.formats
-.connections.ConnectionRegistry.compact`) once forgotten ones would be half of those
-remembered, so that a source that runs for days holds what is live, not every connection it
-ever saw; seen again, its direction is decided anew from its packets."""
 HTTP2 = "http2"
 GIVEN_UP_HTTP2 = "HTTP/2 connection longer than the bytes kept for it; later packets not read"
 
@@ -129,7 +124,7 @@ class CaptureSpanStream:
         max_carry_ns: int = MAX_CARRY_NS,
         max_http2_bytes: int = MAX_HTTP2_BYTES,
         forget_ns: int = FORGET_NS,
-        min_compact: int = 65_536,
+        min_compact: int = MIN_COMPACT,
     ) -> None:
         self.services = services or ServiceMap()
         self.protocol = protocol
@@ -137,9 +132,8 @@ class CaptureSpanStream:
         self.max_carry_ns = max_carry_ns
         self.max_http2_bytes = max_http2_bytes
         self.forget_ns = forget_ns
-        self.min_compact = min_compact
         self.accounting = StreamAccounting()
-        self._registry = ConnectionRegistry(server)
+        self._registry = ConnectionRegistry(server, min_compact)
         self._kept: dict[int, _Kept] = {}
         self._given_up: set[int] = set()
         self._http2: dict[int, tuple[Resume, int]] = {}  # where reading goes on; last packet
@@ -267,26 +261,27 @@ class CaptureSpanStream:
             del self._http2[i]
 
     def _note_seen(self, conns: list[Connection], packets: PacketTable) -> None:
-        """Keep each connection's latest packet time; forget the long quiet ones when they would
-        be half of those remembered."""
+        """Keep each connection's latest packet time; forget the long quiet ones
+        (:meth:`~tacit.formats.connections.ConnectionRegistry.forget`)."""
         count = self._registry.count
         if len(self._seen) < count:
             self._seen = np.concatenate([self._seen, np.zeros(count - len(self._seen), np.int64)])
         for conn in conns:
             self._seen[conn.index] = max(self._seen[conn.index], int(packets.time[conn.rows[-1]]))
-        if count < self.min_compact:
+        remap = self._registry.forget(self._keep)
+        if remap is None:
             return
-        live = np.zeros(count, bool)
-        live[list({*self._kept, *self._http2, *self._given_up})] = True
-        keep = live | (self._now - self._seen[:count] <= self.forget_ns)
-        if keep.sum() > count // 2:
-            return
-        remap = self._registry.compact(keep)
         self._kept = {int(remap[i]): v for i, v in self._kept.items()}
         self._http2 = {int(remap[i]): v for i, v in self._http2.items()}
         self._given_up = {int(remap[i]) for i in self._given_up}
-        self._seen = self._seen[:count][keep]
-        self.min_compact = max(self.min_compact, 2 * int(keep.sum()))
+        self._seen = self._seen[:count][remap >= 0]
+
+    def _keep(self, count: int) -> np.ndarray:
+        """The connections to remember: those with something kept or given up, and those seen
+        within ``forget_ns`` (:data:`~tacit.formats.connections.FORGET_NS`)."""
+        keep = self._now - self._seen[:count] <= self.forget_ns
+        keep[list({*self._kept, *self._http2, *self._given_up})] = True
+        return keep
 
     def _quiet_cut(
         self,

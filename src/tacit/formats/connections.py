@@ -25,6 +25,7 @@ batch in which the connection first appears.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,14 @@ BY_SERVER, BY_HANDSHAKE, BY_PORT, BY_FIRST_PACKET, NOT_SERVER = range(len(DECISI
 SERVICE_PORTS = frozenset({53, 80, 443, 3306, 5432, 6379, 8080, 8443, 11211})
 """Ports that name the server end of a connection whatever the other port (DNS, HTTP(S),
 MySQL, PostgreSQL, Redis, memcached)."""
+
+FORGET_NS = 600 * 10**9
+"""A connection of a reader that runs without end, quiet this long and with nothing pending, is
+forgotten (:meth:`ConnectionRegistry.forget`): a live source then holds the connections in
+use, not every one it saw (a few dozen bytes each: gigabytes a day at a thousand new
+connections a second)."""
+MIN_COMPACT = 65_536
+"""Connections registered before :meth:`ConnectionRegistry.forget` looks at them."""
 
 _SEED = np.uint64(0x5049524154450001)
 _EMPTY = -1
@@ -148,8 +157,9 @@ def parse_server(server: str | None) -> tuple[int | None, int | None, int | None
 class ConnectionRegistry:
     """Connections across batches of packets: see the module docstring."""
 
-    def __init__(self, server: str | None = None) -> None:
+    def __init__(self, server: str | None = None, min_compact: int = MIN_COMPACT) -> None:
         self.server = parse_server(server)
+        self.min_compact = min_compact
         self.count = 0
         cap = 1024
         self._keys = np.zeros((cap, 4), dtype=np.uint64)  # a_hi, a_lo, b_hi, b_lo
@@ -222,14 +232,20 @@ class ConnectionRegistry:
         key = self._keys.itemsize * 4 + self._ports.itemsize * 2
         return key + sum(a.itemsize for a in arrays)
 
-    def compact(self, keep: np.ndarray) -> np.ndarray:
-        """Forget the connections not in ``keep`` (a mask over those registered), for a reader
-        that runs without end: a connection seen again is registered anew, its direction
-        decided again from what it then shows. Returns the new index of every old one (-1:
-        forgotten); the kept keep their order."""
+    def forget(self, keep: Callable[[int], np.ndarray]) -> np.ndarray | None:
+        """Forget the connections not in ``keep(count)`` (a mask over those registered), for a
+        reader that runs without end, once at least ``min_compact`` are registered and the
+        forgotten would be half of them (so that each compaction pays for itself); a connection
+        seen again is registered anew, its direction decided again from what it then shows.
+        Returns the new index of every old one (-1: forgotten; the kept keep their order), or
+        None when nothing was forgotten."""
         k = self.count
+        if k < self.min_compact:
+            return None
+        kept = np.flatnonzero(keep(k)[:k])
+        if len(kept) > k // 2:
+            return None
         remap = np.full(k, -1, dtype=np.int64)
-        kept = np.flatnonzero(keep[:k])
         remap[kept] = np.arange(len(kept))
         for name in ("_keys", "_ports", "_proto", "_syn_side", "_first_side", "_client_side",
                      "_decided"):  # fmt: skip
@@ -239,6 +255,7 @@ class ConnectionRegistry:
             setattr(self, name, out)
         self.count = len(kept)
         self._slots = _rehash(len(self._slots), self._keys, self._ports, self._proto, self.count)
+        self.min_compact = max(self.min_compact, 2 * len(kept))
         return remap
 
     def excluded(self) -> np.ndarray:

@@ -35,7 +35,12 @@ from numba import njit
 
 from tacit.compiled import grown
 from tacit.errors import ConfigError
-from tacit.formats.connections import ConnectionRegistry, ConnectionTable
+from tacit.formats.connections import (
+    FORGET_NS,
+    MIN_COMPACT,
+    ConnectionRegistry,
+    ConnectionTable,
+)
 from tacit.model.packets import NO_TIME, TCP, PacketTable
 from tacit.response_latency.gaps import BUCKETS, NO_GAP, USED, next_gap, packet_kinds
 from tacit.response_latency.mode_sum import (
@@ -50,9 +55,6 @@ from tacit.response_latency.timers import timer_gaps_ns
 ALGORITHMS = ("modes", "centres", "threshold")
 MODE_SUM, CENTRES, THRESHOLD = range(len(ALGORITHMS))
 
-FORGET_NS = 600 * 10**9
-"""A connection quiet this long (no open epoch) may be forgotten (:meth:`StreamingEstimator.
-_forget_quiet`)."""
 _STATE_DTYPES = {
     "last_time": np.int64,
     "last_full": np.bool_,
@@ -173,14 +175,14 @@ class StreamingEstimator:
         server: str | None = None,
         algorithm: str = "modes",
         forget_ns: int = FORGET_NS,
-        min_compact: int = 65_536,
+        min_compact: int = MIN_COMPACT,
     ) -> None:
         if algorithm not in ALGORITHMS:
             raise ConfigError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
         self.params = params or PirateParams()
         self.algorithm = algorithm
         self._code = ALGORITHMS.index(algorithm)
-        self.registry = ConnectionRegistry(server)
+        self.registry = ConnectionRegistry(server, min_compact)
         self._timers = timer_gaps_ns(self.params)
         self._cap = 0
         self._state: dict[str, np.ndarray] = {}
@@ -190,7 +192,6 @@ class StreamingEstimator:
         self._samples = np.zeros(0, dtype=np.int64)
         self._grow(1024)
         self.forget_ns = forget_ns
-        self.min_compact = min_compact
         self._latest = NO_TIME
 
     @property
@@ -260,26 +261,23 @@ class StreamingEstimator:
         return result
 
     def _forget_quiet(self) -> None:
-        """Forget the connections with no open epoch and no packet used for ``forget_ns``, once
-        they are half of those registered (and at least ``min_compact`` are): a live source
-        then holds the state of the connections in use, not of every one it saw. One seen again
-        starts anew, as after a pause longer than the idle gap it would."""
-        k = self.registry.count
-        if k < self.min_compact:
-            return
+        """Forget the connections with no open epoch and no packet used for ``forget_ns``
+        (:meth:`~tacit.formats.connections.ConnectionRegistry.forget`): a live source then holds
+        the state of the connections in use, not of every one it saw. One seen again starts
+        anew, as after a pause longer than the idle gap it would."""
         s = self._state
-        keep = (s["epoch"][:k] >= 0) | (s["last_time"][:k] >= self._latest - self.forget_ns)
-        kept = np.flatnonzero(keep)
-        if len(kept) > k // 2:
+        remap = self.registry.forget(
+            lambda k: (s["epoch"][:k] >= 0) | (s["last_time"][:k] >= self._latest - self.forget_ns)
+        )
+        if remap is None:
             return
-        self.registry.compact(keep)
+        kept = np.flatnonzero(remap >= 0)
         for held in (s, self._modes, self._sums if self._code == MODE_SUM else {}):
             for name, a in held.items():
                 held[name] = a[kept]
         self._used, self._samples = self._used[kept], self._samples[kept]
         cap, self._cap = self._cap, len(kept)
         self._grow(cap)  # room again, the rows after the kept ones new
-        self.min_compact = max(self.min_compact, 2 * len(kept))
 
     def flush(self) -> ResponseEstimates:
         """Close every open epoch; their estimates."""
