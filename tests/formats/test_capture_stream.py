@@ -20,9 +20,9 @@ from tacit.formats.capture_spans import (
 )
 from tacit.formats.capture_stream import GIVEN_UP_HTTP2, CaptureSpanStream
 from tacit.formats.live import LiveCapture, capture_file_batches
+from tacit.formats.pcap import join_reads
 from tacit.formats.pcap_write import write_pcap
-from tacit.model.captures import PacketAccounting, PacketRead
-from tacit.model.packets import ACK, FIN, PacketPayloads, concat_packets
+from tacit.model.packets import ACK, FIN
 from tacit.simulate import load_app, simulate
 from tacit.simulate.app_packets import app_packets
 from tcp_conversations import MS, Conversation, capture_all
@@ -94,20 +94,10 @@ def test_a_capture_file_read_through_a_filter_gives_its_payloads_too(app_capture
     --capture-filter``, with libpcap's microsecond times): in batches, the spans of the whole
     filtered capture, as many as without the filter."""
     path, names = app_capture
-    whole = _all(capture_file_batches(path, "tcp", 1_000_000, payloads=True))
+    whole = join_reads(list(capture_file_batches(path, "tcp", 1_000_000, payloads=True)), path)
     got = streamed(path, 500, CaptureSpanStream(names), bpf="tcp")
     assert got == rows(spans_from_read(whole, names).spans)
     assert len(got) == len(read_capture_spans(path, names).spans)
-
-
-def _all(reads) -> PacketRead:
-    reads = list(reads)
-    return PacketRead(
-        concat_packets([r.packets for r in reads]),
-        PacketAccounting(),
-        "",
-        PacketPayloads.concat([r.payloads for r in reads]),
-    )
 
 
 def test_every_packet_is_counted(app_capture) -> None:
@@ -207,7 +197,7 @@ def test_a_real_grpc_channel_is_read_on_from_batch_to_batch() -> None:
             peak = max(peak, stream.kept_packets)
     server.stop(None)
     parts += rows(stream.flush().spans)
-    whole = _all(reads)
+    whole = join_reads(reads, "live:lo")
     assert len(reads) > 5 and peak < len(whole.packets) / 4  # cut between the calls
     assert stream.accounting.exchanges.paired == calls and stream.accounting.unparsed == {}
     assert sorted(parts) == rows(spans_from_read(whole).spans)

@@ -32,8 +32,8 @@ import orjson
 from tacit.formats.capture_spans import CapturedSpans, ServiceMap
 from tacit.formats.capture_stream import CaptureSpanStream
 from tacit.formats.otlp import otlp_document
+from tacit.formats.pcap import join_reads
 from tacit.model.captures import PacketRead
-from tacit.model.packets import PacketPayloads, concat_packets
 from tacit.model.spans import SpanTable
 from tacit.serve.ingest import Busy, Ingest
 from tacit.serve.packet_feed import PacketFeed
@@ -98,12 +98,12 @@ class CaptureFeed(PacketFeed):
         if not reads and self.capture is not None:  # a quiet spell: the clock moves on
             reads = [self.capture.empty()]
         now = time.time_ns() if live else 0
-        self._submit(self.stream.feed(_joined(reads), now))
+        self._submit(self.stream.feed(join_reads(reads, self.source), now))
 
     def _end(self) -> None:
         reads, self._held = self._held, []
         if reads:
-            self._submit(self.stream.feed(_joined(reads)))
+            self._submit(self.stream.feed(join_reads(reads, self.source)))
         self._submit(self.stream.flush())
 
     def _summary(self) -> str:
@@ -147,18 +147,3 @@ class CaptureFeed(PacketFeed):
         parent = np.full(len(part), -1, np.int64)
         parent[1::2] = np.arange(0, len(part), 2)
         part.parent = parent
-
-
-def _joined(reads: list[PacketRead]) -> PacketRead:
-    if len(reads) == 1:
-        return reads[0]
-    accounting = reads[0].accounting
-    for r in reads[1:]:
-        accounting = accounting + r.accounting
-    payloads = [r.payloads for r in reads if r.payloads is not None]
-    return PacketRead(
-        concat_packets([r.packets for r in reads]),
-        accounting,
-        reads[0].format,
-        PacketPayloads.concat(payloads),
-    )
