@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from tacit.errors import InputError
-from tacit.serve.store import Store, TraceQuery
+from tacit.serve.store import Store, TraceQuery, tag_value_text
 
 _UNITS = {
     "ns": 1,
@@ -104,8 +104,8 @@ def trace_query(params: Mapping[str, str]) -> TraceQuery:
 
 
 def _tags(text: str | None) -> tuple[tuple[str, str], ...]:
-    """The ``tags`` of a search: a JSON object of names to values (a value that is not a
-    string is compared as its JSON text: ``true``, ``500``)."""
+    """The ``tags`` of a search: a JSON object of names to values (compared as
+    :func:`~tacit.serve.store.tag_value_text` gives them)."""
     if not text:
         return ()
     try:
@@ -114,9 +114,7 @@ def _tags(text: str | None) -> tuple[tuple[str, str], ...]:
         doc = None
     if not isinstance(doc, dict):
         raise InputError(f'tags: {text!r} is not a JSON object such as {{"error":"true"}}')
-    return tuple(
-        sorted((k, v if isinstance(v, str) else orjson.dumps(v).decode()) for k, v in doc.items())
-    )
+    return tuple(sorted((k, tag_value_text(v)) for k, v in doc.items()))
 
 
 def _duration(params: Mapping[str, str], name: str) -> int | None:

@@ -106,6 +106,7 @@ with the file, so small ones, made often, held reconstruction back: measured wit
 ``bench/bench_serve.py sustained`` on 435,500 spans, 4,500 spans/s at 16 MB against 6,100 at
 256 MB, with a lower peak memory (940 against 1,130 MiB). Commits stay durable either way (the
 log is synced at each); the cost is a longer log to replay when a killed service restarts."""
+_SET_STATE = "INSERT OR REPLACE INTO state VALUES (?, ?)"
 TAG_PAGE = 500
 MAX_TAG_SEARCH = 20_000
 """A search by tags reads the documents of the most recent traces that match the rest of the
@@ -193,7 +194,7 @@ class Store:
         return default if not rows else int(rows[0][0])
 
     def set_state(self, key: str, value: int) -> None:
-        self._cursor().execute("INSERT OR REPLACE INTO state VALUES (?, ?)", [key, value])
+        self._cursor().execute(_SET_STATE, [key, value])
 
     # -- ingest ------------------------------------------------------------------------------
     def next_seq(self) -> int:
@@ -209,7 +210,7 @@ class Store:
         with self._transaction() as cur:
             cur.executemany("INSERT INTO ingest VALUES (?, ?, ?, ?, ?)", list(rows))
             if state:
-                cur.executemany("INSERT OR REPLACE INTO state VALUES (?, ?)", list(state.items()))
+                cur.executemany(_SET_STATE, list(state.items()))
 
     def requests_from(self, seq: int) -> Iterator[tuple[int, str, bytes]]:
         """(first_seq, encoding, body) of the requests holding spans numbered ``seq`` or later,
@@ -241,7 +242,7 @@ class Store:
                 cur.execute(f"INSERT INTO {name} SELECT * FROM rows_in")
                 cur.unregister("rows_in")
             for key, value in state.items():
-                cur.execute("INSERT OR REPLACE INTO state VALUES (?, ?)", [key, value])
+                cur.execute(_SET_STATE, [key, value])
 
     # -- retention ---------------------------------------------------------------------------
     def expire(self, before_ns: int, low_water: int, most_spans: int | None = None) -> Expired:
@@ -477,7 +478,7 @@ class Store:
             if rejected:
                 cur.executemany("INSERT INTO rda_rejected VALUES (?, ?, ?, ?)", list(rejected))
             for key, value in state.items():
-                cur.execute("INSERT OR REPLACE INTO state VALUES (?, ?)", [key, value])
+                cur.execute(_SET_STATE, [key, value])
 
     def rda_intervals(
         self, source: str | None, start_ns: int | None, end_ns: int | None, limit: int
@@ -552,11 +553,13 @@ def _has_tags(doc: dict[str, Any], q: TraceQuery) -> bool:
             continue
         if q.operation is not None and span["operationName"] != q.operation:
             continue
-        have = {(t["key"], _tag_text(t["value"])) for t in (*span["tags"], *process["tags"])}
+        have = {(t["key"], tag_value_text(t["value"])) for t in (*span["tags"], *process["tags"])}
         if all(tag in have for tag in q.tags):
             return True
     return False
 
 
-def _tag_text(value: Any) -> str:
+def tag_value_text(value: Any) -> str:
+    """A tag's value as a search compares it: a string as it is, anything else as its JSON
+    text (``true``, ``500``)."""
     return value if isinstance(value, str) else orjson.dumps(value).decode()
