@@ -180,13 +180,25 @@ class Reconstructor(threading.Thread):
         """Rate, errors and duration of the finished incoming requests, per service."""
         spans = f.spans
         s = spans.strings
-        for r in (spans.kind == SERVER).nonzero()[0].tolist():
-            svc = s[int(spans.service[r])]
-            self.metrics.requests.labels(svc).inc()
-            d = spans.detail(r)
-            if d is not None and d.status == STATUS_ERROR:
-                self.metrics.errors.labels(svc).inc()
-            self.metrics.duration.labels(svc).observe((spans.end[r] - spans.start[r]) / 1e9)
+        server = spans.kind == SERVER
+        seconds = ((spans.end[server] - spans.start[server]) / 1e9).tolist()
+        by_service: dict[int, list[tuple[int, float]]] = {}
+        for r, code, sec in zip(
+            server.nonzero()[0].tolist(), spans.service[server].tolist(), seconds, strict=True
+        ):
+            by_service.setdefault(code, []).append((r, sec))
+        m = self.metrics  # one look-up of each labelled child per service, not per span
+        for code, mine in by_service.items():
+            svc = s[code]
+            m.requests.labels(svc).inc(len(mine))
+            errors = sum(
+                (d := spans.detail(r)) is not None and d.status == STATUS_ERROR for r, _ in mine
+            )
+            if errors:
+                m.errors.labels(svc).inc(errors)
+            observe = m.duration.labels(svc).observe
+            for _, sec in mine:
+                observe(sec)
 
     def _lag(self) -> None:
         latest = self.feed.tw.latest_end
