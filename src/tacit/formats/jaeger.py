@@ -322,6 +322,7 @@ def jaeger_traces(
     for row, t in enumerate(spans.trace.tolist()):
         traces.setdefault(t, []).append(row)
     data = []
+    made: dict[tuple[int, int, int], dict] = {}  # a process of many traces, written once
     for rows in traces.values():
         trace_id = trace_ids[rows[0]]
         processes: dict[tuple[int, int, int], str] = {}
@@ -368,16 +369,13 @@ def jaeger_traces(
                     "warnings": None,
                 }
             )
-        procs = {
-            pid: {
-                "serviceName": s[svc],
-                "tags": [
-                    _tag(k, v)
-                    for k, v in _process_tags(s[svc] or "", s[inst] or "", resources[pid]).items()
-                ],
-            }
-            for (svc, inst, _), pid in processes.items()
-        }
+        procs = {}
+        for key, pid in processes.items():
+            if key not in made:
+                svc, inst, _ = key
+                ptags = _process_tags(s[svc] or "", s[inst] or "", resources[pid])
+                made[key] = {"serviceName": s[svc], "tags": [_tag(k, v) for k, v in ptags.items()]}
+            procs[pid] = made[key]
         data.append({"traceID": trace_id, "spans": out, "processes": procs, "warnings": None})
     return data
 
