@@ -49,12 +49,17 @@ class Candidates:
     def outs_of(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The outgoing spans of all ``members`` at once, and the position in ``members`` of
         the candidate each belongs to."""
+        members = np.asarray(members, dtype=np.int64)
         per = np.diff(self.out_ptr)[members]
-        ends = np.cumsum(per)
-        index = np.repeat(self.out_ptr[members] - (ends - per), per) + np.arange(
-            ends[-1] if len(ends) else 0
-        )
+        index = ranges(self.out_ptr[members], per)
         return self.out_rows[index], np.repeat(np.arange(len(members)), per)
+
+
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``starts[i], starts[i] + 1, ... starts[i] + lengths[i] - 1`` for every ``i``, in one
+    array: the rows of many slices of one array, gathered without a loop over the slices."""
+    ends = np.cumsum(lengths)
+    return np.repeat(starts - (ends - lengths), lengths) + np.arange(ends[-1] if len(ends) else 0)
 
 
 BRANCH_AND_BOUND_NODES = 20_000
@@ -162,7 +167,7 @@ def solve_all(
         # The branch and bound gave up on batch `stop`: HiGHS gets its candidates still free.
         m = lay.order[lay.free_candidates_of(stop, used)]
         pick = _solve_milp(cands, m, quotas[hard_ids[stop]], time_limit, stats)
-        used[lay.dense(np.concatenate([cands.outs(c) for c in pick] or [np.empty(0, int)]))] = True
+        used[lay.dense(cands.outs_of(pick)[0])] = True
         chosen.append(pick)
         at = stop + 1
     return np.concatenate(chosen).astype(np.int64)
@@ -291,7 +296,7 @@ def _solve_milp(
     inc = cands.incoming[members]
     _, in_idx = np.unique(inc, return_inverse=True)
     per = np.diff(cands.out_ptr)[members]
-    outs = np.concatenate([cands.outs(c) for c in members])
+    outs = cands.outs_of(members)[0]
     _, out_idx = np.unique(outs, return_inverse=True)
     n_in, n_out = in_idx.max() + 1, out_idx.max() + 1 if len(outs) else 0
     sk = cands.skips[members]

@@ -42,7 +42,14 @@ from tacit.model.messages import MISSING
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SpanTable
 from tacit.model.traces import roots
-from tacit.reconstruct.assign import Candidates, SolveStats, batches, solve_all, water_fill
+from tacit.reconstruct.assign import (
+    Candidates,
+    SolveStats,
+    batches,
+    ranges,
+    solve_all,
+    water_fill,
+)
 from tacit.reconstruct.baselines import wap5_parents
 from tacit.reconstruct.beam import PathSpec, model_table, search
 from tacit.reconstruct.callgraph import CallGraph, CallPath
@@ -298,6 +305,17 @@ def _edge_key(endpoint: int, path: CallPath, keys: list[int], j: int | None) -> 
     a = path.anchor(j)
     origin = tuple(sorted(keys[q] for q in path.preds[j])) if a is None else ("start", keys[a])
     return (endpoint, origin, keys[j])
+
+
+def _gather(values: np.ndarray, bounds: np.ndarray, parts: list[np.ndarray]) -> list[np.ndarray]:
+    """Per part, the ``values[bounds[i]:bounds[i + 1]]`` of each ``i`` in it, concatenated:
+    gathered for all parts at once, which matters when there are thousands of small ones."""
+    if not parts:
+        return []
+    owners = np.concatenate(parts)
+    per_owner = bounds[owners + 1] - bounds[owners]
+    part_ends = np.cumsum(np.array([len(p) for p in parts], dtype=np.int64)) - 1
+    return np.split(values[ranges(bounds[owners], per_owner)], np.cumsum(per_owner)[part_ends[:-1]])
 
 
 class _Instance:
@@ -662,9 +680,7 @@ class _Instance:
         parts, continued = batches(local, first, self.params.max_batch)
         by_in = np.argsort(dense, kind="stable")
         bounds = np.searchsorted(dense[by_in], np.arange(len(uniq) + 1))
-        members = [
-            np.concatenate([by_in[bounds[i] : bounds[i + 1]] for i in part]) for part in parts
-        ]
+        members = _gather(by_in, bounds, parts)
         quotas = self._quotas(local, members)
         picked = solve_all(local, members, continued, quotas, self.params.solver_time_limit, stats)
         # Of two candidates won by one incoming span (its own, and its group's trigger path),
@@ -756,7 +772,7 @@ class _Instance:
             cands, raw, origin = self._flat(sets, scores)
             picked = self._assign(cands, self._owners(cands, origin), stats)
             passes.append(_Pass(sets, ready, cands, raw, origin, picked))
-            taken = np.concatenate([cands.outs(c) for c in picked] or [np.empty(0, np.int64)])
+            taken = cands.outs_of(picked)[0]
             if not len(taken):
                 break
             left = left[~np.isin(left, taken)]
@@ -885,16 +901,14 @@ class _Instance:
         best: dict[int, int],
     ) -> None:
         """Write the chosen mapping into ``result``; count the spans not given their best."""
-        assigned = set()
-        for c in picked:
-            i = int(cands.incoming[c])
-            assigned.add(i)
-            if best.get(i) != int(c):
-                self.not_top += 1
-            for o in cands.outs(c):
-                result.parent[o] = i
-                result.score[o] = raw[c]
-        self.assigned |= assigned
+        picked = np.asarray(picked, dtype=np.int64)
+        incoming = cands.incoming[picked]
+        outs, owner = cands.outs_of(picked)  # no call is in two picked candidates
+        result.parent[outs] = incoming[owner]
+        result.score[outs] = raw[picked][owner]
+        chosen = zip(incoming.tolist(), picked.tolist(), strict=True)
+        self.not_top += sum(best.get(i) != c for i, c in chosen)
+        self.assigned |= set(incoming.tolist())
         self.in_candidates |= set(cands.out_rows.tolist())
 
     def _record_unmapped(self, result: Reconstruction) -> None:
