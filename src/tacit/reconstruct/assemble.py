@@ -13,6 +13,7 @@ loaded into one backend never share an id (W3C Trace Context asks for random tra
 from __future__ import annotations
 
 import json
+import math
 import secrets
 from collections.abc import Sequence
 
@@ -79,10 +80,10 @@ def assemble(
         span_ids.append(out.strings.code(sid))
     out.span_id[:] = span_ids
     tags: dict[int, dict] = {}
-    for r in range(len(spans)):
+    for r, score in enumerate(rec.score.tolist()):
         t: dict = {"tacit.algorithm": rec.algorithm}
-        if not np.isnan(rec.score[r]):
-            t["tacit.score"] = round(float(rec.score[r]), 4)
+        if not math.isnan(score):
+            t["tacit.score"] = round(score, 4)
         if r in rec.alternatives:
             t["tacit.alternatives"] = json.dumps(
                 [[_span_id(out, fresh, beyond, p), round(s, 4)] for p, s in rec.alternatives[r]]

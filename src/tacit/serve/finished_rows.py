@@ -114,24 +114,27 @@ class Rows:
         self, spans: SpanTable, docs: list[dict], tags: dict[int, dict], now_ns: int
     ) -> None:
         s = spans.strings
+        # Columns as lists: rows are read one by one, which numpy scalars make slow.
+        begin, end, parent = spans.start.tolist(), spans.end.tolist(), spans.parent.tolist()
+        service = [s[c] for c in spans.service.tolist()]
+        operation = [s[c] for c in spans.endpoint.tolist()]
         rows_of: dict[str, list[int]] = {}
         for r, t in enumerate(spans.trace.tolist()):
             rows_of.setdefault(s.values[t], []).append(r)
         for doc in docs:
             trace_id = doc["traceID"]
-            rows = np.array(rows_of[trace_id])
-            root = rows[spans.parent[rows] == NONE]
-            head = int(root[np.argmin(spans.start[root])]) if len(root) else int(rows[0])
-            start = int(spans.start[rows].min())
-            scores = [tags.get(int(r), {}).get("tacit.score") for r in rows]
-            scored = [x for x in scores if x is not None]
+            rows = rows_of[trace_id]
+            roots = [r for r in rows if parent[r] == NONE]
+            head = min(roots, key=begin.__getitem__) if roots else rows[0]
+            start = min(begin[r] for r in rows)
+            scored = [x for r in rows if (x := tags.get(r, {}).get("tacit.score")) is not None]
             self.traces.append(
                 {
                     "trace_id": trace_id,
-                    "service": s[int(spans.service[head])],
-                    "operation": s[int(spans.endpoint[head])],
+                    "service": service[head],
+                    "operation": operation[head],
                     "start_ns": start,
-                    "duration_ns": int(spans.end[rows].max()) - start,
+                    "duration_ns": max(end[r] for r in rows) - start,
                     "spans": len(rows),
                     "min_score": min(scored) if scored else None,
                     "finished_ns": now_ns,
@@ -139,10 +142,9 @@ class Rows:
                 }
             )
             ops: dict[tuple[str, str], list[int]] = {}
-            for r in rows.tolist():
-                key = (s.values[int(spans.service[r])], s.values[int(spans.endpoint[r])])
-                st, du = int(spans.start[r]), int(spans.end[r] - spans.start[r])
-                o = ops.setdefault(key, [st, du])
+            for r in rows:
+                st, du = begin[r], end[r] - begin[r]
+                o = ops.setdefault((service[r], operation[r]), [st, du])
                 o[0], o[1] = min(o[0], st), max(o[1], du)
             self.operations.extend(
                 {
