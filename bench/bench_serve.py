@@ -8,7 +8,7 @@ at 300 requests/s, exported in batches of 512 by the SDK's OTLP/HTTP protobuf ex
 
 * sustained: every span sent as fast as the exporter goes; spans/s from the first request to
   the last span in a finished trace (which includes waiting for the last windows to close);
-  the steady rate of spans into finished traces while the exporter sends, past a warm-up, and
+  the steady rate of spans into finished traces while the exporter sends, from round to round, and
   whether the service was the bottleneck then; the service's CPU time per span (steadier than
   spans/s on a shared machine); and link accuracy (a call's chosen parent equals the one its
   sender's context gave) against the offline and the batch-online algorithms on the same
@@ -32,6 +32,7 @@ Prints one JSON object.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -65,10 +66,8 @@ from tacit.simulate.app_packets import REQUEST_ID, app_packets
 
 TACIT = Path(sys.executable).parent / "tacit"
 RATE = 300
-SAMPLE_S = 0.25
-WARM_UP_S = 3.0
-"""Sending time before the steady rate is taken: the first windows fill (nothing finishes
-before the stream's clock passes a window and its lookahead)."""
+SAMPLE_S = 0.1
+"""How often the sustained run reads the service's counts."""
 ONLINE = replace(SERVE_ONLINE, max_request_ns=2 * NS, lateness_ns=NS)
 """The service's windows; the simulated spans are sent in order, and their requests are short."""
 CONFIG = """\
@@ -191,7 +190,7 @@ def sustained(spans, callgraph, tmp: Path) -> dict:
         "sender_seconds": round(sent_s, 2),
         "seconds_to_last_trace": round(total_s, 2),
         "spans_per_s": round(len(spans) / total_s),
-        **_steady(samples, began + WARM_UP_S),
+        **_steady(samples),
         "target_spans_per_s": 20_000,
         "server_cpu_us_per_span": round(cpu_s / len(spans) * 1e6, 1),
         "peak_rss_mib": round(rss),
@@ -201,16 +200,21 @@ def sustained(spans, callgraph, tmp: Path) -> dict:
     }
 
 
-def _steady(samples: list[tuple[float, int, int]], after: float) -> dict:
-    """The rate spans went into finished traces while the exporter was sending, from ``after``
-    on (the first windows filled), and whether the service was the bottleneck then (its
-    pending spans grew: the exporter offered more than it finished)."""
-    steady = [x for x in samples if x[0] >= after]
-    if len(steady) < 2:
+def _steady(samples: list[tuple[float, int, int]]) -> dict:
+    """The rate spans went into finished traces while the exporter was sending, and whether
+    the service was the bottleneck then (its pending spans grew: the exporter offered more
+    than it finished).
+
+    Traces finish a window at a time, so the rate is taken between the first and the last
+    round seen finishing (a sample whose finished count rose), not over the whole sending
+    time, which would count the first windows filling and a part-round at the end."""
+    finished = [(t, received - pending, pending) for t, received, pending in samples]
+    rounds = [now for before, now in itertools.pairwise(finished) if now[1] > before[1]]
+    if len(rounds) < 2:
         return {}
-    (t0, received0, pending0), (t1, received1, pending1) = steady[0], steady[-1]
+    (t0, done0, pending0), (t1, done1, pending1) = rounds[0], rounds[-1]
     return {
-        "steady_spans_per_s": round(((received1 - pending1) - (received0 - pending0)) / (t1 - t0)),
+        "steady_spans_per_s": round((done1 - done0) / (t1 - t0)),
         "steady_seconds": round(t1 - t0, 1),
         "steady_service_bound": pending1 > pending0,
     }
@@ -443,7 +447,7 @@ def main() -> None:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         runs = {
-            "sustained": lambda d: sustained(_load(2, 30), callgraph, d),
+            "sustained": lambda d: sustained(_load(2, 60), callgraph, d),
             "burst": lambda d: burst(_load(3, 30), callgraph, d),
             "kill_9": lambda d: kill_9(_load(4, 10), callgraph, d),
             "query": lambda d: query(callgraph, d),
