@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 
 from tacit.formats.common import Traces
@@ -16,6 +15,7 @@ from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SERVER, SpanTable
 from tacit.reconstruct.online import Finished
 from tacit.reconstruct.pipeline import assemble_finished
 from tacit.serve.online_feed import Alone, Given
+from tacit.serve.store import pack_doc
 
 
 @dataclass
@@ -138,7 +138,7 @@ class Rows:
                     "spans": len(rows),
                     "min_score": min(scored) if scored else None,
                     "finished_ns": now_ns,
-                    "doc": orjson.dumps(doc).decode(),
+                    "doc": pack_doc(doc),
                 }
             )
             ops: dict[tuple[str, str], list[int]] = {}
@@ -229,7 +229,7 @@ _SCHEMAS = {
             ("spans", pa.int32()),
             ("min_score", _F),
             ("finished_ns", _I),
-            ("doc", _S),
+            ("doc", pa.binary()),
         ]
     ),
     "trace_operations": pa.schema(
