@@ -22,10 +22,11 @@ from tacit.serve.store import pack_doc
 class Rows:
     """Rows for the store's tables of finished traces, and what the metrics count of them."""
 
-    spans: dict[str, list[Any]] = field(default_factory=lambda: {k: [] for k in _SPAN_COLUMNS})
-    """The ``spans`` rows by column (thousands of rows a second: no dict per row)."""
-    traces: list[dict[str, Any]] = field(default_factory=list)
-    operations: list[dict[str, Any]] = field(default_factory=list)
+    # The rows of each table by column, in the table's order (thousands a second: no dict per
+    # row, which pyarrow converts several times slower).
+    spans: dict[str, list[Any]] = field(default_factory=lambda: _columns("spans"))
+    traces: dict[str, list[Any]] = field(default_factory=lambda: _columns("traces"))
+    operations: dict[str, list[Any]] = field(default_factory=lambda: _columns("trace_operations"))
     confidence: dict[str, list[int]] = field(default_factory=dict)  # service -> [in, top]
     mapped: int = 0
     unmapped: dict[str, int] = field(default_factory=dict)
@@ -37,15 +38,21 @@ class Rows:
     def span_count(self) -> int:
         return len(self.spans["seq"])
 
+    @property
+    def trace_count(self) -> int:
+        return len(self.traces["trace_id"])
+
     def tables(self, now_ns: int) -> dict[str, pa.Table]:
         """The rows as pyarrow tables in the store's column order."""
         out = {
-            name: pa.Table.from_pylist(rows, schema=_SCHEMAS[name])
-            for name, rows in (("traces", self.traces), ("trace_operations", self.operations))
-            if rows
+            name: pa.Table.from_pydict(rows, schema=_SCHEMAS[name])
+            for name, rows in (
+                ("spans", self.spans),
+                ("traces", self.traces),
+                ("trace_operations", self.operations),
+            )
+            if next(iter(rows.values()))
         }
-        if self.span_count:
-            out["spans"] = pa.Table.from_pydict(self.spans, schema=_SCHEMAS["spans"])
         if self.confidence:
             out["confidence"] = pa.Table.from_pylist(
                 [
@@ -128,35 +135,25 @@ class Rows:
             head = min(roots, key=begin.__getitem__) if roots else rows[0]
             start = min(begin[r] for r in rows)
             scored = [x for r in rows if (x := tags.get(r, {}).get("tacit.score")) is not None]
-            self.traces.append(
-                {
-                    "trace_id": trace_id,
-                    "service": service[head],
-                    "operation": operation[head],
-                    "start_ns": start,
-                    "duration_ns": max(end[r] for r in rows) - start,
-                    "spans": len(rows),
-                    "min_score": min(scored) if scored else None,
-                    "finished_ns": now_ns,
-                    "doc": pack_doc(doc),
-                }
+            _append(
+                self.traces,
+                trace_id,
+                service[head],
+                operation[head],
+                start,
+                max(end[r] for r in rows) - start,
+                len(rows),
+                min(scored) if scored else None,
+                now_ns,
+                pack_doc(doc),
             )
             ops: dict[tuple[str, str], list[int]] = {}
             for r in rows:
                 st, du = begin[r], end[r] - begin[r]
                 o = ops.setdefault((service[r], operation[r]), [st, du])
                 o[0], o[1] = min(o[0], st), max(o[1], du)
-            self.operations.extend(
-                {
-                    "trace_id": trace_id,
-                    "service": svc,
-                    "operation": op,
-                    "start_ns": st,
-                    "duration_ns": du,
-                    "trace_start_ns": start,
-                }
-                for (svc, op), (st, du) in ops.items()
-            )
+            for (svc, op), (st, du) in ops.items():
+                _append(self.operations, trace_id, svc, op, st, du, start)
 
     def add_alone(self, a: Alone) -> None:
         """Spans finished without reconstruction: stored with their reason, in no trace."""
@@ -244,5 +241,14 @@ _SCHEMAS = {
     ),
     "confidence": pa.schema([("at_ns", _I), ("service", _S), ("incoming", _I), ("top_choice", _I)]),
 }
-_SPAN_COLUMNS: tuple[str, ...] = tuple(_SCHEMAS["spans"].names)
-"""The columns of the store's ``spans`` table, in its order."""
+
+
+def _columns(table: str) -> dict[str, list[Any]]:
+    """Empty columns of one of the store's tables, in its order."""
+    return {name: [] for name in _SCHEMAS[table].names}
+
+
+def _append(columns: dict[str, list[Any]], *values: Any) -> None:
+    """One row, its values in the table's column order."""
+    for column, value in zip(columns.values(), values, strict=True):
+        column.append(value)
