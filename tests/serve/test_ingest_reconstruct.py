@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from serve_app import QUICK, get, get_json, running, shop_callgraph, shop_spans
 from tacit.experiment.otlp_load import send_spans
@@ -38,6 +39,7 @@ def test_sdk_export_is_reconstructed_as_accurately_as_offline(tmp_path, spans):
         assert float(line.split()[-1]) == pytest.approx(c["confidence"] / 100)
     assert status["received"] == len(spans)
     assert status["stored"]["spans"] == len(spans)  # every acknowledged span accounted for
+    _check_red(metrics, spans)
     s = spans.strings
     client = np.flatnonzero(spans.kind == CLIENT)
     truth = {s[int(spans.span_id[r])]: s[int(spans.span_id[spans.parent[r]])] for r in client}
@@ -47,6 +49,30 @@ def test_sdk_export_is_reconstructed_as_accurately_as_offline(tmp_path, spans):
     offline_right = (offline.parent[client] == spans.parent[client]).mean()
     assert served >= 0.97
     assert abs(served - offline_right) <= 0.002, (served, offline_right)
+
+
+def _check_red(metrics: str, spans) -> None:
+    """The RED metrics count every incoming request of each service once: requests, and the
+    duration histogram's buckets, count and sum against the spans' own durations."""
+    samples = {
+        (x.name, tuple(sorted(x.labels.items()))): x.value
+        for family in text_string_to_metric_families(metrics)
+        for x in family.samples
+    }
+    s = spans.strings
+    server = np.flatnonzero(spans.kind == SERVER)
+    services = {s[int(spans.service[r])] for r in server}
+    assert len(services) > 1
+    for svc in services:
+        mine = server[[s[int(spans.service[r])] == svc for r in server]]
+        seconds = (spans.end[mine] - spans.start[mine]) / 1e9
+        name = "tacit_service_request_duration_seconds"
+        assert samples[("tacit_service_requests_total", (("service", svc),))] == len(mine)
+        assert samples[(f"{name}_count", (("service", svc),))] == len(mine)
+        assert samples[(f"{name}_sum", (("service", svc),))] == pytest.approx(seconds.sum())
+        for le in ("0.001", "0.01", "0.1", "1.0", "+Inf"):
+            bucket = samples[(f"{name}_bucket", (("le", le), ("service", svc)))]
+            assert bucket == (seconds <= float(le)).sum(), (svc, le)
 
 
 def test_only_the_rpc_pairing_of_the_context_is_used(tmp_path, spans):

@@ -12,8 +12,13 @@ A label takes at most :data:`MAX_LABEL_VALUES` values; later ones are counted un
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 MAX_LABEL_VALUES = 100
@@ -37,6 +42,50 @@ class BoundedLabel:
                 self._seen.add(name)
                 return name
             return OTHER
+
+
+class BatchHistogram(Collector):
+    """A histogram with one label, observed many values at a time.
+
+    prometheus-client's :class:`Histogram` takes one value a call, under a lock: for the
+    duration of every finished request that was a tenth of the reconstructor's time. Here a
+    batch is counted into the buckets at once (numpy) and the registry reads the totals.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        label: str,
+        buckets: tuple[float, ...],
+        registry: CollectorRegistry,
+    ) -> None:
+        self.name, self.documentation, self.label = name, documentation, label
+        self._bounds = np.array(buckets, dtype=np.float64)
+        self._counts: dict[str, np.ndarray] = {}  # per label value: per bucket, then +Inf
+        self._sums: dict[str, float] = {}
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def observe(self, value: str, samples: list[float]) -> None:
+        """Count ``samples`` under label ``value``."""
+        x = np.asarray(samples, dtype=np.float64)
+        # Bucket le=b holds the samples <= b: the first bound at or above each sample.
+        counts = np.bincount(np.searchsorted(self._bounds, x), minlength=len(self._bounds) + 1)
+        with self._lock:
+            self._counts[value] = self._counts.get(value, 0) + counts
+            self._sums[value] = self._sums.get(value, 0.0) + float(x.sum())
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=[self.label])
+        les = [floatToGoString(b) for b in self._bounds] + ["+Inf"]
+        with self._lock:
+            for value, counts in self._counts.items():
+                cumulative = np.cumsum(counts).tolist()
+                family.add_metric(
+                    [value], list(zip(les, cumulative, strict=True)), self._sums[value]
+                )
+        yield family
 
 
 class ServeMetrics:
@@ -102,12 +151,12 @@ class ServeMetrics:
             ["service"],
             registry=r,
         )
-        self.duration = Histogram(
+        self.duration = BatchHistogram(
             "tacit_service_request_duration_seconds",
             "Duration of incoming requests",
-            ["service"],
-            buckets=_DURATION_BUCKETS,
-            registry=r,
+            "service",
+            _DURATION_BUCKETS,
+            r,
         )
         self.forwarded = Counter(
             "tacit_spans_forwarded",

@@ -126,7 +126,7 @@ class Reconstructor(threading.Thread):
         self.store.write_finished(rows.tables(now), state)
         self.ingest.finished(rows.span_count)
         m = self.metrics
-        m.traces.inc(len(rows.traces))
+        m.traces.inc(rows.trace_count)
         m.mapped.inc(rows.mapped)
         for why, n in rows.unmapped.items():
             m.unmapped.labels(why).inc(n)
@@ -196,9 +196,7 @@ class Reconstructor(threading.Thread):
             )
             if errors:
                 m.errors.labels(svc).inc(errors)
-            observe = m.duration.labels(svc).observe
-            for _, sec in mine:
-                observe(sec)
+            m.duration.observe(svc, [sec for _, sec in mine])
 
     def _lag(self) -> None:
         latest = self.feed.tw.latest_end
