@@ -147,7 +147,7 @@ class Rows:
                 now_ns,
                 pack_doc(doc),
             )
-            ops: dict[tuple[str, str], list[int]] = {}
+            ops: dict[tuple[str | None, str | None], list[int]] = {}
             for r in rows:
                 st, du = begin[r], end[r] - begin[r]
                 o = ops.setdefault((service[r], operation[r]), [st, du])

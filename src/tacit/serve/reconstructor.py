@@ -189,7 +189,7 @@ class Reconstructor(threading.Thread):
             by_service.setdefault(code, []).append((r, sec))
         m = self.metrics  # one look-up of each labelled child per service, not per span
         for code, mine in by_service.items():
-            svc = s[code]
+            svc = s.values[code]  # every span has a service
             m.requests.labels(svc).inc(len(mine))
             errors = sum(
                 (d := spans.detail(r)) is not None and d.status == STATUS_ERROR for r, _ in mine

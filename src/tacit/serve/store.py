@@ -186,10 +186,10 @@ class Store:
     def _upgrade(self) -> None:
         """Bring a file of an earlier version to this schema: its trace documents were JSON
         text (VARCHAR), kept as they are in the BLOB column (:func:`unpack_doc` reads both)."""
-        (kind,) = self._con.execute(
+        ((kind,),) = self._con.execute(
             "SELECT data_type FROM information_schema.columns "
             "WHERE table_name = 'traces' AND column_name = 'doc'"
-        ).fetchone()
+        ).fetchall()
         if kind == "BLOB":
             return
         # DuckDB alters no indexed table: the index is made again after (:meth:`__init__`).
