@@ -56,9 +56,9 @@ so the lateness is 7 s; requests are taken to last at most 10 s.
 
 The window is the longest of TraceWeaver §5.3's examples (1–5 s). A span in the lookahead is
 reconstructed again in the next round, and each round refits the delay models, so CPU per span
-falls as the window grows against the lookahead: 81 µs against 93 µs with a 2 s window in
-``bench/bench_serve.py`` at the same link accuracy (99.2%), for traces that finish up to 3 s
-later and about 10% more memory."""
+falls as the window grows against the lookahead: 81 µs against 93 µs with a 2 s window on
+30 s of the shop app's spans (``bench/bench_serve.py sustained``), at the same link accuracy
+(99.2%), for traces that finish up to 3 s later and about 10% more memory."""
 
 MAX_PORT = 65535
 MAX_PENDING_SPANS = 100_000_000
