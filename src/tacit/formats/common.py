@@ -68,7 +68,10 @@ def thread_id(tags: Mapping[str, Any]) -> int:
 
 def first_tag(tags: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
     """The value of the first of ``keys`` present in ``tags``, as a string."""
-    return next((str(tags[k]) for k in keys if k in tags), None)
+    for k in keys:  # a loop, not a generator: readers call this for every span
+        if k in tags:
+            return str(tags[k])
+    return None
 
 
 def tag(key: str, value: Any) -> dict[str, Any]:
