@@ -161,13 +161,13 @@ def status_tags(detail: SpanDetail, error_value: str | bool) -> dict[str, Any]:
 
 
 def merged_tags(
-    spans: SpanTable, row: int, columns: Mapping[str, Any], extra: Mapping[str, Any]
+    detail: SpanDetail, columns: Mapping[str, Any], extra: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The tags a writer writes for ``row``: the input's attributes (its detail), overridden by
-    ``columns`` (what the table's columns say: kind, peer, thread, status) and then by ``extra``
-    (the caller's tags, such as a reconstruction's evidence)."""
-    d = spans.detail(row)
-    return {**(d.attributes if d is not None else {}), **columns, **extra}
+    """The tags a writer writes for a row: the input's attributes (its ``detail``, or
+    :data:`NO_DETAIL`), overridden by ``columns`` (what the table's columns say: kind, peer,
+    thread, status) and then by ``extra`` (the caller's tags, such as a reconstruction's
+    evidence)."""
+    return {**detail.attributes, **columns, **extra}
 
 
 def hex_ids(spans: SpanTable) -> tuple[list[str], list[str]]:

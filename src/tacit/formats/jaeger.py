@@ -340,7 +340,7 @@ def jaeger_traces(
             if peer[row] != NONE:
                 columns["peer.service"] = s[peer[row]]
             columns |= status_tags(d, True)
-            span_tags = merged_tags(spans, row, columns, tags.get(row, {}))
+            span_tags = merged_tags(d, columns, tags.get(row, {}))
             parent = parent_of[row]
             refs = []
             if parent != NONE:

@@ -666,7 +666,7 @@ def otlp_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | None
                 "kind": _KIND_NUMBERS[int(spans.kind[row])],
                 "startTimeUnixNano": str(int(spans.start[row])),
                 "endTimeUnixNano": str(int(spans.end[row])),
-                "attributes": _key_values(merged_tags(spans, row, columns, tags.get(row, {}))),
+                "attributes": _key_values(merged_tags(d, columns, tags.get(row, {}))),
             }
             if d.events:
                 span["events"] = [

@@ -221,7 +221,7 @@ def zipkin_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | No
         if spans.thread[row] != NONE:
             columns[THREAD_TAGS[0]] = int(spans.thread[row])
         columns |= status_tags(d, d.status_message or "true")
-        merged = {**d.resource, **merged_tags(spans, row, columns, tags.get(row, {}))}
+        merged = {**d.resource, **merged_tags(d, columns, tags.get(row, {}))}
         span_tags = {k: tag_text(v) for k, v in merged.items()}
         start_us = int(spans.start[row]) // 1000
         end_us = -(-int(spans.end[row]) // 1000)
