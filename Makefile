@@ -35,6 +35,8 @@ reproduce: install
 	$(BIN)/python bench/bench_wap5_reproduction.py --markdown docs/reproduction/wap5.md
 	$(BIN)/python bench/bench_rda_reproduction.py --markdown docs/reproduction/rda.md
 	$(BIN)/python bench/bench_traceweaver.py --markdown docs/reproduction/traceweaver-accuracy.md
+	$(BIN)/python bench/bench_traceweaver_ablation.py \
+		--markdown docs/reproduction/traceweaver-ablation.md
 	$(BIN)/python bench/bench_traceweaver_dynamism.py \
 		--markdown docs/reproduction/traceweaver-dynamism.md
 	$(BIN)/python bench/bench_traceweaver_confidence.py --markdown docs/reproduction/traceweaver.md
@@ -44,7 +46,7 @@ reproduce: install
 	$(BIN)/python bench/bench_ytrace_reproduction.py --markdown docs/reproduction/ytrace.md
 	cat docs/reproduction/00-overview.md docs/reproduction/pirate.md docs/reproduction/wap5.md \
 		docs/reproduction/rda.md docs/reproduction/traceweaver-accuracy.md \
-		docs/reproduction/traceweaver-dynamism.md \
+		docs/reproduction/traceweaver-ablation.md docs/reproduction/traceweaver-dynamism.md \
 		docs/reproduction/traceweaver.md docs/reproduction/traceweaver-tail.md \
 		docs/reproduction/traceweaver-abtest.md docs/reproduction/ytrace.md \
 		> docs/reproduction.md
