@@ -92,6 +92,19 @@ def test_product_page_has_catalog_first_then_parallel_pricing_and_reviews(learne
     assert order.index(rev) < order.index(put)
 
 
+def test_without_order_no_call_waits_and_the_learned_graph_is_kept(learned):
+    """The ablation's graph (TraceWeaver §6.2.5): the same calls, none waiting for another,
+    each timed from its trigger; the graph it was made from keeps its order."""
+    free = learned.without_order()
+    g, f = learned.get("frontend", "GET /product"), free.get("frontend", "GET /product")
+    assert f.slots == g.slots and [p.slots for p in f.paths] == [p.slots for p in g.paths]
+    assert all(ps == [] for e in free.endpoints.values() for ps in e.preds)
+    assert all(ps == [] for e in free.endpoints.values() for p in e.paths for ps in p.preds)
+    assert all(p.anchor(j) is None for p in f.call_paths() for j in range(len(p.slots)))
+    assert sorted(f.sinks()) == list(range(len(f.slots)))
+    assert g.preds[slot_index(g, "pricing", "Quote")] == [slot_index(g, "catalog", "Get")]
+
+
 def test_repeated_calls_are_two_sequential_slots(learned):
     g = learned.get("frontend", "POST /checkout")
     c0 = slot_index(g, "catalog", "Get", 0)

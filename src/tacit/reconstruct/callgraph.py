@@ -200,6 +200,21 @@ class CallGraph:
             }
         )
 
+    def without_order(self) -> CallGraph:
+        """A copy whose calls wait for none of the others and are timed from their triggers:
+        nothing of the invocation order constrains a mapping (the first component TraceWeaver
+        §6.2.5's ablation removes)."""
+
+        def free(path: CallPath) -> dict:
+            return {"preds": [[] for _ in path.slots], "anchors": []}
+
+        return CallGraph(
+            {
+                key: replace(g, **free(g), paths=[replace(p, **free(p)) for p in g.paths])
+                for key, g in self.endpoints.items()
+            }
+        )
+
     def to_yaml(self) -> str:
         doc: dict = {}
         for (svc, ep), g in sorted(self.endpoints.items()):
