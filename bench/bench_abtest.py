@@ -31,7 +31,7 @@ import json
 import time
 from pathlib import Path
 
-from report_part import publish
+from report_part import not_run, publish
 from tacit.diagnosis.abtest import ab_power, self_time_factor
 from tacit.diagnosis.inject import resample_traces
 from tacit.formats import observe
@@ -89,9 +89,7 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     if not (DATA / SOURCE).is_file():
-        reason = f"{DATA / SOURCE} not found"
-        print(json.dumps({"skipped": reason}))
-        publish(f"## TraceWeaver §6.4.2\n\nNot run: {reason}.\n", args.markdown, echo=False)
+        not_run("abtest", "## TraceWeaver §6.4.2", f"{DATA / SOURCE} not found", args.markdown)
         return
     seeds = range(args.seeds)
     t0 = time.perf_counter()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from report_part import publish
+from report_part import not_run, publish
 from tacit.experiment.asymmetric import (
     QUIC_ACK_BYTES,
     AsymmetricParams,
@@ -546,8 +546,7 @@ def main() -> None:
     args = parser.parse_args()
     reason = experiment_unavailable()
     if reason:
-        print(json.dumps({"benchmark": "pirate_reproduction", "skipped": reason}))
-        publish(f"# Pirate\n\nNot run: {reason}.\n", args.markdown, echo=False)
+        not_run("pirate_reproduction", "# Pirate", reason, args.markdown)
         return
     figures = args.markdown.parent if args.markdown else None
     args.figures = figures is not None

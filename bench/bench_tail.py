@@ -17,7 +17,7 @@ import json
 import time
 from pathlib import Path
 
-from report_part import publish
+from report_part import not_run, publish
 from tacit.diagnosis.inject import delay_spans, pick_requests, resample_traces
 from tacit.diagnosis.tail import (
     TailParams,
@@ -159,8 +159,7 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path, help="write the report's §6.4.1 section")
     args = parser.parse_args()
     if not DATA.is_dir():
-        print(json.dumps({"skipped": f"{DATA} not found"}))
-        publish(f"## TraceWeaver §6.4.1\n\nNot run: {DATA} absent.\n", args.markdown, echo=False)
+        not_run("tail", "## TraceWeaver §6.4.1", f"{DATA} absent", args.markdown)
         return
     t0 = time.perf_counter()
     tail = tail_rows(args.seeds)

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from report_part import publish
+from report_part import not_run, publish
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 LOADS = (25, 50, 75, 100, 125, 150)
@@ -101,8 +101,7 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     if not DATA.is_dir():
-        print(json.dumps({"benchmark": "traceweaver", "skipped": f"{DATA} absent"}))
-        publish(f"## TraceWeaver §6.2.1\n\nNot run: {DATA} absent.\n", args.markdown, echo=False)
+        not_run("traceweaver", "## TraceWeaver §6.2.1", f"{DATA} absent", args.markdown)
         return
     rows = []
     head = f"{'file':34s} {'spans':>6s} " + " ".join(f"{a:>18s}" for a in ALGORITHMS)

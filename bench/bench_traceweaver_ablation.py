@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench_traceweaver import DATA, files
-from report_part import publish
+from report_part import not_run, publish
 
 APPS = ("hotel_reservation", "media_microservices")
 
@@ -62,8 +62,7 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     if not DATA.is_dir():
-        print(json.dumps({"benchmark": "traceweaver_ablation", "skipped": f"{DATA} absent"}))
-        publish(f"## TraceWeaver §6.2.5\n\nNot run: {DATA} absent.\n", args.markdown, echo=False)
+        not_run("traceweaver_ablation", "## TraceWeaver §6.2.5", f"{DATA} absent", args.markdown)
         return
     names = [name for name, _, _ in variants()]
     table = []

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from bench_traceweaver import DATA, files
-from report_part import publish
+from report_part import not_run, publish
 
 PAPER_R = 0.89
 
@@ -48,8 +48,7 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     if not DATA.is_dir():
-        print(json.dumps({"benchmark": "traceweaver_confidence", "skipped": f"{DATA} absent"}))
-        publish(f"## TraceWeaver §6.3.2\n\nNot run: {DATA} absent.\n", args.markdown, echo=False)
+        not_run("traceweaver_confidence", "## TraceWeaver §6.3.2", f"{DATA} absent", args.markdown)
         return
     by_app: dict[str, list[dict]] = {}
     for name, path in files():
