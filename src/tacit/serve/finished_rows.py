@@ -72,6 +72,7 @@ class Rows:
         s = spans.strings
         span_ids = [s[c] for c in spans.span_id.tolist()]
         parents = spans.parent.tolist()
+        service, operation = _names(spans)
         position_row = {int(p): r for r, p in enumerate(f.position.tolist())}
         for r in np.flatnonzero(spans.kind == CLIENT).tolist():
             p, g = parents[r], given[r]
@@ -90,16 +91,18 @@ class Rows:
             spans,
             seq,
             given,
+            service,
+            operation,
             trace_id=[s[c] for c in spans.trace.tolist()],
             span_id=span_ids,
             parent_span_id=[span_ids[p] if p != NONE else None for p in parents],
-            parent_service=[s[int(spans.service[p])] if p != NONE else None for p in parents],
+            parent_service=[service[p] if p != NONE else None for p in parents],
             score=[t.get("tacit.score") for t in row_tags],
             alternatives=[t.get("tacit.alternatives") for t in row_tags],
             unmapped=[t.get("tacit.unmapped") for t in row_tags],
         )
         self._confidence(f, spans, position_row)
-        self._traces(spans, docs, tags, now_ns)
+        self._traces(spans, docs, tags, now_ns, service, operation, parents)
         self.forward.append((spans, tags))
 
     def _confidence(self, f: Finished, spans: SpanTable, position_row: dict[int, int]) -> None:
@@ -118,13 +121,20 @@ class Rows:
             c[1] += int(top[r])
 
     def _traces(
-        self, spans: SpanTable, docs: list[dict], tags: dict[int, dict], now_ns: int
+        self,
+        spans: SpanTable,
+        docs: list[dict],
+        tags: dict[int, dict],
+        now_ns: int,
+        service: list[str | None],
+        operation: list[str | None],
+        parent: list[int],
     ) -> None:
+        """The ``traces`` and ``trace_operations`` rows of ``docs``; ``service``, ``operation``
+        and ``parent``: those columns of ``spans`` as lists."""
         s = spans.strings
         # Columns as lists: rows are read one by one, which numpy scalars make slow.
-        begin, end, parent = spans.start.tolist(), spans.end.tolist(), spans.parent.tolist()
-        service = [s[c] for c in spans.service.tolist()]
-        operation = [s[c] for c in spans.endpoint.tolist()]
+        begin, end = spans.start.tolist(), spans.end.tolist()
         rows_of: dict[str, list[int]] = {}
         for r, t in enumerate(spans.trace.tolist()):
             rows_of.setdefault(s.values[t], []).append(r)
@@ -164,6 +174,7 @@ class Rows:
             a.spans,
             a.seq,
             a.given,
+            *_names(a.spans),
             trace_id=[None] * n,
             span_id=[g.span_id or None for g in a.given],
             parent_span_id=[None] * n,
@@ -174,16 +185,23 @@ class Rows:
         )
 
     def _add_spans(
-        self, spans: SpanTable, seq: np.ndarray, given: Sequence[Given], **made: list[Any]
+        self,
+        spans: SpanTable,
+        seq: np.ndarray,
+        given: Sequence[Given],
+        service: list[str | None],
+        operation: list[str | None],
+        **made: list[Any],
     ) -> None:
         """Add the ``spans`` rows of ``spans`` as received (numbered ``seq``, with what their
-        senders gave), and what reconstruction ``made`` of them (the other columns)."""
+        senders gave, and ``service`` and ``operation`` as :func:`_names` gives them), and what
+        reconstruction ``made`` of them (the other columns)."""
         s = spans.strings
         received = {
             "seq": seq.tolist(),
-            "service": [s[c] for c in spans.service.tolist()],
+            "service": service,
             "instance": [s[c] for c in spans.instance.tolist()],
-            "operation": [s[c] for c in spans.endpoint.tolist()],
+            "operation": operation,
             "kind": [KIND_NAMES[k] for k in spans.kind.tolist()],
             "start_ns": spans.start.tolist(),
             "duration_ns": (spans.end - spans.start).tolist(),
@@ -241,6 +259,12 @@ _SCHEMAS = {
     ),
     "confidence": pa.schema([("at_ns", _I), ("service", _S), ("incoming", _I), ("top_choice", _I)]),
 }
+
+
+def _names(spans: SpanTable) -> tuple[list[str | None], list[str | None]]:
+    """The service and the operation of every row of ``spans``."""
+    s = spans.strings
+    return [s[c] for c in spans.service.tolist()], [s[c] for c in spans.endpoint.tolist()]
 
 
 def _columns(table: str) -> dict[str, list[Any]]:
