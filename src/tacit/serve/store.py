@@ -126,11 +126,10 @@ def pack_doc(doc: dict[str, Any]) -> bytes:
     return zlib.compress(orjson.dumps(doc), DOC_LEVEL)
 
 
-def unpack_doc(stored: bytes | str) -> str:
+def unpack_doc(stored: bytes) -> str:
     """A ``traces.doc`` value as JSON text; a database written before the documents were
-    compressed holds JSON text, which a zlib stream cannot start as (``{`` against ``x``)."""
-    if isinstance(stored, str):
-        return stored
+    compressed holds their JSON text (as bytes once :meth:`Store._upgrade` altered the column),
+    which a zlib stream cannot start as (``{`` against ``x``)."""
     return (zlib.decompress(stored) if stored[:1] != b"{" else stored).decode()
 
 
