@@ -88,7 +88,20 @@ def test_nezha_online_boutique(shared_data):
     """One front-end endpoint serving every page: paths per route, calls repeated per item."""
     res = _nezha(shared_data / "nezha/online_boutique/2022-08-22/03_53_trace.csv.gz")
     tw = res["traceweaver"]
-    assert tw["accuracy"] >= 0.85  # measured 87.3%; the best baseline (vPath) 28.2%
+    assert tw["accuracy"] >= 0.90  # measured 92.0%; the best baseline (vPath) 28.2%
+    assert tw["accuracy"] >= max(res[name]["accuracy"] for name in BASELINES)
+
+
+def test_nezha_online_boutique_under_cpu_contention(shared_data):
+    """The minute after CPU contention was injected into the front end's pod: the product
+    catalogue's ``sql.rows`` opens as its ``sql.conn.query`` closes, and the query's length
+    now varies by milliseconds. Timed from the query's end (a learned end anchor), the
+    catalogue's calls stay right; timed from its start they were 71% right."""
+    res = _nezha(shared_data / "nezha/online_boutique/2022-08-22/03_55_trace.csv.gz")
+    tw = res["traceweaver"]
+    assert tw["per_service"]["productcatalogservice"]["accuracy"] >= 0.87  # measured 89.0%
+    # measured 35.0%: the front end's chains of 11-20 calls under contention stay ambiguous
+    assert tw["accuracy"] >= 0.33
     assert tw["accuracy"] >= max(res[name]["accuracy"] for name in BASELINES)
 
 

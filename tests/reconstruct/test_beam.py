@@ -31,6 +31,14 @@ ANCHORED = CallPath(
     [Slot("b", "X", 0), Slot("c", "Y", 0), Slot("d", "Z", 0)], [[], [], []], anchors=[None, 0, 1]
 )
 """An asynchronous fan-out: Y's gap timed from X's start, Z's from Y's."""
+FROM_END = CallPath(
+    [Slot("b", "X", 0), Slot("c", "Y", 0), Slot("d", "Z", 0)],
+    [[], [], []],
+    anchors=[None, 0, 1],
+    anchor_ends=[False, True, False],
+)
+"""Unordered calls, Y's gap timed from the end of X's call (it opens as X closes), Z's from
+Y's start."""
 FOUR_TWINS = CallPath(
     [Slot("b", "X", k) for k in range(4)] + [Slot("c", "Y", 0)],
     [[], [0], [], [2], [1, 3]],
@@ -127,8 +135,9 @@ def reference(spans: SpanTable, path: CallPath, models, r: int, skip: list[float
                 ok = False
                 break
             done[j] = int(spans.end[o])
-            a = path.anchor(j)  # a gap timed from a sibling's start, where it has one
-            origin = int(spans.start[combo[a]]) if a is not None and combo[a] != SKIP else t
+            a = path.anchor(j)  # a gap timed from a sibling's start or end, where it has one
+            event = spans.end if path.from_end(j) else spans.start
+            origin = int(event[combo[a]]) if a is not None and combo[a] != SKIP else t
             score += (math.log1p(-math.exp(skip[j])) if skip[j] > -np.inf else 0.0) + logpdf(
                 models[j], (spans.start[o] - origin) / 1000
             )
@@ -147,8 +156,8 @@ def listed(cs, scores, r: int) -> dict:
 
 @pytest.mark.parametrize(
     "path",
-    [SEQUENTIAL, PARALLEL, TWINS, LATE, ANCHORED],
-    ids=["sequential", "parallel", "twins", "late", "anchored"],
+    [SEQUENTIAL, PARALLEL, TWINS, LATE, ANCHORED, FROM_END],
+    ids=["sequential", "parallel", "twins", "late", "anchored", "from_end"],
 )
 @pytest.mark.parametrize("seed", range(12))
 def test_exhaustive_search_is_the_papers_ranking(path, seed):
@@ -169,7 +178,9 @@ def test_exhaustive_search_is_the_papers_ranking(path, seed):
 
 
 @pytest.mark.parametrize(
-    "path", [SEQUENTIAL, PARALLEL, ANCHORED], ids=["sequential", "parallel", "anchored"]
+    "path",
+    [SEQUENTIAL, PARALLEL, ANCHORED, FROM_END],
+    ids=["sequential", "parallel", "anchored", "from_end"],
 )
 @pytest.mark.parametrize("seed", range(8))
 def test_optional_slots_add_skipped_mappings(path, seed):
@@ -265,7 +276,7 @@ def test_a_path_lacking_enough_calls_is_skipped():
 
 def test_the_refit_measures_anchored_gaps_as_the_search_scores_them():
     """``candidate_gaps`` (what the models are refitted on) times an anchored slot from its
-    anchor's start, as the compiled search does."""
+    anchor's start, or end, as the compiled search does."""
     from tacit.reconstruct.delays import candidate_gaps, slot_ready
 
     rng = np.random.default_rng(3)
@@ -275,4 +286,11 @@ def test_the_refit_measures_anchored_gaps_as_the_search_scores_them():
     start = spans.start[cs.calls]
     assert np.allclose(gaps[:, 0], (start[:, 0] - spans.start[cs.incoming]) / 1000)
     assert np.allclose(gaps[:, 1], (start[:, 1] - start[:, 0]) / 1000)
+    assert np.allclose(gaps[:, 2], (start[:, 2] - start[:, 1]) / 1000)
+    # From the end of the anchor's call where the path says so.
+    spans, _ = simulate_instance(FROM_END, rng, n_in=3, noise=2)
+    cs, _ = run_search(spans, FROM_END)
+    gaps = candidate_gaps(spans, cs, slot_ready(spans, cs))
+    start, end = spans.start[cs.calls], spans.end[cs.calls]
+    assert np.allclose(gaps[:, 1], (start[:, 1] - end[:, 0]) / 1000)
     assert np.allclose(gaps[:, 2], (start[:, 2] - start[:, 1]) / 1000)

@@ -198,14 +198,16 @@ def test_ordering_more_slots_than_memory_allows_is_refused_naming_the_input(monk
     assert e.value.path == "fan.json"
 
 
-def _fan_out(offsets: list[tuple[int, int]]) -> SpanTable:
-    """Requests of a.E (1 ms apart) calling b.X and b.Y in parallel, at these start offsets."""
+def _fan_out(offsets: list[tuple[int, int]], x_length: list[int] | None = None) -> SpanTable:
+    """Requests of a.E (1 ms apart) calling b.X and b.Y in parallel, at these start offsets;
+    b.X lasts ``x_length[i]`` ns in request i (200 by default)."""
     rows: list[tuple] = []
     for i, (x, y) in enumerate(offsets):
         t, r = 1000 * i, len(rows)
+        length = 200 if x_length is None else x_length[i]
         rows += [
             ("a", "E", SERVER, t, t + 500, None, NONE),
-            ("a", "X", CLIENT, t + x, t + x + 200, "b", r),
+            ("a", "X", CLIENT, t + x, t + x + length, "b", r),
             ("a", "Y", CLIENT, t + y, t + y + 200, "b", r),
         ]
     return _table(rows)
@@ -217,6 +219,24 @@ def test_a_call_launched_with_a_sibling_is_timed_from_the_sibling():
     g = g.get("a", "E")
     assert g.preds == [[], []] and g.anchors == [None, 0]
     assert g.paths[0].anchors == [None, 0] and g.order == [0, 1]
+
+
+def test_a_call_opened_just_before_a_sibling_closes_is_timed_from_its_end(tmp_path):
+    # X lasts 100 to 210 ns; Y opens 1 to 3 ns before X's span closes (Nezha's sql.rows inside
+    # sql.conn.query): no order between them, and Y's gap from X's end varies least.
+    length = [100 + 10 * i for i in range(12)]
+    g = learn_callgraph(_fan_out([(10, 10 + n - 1 - i % 3) for i, n in enumerate(length)], length))
+    e = g.get("a", "E")
+    assert e.preds == [[], []] and e.anchors == [None, 0] and e.anchor_ends == [False, True]
+    assert e.from_end(1) and not e.from_end(0) and e.paths[0].from_end(1)
+    g.save(tmp_path / "cg.yaml")
+    assert "from_end_of: 0" in (tmp_path / "cg.yaml").read_text()
+    back = CallGraph.load(tmp_path / "cg.yaml").get("a", "E")
+    assert back.anchors == [None, 0] and back.from_end(1) and back.paths[0].from_end(1)
+    assert not g.without_anchors().get("a", "E").from_end(1)
+    # X of a constant length: its start times Y as well, and is preferred.
+    same = learn_callgraph(_fan_out([(10 + 7 * i, 15 + 7 * i + i % 5) for i in range(12)]))
+    assert same.get("a", "E").anchor_ends == [False, False]
 
 
 def test_a_call_timed_from_the_arrival_keeps_its_trigger():
@@ -269,6 +289,9 @@ def test_yaml_round_trip_preserves_graph(learned, tmp_path):
             assert a.probability == pytest.approx(b.probability, abs=1e-6)
         assert h.order == g.order
         assert h.anchors == g.anchors
+        assert [h.from_end(j) for j in range(len(h.slots))] == [
+            g.from_end(j) for j in range(len(g.slots))
+        ]
         assert h.reorders == g.reorders
         assert [p.anchors for p in h.paths] == [p.anchors for p in g.paths]
     # The default app launches parallel calls at once: they are timed from each other.
@@ -306,6 +329,12 @@ def test_hand_written_yaml_with_ids(tmp_path):
         "s:\n  E:\n    calls:\n      - {id: 0, service: b, endpoint: X, from_start_of: 7}\n",
         # a gap timed from its own call
         "s:\n  E:\n    calls:\n      - {id: 0, service: b, endpoint: X, from_start_of: 0}\n",
+        # unknown id in from_end_of
+        "s:\n  E:\n    calls:\n      - {id: 0, service: b, endpoint: X, from_end_of: 7}\n",
+        # timed from a sibling's start and its end at once
+        "s:\n  E:\n    calls:\n"
+        "      - {id: 0, service: b, endpoint: X}\n"
+        "      - {id: 1, service: b, endpoint: Y, from_start_of: 0, from_end_of: 0}\n",
         # two calls timed from each other
         "s:\n  E:\n    calls:\n"
         "      - {id: 0, service: b, endpoint: X, from_start_of: 1}\n"

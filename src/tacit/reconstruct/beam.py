@@ -21,7 +21,8 @@ backend take their calls in the order of their occurrence numbers, which count c
 order (:func:`.callgraph.learn_callgraph`), so that no mapping is listed twice.
 
 A slot's gap is measured from its trigger, or, where the call graph gives the slot an anchor
-(a sibling launched with it, :func:`.callgraph._anchors`), from the start of the anchor's call.
+(a sibling launched with it or just before it ends, :func:`.callgraph._anchors`), from the start
+or the end of the anchor's call.
 
 The kernel is compiled (numba); :func:`search` is the Python wrapper that lays the paths and
 pools out as arrays for it, and the tests compare it with an exhaustive enumeration.
@@ -165,7 +166,9 @@ def search(
     ep_ptr = np.searchsorted(ep_ids[order], np.arange(n_ep + 1)).astype(np.int64)
     # Slots of every path in topological order.
     slot_ptr = [0]
-    slot_index, slot_pool, slot_model, slot_early, slot_late, slot_anchor = [], [], [], [], [], []
+    slot_index, slot_pool, slot_model, slot_early, slot_late = [], [], [], [], []
+    slot_anchor: list[int] = []
+    slot_from_end: list[bool] = []
     slot_made: list[float] = []
     slot_skip: list[float] = []
     pred_ptr, preds = [0], list[int]()
@@ -196,6 +199,7 @@ def search(
             slot_late.append(sl.late_ns)
             a = p.path.anchor(j)
             slot_anchor.append(-1 if a is None else pos[a])
+            slot_from_end.append(p.path.from_end(j))
             slot_made.append(float(p.made_logp[j]))
             slot_skip.append(float(p.skip_logp[j]))
             preds.extend(pos[q] for q in p.path.preds[j])
@@ -238,6 +242,7 @@ def search(
         *(np.array(a, dtype=i64) for a in slot_ints),
         np.array(slot_made, dtype=f64),
         np.array(slot_skip, dtype=f64),
+        np.array(slot_from_end, dtype=np.bool_),
     )
     dep_cols = (
         *(np.array(a, dtype=i64) for a in (pred_ptr, preds, twin_ptr, twins)),
@@ -373,9 +378,9 @@ def _beam(incoming, paths, slots, deps, need, calls, gaps, limits):  # pragma: n
     what allocates (the beam's selection, the ranking, growing the output) is done here."""
     in_start, in_end, _, in_ep, in_thread = incoming
     ep_ptr, ep_paths, slot_ptr, _, _, same_thread = paths
-    _, slot_pool, _, slot_early, _, slot_anchor, _, _ = slots
+    _, slot_pool, _, slot_early, _, slot_anchor, _, _, slot_from_end = slots
     pred_ptr, preds, twin_ptr, twins, twin_after = deps
-    pool_ptr, call_start = calls[0], calls[1]
+    pool_ptr, call_start, call_end = calls[0], calls[1], calls[2]
     beam_width, max_branch, keep, max_slots = limits
     out = _outputs(len(in_start) * keep, max_slots)
     tree, nxt = _scratch(beam_width, max_branch, max_slots)
@@ -397,7 +402,8 @@ def _beam(incoming, paths, slots, deps, need, calls, gaps, limits):  # pragma: n
                 s = slot_ptr[p] + d
                 _triggers(s, d, nb, in_start[i], slot_early[s], pred_ptr, preds, tree)
                 if slot_pool[s] >= 0:
-                    _origins(slot_anchor[s], d, nb, call_start, tree)
+                    origin = call_end if slot_from_end[s] else call_start
+                    _origins(slot_anchor[s], d, nb, origin, tree)
                     _twin_bounds(twin_ptr[s], twin_ptr[s + 1], d, nb, twins, twin_after, tree)
                 n_next, cut = _extend(
                     i, s, nb, thread, incoming, slots, calls, gaps, tree, nxt, limits
@@ -500,17 +506,17 @@ def _triggers(s, d, nb, r0, early, pred_ptr, preds, tree):  # pragma: no cover -
 
 
 @njit(cache=True, inline="always")
-def _origins(anchor, d, nb, call_start, tree):  # pragma: no cover - compiled
+def _origins(anchor, d, nb, event, tree):  # pragma: no cover - compiled
     """For each of the ``nb`` entries of depth ``d - 1``, the origin of the slot's gap: the
-    start of the call of its ``anchor`` (a slot position, -1: none) where that made one, else
-    its trigger."""
+    ``event`` (the start or end per pool position) of the call of its ``anchor`` (a slot
+    position, -1: none) where that made one, else its trigger."""
     pos, par, bounds = tree[0], tree[2], tree[4]
     for e in range(nb):
         bounds[_ORIGIN, e] = bounds[_TRIGGER, e]
         if anchor >= 0:
             x = _ancestor(par, d - 1, e, anchor)
             if pos[anchor, x] >= 0:
-                bounds[_ORIGIN, e] = call_start[pos[anchor, x]]
+                bounds[_ORIGIN, e] = event[pos[anchor, x]]
 
 
 @njit(cache=True, inline="always")
@@ -550,7 +556,7 @@ def _extend(i, s, nb, thread, incoming, slots, calls, gaps, tree, nxt, limits): 
     runs on that thread, scored by its gap; and with a skip where the slot may be skipped.
     Returns how many it put in ``nxt``, and how many entries ``max_branch`` cut short."""
     r1, win = incoming[1][i], incoming[2][i]
-    _, slot_pool, slot_model, _, slot_late, _, slot_made, slot_skip = slots
+    _, slot_pool, slot_model, _, slot_late, _, slot_made, slot_skip, _ = slots
     pool_ptr, call_start, call_end, call_thread = calls
     model, peak = gaps
     beam_width, max_branch = limits[0], limits[1]

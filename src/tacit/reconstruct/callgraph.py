@@ -83,12 +83,19 @@ class CallPath:
     """At a join (:class:`Join`): the path of the request that calls onward ("trigger") or of
     the others ("member"); None elsewhere."""
     anchors: list[int | None] = field(default_factory=list)
-    """Per slot, the sibling slot whose call start its gap is measured from (None, or no entry:
-    from its trigger, as the paper does); see :func:`_anchors`."""
+    """Per slot, the sibling slot whose call its gap is measured from (None, or no entry: from
+    its trigger, as the paper does); see :func:`_anchors`."""
+    anchor_ends: list[bool] = field(default_factory=list)
+    """Per anchored slot, True where its gap is measured from the end of the anchor's call,
+    not its start (no entry: from the start)."""
 
     def anchor(self, j: int) -> int | None:
-        """The slot whose call start slot ``j``'s gap is measured from, if any."""
+        """The slot whose call slot ``j``'s gap is measured from, if any."""
         return self.anchors[j] if j < len(self.anchors) else None
+
+    def from_end(self, j: int) -> bool:
+        """Whether slot ``j``'s gap is measured from the end of its anchor's call."""
+        return self.anchor(j) is not None and j < len(self.anchor_ends) and self.anchor_ends[j]
 
     @property
     def order(self) -> list[int]:
@@ -195,7 +202,12 @@ class CallGraph:
         """A copy whose gaps are all measured from their triggers (the paper's §4.1)."""
         return CallGraph(
             {
-                key: replace(g, anchors=[], paths=[replace(p, anchors=[]) for p in g.paths])
+                key: replace(
+                    g,
+                    anchors=[],
+                    anchor_ends=[],
+                    paths=[replace(p, anchors=[], anchor_ends=[]) for p in g.paths],
+                )
                 for key, g in self.endpoints.items()
             }
         )
@@ -206,7 +218,7 @@ class CallGraph:
         §6.2.5's ablation removes)."""
 
         def free(path: CallPath) -> dict:
-            return {"preds": [[] for _ in path.slots], "anchors": []}
+            return {"preds": [[] for _ in path.slots], "anchors": [], "anchor_ends": []}
 
         return CallGraph(
             {
@@ -261,6 +273,7 @@ class CallGraph:
                     union.preds,
                     number(spec, "requests", where, 0, integer=True),
                     anchors=union.anchors,
+                    anchor_ends=union.anchor_ends,
                     service=str(svc),
                     endpoint=str(ep),
                     paths=[
@@ -290,7 +303,7 @@ def _calls_doc(p: CallPath, with_probability: bool) -> list[dict]:
         if s.late_ns:
             call["late_us"] = s.late_ns / 1000
         if p.anchor(j) is not None:
-            call["from_start_of"] = p.anchor(j)
+            call["from_end_of" if p.from_end(j) else "from_start_of"] = p.anchor(j)
         out.append(call)
     return out
 
@@ -321,7 +334,7 @@ def _parse_calls(spec: dict, where: str, requests: int = 0) -> CallPath:
         if not isinstance(call_id, int | float | str):
             raise ConfigError(f"{where}: a call's 'id' must be a number or a string")
         position.setdefault(call_id, j)
-    slots, preds, anchors = [], [], []
+    slots, preds, anchors, ends = [], [], [], []
     seen: dict[tuple[str, str], int] = {}
     for c in calls:
         if "service" not in c or "endpoint" not in c:
@@ -335,20 +348,23 @@ def _parse_calls(spec: dict, where: str, requests: int = 0) -> CallPath:
         after = c.get("after", [])
         if not isinstance(after, list):
             raise ConfigError(f"{where}: 'after' must be a list of call ids")
+        if "from_start_of" in c and "from_end_of" in c:
+            raise ConfigError(f"{where}: a call has 'from_start_of' or 'from_end_of', not both")
+        ends.append("from_end_of" in c)
         try:
             preds.append([position[a] for a in after])
-            anchor = c.get("from_start_of")
+            anchor = c.get("from_end_of" if ends[-1] else "from_start_of")
             anchors.append(None if anchor is None else position[anchor])
         except (KeyError, TypeError):
             raise ConfigError(
-                f"{where}: 'after' or 'from_start_of' names an unknown call id"
+                f"{where}: 'after', 'from_start_of' or 'from_end_of' names an unknown call id"
             ) from None
         if anchors[-1] == len(slots) - 1:
-            raise ConfigError(f"{where}: a call's gap cannot be measured 'from_start_of' itself")
+            raise ConfigError(f"{where}: a call's gap cannot be measured from itself")
     role = spec.get("role")
     if role not in (None, "trigger", "member"):
         raise ConfigError(f"{where}: 'role' must be trigger or member, got {role!r}")
-    return CallPath(slots, preds, requests, role, anchors)
+    return CallPath(slots, preds, requests, role, anchors, ends)
 
 
 def learn_callgraph(spans: SpanTable) -> CallGraph:
@@ -453,6 +469,7 @@ def _learn_endpoint(
         union.preds,
         len(reqs),
         anchors=union.anchors,
+        anchor_ends=union.anchor_ends,
         paths=paths,
         same_thread=same,
         reorders=_reorders(spans, reqs, children, union),
@@ -582,13 +599,16 @@ def _learn_path(
     ]
     preds = [sorted(np.flatnonzero(immediate[:, j]).tolist()) for j in range(n)]
     path = CallPath(slots, preds, len(reqs))
-    path.anchors = _anchors(path, start, end)
+    path.anchors, path.anchor_ends = _anchors(path, start, end)
     return path
 
 
-def _anchors(path: CallPath, start: np.ndarray, end: np.ndarray) -> list[int | None]:
-    """Per slot, the sibling whose call start its gap is best measured from, learned from the
-    test requests (a tacit extension of §4.1's gaps).
+def _anchors(
+    path: CallPath, start: np.ndarray, end: np.ndarray
+) -> tuple[list[int | None], list[bool]]:
+    """Per slot, the sibling whose call its gap is best measured from, and whether from that
+    call's end rather than its start, learned from the test requests (a tacit extension of
+    §4.1's gaps).
 
     TraceWeaver measures every gap from the call's trigger: the end of its predecessors, or the
     request's arrival. Calls that run in parallel are often launched together (an asynchronous
@@ -596,11 +616,15 @@ def _anchors(path: CallPath, start: np.ndarray, end: np.ndarray) -> list[int | N
     three services at once, 1 to 17 ms after the request that completes its join arrived. Then
     the gap from a sibling's start (the same predecessors, placed earlier) varies far less
     than the gap from the trigger (an interquartile range of 0.5-0.8 ms against 3-3.5 ms), and
-    it is what tells one request's fan-out from another's. A slot takes the earlier sibling
-    whose gap has the smallest interquartile range over the test requests that made both,
-    when that is smaller than its trigger gap's. ``start``/``end`` hold one row per request and
-    one column per slot of ``path`` (which has no anchors yet), relative to the request's
-    arrival (NaN: not made).
+    it is what tells one request's fan-out from another's. A call may also begin just before a
+    sibling's span closes, so that no order is learned between them although one follows the
+    other: Nezha OnlineBoutique's product catalogue opens ``sql.rows`` 2-20 µs before its
+    ``sql.conn.query`` span ends, whose length varies by milliseconds under load. Then the gap
+    from the sibling's end varies least. A slot takes the earlier sibling, and the event of
+    its call (start or end), whose gap has the smallest interquartile range over the test
+    requests that made both, when that is smaller than its trigger gap's; on ties the start,
+    and the earliest placed. ``start``/``end`` hold one row per request and one column per slot
+    of ``path`` (which has no anchors yet), relative to the request's arrival (NaN: not made).
     """
     preds, n = path.preds, len(path.slots)
     ready = np.zeros_like(start)
@@ -608,18 +632,24 @@ def _anchors(path: CallPath, start: np.ndarray, end: np.ndarray) -> list[int | N
         for q in preds[j]:
             ready[:, j] = np.fmax(ready[:, j], end[:, q])
     anchors: list[int | None] = [None] * n
+    ends = [False] * n
     placed: dict[tuple[int, ...], list[int]] = {}  # siblings placed so far, by predecessors
     for j in path.order:
         siblings = placed.setdefault(tuple(preds[j]), [])
         if siblings:  # all of them at once: a fan-out of n calls makes n² / 2 pairs
             both = ~np.isnan(start[:, [j]]) & ~np.isnan(start[:, siblings])
-            spread = _iqr(np.where(both, start[:, [j]] - start[:, siblings], np.nan))
             trigger = _iqr(np.where(both, start[:, [j]] - ready[:, [j]], np.nan))
-            ok = (both.sum(axis=0) >= ANCHOR_MIN_REQUESTS) & (spread < trigger)
-            if ok.any():  # the smallest spread, the earliest placed on ties
-                anchors[j] = siblings[int(np.argmin(np.where(ok, spread, np.inf)))]
+            # Columns: each sibling's start, then each sibling's end.
+            events = np.concatenate([start[:, siblings], end[:, siblings]], axis=1)
+            made = np.concatenate([both, both], axis=1)
+            spread = _iqr(np.where(made, start[:, [j]] - events, np.nan))
+            ok = (made.sum(axis=0) >= ANCHOR_MIN_REQUESTS) & (spread < np.tile(trigger, 2))
+            if ok.any():  # the smallest spread; starts before ends, the earliest placed on ties
+                best = int(np.argmin(np.where(ok, spread, np.inf)))
+                anchors[j] = siblings[best % len(siblings)]
+                ends[j] = best >= len(siblings)
         siblings.append(j)
-    return anchors
+    return anchors, ends
 
 
 def _iqr(x: np.ndarray) -> np.ndarray:

@@ -50,9 +50,10 @@ def _done(spans: SpanTable, calls: np.ndarray, ready: np.ndarray) -> np.ndarray:
 
 
 def candidate_gaps(spans: SpanTable, cs: CandidateSet, ready: np.ndarray) -> np.ndarray:
-    """Gaps in µs: a column per slot (call start - :func:`slot_ready`, or - the start of its
-    anchor's call where the slot has one and the anchor was made: :func:`.callgraph._anchors`),
-    then one for last call end -> response; NaN where the call is skipped."""
+    """Gaps in µs: a column per slot (call start - :func:`slot_ready`, or - the start or end of
+    its anchor's call where the slot has one and the anchor was made:
+    :func:`.callgraph._anchors`), then one for last call end -> response; NaN where the call is
+    skipped."""
     n, m = cs.calls.shape
     gaps = np.full((n, m + 1), np.nan)
     last = spans.start[cs.incoming]
@@ -63,7 +64,8 @@ def candidate_gaps(spans: SpanTable, cs: CandidateSet, ready: np.ndarray) -> np.
         a = cs.graph.anchor(j)
         if a is not None:
             sibling = cs.calls[:, a]
-            origin = np.where(sibling >= 0, spans.start[np.maximum(sibling, 0)], origin)
+            event = spans.end if cs.graph.from_end(j) else spans.start
+            origin = np.where(sibling >= 0, event[np.maximum(sibling, 0)], origin)
         gaps[made, j] = (spans.start[calls[made]] - origin[made]) / 1000.0
         last = np.maximum(last, _done(spans, calls, ready[:, j]))
     gaps[:, m] = (spans.end[cs.incoming] - last) / 1000.0

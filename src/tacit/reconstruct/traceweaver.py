@@ -298,13 +298,14 @@ def _relative_weight(raw: np.ndarray) -> np.ndarray:
 
 def _edge_key(endpoint: int, path: CallPath, keys: list[int], j: int | None) -> tuple:
     """What a gap model is shared by: the endpoint, the callees that trigger the gap (or the
-    anchor whose start it is measured from), and the callee it leads to (``j`` None: the
+    anchor whose start or end it is measured from), and the callee it leads to (``j`` None: the
     response, triggered by the path's sinks)."""
     if j is None:
         return (endpoint, "response", tuple(sorted(keys[q] for q in path.sinks())))
     a = path.anchor(j)
-    origin = tuple(sorted(keys[q] for q in path.preds[j])) if a is None else ("start", keys[a])
-    return (endpoint, origin, keys[j])
+    if a is None:
+        return (endpoint, tuple(sorted(keys[q] for q in path.preds[j])), keys[j])
+    return (endpoint, ("end" if path.from_end(j) else "start", keys[a]), keys[j])
 
 
 def _gather(values: np.ndarray, bounds: np.ndarray, parts: list[np.ndarray]) -> list[np.ndarray]:
@@ -508,7 +509,7 @@ class _Instance:
                     t2 = series(j, "start")
                     pr, a = g.preds[j], g.anchor(j)
                     if a is not None:
-                        t1 = series(a, "start")
+                        t1 = series(a, "end" if g.from_end(j) else "start")
                     elif not pr:
                         t1 = spans.start[reqs]
                     else:
