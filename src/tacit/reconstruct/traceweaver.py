@@ -22,8 +22,9 @@ Three settings select between the paper's formulation and tacit's extensions of 
   callee bounded by the discrepancy between expected and observed calls and water-filled over
   the batches.
 * ``sibling_gaps`` (on by default): a call that the test traces show launched together with a
-  sibling (an asynchronous fan-out) has its gap measured from the sibling's start instead of
-  from its trigger. Off measures every gap from its trigger, as the paper does.
+  sibling (an asynchronous fan-out), or opened as a sibling's span closes, has its gap measured
+  from the sibling's start, or end, instead of from its trigger. Off measures every gap from its
+  trigger, as the paper does.
 * ``arrival_order`` (on by default): from the second iteration each call's rank displacement
   (:mod:`.order`) is scored with the gaps, so that in-order services are not out-scored by
   swapped mappings; only at endpoints whose test requests kept their calls in trigger order.
@@ -121,9 +122,10 @@ class TraceWeaverParams:
     callers' mapping gives them and let each group call onward once (a tacit extension: the
     paper reconstructs every service on its own)."""
     sibling_gaps: bool = True
-    """Measure the gap of a call launched together with a sibling from the sibling's start,
-    where the call graph learned that this varies less (:func:`.callgraph._anchors`; a tacit
-    extension, off measures every gap from its trigger as the paper does)."""
+    """Measure the gap of a call launched together with a sibling, or as a sibling's span
+    closes, from the sibling's start or end, where the call graph learned that this varies less
+    (:func:`.callgraph._anchors`; a tacit extension, off measures every gap from its trigger as
+    the paper does)."""
     arrival_order: bool = True
     """Also score the rank displacement of each call of the endpoints whose test requests kept
     their calls in trigger order (:attr:`.callgraph.EndpointGraph.reorders`; a tacit extension,
