@@ -21,8 +21,8 @@ backend take their calls in the order of their occurrence numbers, which count c
 order (:func:`.callgraph.learn_callgraph`), so that no mapping is listed twice.
 
 A slot's gap is measured from its trigger, or, where the call graph gives the slot an anchor
-(a sibling launched with it or just before it ends, :func:`.callgraph._anchors`), from the start
-or the end of the anchor's call.
+(a sibling launched with it, or whose span closes as it opens: :func:`.callgraph._anchors`),
+from the start or the end of the anchor's call.
 
 The kernel is compiled (numba); :func:`search` is the Python wrapper that lays the paths and
 pools out as arrays for it, and the tests compare it with an exhaustive enumeration.
