@@ -619,7 +619,7 @@ def _anchors(
     it is what tells one request's fan-out from another's. A call may also begin just before a
     sibling's span closes, so that no order is learned between them although one follows the
     other: Nezha OnlineBoutique's product catalogue opens ``sql.rows`` 2-20 µs before its
-    ``sql.conn.query`` span ends, whose length varies by milliseconds under load. Then the gap
+    ``sql.conn.query`` span ends, whose length varies by a millisecond under load. Then the gap
     from the sibling's end varies least. A slot takes the earlier sibling, and the event of
     its call (start or end), whose gap has the smallest interquartile range over the test
     requests that made both, when that is smaller than its trigger gap's; on ties the start,
