@@ -452,9 +452,10 @@ CPU-bound, and the machine is shared, so the rows move with the load):
 4. **-noack depends on the ACK timing.** aioquic acknowledges 1 ms after the first
    unacknowledged packet (`K_GRANULARITY`) and does not put the ACK in a request sent sooner.
    With one stream (under 1 ms of latency) the request goes first and few ACKs fall inside a
-   gap; above 1 ms every response's ACK splits the gap before the next requests, and -noack is
-   about half the truth. mvfst's ACK policy differs; the paper's "-noack" scenario had no such
-   ACKs.
+   gap; above 1 ms a response's ACK can split the gap before the next requests, and where it
+   does for every response -noack is about half the truth (16 streams; with 4 streams, at
+   1.6-2 ms, some runs and not others). mvfst's ACK policy differs; the paper's "-noack"
+   scenario had no such ACKs.
 5. **Large responses with several streams: the requests no longer go in batches.** aioquic
    sends datagrams of at most 1,200 bytes, so a response of 1,600–15,100 B spans several, and
    the responses of different streams end at different times. The client then sends one
