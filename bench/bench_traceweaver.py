@@ -195,7 +195,8 @@ def report(rows: list[dict]) -> str:
             "`from_end_of`, learned where that gap varies least), 89%. What is left is "
             "the front end: chains of 11 to 20 sequential calls per page, which in 03_55 last "
             "1.3-2.3 s where they took tens of ms. Its calls there last about 100, 200 or 300 "
-            "ms (a CPU quota enforced per 100 ms period), and in the cases inspected the calls "
+            "ms (multiples of Linux's 100 ms CFS period: likely the pod's CPU limit throttling "
+            "it), and in the cases inspected the calls "
             "of two requests in flight together started and ended within 0.2 ms of each other: "
             "timing cannot tell them apart. A wider search (beam 64, top 10) gains 2-5 points.",
         ]
