@@ -136,7 +136,7 @@ def reference(spans: SpanTable, path: CallPath, models, r: int, skip: list[float
                 break
             done[j] = int(spans.end[o])
             a = path.anchor(j)  # a gap timed from a sibling's start or end, where it has one
-            event = spans.end if path.from_end(j) else spans.start
+            event = getattr(spans, path.anchor_event(j))
             origin = int(event[combo[a]]) if a is not None and combo[a] != SKIP else t
             score += (math.log1p(-math.exp(skip[j])) if skip[j] > -np.inf else 0.0) + logpdf(
                 models[j], (spans.start[o] - origin) / 1000

@@ -228,12 +228,14 @@ def test_a_call_opened_just_before_a_sibling_closes_is_timed_from_its_end(tmp_pa
     g = learn_callgraph(_fan_out([(10, 10 + n - 1 - i % 3) for i, n in enumerate(length)], length))
     e = g.get("a", "E")
     assert e.preds == [[], []] and e.anchors == [None, 0] and e.anchor_ends == [False, True]
-    assert e.from_end(1) and not e.from_end(0) and e.paths[0].from_end(1)
+    assert [e.anchor_event(j) for j in (0, 1)] == ["start", "end"]
+    assert e.paths[0].anchor_event(1) == "end"
     g.save(tmp_path / "cg.yaml")
     assert "from_end_of: 0" in (tmp_path / "cg.yaml").read_text()
     back = CallGraph.load(tmp_path / "cg.yaml").get("a", "E")
-    assert back.anchors == [None, 0] and back.from_end(1) and back.paths[0].from_end(1)
-    assert not g.without_anchors().get("a", "E").from_end(1)
+    assert back.anchors == [None, 0] and back.anchor_event(1) == "end"
+    assert back.paths[0].anchor_event(1) == "end"
+    assert g.without_anchors().get("a", "E").anchor_event(1) == "start"
     # X of a constant length: its start times Y as well, and is preferred.
     same = learn_callgraph(_fan_out([(10 + 7 * i, 15 + 7 * i + i % 5) for i in range(12)]))
     assert same.get("a", "E").anchor_ends == [False, False]
@@ -289,8 +291,8 @@ def test_yaml_round_trip_preserves_graph(learned, tmp_path):
             assert a.probability == pytest.approx(b.probability, abs=1e-6)
         assert h.order == g.order
         assert h.anchors == g.anchors
-        assert [h.from_end(j) for j in range(len(h.slots))] == [
-            g.from_end(j) for j in range(len(g.slots))
+        assert [h.anchor_event(j) for j in range(len(h.slots))] == [
+            g.anchor_event(j) for j in range(len(g.slots))
         ]
         assert h.reorders == g.reorders
         assert [p.anchors for p in h.paths] == [p.anchors for p in g.paths]

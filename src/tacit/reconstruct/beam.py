@@ -199,7 +199,7 @@ def search(
             slot_late.append(sl.late_ns)
             a = p.path.anchor(j)
             slot_anchor.append(-1 if a is None else pos[a])
-            slot_from_end.append(p.path.from_end(j))
+            slot_from_end.append(p.path.anchor_event(j) == "end")
             slot_made.append(float(p.made_logp[j]))
             slot_skip.append(float(p.skip_logp[j]))
             preds.extend(pos[q] for q in p.path.preds[j])

@@ -93,9 +93,11 @@ class CallPath:
         """The slot whose call slot ``j``'s gap is measured from, if any."""
         return self.anchors[j] if j < len(self.anchors) else None
 
-    def from_end(self, j: int) -> bool:
-        """Whether slot ``j``'s gap is measured from the end of its anchor's call."""
-        return self.anchor(j) is not None and j < len(self.anchor_ends) and self.anchor_ends[j]
+    def anchor_event(self, j: int) -> str:
+        """Which event of its anchor's call slot ``j``'s gap is measured from: ``"start"`` or
+        ``"end"``, the name of that :class:`~tacit.model.spans.SpanTable` column."""
+        ends = self.anchor(j) is not None and j < len(self.anchor_ends) and self.anchor_ends[j]
+        return "end" if ends else "start"
 
     @property
     def order(self) -> list[int]:
@@ -303,7 +305,7 @@ def _calls_doc(p: CallPath, with_probability: bool) -> list[dict]:
         if s.late_ns:
             call["late_us"] = s.late_ns / 1000
         if p.anchor(j) is not None:
-            call["from_end_of" if p.from_end(j) else "from_start_of"] = p.anchor(j)
+            call[f"from_{p.anchor_event(j)}_of"] = p.anchor(j)
         out.append(call)
     return out
 

@@ -64,7 +64,7 @@ def candidate_gaps(spans: SpanTable, cs: CandidateSet, ready: np.ndarray) -> np.
         a = cs.graph.anchor(j)
         if a is not None:
             sibling = cs.calls[:, a]
-            event = spans.end if cs.graph.from_end(j) else spans.start
+            event = getattr(spans, cs.graph.anchor_event(j))
             origin = np.where(sibling >= 0, event[np.maximum(sibling, 0)], origin)
         gaps[made, j] = (spans.start[calls[made]] - origin[made]) / 1000.0
         last = np.maximum(last, _done(spans, calls, ready[:, j]))

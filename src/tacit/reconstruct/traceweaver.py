@@ -307,7 +307,7 @@ def _edge_key(endpoint: int, path: CallPath, keys: list[int], j: int | None) -> 
     a = path.anchor(j)
     if a is None:
         return (endpoint, tuple(sorted(keys[q] for q in path.preds[j])), keys[j])
-    return (endpoint, ("end" if path.from_end(j) else "start", keys[a]), keys[j])
+    return (endpoint, (path.anchor_event(j), keys[a]), keys[j])
 
 
 def _gather(values: np.ndarray, bounds: np.ndarray, parts: list[np.ndarray]) -> list[np.ndarray]:
@@ -511,7 +511,7 @@ class _Instance:
                     t2 = series(j, "start")
                     pr, a = g.preds[j], g.anchor(j)
                     if a is not None:
-                        t1 = series(a, "end" if g.from_end(j) else "start")
+                        t1 = series(a, g.anchor_event(j))
                     elif not pr:
                         t1 = spans.start[reqs]
                     else:
