@@ -64,6 +64,7 @@ class OnlineFeed:
         self.tw = OnlineTraceWeaver(callgraph, None, online, first_position)
         self.seq_of: dict[int, int] = {}
         self.given: dict[int, Given] = {}
+        self._lowest = first_position  # no position below it is still in :attr:`seq_of`
         self._clients: dict[tuple[str, str], tuple[int, int]] = {}  # -> (position, end)
         self._waiting: dict[tuple[str, str], tuple[int, int]] = {}
 
@@ -73,8 +74,14 @@ class OnlineFeed:
         return len(self.seq_of)
 
     def low_water(self, next_seq: int) -> int:
-        """The lowest sequence number not yet in a finished trace (``next_seq`` when none)."""
-        return min(self.seq_of.values(), default=next_seq)
+        """The lowest sequence number not yet in a finished trace (``next_seq`` when none).
+
+        Positions are given in the order of sequence numbers, so it is that of the lowest
+        position still here: found by a cursor that only moves up (a minimum over every
+        pending span, at each store, cost 2 µs a span with 100,000 of them pending)."""
+        while self._lowest < self.tw.pushed and self._lowest not in self.seq_of:
+            self._lowest += 1
+        return self.seq_of.get(self._lowest, next_seq)
 
     def push(self, spans: SpanTable, parent_ids: np.ndarray, seq: np.ndarray) -> Fed:
         """Feed the spans of one request (``parent_ids``: the parent span id each named, codes
