@@ -1,15 +1,27 @@
-"""Trace documents in the store: kept zlib-compressed, read back as the JSON the Jaeger API
-serves, and a file written before they were compressed still read and written."""
+"""Trace documents in the store: made from the spans' parts when asked for, the same as the
+Jaeger writer makes of the same traces; a file of an earlier version, whose traces kept their
+documents (compressed, or as text before that), is upgraded and both kinds are read."""
 
 from __future__ import annotations
 
+import zlib
+
 import duckdb
+import numpy as np
 import orjson
 import pyarrow as pa
 
-from tacit.serve.finished_rows import _SCHEMAS
-from tacit.serve.store import Store, TraceQuery, pack_doc, unpack_doc
+from serve_app import QUICK, shop_callgraph, shop_spans
+from tacit.experiment.otlp_load import BATCH, sdk_spans
+from tacit.formats.jaeger import jaeger_traces
+from tacit.formats.otlp import read_export_request
+from tacit.reconstruct.online import NS
+from tacit.reconstruct.pipeline import assemble_finished
+from tacit.serve.finished_rows import _SCHEMAS, Rows
+from tacit.serve.online_feed import OnlineFeed
+from tacit.serve.store import Store, TraceQuery
 
+SEED = 7
 DOC = {
     "traceID": "0af7651916cd43dd8448eb211c80319c",
     "spans": [
@@ -21,7 +33,50 @@ DOC = {
 }
 
 
-def _trace_row(trace_id: str, doc: bytes) -> dict[str, pa.Table]:
+def _stored_traces(store: Store, seconds: float) -> list[dict]:
+    """The shop app's spans through the SDK's encoding, the feed and the store, as the service
+    stores them; returns the Jaeger writer's documents of the same finished traces."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    spans = shop_spans(seconds, rate=100)
+    readable = sdk_spans(spans)
+    order = np.argsort(spans.end, kind="stable").tolist()
+    feed = OnlineFeed(shop_callgraph(), QUICK)
+    expected, next_seq = [], 0
+
+    def store_(finished) -> None:
+        rows = Rows()
+        for f in finished:
+            seq, given = feed.release(f)
+            rows.add_finished(f, seq, given, SEED, 0)
+            expected.extend(jaeger_traces(*assemble_finished(f, SEED)))
+        store.write_finished(rows.tables(0), {})
+
+    for a in range(0, len(order), BATCH):
+        body = encode_spans([readable[r] for r in order[a : a + BATCH]]).SerializeToString()
+        batch, parent_ids = read_export_request(body, "protobuf", "test request")
+        store_(feed.push(batch, parent_ids, np.arange(next_seq, next_seq + len(batch))).finished)
+        next_seq += len(batch)
+    store_(feed.advance(feed.tw.latest_end + 10 * NS))
+    return expected
+
+
+def test_documents_made_from_stored_spans_are_the_jaeger_writers(tmp_path):
+    store = Store(tmp_path / "t.duckdb")
+    expected = _stored_traces(store, 4)
+    assert len(expected) > 300
+    for doc in expected:
+        assert orjson.loads(store.trace(doc["traceID"].upper())) == doc
+    (n,) = store._cursor().execute("SELECT count(*) FROM processes").fetchone()
+    assert 1 < n <= len({p["serviceName"] for d in expected for p in d["processes"].values()}) * 4
+    latest = sorted(expected, key=lambda d: -min(s["startTime"] for s in d["spans"]))
+    found = [orjson.loads(d) for d in store.find_traces(TraceQuery(service="frontend", limit=5))]
+    assert [d["traceID"] for d in found] == [d["traceID"] for d in latest[:5]]
+    assert found == latest[:5]
+    store.close()
+
+
+def _trace_row(trace_id: str, doc: bytes | None) -> dict[str, pa.Table]:
     row = {
         "trace_id": trace_id,
         "service": "cart",
@@ -47,26 +102,22 @@ def _trace_row(trace_id: str, doc: bytes) -> dict[str, pa.Table]:
     }
 
 
-def test_a_document_is_stored_compressed_and_read_back_as_its_json(tmp_path):
-    packed = pack_doc(DOC)
-    assert len(packed) < len(orjson.dumps(DOC)) / 3
-    assert orjson.loads(unpack_doc(packed)) == DOC
-    store = Store(tmp_path / "t.duckdb")
-    store.write_finished(_trace_row(DOC["traceID"], packed), {})
-    assert orjson.loads(store.trace(DOC["traceID"])) == DOC
-    assert [orjson.loads(d) for d in store.find_traces(TraceQuery(service="cart"))] == [DOC]
-    store.close()
-
-
-def test_a_file_of_uncompressed_documents_is_upgraded_and_both_kinds_are_read(tmp_path):
+def test_a_file_of_stored_documents_is_upgraded_and_they_are_read(tmp_path):
     path = tmp_path / "old.duckdb"
-    con = duckdb.connect(str(path))  # the schema of the traces table before compression
+    con = duckdb.connect(str(path))  # the first schema of the traces table: documents as text
     con.execute(
         "CREATE TABLE traces(trace_id VARCHAR, service VARCHAR, operation VARCHAR, "
         "start_ns BIGINT, duration_ns BIGINT, spans INTEGER, min_score DOUBLE, "
         "finished_ns BIGINT, doc VARCHAR)"
     )
     con.execute("CREATE INDEX traces_by_id ON traces(trace_id)")
+    con.execute(  # and of the spans table, before it held the documents' parts
+        "CREATE TABLE spans(seq BIGINT, trace_id VARCHAR, span_id VARCHAR, "
+        "parent_span_id VARCHAR, service VARCHAR, instance VARCHAR, operation VARCHAR, "
+        "kind VARCHAR, start_ns BIGINT, duration_ns BIGINT, parent_service VARCHAR, "
+        "score DOUBLE, alternatives VARCHAR, unmapped VARCHAR, given_trace_id VARCHAR, "
+        "given_parent_id VARCHAR)"
+    )
     con.execute(
         "INSERT INTO traces VALUES ('00000000000000000000000000000001', 'cart', 'GET /cart', "
         "1, 2, 20, NULL, 3, ?)",
@@ -74,10 +125,15 @@ def test_a_file_of_uncompressed_documents_is_upgraded_and_both_kinds_are_read(tm
     )
     con.close()
     store = Store(path)
-    new = DOC | {"traceID": "00000000000000000000000000000002"}
-    store.write_finished(_trace_row(new["traceID"], pack_doc(new)), {})
+    compressed = DOC | {"traceID": "00000000000000000000000000000002"}
+    store.write_finished(
+        _trace_row(compressed["traceID"], zlib.compress(orjson.dumps(compressed))), {}
+    )
     assert orjson.loads(store.trace("00000000000000000000000000000001")) == DOC
-    assert orjson.loads(store.trace(new["traceID"])) == new
+    assert orjson.loads(store.trace(compressed["traceID"])) == compressed
+    assert [orjson.loads(d) for d in store.find_traces(TraceQuery(service="cart"))] == [compressed]
+    for doc in _stored_traces(store, 1):  # and traces stored now, in the upgraded tables
+        assert orjson.loads(store.trace(doc["traceID"])) == doc
     cur = store._cursor()
     assert cur.execute(
         "SELECT data_type FROM information_schema.columns "

@@ -12,9 +12,9 @@ status its ``otel.status_code``, ``otel.status_description`` and ``error`` tags 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -307,77 +307,126 @@ def jaeger_traces(
     ``tags`` adds tags to individual rows. Ids that are not hex are replaced (see
     :func:`common.hex_ids`).
     """
-    tags = tags or {}
     s = spans.strings
     trace_ids, span_ids = hex_ids(spans)
-    # Columns as lists: a row's values are read one by one, which numpy scalars make slow.
-    start, end, kind_of, parent_of = (
-        c.tolist() for c in (spans.start, spans.end, spans.kind, spans.parent)
+    start, end, parent_of, endpoint = (
+        c.tolist() for c in (spans.start, spans.end, spans.parent, spans.endpoint)
     )
-    service, instance, endpoint, thread, peer = (
-        c.tolist()
-        for c in (spans.service, spans.instance, spans.endpoint, spans.thread, spans.peer)
-    )
-    traces: dict[int, list[int]] = {}
-    for row, t in enumerate(spans.trace.tolist()):
-        traces.setdefault(t, []).append(row)
-    data = []
-    made: dict[tuple[int, int, int], dict] = {}  # a process of many traces, written once
-    for rows in traces.values():
-        trace_id = trace_ids[rows[0]]
-        processes: dict[tuple[int, int, int], str] = {}
-        resources: dict[str, Mapping[str, Any]] = {}
-        out = []
-        for row in sorted(rows, key=start.__getitem__):
-            d = spans.detail(row) or NO_DETAIL
-            pkey = (service[row], instance[row], id(d.resource))
-            pid = processes.setdefault(pkey, f"p{len(processes) + 1}")
-            resources[pid] = d.resource
-            kind = kind_of[row]
-            columns: dict[str, Any] = {} if kind == UNKNOWN else {"span.kind": KIND_NAMES[kind]}
-            if thread[row] != NONE:
-                columns["thread.id"] = thread[row]
-            if peer[row] != NONE:
-                columns["peer.service"] = s[peer[row]]
-            columns |= status_tags(d, True)
-            span_tags = merged_tags(d, columns, tags.get(row, {}))
-            parent = parent_of[row]
-            refs = []
-            if parent != NONE:
-                refs = [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": span_ids[parent]}]
-            start_us = start[row] // 1000
-            out.append(
-                {
-                    "traceID": trace_id,
-                    "spanID": span_ids[row],
-                    "operationName": s[endpoint[row]],
-                    "references": refs,
-                    "startTime": start_us,
-                    "duration": max(0, -(-end[row] // 1000) - start_us),
-                    "tags": [_tag(k, v) for k, v in span_tags.items()],
-                    "logs": [
-                        {
-                            "timestamp": e.time // 1000,
-                            "fields": [
-                                _tag("event", e.name),
-                                *(_tag(k, v) for k, v in e.attributes.items()),
-                            ],
-                        }
-                        for e in d.events
-                    ],
-                    "processID": pid,
-                    "warnings": None,
-                }
+    traces: dict[int, list[JaegerSpan]] = {}
+    made: dict[Hashable, dict] = {}  # a process of many traces, written once
+    for row, (trace, (span_tags, logs, process, key)) in enumerate(
+        zip(spans.trace.tolist(), jaeger_parts(spans, tags), strict=True)
+    ):
+        if key not in made:
+            made[key] = process
+        parent = parent_of[row]
+        traces.setdefault(trace, []).append(
+            JaegerSpan(
+                trace_ids[row],
+                span_ids[row],
+                span_ids[parent] if parent != NONE else None,
+                s[endpoint[row]],
+                start[row],
+                end[row],
+                span_tags,
+                logs,
+                key,
+                row,
             )
-        procs = {}
-        for key, pid in processes.items():
-            if key not in made:
-                svc, inst, _ = key
-                ptags = _process_tags(s[svc] or "", s[inst] or "", resources[pid])
-                made[key] = {"serviceName": s[svc], "tags": [_tag(k, v) for k, v in ptags.items()]}
-            procs[pid] = made[key]
-        data.append({"traceID": trace_id, "spans": out, "processes": procs, "warnings": None})
-    return data
+        )
+    return [trace_doc(rows, made) for rows in traces.values()]
+
+
+class JaegerSpan(NamedTuple):
+    """One span of a Jaeger trace document with its parts made (:func:`jaeger_parts`):
+    ``process`` names its process among the trace's, ``order`` breaks ties of start times."""
+
+    trace_id: str
+    span_id: str
+    parent_id: str | None
+    operation: str | None
+    start_ns: int
+    end_ns: int
+    tags: list[dict]
+    logs: list[dict]
+    process: Hashable
+    order: int
+
+
+def jaeger_parts(
+    spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | None = None
+) -> Iterator[tuple[list[dict], list[dict], dict, bytes]]:
+    """Per row of ``spans``: its Jaeger tags (its attributes, what the columns say, then
+    ``tags``' for the row), its logs (its events), its process (``serviceName`` and tags),
+    and the process's key: its JSON, which spans of one process share however many copies
+    of its resource the input held (one per OTLP request, say)."""
+    tags = tags or {}
+    s = spans.strings
+    # Columns as lists: a row's values are read one by one, which numpy scalars make slow.
+    kind_of, service, instance, thread, peer = (
+        c.tolist() for c in (spans.kind, spans.service, spans.instance, spans.thread, spans.peer)
+    )
+    seen: dict[tuple[int, int, int], tuple[dict, bytes]] = {}  # by the resource's identity
+    processes: dict[bytes, dict] = {}
+    for row in range(len(spans)):
+        d = spans.detail(row) or NO_DETAIL
+        made = seen.get((service[row], instance[row], id(d.resource)))
+        if made is None:
+            svc, inst = s[service[row]], s[instance[row]]
+            ptags = _process_tags(svc or "", inst or "", d.resource)
+            process = {"serviceName": svc, "tags": [_tag(k, v) for k, v in ptags.items()]}
+            key = dump_json(process)
+            made = seen[(service[row], instance[row], id(d.resource))] = (
+                processes.setdefault(key, process),
+                key,
+            )
+        process, key = made
+        kind = kind_of[row]
+        columns: dict[str, Any] = {} if kind == UNKNOWN else {"span.kind": KIND_NAMES[kind]}
+        if thread[row] != NONE:
+            columns["thread.id"] = thread[row]
+        if peer[row] != NONE:
+            columns["peer.service"] = s[peer[row]]
+        columns |= status_tags(d, True)
+        span_tags = merged_tags(d, columns, tags.get(row, {}))
+        logs = [
+            {
+                "timestamp": e.time // 1000,
+                "fields": [_tag("event", e.name), *(_tag(k, v) for k, v in e.attributes.items())],
+            }
+            for e in d.events
+        ]
+        yield [_tag(k, v) for k, v in span_tags.items()], logs, process, key
+
+
+def trace_doc(spans: Iterable[JaegerSpan], processes: Mapping[Hashable, dict]) -> dict:
+    """One trace's Jaeger document: its ``spans`` by start time, each process (``processes``
+    by the spans' keys) named ``p1``, ``p2``, ... in the order they first appear."""
+    ordered = sorted(spans, key=lambda sp: (sp.start_ns, sp.order))
+    trace_id = ordered[0].trace_id
+    pids: dict[Hashable, str] = {}
+    out = []
+    for sp in ordered:
+        refs = []
+        if sp.parent_id is not None:
+            refs = [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": sp.parent_id}]
+        start_us = sp.start_ns // 1000
+        out.append(
+            {
+                "traceID": trace_id,
+                "spanID": sp.span_id,
+                "operationName": sp.operation,
+                "references": refs,
+                "startTime": start_us,
+                "duration": max(0, -(-sp.end_ns // 1000) - start_us),
+                "tags": sp.tags,
+                "logs": sp.logs,
+                "processID": pids.setdefault(sp.process, f"p{len(pids) + 1}"),
+                "warnings": None,
+            }
+        )
+    procs = {pid: processes[key] for key, pid in pids.items()}
+    return {"traceID": trace_id, "spans": out, "processes": procs, "warnings": None}
 
 
 def _process_tags(service: str, instance: str, resource: Mapping[str, Any]) -> dict:

@@ -1,21 +1,28 @@
-"""Finished traces as rows of the store (:mod:`.store`) and as Jaeger documents."""
+"""Finished traces as rows of the store (:mod:`.store`): each span with the parts of its Jaeger
+document (tags, logs, process), from which the store makes trace documents when they are asked
+for (:meth:`.store.Store.find_traces`).
+
+Documents are not made here: making every trace's Jaeger document as it finished (and
+compressing it) was half of what storing a trace cost, 8.7 of 17.4 µs a span of the shop app's
+(``bench/bench_serve.py sustained``), for documents few of which are ever read."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 
-from tacit.formats.common import Traces
-from tacit.formats.jaeger import jaeger_traces
+from tacit.formats.common import Traces, hex_ids
+from tacit.formats.jaeger import jaeger_parts
 from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SERVER, SpanTable
 from tacit.reconstruct.online import Finished
 from tacit.reconstruct.pipeline import assemble_finished
 from tacit.serve.online_feed import Alone, Given
-from tacit.serve.store import pack_doc
 
 
 @dataclass
@@ -27,6 +34,7 @@ class Rows:
     spans: dict[str, list[Any]] = field(default_factory=lambda: _columns("spans"))
     traces: dict[str, list[Any]] = field(default_factory=lambda: _columns("traces"))
     operations: dict[str, list[Any]] = field(default_factory=lambda: _columns("trace_operations"))
+    processes: dict[int, tuple[str | None, bytes]] = field(default_factory=dict)
     confidence: dict[str, list[int]] = field(default_factory=dict)  # service -> [in, top]
     mapped: int = 0
     unmapped: dict[str, int] = field(default_factory=dict)
@@ -53,6 +61,15 @@ class Rows:
             )
             if next(iter(rows.values()))
         }
+        if self.processes:
+            out["processes"] = pa.Table.from_pydict(
+                {
+                    "process": list(self.processes),
+                    "service": [svc for svc, _ in self.processes.values()],
+                    "tags": [t for _, t in self.processes.values()],
+                },
+                schema=_SCHEMAS["processes"],
+            )
         if self.confidence:
             out["confidence"] = pa.Table.from_pylist(
                 [
@@ -68,9 +85,9 @@ class Rows:
     ) -> None:
         """The traces of ``f`` (spans numbered ``seq``, with what their senders gave)."""
         spans, tags = assemble_finished(f, seed)
-        docs = jaeger_traces(spans, tags)
         s = spans.strings
-        span_ids = [s[c] for c in spans.span_id.tolist()]
+        trace_ids, span_ids = hex_ids(spans)
+        given_ids = [s[c] for c in spans.span_id.tolist()]  # the ids before hex_ids pads them
         parents = spans.parent.tolist()
         service, operation = _names(spans)
         position_row = {int(p): r for r, p in enumerate(f.position.tolist())}
@@ -82,7 +99,7 @@ class Rows:
                 why = tags.get(r, {}).get("tacit.unmapped", "unmapped")
                 self.unmapped[why] = self.unmapped.get(why, 0) + 1
             if g.parent_id:
-                if p != NONE and span_ids[p] == g.parent_id:
+                if p != NONE and given_ids[p] == g.parent_id:
                     self.agree += 1
                 else:
                     self.disagree += 1
@@ -93,17 +110,34 @@ class Rows:
             given,
             service,
             operation,
-            trace_id=[s[c] for c in spans.trace.tolist()],
+            trace_id=trace_ids,
             span_id=span_ids,
             parent_span_id=[span_ids[p] if p != NONE else None for p in parents],
             parent_service=[service[p] if p != NONE else None for p in parents],
             score=[t.get("tacit.score") for t in row_tags],
             alternatives=[t.get("tacit.alternatives") for t in row_tags],
             unmapped=[t.get("tacit.unmapped") for t in row_tags],
+            **self._jaeger_parts(spans, tags),
         )
         self._confidence(f, spans, position_row)
-        self._traces(spans, docs, tags, now_ns, service, operation, parents)
+        self._traces(spans, seq.tolist(), trace_ids, tags, now_ns, service, operation, parents)
         self.forward.append((spans, tags))
+
+    def _jaeger_parts(self, spans: SpanTable, tags: dict[int, dict]) -> dict[str, list[Any]]:
+        """The ``tags``, ``logs`` and ``process`` columns of ``spans`` (the rows of
+        :func:`.jaeger_parts` as JSON, and the process by :func:`_process_id`), and their
+        processes in :attr:`processes`."""
+        out: dict[str, list[Any]] = {"tags": [], "logs": [], "process": []}
+        ids: dict[bytes, int] = {}
+        for span_tags, logs, process, key in jaeger_parts(spans, tags):
+            pid = ids.get(key)
+            if pid is None:
+                pid = ids[key] = _process_id(key)
+                self.processes[pid] = (process["serviceName"], orjson.dumps(process["tags"]))
+            out["tags"].append(orjson.dumps(span_tags))
+            out["logs"].append(orjson.dumps(logs) if logs else None)
+            out["process"].append(pid)
+        return out
 
     def _confidence(self, f: Finished, spans: SpanTable, position_row: dict[int, int]) -> None:
         """TraceWeaver §6.3.2 per service: an incoming span counts as its best-scored choice
@@ -123,28 +157,28 @@ class Rows:
     def _traces(
         self,
         spans: SpanTable,
-        docs: list[dict],
+        seq: list[int],
+        trace_ids: list[str],
         tags: dict[int, dict],
         now_ns: int,
         service: list[str | None],
         operation: list[str | None],
         parent: list[int],
     ) -> None:
-        """The ``traces`` and ``trace_operations`` rows of ``docs``; ``service``, ``operation``
-        and ``parent``: those columns of ``spans`` as lists."""
-        s = spans.strings
+        """The ``traces`` and ``trace_operations`` rows of ``spans`` (numbered ``seq``, their
+        traces ``trace_ids``); ``service``, ``operation`` and ``parent``: those columns of
+        ``spans`` as lists."""
         # Columns as lists: rows are read one by one, which numpy scalars make slow.
         begin, end = spans.start.tolist(), spans.end.tolist()
         rows_of: dict[str, list[int]] = {}
-        for r, t in enumerate(spans.trace.tolist()):
-            rows_of.setdefault(s.values[t], []).append(r)
-        for doc in docs:
-            trace_id = doc["traceID"]
-            rows = rows_of[trace_id]
+        for r, t in enumerate(trace_ids):
+            rows_of.setdefault(t, []).append(r)
+        for trace_id, rows in rows_of.items():
             roots = [r for r in rows if parent[r] == NONE]
             head = min(roots, key=begin.__getitem__) if roots else rows[0]
             start = min(begin[r] for r in rows)
             scored = [x for r in rows if (x := tags.get(r, {}).get("tacit.score")) is not None]
+            numbers = [seq[r] for r in rows]
             _append(
                 self.traces,
                 trace_id,
@@ -155,7 +189,9 @@ class Rows:
                 len(rows),
                 min(scored) if scored else None,
                 now_ns,
-                pack_doc(doc),
+                None,
+                min(numbers),
+                max(numbers),
             )
             ops: dict[tuple[str | None, str | None], list[int]] = {}
             for r in rows:
@@ -182,6 +218,9 @@ class Rows:
             score=[None] * n,
             alternatives=[None] * n,
             unmapped=list(a.reason),
+            tags=[None] * n,
+            logs=[None] * n,
+            process=[None] * n,
         )
 
     def _add_spans(
@@ -232,6 +271,9 @@ _SCHEMAS = {
             ("unmapped", _S),
             ("given_trace_id", _S),
             ("given_parent_id", _S),
+            ("tags", _S),
+            ("logs", _S),
+            ("process", _I),
         ]
     ),
     "traces": pa.schema(
@@ -245,6 +287,8 @@ _SCHEMAS = {
             ("min_score", _F),
             ("finished_ns", _I),
             ("doc", pa.binary()),
+            ("first_seq", _I),
+            ("last_seq", _I),
         ]
     ),
     "trace_operations": pa.schema(
@@ -257,8 +301,16 @@ _SCHEMAS = {
             ("trace_start_ns", _I),
         ]
     ),
+    "processes": pa.schema([("process", _I), ("service", _S), ("tags", _S)]),
     "confidence": pa.schema([("at_ns", _I), ("service", _S), ("incoming", _I), ("top_choice", _I)]),
 }
+
+
+def _process_id(process: bytes) -> int:
+    """The key of a process in the ``processes`` table: a 64-bit hash of its JSON (the key
+    :func:`.jaeger_parts` gives it), the same in every run, so that a process is stored once."""
+    digest = hashlib.blake2b(process, digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def _names(spans: SpanTable) -> tuple[list[str | None], list[str | None]]:

@@ -13,11 +13,19 @@ Schema (``docs/serve.md`` documents it for people who query the file directly):
     ``trace_id``, ``span_id``, ``parent_span_id``, ``service``, ``instance``, ``operation``,
     ``kind``, ``start_ns``, ``duration_ns``, ``parent_service``, ``score`` (of the chosen
     parent), ``alternatives`` (JSON ``[[span id, score], ...]``, best first), ``unmapped`` (why
-    no parent was chosen), and what the sender gave: ``given_trace_id``, ``given_parent_id``.
+    no parent was chosen), what the sender gave: ``given_trace_id``, ``given_parent_id``, and
+    the span's parts of its Jaeger document: ``tags`` and ``logs`` (JSON, as the Jaeger API
+    writes them; ``logs`` NULL for none) and ``process`` (a key of ``processes``). Ids are the
+    ones the Jaeger API shows (lower-case hex, zero-padded to 16 and 32 digits).
+``processes``
+    The processes of the spans: ``process`` (the key), ``service``, ``tags`` (JSON).
 ``traces``
     One row per reconstructed trace: ``trace_id``, its root's ``service`` and ``operation``,
-    ``start_ns``, ``duration_ns``, ``spans``, ``min_score``, ``finished_ns`` and ``doc``, the
-    trace as the Jaeger query API returns it, its JSON zlib-compressed (:func:`pack_doc`).
+    ``start_ns``, ``duration_ns``, ``spans``, ``min_score``, ``finished_ns``, ``first_seq`` and
+    ``last_seq`` (the numbers of its first and last span, which find its spans), and ``doc``:
+    NULL, but in the rows of a file written before the spans held their documents' parts,
+    where it holds the trace's Jaeger JSON, zlib-compressed or as text (:func:`unpack_doc`).
+    Documents are made from the spans' parts when asked for (:meth:`Store.find_traces`).
 ``trace_operations``
     For searches: one row per trace, service and operation, with the longest such span's
     ``duration_ns``, the earliest ``start_ns``, and the trace's ``trace_start_ns`` (searches
@@ -65,6 +73,7 @@ from typing import Any
 import orjson
 
 from tacit.errors import ConfigError
+from tacit.formats.jaeger import JaegerSpan, trace_doc
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ingest(
@@ -74,6 +83,7 @@ CREATE TABLE IF NOT EXISTS spans(
     instance VARCHAR, operation VARCHAR, kind VARCHAR, start_ns BIGINT, duration_ns BIGINT,
     parent_service VARCHAR, score DOUBLE, alternatives VARCHAR, unmapped VARCHAR,
     given_trace_id VARCHAR, given_parent_id VARCHAR);
+CREATE TABLE IF NOT EXISTS processes(process BIGINT PRIMARY KEY, service VARCHAR, tags VARCHAR);
 CREATE TABLE IF NOT EXISTS traces(
     trace_id VARCHAR, service VARCHAR, operation VARCHAR, start_ns BIGINT, duration_ns BIGINT,
     spans INTEGER, min_score DOUBLE, finished_ns BIGINT, doc BLOB);
@@ -99,6 +109,13 @@ CREATE TABLE IF NOT EXISTS rda_rejected(
 CREATE TABLE IF NOT EXISTS state(key VARCHAR PRIMARY KEY, value BIGINT);
 """
 _TRACES_INDEX = "CREATE INDEX IF NOT EXISTS traces_by_id ON traces(trace_id)"
+_ADDED_COLUMNS = {
+    "spans": (("tags", "VARCHAR"), ("logs", "VARCHAR"), ("process", "BIGINT")),
+    "traces": (("first_seq", "BIGINT"), ("last_seq", "BIGINT")),
+}
+"""Columns added since the first version of the schema (:data:`_SCHEMA`), in the order
+added, by ``ALTER TABLE ... ADD COLUMN`` (:meth:`Store._upgrade`), to a new file as to one of an
+earlier version: after the first version's columns."""
 
 
 CHECKPOINT_THRESHOLD = "256MB"
@@ -113,28 +130,23 @@ TAG_PAGE = 500
 MAX_TAG_SEARCH = 20_000
 """A search by tags reads the documents of the most recent traces that match the rest of the
 search, :data:`TAG_PAGE` at a time, until it has found ``limit`` or read this many."""
-DOC_LEVEL = 1
-"""zlib level of the stored trace documents. The documents are most of what the service
-writes, and DuckDB's checkpoints spent most of their time compressing them (FSST): on 144,626
-spans of the shop app, 2.64 s of CPU per checkpoint of their JSON text against 0.44 s with them
-compressed here first (37 µs a document of 12 KB, about 2 µs a span), for a file half the size
-(26 against 53 MiB) and a write-ahead log of 69 against 160 MiB, so half as many checkpoints."""
-
-
-def pack_doc(doc: dict[str, Any]) -> bytes:
-    """A trace document as the ``traces.doc`` column holds it: its JSON, zlib-compressed."""
-    return zlib.compress(orjson.dumps(doc), DOC_LEVEL)
 
 
 def unpack_doc(stored: bytes) -> str:
-    """A ``traces.doc`` value as JSON text; a database written before the documents were
-    compressed holds their JSON text (as bytes once :meth:`Store._upgrade` altered the column),
-    which a zlib stream cannot start as (``{`` against ``x``)."""
+    """A ``traces.doc`` value of a file of an earlier version as JSON text: zlib-compressed
+    JSON, or, earlier still, JSON text (as bytes once :meth:`Store._upgrade` altered the
+    column), which a zlib stream cannot start as (``{`` against ``x``)."""
     return (zlib.decompress(stored) if stored[:1] != b"{" else stored).decode()
 
 
-FINISHED_TABLES = ("spans", "traces", "trace_operations", "confidence")
-"""The tables :meth:`Store.write_finished` appends to, in its one transaction."""
+FINISHED_TABLES = {
+    "spans": "INSERT",
+    "traces": "INSERT",
+    "trace_operations": "INSERT",
+    "confidence": "INSERT",
+    "processes": "INSERT OR IGNORE",  # a process is stored once, the first time it is seen
+}
+"""The tables :meth:`Store.write_finished` adds to, in its one transaction, and how."""
 
 
 @dataclass(frozen=True)
@@ -184,16 +196,27 @@ class Store:
 
     def _upgrade(self) -> None:
         """Bring a file of an earlier version to this schema: its trace documents were JSON
-        text (VARCHAR), kept as they are in the BLOB column (:func:`unpack_doc` reads both)."""
-        ((kind,),) = self._con.execute(
-            "SELECT data_type FROM information_schema.columns "
-            "WHERE table_name = 'traces' AND column_name = 'doc'"
-        ).fetchall()
-        if kind == "BLOB":
-            return
-        # DuckDB alters no indexed table: the index is made again after (:meth:`__init__`).
-        self._con.execute("DROP INDEX IF EXISTS traces_by_id")
-        self._con.execute("ALTER TABLE traces ALTER doc TYPE BLOB")
+        text (VARCHAR), kept as they are in the BLOB column (:func:`unpack_doc` reads both),
+        and it lacks the :data:`_ADDED_COLUMNS`, which its earlier rows have as NULL."""
+        columns = dict(
+            self._con.execute(
+                "SELECT table_name || '.' || column_name, data_type "
+                "FROM information_schema.columns WHERE table_name IN ('spans', 'traces')"
+            ).fetchall()
+        )
+        alter = [
+            f"ALTER TABLE {table} ADD COLUMN {name} {kind}"
+            for table, added in _ADDED_COLUMNS.items()
+            for name, kind in added
+            if f"{table}.{name}" not in columns
+        ]
+        if columns["traces.doc"] != "BLOB":
+            alter.append("ALTER TABLE traces ALTER doc TYPE BLOB")
+        if alter:
+            # DuckDB alters no indexed table: the index is made again after (:meth:`__init__`).
+            self._con.execute("DROP INDEX IF EXISTS traces_by_id")
+        for statement in alter:
+            self._con.execute(statement)
 
     def close(self) -> None:
         """Checkpoint and close the file (and every thread's cursor)."""
@@ -276,7 +299,7 @@ class Store:
                 if name not in FINISHED_TABLES:
                     raise ValueError(f"not a table of finished traces: {name}")
                 cur.register("rows_in", table)
-                cur.execute(f"INSERT INTO {name} SELECT * FROM rows_in")
+                cur.execute(f"{FINISHED_TABLES[name]} INTO {name} SELECT * FROM rows_in")
                 cur.unregister("rows_in")
             for key, value in state.items():
                 cur.execute(_SET_STATE, [key, value])
@@ -407,26 +430,56 @@ class Store:
         return [r[0] for r in self._cursor().execute(query, args).fetchall()]
 
     def _docs(self, ids: list[str]) -> list[str]:
-        """The Jaeger documents of the traces ``ids``, in that order."""
+        """The Jaeger documents of the traces ``ids`` (those stored), in that order."""
         if not ids:
             return []
-        # Only the documents shown are read, found by the index: joining first would read every
-        # match's, and a scan reads the documents of whole blocks (80 ms for 20 traces among
-        # 24,000 against 1.4 ms by the index).
-        docs = dict(
-            self._cursor()
-            .execute("SELECT trace_id, doc FROM traces WHERE trace_id IN ?", [ids])
-            .fetchall()
+        # The traces are found by the index, and their spans by their numbers (the spans
+        # table is in about the order of them, so its zone maps skip most of it).
+        stored = self._cursor().execute(
+            "SELECT trace_id, doc, first_seq, last_seq FROM traces WHERE trace_id IN ?", [ids]
         )
-        return [unpack_doc(docs[i]) for i in ids]
+        docs, spans_of = {}, {}
+        for trace_id, doc, first, last in stored.fetchall():
+            if doc is not None:
+                docs[trace_id] = unpack_doc(doc)
+            else:
+                spans_of[trace_id] = (first, last)
+        if spans_of:
+            docs |= self._made_docs(spans_of)
+        return [docs[i] for i in ids if i in docs]
+
+    def _made_docs(self, spans_of: dict[str, tuple[int, int]]) -> dict[str, str]:
+        """The Jaeger documents of traces, made from their spans' parts (``spans_of``: the
+        first and last number of each trace's spans), as JSON text by trace id."""
+        cur = self._cursor()
+        rows = cur.execute(
+            "SELECT trace_id, span_id, parent_span_id, operation, start_ns, "
+            "start_ns + duration_ns, tags, logs, process, seq FROM spans "
+            "WHERE seq BETWEEN ? AND ? AND trace_id IN ?",
+            [
+                min(first for first, _ in spans_of.values()),
+                max(last for _, last in spans_of.values()),
+                list(spans_of),
+            ],
+        ).fetchall()
+        keys = list({r[8] for r in rows})
+        processes = {
+            key: {"serviceName": service, "tags": orjson.loads(tags)}
+            for key, service, tags in cur.execute(
+                "SELECT process, service, tags FROM processes WHERE process IN ?", [keys]
+            ).fetchall()
+        }
+        traces: dict[str, list[JaegerSpan]] = {}
+        for *row, tags, logs, process, seq in rows:
+            span = JaegerSpan(
+                *row, orjson.loads(tags), orjson.loads(logs) if logs else [], process, seq
+            )
+            traces.setdefault(span.trace_id, []).append(span)
+        return {t: orjson.dumps(trace_doc(sp, processes)).decode() for t, sp in traces.items()}
 
     def trace(self, trace_id: str) -> str | None:
-        rows = (
-            self._cursor()
-            .execute("SELECT doc FROM traces WHERE trace_id = ?", [trace_id.lower()])
-            .fetchall()
-        )
-        return unpack_doc(rows[0][0]) if rows else None
+        docs = self._docs([trace_id.lower()])
+        return docs[0] if docs else None
 
     def dependencies(self, start_ns: int, end_ns: int) -> list[tuple[str, str, int]]:
         """(caller, callee, calls) between services over spans that started in the interval."""
