@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tacit.runs import run_bounds, run_heads, run_positions, run_starts
+from tacit.runs import run_bounds, run_heads, run_positions, run_starts, split_at
 
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2)), max_size=40))
@@ -22,3 +22,16 @@ def test_runs_match_groupby(rows):
     first_column_groups = [len(list(g)) for _, g in itertools.groupby(r[0] for r in rows)]
     assert len(run_starts(a)) == len(first_column_groups)
     assert run_positions(a, b).tolist() == [i for n in groups for i in range(n)]
+
+
+@given(
+    st.lists(st.integers(0, 99), max_size=40),
+    st.lists(st.integers(0, 40), max_size=10),
+)
+def test_split_at_gives_the_pieces_of_np_split(values, cuts):
+    values = np.array(values, dtype=np.int64)
+    cuts = np.sort(np.minimum(np.array(cuts, dtype=np.int64), len(values)))
+    expected = np.split(values, cuts)
+    pieces = split_at(values, cuts)
+    assert [p.tolist() for p in pieces] == [p.tolist() for p in expected]
+    assert split_at(values.tolist(), cuts) == [p.tolist() for p in expected]

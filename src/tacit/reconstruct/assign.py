@@ -26,7 +26,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix, csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-from tacit.runs import run_heads, run_starts
+from tacit.runs import run_heads, run_starts, split_at
 
 
 @dataclass
@@ -103,7 +103,7 @@ def batches(
     order = np.lexsort((order_key[present], lab))
     present, lab = present[order], lab[order]
     cut = run_starts(lab)[1:]
-    comps = np.split(present, cut)
+    comps = split_at(present, cut)
     comps.sort(key=lambda c: order_key[c[0]])
     out: list[np.ndarray] = []
     continued: list[bool] = []

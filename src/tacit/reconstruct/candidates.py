@@ -16,7 +16,7 @@ import numpy as np
 
 from tacit.model.spans import SpanTable, StringPool
 from tacit.reconstruct.callgraph import CallPath
-from tacit.runs import run_starts
+from tacit.runs import run_starts, split_at
 
 SKIP = -2
 """Marks a skipped slot in a candidate (the request made no such call)."""
@@ -59,7 +59,7 @@ class CallPools:
         cut = run_starts(keys)[1:]
         self.pools: dict[int, np.ndarray] = {
             int(k[0]): r
-            for k, r in zip(np.split(keys, cut), np.split(rows, cut), strict=True)
+            for k, r in zip(split_at(keys, cut), split_at(rows, cut), strict=True)
             if len(k)
         }
         self.starts = {k: spans.start[r] for k, r in self.pools.items()}

@@ -37,6 +37,7 @@ from tacit.reconstruct.traceweaver import (
     reconstruct_traceweaver,
     service_confidence,
 )
+from tacit.runs import split_at
 
 if TYPE_CHECKING:
     import distributed
@@ -72,7 +73,7 @@ def partition(
     order = np.argsort(group, kind="stable")
     cut = np.flatnonzero(np.diff(group[order])) + 1
     parts = [
-        w for rows in np.split(order, cut) if len(rows) for w in _windows(spans, rows, window_ns)
+        w for rows in split_at(order, cut) if len(rows) for w in _windows(spans, rows, window_ns)
     ]
     parts.sort(key=len, reverse=True)
     return parts

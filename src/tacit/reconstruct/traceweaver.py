@@ -69,7 +69,7 @@ from tacit.reconstruct.delays import (
 from tacit.reconstruct.fallback import fill_unmapped
 from tacit.reconstruct.order import RANK_MIN_STD, ArrivalOrder
 from tacit.reconstruct.result import Reconstruction, open_problem
-from tacit.runs import run_bounds, run_heads, run_positions
+from tacit.runs import run_bounds, run_heads, run_positions, split_at
 
 
 @dataclass(frozen=True)
@@ -318,7 +318,7 @@ def _gather(values: np.ndarray, bounds: np.ndarray, parts: list[np.ndarray]) -> 
     owners = np.concatenate(parts)
     per_owner = bounds[owners + 1] - bounds[owners]
     part_ends = np.cumsum(np.array([len(p) for p in parts], dtype=np.int64)) - 1
-    return np.split(values[ranges(bounds[owners], per_owner)], np.cumsum(per_owner)[part_ends[:-1]])
+    return split_at(values[ranges(bounds[owners], per_owner)], np.cumsum(per_owner)[part_ends[:-1]])
 
 
 class _Instance:
@@ -875,8 +875,9 @@ class _Instance:
         outs, owner = cands.outs_of(by_rank)
         cut = np.searchsorted(owner, np.arange(1, len(by_rank)))
         top: dict[int, list[frozenset[int]]] = {}
-        for i, calls in zip(cands.incoming[by_rank].tolist(), np.split(outs, cut), strict=True):
-            top.setdefault(i, []).append(frozenset(calls.tolist()))
+        pieces = split_at(outs.tolist(), cut)
+        for i, calls in zip(cands.incoming[by_rank].tolist(), pieces, strict=True):
+            top.setdefault(i, []).append(frozenset(calls))
         result.top_candidates.update(top)
         # Each call's best K incoming spans, best first, one entry per span.
         alts: dict[int, list[tuple[int, float]]] = {}

@@ -21,6 +21,7 @@ import numpy as np
 from tacit.errors import InputError, TacitError
 from tacit.formats.otlp import read_export_request
 from tacit.model.spans import SpanTable
+from tacit.runs import split_at
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.store import Store
 
@@ -130,4 +131,4 @@ class Ingest:
 def _runs(rows: np.ndarray) -> list[tuple[int, int]]:
     """[start, stop) of each run of consecutive values in sorted ``rows``."""
     cuts = np.flatnonzero(np.diff(rows) != 1) + 1
-    return [(int(r[0]), int(r[-1]) + 1) for r in np.split(rows, cuts)]
+    return [(int(r[0]), int(r[-1]) + 1) for r in split_at(rows, cuts)]
