@@ -10,13 +10,17 @@ import duckdb
 import numpy as np
 import orjson
 import pyarrow as pa
+from hypothesis import given
+from hypothesis import strategies as st
 
 from serve_app import QUICK, shop_callgraph, shop_spans
 from tacit.experiment.otlp_load import BATCH, sdk_spans
+from tacit.formats.common import tag
 from tacit.formats.jaeger import jaeger_traces
 from tacit.formats.otlp import read_export_request
 from tacit.reconstruct.online import NS
 from tacit.reconstruct.pipeline import assemble_finished
+from tacit.serve import store as store_module
 from tacit.serve.finished_rows import _SCHEMAS, Rows
 from tacit.serve.online_feed import OnlineFeed
 from tacit.serve.store import Store, TraceQuery
@@ -141,3 +145,46 @@ def test_a_file_of_stored_documents_is_upgraded_and_they_are_read(tmp_path):
     ).fetchall() == [("BLOB",)]
     assert cur.execute("SELECT index_name FROM duckdb_indexes()").fetchall() == [("traces_by_id",)]
     store.close()
+
+
+def test_a_search_by_tags_finds_every_match_however_old(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "TAG_PAGE", 7)  # many pages, none of them enough
+    store = Store(tmp_path / "t.duckdb")
+    docs = _stored_traces(store, 4)
+    for tags in ((("peer.service", "db"),), (("peer.service", "db"), ("host.name", "catalog-1"))):
+        q = TraceQuery(service="catalog", limit=10**6, tags=tags)
+        expected = {d["traceID"] for d in docs if store_module._has_tags(d, q)}
+        found = [orjson.loads(d)["traceID"] for d in store.find_traces(q)]
+        assert 20 < len(expected) == len(found)
+        assert set(found) == expected
+    store.close()
+
+
+@given(
+    st.text(st.sampled_from('ab%_\\"\u00e9'), min_size=1, max_size=4),
+    st.one_of(
+        st.text(st.sampled_from('ab%_\\"\u00e9 1'), max_size=4),
+        st.integers(-1000, 1000),
+        st.booleans(),
+        st.floats(allow_nan=False, allow_infinity=False, width=32),
+    ),
+    st.lists(st.tuples(st.sampled_from(["a", "b%", "k_"]), st.text(max_size=3)), max_size=3),
+)
+def test_tag_patterns_match_every_list_of_tags_with_the_tag(key, value, others):
+    """The patterns a search by tags filters spans with keep every span the search wants
+    (they may keep a few more, which the documents then tell), and no span without the tag's
+    key, or whose one tag has another value."""
+    wanted = store_module.tag_value_text(value)
+    patterns = store_module._tag_patterns(key, wanted)
+    con = duckdb.connect()
+
+    def matches(tags: list[dict]) -> bool:
+        text = orjson.dumps(tags).decode()
+        like = " OR ".join(["? LIKE ? ESCAPE '\\'"] * len(patterns))
+        return con.execute(f"SELECT {like}", [x for p in patterns for x in (text, p)]).fetchone()[0]
+
+    tags = [tag(k, v) for k, v in [*others, (key, value)]]
+    assert matches(tags)
+    assert not matches([t for t in tags if t["key"] != key])
+    assert not matches([tag(key, wanted + "x")])
+    assert not matches([tag(key, [value])])
