@@ -3,6 +3,7 @@ starts with."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import pairwise
 from typing import TypeVar
 
@@ -42,7 +43,7 @@ def run_positions(*columns: np.ndarray) -> np.ndarray:
     return index - np.maximum.accumulate(np.where(run_heads(*columns), index, 0))
 
 
-def split_at(values: _Pieces, cuts: np.ndarray) -> list[_Pieces]:
+def split_at(values: _Pieces, cuts: np.ndarray | Sequence[int]) -> list[_Pieces]:
     """The pieces of ``values`` between the sorted indices ``cuts``, as ``np.split`` gives
     them, by slicing: four times faster where pieces are many and small (``np.split`` makes
     each one through several array calls), and for a list, lists."""

@@ -12,12 +12,12 @@ loaded into one backend never share an id (W3C Trace Context asks for random tra
 
 from __future__ import annotations
 
-import json
 import math
 import secrets
 from collections.abc import Sequence
 
 import numpy as np
+import orjson
 
 from tacit.hashing import hash64
 from tacit.model.span_details import SpanDetail
@@ -85,9 +85,9 @@ def assemble(
         if not math.isnan(score):
             t["tacit.score"] = round(score, 4)
         if r in rec.alternatives:
-            t["tacit.alternatives"] = json.dumps(
+            t["tacit.alternatives"] = orjson.dumps(
                 [[_span_id(out, fresh, beyond, p), round(s, 4)] for p, s in rec.alternatives[r]]
-            )
+            ).decode()
         if r in rec.unmapped:
             t["tacit.unmapped"] = rec.unmapped[r]
         if r in rec.fallback:

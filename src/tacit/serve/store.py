@@ -492,11 +492,21 @@ class Store:
             ).fetchall()
         }
         traces: dict[str, list[JaegerSpan]] = {}
-        for *row, tags, logs, process, seq in rows:
-            span = JaegerSpan(
-                *row, orjson.loads(tags), orjson.loads(logs) if logs else [], process, seq
+        for trace, span, parent, op, start, end, tags, logs, process, seq in rows:
+            traces.setdefault(trace, []).append(
+                JaegerSpan(
+                    trace,
+                    span,
+                    parent,
+                    op,
+                    start,
+                    end,
+                    orjson.loads(tags),
+                    orjson.loads(logs) if logs else [],
+                    process,
+                    seq,
+                )
             )
-            traces.setdefault(span.trace_id, []).append(span)
         return {t: orjson.dumps(trace_doc(sp, processes)).decode() for t, sp in traces.items()}
 
     def trace(self, trace_id: str) -> str | None:
