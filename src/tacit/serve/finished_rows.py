@@ -34,7 +34,7 @@ class Rows:
     spans: dict[str, list[Any]] = field(default_factory=lambda: _columns("spans"))
     traces: dict[str, list[Any]] = field(default_factory=lambda: _columns("traces"))
     operations: dict[str, list[Any]] = field(default_factory=lambda: _columns("trace_operations"))
-    processes: dict[int, tuple[str | None, bytes]] = field(default_factory=dict)
+    processes: dict[int, tuple[str | None, str]] = field(default_factory=dict)
     confidence: dict[str, list[int]] = field(default_factory=dict)  # service -> [in, top]
     mapped: int = 0
     unmapped: dict[str, int] = field(default_factory=dict)
@@ -133,7 +133,8 @@ class Rows:
             pid = ids.get(key)
             if pid is None:
                 pid = ids[key] = _process_id(key)
-                self.processes[pid] = (process["serviceName"], orjson.dumps(process["tags"]))
+                ptags = orjson.dumps(process["tags"]).decode()
+                self.processes[pid] = (process["serviceName"], ptags)
             # As text: the bytes orjson returns keep its 4 KB buffer (96 MiB for 24,642 spans).
             out["tags"].append(orjson.dumps(span_tags).decode())
             out["logs"].append(orjson.dumps(logs).decode() if logs else None)
