@@ -256,3 +256,13 @@ def test_batches_respect_max_batch(max_batch):
     # The component is cut in time order.
     assert np.all(np.diff(order_key[flat]) > 0)
     assert len(parts) == -(-12 // max_batch)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_mapping_is_each_picked_candidates_span_and_calls(seed):
+    rng = np.random.default_rng(seed)
+    cands, _ = random_instance(rng)
+    picked = rng.permutation(len(cands.incoming))[: int(rng.integers(0, len(cands.incoming) + 1))]
+    assert cands.mapping(picked) == [
+        (int(cands.incoming[c]), tuple(cands.outs(c).tolist())) for c in picked
+    ]

@@ -46,6 +46,13 @@ class Candidates:
     def outs(self, c: int) -> np.ndarray:
         return self.out_rows[self.out_ptr[c] : self.out_ptr[c + 1]]
 
+    def mapping(self, picked: np.ndarray) -> list[tuple[int, tuple[int, ...]]]:
+        """(incoming span, its outgoing spans) of each candidate of ``picked``: read from
+        lists, as slicing the arrays once per candidate costs more than converting them."""
+        rows, ptr = self.out_rows.tolist(), self.out_ptr.tolist()
+        incoming = self.incoming.tolist()
+        return [(incoming[c], tuple(rows[ptr[c] : ptr[c + 1]])) for c in picked.tolist()]
+
     def outs_of(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The outgoing spans of all ``members`` at once, and the position in ``members`` of
         the candidate each belongs to."""

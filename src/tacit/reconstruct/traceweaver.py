@@ -269,10 +269,12 @@ class _Pass:
 
     def chosen(self) -> list[np.ndarray]:
         """The chosen candidate indices per set."""
-        out: list[list[int]] = [[] for _ in self.sets]
-        for c in self.picked:
-            out[self.origin[c, 0]].append(self.origin[c, 1])
-        return [np.array(c, dtype=np.int64) for c in out]
+        if not self.sets:
+            return []
+        of_set, index = self.origin[self.picked, 0], self.origin[self.picked, 1]
+        order = np.argsort(of_set, kind="stable")  # within a set, in the order picked
+        cuts = np.searchsorted(of_set[order], np.arange(1, len(self.sets)))
+        return split_at(index[order].astype(np.int64), cuts)
 
 
 NEVER = np.iinfo(np.int64).max
@@ -805,11 +807,7 @@ class _Instance:
         it = 0
         for it in range(1, p.max_iterations + 1):
             passes = self._map(models, rank_models, order, stats)
-            state = frozenset(
-                (int(ps.cands.incoming[c]), tuple(ps.cands.outs(c).tolist()))
-                for ps in passes
-                for c in ps.picked
-            )
+            state = frozenset(m for ps in passes for m in ps.cands.mapping(ps.picked))
             # Hard EM: a mapping is as good as the calls it explains, then its likelihood under
             # the models it was chosen with; keep the best, stop when it stops improving.
             quality = (
