@@ -241,11 +241,11 @@ def _em_kernel(x, count, k, min_var, max_iter, tol):  # pragma: no cover - compi
                     top = joint[c]
             total = 0.0
             for c in range(k):
-                total += np.exp(joint[c] - top)
-            per_x = top + np.log(total)
-            new += per_x * count[i]
+                joint[c] = np.exp(joint[c] - top)  # each exponential taken once
+                total += joint[c]
+            new += (top + np.log(total)) * count[i]
             for c in range(k):
-                resp[i, c] = np.exp(joint[c] - per_x)
+                resp[i, c] = joint[c] / total
         if new - loglik < tol * n:
             loglik = new
             break
