@@ -187,7 +187,7 @@ def hex_ids(spans: SpanTable) -> tuple[list[str], list[str]]:
         first_row.setdefault(t, row)
     traces = _fixed_ids({t: s[t] for t in first_row}, first_row, 32)
     rows = range(len(spans))
-    span_ids = _fixed_ids({r: s[c] for r, c in enumerate(spans.span_id.tolist())}, rows, 16)
+    span_ids = _fixed_ids(dict(enumerate(s.names(spans.span_id))), rows, 16)
     return [traces[t] for t in trace_codes], [span_ids[r] for r in rows]
 
 

@@ -87,7 +87,7 @@ class Rows:
         spans, tags = assemble_finished(f, seed)
         s = spans.strings
         trace_ids, span_ids = hex_ids(spans)
-        given_ids = [s[c] for c in spans.span_id.tolist()]  # the ids before hex_ids pads them
+        given_ids = s.names(spans.span_id)  # the ids before hex_ids pads them
         parents = spans.parent.tolist()
         service, operation = _names(spans)
         position_row = {int(p): r for r, p in enumerate(f.position.tolist())}
@@ -241,7 +241,7 @@ class Rows:
         received = {
             "seq": seq.tolist(),
             "service": service,
-            "instance": [s[c] for c in spans.instance.tolist()],
+            "instance": s.names(spans.instance),
             "operation": operation,
             "kind": [KIND_NAMES[k] for k in spans.kind.tolist()],
             "start_ns": spans.start.tolist(),
@@ -318,7 +318,7 @@ def _process_id(process: bytes) -> int:
 def _names(spans: SpanTable) -> tuple[list[str | None], list[str | None]]:
     """The service and the operation of every row of ``spans``."""
     s = spans.strings
-    return [s[c] for c in spans.service.tolist()], [s[c] for c in spans.endpoint.tolist()]
+    return s.names(spans.service), s.names(spans.endpoint)
 
 
 def _columns(table: str) -> dict[str, list[Any]]:

@@ -89,8 +89,10 @@ class OnlineFeed:
         fed = Fed()
         s = spans.strings
         given = [
-            Given(s[int(t)] or "", s[int(i)] or "", s[int(p)] or "")
-            for t, i, p in zip(spans.trace, spans.span_id, parent_ids, strict=True)
+            Given(t or "", i or "", p or "")
+            for t, i, p in zip(
+                s.names(spans.trace), s.names(spans.span_id), s.names(parent_ids), strict=True
+            )
         ]
         rpc = (spans.kind == SERVER) | (spans.kind == CLIENT)
         late = rpc & (spans.end < self.tw.latest_end - self.online.lateness_ns)
