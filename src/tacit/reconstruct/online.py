@@ -262,16 +262,21 @@ class OnlineTraceWeaver:
                 p, rec.unmapped.get(int(r), "no incoming span at this instance can have caused it")
             )
 
+    def _rows_of(self, positions: np.ndarray) -> np.ndarray:
+        """The row of each of ``positions`` among the pending spans (NONE where none is):
+        found by bisection, as :attr:`position` is in stream order."""
+        at = np.searchsorted(self.position, positions)
+        found = at < len(self.position)
+        found[found] = self.position[at[found]] == positions[found]
+        return np.where(found, at, NONE)
+
     def _emit(self) -> list[Finished]:
         """Finish the traces whose spans are all final; forget them."""
         n = len(self.spans)
-        index = {int(p): i for i, p in enumerate(self.position)}
-        up = np.array([index.get(int(p), NONE) for p in self.parent], dtype=np.int64)
+        up = self._rows_of(self.parent)
         # A span is held back while a parent or RPC partner it names has not arrived yet.
         waiting = ((self.parent != NONE) & (up == NONE)) | ~self.final
-        partner_missing = (self.link != NONE) & np.array(
-            [int(p) not in index for p in self.link], dtype=bool
-        )
+        partner_missing = (self.link != NONE) & (self._rows_of(self.link) == NONE)
         waiting |= partner_missing & (self.link >= self.pushed)
         root = roots(up)
         blocked = np.zeros(n, dtype=bool)
@@ -281,14 +286,15 @@ class OnlineTraceWeaver:
             return []
         rows = np.flatnonzero(done)
         positions = self.position[rows]
+        done_at = positions.tolist()
         finished = Finished(
             self.spans.take(rows),
             positions,
             self.parent[rows].copy(),
             self.score[rows].copy(),
-            {int(p): self.alternatives.pop(int(p)) for p in positions if p in self.alternatives},
-            {int(p): self.unmapped.pop(int(p)) for p in positions if p in self.unmapped},
-            {q: d for p in positions for q, d in self._named.pop(int(p), {}).items()},
+            {p: self.alternatives.pop(p) for p in done_at if p in self.alternatives},
+            {p: self.unmapped.pop(p) for p in done_at if p in self.unmapped},
+            {q: d for p in done_at for q, d in self._named.pop(p, {}).items()},
         )
         keep = ~done
         self.spans = self.spans.take(keep)
