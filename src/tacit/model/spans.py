@@ -166,7 +166,7 @@ class SpanTableBuilder:
     def __init__(self, source: str = "") -> None:
         self.strings = StringPool()
         self.source = source
-        self._cols: dict[str, list] = {k: [] for k in _COLUMNS}
+        self._rows: list[tuple] = []  # the values of each span's columns, in _COLUMNS' order
         self._parent_ids: list[int] = []
         self._details: list[SpanDetail | None] = []
         self.missing_parents = 0
@@ -192,26 +192,29 @@ class SpanTableBuilder:
             raise InputError(
                 f"span ends before it starts ({end} < {start} ns)", path=self.source, record=record
             )
-        s = self.strings
-        c = self._cols
-        c["service"].append(s.code(service))
-        c["instance"].append(s.code(instance if instance is not None else service))
-        c["endpoint"].append(s.code(endpoint))
-        c["kind"].append(kind)
-        c["start"].append(start)
-        c["end"].append(end)
-        c["peer"].append(s.code(peer))
-        c["thread"].append(thread)
-        c["trace"].append(s.code(trace))
-        c["span_id"].append(s.code(span_id))
-        c["parent"].append(NONE)
-        c["link"].append(NONE)
-        c["record"].append(record)
-        self._parent_ids.append(s.code(parent_id))
+        code = self.strings.code
+        self._rows.append(
+            (
+                code(service),
+                code(instance if instance is not None else service),
+                code(endpoint),
+                kind,
+                start,
+                end,
+                code(peer),
+                thread,
+                code(trace),
+                code(span_id),
+                NONE,
+                NONE,
+                record,
+            )
+        )
+        self._parent_ids.append(code(parent_id))
         self._details.append(detail)
 
     def __len__(self) -> int:
-        return len(self._cols["start"])
+        return len(self._rows)
 
     def parent_ids(self) -> np.ndarray:
         """The parent span id each span named, resolved or not, as codes of :attr:`strings`
@@ -219,7 +222,10 @@ class SpanTableBuilder:
         return np.asarray(self._parent_ids, np.int64)
 
     def build(self) -> SpanTable:
-        c = self._cols
+        if self._rows:  # one list per column
+            c = dict(zip(_COLUMNS, map(list, zip(*self._rows, strict=True)), strict=True))
+        else:
+            c = {k: [] for k in _COLUMNS}
         cols = typed_columns(c, _COLUMNS, c["record"], self.source)
         parent, self.missing_parents = resolve_parents(
             cols["trace"],
