@@ -121,20 +121,24 @@ def wap5_parents(
     instance sorted by start (see the module docstring)."""
     parent = np.full(len(outgoing), NONE, dtype=np.int64)
     owed, _ = owed_calls(spans, incoming, callgraph)
-    keys = call_keys(spans, outgoing)
+    keys = call_keys(spans, outgoing).tolist()
     start_in = spans.start[incoming]
     # Mean causal delay: from the latest preceding incoming span to each outgoing span.
     hi = np.searchsorted(start_in, spans.start[outgoing], "right")
     ok = hi > 0
     gaps = spans.start[outgoing[ok]] - start_in[hi[ok] - 1]
-    mean = float(gaps.mean()) if len(gaps) else 0.0
-    for n, (o, k, h) in enumerate(zip(outgoing, keys, hi, strict=True)):
+    cutoff = WAP5_CUTOFF * (float(gaps.mean()) if len(gaps) else 0.0)
+    # Lists: the loop reads values one by one, which numpy scalars make slow.
+    began, rows = start_in.tolist(), incoming.tolist()
+    for n, (start, k, h) in enumerate(
+        zip(spans.start[outgoing].tolist(), keys, hi.tolist(), strict=True)
+    ):
         for idx in range(h - 1, -1, -1):
-            if spans.start[o] - start_in[idx] > WAP5_CUTOFF * mean:
+            if start - began[idx] > cutoff:
                 break
             if owed[idx].get(k, 0) > 0:
                 owed[idx][k] -= 1
-                parent[n] = incoming[idx]
+                parent[n] = rows[idx]
                 break
     return parent
 
