@@ -559,17 +559,21 @@ class _Instance:
         """The gaps (µs) of a mapping (``parent`` per row), per model, from the incoming spans
         whose mapped calls form one of their endpoint's paths exactly."""
         spans = self.spans
+        # Lists: the loops read values one by one, which numpy scalars make slow.
+        start, end = spans.start.tolist(), spans.end.tolist()
+        mapped = self.outgoing[parent[self.outgoing] != NONE]
+        key_of = dict(zip(mapped.tolist(), call_keys(spans, mapped).tolist(), strict=True))
         kids: dict[int, list[int]] = {}
-        for o in self.outgoing[parent[self.outgoing] != NONE]:
-            kids.setdefault(int(parent[o]), []).append(int(o))
+        for o, p in zip(mapped.tolist(), parent[mapped].tolist(), strict=True):
+            kids.setdefault(p, []).append(o)
         by_signature: dict[tuple[int, tuple], int] = {}
         for i, (spec, keys) in enumerate(zip(self.specs, self.slot_keys, strict=True)):
             by_signature.setdefault((spec.endpoint, tuple(sorted(keys))), i)
         rows_of: dict[int, list[int]] = {}
         calls_of: dict[int, list[list[int]]] = {}
         for r, e in zip(self.incoming.tolist(), self.endpoint_of.tolist(), strict=True):
-            mine = sorted(kids.get(r, []), key=lambda o: (spans.start[o], spans.end[o]))
-            keys = call_keys(spans, np.array(mine, dtype=np.int64)).tolist()
+            mine = sorted(kids.get(r, []), key=lambda o: (start[o], end[o]))
+            keys = [key_of[o] for o in mine]
             found = by_signature.get((e, tuple(sorted(keys))))
             if found is None:
                 continue
