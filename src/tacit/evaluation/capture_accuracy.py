@@ -47,7 +47,7 @@ def label_capture(
     of RPCs without an id, or with an id the log lacks, are left out (counted)."""
     ex, spans = captured.exchanges, captured.spans
     codes = ex.kept[header.lower()][captured.exchange]
-    ids = [ex.strings[c] for c in codes.tolist()]
+    ids = ex.strings.names(codes)
     acc = LabelAccounting()
     keep = np.array([i is not None and i in parent_of for i in ids], dtype=bool)
     for reason, mask in (
