@@ -65,7 +65,7 @@ from __future__ import annotations
 import itertools
 import threading
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -443,7 +443,7 @@ class Store:
         page = min(q.limit, TAG_PAGE)
         for offset in itertools.count(0, page):
             ids = self._ids(query, [*args, page, offset])
-            found += [d for d in self._docs(ids) if _has_tags(orjson.loads(d), q)]
+            found += self._docs(ids, keep=lambda doc: _has_tags(doc, q))
             if len(found) >= q.limit or len(ids) < page:
                 break
         return found[: q.limit]
@@ -451,8 +451,9 @@ class Store:
     def _ids(self, query: str, args: list[str | int]) -> list[str]:
         return [r[0] for r in self._cursor().execute(query, args).fetchall()]
 
-    def _docs(self, ids: list[str]) -> list[str]:
-        """The Jaeger documents of the traces ``ids`` (those stored), in that order."""
+    def _docs(self, ids: list[str], keep: Callable[[dict], bool] | None = None) -> list[str]:
+        """The Jaeger documents of the traces ``ids`` (those stored, and of them those ``keep``
+        takes, if given: it sees each document before it is written as JSON), in that order."""
         if not ids:
             return []
         # The traces are found by the index, and their spans by their numbers (the spans
@@ -462,17 +463,22 @@ class Store:
         )
         docs, spans_of = {}, {}
         for trace_id, doc, first, last in stored.fetchall():
-            if doc is not None:
-                docs[trace_id] = unpack_doc(doc)
-            else:
+            if doc is None:
                 spans_of[trace_id] = (first, last)
-        if spans_of:
-            docs |= self._made_docs(spans_of)
+                continue
+            text = unpack_doc(doc)  # a document stored by an earlier version
+            if keep is None or keep(orjson.loads(text)):
+                docs[trace_id] = text
+        for trace_id, made in self._made_docs(spans_of).items():
+            if keep is None or keep(made):
+                docs[trace_id] = orjson.dumps(made).decode()
         return [docs[i] for i in ids if i in docs]
 
-    def _made_docs(self, spans_of: dict[str, tuple[int, int]]) -> dict[str, str]:
+    def _made_docs(self, spans_of: dict[str, tuple[int, int]]) -> dict[str, dict]:
         """The Jaeger documents of traces, made from their spans' parts (``spans_of``: the
-        first and last number of each trace's spans), as JSON text by trace id."""
+        first and last number of each trace's spans), by trace id."""
+        if not spans_of:
+            return {}
         cur = self._cursor()
         rows = cur.execute(
             "SELECT trace_id, span_id, parent_span_id, operation, start_ns, "
@@ -507,7 +513,7 @@ class Store:
                     seq,
                 )
             )
-        return {t: orjson.dumps(trace_doc(sp, processes)).decode() for t, sp in traces.items()}
+        return {t: trace_doc(sp, processes) for t, sp in traces.items()}
 
     def trace(self, trace_id: str) -> str | None:
         docs = self._docs([trace_id.lower()])
