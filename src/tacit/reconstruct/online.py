@@ -170,13 +170,14 @@ class OnlineTraceWeaver:
         )
         self.score = np.concatenate([self.score, np.full(n, np.nan)])
         # The RPC's other side arrived earlier: it learns this span's position too.
-        for p, q in zip(positions, chunk.link.tolist(), strict=True):
-            if NONE < q < p:
-                i = int(np.searchsorted(self.position, q))
-                if i < len(self.position) and self.position[i] == q:
-                    self.link[i] = p
-                    if self.spans.kind[i] == SERVER:
-                        self.parent[i] = p
+        partner = chunk.link.astype(np.int64)
+        back = np.flatnonzero((partner > NONE) & (partner < positions))
+        rows = self._rows_of(partner[back])
+        pending = rows != NONE
+        rows, p = rows[pending], positions[back[pending]]
+        self.link[rows] = p
+        server = self.spans.kind[rows] == SERVER
+        self.parent[rows[server]] = p[server]
         self.latest_end = max(self.latest_end, float(chunk.end.max()))
         if self.boundary is None:
             self.boundary = float(chunk.start.min()) + o.window_ns
