@@ -80,6 +80,20 @@ def test_traceweaver_maps_within_the_instance_or_says_why(shop_run):
             assert all(proc[k] == proc[i] and t.kind[k] == CLIENT for k in kids)
 
 
+def test_without_candidates_the_mapping_is_the_same(shop_run, shop_graph):
+    """What the online mode asks for: no ranked candidates kept, and nothing else changed."""
+    _, blind, rec = shop_run
+    bare = reconstruct_traceweaver(
+        blind, shop_graph, TraceWeaverParams(max_components=2, max_iterations=4), candidates=False
+    )
+    assert rec.top_candidates and not bare.top_candidates
+    assert np.array_equal(bare.parent, rec.parent)
+    assert np.array_equal(bare.score, rec.score, equal_nan=True)
+    assert bare.alternatives == rec.alternatives
+    assert bare.unmapped == rec.unmapped
+    assert bare.confidence == rec.confidence
+
+
 def test_confidence_is_a_percentage_per_calling_service(shop_run):
     _, _, rec = shop_run
     assert set(rec.confidence) == {"frontend", "catalog", "pricing", "reviews"}

@@ -226,7 +226,7 @@ class OnlineTraceWeaver:
 
     def _reconstruct(self, work: np.ndarray, boundary: float) -> None:
         spans = self.spans.take(work)
-        rec = reconstruct_traceweaver(spans, self.callgraph, self.params)
+        rec = reconstruct_traceweaver(spans, self.callgraph, self.params, candidates=False)
         kind = spans.kind
         final_in = (kind == SERVER) & (spans.end <= boundary)
         chosen = (kind == CLIENT) & (rec.parent != NONE)
@@ -235,32 +235,29 @@ class OnlineTraceWeaver:
         given_up &= spans.start < boundary - self.online.max_request_ns
         rows = work[final_in | chosen | given_up]
         self.final[rows] = True
-        for r in np.flatnonzero(chosen):
-            row = work[r]
-            self._why.pop(int(self.position[row]), None)
-            self.parent[row] = self.position[work[rec.parent[r]]]
-            self.score[row] = rec.score[r]
-            alternatives = rec.alternatives.get(int(r), [])
-            self.alternatives[int(self.position[row])] = [
-                (int(self.position[work[p]]), s) for p, s in alternatives
-            ]
-            named = {
-                int(self.position[work[p]]): d
-                for p, _ in alternatives
-                if (d := spans.detail(p)) is not None
-            }
+        picked = np.flatnonzero(chosen)
+        at = self.position[work]  # the stream position of each row of the work
+        self.parent[work[picked]] = at[rec.parent[picked]]
+        self.score[work[picked]] = rec.score[picked]
+        at_list = at.tolist()  # read one by one below, which numpy scalars make slow
+        for r in picked.tolist():
+            p = at_list[r]
+            self._why.pop(p, None)
+            alternatives = rec.alternatives.get(r, [])
+            self.alternatives[p] = [(at_list[q], s) for q, s in alternatives]
+            named = {at_list[q]: d for q, _ in alternatives if (d := spans.detail(q)) is not None}
             if named:
-                self._named[int(self.position[row])] = named
+                self._named[p] = named
         # Why a call is unmapped is told by the round that still had its instance's incoming
         # spans: by the time it is given up they may all be final, and out of the work.
-        for r in np.flatnonzero((kind == CLIENT) & ~chosen):
-            why = rec.unmapped.get(int(r))
+        for r in np.flatnonzero((kind == CLIENT) & ~chosen).tolist():
+            why = rec.unmapped.get(r)
             if why is not None and why != ROOT_CALL:
-                self._why[int(self.position[work[r]])] = why
-        for r in np.flatnonzero(given_up):
-            p = int(self.position[work[r]])
+                self._why[at_list[r]] = why
+        for r in np.flatnonzero(given_up).tolist():
+            p = at_list[r]
             self.unmapped[p] = self._why.pop(
-                p, rec.unmapped.get(int(r), "no incoming span at this instance can have caused it")
+                p, rec.unmapped.get(r, "no incoming span at this instance can have caused it")
             )
 
     def _rows_of(self, positions: np.ndarray) -> np.ndarray:
