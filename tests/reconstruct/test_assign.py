@@ -241,6 +241,16 @@ def test_batches_are_sharing_components(seed):
     assert firsts == sorted(firsts)
     for p in parts:
         assert np.all(np.diff(order_key[p]) > 0)
+    # Cut into chunks of 2, the chunks that continue a component join up to it again.
+    chunks, continued = batches(cands, order_key, 2)
+    assert all(1 <= len(c) <= 2 for c in chunks)
+    joined: list[list[int]] = []
+    for c, more in zip(chunks, continued.tolist(), strict=True):
+        if more:
+            joined[-1].extend(c.tolist())
+        else:
+            joined.append(c.tolist())
+    assert joined == [p.tolist() for p in parts]
 
 
 @pytest.mark.parametrize("max_batch", [1, 2, 3, 5])
@@ -249,7 +259,8 @@ def test_batches_respect_max_batch(max_batch):
     inc = list(range(12))
     outs = [[i, i + 1] for i in range(12)]
     order_key = np.array([5, 3, 8, 1, 9, 0, 2, 7, 4, 6, 11, 10], dtype=np.int64)
-    parts, _ = batches(make_candidates(inc, [1.0] * 12, outs), order_key, max_batch)
+    parts, continued = batches(make_candidates(inc, [1.0] * 12, outs), order_key, max_batch)
+    assert continued.tolist() == [False] + [True] * (len(parts) - 1)
     assert all(1 <= len(p) <= max_batch for p in parts)
     flat = np.concatenate(parts)
     assert sorted(flat.tolist()) == inc

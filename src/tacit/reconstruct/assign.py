@@ -26,7 +26,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix, csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-from tacit.runs import run_heads, run_starts, split_at
+from tacit.runs import run_bounds, run_heads, split_at
 
 
 @dataclass
@@ -109,15 +109,15 @@ def batches(
     lab = label[present]
     order = np.lexsort((order_key[present], lab))
     present, lab = present[order], lab[order]
-    cut = run_starts(lab)[1:]
-    comps = split_at(present, cut)
-    comps.sort(key=lambda c: order_key[c[0]])
-    out: list[np.ndarray] = []
-    continued: list[bool] = []
-    for c in comps:
-        out.extend(c[a : a + max_batch] for a in range(0, len(c), max_batch))
-        continued.extend(a > 0 for a in range(0, len(c), max_batch))
-    return out, np.array(continued, dtype=bool)
+    # Components in the order of their first span, each cut every max_batch spans; by arrays,
+    # as components are thousands a round and most hold one span.
+    starts, sizes = run_bounds(lab)
+    by_first = np.argsort(order_key[present[starts]], kind="stable")
+    starts, sizes = starts[by_first], sizes[by_first]
+    offset = np.arange(len(present)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    present = present[np.repeat(starts, sizes) + offset]
+    head = offset % max_batch == 0
+    return split_at(present, np.flatnonzero(head)[1:]), offset[head] > 0
 
 
 def solve_all(
