@@ -568,44 +568,36 @@ class _Instance:
         """The gaps (µs) of a mapping (``parent`` per row), per model, from the incoming spans
         whose mapped calls form one of their endpoint's paths exactly."""
         spans = self.spans
-        # Lists: the loops read values one by one, which numpy scalars make slow.
-        start, end = spans.start.tolist(), spans.end.tolist()
+        # Each incoming span's calls as a run, by callee and then by time: the callees of a
+        # run are the sorted keys of the path it forms, and the k-th call to a callee in time
+        # fills the path's k-th slot of that callee.
         mapped = self.outgoing[parent[self.outgoing] != NONE]
-        key_of = dict(zip(mapped.tolist(), call_keys(spans, mapped).tolist(), strict=True))
-        kids: dict[int, list[int]] = {}
-        for o, p in zip(mapped.tolist(), parent[mapped].tolist(), strict=True):
-            kids.setdefault(p, []).append(o)
+        up, keys = parent[mapped], call_keys(spans, mapped)
+        order = np.lexsort((spans.end[mapped], spans.start[mapped], keys, up))
+        mapped, up, keys = mapped[order], up[order], keys[order]
+        lo = np.searchsorted(up, self.incoming, "left").tolist()
+        hi = np.searchsorted(up, self.incoming, "right").tolist()
         by_signature: dict[tuple[int, tuple], int] = {}
-        for i, (spec, keys) in enumerate(zip(self.specs, self.slot_keys, strict=True)):
-            by_signature.setdefault((spec.endpoint, tuple(sorted(keys))), i)
+        for i, (spec, slot) in enumerate(zip(self.specs, self.slot_keys, strict=True)):
+            by_signature.setdefault((spec.endpoint, tuple(sorted(slot))), i)
         rows_of: dict[int, list[int]] = {}
-        calls_of: dict[int, list[list[int]]] = {}
-        for r, e in zip(self.incoming.tolist(), self.endpoint_of.tolist(), strict=True):
-            mine = sorted(kids.get(r, []), key=lambda o: (start[o], end[o]))
-            keys = [key_of[o] for o in mine]
-            found = by_signature.get((e, tuple(sorted(keys))))
-            if found is None:
-                continue
-            i = found
-            by_key: dict[int, list[int]] = {}
-            for o, k in zip(mine, keys, strict=True):
-                by_key.setdefault(k, []).append(o)
-            seen: dict[int, int] = {}
-            calls = []
-            for k in self.slot_keys[i]:
-                calls.append(by_key[k][seen.get(k, 0)])
-                seen[k] = seen.get(k, 0) + 1
-            rows_of.setdefault(i, []).append(r)
-            calls_of.setdefault(i, []).append(calls)
+        first_of: dict[int, list[int]] = {}
+        key_list = keys.tolist()
+        for r, e, a, b in zip(
+            self.incoming.tolist(), self.endpoint_of.tolist(), lo, hi, strict=True
+        ):
+            i = by_signature.get((e, tuple(key_list[a:b])))
+            if i is not None:
+                rows_of.setdefault(i, []).append(r)
+                first_of.setdefault(i, []).append(a)
         samples: dict[int, list[np.ndarray]] = {}
         for i, rows in rows_of.items():
             spec = self.specs[i]
-            n = len(spec.path.slots)
-            cs = CandidateSet(
-                spec.path,
-                np.array(rows),
-                np.array(calls_of[i], dtype=np.int64).reshape(len(rows), n),
-            )
+            # a slot's place among its path's calls sorted by callee (stable: by slot order)
+            place = np.empty(len(self.slot_keys[i]), dtype=np.int64)
+            place[np.argsort(self.slot_keys[i], kind="stable")] = np.arange(len(place))
+            calls = mapped[np.asarray(first_of[i], dtype=np.int64)[:, None] + place[None, :]]
+            cs = CandidateSet(spec.path, np.array(rows), calls)
             gaps = candidate_gaps(spans, cs, slot_ready(spans, cs))
             for j, m in enumerate([*spec.model.tolist(), spec.response_model]):
                 samples.setdefault(m, []).append(gaps[:, j])
