@@ -586,10 +586,10 @@ class _Instance:
         for r, e, a, b in zip(
             self.incoming.tolist(), self.endpoint_of.tolist(), lo, hi, strict=True
         ):
-            i = by_signature.get((e, tuple(key_list[a:b])))
-            if i is not None:
-                rows_of.setdefault(i, []).append(r)
-                first_of.setdefault(i, []).append(a)
+            path = by_signature.get((e, tuple(key_list[a:b])))
+            if path is not None:
+                rows_of.setdefault(path, []).append(r)
+                first_of.setdefault(path, []).append(a)
         samples: dict[int, list[np.ndarray]] = {}
         for i, rows in rows_of.items():
             spec = self.specs[i]
