@@ -60,7 +60,7 @@ def assemble(
     keys = np.random.default_rng(new_seed() if seed is None else seed).integers(
         0, 2**64, size=3, dtype=np.uint64
     )
-    fresh = [f"{h:016x}" for h in hash64(number + 1, int(keys[2])).tolist()]
+    fresh = hash64(number + 1, int(keys[2])).tolist()  # formatted as ids where used
     root = roots(rec.parent)
     heads = np.unique(root)
     halves = [hash64(number[heads] + 1, int(k)).tolist() for k in keys[:2]]
@@ -71,11 +71,11 @@ def assemble(
     out.trace[:] = [trace_ids[r] for r in root.tolist()]
     taken: set[tuple[int, str]] = set()
     span_ids = []
-    for r, head in enumerate(root.tolist()):
-        d = spans.detail(r)
-        sid = d.span_id if d is not None and d.span_id else fresh[r]
+    details = spans.details.tolist() if spans.details is not None else [None] * len(spans)
+    for r, (head, d) in enumerate(zip(root.tolist(), details, strict=True)):
+        sid = d.span_id if d is not None and d.span_id else f"{fresh[r]:016x}"
         if (head, sid) in taken:
-            sid = fresh[r]
+            sid = f"{fresh[r]:016x}"
         taken.add((head, sid))
         span_ids.append(out.strings.code(sid))
     out.span_id[:] = span_ids
@@ -97,11 +97,11 @@ def assemble(
 
 
 def _span_id(
-    out: SpanTable, fresh: list[str], beyond: Sequence[SpanDetail | None], row: int
+    out: SpanTable, fresh: list[int], beyond: Sequence[SpanDetail | None], row: int
 ) -> str | None:
     """The span id of ``row``: its assembled one, or past the table's end its detail's
-    (``beyond``) or its fresh one."""
+    (``beyond``) or its fresh one (``fresh``: as a number)."""
     if row < len(out):
         return out.name("span_id", row)
     d = beyond[row - len(out)] if row - len(out) < len(beyond) else None
-    return d.span_id if d is not None and d.span_id else fresh[row]
+    return d.span_id if d is not None and d.span_id else f"{fresh[row]:016x}"
