@@ -85,39 +85,56 @@ def send_spans(
     shift_ns: int | None = None,
     timeout_s: float = 30.0,
     stop: threading.Event | None = None,
+    senders: int = 1,
 ) -> SendLog:
     """Export ``spans`` to the OTLP/HTTP ``endpoint`` (``http://HOST:PORT/v1/traces``) with the
     SDK's protobuf exporter; returns what was acknowledged. Setting ``stop`` ends the sending
-    before the next batch."""
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace.export import SpanExportResult
-
+    before the next batch. With ``senders`` above one, that many exporters, each in a thread
+    of its own, take the batches in turn, as the services of an application export at once:
+    one exporter waits for each answer before it sends again."""
     order = np.argsort(spans.end, kind="stable")
     shift = time.time_ns() - int(spans.start.min()) if shift_ns is None else shift_ns
     readable = sdk_spans(spans, shift)
-    exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s)
+    batches = [order[a : a + BATCH] for a in range(0, len(order), BATCH)]
     log = SendLog()
+    lock = threading.Lock()
     began = time.monotonic()
     t0 = time.time_ns()
-    try:
-        for k, a in enumerate(range(0, len(order), BATCH)):
-            rows = order[a : a + BATCH]
-            if paced:
-                due = (int(spans.end[rows].max()) + shift - t0) / 1e9 - (time.monotonic() - began)
-                if due > 0 and stop is not None:
-                    stop.wait(due)
-                elif due > 0:
-                    time.sleep(due)
-            if stop is not None and stop.is_set():
-                break
-            result = exporter.export([readable[r] for r in rows])
-            log.batches += 1
-            if result == SpanExportResult.SUCCESS:
-                log.acknowledged += len(rows)
-            else:
-                log.failed += len(rows)
-                log.failed_batches.append(k)
-    finally:
-        exporter.shutdown()
+
+    def send(first: int) -> None:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s)
+        try:
+            for k in range(first, len(batches), senders):
+                rows = batches[k]
+                if paced:
+                    end = int(spans.end[rows].max()) + shift - t0
+                    due = end / 1e9 - (time.monotonic() - began)
+                    if due > 0 and stop is not None:
+                        stop.wait(due)
+                    elif due > 0:
+                        time.sleep(due)
+                if stop is not None and stop.is_set():
+                    break
+                result = exporter.export([readable[r] for r in rows])
+                with lock:
+                    log.batches += 1
+                    if result == SpanExportResult.SUCCESS:
+                        log.acknowledged += len(rows)
+                    else:
+                        log.failed += len(rows)
+                        log.failed_batches.append(k)
+        finally:
+            exporter.shutdown()
+
+    threads = [threading.Thread(target=send, args=(k,)) for k in range(1, senders)]
+    for t in threads:
+        t.start()
+    send(0)
+    for t in threads:
+        t.join()
+    log.failed_batches.sort()
     log.seconds = time.monotonic() - began
     return log
