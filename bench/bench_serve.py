@@ -79,18 +79,25 @@ grpc: ""
 database: tacit.duckdb
 callgraph: callgraph.yaml
 max_pending_spans: {pending}
-online: {{max_request_s: 2, lateness_s: 1}}
+online: {{max_request_s: 2, lateness_s: {lateness_s}}}
 {extra}"""
 
 
 class Server:
     """``tacit serve`` in a subprocess on core 0."""
 
-    def __init__(self, tmp: Path, callgraph, pending: int = 10**7, extra: str = "") -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        callgraph,
+        pending: int = 10**7,
+        extra: str = "",
+        lateness_s: float = ONLINE.lateness_ns / NS,
+    ) -> None:
         self.tmp = tmp
         self.port = free_port()
         callgraph.save(tmp / "callgraph.yaml")
-        config = CONFIG.format(port=self.port, pending=pending, extra=extra)
+        config = CONFIG.format(port=self.port, pending=pending, extra=extra, lateness_s=lateness_s)
         (tmp / "serve.yaml").write_text(config)
 
     def start(self) -> Server:
@@ -155,7 +162,9 @@ def _stored(db: Path) -> tuple[int, set[str]]:
 
 
 def sustained(spans, callgraph, tmp: Path, senders: int = 1) -> dict:
-    server = Server(tmp, callgraph).start()
+    # Several exporters' batches arrive out of order, which a lateness of 3 s allows for (the
+    # spans that came too late are counted); with 1 s, one run of three served 97.9% right.
+    server = Server(tmp, callgraph, lateness_s=1 if senders == 1 else 3).start()
     start_cpu_s = server.cpu_seconds()
     samples: list[tuple[float, int, int]] = []  # (time, received, pending)
     sending = threading.Event()
@@ -177,6 +186,7 @@ def sustained(spans, callgraph, tmp: Path, senders: int = 1) -> dict:
     server.wait_idle()
     total_s = time.monotonic() - began
     agree = server.metric('tacit_links_checked_total{result="agree"}')
+    late = server.metric('tacit_spans_unmapped_total{reason="arrived later')
     checked = server.metric("tacit_links_checked_total")
     rss = server.peak_rss_mib()
     cpu_s = server.cpu_seconds() - start_cpu_s
@@ -198,6 +208,7 @@ def sustained(spans, callgraph, tmp: Path, senders: int = 1) -> dict:
         "target_spans_per_s": 20_000,
         "server_cpu_us_per_span": round(cpu_s / len(spans) * 1e6, 1),
         "peak_rss_mib": round(rss),
+        "late_spans": int(late),
         "accuracy_served": round(agree / checked, 4),
         "accuracy_offline": round(float((offline == truth).mean()), 4),
         "accuracy_online_batch": round(float((online == truth).mean()), 4),
