@@ -1,0 +1,138 @@
+"""Benchmark: where ``tacit serve`` spends its CPU per span, stage by stage, without HTTP.
+
+The sustained run of ``bench/bench_serve.py`` (the shop app at 300 requests/s for 60 s,
+289,921 spans, encoded by the OpenTelemetry SDK's protobuf encoder in batches of 512) goes
+through the service's own steps in one thread, each timed in CPU time per span:
+
+* read: decoding a request body into spans (``read_export_request``);
+* append: committing the request to the store, as acknowledging it does;
+* push: online TraceWeaver (§5.3), the rounds the requests set off and, at the end, those
+  that finish the last traces;
+* rows: the rows of the finished traces (assembling them, their Jaeger tags);
+* tables: the rows as Arrow tables;
+* write: appending them to the database file.
+
+The service adds to these its HTTP handling, its metrics and the switching between its threads.
+The garbage collector runs with the service's thresholds. The whole is run ``--repeats`` times
+(default 3); each stage's minimum is printed as one JSON object, steadier than one run on a
+shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench_serve import ONLINE, _load
+from tacit.experiment.otlp_load import BATCH, sdk_spans
+from tacit.formats.otlp import read_export_request
+from tacit.reconstruct.callgraph import learn_callgraph
+from tacit.serve.finished_rows import Rows
+from tacit.serve.online_feed import OnlineFeed
+from tacit.serve.service import GC_THRESHOLDS
+from tacit.serve.store import Store
+from tacit.simulate import load_app, simulate
+
+STAGES = ("read", "append", "push", "rows", "tables", "write")
+
+
+def bodies(seconds: float) -> list[bytes]:
+    """The sustained run's spans as the SDK's exporter encodes them, in order of span end."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    spans = _load(2, seconds)
+    order = np.argsort(spans.end, kind="stable")
+    readable = sdk_spans(spans, 0)
+    return [
+        encode_spans([readable[r] for r in order[a : a + BATCH]]).SerializeToString()
+        for a in range(0, len(order), BATCH)
+    ]
+
+
+def one_run(requests: list[bytes], callgraph, tmp: Path) -> dict[str, float]:
+    """CPU seconds per stage over all ``requests``."""
+    spent = dict.fromkeys(STAGES, 0.0)
+    clock = time.process_time
+
+    def timed(stage: str, began: float) -> float:
+        now = clock()
+        spent[stage] += now - began
+        return now
+
+    store = Store(tmp / "stages.duckdb")
+    feed = OnlineFeed(callgraph, ONLINE, 0)
+    seq = 0
+
+    def store_finished(finished, alone, t: float) -> float:
+        rows = Rows()
+        for f in finished:
+            numbers, given = feed.release(f)
+            rows.add_finished(f, numbers, given, 1, 0)
+        for a in alone:
+            rows.add_alone(a)
+        t = timed("rows", t)
+        tables = rows.tables(0)
+        t = timed("tables", t)
+        store.write_finished(tables, {"low_water": feed.low_water(seq)})
+        return timed("write", t)
+
+    try:
+        for body in requests:
+            t = clock()
+            spans, parent_ids = read_export_request(body, "protobuf", "request")
+            t = timed("read", t)
+            store.append_requests([(seq, len(spans), 0, "protobuf", body)])
+            t = timed("append", t)
+            fed = feed.push(spans, parent_ids, np.arange(seq, seq + len(spans)))
+            seq += len(spans)
+            t = timed("push", t)
+            if fed.finished or fed.alone:
+                store_finished(fed.finished, fed.alone, t)
+        t = clock()
+        last = feed.advance(feed.tw.latest_end + 60e9)  # the last windows close
+        store_finished(last, [], timed("push", t))
+    finally:
+        store.close()
+    return spent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=60.0, help="of the shop app's load")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    callgraph = learn_callgraph(simulate(load_app(), 5, n_requests=200, seed=1))
+    requests = bodies(args.seconds)
+    n = sum(len(read_export_request(b, "protobuf", "request")[0]) for b in requests)
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+    runs = []
+    for _ in range(args.repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            runs.append(one_run(requests, callgraph, Path(tmp)))
+    gc.unfreeze()
+    us = {s: round(min(r[s] for r in runs) / n * 1e6, 2) for s in STAGES}
+    totals = [sum(r.values()) / n * 1e6 for r in runs]
+    print(
+        json.dumps(
+            {
+                "serve_stages": {
+                    "spans": n,
+                    "repeats": args.repeats,
+                    "us_per_span_min": us,
+                    "total_us_per_span": [round(x, 2) for x in totals],
+                }
+            },
+            indent=1,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
