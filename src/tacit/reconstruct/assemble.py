@@ -79,6 +79,7 @@ def assemble(
         taken.add((head, sid))
         span_ids.append(out.strings.code(sid))
     out.span_id[:] = span_ids
+    names = out.strings.names(out.span_id)
     tags: dict[int, dict] = {}
     for r, score in enumerate(rec.score.tolist()):
         t: dict = {"tacit.algorithm": rec.algorithm}
@@ -86,7 +87,7 @@ def assemble(
             t["tacit.score"] = round(score, 4)
         if r in rec.alternatives:
             t["tacit.alternatives"] = orjson.dumps(
-                [[_span_id(out, fresh, beyond, p), round(s, 4)] for p, s in rec.alternatives[r]]
+                [[_span_id(names, fresh, beyond, p), round(s, 4)] for p, s in rec.alternatives[r]]
             ).decode()
         if r in rec.unmapped:
             t["tacit.unmapped"] = rec.unmapped[r]
@@ -97,11 +98,11 @@ def assemble(
 
 
 def _span_id(
-    out: SpanTable, fresh: list[int], beyond: Sequence[SpanDetail | None], row: int
+    names: list[str | None], fresh: list[int], beyond: Sequence[SpanDetail | None], row: int
 ) -> str | None:
-    """The span id of ``row``: its assembled one, or past the table's end its detail's
-    (``beyond``) or its fresh one (``fresh``: as a number)."""
-    if row < len(out):
-        return out.name("span_id", row)
-    d = beyond[row - len(out)] if row - len(out) < len(beyond) else None
+    """The span id of ``row``: its assembled one (``names``), or past the table's end its
+    detail's (``beyond``) or its fresh one (``fresh``: as a number)."""
+    if row < len(names):
+        return names[row]
+    d = beyond[row - len(names)] if row - len(names) < len(beyond) else None
     return d.span_id if d is not None and d.span_id else f"{fresh[row]:016x}"
