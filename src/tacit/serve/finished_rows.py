@@ -220,16 +220,16 @@ class Rows:
         op_longest = np.maximum.reduceat((end - begin)[by_op], op_cuts)
         trace_rank = np.empty(len(spans), dtype=np.int64)
         trace_rank[by_trace] = np.repeat(np.argsort(k), count)
-        k = np.lexsort((op_first, trace_rank[op_first]))
-        r = op_first[k].tolist()
+        in_order = np.lexsort((op_first, trace_rank[op_first]))
+        r = op_first[in_order].tolist()
         _extend(
             self.operations,
             trace_id=[trace_ids[x] for x in r],
             service=[service[x] for x in r],
             operation=[operation[x] for x in r],
-            start_ns=op_start[k].tolist(),
-            duration_ns=op_longest[k].tolist(),
-            trace_start_ns=trace_start[op_first[k]].tolist(),
+            start_ns=op_start[in_order].tolist(),
+            duration_ns=op_longest[in_order].tolist(),
+            trace_start_ns=trace_start[r].tolist(),
         )
 
     def add_alone(self, a: Alone) -> None:
@@ -278,8 +278,7 @@ class Rows:
             "given_trace_id": [g.trace_id or None for g in given],
             "given_parent_id": [g.parent_id or None for g in given],
         }
-        for name, column in self.spans.items():
-            column.extend(received[name] if name in received else made[name])
+        _extend(self.spans, **received, **made)
 
 
 _S, _I, _F = pa.string(), pa.int64(), pa.float64()
