@@ -55,8 +55,8 @@ def bodies(seconds: float) -> list[bytes]:
     ]
 
 
-def one_run(requests: list[bytes], callgraph, tmp: Path) -> dict[str, float]:
-    """CPU seconds per stage over all ``requests``."""
+def one_run(requests: list[bytes], callgraph, tmp: Path) -> tuple[dict[str, float], int]:
+    """CPU seconds per stage over all ``requests``, and the spans they held."""
     spent = dict.fromkeys(STAGES, 0.0)
     clock = time.process_time
 
@@ -99,7 +99,7 @@ def one_run(requests: list[bytes], callgraph, tmp: Path) -> dict[str, float]:
         store_finished(last, [], timed("push", t))
     finally:
         store.close()
-    return spent
+    return spent, seq
 
 
 def main() -> None:
@@ -109,13 +109,13 @@ def main() -> None:
     args = parser.parse_args()
     callgraph = learn_callgraph(simulate(load_app(), 5, n_requests=200, seed=1))
     requests = bodies(args.seconds)
-    n = sum(len(read_export_request(b, "protobuf", "request")[0]) for b in requests)
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     runs = []
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as tmp:
-            runs.append(one_run(requests, callgraph, Path(tmp)))
+            spent, n = one_run(requests, callgraph, Path(tmp))
+            runs.append(spent)
     gc.unfreeze()
     us = {s: round(min(r[s] for r in runs) / n * 1e6, 2) for s in STAGES}
     totals = [sum(r.values()) / n * 1e6 for r in runs]
