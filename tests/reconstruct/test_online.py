@@ -157,3 +157,33 @@ def test_a_stream_that_never_closes_finishes_by_advancing_its_clock(stream):
     assert len(tw.spans) == 0
     positions = np.sort(np.concatenate([f.position for f in out]))
     assert positions.tolist() == list(range(first, first + len(blind)))
+
+
+def test_a_round_reconstructs_no_span_beyond_its_lookahead(stream, monkeypatch):
+    """A round's work ends at its boundary plus the lookahead (§5.3's window with its
+    context), however late the stream allows spans to be: an incoming span, final in the first
+    round whose boundary it ended by, is reconstructed in at most ceil(lookahead / window) + 1
+    rounds. Spans up to the lateness beyond would only be reconstructed once more."""
+    _, blind, graph = stream
+    windows = OnlineParams(
+        window_ns=500_000_000,
+        lookahead_ns=200_000_000,
+        max_request_ns=500_000_000,
+        lateness_ns=1_000_000_000,
+    )
+    tw = OnlineTraceWeaver(graph, FAST, windows)
+    times: dict[tuple[int, int], int] = {}  # by (start, end): the blind view has no ids
+    real = online.reconstruct_traceweaver
+
+    def counting(spans, *args, **kwargs):
+        server = spans.kind == SERVER
+        for key in zip(spans.start[server].tolist(), spans.end[server].tolist(), strict=True):
+            times[key] = times.get(key, 0) + 1
+        return real(spans, *args, **kwargs)
+
+    monkeypatch.setattr(online, "reconstruct_traceweaver", counting)
+    for chunk in stream_chunks(blind, 200):
+        tw.push(chunk)
+    assert tw.rounds >= 4
+    assert len(times) > 1000
+    assert max(times.values()) == 2  # ceil(0.2 / 0.5) + 1; 3 when it took the lateness too

@@ -3,7 +3,9 @@
 A collector hands spans over as they end, so a stream arrives roughly in order of span end,
 late by at most ``lateness_ns``. The stream is cut into windows of ``window_ns``. When the
 watermark (latest end seen minus the lateness) passes a window's boundary B by ``lookahead_ns``,
-every span not yet final is reconstructed with the offline algorithm, and then
+every span not yet final that ended by B + ``lookahead_ns`` is reconstructed with the offline
+algorithm (the later spans, up to the lateness beyond, wait for the next round: they would be
+reconstructed again anyway, and with no final span to give context to), and then
 
 * every incoming span that ended by B is final, with the outgoing spans chosen for it: a span
   that ends later has not arrived or arrived after B, and the lookahead gives the joint
@@ -219,7 +221,7 @@ class OnlineTraceWeaver:
     def _round(self, boundary: float) -> list[Finished]:
         self.rounds += 1
         self._give_up_partners(self.spans.end < boundary - self.online.max_request_ns)
-        work = np.flatnonzero(~self.final)
+        work = np.flatnonzero(~self.final & (self.spans.end <= boundary + self.online.lookahead_ns))
         if len(work):
             self._reconstruct(work, boundary)
         return self._emit()
