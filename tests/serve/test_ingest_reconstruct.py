@@ -3,14 +3,18 @@ equal to the offline algorithm's on the same spans, and what the receiver uses o
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from serve_app import QUICK, get, get_json, running, shop_callgraph, shop_spans
-from tacit.experiment.otlp_load import send_spans
+from tacit.experiment.otlp_load import encoded_requests, post_requests, send_spans
 from tacit.model.spans import CLIENT, NONE, SERVER
 from tacit.reconstruct.online import NS, reconstruct_streamed
 
@@ -118,32 +122,13 @@ def test_finished_traces_are_forwarded_as_otlp(tmp_path, spans):
     """With ``forward``, every stored trace goes on to the collector as OTLP/HTTP JSON, which
     reads back with the span ids and reconstructed parents that were stored."""
     import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
 
     from tacit.formats.otlp import read_export_request
 
-    received: list[bytes] = []
-
-    class Collector(BaseHTTPRequestHandler):
-        def do_POST(self):
-            received.append(self.rfile.read(int(self.headers["Content-Length"])))
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"{}")
-
-        def log_message(self, *args):
-            pass
-
-    collector = HTTPServer(("127.0.0.1", 0), Collector)
-    threading.Thread(target=collector.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{collector.server_address[1]}/v1/traces"
-    with running(tmp_path, forward=url) as svc:
+    with _collector() as (url, received), running(tmp_path, forward=url) as svc:
         send_spans(spans, f"http://127.0.0.1:{svc.http_port}/v1/traces")
         assert svc.wait_idle(60)
         stored = _stored_links(svc)
-    collector.shutdown()
     forwarded = {}
     for body in received:
         table, _ = read_export_request(body, "json", "forwarded")
@@ -154,3 +139,63 @@ def test_finished_traces_are_forwarded_as_otlp(tmp_path, spans):
                 forwarded[s[int(table.span_id[r])]] = s[int(table.span_id[p])] if p >= 0 else None
     assert forwarded == stored
     assert json.loads(received[0])["resourceSpans"]
+
+
+def test_requests_encoded_ahead_are_the_exporters_own_and_all_stored(tmp_path, spans):
+    """``encoded_requests`` makes the bodies the SDK's exporter sends, byte for byte;
+    ``post_requests`` retries a 429 after its Retry-After, and over two connections at once
+    every span reaches the store once."""
+    part = spans.take(np.arange(3 * 512 + 100))
+    shift = 1_700_000_000 * NS
+    with _collector() as (url, received):
+        send_spans(part, url, shift_ns=shift)
+        exported = list(received)
+    encoded = encoded_requests(part, shift_ns=shift)
+    assert [body for _, body in encoded] == exported
+    assert [n for n, _ in encoded] == [512, 512, 512, 100]
+    with _collector(refuse_first=1) as (url, received):
+        log = post_requests(encoded, url, connections=1)
+    assert received == exported  # the refused first request sent again, nothing else twice
+    assert log.acknowledged == len(part) and log.batches == 4
+    with running(tmp_path) as svc:
+        log = post_requests(encoded_requests(spans), f"http://127.0.0.1:{svc.http_port}/v1/traces")
+        assert svc.wait_idle(60)
+        status = get_json(svc, "/api/tacit/status")
+    assert log.acknowledged == len(spans) and log.failed == 0
+    assert status["received"] == status["stored"]["spans"] == len(spans)
+
+
+@contextmanager
+def _collector(refuse_first: int = 0) -> Iterator[tuple[str, list[bytes]]]:
+    """An OTLP/HTTP receiver that keeps the body of each request it accepts, answering the
+    first ``refuse_first`` with 429 and ``Retry-After: 0``; yields its URL and the bodies."""
+    received: list[bytes] = []
+    refused = [0]
+
+    class Collector(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if refused[0] < refuse_first:
+                refused[0] += 1
+                self.send_response(429)
+                self.send_header("Retry-After", "0")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            received.append(body)
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    collector = ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=collector.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{collector.server_address[1]}/v1/traces", received
+    finally:
+        collector.shutdown()

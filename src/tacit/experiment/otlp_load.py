@@ -92,10 +92,9 @@ def send_spans(
     before the next batch. With ``senders`` above one, that many exporters, each in a thread
     of its own, take the batches in turn, as the services of an application export at once:
     one exporter waits for each answer before it sends again."""
-    order = np.argsort(spans.end, kind="stable")
-    shift = time.time_ns() - int(spans.start.min()) if shift_ns is None else shift_ns
+    shift = _shift(spans, shift_ns)
     readable = sdk_spans(spans, shift)
-    batches = [order[a : a + BATCH] for a in range(0, len(order), BATCH)]
+    batches = _batches(spans)
     log = SendLog()
     lock = threading.Lock()
     began = time.monotonic()
@@ -138,3 +137,82 @@ def send_spans(
     log.failed_batches.sort()
     log.seconds = time.monotonic() - began
     return log
+
+
+def encoded_requests(spans: SpanTable, shift_ns: int | None = None) -> list[tuple[int, bytes]]:
+    """The span counts and bodies of the requests :func:`send_spans` would send for ``spans``,
+    made ahead of sending by the SDK exporter's own encoder (``encode_spans``): the same bytes,
+    so that a load test can measure a receiver beyond what the exporter, encoding in Python on
+    the sender's core, can offer."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    readable = sdk_spans(spans, _shift(spans, shift_ns))
+    return [
+        (len(rows), encode_spans([readable[r] for r in rows]).SerializePartialToString())
+        for rows in _batches(spans)
+    ]
+
+
+def post_requests(
+    requests: list[tuple[int, bytes]],
+    endpoint: str,
+    *,
+    connections: int = 2,
+    timeout_s: float = 30.0,
+) -> SendLog:
+    """POST ``requests`` (span count, OTLP/HTTP protobuf body) to ``endpoint``, ``connections``
+    keep-alive connections taking them in turn, each waiting for its answer as an exporter
+    does; a 429 or 503 is retried after its ``Retry-After``, as the exporter's retry policy
+    says. Returns what was acknowledged."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    url = urlsplit(endpoint)
+    headers = {"Content-Type": "application/x-protobuf"}
+    log = SendLog()
+    lock = threading.Lock()
+    began = time.monotonic()
+
+    def post(first: int) -> None:
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout_s)
+        try:
+            for k in range(first, len(requests), connections):
+                n, body = requests[k]
+                while True:
+                    conn.request("POST", url.path, body, headers)
+                    answer = conn.getresponse()
+                    answer.read()
+                    if answer.status not in (429, 503):
+                        break
+                    time.sleep(float(answer.getheader("Retry-After") or 1))
+                with lock:
+                    log.batches += 1
+                    if answer.status == 200:
+                        log.acknowledged += n
+                    else:
+                        log.failed += n
+                        log.failed_batches.append(k)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=post, args=(k,)) for k in range(1, connections)]
+    for t in threads:
+        t.start()
+    post(0)
+    for t in threads:
+        t.join()
+    log.failed_batches.sort()
+    log.seconds = time.monotonic() - began
+    return log
+
+
+def _shift(spans: SpanTable, shift_ns: int | None) -> int:
+    """``shift_ns``, by default what makes the earliest span start now."""
+    return time.time_ns() - int(spans.start.min()) if shift_ns is None else shift_ns
+
+
+def _batches(spans: SpanTable) -> list[np.ndarray]:
+    """Rows in batches of :data:`BATCH` in order of span end, as the batch span processor
+    exports them."""
+    order = np.argsort(spans.end, kind="stable")
+    return [order[a : a + BATCH] for a in range(0, len(order), BATCH)]
