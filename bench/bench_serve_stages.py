@@ -15,7 +15,8 @@ through the service's own steps in one thread, each timed in CPU time per span:
 The service adds to these its HTTP handling, its metrics and the switching between its threads.
 The garbage collector runs with the service's thresholds. The whole is run ``--repeats`` times
 (default 3); each stage's minimum is printed as one JSON object, steadier than one run on a
-shared machine.
+shared machine. ``--lateness S`` sets the windows' lateness (default the sustained run's 1 s;
+the service's own default is 7 s).
 """
 
 from __future__ import annotations
@@ -25,14 +26,16 @@ import gc
 import json
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from bench_serve import ONLINE, _load
-from tacit.experiment.otlp_load import BATCH, sdk_spans
+from tacit.experiment.otlp_load import encoded_requests
 from tacit.formats.otlp import read_export_request
 from tacit.reconstruct.callgraph import learn_callgraph
+from tacit.reconstruct.online import NS, OnlineParams
 from tacit.serve.finished_rows import Rows
 from tacit.serve.online_feed import OnlineFeed
 from tacit.serve.service import GC_THRESHOLDS
@@ -44,18 +47,12 @@ STAGES = ("read", "append", "push", "rows", "tables", "write")
 
 def bodies(seconds: float) -> list[bytes]:
     """The sustained run's spans as the SDK's exporter encodes them, in order of span end."""
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-    spans = _load(2, seconds)
-    order = np.argsort(spans.end, kind="stable")
-    readable = sdk_spans(spans, 0)
-    return [
-        encode_spans([readable[r] for r in order[a : a + BATCH]]).SerializeToString()
-        for a in range(0, len(order), BATCH)
-    ]
+    return [body for _, body in encoded_requests(_load(2, seconds), shift_ns=0)]
 
 
-def one_run(requests: list[bytes], callgraph, tmp: Path) -> tuple[dict[str, float], int]:
+def one_run(
+    requests: list[bytes], callgraph, tmp: Path, online: OnlineParams = ONLINE
+) -> tuple[dict[str, float], int]:
     """CPU seconds per stage over all ``requests``, and the spans they held."""
     spent = dict.fromkeys(STAGES, 0.0)
     clock = time.process_time
@@ -66,7 +63,7 @@ def one_run(requests: list[bytes], callgraph, tmp: Path) -> tuple[dict[str, floa
         return now
 
     store = Store(tmp / "stages.duckdb")
-    feed = OnlineFeed(callgraph, ONLINE, 0)
+    feed = OnlineFeed(callgraph, online, 0)
     seq = 0
 
     def store_finished(finished, alone, t: float) -> float:
@@ -106,6 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="of the shop app's load")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--lateness", type=float, default=ONLINE.lateness_ns / NS, help="s")
     args = parser.parse_args()
     callgraph = learn_callgraph(simulate(load_app(), 5, n_requests=200, seed=1))
     requests = bodies(args.seconds)
@@ -114,7 +112,8 @@ def main() -> None:
     runs = []
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as tmp:
-            spent, n = one_run(requests, callgraph, Path(tmp))
+            online = replace(ONLINE, lateness_ns=round(args.lateness * NS))
+            spent, n = one_run(requests, callgraph, Path(tmp), online)
             runs.append(spent)
     gc.unfreeze()
     us = {s: round(min(r[s] for r in runs) / n * 1e6, 2) for s in STAGES}
@@ -125,6 +124,7 @@ def main() -> None:
                 "serve_stages": {
                     "spans": n,
                     "repeats": args.repeats,
+                    "lateness_s": args.lateness,
                     "us_per_span_min": us,
                     "total_us_per_span": [round(x, 2) for x in totals],
                 }

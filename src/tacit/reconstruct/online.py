@@ -242,14 +242,16 @@ class OnlineTraceWeaver:
         self.parent[work[picked]] = at[rec.parent[picked]]
         self.score[work[picked]] = rec.score[picked]
         at_list = at.tolist()  # read one by one below, which numpy scalars make slow
+        details = [] if spans.details is None else spans.details.tolist()
         for r in picked.tolist():
             p = at_list[r]
             self._why.pop(p, None)
             alternatives = rec.alternatives.get(r, [])
             self.alternatives[p] = [(at_list[q], s) for q, s in alternatives]
-            named = {at_list[q]: d for q, _ in alternatives if (d := spans.detail(q)) is not None}
-            if named:
-                self._named[p] = named
+            if details:
+                named = {at_list[q]: d for q, _ in alternatives if (d := details[q]) is not None}
+                if named:
+                    self._named[p] = named
         # Why a call is unmapped is told by the round that still had its instance's incoming
         # spans: by the time it is given up they may all be final, and out of the work.
         for r in np.flatnonzero((kind == CLIENT) & ~chosen).tolist():

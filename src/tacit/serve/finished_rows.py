@@ -243,7 +243,7 @@ class Rows:
             a.given,
             *_names(a.spans),
             trace_id=[None] * n,
-            span_id=[g.span_id or None for g in a.given],
+            span_id=[g.span_id for g in a.given],
             parent_span_id=[None] * n,
             parent_service=[None] * n,
             score=[None] * n,
@@ -275,8 +275,8 @@ class Rows:
             "kind": [KIND_NAMES[k] for k in spans.kind.tolist()],
             "start_ns": spans.start.tolist(),
             "duration_ns": (spans.end - spans.start).tolist(),
-            "given_trace_id": [g.trace_id or None for g in given],
-            "given_parent_id": [g.parent_id or None for g in given],
+            "given_trace_id": [g.trace_id for g in given],
+            "given_parent_id": [g.parent_id for g in given],
         }
         _extend(self.spans, **received, **made)
 

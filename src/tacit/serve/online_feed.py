@@ -16,6 +16,7 @@ after a span that ended later (their window may already be final).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,13 +29,13 @@ LATER = np.iinfo(np.int64).max
 LATE = "arrived later than the lateness allows; not reconstructed"
 
 
-@dataclass
-class Given:
-    """What the sender said of a span: its trace id, span id and parent span id ('' for none)."""
+class Given(NamedTuple):
+    """What the sender said of a span: its trace id, span id and parent span id (None for
+    none)."""
 
-    trace_id: str
-    span_id: str
-    parent_id: str
+    trace_id: str | None
+    span_id: str | None
+    parent_id: str | None
 
 
 @dataclass
@@ -65,8 +66,8 @@ class OnlineFeed:
         self.seq_of: dict[int, int] = {}
         self.given: dict[int, Given] = {}
         self._lowest = first_position  # no position below it is still in :attr:`seq_of`
-        self._clients: dict[tuple[str, str], tuple[int, int]] = {}  # -> (position, end)
-        self._waiting: dict[tuple[str, str], tuple[int, int]] = {}
+        self._clients: dict[tuple[str | None, str], tuple[int, int]] = {}  # -> (position, end)
+        self._waiting: dict[tuple[str | None, str], tuple[int, int]] = {}
 
     @property
     def pending(self) -> int:
@@ -88,12 +89,7 @@ class OnlineFeed:
         of ``spans.strings``; ``seq``: their sequence numbers)."""
         fed = Fed()
         s = spans.strings
-        given = [
-            Given(t or "", i or "", p or "")
-            for t, i, p in zip(
-                s.names(spans.trace), s.names(spans.span_id), s.names(parent_ids), strict=True
-            )
-        ]
+        given = list(map(Given, s.names(spans.trace), s.names(spans.span_id), s.names(parent_ids)))
         rpc = (spans.kind == SERVER) | (spans.kind == CLIENT)
         late = rpc & (spans.end < self.tw.latest_end - self.online.lateness_ns)
         alone = np.flatnonzero(~rpc | late)
@@ -109,11 +105,11 @@ class OnlineFeed:
         if not len(rows):
             return fed
         chunk = spans.take(rows)
-        chunk.link = self._links(chunk, [given[r] for r in rows])
-        first = self.tw.pushed
-        for k, r in enumerate(rows.tolist()):
-            self.seq_of[first + k] = int(seq[r])
-            self.given[first + k] = given[r]
+        kept = [given[r] for r in rows.tolist()]
+        chunk.link = self._links(chunk, kept)
+        positions = range(self.tw.pushed, self.tw.pushed + len(rows))
+        self.seq_of.update(zip(positions, seq[rows].tolist(), strict=True))
+        self.given.update(zip(positions, kept, strict=True))
         fed.finished = self.tw.push(chunk)
         self._forget_old()
         return fed
