@@ -15,7 +15,13 @@ at 300 requests/s, exported in batches of 512 by the SDK's OTLP/HTTP protobuf ex
   spans; target 20,000 spans/s at offline accuracy.
 * saturated: the same with two exporters taking the batches in turn. One exporter waits for
   each answer, and that wait can limit it below what the service takes; two keep the service
-  busy, so that the steady rate is the service's own.
+  busier, but they encode on the same core (see exporter_alone).
+* exporter_alone: the SDK's exporter, one and two at once, against a receiver that answers at
+  once and does nothing else: the most spans a second the sender's core can offer, which caps
+  sustained and saturated (the exporter encodes every span in Python).
+* encoded: the requests the exporter's encoder makes, made before the run and posted over two
+  keep-alive connections (``encoded_requests``, ``post_requests``), so that the sender's core
+  does not limit what the service is offered: the service's own capacity.
 * burst: four exporters at once with ``max_pending_spans`` of 50,000; the spans each
   acknowledged against those stored, the 429s sent, and the service's peak resident memory.
 * kill -9: the service killed when half the batches are acknowledged, restarted on its

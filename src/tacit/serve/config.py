@@ -58,7 +58,10 @@ The window is the longest of TraceWeaver §5.3's examples (1–5 s). A span in t
 reconstructed again in the next round, and each round refits the delay models, so CPU per span
 falls as the window grows against the lookahead: 81 µs against 93 µs with a 2 s window on
 30 s of the shop app's spans (``bench/bench_serve.py sustained``), at the same link accuracy
-(99.2%), for traces that finish up to 3 s later and about 10% more memory."""
+(99.2%), for traces that finish up to 3 s later and about 10% more memory. A round takes
+the spans up to its lookahead only, not those the lateness lets in beyond it: with them,
+online TraceWeaver cost 52.6–56.8 µs a span, without them 36.4–39.6
+(``bench/bench_serve_stages.py --lateness 7``, two runs of each alternated)."""
 
 MAX_PORT = 65535
 MAX_PENDING_SPANS = 100_000_000
