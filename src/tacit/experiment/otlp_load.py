@@ -174,7 +174,7 @@ def post_requests(
     began = time.monotonic()
 
     def post(first: int) -> None:
-        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout_s)
+        conn = http.client.HTTPConnection(url.netloc, timeout=timeout_s)
         try:
             for k in range(first, len(requests), connections):
                 n, body = requests[k]
