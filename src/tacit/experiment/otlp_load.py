@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,17 @@ class SendLog:
     batches: int = 0
     seconds: float = 0.0
     failed_batches: list[int] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def record(self, batch: int, spans: int, acknowledged: bool) -> None:
+        """Batch number ``batch`` of ``spans`` spans was answered (from any sender's thread)."""
+        with self._lock:
+            self.batches += 1
+            if acknowledged:
+                self.acknowledged += spans
+            else:
+                self.failed += spans
+                self.failed_batches.append(batch)
 
 
 def sdk_spans(spans: SpanTable, shift_ns: int = 0) -> list[Any]:
@@ -95,8 +107,6 @@ def send_spans(
     shift = _shift(spans, shift_ns)
     readable = sdk_spans(spans, shift)
     batches = _batches(spans)
-    log = SendLog()
-    lock = threading.Lock()
     began = time.monotonic()
     t0 = time.time_ns()
 
@@ -118,25 +128,12 @@ def send_spans(
                 if stop is not None and stop.is_set():
                     break
                 result = exporter.export([readable[r] for r in rows])
-                with lock:
-                    log.batches += 1
-                    if result == SpanExportResult.SUCCESS:
-                        log.acknowledged += len(rows)
-                    else:
-                        log.failed += len(rows)
-                        log.failed_batches.append(k)
+                log.record(k, len(rows), result == SpanExportResult.SUCCESS)
         finally:
             exporter.shutdown()
 
-    threads = [threading.Thread(target=send, args=(k,)) for k in range(1, senders)]
-    for t in threads:
-        t.start()
-    send(0)
-    for t in threads:
-        t.join()
-    log.failed_batches.sort()
-    log.seconds = time.monotonic() - began
-    return log
+    log = SendLog()
+    return _in_turn(send, senders, log, began)
 
 
 def encoded_requests(spans: SpanTable, shift_ns: int | None = None) -> list[tuple[int, bytes]]:
@@ -169,9 +166,6 @@ def post_requests(
 
     url = urlsplit(endpoint)
     headers = {"Content-Type": "application/x-protobuf"}
-    log = SendLog()
-    lock = threading.Lock()
-    began = time.monotonic()
 
     def post(first: int) -> None:
         conn = http.client.HTTPConnection(url.netloc, timeout=timeout_s)
@@ -185,20 +179,22 @@ def post_requests(
                     if answer.status not in (429, 503):
                         break
                     time.sleep(float(answer.getheader("Retry-After") or 1))
-                with lock:
-                    log.batches += 1
-                    if answer.status == 200:
-                        log.acknowledged += n
-                    else:
-                        log.failed += n
-                        log.failed_batches.append(k)
+                log.record(k, n, answer.status == 200)
         finally:
             conn.close()
 
-    threads = [threading.Thread(target=post, args=(k,)) for k in range(1, connections)]
+    log = SendLog()
+    return _in_turn(post, connections, log, time.monotonic())
+
+
+def _in_turn(send: Callable[[int], None], senders: int, log: SendLog, began: float) -> SendLog:
+    """Run ``send(first)`` for each of ``senders`` senders at once (the first in this thread),
+    sender ``first`` taking batches first, first + senders, ...; ``log`` when all are done,
+    timed from ``began``."""
+    threads = [threading.Thread(target=send, args=(k,)) for k in range(1, senders)]
     for t in threads:
         t.start()
-    post(0)
+    send(0)
     for t in threads:
         t.join()
     log.failed_batches.sort()
