@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tacit.compiled import grown, kernels_cached
+from tacit.compiled import grown
+from tacit.kernel_cache import kernels_cached
 
 
 def test_kernels_count_as_cached_once_numba_wrote_an_index(tmp_path: Path, monkeypatch) -> None:

@@ -9,26 +9,6 @@
 - :mod:`~.timeline`: timeline figures of patterns.
 """
 
-from tacit.causal_paths.analysis import PathParams, analyze_paths, evaluate_paths
-from tacit.causal_paths.inputs import read_any_messages, read_messages
-from tacit.causal_paths.linking import LinkParams, latest_links, link_messages
-from tacit.causal_paths.nesting import NestingParams, nest_calls
-from tacit.causal_paths.patterns import Pattern, find_patterns
-from tacit.causal_paths.reconcile import ReconcileParams, reconcile
+import lazy_loader
 
-__all__ = [
-    "LinkParams",
-    "NestingParams",
-    "PathParams",
-    "Pattern",
-    "ReconcileParams",
-    "analyze_paths",
-    "evaluate_paths",
-    "find_patterns",
-    "latest_links",
-    "link_messages",
-    "nest_calls",
-    "read_any_messages",
-    "read_messages",
-    "reconcile",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

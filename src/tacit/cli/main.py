@@ -20,8 +20,8 @@ from tacit.cli.common import (
     show_notices,
     standard_streams,
 )
-from tacit.compiled import kernels_cached
 from tacit.errors import TacitError
+from tacit.kernel_cache import kernels_cached
 
 app = typer.Typer(
     name="tacit",

@@ -23,7 +23,6 @@ from tacit.cli.common import (
     progress_bar,
 )
 from tacit.errors import ConfigError
-from tacit.oneway_latency.sweep import PAPER_MEMORY_BYTES
 
 oneway_app = typer.Typer(help="One-way latency between two capture points (RDA, LDA, FineComb).")
 
@@ -73,12 +72,13 @@ def simulate(
         int, typer.Option(callback=SEED, help="Seed of the path (and of the simulated sender).")
     ] = 0,
     memory: Annotated[
-        int,
+        int | None,
         typer.Option(
             callback=bounded(0, MAX_MEMORY, lo_open=True),
-            help="Bytes per synopsis, the same for every method (at most 2^30).",
+            help="Bytes per synopsis, the same for every method (at most 2^30); by default the "
+            "RDA paper's configuration, 5,000 buckets of 20 bytes.",
         ),
-    ] = PAPER_MEMORY_BYTES,
+    ] = None,
     rate: Annotated[
         float | None,
         typer.Option(
@@ -109,6 +109,10 @@ def simulate(
         raise ConfigError("give a capture to replay or --packets N for a simulated stream")
     if not sweep and (plots is not None or differences is not None):
         raise ConfigError("--plots and --differences go with --sweep")
+    if memory is None:
+        from tacit.oneway_latency.sweep import PAPER_MEMORY_BYTES
+
+        memory = PAPER_MEMORY_BYTES
     if sweep:
         _sweep(pcap, packets, seed, memory, rate, differences, seeds, plots, json_out)
     else:

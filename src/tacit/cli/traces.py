@@ -26,9 +26,7 @@ from tacit.cli.common import (
     progress_bar,
 )
 from tacit.errors import ConfigError, InputError
-from tacit.model.spans import CLIENT
 from tacit.outputs import STDIO, refuse_input_as_output
-from tacit.reconstruct.result import instrument_next
 
 _REPORT_COLUMNS = {
     "unassigned": "unassigned",
@@ -123,6 +121,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Blind ground-truth traces, reconstruct them with each algorithm, and score them."""
         from tacit.evaluation.reconstruction import evaluate as run
+        from tacit.reconstruct.result import instrument_next
 
         algos = comma_list(algorithm)
         with progress_bar(None, "spans reconstructed", not json_out) as cb:
@@ -240,6 +239,7 @@ def register(app: typer.Typer) -> None:
             write_traces,
             write_traces_stream,
         )
+        from tacit.model.spans import CLIENT
         from tacit.reconstruct.callgraph import learn_callgraph
         from tacit.reconstruct.pipeline import (
             ONLINE,
@@ -249,6 +249,7 @@ def register(app: typer.Typer) -> None:
             reconstruct_stream,
             stream_source,
         )
+        from tacit.reconstruct.result import instrument_next
         from tacit.reconstruct.scaleout import check_window
         from tacit.reconstruct.trace_stream import NotInStreamOrder
 

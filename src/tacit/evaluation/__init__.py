@@ -5,15 +5,6 @@
 - :mod:`~.demo`: accuracy against load on the simulated app (``make demo``).
 """
 
-from tacit.evaluation.demo import run_demo
-from tacit.evaluation.reconstruction import Evaluation, evaluate
-from tacit.evaluation.trace_accuracy import TraceScore, artifact_scope, score_reconstruction
+import lazy_loader
 
-__all__ = [
-    "Evaluation",
-    "TraceScore",
-    "artifact_scope",
-    "evaluate",
-    "run_demo",
-    "score_reconstruction",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

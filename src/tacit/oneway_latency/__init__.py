@@ -24,65 +24,6 @@ follow their published descriptions as we know them, section numbers are cited o
 so where it is chosen, with the reason.
 """
 
-from tacit.oneway_latency.agent import Agent, AgentParams
-from tacit.oneway_latency.capture_sources import LiveSource, PcapSource
-from tacit.oneway_latency.comparison import METHODS, MethodScore, compare_methods
-from tacit.oneway_latency.estimate import LatencyEstimate
-from tacit.oneway_latency.finecomb import FineCombParams, finecomb_interval
-from tacit.oneway_latency.intervals import IntervalParams, IntervalSplit, IntervalWork, pipeline
-from tacit.oneway_latency.lda import LDAParams, lda_interval
-from tacit.oneway_latency.protocol import Channel, ConfigMismatchError, ProtocolError
-from tacit.oneway_latency.rda import RDAParams, ReconcileResult, rda_interval
-from tacit.oneway_latency.replay import ReplayedCapture, ReplayParams, replay_capture
-from tacit.oneway_latency.simulate import (
-    SimulatedStream,
-    StreamParams,
-    replay_stream,
-    simulate_stream,
-)
-from tacit.oneway_latency.srda import SRDAParams, srda_interval
-from tacit.oneway_latency.stream import PacketStream
-from tacit.oneway_latency.sweep import SweepParams, SweepResult, plot_sweep, run_once, run_sweep
-from tacit.oneway_latency.truth import IntervalTruth, latency_truth
+import lazy_loader
 
-__all__ = [
-    "METHODS",
-    "Agent",
-    "AgentParams",
-    "Channel",
-    "ConfigMismatchError",
-    "FineCombParams",
-    "IntervalParams",
-    "IntervalSplit",
-    "IntervalTruth",
-    "IntervalWork",
-    "LDAParams",
-    "LatencyEstimate",
-    "LiveSource",
-    "MethodScore",
-    "PacketStream",
-    "PcapSource",
-    "ProtocolError",
-    "RDAParams",
-    "ReconcileResult",
-    "ReplayParams",
-    "ReplayedCapture",
-    "SRDAParams",
-    "SimulatedStream",
-    "StreamParams",
-    "SweepParams",
-    "SweepResult",
-    "compare_methods",
-    "finecomb_interval",
-    "latency_truth",
-    "lda_interval",
-    "pipeline",
-    "plot_sweep",
-    "rda_interval",
-    "replay_capture",
-    "replay_stream",
-    "run_once",
-    "run_sweep",
-    "simulate_stream",
-    "srda_interval",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

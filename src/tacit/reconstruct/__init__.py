@@ -11,56 +11,6 @@
   traces.
 """
 
-from tacit.reconstruct.assemble import assemble
-from tacit.reconstruct.baselines import reconstruct_fcfs, reconstruct_vpath, reconstruct_wap5
-from tacit.reconstruct.callgraph import CallGraph, EndpointGraph, learn_callgraph
-from tacit.reconstruct.isolated import (
-    callgraph_from_isolated,
-    callgraph_from_test_capture,
-    weave_isolated,
-)
-from tacit.reconstruct.online import OnlineTraceWeaver, reconstruct_online, stream_chunks
-from tacit.reconstruct.pipeline import (
-    ALGORITHMS,
-    ONLINE,
-    reconstruct_blind,
-    reconstruct_stream,
-    run_algorithm,
-    stream_source,
-)
-from tacit.reconstruct.result import Reconstruction, instrument_next
-from tacit.reconstruct.scaleout import merge, partition, reconstruct_dask
-from tacit.reconstruct.trace_stream import NotInStreamOrder, SpanStream, observe_stream
-from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
+import lazy_loader
 
-__all__ = [
-    "ALGORITHMS",
-    "ONLINE",
-    "CallGraph",
-    "EndpointGraph",
-    "NotInStreamOrder",
-    "OnlineTraceWeaver",
-    "Reconstruction",
-    "SpanStream",
-    "TraceWeaverParams",
-    "assemble",
-    "callgraph_from_isolated",
-    "callgraph_from_test_capture",
-    "instrument_next",
-    "learn_callgraph",
-    "merge",
-    "observe_stream",
-    "partition",
-    "reconstruct_blind",
-    "reconstruct_dask",
-    "reconstruct_fcfs",
-    "reconstruct_online",
-    "reconstruct_stream",
-    "reconstruct_traceweaver",
-    "reconstruct_vpath",
-    "reconstruct_wap5",
-    "run_algorithm",
-    "stream_chunks",
-    "stream_source",
-    "weave_isolated",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

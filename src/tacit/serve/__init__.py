@@ -11,8 +11,6 @@ latency records (:mod:`.rda_feed`), both stored and served (:mod:`.latency_api`)
 the inference lives here: it calls the same library functions the commands call.
 """
 
-from tacit.serve.config import SERVE_ONLINE, ServeConfig, load_config
-from tacit.serve.service import Service
-from tacit.serve.store import Store, TraceQuery
+import lazy_loader
 
-__all__ = ["SERVE_ONLINE", "ServeConfig", "Service", "Store", "TraceQuery", "load_config"]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

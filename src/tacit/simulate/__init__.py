@@ -1,28 +1,5 @@
 """Simulated microservice applications under load, with ground-truth traces."""
 
-from tacit.simulate.app_spec import (
-    AppSpec,
-    CallSpec,
-    EndpointSpec,
-    JoinSpec,
-    RootSpec,
-    ServiceSpec,
-    StepSpec,
-    load_app,
-    parse_app,
-)
-from tacit.simulate.microservices import load_sweep, simulate
+import lazy_loader
 
-__all__ = [
-    "AppSpec",
-    "CallSpec",
-    "EndpointSpec",
-    "JoinSpec",
-    "RootSpec",
-    "ServiceSpec",
-    "StepSpec",
-    "load_app",
-    "load_sweep",
-    "parse_app",
-    "simulate",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -1,0 +1,14 @@
+"""The names :mod:`tacit.evaluation` exports, each imported on first use (``__init__.py``)."""
+
+from .demo import run_demo
+from .reconstruction import Evaluation, evaluate
+from .trace_accuracy import TraceScore, artifact_scope, score_reconstruction
+
+__all__ = [
+    "Evaluation",
+    "TraceScore",
+    "artifact_scope",
+    "evaluate",
+    "run_demo",
+    "score_reconstruction",
+]

@@ -1,0 +1,51 @@
+"""The names :mod:`tacit.reconstruct` exports, each imported on first use (``__init__.py``)."""
+
+from .assemble import assemble
+from .baselines import reconstruct_fcfs, reconstruct_vpath, reconstruct_wap5
+from .callgraph import CallGraph, EndpointGraph, learn_callgraph
+from .isolated import callgraph_from_isolated, callgraph_from_test_capture, weave_isolated
+from .online import OnlineTraceWeaver, reconstruct_online, stream_chunks
+from .pipeline import (
+    ALGORITHMS,
+    ONLINE,
+    reconstruct_blind,
+    reconstruct_stream,
+    run_algorithm,
+    stream_source,
+)
+from .result import Reconstruction, instrument_next
+from .scaleout import merge, partition, reconstruct_dask
+from .trace_stream import NotInStreamOrder, SpanStream, observe_stream
+from .traceweaver import TraceWeaverParams, reconstruct_traceweaver
+
+__all__ = [
+    "ALGORITHMS",
+    "ONLINE",
+    "CallGraph",
+    "EndpointGraph",
+    "NotInStreamOrder",
+    "OnlineTraceWeaver",
+    "Reconstruction",
+    "SpanStream",
+    "TraceWeaverParams",
+    "assemble",
+    "callgraph_from_isolated",
+    "callgraph_from_test_capture",
+    "instrument_next",
+    "learn_callgraph",
+    "merge",
+    "observe_stream",
+    "partition",
+    "reconstruct_blind",
+    "reconstruct_dask",
+    "reconstruct_fcfs",
+    "reconstruct_online",
+    "reconstruct_stream",
+    "reconstruct_traceweaver",
+    "reconstruct_vpath",
+    "reconstruct_wap5",
+    "run_algorithm",
+    "stream_chunks",
+    "stream_source",
+    "weave_isolated",
+]

@@ -1,0 +1,28 @@
+"""The names :mod:`tacit.simulate` exports, each imported on first use (``__init__.py``)."""
+
+from .app_spec import (
+    AppSpec,
+    CallSpec,
+    EndpointSpec,
+    JoinSpec,
+    RootSpec,
+    ServiceSpec,
+    StepSpec,
+    load_app,
+    parse_app,
+)
+from .microservices import load_sweep, simulate
+
+__all__ = [
+    "AppSpec",
+    "CallSpec",
+    "EndpointSpec",
+    "JoinSpec",
+    "RootSpec",
+    "ServiceSpec",
+    "StepSpec",
+    "load_app",
+    "load_sweep",
+    "parse_app",
+    "simulate",
+]
