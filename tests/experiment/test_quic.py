@@ -78,21 +78,25 @@ def test_every_request_is_logged_and_seen_at_the_vantage_point(quic_run):
 
 
 def test_pirate_follows_the_clients(quic_run):
-    """Measured (4 s runs at almost a whole core): median |error| per response of -noack
-    6.5–6.8 % (3.7–4.4 % high; seeds 0–2, the machine's load average near 2), of the
-    per-epoch median oracle 4.6–5.2 %, of req-to-req (the Python client's own processing)
-    2.1–2.3 %; the bound is about twice Pirate's. With other work loading the 2 cores (load
-    average 5–7), four runs in five gave 6–13 % and one 4 times the latency: scheduling
-    outliers made the inter-batch-gap mode (the report's QUIC section, item 2); ``make test``
-    runs live tests alone. The default size heuristic (64 bytes) takes most of aioquic's
-    requests (40–78 bytes) for ACKs and is 100–600 times too high."""
+    """Against the floor of the same run, the per-epoch median oracle (one estimate per epoch,
+    the true median), whose per-response error moves with the machine's load as Pirate's does.
+    Measured (4 s runs at almost a whole core, seed 1, eight runs on 2026-11-28): the oracle's
+    median |error| 6.7–10.8 %; -noack's 7.3–13.1 % (1.09–1.26 times the oracle's), its median
+    signed error +2.8 to +5.4 % (0.38–0.57 of the oracle's |error|); with ACKs of 8-byte CIDs
+    7.4–14.4 % (1.10–1.41 times), +3.3 to +8.1 % (0.49–0.85); req-to-req (the Python client's
+    own processing) 2.0–2.4 %. With other work loading the 2 cores (load average 5–7), one
+    run in five once gave 4 times the latency: scheduling outliers made the inter-batch-gap
+    mode (the report's QUIC section, item 2); ``make test`` runs live tests alone. The default
+    size heuristic (64 bytes) takes most of aioquic's requests (40–78 bytes) for ACKs and is
+    100–600 times too high."""
     run, _ = quic_run
     assert run.req_to_req.median_relative_error < 0.05
+    floor = run.oracle["median"].median_relative_error
     for name in ("modes-noack", "modes-ack, CID 8"):
         summary = run.pirate[name]
         assert summary.samples + summary.unmatched_requests == run.requests
-        assert summary.median_relative_error < 0.15
-        assert abs(summary.median_signed_error) < 0.1
+        assert summary.median_relative_error < 1.75 * floor
+        assert abs(summary.median_signed_error) < floor
 
 
 def test_paths_carry_the_body_size():
