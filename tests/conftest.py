@@ -15,3 +15,17 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data absent: {SHARED_DATA} not found (clone with ../shared beside it)")
     return SHARED_DATA
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """In the controlling process of a parallel run (``-n``) of a checkout where no kernel is
+    cached yet, compile the kernels once before the workers start (:mod:`kernel_warmup`)."""
+    config = session.config
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return
+    from tacit.kernel_cache import kernels_cached
+
+    if not kernels_cached():
+        from kernel_warmup import compile_kernels
+
+        compile_kernels()

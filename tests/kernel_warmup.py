@@ -1,0 +1,62 @@
+"""Compile tacit's numba kernels once before the tests fan out.
+
+In a new checkout no kernel is cached yet (numba writes each one beside its module on its first
+compilation), and the tests start many processes at once: two pytest workers, and command-line
+tests that run a dozen commands side by side. Each would compile the same kernels again, tens of
+seconds of CPU each. Run in the controlling pytest process before the workers start, this
+compiles them in two processes, one per core, on small versions of the workloads that use them:
+reconstruction and diagnosis on simulated spans; captures, Pirate, RDA, WAP5 and the load
+balancer on simulated packets. A kernel it misses is compiled by the first test that needs it,
+as before; nothing here is checked."""
+
+from __future__ import annotations
+
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+
+def _spans() -> None:
+    from tacit.diagnosis import critical_paths, tail_profile
+    from tacit.evaluation.demo import run_demo
+    from tacit.model.roles import infer_roles
+    from tacit.simulate import load_app, simulate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run_demo(Path(tmp), requests=60, rates=(300,))
+    traces = infer_roles(simulate(load_app(None), 100, n_requests=40, seed=1)).spans
+    critical_paths(traces)
+    tail_profile(traces)
+
+
+def _packets() -> None:
+    from tacit.causal_paths import analyze_paths
+    from tacit.causal_paths.from_spans import messages_from_spans
+    from tacit.experiment.loadbalancer import LoadBalancerParams, run_loadbalancer_experiment
+    from tacit.formats.pcap import read_packets
+    from tacit.formats.pcap_write import write_pcap
+    from tacit.model.roles import infer_roles
+    from tacit.oneway_latency import StreamParams, compare_methods, simulate_stream
+    from tacit.response_latency import ALGORITHMS, estimate_response_latency, request_truth
+    from tacit.simulate import load_app, simulate
+    from tacit.simulate.app_packets import app_packets
+
+    spans = simulate(load_app(None), 100, n_requests=40, seed=2)
+    packets = app_packets(spans)
+    with tempfile.TemporaryDirectory() as tmp:
+        write_pcap(Path(tmp) / "app.pcap", packets.frames, packets.times)
+        read = read_packets(Path(tmp) / "app.pcap", payloads=True)
+    for algorithm in ALGORITHMS:
+        estimate_response_latency(read.packets, algorithm=algorithm)
+    request_truth(read)
+    stream = simulate_stream(StreamParams(duration_ns=20_000_000))
+    compare_methods(stream.sender, stream.receiver, 100_000)
+    analyze_paths(messages_from_spans(infer_roles(spans).spans).messages)
+    run_loadbalancer_experiment(LoadBalancerParams(duration_ns=2 * 10**9))
+
+
+def compile_kernels() -> None:
+    """Run both workloads, one per process, and wait for them."""
+    with ProcessPoolExecutor(2) as pool:
+        for done in [pool.submit(_spans), pool.submit(_packets)]:
+            done.result()
