@@ -22,7 +22,10 @@ lint: install
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-test: lint
+# The kernels compile (tests/kernel_warmup.py, once per checkout) while lint runs beside them.
+test: install
+	$(BIN)/python tests/kernel_warmup.py & warm=$$!; $(MAKE) --no-print-directory lint; \
+		lint=$$?; wait $$warm && [ $$lint = 0 ]
 	$(BIN)/pytest -n 2 -m 'not live'
 	$(BIN)/pytest -m live
 

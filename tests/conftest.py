@@ -23,9 +23,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
         return
-    from tacit.kernel_cache import kernels_cached
+    from kernel_warmup import compile_kernels
 
-    if not kernels_cached():
-        from kernel_warmup import compile_kernels
-
-        compile_kernels()
+    compile_kernels()

@@ -3,11 +3,11 @@
 In a new checkout no kernel is cached yet (numba writes each one beside its module on its first
 compilation), and the tests start many processes at once: two pytest workers, and command-line
 tests that run a dozen commands side by side. Each would compile the same kernels again, tens of
-seconds of CPU each. Run in the controlling pytest process before the workers start, this
-compiles them in two processes, one per core, on small versions of the workloads that use them:
-reconstruction and diagnosis on simulated spans; captures, Pirate, RDA, WAP5 and the load
-balancer on simulated packets. A kernel it misses is compiled by the first test that needs it,
-as before; nothing here is checked."""
+seconds of CPU each. Run by ``make test`` beside lint, or in the controlling pytest process
+before the workers start (``conftest.py``), this compiles them in two processes, one per core,
+on small versions of the workloads that use them: reconstruction and diagnosis on simulated
+spans; captures, Pirate, RDA, WAP5 and the load balancer on simulated packets. A kernel it
+misses is compiled by the first test that needs it, as before; nothing here is checked."""
 
 from __future__ import annotations
 
@@ -56,7 +56,16 @@ def _packets() -> None:
 
 
 def compile_kernels() -> None:
-    """Run both workloads, one per process, and wait for them."""
+    """Run both workloads, one per process, and wait for them: unless some kernel is cached
+    already (a checkout that has run anything)."""
+    from tacit.kernel_cache import kernels_cached
+
+    if kernels_cached():
+        return
     with ProcessPoolExecutor(2) as pool:
         for done in [pool.submit(_spans), pool.submit(_packets)]:
             done.result()
+
+
+if __name__ == "__main__":  # make test runs it beside lint
+    compile_kernels()
