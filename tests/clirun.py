@@ -55,9 +55,16 @@ def run_here(*args: str | Path, cwd: Path | None = None) -> subprocess.Completed
     )
 
 
-def finish(procs: dict[str, subprocess.Popen]) -> dict[str, subprocess.CompletedProcess]:
+def finish(
+    procs: dict[str, subprocess.Popen | subprocess.CompletedProcess],
+) -> dict[str, subprocess.CompletedProcess]:
+    """What each command printed and its exit code, once it has ended; commands that already
+    ran (:func:`run_here`) as they are."""
     out = {}
     for name, p in procs.items():
+        if isinstance(p, subprocess.CompletedProcess):
+            out[name] = p
+            continue
         stdout, stderr = p.communicate(timeout=TIMEOUT)
         out[name] = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
     return out

@@ -19,7 +19,7 @@ from agent_logs import (
     truth,
     write_sidecar_logs,
 )
-from clirun import finish, start
+from clirun import finish, run_here
 from tacit.formats.blind import read_blind
 from tacit.formats.jaeger import read_jaeger
 from tacit.model.spans import CLIENT, SERVER
@@ -41,7 +41,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     ebpf = ("--input-format", "ebpf", "--services", "services.yaml")
     return finish(
         {
-            "ebpf": start(
+            "ebpf": run_here(
                 "reconstruct",
                 "beyla.json",
                 *ebpf,
@@ -52,7 +52,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
                 "--json",
                 cwd=d,
             ),
-            "envoy": start(
+            "envoy": run_here(
                 "reconstruct",
                 "mesh",
                 "--input-format",
@@ -64,12 +64,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
                 "--json",
                 cwd=d,
             ),
-            "blind": start(
+            "blind": run_here(
                 "blind", "mesh", "--input-format", "envoy", "--out", "mesh.jsonl", "--json", cwd=d
             ),
-            "learn": start("reconstruct", "beyla.json", *ebpf, "--out", "x.json", cwd=d),
-            "bad": start("blind", "bad.log", "--input-format", "envoy", "--out", "y.jsonl", cwd=d),
-            "map_alone": start(
+            "learn": run_here("reconstruct", "beyla.json", *ebpf, "--out", "x.json", cwd=d),
+            "bad": run_here(
+                "blind", "bad.log", "--input-format", "envoy", "--out", "y.jsonl", cwd=d
+            ),
+            "map_alone": run_here(
                 "blind", "beyla.json", "--services", "services.yaml", "--out", "z.jsonl", cwd=d
             ),
         }

@@ -12,7 +12,7 @@ import pytest
 
 from app_captures import pong_server, three_tier
 from capture_probe import needs_capture
-from clirun import finish, start
+from clirun import finish, run_here, start
 from tacit.formats.blind import read_blind
 from tacit.formats.jaeger import read_jaeger
 from tacit.reconstruct.result import ROOT_CALL
@@ -35,7 +35,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Compl
     (d / "services.yaml").write_text('"10.0.0.1": loadgen\n"10.0.0.2": front\n":80": geo\n')
     return finish(
         {
-            "blind": start(
+            "blind": run_here(
                 "capture",
                 "prod.pcap",
                 "--services",
@@ -45,7 +45,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Compl
                 "--json",
                 cwd=d,
             ),
-            "traces": start(
+            "traces": run_here(
                 "capture",
                 "prod.pcap",
                 "--services",
@@ -58,10 +58,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Compl
                 "--json",
                 cwd=d,
             ),
-            "no_callgraph": start(
+            "no_callgraph": run_here(
                 "capture", "prod.pcap", "--reconstruct", "--out", "x.json", cwd=d
             ),
-            "not_a_capture": start("capture", "services.yaml", "--out", "y.jsonl", cwd=d),
+            "not_a_capture": run_here("capture", "services.yaml", "--out", "y.jsonl", cwd=d),
         }
     ) | {"dir": d}  # type: ignore[dict-item]
 

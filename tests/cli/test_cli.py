@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clirun import TACIT, finish, ok, one_error_line, start
+from clirun import TACIT, finish, ok, one_error_line, run_here, start
 from tacit.formats.blind import write_blind
 from tacit.formats.jaeger import read_jaeger, write_jaeger
 from tacit.model.roles import infer_roles
@@ -39,24 +39,26 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(work: Path) -> dict[str, subprocess.CompletedProcess]:
-    """Every command, the independent ones in parallel; blind+callgraph before reconstruct."""
+    """Every command, blind+callgraph before reconstruct; in this process as the console script
+    runs them (:func:`run_here`), but for those that need a process of their own: one with
+    an environment variable, and ``--debug``, whose traceback ends the process."""
     first = {
-        "evaluate": start(
+        "evaluate": run_here(
             "evaluate", "traces.json", "--algorithm", "traceweaver,fcfs", "--json", cwd=work
         ),
-        "blind": start("blind", "traces.json", "--out", "b.jsonl", cwd=work),
-        "callgraph": start("callgraph", "traces.json", "--out", "cg.yaml", cwd=work),
-        "no_callgraph": start("reconstruct", "inproc.jsonl", "--out", "t0.json", cwd=work),
-        "cut_gzip": start("evaluate", "cut.json.gz", "--json", cwd=work),
-        "malformed": start("blind", "broken.json", "--out", "x.jsonl", cwd=work),
-        "missing": start("callgraph", "missing.json", cwd=work),
+        "blind": run_here("blind", "traces.json", "--out", "b.jsonl", cwd=work),
+        "callgraph": run_here("callgraph", "traces.json", "--out", "cg.yaml", cwd=work),
+        "no_callgraph": run_here("reconstruct", "inproc.jsonl", "--out", "t0.json", cwd=work),
+        "cut_gzip": run_here("evaluate", "cut.json.gz", "--json", cwd=work),
+        "malformed": run_here("blind", "broken.json", "--out", "x.jsonl", cwd=work),
+        "missing": run_here("callgraph", "missing.json", cwd=work),
         "debug": start("blind", "broken.json", "--out", "y.jsonl", "--debug", cwd=work),
-        "out_is_input": start(
+        "out_is_input": run_here(
             "blind", "inproc.jsonl", "--out", "./inproc.jsonl", "--force", cwd=work
         ),
-        "out_exists": start("blind", "traces.json", "--out", "inproc.orig", cwd=work),
-        "out_is_dir": start("callgraph", "traces.json", "--out", ".", cwd=work),
-        "out_full": start("blind", "traces.json", "--out", "/dev/full", cwd=work),
+        "out_exists": run_here("blind", "traces.json", "--out", "inproc.orig", cwd=work),
+        "out_is_dir": run_here("callgraph", "traces.json", "--out", ".", cwd=work),
+        "out_full": run_here("blind", "traces.json", "--out", "/dev/full", cwd=work),
         "over_budget": start(
             "callgraph",
             "traces.json",
@@ -66,7 +68,7 @@ def runs(work: Path) -> dict[str, subprocess.CompletedProcess]:
             env={"TACIT_MEMORY_BUDGET": "1K"},
         ),
         **{
-            name: start("reconstruct", "traces.json", "--out", name, *seed, "--json", cwd=work)
+            name: run_here("reconstruct", "traces.json", "--out", name, *seed, "--json", cwd=work)
             for name, seed in (
                 ("seed5.json", ["--seed", "5"]),
                 ("seed5again.json", ["--seed", "5"]),
@@ -77,7 +79,7 @@ def runs(work: Path) -> dict[str, subprocess.CompletedProcess]:
     res = finish(first)
     second = {}
     if res["blind"].returncode == 0 and res["callgraph"].returncode == 0:
-        second["reconstruct"] = start(
+        second["reconstruct"] = run_here(
             "reconstruct",
             "b.jsonl",
             "--callgraph",

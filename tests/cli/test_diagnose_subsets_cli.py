@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from clirun import finish, start
+from clirun import finish, run_here, start
 
 HOTEL = "traceweaver/hotel_reservation/load100.jaeger.json.gz"
 
@@ -15,7 +15,7 @@ HOTEL = "traceweaver/hotel_reservation/load100.jaeger.json.gz"
 def test_tail_and_abtest_json(shared_data, tmp_path):
     f = shared_data / HOTEL
     procs = {
-        "tail": start(
+        "tail": run_here(
             "diagnose",
             "tail",
             f,
@@ -27,7 +27,7 @@ def test_tail_and_abtest_json(shared_data, tmp_path):
             "--json",
             cwd=tmp_path,
         ),
-        "ab": start(
+        "ab": run_here(
             "diagnose",
             "abtest",
             f,
@@ -40,8 +40,8 @@ def test_tail_and_abtest_json(shared_data, tmp_path):
             "--json",
             cwd=tmp_path,
         ),
-        "bad": start("diagnose", "tail", f, "--inject", "reservation", cwd=tmp_path),
-        "basis": start(
+        "bad": run_here("diagnose", "tail", f, "--inject", "reservation", cwd=tmp_path),
+        "basis": run_here(
             "diagnose", "abtest", f, "--service", "reservation", "--basis", "wall", cwd=tmp_path
         ),
     }

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from clirun import finish, start
+from clirun import finish, run_here
 from tacit.simulate.syslog_cascades import CascadeParams, simulate_cascades
 
 S = 1_000_000_000
@@ -39,8 +39,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     (d / "badtopo.txt").write_text("a b c\n")
     base = ("diagnose", "syslog")
     procs = {
-        "mine": start(*base, "mine", "switches.log", "--topology", "topo.txt", "--json", cwd=d),
-        "problems": start(
+        "mine": run_here(*base, "mine", "switches.log", "--topology", "topo.txt", "--json", cwd=d),
+        "problems": run_here(
             *base,
             "problems",
             "switches.log",
@@ -51,9 +51,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
             "--json",
             cwd=d,
         ),
-        "templates": start(*base, "templates", "switches.log", cwd=d),
-        "bad": start(*base, "templates", "bad.log", cwd=d),
-        "bad_topo": start(*base, "mine", "switches.log", "--topology", "badtopo.txt", cwd=d),
+        "templates": run_here(*base, "templates", "switches.log", cwd=d),
+        "bad": run_here(*base, "templates", "bad.log", cwd=d),
+        "bad_topo": run_here(*base, "mine", "switches.log", "--topology", "badtopo.txt", cwd=d),
     }
     return d, {"sim": sim, **finish(procs)}
 
@@ -99,7 +99,7 @@ def test_bad_inputs_one_line_exit_2(runs):
 
 def test_templates_scored_on_loghub(shared_data, tmp_path):
     d = shared_data / "logs" / "loghub" / "OpenSSH"
-    p = start(
+    p = run_here(
         "diagnose",
         "syslog",
         "templates",
@@ -162,7 +162,7 @@ def reading(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
             CUSTOM_REGEX,
         ),
     }
-    return d, finish({k: start(*v, cwd=d) for k, v in runs.items()})
+    return d, finish({k: run_here(*v, cwd=d) for k, v in runs.items()})
 
 
 def test_rfc3339_file(reading):

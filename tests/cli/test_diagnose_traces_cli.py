@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clirun import TACIT, finish, start
+from clirun import TACIT, finish, run_here, start
 from tacit.formats.jaeger import write_jaeger
 from tacit.simulate import load_app, simulate
 
@@ -20,21 +20,23 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     (d / "bad.rules").write_text("SYMPTOM slow\nPATHOLOGY x DEF slow AND\n")
     assert TACIT.exists(), TACIT
     procs = {
-        "cp": start(
+        "cp": run_here(
             "diagnose", "critical-path", "traces.json", "--json", "--html", "r.html", cwd=d
         ),
         "cp_table": start(
             "diagnose", "critical-path", "traces.json", "--slowest", "3", cwd=d, columns=80
         ),
-        "detect": start("diagnose", "detect", "traces.json", "--by", "endpoint", "--json", cwd=d),
-        "detect_table": start("diagnose", "detect", "traces.json", cwd=d),
-        "bad": start("diagnose", "critical-path", "bad.json", cwd=d),
-        "blind": start(
+        "detect": run_here(
+            "diagnose", "detect", "traces.json", "--by", "endpoint", "--json", cwd=d
+        ),
+        "detect_table": run_here("diagnose", "detect", "traces.json", cwd=d),
+        "bad": run_here("diagnose", "critical-path", "bad.json", cwd=d),
+        "blind": run_here(
             "diagnose", "critical-path", "traces.json", "--blind", "--weigh-links", "--json", cwd=d
         ),
-        "explain": start("diagnose", "explain", "traces.json", "--json", cwd=d),
-        "bad_rules": start("diagnose", "explain", "traces.json", "--rules", "bad.rules", cwd=d),
-        "bad_by": start("diagnose", "detect", "traces.json", "--by", "region", cwd=d),
+        "explain": run_here("diagnose", "explain", "traces.json", "--json", cwd=d),
+        "bad_rules": run_here("diagnose", "explain", "traces.json", "--rules", "bad.rules", cwd=d),
+        "bad_by": run_here("diagnose", "detect", "traces.json", "--by", "region", cwd=d),
     }
     return d, finish(procs)
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from capture_probe import needs_capture
-from clirun import finish, start
+from clirun import finish, run_here, start
 from tacit.formats.pcap_write import write_packets
 from tacit.response_latency import estimate_response_latency
 from tacit.simulate.request_streams import RequestStreamParams, simulate_requests
@@ -35,11 +35,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     write_packets(d / "sim.pcap", stream.packets)
     (d / "bad.pcap").write_bytes(b"\xd4\xc3\xb2\xa1 truncated")
     procs = {
-        "sim": start("latency", "response", d / "sim.pcap", "--json", "--rows", cwd=d),
-        "sim_text": start("latency", "response", d / "sim.pcap", cwd=d),
-        "bad": start("latency", "response", d / "bad.pcap", "--json", cwd=d),
-        "bad_algorithm": start("latency", "response", d / "sim.pcap", "--algorithm", "x", cwd=d),
-        "lb": start("experiment", "loadbalancer", "--json", cwd=d),
+        "sim": run_here("latency", "response", d / "sim.pcap", "--json", "--rows", cwd=d),
+        "sim_text": run_here("latency", "response", d / "sim.pcap", cwd=d),
+        "bad": run_here("latency", "response", d / "bad.pcap", "--json", cwd=d),
+        "bad_algorithm": run_here("latency", "response", d / "sim.pcap", "--algorithm", "x", cwd=d),
+        "lb": run_here("experiment", "loadbalancer", "--json", cwd=d),
     }
     return d, finish(procs) | {"stream": stream}
 
@@ -69,7 +69,7 @@ def test_bad_input_is_one_line_and_exit_2(runs):
 def test_truth_scores_a_real_capture(shared_data, tmp_path):
     http = shared_data / "pcap" / "zeek-http-1000-requests-one-dropped-response.pcap.gz"
     args = ("latency", "response", http, "--truth", "--gap-threshold", "5us", "--json")
-    r = finish({"truth": start(*args, cwd=tmp_path)})["truth"]
+    r = finish({"truth": run_here(*args, cwd=tmp_path)})["truth"]
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc.keys() >= ISSUE_FIELDS

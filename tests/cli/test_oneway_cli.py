@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clirun import TACIT, finish, start
+from clirun import TACIT, finish, run_here
 from tacit.formats.pcap_write import build_frame, write_pcap
 from tacit.model.packets import UDP
 
@@ -39,11 +39,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     assert TACIT.exists(), TACIT
     sim = ("latency", "oneway", "simulate")
     procs = {
-        "json": start(
+        "json": run_here(
             *sim, "--packets", "60000", "--loss", "0.01", "--reorder", "0.5", "--json", cwd=d
         ),
-        "pcap": start(*sim, "small.pcap", "--packets", "30000", "--rate", "1e6", "--json", cwd=d),
-        "sweep": start(
+        "pcap": run_here(
+            *sim, "small.pcap", "--packets", "30000", "--rate", "1e6", "--json", cwd=d
+        ),
+        "sweep": run_here(
             *sim,
             "--sweep",
             "--packets",
@@ -61,11 +63,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
             "--json",
             cwd=d,
         ),
-        "table": start(*sim, "small.pcap", cwd=d),
-        "bad_pcap": start(*sim, "bad.pcap", cwd=d),
-        "bad_loss": start(*sim, "--packets", "1000", "--loss", "1.5", cwd=d),
-        "nothing": start(*sim, cwd=d),
-        "huge": start(*sim, "--packets", str(2**63), cwd=d),
+        "table": run_here(*sim, "small.pcap", cwd=d),
+        "bad_pcap": run_here(*sim, "bad.pcap", cwd=d),
+        "bad_loss": run_here(*sim, "--packets", "1000", "--loss", "1.5", cwd=d),
+        "nothing": run_here(*sim, cwd=d),
+        "huge": run_here(*sim, "--packets", str(2**63), cwd=d),
     }
     return d, finish(procs)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clirun import TACIT, finish, start
+from clirun import TACIT, finish, run_here
 from tacit.formats.jaeger import write_jaeger
 from tacit.simulate import load_app, simulate
 
@@ -19,13 +19,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     (d / "bad.csv").write_text("sender,receiver,send_time\nA,B,not-a-time\n")
     assert TACIT.exists(), TACIT
     procs = {
-        "evaluate": start(
+        "evaluate": run_here(
             "paths", "evaluate", "traces.json", "--clock-offset-max", "2s", "--json", cwd=d
         ),
-        "link": start("paths", "link", "traces.json", "--json", "--timeline", "tl", cwd=d),
-        "table": start("paths", "link", "traces.json", cwd=d),
-        "bad": start("paths", "link", "bad.csv", cwd=d),
-        "bad_offset": start("paths", "evaluate", "traces.json", "--clock-offset-max", "x", cwd=d),
+        "link": run_here("paths", "link", "traces.json", "--json", "--timeline", "tl", cwd=d),
+        "table": run_here("paths", "link", "traces.json", cwd=d),
+        "bad": run_here("paths", "link", "bad.csv", cwd=d),
+        "bad_offset": run_here(
+            "paths", "evaluate", "traces.json", "--clock-offset-max", "x", cwd=d
+        ),
     }
     return d, finish(procs)
 
