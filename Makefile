@@ -8,10 +8,12 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
+# pip byte-compiles on one core, compileall on all of them (35 s and 25 s here).
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	$(BIN)/pip install -q --no-compile -c constraints.txt -e '.[test]'
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib
 	touch $(STAMP)
 
 demo: install
@@ -22,8 +24,12 @@ lint: install
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-# The kernels compile (tests/kernel_warmup.py, once per checkout) while lint runs beside them.
+# tacit's own modules are byte-compiled first: where PYTHONDONTWRITEBYTECODE is set, every
+# command a test starts would compile them again (measured: all of tacit imports in 6.0 s
+# uncompiled, 4.4 s compiled; the unit tests took 312 s against 289 s). The kernels compile (tests/kernel_warmup.py, once per checkout) while lint runs beside
+# them.
 test: install
+	$(BIN)/python -m compileall -q -j 0 src tests
 	$(BIN)/python tests/kernel_warmup.py & warm=$$!; $(MAKE) --no-print-directory lint; \
 		lint=$$?; wait $$warm && [ $$lint = 0 ]
 	$(BIN)/pytest -n 2 -m 'not live'
