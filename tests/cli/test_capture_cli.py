@@ -114,7 +114,7 @@ def test_live_capture_on_loopback(tmp_path):
     live and turned into span pairs; every exchange accounted for."""
     with pong_server() as port:
         (tmp_path / "services.yaml").write_text(f'":{port}": pong\n')
-        args = ("capture", "--interface", "lo", "--filter", f"tcp port {port}", "--seconds", "4")
+        args = ("capture", "--interface", "lo", "--filter", f"tcp port {port}", "--seconds", "2")
         proc = start(
             *args, "--services", "services.yaml", "--out", "s.jsonl", "--json", cwd=tmp_path
         )

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import pytest
 
-from clirun import finish, start
+from clirun import finish, run_here, start
 from tacit.cli.common import bounded, comma_list, finite, parse_duration, print_json
 from tacit.errors import ConfigError
 
@@ -69,22 +69,20 @@ def test_numeric_options_outside_their_range_are_refused_by_name(check, good, ba
 
 def test_every_command_refuses_out_of_range_numbers_in_one_line(tmp_path: Path):
     """A few commands of each group: each names the option, exits 2, and runs nothing."""
-    runs = finish(
-        {
-            option: start(*args, cwd=tmp_path)
-            for option, args in {
-                "--sample": ("evaluate", "x.json", "--sample", "-1"),
-                "--top": ("diagnose", "detect", "x.json", "--top", "-1"),
-                "--seed": ("paths", "evaluate", "x.json", "--seed", "-2"),
-                "--seconds": ("latency", "response", "--interface", "lo", "--seconds", "nan"),
-                "--loss": ("latency", "oneway", "simulate", "--loss", "2"),
-                "--rate": ("experiment", "netns", "--rate", "0"),
-                "--reorder": ("experiment", "asymmetric", "--server", "quic", "--reorder", "2"),
-                "--concurrency": ("experiment", "traced-app", "--out", "o", "--concurrency", "0"),
-                "--network-share": ("diagnose", "tcp", "--network-share", "inf"),
-            }.items()
-        }
-    )
+    runs = {
+        option: run_here(*args, cwd=tmp_path)
+        for option, args in {
+            "--sample": ("evaluate", "x.json", "--sample", "-1"),
+            "--top": ("diagnose", "detect", "x.json", "--top", "-1"),
+            "--seed": ("paths", "evaluate", "x.json", "--seed", "-2"),
+            "--seconds": ("latency", "response", "--interface", "lo", "--seconds", "nan"),
+            "--loss": ("latency", "oneway", "simulate", "--loss", "2"),
+            "--rate": ("experiment", "netns", "--rate", "0"),
+            "--reorder": ("experiment", "asymmetric", "--server", "quic", "--reorder", "2"),
+            "--concurrency": ("experiment", "traced-app", "--out", "o", "--concurrency", "0"),
+            "--network-share": ("diagnose", "tcp", "--network-share", "inf"),
+        }.items()
+    }
     for option, r in runs.items():
         assert r.returncode == 2, (option, r.stderr)
         assert r.stderr.startswith(f"tacit: error: {option} must be"), (option, r.stderr)

@@ -1,4 +1,5 @@
-"""``tacit diagnose rules`` and ``tacit diagnose tcp`` end to end, run as subprocesses."""
+"""``tacit diagnose rules`` and ``tacit diagnose tcp`` end to end: the drawn table in a process
+of its own (the terminal's width), the rest in the test's process."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 
 import pytest
 
-from clirun import TACIT, finish, start
+from clirun import TACIT, finish, run_here, start
 from ss_sample import SS
 
 RPCS = """id,local,peer,start_s,first_byte_ms,server_ms,slow
@@ -46,13 +47,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     assert TACIT.exists(), TACIT
     return finish(
         {
-            "rules": start("diagnose", "rules", "f.jsonl", "--json", cwd=d),
             "rules_table": start("diagnose", "rules", "f.jsonl", cwd=d),
-            "tcp": start("diagnose", "tcp", "ss.txt", "--rpcs", "rpcs.csv", "--json", cwd=d),
-            "bad_rules": start("diagnose", "rules", "f.jsonl", "--rules", "bad.rules", cwd=d),
-            "bad_csv": start("diagnose", "tcp", "ss.txt", "--rpcs", "bad.csv", cwd=d),
-            "short_row": start("diagnose", "tcp", "ss.txt", "--rpcs", "short.csv", cwd=d),
-            "infinite": start("diagnose", "tcp", "ss.txt", "--rpcs", "inf.csv", cwd=d),
+            "rules": run_here("diagnose", "rules", "f.jsonl", "--json", cwd=d),
+            "tcp": run_here("diagnose", "tcp", "ss.txt", "--rpcs", "rpcs.csv", "--json", cwd=d),
+            "bad_rules": run_here("diagnose", "rules", "f.jsonl", "--rules", "bad.rules", cwd=d),
+            "bad_csv": run_here("diagnose", "tcp", "ss.txt", "--rpcs", "bad.csv", cwd=d),
+            "short_row": run_here("diagnose", "tcp", "ss.txt", "--rpcs", "short.csv", cwd=d),
+            "infinite": run_here("diagnose", "tcp", "ss.txt", "--rpcs", "inf.csv", cwd=d),
         }
     )
 

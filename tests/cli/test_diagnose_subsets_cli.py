@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from clirun import finish, run_here, start
+from clirun import finish, run_here
 
 HOTEL = "traceweaver/hotel_reservation/load100.jaeger.json.gz"
 
@@ -81,16 +81,14 @@ def test_a_cycle_of_parents_is_one_line_naming_the_trace(tmp_path):
     processes = {p: {"serviceName": p} for p in ("front", "back")}
     f = tmp_path / "cycle.json"
     f.write_text(json.dumps({"data": [{"traceID": "abc", "spans": spans, "processes": processes}]}))
-    res = finish(
-        {
-            "tail": start("diagnose", "tail", f, cwd=tmp_path),
-            "ab": start("diagnose", "abtest", f, "--service", "back", cwd=tmp_path),
-            "evaluate": start("evaluate", f, cwd=tmp_path),
-            "paths": start("paths", "evaluate", f, cwd=tmp_path),
-            "blind": start("blind", f, "--out", tmp_path / "b.jsonl", cwd=tmp_path),
-            "critical": start("diagnose", "critical-path", f, "--blind", cwd=tmp_path),
-        }
-    )
+    res = {
+        "tail": run_here("diagnose", "tail", f, cwd=tmp_path),
+        "ab": run_here("diagnose", "abtest", f, "--service", "back", cwd=tmp_path),
+        "evaluate": run_here("evaluate", f, cwd=tmp_path),
+        "paths": run_here("paths", "evaluate", f, cwd=tmp_path),
+        "blind": run_here("blind", f, "--out", tmp_path / "b.jsonl", cwd=tmp_path),
+        "critical": run_here("diagnose", "critical-path", f, "--blind", cwd=tmp_path),
+    }
     assert not (tmp_path / "b.jsonl").exists()
     for r in res.values():
         assert r.returncode == 2

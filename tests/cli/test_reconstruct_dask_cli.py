@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clirun import finish, ok, one_error_line, start
+from clirun import finish, ok, one_error_line, run_here, start
 from tacit.formats.blind import write_blind
 from tacit.model.roles import infer_roles
 from tacit.reconstruct.callgraph import learn_callgraph
@@ -42,9 +42,10 @@ def runs(work: Path) -> dict:
         n_workers=2, threads_per_worker=1, processes=False, protocol="tcp", dashboard_address=None
     ) as cluster:
         address = cluster.scheduler_address
+        # The commands that use no cluster, or fail before reaching it, run in this process
+        # while the others run.
         res = finish(
             {
-                "one": start(*COMMON, "--out", "one.json", cwd=work),
                 "dask": start(*COMMON, "--out", "dask.json", "--dask", address, cwd=work),
                 "wap5": start(
                     *COMMON, "--out", "w.json", "--algorithm", "wap5", "--dask", address, cwd=work
@@ -58,9 +59,12 @@ def runs(work: Path) -> dict:
                     cwd=work,
                     env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "1s"},
                 ),
-                "malformed": start(*COMMON, "--out", "m.json", "--dask", "localhost", cwd=work),
-                "window_alone": start(*COMMON, "--out", "x.json", "--dask-window", "1s", cwd=work),
-                "window_zero": start(
+                "one": run_here(*COMMON, "--out", "one.json", cwd=work),
+                "malformed": run_here(*COMMON, "--out", "m.json", "--dask", "localhost", cwd=work),
+                "window_alone": run_here(
+                    *COMMON, "--out", "x.json", "--dask-window", "1s", cwd=work
+                ),
+                "window_zero": run_here(
                     *COMMON, "--out", "z.json", "--dask", address, "--dask-window", "0s", cwd=work
                 ),
             }

@@ -8,22 +8,17 @@ from __future__ import annotations
 import pytest
 
 from tacit.evaluation.capture_accuracy import evaluate_capture
-from tacit.experiment.traced_app import TracedAppParams, run_traced_app, traced_app_unavailable
+from tacit.experiment.traced_app import run_traced_app
 from tacit.formats.capture_spans import read_service_map
 
 pytestmark = pytest.mark.live
 
-PARAMS = TracedAppParams(duration_s=5.0, subnet=83)
-
 
 @pytest.fixture(scope="module")
-def scored(tmp_path_factory):
-    reason = traced_app_unavailable()
-    if reason:
-        pytest.skip(f"traced app unavailable: {reason}")
-    out = tmp_path_factory.mktemp("end-to-end")
-    test = run_traced_app(PARAMS.test_environment(3.0), out / "test")
-    run = run_traced_app(PARAMS, out)
+def scored(traced_app_params, traced_app_run, tmp_path_factory):
+    run = traced_app_run
+    test_env = traced_app_params.test_environment(3.0)
+    test = run_traced_app(test_env, tmp_path_factory.mktemp("test-env"))
     doc = evaluate_capture(
         run.pcap, test.pcap, "x-request-id", run.parent_of(), read_service_map(run.services)
     )

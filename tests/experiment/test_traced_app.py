@@ -1,4 +1,4 @@
-"""The traced app: front, geo and rate run in namespaces under load for 3 s, one tcpdump on the
+"""The traced app: front, geo and rate run in namespaces under load for 5 s, one tcpdump on the
 bridge between them; its call logs against themselves and against the packets."""
 
 from __future__ import annotations
@@ -10,22 +10,15 @@ import dpkt
 import pytest
 import yaml
 
-from tacit.experiment.traced_app import TracedAppParams, run_traced_app, traced_app_unavailable
 from tacit.experiment.traced_app_services import METHODS, PORTS, ROOT_ENDPOINTS
 
 pytestmark = pytest.mark.live
 
-PARAMS = TracedAppParams(duration_s=3.0, subnet=82)
-
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    reason = traced_app_unavailable()
-    if reason:
-        pytest.skip(f"traced app unavailable: {reason}")
-    result = run_traced_app(PARAMS, tmp_path_factory.mktemp("traced-app"))
-    truth = [json.loads(line) for line in result.truth.read_text().splitlines()]
-    return result, truth
+def run(traced_app_run):
+    truth = [json.loads(line) for line in traced_app_run.truth.read_text().splitlines()]
+    return traced_app_run, truth
 
 
 def test_every_call_has_its_parent_and_every_root_both_children(run) -> None:
@@ -61,9 +54,9 @@ def test_every_call_has_its_parent_and_every_root_both_children(run) -> None:
     assert sorted(answer_ms)[int(0.9 * len(answer_ms))] < 20
 
 
-def test_the_load_was_served_in_full(run) -> None:
+def test_the_load_was_served_in_full(run, traced_app_params) -> None:
     result, truth = run
-    expected = PARAMS.rate * PARAMS.duration_s
+    expected = traced_app_params.rate * traced_app_params.duration_s
     assert 0.8 * expected < result.requests_scheduled < 1.2 * expected  # Poisson, ±3.5 σ
     assert result.requests_sent == result.requests_completed == result.requests_scheduled
     assert result.request_errors == result.rpc_errors == 0
@@ -105,7 +98,7 @@ def _streams(pcap) -> tuple[dict[tuple[str, int, str, int], bytes], dict[str, in
     return streams, dict(sent)
 
 
-def test_the_capture_is_complete_and_every_call_id_is_on_the_wire(run) -> None:
+def test_the_capture_is_complete_and_every_call_id_is_on_the_wire(run, traced_app_params) -> None:
     """Each id travels in the clear toward the callee: the HTTP header of a root request, the
     gRPC metadata of front's calls (grpc sends metadata values as HPACK literals, RFC 7541 §6.2,
     without Huffman coding); packets are checked per TCP stream, reassembled, since an id may
@@ -116,7 +109,7 @@ def test_the_capture_is_complete_and_every_call_id_is_on_the_wire(run) -> None:
     assert result.capture.captured == result.capture.received == result.packets
     assert result.duplicate_packets == 0
     addresses = yaml.safe_load(result.services.read_text())
-    assert addresses == {a: role for role, a in PARAMS.addresses().items()}
+    assert addresses == {a: role for role, a in traced_app_params.addresses().items()}
     streams, sent = _streams(result.pcap)
     assert sum(sent.values()) == result.packets
     assert set(sent) == set(addresses)
