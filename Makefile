@@ -24,15 +24,19 @@ lint: install
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-# tacit's own modules are byte-compiled first: where PYTHONDONTWRITEBYTECODE is set, every
-# command a test starts would compile them again (measured: all of tacit imports in 6.0 s
-# uncompiled, 4.4 s compiled; the unit tests took 312 s against 289 s). The kernels compile (tests/kernel_warmup.py, once per checkout) while lint runs beside
-# them.
+# tacit's modules are byte-compiled first, and pytest may keep the tests it rewrote: where
+# PYTHONDONTWRITEBYTECODE is set, every command a test starts would compile tacit again (all of
+# it imports in 6.0 s uncompiled, 4.4 s compiled), and each pytest process would rewrite every
+# test's assertions again (5 of the 12 s it takes to collect). The kernels compile
+# (tests/kernel_warmup.py, once per checkout) on both cores; lint runs beside the unit tests,
+# which leave a core idle now and then while the service's tests wait, and prints afterwards.
+test: export PYTHONDONTWRITEBYTECODE :=
 test: install
 	$(BIN)/python -m compileall -q -j 0 src tests
-	$(BIN)/python tests/kernel_warmup.py & warm=$$!; $(MAKE) --no-print-directory lint; \
-		lint=$$?; wait $$warm && [ $$lint = 0 ]
-	$(BIN)/pytest -n 2 -m 'not live'
+	$(BIN)/python tests/kernel_warmup.py
+	$(MAKE) --no-print-directory lint > .lint.log 2>&1 & lint=$$!; \
+		$(BIN)/pytest -n 2 -m 'not live'; unit=$$?; wait $$lint; lint=$$?; \
+		cat .lint.log; [ $$unit = 0 ] && [ $$lint = 0 ]
 	$(BIN)/pytest -m live
 
 bench: install

@@ -3,7 +3,7 @@
 In a new checkout no kernel is cached yet (numba writes each one beside its module on its first
 compilation), and the tests start many processes at once: two pytest workers, and command-line
 tests that run a dozen commands side by side. Each would compile the same kernels again, tens of
-seconds of CPU each. Run by ``make test`` beside lint, or in the controlling pytest process
+seconds of CPU each. Run by ``make test`` before the tests, or in the controlling pytest process
 before the workers start (``conftest.py``), this compiles them in two processes, one per core,
 on small versions of the workloads that use them: reconstruction, diagnosis, WAP5, RDA and the
 load balancer in one; captures, Pirate and the demo in the other. No kernel is compiled in both:
@@ -78,5 +78,5 @@ def compile_kernels() -> None:
             done.result()
 
 
-if __name__ == "__main__":  # make test runs it beside lint
+if __name__ == "__main__":  # make test runs it before the tests
     compile_kernels()

@@ -75,7 +75,10 @@ def test_every_request_is_logged_and_seen_at_the_vantage_point(quic_run):
     assert np.all(np.diff(log.sent) > 0)  # one stream: one request at a time
     first = np.searchsorted(packets.time, log.sent)
     assert np.all(first < len(packets)) and len(np.unique(first)) == len(log)
-    assert np.all(packets.time[first] - log.sent < 5_000_000)  # ~0.15 ms; more under load
+    # ~0.15 ms. Not every one: a stall of the machine between the client's log and the
+    # datagram's capture (once in a make test run, 2026-11-28) took one past 5 ms.
+    wait = packets.time[first] - log.sent
+    assert np.median(wait) < 1_000_000 and np.percentile(wait, 99) < 5_000_000, wait.max()
     large = np.flatnonzero(packets.payload_len > QUIC_ACK_BYTES)
     assert len(np.setdiff1d(large, first)) <= 4 + len(log) // 100
     roots = sum(log.strings[int(t)].startswith("/n0?") for t in log.target)
