@@ -31,9 +31,10 @@ def misses(
 def check_follows(
     run: AsymmetricResult, estimators: Sequence[str], again: Callable[[], AsymmetricResult]
 ) -> None:
-    """The estimators follow the clients in ``run``; a short run now and then misses by far,
-    for reasons not known yet, so one that misses is followed by ``again()``, a run with
-    another seed, and the check fails when that one misses too."""
+    """The estimators follow the clients in ``run``; a short run now and then misses by far
+    (on memcached: epochs whose latencies spread by more than Pirate's modes can take for one
+    phenomenon, see the memcached test), so one that misses is followed by ``again()``, a run
+    with another seed, and the check fails when that one misses too."""
     missed = misses(run, estimators)
     if missed:
         second = again()
