@@ -30,6 +30,8 @@ lint: install
 # test's assertions again (5 of the 12 s it takes to collect). The kernels compile
 # (tests/kernel_warmup.py, once per checkout) on both cores; lint runs beside the unit tests,
 # which leave a core idle now and then while the service's tests wait, and prints afterwards.
+# The live tests run alone, collected from the files that mark them (6 s less than collecting
+# every test again).
 test: export PYTHONDONTWRITEBYTECODE :=
 test: install
 	$(BIN)/python -m compileall -q -j 0 src tests
@@ -37,7 +39,7 @@ test: install
 	$(MAKE) --no-print-directory lint > .lint.log 2>&1 & lint=$$!; \
 		$(BIN)/pytest -n 2 -m 'not live'; unit=$$?; wait $$lint; lint=$$?; \
 		cat .lint.log; [ $$unit = 0 ] && [ $$lint = 0 ]
-	$(BIN)/pytest -m live
+	$(BIN)/pytest -m live $$(grep -rl --include='*.py' 'mark\.live' tests)
 
 bench: install
 	@for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
