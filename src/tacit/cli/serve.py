@@ -90,6 +90,13 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(help="Delete what was taken in longer ago than this, e.g. 72h."),
         ] = None,
+        tls_cert_file: Annotated[
+            Path | None,
+            typer.Option(help="Serve HTTPS and gRPC over TLS with this PEM certificate (chain)."),
+        ] = None,
+        tls_key_file: Annotated[
+            Path | None, typer.Option(help="With --tls-cert-file: its PEM private key.")
+        ] = None,
     ) -> None:
         """Receive spans over OTLP, reconstruct their traces online (TraceWeaver §5.3), store
         them, and serve them: the Jaeger query API and a web page on the HTTP address,
@@ -124,6 +131,8 @@ def register(app: typer.Typer) -> None:
             capture_services=capture_services,
             capture_protocol=capture_protocol,
             ingest_token_file=ingest_token_file,
+            tls_cert_file=tls_cert_file,
+            tls_key_file=tls_key_file,
         )
         for pcap in (cfg.pirate_pcap, cfg.capture_pcap):
             if pcap is not None and not pcap.is_file():

@@ -28,9 +28,12 @@
     capture_services: pods.json # names of addresses (as `tacit capture --services`)
     capture_protocol: auto      # auto, http, http2, redis or memcached
     ingest_token_file: token    # senders must give Authorization: Bearer <its first line>
+    tls_cert_file: cert.pem     # HTTPS and gRPC over TLS with this certificate (PEM) ...
+    tls_key_file: key.pem       # ... and its key (both or neither)
 
 The defaults listen on loopback only: without an ingest token, the receivers take spans from
-anyone who can connect.
+anyone who can connect; without TLS, what they send and what the query API answers crosses the
+network in the clear.
 """
 
 from __future__ import annotations
@@ -90,6 +93,8 @@ _FIELDS = (
     "capture_services",
     "capture_protocol",
     "ingest_token_file",
+    "tls_cert_file",
+    "tls_key_file",
 )
 _ONLINE_FIELDS = ("window_s", "lookahead_s", "max_request_s", "lateness_s")
 
@@ -130,6 +135,9 @@ class ServeConfig:
     ingest_token_file: Path | None = None
     """A file whose first line is the token every request bringing data must carry
     (:mod:`tacit.serve.auth`); none: anyone who can connect may send."""
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    """A PEM certificate (chain) and its key: both listeners then speak TLS (:mod:`.tls`)."""
 
     def __post_init__(self) -> None:
         for name in ("http", "grpc"):
@@ -158,6 +166,8 @@ class ServeConfig:
                     raise ConfigError(
                         f"{name} ({flag}) goes with {source}_interface or {source}_pcap"
                     )
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ConfigError("tls_cert_file and tls_key_file go together: give both or neither")
         if self.capture_protocol not in ("auto", *PROTOCOLS):
             raise ConfigError(
                 f"capture_protocol: {self.capture_protocol!r} is not one of auto, "
@@ -201,6 +211,8 @@ def load_config(path: str | Path) -> ServeConfig:
         "capture_pcap",
         "capture_services",
         "ingest_token_file",
+        "tls_cert_file",
+        "tls_key_file",
     )
     for key in paths:
         if key in data:

@@ -17,6 +17,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from tacit.errors import ConfigError, InputError
 from tacit.serve.auth import authorized
 from tacit.serve.ingest import MAX_BODY, Busy, Ingest
+from tacit.serve.tls import ServerTLS
 
 
 class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
@@ -53,17 +54,25 @@ def _retry_status(message: str, retry_after_s: int) -> Any:
 
 
 def start_grpc(
-    address: str, ingest: Ingest, token: str | None = None, workers: int = 4
+    address: str,
+    ingest: Ingest,
+    token: str | None = None,
+    workers: int = 4,
+    tls: ServerTLS | None = None,
 ) -> grpc.Server:
     """Serve OTLP/gRPC on ``address`` (HOST:PORT), requiring ``token`` when given (the
-    ``authorization`` metadata, :mod:`.auth`); returns the started server."""
+    ``authorization`` metadata, :mod:`.auth`), over TLS with ``tls``; returns the started
+    server."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tacit-grpc"),
         options=[("grpc.max_receive_message_length", MAX_BODY)],
     )
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(ingest, token), server)
     try:
-        port = server.add_insecure_port(address)
+        if tls is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, tls.grpc_credentials())
     except RuntimeError as e:
         raise ConfigError(f"grpc: cannot listen on {address}: {e}") from None
     if port == 0:

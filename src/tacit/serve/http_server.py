@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import zlib
 from collections.abc import Callable
 from http import HTTPStatus
@@ -29,6 +30,7 @@ from tacit.serve.auth import authorized
 from tacit.serve.ingest import MAX_BODY, Busy, Ingest
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.store import Store
+from tacit.serve.tls import ServerTLS
 
 log = logging.getLogger("tacit.serve")
 
@@ -40,8 +42,13 @@ _STATIC = {
 }
 
 
+HANDSHAKE_TIMEOUT_S = 10
+"""How long a connection may take over its TLS handshake (in its own thread)."""
+
+
 class ServeHTTPServer(ThreadingHTTPServer):
-    """A threading server that knows the service's parts."""
+    """A threading server that knows the service's parts; HTTPS with ``tls``, each connection's
+    handshake in its own thread, so that a slow client holds up no other."""
 
     daemon_threads = True
     allow_reuse_address = True
@@ -56,8 +63,13 @@ class ServeHTTPServer(ThreadingHTTPServer):
         extra: Callable[[str, dict[str, str]], Any | None],
         receive: Callable[[str, dict[str, str], bytes], Any | None],
         token: str | None = None,
+        tls: ServerTLS | None = None,
     ) -> None:
         super().__init__(address, _Handler)
+        if tls is not None:
+            self.socket = tls.context.wrap_socket(
+                self.socket, server_side=True, do_handshake_on_connect=False
+            )
         self.token = token
         self.store = store
         self.ingest = ingest
@@ -65,6 +77,17 @@ class ServeHTTPServer(ThreadingHTTPServer):
         self.ready = ready
         self.extra = extra
         self.receive = receive
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if isinstance(request, ssl.SSLSocket):
+            try:
+                request.settimeout(HANDSHAKE_TIMEOUT_S)
+                request.do_handshake()
+                request.settimeout(None)
+            except (ssl.SSLError, OSError) as e:
+                log.debug("TLS handshake with %s failed: %s", client_address, e)
+                return
+        super().finish_request(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

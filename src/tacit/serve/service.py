@@ -29,6 +29,7 @@ from tacit.serve.pirate_feed import PirateFeed
 from tacit.serve.rda_feed import RdaFollower, RdaIngest
 from tacit.serve.reconstructor import Reconstructor
 from tacit.serve.store import Store
+from tacit.serve.tls import load_tls
 
 log = logging.getLogger("tacit.serve")
 
@@ -57,6 +58,11 @@ class Service:
         self.callgraph = callgraph
         self.metrics = ServeMetrics()
         self.token = read_token(config.ingest_token_file) if config.ingest_token_file else None
+        self.tls = (
+            load_tls(config.tls_cert_file, config.tls_key_file)
+            if config.tls_cert_file and config.tls_key_file
+            else None
+        )
         self.store = Store(config.database)
         self.ingest = Ingest(
             self.store, self.metrics, config.max_pending_spans, config.retry_after_s
@@ -132,12 +138,13 @@ class Service:
                 self.extra,
                 self.receive,
                 self.token,
+                self.tls,
             )
         except OSError as e:
             raise ConfigError(f"http: cannot listen on {self.config.http}: {e.strerror}") from None
         threading.Thread(target=self.http.serve_forever, name="tacit-http", daemon=True).start()
         if self.config.grpc:
-            self.grpc = start_grpc(self.config.grpc, self.ingest, self.token)
+            self.grpc = start_grpc(self.config.grpc, self.ingest, self.token, tls=self.tls)
         for feed in self._feeds:
             feed.start()
         log.info(
