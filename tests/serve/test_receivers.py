@@ -3,8 +3,11 @@ specification asks, malformed requests refused whole, and what /metrics counts."
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
+import urllib.error
+import urllib.request
 
 import grpc
 import numpy as np
@@ -15,7 +18,16 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from otel_sdk import collector_json_line
-from serve_app import config, get, get_json, post, running, shop_callgraph, shop_spans
+from serve_app import (
+    config,
+    get,
+    get_json,
+    post,
+    running,
+    shop_callgraph,
+    shop_spans,
+    url,
+)
 from tacit.errors import ConfigError
 from tacit.experiment.otlp_load import sdk_spans
 from tacit.reconstruct.online import NS, OnlineParams
@@ -150,10 +162,42 @@ def test_an_ingest_token_is_asked_of_senders_only(tmp_path, request_pb):
     assert 'tacit_requests_refused_total{reason="unauthenticated",transport="grpc"} 1.0' in metrics
 
 
+def _read(svc: Service, path: str, authorization: str | None) -> int:
+    """The status of a GET of ``path`` with that ``Authorization`` header (none: without)."""
+    headers = {} if authorization is None else {"Authorization": authorization}
+    request = urllib.request.Request(url(svc, path), headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        assert e.code != 401 or e.headers["WWW-Authenticate"].startswith("Basic realm=")
+        return e.code
+
+
+def test_a_query_token_is_asked_of_readers_but_not_of_health_checks(tmp_path, request_pb):
+    """With ``query_token_file``, every GET but /healthz and /readyz needs its token, as a
+    bearer token or as the password of Basic authentication (a browser's prompt, Grafana's and
+    Prometheus's settings) under any user name; senders need none of it."""
+    (tmp_path / "reader").write_text("r3ad-only\n")
+    basic = "Basic " + base64.b64encode(b"grafana:r3ad-only").decode()
+    wrong = "Basic " + base64.b64encode(b"grafana:r3ad-onlx").decode()
+    with running(tmp_path, online=SLOW, query_token_file=tmp_path / "reader") as svc:
+        assert post(svc, request_pb.SerializeToString(), "application/x-protobuf")[0] == 200
+        for path in ("/", "/app.js", "/api/services", "/api/traces?service=frontend", "/metrics"):
+            assert _read(svc, path, None) == 401, path
+            assert _read(svc, path, wrong) == 401, path
+            assert _read(svc, path, "Bearer r3ad-onlx") == 401, path
+            assert _read(svc, path, basic) == 200, path
+            assert _read(svc, path, "Bearer r3ad-only") == 200, path
+        assert _read(svc, "/api/services", "Basic !!!") == 401  # not base64
+        assert _read(svc, "/healthz", None) == _read(svc, "/readyz", None) == 200
+
+
+@pytest.mark.parametrize("field", ["ingest_token_file", "query_token_file"])
 @pytest.mark.parametrize("text", ["", "\n  \n", "two words\n"])
-def test_a_token_file_without_one_token_is_a_configuration_error(tmp_path, text):
+def test_a_token_file_without_one_token_is_a_configuration_error(tmp_path, field, text):
     (tmp_path / "token").write_text(text)
-    with pytest.raises(ConfigError, match="ingest_token_file"):
-        Service(config(tmp_path, ingest_token_file=tmp_path / "token"), shop_callgraph())
-    with pytest.raises(ConfigError, match="cannot read"):
-        Service(config(tmp_path, ingest_token_file=tmp_path / "absent"), shop_callgraph())
+    with pytest.raises(ConfigError, match=f"{field}: .* must hold one token"):
+        Service(config(tmp_path, **{field: tmp_path / "token"}), shop_callgraph())
+    with pytest.raises(ConfigError, match=f"{field}: cannot read"):
+        Service(config(tmp_path, **{field: tmp_path / "absent"}), shop_callgraph())

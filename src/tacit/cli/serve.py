@@ -90,6 +90,13 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(help="Delete what was taken in longer ago than this, e.g. 72h."),
         ] = None,
+        query_token_file: Annotated[
+            Path | None,
+            typer.Option(
+                help="Require readers (query API, page, /metrics) to give the file's first line "
+                "as a bearer token or a Basic password."
+            ),
+        ] = None,
         tls_cert_file: Annotated[
             Path | None,
             typer.Option(help="Serve HTTPS and gRPC over TLS with this PEM certificate (chain)."),
@@ -131,6 +138,7 @@ def register(app: typer.Typer) -> None:
             capture_services=capture_services,
             capture_protocol=capture_protocol,
             ingest_token_file=ingest_token_file,
+            query_token_file=query_token_file,
             tls_cert_file=tls_cert_file,
             tls_key_file=tls_key_file,
         )

@@ -28,12 +28,13 @@
     capture_services: pods.json # names of addresses (as `tacit capture --services`)
     capture_protocol: auto      # auto, http, http2, redis or memcached
     ingest_token_file: token    # senders must give Authorization: Bearer <its first line>
+    query_token_file: reader    # every GET but /healthz, /readyz must give its first line
     tls_cert_file: cert.pem     # HTTPS and gRPC over TLS with this certificate (PEM) ...
     tls_key_file: key.pem       # ... and its key (both or neither)
 
 The defaults listen on loopback only: without an ingest token, the receivers take spans from
-anyone who can connect; without TLS, what they send and what the query API answers crosses the
-network in the clear.
+anyone who can connect, and without a query token anyone may read; without TLS, what is sent
+and what the query API answers cross the network in the clear.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ _FIELDS = (
     "capture_services",
     "capture_protocol",
     "ingest_token_file",
+    "query_token_file",
     "tls_cert_file",
     "tls_key_file",
 )
@@ -135,6 +137,9 @@ class ServeConfig:
     ingest_token_file: Path | None = None
     """A file whose first line is the token every request bringing data must carry
     (:mod:`tacit.serve.auth`); none: anyone who can connect may send."""
+    query_token_file: Path | None = None
+    """A file whose first line every GET but the health checks must carry, as a bearer token or
+    a Basic password (:mod:`tacit.serve.auth`); none: anyone who can connect may read."""
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     """A PEM certificate (chain) and its key: both listeners then speak TLS (:mod:`.tls`)."""
@@ -211,6 +216,7 @@ def load_config(path: str | Path) -> ServeConfig:
         "capture_pcap",
         "capture_services",
         "ingest_token_file",
+        "query_token_file",
         "tls_cert_file",
         "tls_key_file",
     )

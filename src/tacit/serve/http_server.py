@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tacit.errors import InputError
 from tacit.serve import jaeger_api
-from tacit.serve.auth import authorized
+from tacit.serve.auth import authorized, may_read
 from tacit.serve.ingest import MAX_BODY, Busy, Ingest
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.store import Store
@@ -40,6 +40,8 @@ _STATIC = {
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/style.css": ("style.css", "text/css; charset=utf-8"),
 }
+_OPEN = ("/healthz", "/readyz")
+"""What a GET may ask without the query token: the health checks of orchestrators."""
 
 
 HANDSHAKE_TIMEOUT_S = 10
@@ -64,6 +66,7 @@ class ServeHTTPServer(ThreadingHTTPServer):
         receive: Callable[[str, dict[str, str], bytes], Any | None],
         token: str | None = None,
         tls: ServerTLS | None = None,
+        query_token: str | None = None,
     ) -> None:
         super().__init__(address, _Handler)
         if tls is not None:
@@ -71,6 +74,7 @@ class ServeHTTPServer(ThreadingHTTPServer):
                 self.socket, server_side=True, do_handshake_on_connect=False
             )
         self.token = token
+        self.query_token = query_token
         self.store = store
         self.ingest = ingest
         self.metrics = metrics
@@ -206,6 +210,14 @@ class _Handler(BaseHTTPRequestHandler):
         path = url.path
         params = dict(parse_qsl(url.query))
         store = self.server.store
+        if path not in _OPEN and not may_read(
+            self.headers.get("Authorization"), self.server.query_token
+        ):
+            headers = {"WWW-Authenticate": 'Basic realm="tacit", charset="UTF-8"'}
+            self._send(
+                HTTPStatus.UNAUTHORIZED, b"a query token is required\n", "text/plain", headers
+            )
+            return
         try:
             if path in _STATIC:
                 name, ctype = _STATIC[path]

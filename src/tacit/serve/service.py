@@ -58,6 +58,11 @@ class Service:
         self.callgraph = callgraph
         self.metrics = ServeMetrics()
         self.token = read_token(config.ingest_token_file) if config.ingest_token_file else None
+        self.query_token = (
+            read_token(config.query_token_file, "query_token_file")
+            if config.query_token_file
+            else None
+        )
         self.tls = (
             load_tls(config.tls_cert_file, config.tls_key_file)
             if config.tls_cert_file and config.tls_key_file
@@ -139,6 +144,7 @@ class Service:
                 self.receive,
                 self.token,
                 self.tls,
+                self.query_token,
             )
         except OSError as e:
             raise ConfigError(f"http: cannot listen on {self.config.http}: {e.strerror}") from None
