@@ -6,7 +6,8 @@ OTLP/HTTP (specification, "OTLP/HTTP"): ``POST /v1/traces`` with ``application/x
 ``ExportTraceServiceResponse`` in the request's encoding; a malformed request is 400 with a
 ``google.rpc.Status`` saying why; too many spans waiting is 429 with ``Retry-After``, which the
 SDK exporters honour by retrying later. With an ingest token (:mod:`.auth`), a POST without it
-is 401.
+is 401; with a query token, so is a GET without it, but for ``/healthz`` and ``/readyz``. With
+a certificate (:mod:`.tls`), all of it is served over HTTPS.
 """
 
 from __future__ import annotations
