@@ -4,8 +4,6 @@ are missing, unpaired or not PEM are one-line errors naming them."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import ssl
 import urllib.error
 import urllib.request
@@ -14,10 +12,6 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
@@ -25,43 +19,13 @@ from clirun import one_error_line, run_here
 from serve_app import config, running, shop_spans
 from tacit.errors import ConfigError
 from tacit.experiment.otlp_load import sdk_spans
+from tacit.experiment.quic import self_signed
 from tacit.serve import Service
-
-
-def _self_signed(tmp: Path, name: str) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 signed by its own key, both PEM."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = tmp / f"{name}.pem", tmp / f"{name}.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
 
 
 @pytest.fixture(scope="module")
 def pem(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return _self_signed(tmp_path_factory.mktemp("tls"), "tacit")
+    return self_signed(tmp_path_factory.mktemp("tls"), "127.0.0.1")
 
 
 def test_both_listeners_speak_tls_only(tmp_path, pem) -> None:
@@ -97,7 +61,8 @@ def test_both_listeners_speak_tls_only(tmp_path, pem) -> None:
 
 def test_tls_files_go_together_and_must_pair(tmp_path, pem) -> None:
     cert_file, key_file = pem
-    _, other_key = _self_signed(tmp_path, "other")
+    (tmp_path / "other").mkdir()
+    _, other_key = self_signed(tmp_path / "other", "127.0.0.1")
     with pytest.raises(ConfigError, match="give both or neither"):
         config(tmp_path, tls_cert_file=cert_file)
     with pytest.raises(ConfigError, match=f"{cert_file} and {other_key} are not a PEM"):

@@ -93,9 +93,12 @@ def quic_unavailable() -> str | None:
 
 
 def self_signed(directory: Path, host: str) -> tuple[Path, Path]:
-    """A self-signed ECDSA P-256 certificate for ``host`` and its key, as PEM files in
-    ``directory`` (the client does not verify it: the experiment measures latency, not
-    trust)."""
+    """A self-signed ECDSA P-256 certificate for ``host`` (an address or a DNS name, in its
+    subject alternative name, so that a client trusting the certificate can verify it) and its
+    key, as ``cert.pem`` and ``key.pem`` in ``directory``. The experiment's client does not
+    verify it: it measures latency, not trust; ``tacit serve``'s TLS tests do."""
+    import ipaddress
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -103,6 +106,10 @@ def self_signed(directory: Path, host: str) -> tuple[Path, Path]:
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    try:
+        alt: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        alt = x509.DNSName(host)
     now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
@@ -112,6 +119,7 @@ def self_signed(directory: Path, host: str) -> tuple[Path, Path]:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([alt]), critical=False)
         .sign(key, hashes.SHA256())
     )
     cert_path, key_path = directory / "cert.pem", directory / "key.pem"
