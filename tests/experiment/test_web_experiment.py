@@ -167,16 +167,20 @@ def test_causal_pairs_are_scored(run: WebExperimentResult):
 
 
 def test_latency_varies_over_the_run(run: WebExperimentResult):
-    """The server's latency steps (web: the service time; memcached: the value sizes), on a grid
-    of Unix time that a run longer than one step crosses."""
-    step = ServiceTime().step_seconds if run.server == "http" else MemcachedParams().step_seconds
+    """The server's latency steps (web: the service time; memcached: the value sizes, the
+    largest values answered slowest), on a grid of Unix time that a run longer than one step
+    crosses."""
+    mc = MemcachedParams()
+    step = ServiceTime().step_seconds if run.server == "http" else mc.step_seconds
     assert step < SECONDS
     log = run.log
     steps = log.sent // int(step * 1e9)
-    medians = [np.median(log.latency[steps == s]) for s in np.unique(steps)]
-    counts = [int((steps == s).sum()) for s in np.unique(steps)]
-    medians = [m for m, n in zip(medians, counts, strict=True) if n >= 50]
+    seen = [s for s in np.unique(steps) if (steps == s).sum() >= 50]
+    medians = [np.median(log.latency[steps == s]) for s in seen]
     assert len(medians) >= 2 and max(medians) > 1.3 * min(medians)
+    if run.server == "memcached":
+        sizes = [mc.value_sizes[s % len(mc.value_sizes)] for s in seen]
+        assert sizes[int(np.argmax(medians))] == max(sizes)
 
 
 @needs_capture()

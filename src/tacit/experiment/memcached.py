@@ -18,7 +18,10 @@ what varies over the run is the size of the values: the trees come in families w
 ``value_sizes`` bytes, and a client takes its next tree from the family of the current step
 (``step_seconds`` of Unix time each, cycling, on the grid of :class:`.web_server.ServiceTime`).
 Larger values take longer to copy and move through the loopback, so the response latency steps
-with them, from about a hundred microseconds to a few milliseconds.
+with them, from about a hundred microseconds to a few milliseconds. The sizes alternate small
+and large: below some 100 kB, the latency on two busy cores is set by scheduling more than by
+size (medians of 0.6–1.5 ms for 1 kB, 0.9–1.4 ms for 8 and 64 kB, measured in 7 s runs), so
+only a step between a small and a large family (2.3–5.5 times the latency) is sure to show.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ class MemcachedParams:
     ``value_sizes`` (bytes of every value in it), the family in use changing every
     ``step_seconds``; ``set_probability`` of a visit record after each get."""
 
-    value_sizes: tuple[int, ...] = (1_000, 64_000, 8_000, 200_000)
+    value_sizes: tuple[int, ...] = (1_000, 300_000, 8_000, 200_000)
     step_seconds: float = 2.0
     trees: int = 8
     set_probability: float = 0.3
