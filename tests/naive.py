@@ -55,6 +55,7 @@ def proportional_mode_sum_naive(
     is_timer=lambda mean: False,
     candidates_only: bool = False,
     spread: float = 0.0,
+    min_time_share: float = 0.0,
 ) -> tuple[int, int]:
     """Pirate's proportional mode sum (§3.3) over the modes of :func:`algorithm_2_naive`:
     ``(sum, n)``, the estimate being ``sum // n`` (``n`` 0: no inter-batch gap).
@@ -65,37 +66,56 @@ def proportional_mode_sum_naive(
     Σ Pr(m_i)/Pr(IBG) · m_i over the remaining modes up to the IBG, i.e. their gaps' sum over
     the IBG's count; with ``spread`` > 0 (tacit), over the count of the IBG and of the modes
     below it with a gap after a non-MTU packet (when ``candidates_only``) and a mean of at least
-    ``spread`` times the IBG's."""
+    ``spread`` times the IBG's. With ``min_time_share`` (tacit), the IBG is the largest such
+    mode whose counted gaps hold at least that share of the sum, or the largest when none
+    does."""
     total = sum(m[2] for m in modes)
     kept = [m for m in modes if not is_timer(m[3] // m[2])]
-    eligible = [
-        i
-        for i, m in enumerate(kept)
-        if m[2] >= min_share * total and (m[4] > 0 or not candidates_only)
-    ]
+
+    def ends(m: list[int]) -> bool:
+        return m[4] > 0 or not candidates_only
+
+    eligible = [i for i, m in enumerate(kept) if m[2] >= min_share * total and ends(m)]
     if not eligible:
         return 0, 0
-    ibg = eligible[-1]
-    floor = spread * (kept[ibg][3] // kept[ibg][2]) if spread > 0 else float("inf")
-    n = kept[ibg][2] + sum(
-        m[2] for m in kept[:ibg] if m[3] // m[2] >= floor and (m[4] > 0 or not candidates_only)
-    )
-    return sum(m[3] for m in kept[: ibg + 1]), n
+
+    def sums(ibg: int) -> tuple[int, int, int]:
+        floor = spread * (kept[ibg][3] // kept[ibg][2]) if spread > 0 else float("inf")
+        counted = [kept[ibg]] + [m for m in kept[:ibg] if m[3] // m[2] >= floor and ends(m)]
+        return (
+            sum(m[3] for m in kept[: ibg + 1]),
+            sum(m[2] for m in counted),
+            sum(m[3] for m in counted),
+        )
+
+    for ibg in reversed(eligible):
+        s, n, t = sums(ibg)
+        if t >= min_time_share * s:
+            return s, n
+    return sums(eligible[-1])[:2]
 
 
 def mode_sum_naive(
-    gaps: list[int], n_max: int, eps: int, ratio: float, min_share: float, spread: float
+    gaps: list[int],
+    n_max: int,
+    eps: int,
+    ratio: float,
+    min_share: float,
+    spread: float,
+    min_time_share: float = 0.0,
 ) -> tuple[list[list[int]], int, int | None]:
     """Pirate's Algorithm 2 (§3.3–3.4) over one epoch's gaps, then the proportional mode sum.
 
     Returns the modes ``[min, max, count, sum]`` (ascending) as the epoch ends, the gaps
     discarded, and the estimate in ns (None without an inter-batch gap). ε around a mode is
     ``max(eps, ratio · its max)``; the inter-batch gap is the largest mode holding at least
-    ``min_share`` of the epoch's gaps, with the modes ``spread`` below it; no timer or
-    batch-end filtering.
+    ``min_share`` of the epoch's gaps (and whose inter-batch gaps hold ``min_time_share`` of
+    the time), with the modes ``spread`` below it; no timer or batch-end filtering.
     """
     modes, discarded = algorithm_2_naive([(g, True) for g in gaps], n_max, eps, ratio)
-    s, n = proportional_mode_sum_naive(modes, min_share, spread=spread)
+    s, n = proportional_mode_sum_naive(
+        modes, min_share, spread=spread, min_time_share=min_time_share
+    )
     return [m[:4] for m in modes], discarded, (s // n if n else None)
 
 
@@ -187,7 +207,12 @@ def pirate_naive(rows: list[dict], server: str, params) -> dict:
         modes, lost = algorithm_2_naive(gaps, p.max_modes, p.mode_epsilon_ns, p.mode_epsilon_ratio)
         discarded[key] += lost
         s, n = proportional_mode_sum_naive(
-            modes, p.ibg_min_share, is_timer, p.batch_end_only, p.ibg_spread_ratio
+            modes,
+            p.ibg_min_share,
+            is_timer,
+            p.batch_end_only,
+            p.ibg_spread_ratio,
+            p.ibg_min_time_share,
         )
         if n:
             estimates[(*key, epoch * p.epoch_ns)] = (s // n, n)

@@ -68,6 +68,24 @@ def test_batch_ends_spread_over_two_modes_all_count_as_inter_batch_gaps():
     assert largest_only.close_epoch() == (epoch // 2, 2)
 
 
+def test_a_slow_tail_holding_little_time_is_not_the_inter_batch_gap():
+    """One request in flight (§5.7's memtier-style clients): every gap is a response. A
+    throttled server answers 57 of them in 1.0–2.4 ms and 4 in 3.1–4.3 ms. The slow four hold
+    enough of the gaps to be the IBG by count and are over twice the others' mean, so taking
+    them for the IBG makes the fast ones gaps inside batches: the epoch over 4 batches, 16
+    times the latency. They hold 13 % of the time, under ``ibg_min_time_share``: the fast mode
+    is the IBG."""
+    fast = [1_000 + 25 * i for i in range(57)]  # µs
+    slow = [3_100, 3_500, 3_900, 4_300]
+    default, by_count = ModeSumHistogram(), ModeSumHistogram(PirateParams(ibg_min_time_share=0))
+    for h in (default, by_count):
+        for g in fast + slow:
+            h.add(g * US)
+    assert [m[2] for m in default.modes()] == [57, 4]
+    assert default.close_epoch() == (sum(fast) * US // 57, 57)
+    assert by_count.close_epoch() == ((sum(fast) + sum(slow)) * US // 4, 4)
+
+
 def test_gaps_beyond_n_modes_are_discarded_and_counted():
     h = ModeSumHistogram(PirateParams(max_modes=3, mode_epsilon_ns=1 * US, mode_epsilon_ratio=0))
     for g in (10, 20, 30, 40, 50, 20):
@@ -168,19 +186,21 @@ def test_the_compiled_histogram_matches_a_naive_algorithm_2(seed):
     ratio = float(rng.choice([0.0, 0.1, 0.25]))
     share = float(rng.choice([0.0, 0.05, 0.2]))
     spread = float(rng.choice([0.0, 0.5]))
+    time_share = float(rng.choice([0.0, 0.25, 0.6]))
     params = PirateParams(
         max_modes=n_max,
         mode_epsilon_ns=eps,
         mode_epsilon_ratio=ratio,
         ibg_min_share=share,
         ibg_spread_ratio=spread,
+        ibg_min_time_share=time_share,
         remove_timer_modes=False,
         batch_end_only=False,
     )
     h = ModeSumHistogram(params)
     for g in gaps:
         h.add(g)
-    modes, discarded, estimate = mode_sum_naive(gaps, n_max, eps, ratio, share, spread)
+    modes, discarded, estimate = mode_sum_naive(gaps, n_max, eps, ratio, share, spread, time_share)
     assert h.modes() == [tuple(m) for m in modes]
     assert h.discarded == discarded
     assert h.close_epoch()[0] == estimate

@@ -335,6 +335,7 @@ class StreamingEstimator:
             p.mode_floor_ratio,
             p.ibg_min_share,
             p.ibg_spread_ratio,
+            p.ibg_min_time_share,
         )
 
     def _discarded(self, k: int) -> np.ndarray:
@@ -427,13 +428,13 @@ def _sum_arrays(h: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
 def _close_one(c, closing, centres, sums):  # pragma: no cover - compiled
     """Close connection ``c``'s epoch with the algorithm ``closing`` names: ``(sum, n,
     floor)``, the floor being the connection's δ from now on."""
-    algo, floor, timers, tol, remove, ratio, min_share, spread = closing
+    algo, floor, timers, tol, remove, ratio, min_share, spread, min_time_share = closing
     centre, count, ecount, esum = centres
     if algo == MODE_SUM:
         low, high, pcount, ptotal, pcand, live, _ = sums
         total, n = close_epoch_published(
             low, high, pcount, ptotal, pcand, live, c, timers, tol, remove, True, min_share,
-            spread,
+            spread, min_time_share,
         )  # fmt: skip
         return total, n, floor
     if algo == CENTRES:

@@ -20,6 +20,11 @@ IBG need not be one mode: when a connection's response latency varies within the
 batch-ending gaps fill several modes, and counting only the largest divides the epoch's time by
 too few batches (5× too high on a tenth of the epochs of the §5.1 experiment, measured). The
 modes within a factor ``1 / ibg_spread_ratio`` below the IBG also count as inter-batch gaps.
+Where the latencies spread further (a CPU-throttled server answering one request in flight
+per connection in 1–2.4 ms, and a few in 3–5 ms), the slow tail still passes ``ibg_min_share``
+and the estimate divides the epoch by its few gaps; so the inter-batch gaps must also hold
+``ibg_min_time_share`` of the time summed (the estimate at most that many times their mean),
+else the next mode down is the IBG.
 
 Estimate (§3.3, "Computing a proportional mode sum"): after de-noising — modes at a
 retransmission-timer value are dropped (:mod:`~tacit.response_latency.timers`; idle gaps never
@@ -124,6 +129,21 @@ def add_gap_published(
     return at
 
 
+@njit(cache=True, inline="always")
+def _ibg_sums(total, count, kept, ends, mean, c, ibg, spread):  # pragma: no cover - compiled
+    """With mode ``ibg`` as the IBG: the time of the kept gaps up to it, the count of the
+    inter-batch gaps (the IBG's, and with ``spread`` those of the eligible modes below it whose
+    mean is at least ``spread`` times the IBG's) and their time."""
+    s, n, t = np.int64(0), np.int64(0), np.int64(0)
+    for m in range(ibg + 1):
+        if kept[m]:
+            s += total[c, m]
+        if m == ibg or (spread > 0 and ends[m] and mean[m] >= spread * mean[ibg]):
+            n += count[c, m]
+            t += total[c, m]
+    return s, n, t
+
+
 @njit(cache=True)
 def close_epoch_published(
     low,
@@ -139,12 +159,15 @@ def close_epoch_published(
     use_candidates,
     min_share,
     spread,
+    min_time_share,
 ):  # pragma: no cover - compiled
     """End connection ``c``'s epoch: ``(sum, n)`` of the proportional mode sum (the estimate is
     ``sum / n``; ``n`` is the IBG's count, 0 when there is no IBG), then empty the histogram.
-    The IBG must hold at least ``min_share`` of the epoch's gaps (0: any mode, the paper). With
-    ``spread`` > 0, the eligible modes below the IBG whose mean is at least ``spread`` times
-    the IBG's also count in ``n`` (their gaps are in ``sum`` either way)."""
+    The IBG is the largest eligible mode that holds at least ``min_share`` of the epoch's gaps
+    (0: any mode, the paper) and whose inter-batch gaps hold at least ``min_time_share`` of the
+    time summed (0: any; when no mode does, the largest of the others). With ``spread`` > 0,
+    the eligible modes below the IBG whose mean is at least ``spread`` times the IBG's also
+    count in ``n`` (their gaps are in ``sum`` either way)."""
     k = np.int64(live[c])
     gaps = np.int64(0)
     mean = np.empty(k, dtype=np.int64)
@@ -155,17 +178,18 @@ def close_epoch_published(
         mean[m] = total[c, m] // max(np.int64(count[c, m]), 1)
         kept[m] = not (remove_timers and matches_timer(mean[m], timers, tolerance))
         ends[m] = kept[m] and (cand[c, m] > 0 or not use_candidates)
-    ibg = -1
+    s, n, first = np.int64(0), np.int64(0), -1
     for m in range(k - 1, -1, -1):
-        if ends[m] and count[c, m] >= min_share * gaps:
-            ibg = m
+        if not (ends[m] and count[c, m] >= min_share * gaps):
+            continue
+        s, n, t = _ibg_sums(total, count, kept, ends, mean, c, m, spread)
+        if t >= min_time_share * s:
+            first = -1
             break
-    s, n = np.int64(0), np.int64(0)
-    for m in range(ibg + 1):
-        if kept[m]:
-            s += total[c, m]
-        if m == ibg or (spread > 0 and ends[m] and mean[m] >= spread * mean[ibg]):
-            n += count[c, m]
+        if first < 0:
+            first = m
+    if first >= 0:
+        s, n, t = _ibg_sums(total, count, kept, ends, mean, c, first, spread)
     for m in range(k):
         count[c, m] = 0
         total[c, m] = 0
@@ -222,5 +246,6 @@ class ModeSumHistogram:
             p.batch_end_only,
             p.ibg_min_share,
             p.ibg_spread_ratio,
+            p.ibg_min_time_share,
         )
         return (int(s // n) if n else None), int(n)
