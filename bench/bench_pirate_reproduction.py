@@ -507,8 +507,9 @@ WHY = """## Why tacit differs from the paper
    ms to tens of ms. Even an estimate equal to the epoch's true mean then has a large
    per-response error (the oracle rows). The paper's per-response tails (±15 %) suggest its
    latencies within an epoch were far more alike. With the quota enforced every 1 ms (setup
-   `web1ms`, the same allocation series), the oracle of the true epoch mean comes within
-   about 1 % per response, and so does Pirate, as the paper reports. Runs differ: on some
+   `web1ms`, the same allocation series), the oracle of the true epoch mean comes within a
+   few per cent per response (its median signed error), and Pirate close to it; the paper
+   reports below 1 %. Runs differ: on some
    runs the latency spread is wider (see the oracle rows per run) and every estimator's error
    grows with it. In the figures, the step at −1 is responses whose epoch estimate is more
    than twice their latency.
