@@ -130,7 +130,9 @@ def asymmetric(
 ) -> None:
     """Pirate §5.1: client, vantage point and server in network namespaces (responses
     bypass the vantage point), the server's CPU following a per-second series through a
-    cgroup; the error of every response's estimate against the client's log (§5.2)."""
+    cgroup; the error of every response's estimate against the client's log (§5.2). With
+    --loss or --reorder, also on the client's own capture of the same traffic (§5.4: the
+    change the impairment makes)."""
     import tempfile
 
     from tacit.experiment.asymmetric import (
@@ -153,6 +155,7 @@ def asymmetric(
         response_bytes=SCENARIOS[response_bytes],
         loss=loss,
         reorder=reorder,
+        client_capture=loss > 0 or reorder > 0,
         cfs_period_us=cpu_period,
         seed=seed,
     )
@@ -165,7 +168,10 @@ def asymmetric(
     t = Table(title=f"Pirate, {server}, {seconds:g} s, {doc['requests_per_second']} requests/s")
     for col in ("", "median error (paper's sign)", "median |error|", "p5", "p95", "responses"):
         t.add_column(col, justify="right" if col else "left")
-    rows = {**{f"Pirate {k}": v for k, v in doc["pirate"].items()}, "req-to-req": doc["req_to_req"]}
+    rows = {f"Pirate {k}": v for k, v in doc["pirate"].items()}
+    at_client = doc["pirate_at_client"] or {}
+    rows |= {f"Pirate {k}, client's capture": v for k, v in at_client.items()}
+    rows["req-to-req"] = doc["req_to_req"]
     for name, s in rows.items():
         t.add_row(
             name,

@@ -63,6 +63,7 @@ from tacit.experiment.quic import SCENARIOS, QuicParams, quic_unavailable
 from tacit.experiment.response_scores import epoch_oracle_errors, req_to_req_errors, rtt_baselines
 from tacit.experiment.web_clients import ResponseLog
 from tacit.formats.pcap import read_packets
+from tacit.model.packets import PacketTable
 from tacit.response_latency import (
     ErrorSummary,
     PirateParams,
@@ -87,7 +88,8 @@ class AsymmetricParams:
     :class:`~.web_clients.ClientParams`), the server's ``cpu_us`` per request, its CPU
     allocation series (``cpu``) enforced with a CFS period of ``cfs_period_us``, and the
     ``subnet`` (10.<subnet>.x.y) of the namespaces. ``client_capture``: capture both
-    directions at the client too, for the RTT baselines of §5.3 (:func:`rtt_baselines`).
+    directions at the client too, for the RTT baselines of §5.3 (:func:`rtt_baselines`) and
+    to score Pirate on the client's packets as they left it, before any impairment.
     ``loss``/``reorder``: probabilities of §5.4's impairment from client to vantage point
     (module docstring); reordered packets overtake the others, held ``reorder_delay_ns``."""
 
@@ -136,11 +138,15 @@ class AsymmetricParams:
 @dataclass
 class AsymmetricResult:
     """What a run measured: per algorithm the per-response errors (:class:`ErrorSummary`,
-    tacit's sign: positive when the estimate is high), the req-to-req baseline's, the
-    per-epoch oracles' (:func:`epoch_oracle_errors`), the load and the capture."""
+    tacit's sign: positive when the estimate is high) at the vantage point and, with
+    ``client_capture``, on the client's own capture of the same traffic (``pirate_at_client``:
+    §5.4's change under loss and reordering without the difference between two runs), the
+    req-to-req baseline's, the per-epoch oracles' (:func:`epoch_oracle_errors`), the load and
+    the capture."""
 
     params: AsymmetricParams
     pirate: dict[str, ErrorSummary]
+    pirate_at_client: dict[str, ErrorSummary] | None
     req_to_req: ErrorSummary
     oracle: dict[str, ErrorSummary]
     requests: int
@@ -165,6 +171,9 @@ class AsymmetricResult:
             "client_packets_at_vantage": self.client_packets_at_vantage,
             "capture": None if self.capture is None else self.capture.as_dict(),
             "pirate": {a: _summary(s) for a, s in self.pirate.items()},
+            "pirate_at_client": None
+            if self.pirate_at_client is None
+            else {a: _summary(s) for a, s in self.pirate_at_client.items()},
             "req_to_req": _summary(self.req_to_req),
             "oracle": {k: _summary(s) for k, s in self.oracle.items()},
             "rtt_baselines": self.rtt,
@@ -448,13 +457,20 @@ def run_asymmetric_experiment(
     packets = read_packets(pcap).packets
     from_server = int((packets.sport == port).sum())
     endpoints = [f"{net}.1.1:{p}" for p in log.port.tolist()]
-    pirate = {}
-    for name, (pp, algorithm) in estimators.items():
-        est = estimate_response_latency(packets, pp, server=address, algorithm=algorithm)
-        pirate[name] = score_responses(est, endpoints, log.sent, log.latency)
+
+    def scores(seen: PacketTable) -> dict[str, ErrorSummary]:
+        out = {}
+        for name, (pp, algorithm) in estimators.items():
+            est = estimate_response_latency(seen, pp, server=address, algorithm=algorithm)
+            out[name] = score_responses(est, endpoints, log.sent, log.latency)
+        return out
+
+    pirate = scores(packets)
+    at_client_packets = read_packets(client_pcap).packets if params.client_capture else None
     return AsymmetricResult(
         params=params,
         pirate=pirate,
+        pirate_at_client=None if at_client_packets is None else scores(at_client_packets),
         req_to_req=req_to_req_errors(log),
         oracle={
             k: epoch_oracle_errors(log, PirateParams().epoch_ns, k) for k in ("mean", "median")
@@ -464,9 +480,9 @@ def run_asymmetric_experiment(
         server_packets_at_vantage=from_server,
         client_packets_at_vantage=len(packets) - from_server,
         capture=stats,
-        rtt=rtt_baselines(read_packets(client_pcap).packets, address, log, pirate)
-        if params.client_capture
-        else None,
+        rtt=None
+        if at_client_packets is None
+        else rtt_baselines(at_client_packets, address, log, pirate),
         relay=json.loads(relay_stats.read_text()) if params.impaired else None,
         allocation=allocation[: int(np.ceil(duration))],
         log=log,
