@@ -94,26 +94,17 @@ def memcached_run(tmp_path_factory) -> AsymmetricResult:
 
 
 def test_memcached_follows_the_memtier_style_clients(memcached_run, tmp_path):
-    """§5.7, against the floor of the same run: the per-epoch median oracle (one estimate per
-    epoch, the true median) has a per-response error that moves with the machine's load, and
-    Pirate's moves with it. Measured (5 s runs, seed 2, 2026-11-28), in 17 runs by themselves:
-    Pirate's median |error| 9.2–16.5 %, the oracle's 7.0–14.0 %, the ratio 1.12–1.34; Pirate's
-    median signed error +3.3 to +6.4 %, 0.31–0.61 of the oracle's |error|, of which +2.2 to
-    +2.4 points are the clients' own processing (req-to-req). The 20 s runs of the report:
-    2.5–3.2 %. Now and then a short run missed by far: two of about six under pytest (one by
-    93 % against an oracle of 17 %), seed 9 of seeds 2–13 on 2026-11-28 (29.1 % against
-    13.5 %). Why, measured on that run: with one request in flight every gap is a response, but
-    in a third of the connection-epochs the throttled server's latencies spread beyond the
-    factor 2 of ``ibg_spread_ratio`` (one: p10 0.9 ms, p90 2.7 ms), the slow tail (≥ 5 % of the
-    gaps) became the inter-batch gap and the fast responses counted as gaps inside batches, so
-    the epoch's time was divided by 5–10 gaps of 66. Since then the inter-batch gaps must hold
-    ``ibg_min_time_share`` of the time summed; in 12 new runs of seeds 2–13, each scored both
-    ways (by count alone, and the default): Pirate's median |error| 12.7–58.4 %
-    against 12.1–42.5 %, the per-epoch *mean* oracle 12.1–36.3 %, and above 1.75 times the
-    median oracle two runs (2.28, 3.09) against one (2.25). What is left is that Pirate
-    estimates an epoch's average (§3.3), and a throttled tail pulls the average away from
-    most responses: the mean oracle is itself up to 1.9 times the median one. Such a run is
-    followed by one more with another seed, and the test fails when that one misses too."""
+    """§5.7, against the same run's per-epoch mean oracle (what Pirate estimates, §3.3; see
+    :mod:`pirate_oracle`). Measured (5 s runs, seeds 2–13, 2026-11-28, each scored both ways):
+    Pirate's median |error| 12.1–42.5 %, the mean oracle's 12.1–36.3 %, the ratio 0.91–1.17;
+    by the IBG's count alone (``ibg_min_time_share`` 0) 12.7–58.4 %, up to 1.61 times. That
+    rule missed because, with one request in flight, every gap is a response, but a throttled
+    server spreads latencies beyond the factor 2 of ``ibg_spread_ratio``: the slow tail (≥ 5 %
+    of the gaps, 10–15 % of the time) became the inter-batch gap and the fast responses
+    counted as gaps inside batches, so an epoch was divided by 3–10 of 50–70. Under pytest
+    (two runs): 31.8 % and 34.3 % against a mean oracle of 31.5 % and 32.3 %, whose median
+    oracle was only 17.4 % and 14.6 %. A run that misses is followed by one more with another
+    seed, and the test fails when that one misses too."""
     run = memcached_run
     assert run.server_packets_at_vantage == 0
     assert np.all(run.log.outstanding == 1)  # memtier's pipeline of one
