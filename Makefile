@@ -36,7 +36,7 @@ lint: install
 # PYTHONDONTWRITEBYTECODE is set, every command a test starts would compile tacit again (all of
 # it imports in 6.0 s uncompiled, 4.4 s compiled), and each pytest process would rewrite every
 # test's assertions again (5 of the 12 s it takes to collect). The kernels compile
-# (tests/kernel_warmup.py, once per checkout) on both cores; lint runs beside the unit tests,
+# (tests/kernel_warmup.py, once until a kernel's module changes) on both cores; lint runs beside the unit tests,
 # which leave a core idle now and then while the service's tests wait, and prints afterwards.
 # The live tests run alone, collected from the files that mark them (6 s less than collecting
 # every test again).

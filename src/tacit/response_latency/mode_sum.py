@@ -178,18 +178,16 @@ def close_epoch_published(
         mean[m] = total[c, m] // max(np.int64(count[c, m]), 1)
         kept[m] = not (remove_timers and matches_timer(mean[m], timers, tolerance))
         ends[m] = kept[m] and (cand[c, m] > 0 or not use_candidates)
-    s, n, first = np.int64(0), np.int64(0), -1
+    s, n, eligible = np.int64(0), np.int64(0), False
     for m in range(k - 1, -1, -1):
         if not (ends[m] and count[c, m] >= min_share * gaps):
             continue
-        s, n, t = _ibg_sums(total, count, kept, ends, mean, c, m, spread)
-        if t >= min_time_share * s:
-            first = -1
+        ms, mn, mt = _ibg_sums(total, count, kept, ends, mean, c, m, spread)
+        if not eligible:  # the largest eligible mode: the IBG when none holds the time share
+            s, n, eligible = ms, mn, True
+        if mt >= min_time_share * ms:
+            s, n = ms, mn
             break
-        if first < 0:
-            first = m
-    if first >= 0:
-        s, n, t = _ibg_sums(total, count, kept, ends, mean, c, first, spread)
     for m in range(k):
         count[c, m] = 0
         total[c, m] = 0
