@@ -84,7 +84,7 @@ def one_run(
             t = clock()
             spans, parent_ids = read_export_request(body, "protobuf", "request")
             t = timed("read", t)
-            store.append_requests([(seq, len(spans), 0, "protobuf", body)])
+            store.append_request(seq, len(spans), 0, "protobuf", body)
             t = timed("append", t)
             fed = feed.push(spans, parent_ids, np.arange(seq, seq + len(spans)))
             seq += len(spans)

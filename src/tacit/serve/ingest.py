@@ -5,7 +5,7 @@ it is kept), then admitted only while the spans received and not yet in a finish
 under ``max_pending_spans``: beyond, the sender is told to retry later (OTLP specification,
 "Failures": HTTP 429 or gRPC RESOURCE_EXHAUSTED with a retry delay), which bounds memory
 instead of queueing without end. An admitted request is committed to the store
-(:meth:`.store.Store.append_requests`) before the sender hears it was accepted, so that an
+(:meth:`.store.Store.append_request`) before the sender hears it was accepted, so that an
 acknowledged span survives a crash.
 """
 
@@ -99,7 +99,7 @@ class Ingest:
                 self.metrics.refused.labels(transport, "busy").inc()
                 raise Busy(self.retry_after_s)
             first = self.next_seq
-            self.store.append_requests([(first, n, time.time_ns(), encoding, body)], state)
+            self.store.append_request(first, n, time.time_ns(), encoding, body, state)
             self.next_seq += n
             self._outstanding += n
             self.queue.put(Batch(first, spans, parent_ids))

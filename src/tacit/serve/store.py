@@ -127,6 +127,7 @@ with the file, so small ones, made often, held reconstruction back: measured wit
 256 MB, with a lower peak memory (940 against 1,130 MiB). Commits stay durable either way (the
 log is synced at each); the cost is a longer log to replay when a killed service restarts."""
 _SET_STATE = "INSERT OR REPLACE INTO state VALUES (?, ?)"
+_INSERT_REQUEST = "INSERT INTO ingest VALUES (?, ?, ?, ?, ?)"
 TAG_PAGE = 500
 """A search by tags makes the documents of the most recent traces that may match (see
 :meth:`Store.find_traces`) ``limit`` at a time, or this many if fewer, until it has found
@@ -263,15 +264,27 @@ class Store:
         ((last,),) = self._cursor().execute("SELECT max(first_seq + spans) FROM ingest").fetchall()
         return int(last or 0)
 
-    def append_requests(
-        self, rows: Sequence[tuple[int, int, int, str, bytes]], state: dict[str, int] | None = None
+    def append_request(
+        self,
+        first_seq: int,
+        spans: int,
+        received_ns: int,
+        encoding: str,
+        body: bytes,
+        state: dict[str, int] | None = None,
     ) -> None:
-        """Commit acknowledged requests, (first_seq, spans, received_ns, encoding, body) each,
-        and the ``state`` values that go with them, in one transaction."""
+        """Commit an acknowledged request and the ``state`` values that go with it, in one
+        transaction. Without state the insert commits on its own: DuckDB spends CPU on every
+        statement, and a ``BEGIN`` and ``COMMIT`` around a lone insert made by ``executemany``
+        took 3.2-3.6 ms of CPU per SDK request of 512 spans, against 1.9-2.3 ms for the insert
+        alone (three alternated runs): 2.6 µs a span, of the 50-90 the service spends."""
+        row = [first_seq, spans, received_ns, encoding, body]
+        if not state:
+            self._cursor().execute(_INSERT_REQUEST, row)
+            return
         with self._transaction() as cur:
-            cur.executemany("INSERT INTO ingest VALUES (?, ?, ?, ?, ?)", list(rows))
-            if state:
-                cur.executemany(_SET_STATE, list(state.items()))
+            cur.execute(_INSERT_REQUEST, row)
+            cur.executemany(_SET_STATE, list(state.items()))
 
     def requests_from(self, seq: int) -> Iterator[tuple[int, str, bytes]]:
         """(first_seq, encoding, body) of the requests holding spans numbered ``seq`` or later,
