@@ -173,7 +173,6 @@ class SpanTableBuilder:
 
     def add(
         self,
-        *,
         service: str,
         instance: str | None,
         endpoint: str,
