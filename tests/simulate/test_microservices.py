@@ -14,7 +14,7 @@ import yaml
 
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
-from tacit.simulate import AppSpec, load_app, load_sweep, parse_app, simulate
+from tacit.simulate import AppSpec, load_app, load_sweep, parse_app, scale_out, simulate
 from tacit.simulate.microservices import EPOCH_NS
 
 
@@ -476,3 +476,21 @@ def test_a_join_calls_onward_once_from_the_last_handler(reviews: SpanTable) -> N
         first_call = min(t.start[c] for c in kids[int(trigger)])
         others = [r for r in compose if r != trigger]
         assert all(t.end[r] <= first_call for r in others)  # one instance: one clock
+
+
+def test_a_scaled_out_app_takes_more_load_at_the_same_latency(shop: AppSpec) -> None:
+    """Four times the instances at four times the rate: four times the spans a second, each
+    request about as long (the instances are as busy), the services and calls unchanged."""
+    scaled = scale_out(shop, 4)
+    assert {n: s.instances for n, s in scaled.services.items()} == {
+        n: 4 * s.instances for n, s in shop.services.items()
+    }
+    one = simulate(shop, 300, duration_s=3, seed=5)
+    four = simulate(scaled, 1200, duration_s=3, seed=5)
+    assert 3.6 < len(four) / len(one) < 4.4
+    dur = [np.median((t.end - t.start)[t.parent == NONE]) for t in (one, four)]
+    assert 0.8 < dur[1] / dur[0] < 1.25
+    names = [set(t.strings.names(t.service)) for t in (one, four)]
+    assert names[0] == names[1]
+    with pytest.raises(ConfigError, match="factor"):
+        scale_out(shop, 0)

@@ -10,6 +10,7 @@ from .app_spec import (
     StepSpec,
     load_app,
     parse_app,
+    scale_out,
 )
 from .microservices import load_sweep, simulate
 
@@ -24,5 +25,6 @@ __all__ = [
     "load_app",
     "load_sweep",
     "parse_app",
+    "scale_out",
     "simulate",
 ]

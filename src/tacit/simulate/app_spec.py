@@ -34,7 +34,7 @@ their weights) and each becomes one trace.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -142,6 +142,18 @@ def load_app(path: str | Path | None = None) -> AppSpec:
         text = resources.files("tacit.simulate").joinpath("default_app.yaml").read_text()
         return parse_app(parse_yaml(text, source), source)
     return parse_app(read_yaml(path), str(path))
+
+
+def scale_out(app: AppSpec, factor: int) -> AppSpec:
+    """``app`` with ``factor`` times the instances of every service: it takes ``factor`` times
+    the load at the same utilisation, so that a stream of its spans can have the rate of a
+    larger deployment without queueing."""
+    if factor < 1:
+        raise ConfigError(f"scale_out: factor must be a positive integer, got {factor}")
+    services = {
+        name: replace(s, instances=s.instances * factor) for name, s in app.services.items()
+    }
+    return replace(app, services=services)
 
 
 def parse_app(data: Any, source: str = "<app>") -> AppSpec:
