@@ -33,6 +33,7 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
+import inspect
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -95,10 +96,7 @@ _KIND_ENUM = ("unspecified", "internal", "server", "client", "producer", "consum
 _KIND_NUMBERS = {UNKNOWN: 0, INTERNAL: 1, SERVER: 2, CLIENT: 3}
 _KIND_CODES = tuple(kind_code(k) for k in _KIND_ENUM)
 """The kind code of each ``SpanKind`` number."""
-_ROW_FIELDS = (
-    "service", "instance", "endpoint", "kind", "start", "end", "record", "peer", "thread",
-    "trace", "span_id", "parent_id", "detail",
-)  # fmt: skip
+_ROW_FIELDS = tuple(inspect.signature(SpanTableBuilder.add).parameters)[1:]
 """The parameters of :meth:`SpanTableBuilder.add` in their order: the fields of a span row."""
 _RECORD = _ROW_FIELDS.index("record")
 _KIND_PREFIX = "SPAN_KIND_"
