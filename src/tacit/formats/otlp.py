@@ -253,7 +253,9 @@ def _protobuf_spans(request: Any, record: int) -> Iterator[tuple]:
                     tuple(
                         SpanEvent(e.time_unix_nano, e.name, _pb_attributes(e.attributes))
                         for e in span.events
-                    ),
+                    )
+                    if span.events
+                    else (),
                 )
 
 

@@ -45,7 +45,7 @@ class SpanEvent:
     attributes: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SpanDetail:
     """One span's record beyond the columns.
 
