@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ PEER_TAGS = ("peer.service",)
 KIND_ALIASES = {"producer": CLIENT, "consumer": SERVER}
 
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+_LOWER_HEX = re.compile("[0-9a-f]*")
 
 
 def input_files(paths: Paths, suffixes: tuple[str, ...]) -> list[Path]:
@@ -186,9 +188,10 @@ def hex_ids(spans: SpanTable) -> tuple[list[str], list[str]]:
     for row, t in enumerate(trace_codes):
         first_row.setdefault(t, row)
     traces = _fixed_ids({t: s[t] for t in first_row}, first_row, 32)
-    rows = range(len(spans))
-    span_ids = _fixed_ids(dict(enumerate(s.names(spans.span_id))), rows, 16)
-    return [traces[t] for t in trace_codes], [span_ids[r] for r in rows]
+    span_ids = s.names(spans.span_id)
+    if not _all_fixed(span_ids, 16):
+        span_ids = list(_fixed_ids(dict(enumerate(span_ids)), range(len(spans)), 16).values())
+    return [traces[t] for t in trace_codes], span_ids
 
 
 def _fixed_ids(
@@ -196,6 +199,8 @@ def _fixed_ids(
 ) -> dict[int, str]:
     """Each of ``values`` as a hex id of ``width`` digits (see :func:`hex_ids`); ``rows``: the
     row each replacement is made from."""
+    if _all_fixed(list(values.values()), width):
+        return dict(values)
     kept = {k: _fixed_hex(v, width) for k, v in values.items()}
     used = {v for v in kept.values() if v is not None}
     out: dict[int, str] = {}
@@ -208,6 +213,16 @@ def _fixed_ids(
             used.add(v)
         out[k] = v
     return out
+
+
+def _all_fixed(values: list[str | None], width: int) -> bool:
+    """Whether every one of ``values`` is a lowercase hex id of ``width`` digits already, as
+    most are: checked over their joined text, not one by one (:func:`_fixed_hex`)."""
+    return (
+        None not in values
+        and set(map(len, values)) <= {width}
+        and _LOWER_HEX.fullmatch("".join(values)) is not None  # type: ignore[arg-type]
+    )
 
 
 def _fixed_hex(value: str | None, width: int) -> str | None:
