@@ -17,6 +17,7 @@ from google.protobuf.json_format import ParseDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tacit.errors import InputError
+from tacit.formats.jaeger import jaeger_document
 from tacit.formats.otlp import otlp_document, read_export_request, read_otlp
 from tacit.model.spans import CLIENT, INTERNAL, NONE, SERVER, UNKNOWN, SpanTable
 
@@ -303,3 +304,25 @@ def test_what_a_check_refuses_is_refused_in_the_same_words(attrs: list, bad: dic
     with pytest.raises(InputError) as as_protobuf_body:
         read_export_request(as_protobuf(doc), "protobuf", "req")
     assert str(as_protobuf_body.value) == str(as_json.value)
+
+
+def test_equal_resources_share_a_process_and_typed_values_stay_apart():
+    """Each request brings its own copy of a resource; a written trace names one process for
+    equal copies, and a true attribute is not taken for the integer 1 that equals it."""
+    web = attr("service.name", stringValue="web")
+    doc = {
+        "resourceSpans": [
+            resource([web, attr("x", boolValue=True)], [otlp_span("e1")]),
+            resource([web, attr("x", boolValue=True)], [otlp_span("e2")]),
+            resource([web, attr("x", intValue="1")], [otlp_span("e3")]),
+        ]
+    }
+    spans, _ = read_export_request(json.dumps(doc).encode(), "json", "request")
+    (trace,) = jaeger_document(spans)["data"]
+    process_of = {s["spanID"][-2:]: s["processID"] for s in trace["spans"]}
+    assert process_of["e1"] == process_of["e2"] != process_of["e3"]
+    x = {
+        pid: next(t for t in p["tags"] if t["key"] == "x") for pid, p in trace["processes"].items()
+    }
+    assert x[process_of["e1"]] == {"key": "x", "type": "bool", "value": True}
+    assert x[process_of["e3"]] == {"key": "x", "type": "int64", "value": 1}

@@ -34,6 +34,7 @@ from tacit.formats.common import tag as _tag
 from tacit.formats.common import thread_id as _thread
 from tacit.formats.fields import RecordReader
 from tacit.formats.textio import dump_json, expand_inputs, load_json, write_json
+from tacit.model.columns import StringPool
 from tacit.model.span_details import NO_DETAIL, SpanDetail, SpanEvent
 from tacit.model.spans import KIND_NAMES, NONE, UNKNOWN, SpanTable, concat, table_from_columns
 from tacit.outputs import atomic_output
@@ -366,19 +367,15 @@ def jaeger_parts(
     kind_of, service, instance, thread, peer = (
         c.tolist() for c in (spans.kind, spans.service, spans.instance, spans.thread, spans.peer)
     )
+    details = [None] * len(spans) if spans.details is None else spans.details.tolist()
     seen: dict[tuple[int, int, int], tuple[dict, bytes]] = {}  # by the resource's identity
-    processes: dict[bytes, dict] = {}
-    for row in range(len(spans)):
-        d = spans.detail(row) or NO_DETAIL
+    processes = _Processes(s)
+    for row, d in enumerate(details):
+        d = d or NO_DETAIL
         made = seen.get((service[row], instance[row], id(d.resource)))
         if made is None:
-            svc, inst = s[service[row]], s[instance[row]]
-            ptags = _process_tags(svc or "", inst or "", d.resource)
-            process = {"serviceName": svc, "tags": [_tag(k, v) for k, v in ptags.items()]}
-            key = dump_json(process)
-            made = seen[(service[row], instance[row], id(d.resource))] = (
-                processes.setdefault(key, process),
-                key,
+            made = seen[(service[row], instance[row], id(d.resource))] = processes.made(
+                service[row], instance[row], d.resource
             )
         process, key = made
         kind = kind_of[row]
@@ -427,6 +424,41 @@ def trace_doc(spans: Iterable[JaegerSpan], processes: Mapping[Hashable, dict]) -
         )
     procs = {pid: processes[key] for key, pid in pids.items()}
     return {"traceID": trace_id, "spans": out, "processes": procs, "warnings": None}
+
+
+class _Processes:
+    """The Jaeger processes of spans (``strings``: their string pool), each made once however
+    many copies of its resource the input held: an OTLP receiver gets one per request, and
+    making its JSON again for each took a microsecond a span."""
+
+    def __init__(self, strings: StringPool) -> None:
+        self.strings = strings
+        self.by_key: dict[bytes, dict] = {}
+        self.by_content: dict[tuple, tuple[dict, bytes]] = {}
+
+    def made(self, service: int, instance: int, resource: Mapping[str, Any]) -> tuple[dict, bytes]:
+        """The process of a span of ``service`` and ``instance`` (codes), recorded by a process
+        with ``resource``, and its key (its JSON)."""
+        try:
+            # with the values' types, since True == 1 == 1.0 and a tag says which it was
+            content: tuple | None = (
+                service,
+                instance,
+                *resource.items(),
+                *map(type, resource.values()),
+            )
+            made = self.by_content.get(content)  # type: ignore[arg-type]
+        except TypeError:  # a value that is a list or a mapping: made each time
+            content, made = None, None
+        if made is None:
+            svc, inst = self.strings[service], self.strings[instance]
+            ptags = _process_tags(svc or "", inst or "", resource)
+            process = {"serviceName": svc, "tags": [_tag(k, v) for k, v in ptags.items()]}
+            key = dump_json(process)
+            made = (self.by_key.setdefault(key, process), key)
+            if content is not None:
+                self.by_content[content] = made
+        return made
 
 
 def _process_tags(service: str, instance: str, resource: Mapping[str, Any]) -> dict:
