@@ -13,3 +13,13 @@ def test_names_are_the_pools_strings_of_the_codes(values, wanted):
     codes = np.array([c for c in wanted if c < len(pool)], dtype=np.int32)
     assert pool.names(codes) == [pool[int(c)] for c in codes]
     assert pool.names(np.array([NONE])) == [None]
+
+
+@given(
+    st.lists(st.text(max_size=2), max_size=10),
+    st.lists(st.text(max_size=2), max_size=30),
+)
+def test_codes_are_the_code_of_each_value_interned_in_order(known, values):
+    pool, twin = StringPool(known), StringPool(known)
+    assert pool.codes(values) == [twin.code(v) for v in values]
+    assert pool.values == twin.values

@@ -58,6 +58,15 @@ class StringPool:
             self.values.append(value)
         return c
 
+    def codes(self, values: list[str]) -> list[int]:
+        """The code of each of ``values``, interning those new in their order: ``[pool.code(v)
+        for v in values]`` with a dictionary look-up, not a method call, per value (a fifth of
+        the time), for the thousands of strings a receiver codes a second."""
+        out = [self._codes.get(v, NONE) for v in values]
+        if NONE in out:
+            out = [c if c != NONE else self.code(v) for c, v in zip(out, values, strict=True)]
+        return out
+
     def find(self, value: str) -> int:
         """The code of ``value`` or -1 when it was never interned."""
         return self._codes.get(value, NONE)
@@ -113,5 +122,6 @@ def recode(pool: StringPool, strings: StringPool, used: np.ndarray | None = None
     last slot -1 so that absent codes stay absent; only the ``used`` codes when given."""
     table = np.full(len(strings) + 1, NONE, dtype=np.int32)
     codes = np.arange(len(strings)) if used is None else used[used >= 0]
-    table[codes] = [pool.code(strings.values[c]) for c in codes.tolist()]
+    values = strings.values
+    table[codes] = pool.codes([values[c] for c in codes.tolist()])
     return table
