@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 import numpy as np
 import orjson
@@ -188,10 +188,11 @@ def hex_ids(spans: SpanTable) -> tuple[list[str], list[str]]:
     for row, t in enumerate(trace_codes):
         first_row.setdefault(t, row)
     traces = _fixed_ids({t: s[t] for t in first_row}, first_row, 32)
-    span_ids = s.names(spans.span_id)
-    if not _all_fixed(span_ids, 16):
-        span_ids = list(_fixed_ids(dict(enumerate(span_ids)), range(len(spans)), 16).values())
-    return [traces[t] for t in trace_codes], span_ids
+    names = s.names(spans.span_id)
+    if _all_fixed(names, 16):
+        return [traces[t] for t in trace_codes], names
+    span_ids = _fixed_ids(dict(enumerate(names)), range(len(spans)), 16)
+    return [traces[t] for t in trace_codes], list(span_ids.values())
 
 
 def _fixed_ids(
@@ -199,8 +200,9 @@ def _fixed_ids(
 ) -> dict[int, str]:
     """Each of ``values`` as a hex id of ``width`` digits (see :func:`hex_ids`); ``rows``: the
     row each replacement is made from."""
-    if _all_fixed(list(values.values()), width):
-        return dict(values)
+    texts = list(values.values())
+    if _all_fixed(texts, width):
+        return dict(zip(values, texts, strict=True))
     kept = {k: _fixed_hex(v, width) for k, v in values.items()}
     used = {v for v in kept.values() if v is not None}
     out: dict[int, str] = {}
@@ -215,14 +217,13 @@ def _fixed_ids(
     return out
 
 
-def _all_fixed(values: list[str | None], width: int) -> bool:
+def _all_fixed(values: list[str | None], width: int) -> TypeGuard[list[str]]:
     """Whether every one of ``values`` is a lowercase hex id of ``width`` digits already, as
     most are: checked over their joined text, not one by one (:func:`_fixed_hex`)."""
-    return (
-        None not in values
-        and set(map(len, values)) <= {width}
-        and _LOWER_HEX.fullmatch("".join(values)) is not None  # type: ignore[arg-type]
-    )
+    if None in values:
+        return False
+    texts = cast(list[str], values)
+    return set(map(len, texts)) <= {width} and _LOWER_HEX.fullmatch("".join(texts)) is not None
 
 
 def _fixed_hex(value: str | None, width: int) -> str | None:
