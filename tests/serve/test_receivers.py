@@ -4,6 +4,7 @@ specification asks, malformed requests refused whole, and what /metrics counts."
 from __future__ import annotations
 
 import base64
+import errno
 import gzip
 import json
 import urllib.error
@@ -54,6 +55,7 @@ def test_http_protobuf_json_and_gzip_are_acknowledged_and_counted(tmp_path, requ
             svc, gzip.compress(body), "application/x-protobuf", **{"Content-Encoding": "gzip"}
         )
         assert gz[0] == 200
+        svc.store.settle()  # the journal into the ingest table
         stored = svc.store._cursor().execute("SELECT sum(spans) FROM ingest").fetchone()[0]
         metrics = get(svc, "/metrics")[1].decode()
     assert stored == 3 * 512
@@ -68,6 +70,7 @@ def test_malformed_requests_are_refused_whole_with_the_reason(tmp_path, request_
         status, body, _ = post(svc, b'{"resourceSpans": [{"scopeSpans": 3}]}', "application/json")
         assert status == 400 and "resourceSpans 0" in json.loads(body)["message"]
         assert post(svc, b"x", "text/plain")[0] == 415
+        svc.store.settle()  # the journal into the ingest table
         stored = svc.store._cursor().execute("SELECT count(*) FROM ingest").fetchone()[0]
         metrics = get(svc, "/metrics")[1].decode()
     assert stored == 0
@@ -79,6 +82,7 @@ def test_http_backpressure_is_429_with_retry_after(tmp_path, request_pb):
     with running(tmp_path, online=SLOW, max_pending_spans=600, retry_after_s=3) as svc:
         assert post(svc, body, "application/x-protobuf")[0] == 200
         status, answer, headers = post(svc, body, "application/x-protobuf")
+        svc.store.settle()  # the journal into the ingest table
         stored = svc.store._cursor().execute("SELECT sum(spans) FROM ingest").fetchone()[0]
     assert status == 429 and headers["Retry-After"] == "3"
     assert "retry" in status_pb2.Status.FromString(answer).message
@@ -108,10 +112,15 @@ def test_health_and_readiness(tmp_path):
 
 def test_a_failing_store_is_answered_not_dropped(tmp_path, request_pb):
     """503 for an export (the sender retries it), 500 for a query; never a closed connection."""
+
+    def disk_full(request):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
     with running(tmp_path, online=SLOW) as svc:
         for cur in svc.store._cursors:
             cur.close()
         svc.store._con.close()
+        svc.store._journal.append = disk_full
         assert post(svc, request_pb.SerializeToString(), "application/x-protobuf")[0] == 503
         assert get(svc, "/api/services")[0] == 500
         svc.store = type(svc.store)(tmp_path / "again.duckdb")  # for the service's own stop
@@ -154,6 +163,7 @@ def test_an_ingest_token_is_asked_of_senders_only(tmp_path, request_pb):
         spans = sdk_spans(shop_spans(2).take(np.arange(100)), 0)
         assert exporter.export(spans) == SpanExportResult.SUCCESS
         assert get(svc, "/api/services")[0] == 200
+        svc.store.settle()  # the journal into the ingest table
         stored = svc.store._cursor().execute("SELECT sum(spans) FROM ingest").fetchone()[0]
         metrics = get(svc, "/metrics")[1].decode()
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED

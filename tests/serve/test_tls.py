@@ -55,6 +55,7 @@ def test_both_listeners_speak_tls_only(tmp_path, pem) -> None:
         with grpc.insecure_channel(target) as channel, pytest.raises(grpc.RpcError) as refused:
             trace_service_pb2_grpc.TraceServiceStub(channel).Export(request, timeout=10)
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        svc.store.settle()  # the journal into the ingest table
         stored = svc.store._cursor().execute("SELECT sum(spans) FROM ingest").fetchone()[0]
     assert stored == 2 * 64  # one export over HTTPS, one over gRPC with TLS
 

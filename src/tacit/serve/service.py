@@ -129,6 +129,10 @@ class Service:
         self._gc_thresholds = gc.get_threshold()
         gc.freeze()  # what was made so far (imports, the call graph) is never collected
         gc.set_threshold(*GC_THRESHOLDS)
+        for path, size in self.store.torn:
+            log.warning(
+                "%s: the last %d bytes are a request cut short, never acknowledged", path, size
+            )
         self.restored = self.ingest.restore(self.store.state("low_water", 0))
         if self.forwarder is not None:
             self.forwarder.start()

@@ -5,9 +5,11 @@ Schema (``docs/serve.md`` documents it for people who query the file directly):
 ``ingest``
     Every acknowledged OTLP request, verbatim: ``first_seq`` (the sequence number of its first
     span; spans are numbered in the order they were acknowledged), ``spans``, ``received_ns``,
-    ``encoding`` (``protobuf`` or ``json``) and ``body``. A request is committed here before
-    its sender is told it was accepted, so a crash loses nothing acknowledged: the restart
-    reads back whatever had not been reconstructed yet.
+    ``encoding`` (``protobuf`` or ``json``) and ``body``. A request is written to the journal
+    (:mod:`.journal`: files ``<database>.journal.<n>`` beside it) and synced before its sender
+    is told it was accepted, and moved here with the next round of finished traces, or when
+    the file is opened or closed; so a crash loses nothing acknowledged: the restart moves in
+    what the journal holds and reads back whatever had not been reconstructed yet.
 ``spans``
     Every span once its trace is final, with the parent TraceWeaver chose: ``seq``,
     ``trace_id``, ``span_id``, ``parent_span_id``, ``service``, ``instance``, ``operation``,
@@ -72,9 +74,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow as pa
 
 from tacit.errors import ConfigError
 from tacit.formats.jaeger import JaegerSpan, trace_doc
+from tacit.serve.journal import Journal, Request, read_segment
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ingest(
@@ -127,7 +131,6 @@ with the file, so small ones, made often, held reconstruction back: measured wit
 256 MB, with a lower peak memory (940 against 1,130 MiB). Commits stay durable either way (the
 log is synced at each); the cost is a longer log to replay when a killed service restarts."""
 _SET_STATE = "INSERT OR REPLACE INTO state VALUES (?, ?)"
-_INSERT_REQUEST = "INSERT INTO ingest VALUES (?, ?, ?, ?, ?)"
 TAG_PAGE = 500
 """A search by tags makes the documents of the most recent traces that may match (see
 :meth:`Store.find_traces`) ``limit`` at a time, or this many if fewer, until it has found
@@ -195,6 +198,12 @@ class Store:
         self._local = threading.local()
         self._cursors: list[Any] = []
         self._lock = threading.Lock()
+        self._journal = Journal(self.path)
+        self._moving = threading.Lock()
+        self.torn: list[tuple[Path, int]] = []
+        """Journal segments that ended in bytes that are not a whole record, and how many: the
+        record a crash cut short, never acknowledged."""
+        self.settle()
 
     def _upgrade(self) -> None:
         """Bring a file of an earlier version to this schema: its trace documents were JSON
@@ -221,7 +230,9 @@ class Store:
             self._con.execute(statement)
 
     def close(self) -> None:
-        """Checkpoint and close the file (and every thread's cursor)."""
+        """Move the journal in, checkpoint and close the file (and every thread's cursor)."""
+        self.settle()
+        self._journal.close()
         self._con.execute("CHECKPOINT")
         with self._lock:
             for cur in self._cursors:
@@ -250,6 +261,61 @@ class Store:
             cur.execute("ROLLBACK")
             raise
 
+    @contextmanager
+    def _settled(self) -> Iterator[Any]:
+        """A transaction that first takes in the requests of the journal's sealed segments,
+        which are removed once it commits."""
+        with self._moving:
+            with self._transaction() as cur:
+                moved = self._move_journal(cur)
+                yield cur
+            for path in moved:
+                path.unlink(missing_ok=True)
+
+    def settle(self) -> None:
+        """Move the requests journaled so far into ``ingest``."""
+        with self._settled():
+            pass
+
+    def _move_journal(self, cur: Any) -> list[Path]:
+        """Insert the requests of the sealed journal segments that ``ingest`` lacks (a crash
+        may have come between the commit that took a segment in and its removal), with their
+        state values; returns the segments."""
+        paths = self._journal.sealed()
+        requests: list[Request] = []
+        for path in paths:
+            records, torn = read_segment(path)
+            if torn:
+                self.torn.append((path, torn))
+            requests.extend(records)
+        if not requests:
+            return paths
+        have = {
+            int(seq)
+            for (seq,) in cur.execute(
+                "SELECT first_seq FROM ingest WHERE first_seq >= ?",
+                [min(r.first_seq for r in requests)],
+            ).fetchall()
+        }
+        new = [r for r in requests if r.first_seq not in have]
+        if new:
+            rows = pa.table(
+                {
+                    "first_seq": [r.first_seq for r in new],
+                    "spans": pa.array([r.spans for r in new], pa.int32()),
+                    "received_ns": [r.received_ns for r in new],
+                    "encoding": [r.encoding for r in new],
+                    "body": pa.array([r.body for r in new], pa.binary()),
+                }
+            )
+            cur.register("journal_in", rows)
+            cur.execute("INSERT INTO ingest SELECT * FROM journal_in")
+            cur.unregister("journal_in")
+        state = {k: v for r in new for k, v in r.state.items()}  # the latest of each key
+        if state:
+            cur.executemany(_SET_STATE, list(state.items()))
+        return paths
+
     # -- state -------------------------------------------------------------------------------
     def state(self, key: str, default: int) -> int:
         rows = self._cursor().execute("SELECT value FROM state WHERE key = ?", [key]).fetchall()
@@ -261,6 +327,7 @@ class Store:
     # -- ingest ------------------------------------------------------------------------------
     def next_seq(self) -> int:
         """The sequence number the next acknowledged span gets."""
+        self.settle()
         ((last,),) = self._cursor().execute("SELECT max(first_seq + spans) FROM ingest").fetchall()
         return int(last or 0)
 
@@ -273,22 +340,15 @@ class Store:
         body: bytes,
         state: dict[str, int] | None = None,
     ) -> None:
-        """Commit an acknowledged request and the ``state`` values that go with it, in one
-        transaction. Without state the insert commits on its own: DuckDB spends CPU on every
-        statement, and a ``BEGIN`` and ``COMMIT`` around a lone insert made by ``executemany``
-        took 3.2-3.6 ms of CPU per SDK request of 512 spans, against 1.9-2.3 ms for the insert
-        alone (three alternated runs): 2.6 µs a span, of the 50-90 the service spends."""
-        row = [first_seq, spans, received_ns, encoding, body]
-        if not state:
-            self._cursor().execute(_INSERT_REQUEST, row)
-            return
-        with self._transaction() as cur:
-            cur.execute(_INSERT_REQUEST, row)
-            cur.executemany(_SET_STATE, list(state.items()))
+        """Make a request durable, with the ``state`` values that go with it, before it is
+        acknowledged: in the journal (:mod:`.journal`), which the next round of finished
+        traces moves into ``ingest``."""
+        self._journal.append(Request(first_seq, spans, received_ns, encoding, body, state or {}))
 
     def requests_from(self, seq: int) -> Iterator[tuple[int, str, bytes]]:
         """(first_seq, encoding, body) of the requests holding spans numbered ``seq`` or later,
         in order."""
+        self.settle()
         with self._con.cursor() as cur:
             cur.execute(
                 "SELECT first_seq, encoding, body FROM ingest WHERE first_seq + spans > ? "
@@ -307,8 +367,9 @@ class Store:
     # -- finished traces ---------------------------------------------------------------------
     def write_finished(self, tables: dict[str, Any], state: dict[str, int]) -> None:
         """Append the rows of ``tables`` (pyarrow tables named by :data:`FINISHED_TABLES`) and
-        set ``state``, in one transaction: a trace is stored whole or not at all."""
-        with self._transaction() as cur:
+        set ``state``, in one transaction (which moves the journal in): a trace is stored
+        whole or not at all."""
+        with self._settled() as cur:
             for name, table in tables.items():
                 if name not in FINISHED_TABLES:
                     raise ValueError(f"not a table of finished traces: {name}")
@@ -335,7 +396,7 @@ class Store:
         their epoch's end (a live capture is stamped with the system clock; a capture file's
         estimates stay: they are replaced whole when it is read again).
         """
-        with self._transaction() as cur:
+        with self._settled() as cur:
             ((first_after,),) = cur.execute(
                 "SELECT min(first_seq) FROM ingest WHERE received_ns >= ?", [before_ns]
             ).fetchall()
