@@ -6,12 +6,13 @@ in batches of 512) goes through the service's own steps in one thread, each time
 per span:
 
 * read: decoding a request body into spans (``read_export_request``);
-* append: committing the request to the store, as acknowledging it does;
+* append: making the request durable (the store's journal: an append and a sync), as
+  acknowledging it does;
 * push: online TraceWeaver (§5.3), the rounds the requests set off and, at the end, those
   that finish the last traces;
 * rows: the rows of the finished traces (assembling them, their Jaeger tags);
 * tables: the rows as Arrow tables;
-* write: appending them to the database file.
+* write: appending them to the database file, with the journal's requests moved in.
 
 The service adds to these its HTTP handling, its metrics and the switching between its threads.
 The garbage collector runs with the service's thresholds. The whole is run ``--repeats`` times
