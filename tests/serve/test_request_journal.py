@@ -100,3 +100,10 @@ def test_a_failed_append_leaves_no_broken_record(tmp_path, monkeypatch):
     (journal,) = tmp_path.glob("tacit.duckdb.journal.*")
     assert [r.body for r in read_segment(journal)[0]] == [b"abc", b"de"]
     store.close()
+
+
+def test_an_append_after_close_fails(tmp_path):
+    store = Store(tmp_path / "tacit.duckdb")
+    store.close()
+    with pytest.raises(OSError):
+        store.append_request(0, 1, 10, "protobuf", b"late")

@@ -130,9 +130,11 @@ class Journal:
             return [p for n, p in self.segments() if n < self._n]
 
     def close(self) -> None:
-        """Close the segment being written, and remove it when it is empty."""
+        """Close the segment being written, and remove it when it is empty. An append after
+        this fails (a bad descriptor), never writing to a file that took its number."""
         with self._lock:
             os.close(self._fd)
+            self._fd = -1
             if not self._size:
                 self._path(self._n).unlink(missing_ok=True)
 
