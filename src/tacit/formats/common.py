@@ -187,33 +187,28 @@ def hex_ids(spans: SpanTable) -> tuple[list[str], list[str]]:
     first_row: dict[int, int] = {}
     for row, t in enumerate(trace_codes):
         first_row.setdefault(t, row)
-    traces = _fixed_ids({t: s[t] for t in first_row}, first_row, 32)
-    names = s.names(spans.span_id)
-    if _all_fixed(names, 16):
-        return [traces[t] for t in trace_codes], names
-    span_ids = _fixed_ids(dict(enumerate(names)), range(len(spans)), 16)
-    return [traces[t] for t in trace_codes], list(span_ids.values())
+    traces = _fixed_ids([s[t] for t in first_row], list(first_row.values()), 32)
+    trace_ids = dict(zip(first_row, traces, strict=True))
+    span_ids = _fixed_ids(s.names(spans.span_id), range(len(spans)), 16)
+    return [trace_ids[t] for t in trace_codes], span_ids
 
 
-def _fixed_ids(
-    values: Mapping[int, str | None], rows: Mapping[int, int] | Sequence[int], width: int
-) -> dict[int, str]:
+def _fixed_ids(values: list[str | None], rows: Sequence[int], width: int) -> list[str]:
     """Each of ``values`` as a hex id of ``width`` digits (see :func:`hex_ids`); ``rows``: the
-    row each replacement is made from."""
-    texts = list(values.values())
-    if _all_fixed(texts, width):
-        return dict(zip(values, texts, strict=True))
-    kept = {k: _fixed_hex(v, width) for k, v in values.items()}
-    used = {v for v in kept.values() if v is not None}
-    out: dict[int, str] = {}
-    for k, v in kept.items():
+    row each replacement is made from, one per value."""
+    if _all_fixed(values, width):
+        return values
+    kept = [_fixed_hex(v, width) for v in values]
+    used = {v for v in kept if v is not None}
+    out: list[str] = []
+    for row, v in zip(rows, kept, strict=True):
         if v is None:
-            n = rows[k] + 1
+            n = row + 1
             while f"{n:0{width}x}" in used:
                 n += 1
             v = f"{n:0{width}x}"
             used.add(v)
-        out[k] = v
+        out.append(v)
     return out
 
 
