@@ -4,7 +4,7 @@ A request is decoded first (a malformed one is refused whole, with the reason, a
 it is kept), then admitted only while the spans received and not yet in a finished trace stay
 under ``max_pending_spans``: beyond, the sender is told to retry later (OTLP specification,
 "Failures": HTTP 429 or gRPC RESOURCE_EXHAUSTED with a retry delay), which bounds memory
-instead of queueing without end. An admitted request is committed to the store
+instead of queueing without end. An admitted request is made durable in the store's journal
 (:meth:`.store.Store.append_request`) before the sender hears it was accepted, so that an
 acknowledged span survives a crash.
 """
