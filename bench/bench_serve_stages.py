@@ -5,9 +5,11 @@ The sustained run of ``bench/bench_serve.py`` (the shop app with four times its 
 in batches of 512) goes through the service's own steps in one thread, each timed in CPU time
 per span:
 
-* read: decoding a request body into spans (``read_export_request``);
+* check: decoding and checking a request body (``check_export_request``), as acknowledging it
+  does;
 * append: making the request durable (the store's journal: an append and a sync), as
   acknowledging it does;
+* read: reading its spans into a table, which the service does on the thread that reconstructs;
 * push: online TraceWeaver (§5.3), the rounds the requests set off and, at the end, those
   that finish the last traces;
 * rows: the rows of the finished traces (assembling them, their Jaeger tags);
@@ -35,7 +37,7 @@ import numpy as np
 
 from bench_serve import ONLINE, STREAM_SCALE, _load
 from tacit.experiment.otlp_load import encoded_requests
-from tacit.formats.otlp import read_export_request
+from tacit.formats.otlp import check_export_request
 from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.reconstruct.online import NS, OnlineParams
 from tacit.serve.finished_rows import Rows
@@ -44,7 +46,7 @@ from tacit.serve.service import GC_THRESHOLDS
 from tacit.serve.store import Store
 from tacit.simulate import load_app, simulate
 
-STAGES = ("read", "append", "push", "rows", "tables", "write")
+STAGES = ("check", "append", "read", "push", "rows", "tables", "write")
 
 
 def bodies(seconds: float) -> list[bytes]:
@@ -84,10 +86,12 @@ def one_run(
     try:
         for body in requests:
             t = clock()
-            spans, parent_ids = read_export_request(body, "protobuf", "request")
-            t = timed("read", t)
-            store.append_request(seq, len(spans), 0, "protobuf", body)
+            count, read = check_export_request(body, "protobuf", "request")
+            t = timed("check", t)
+            store.append_request(seq, count, 0, "protobuf", body)
             t = timed("append", t)
+            spans, parent_ids = read()
+            t = timed("read", t)
             fed = feed.push(spans, parent_ids, np.arange(seq, seq + len(spans)))
             seq += len(spans)
             t = timed("push", t)

@@ -18,7 +18,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tacit.errors import InputError
 from tacit.formats.jaeger import jaeger_document
-from tacit.formats.otlp import otlp_document, read_export_request, read_otlp
+from tacit.formats.otlp import (
+    check_export_request,
+    otlp_document,
+    read_export_request,
+    read_otlp,
+)
 from tacit.model.spans import CLIENT, INTERNAL, NONE, SERVER, UNKNOWN, SpanTable
 
 T0 = 1_661_140_374_351_773_094
@@ -303,7 +308,21 @@ def test_what_a_check_refuses_is_refused_in_the_same_words(attrs: list, bad: dic
         read_export_request(orjson.dumps(doc), "json", "req")
     with pytest.raises(InputError) as as_protobuf_body:
         read_export_request(as_protobuf(doc), "protobuf", "req")
-    assert str(as_protobuf_body.value) == str(as_json.value)
+    with pytest.raises(InputError) as checked:  # a receiver's check refuses it before the ack
+        check_export_request(as_protobuf(doc), "protobuf", "req")
+    assert str(as_protobuf_body.value) == str(as_json.value) == str(checked.value)
+
+
+@pytest.mark.parametrize("encoding", ["protobuf", "json"])
+def test_a_checked_request_reads_later_as_it_reads_at_once(encoding: str) -> None:
+    doc = shop_document()
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"][1]["status"] = {"code": 2, "message": "x"}
+    body = as_protobuf(doc) if encoding == "protobuf" else orjson.dumps(doc)
+    count, read_later = check_export_request(body, encoding, "req")
+    table, parent_ids = read_later()
+    at_once = read(body, encoding)
+    assert count == len(table) == len(at_once[0]) > 0
+    assert (_rows(table), [table.strings[int(c)] for c in parent_ids]) == at_once
 
 
 def test_equal_resources_share_a_process_and_typed_values_stay_apart():

@@ -1,12 +1,14 @@
-"""Acknowledging OTLP export requests: decode, admit, make durable, hand on.
+"""Acknowledging OTLP export requests: check, admit, make durable, hand on.
 
-A request is decoded first (a malformed one is refused whole, with the reason, and nothing of
-it is kept), then admitted only while the spans received and not yet in a finished trace stay
-under ``max_pending_spans``: beyond, the sender is told to retry later (OTLP specification,
-"Failures": HTTP 429 or gRPC RESOURCE_EXHAUSTED with a retry delay), which bounds memory
-instead of queueing without end. An admitted request is made durable in the store's journal
-(:meth:`.store.Store.append_request`) before the sender hears it was accepted, so that an
-acknowledged span survives a crash.
+A request is decoded and checked first (a malformed one is refused whole, with the reason, and
+nothing of it is kept), then admitted only while the spans received and not yet in a finished
+trace stay under ``max_pending_spans``: beyond, the sender is told to retry later (OTLP
+specification, "Failures": HTTP 429 or gRPC RESOURCE_EXHAUSTED with a retry delay), which
+bounds memory instead of queueing without end. An admitted request is made durable in the
+store's journal (:meth:`.store.Store.append_request`) before the sender hears it was accepted,
+so that an acknowledged span survives a crash. Its spans are read into a table later, on the
+thread that reconstructs them (:func:`~tacit.formats.otlp.check_export_request`), so that the
+sender hears back sooner.
 """
 
 from __future__ import annotations
@@ -19,8 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tacit.errors import InputError, TacitError
-from tacit.formats.otlp import read_export_request
-from tacit.model.spans import SpanTable
+from tacit.formats.otlp import RequestReader, check_export_request, read_export_request
 from tacit.runs import split_at
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.store import Store
@@ -39,15 +40,16 @@ class Busy(TacitError):
 
 @dataclass
 class Batch:
-    """The spans of one acknowledged request, numbered from ``first_seq``."""
+    """The ``count`` spans of one acknowledged request, numbered from ``first_seq``, and what
+    reads them (their table and the parent span id each named), which cannot fail."""
 
     first_seq: int
-    spans: SpanTable
-    parent_ids: np.ndarray
+    count: int
+    read: RequestReader
 
     @property
     def seq(self) -> np.ndarray:
-        return np.arange(self.first_seq, self.first_seq + len(self.spans), dtype=np.int64)
+        return np.arange(self.first_seq, self.first_seq + self.count, dtype=np.int64)
 
 
 class Ingest:
@@ -80,18 +82,17 @@ class Ingest:
     def submit(
         self, body: bytes, encoding: str, transport: str, state: dict[str, int] | None = None
     ) -> int:
-        """Decode, admit and commit one request (with the store's ``state`` values that go with
+        """Check, admit and commit one request (with the store's ``state`` values that go with
         it: a source's progress); returns its span count. Raises :class:`InputError` for a
         malformed request, :class:`Busy` when over the limit."""
         if len(body) > MAX_BODY:
             self.metrics.refused.labels(transport, "invalid").inc()
             raise InputError(f"request body of {len(body)} bytes exceeds {MAX_BODY}")
         try:
-            spans, parent_ids = read_export_request(body, encoding, f"{transport} request")
+            n, read = check_export_request(body, encoding, f"{transport} request")
         except InputError:
             self.metrics.refused.labels(transport, "invalid").inc()
             raise
-        n = len(spans)
         if n == 0:
             return 0
         with self._lock:
@@ -102,7 +103,7 @@ class Ingest:
             self.store.append_request(first, n, time.time_ns(), encoding, body, state)
             self.next_seq += n
             self._outstanding += n
-            self.queue.put(Batch(first, spans, parent_ids))
+            self.queue.put(Batch(first, n, read))
             self.last_arrival = time.monotonic()
         self.metrics.received.labels(transport).inc(n)
         self.metrics.pending.set(self._outstanding)
@@ -121,7 +122,8 @@ class Ingest:
                 continue
             rows = np.flatnonzero(keep)
             for a, b in _runs(rows):
-                self.queue.put(Batch(first + a, spans.take(np.arange(a, b)), parent_ids[a:b]))
+                part = (spans.take(np.arange(a, b)), parent_ids[a:b])
+                self.queue.put(Batch(first + a, b - a, lambda part=part: part))
             restored += len(rows)
         self._outstanding += restored
         self.metrics.pending.set(self._outstanding)

@@ -97,7 +97,7 @@ class Reconstructor(threading.Thread):
             except queue.Empty:
                 batch = None
             if batch is not None:
-                fed = self.feed.push(batch.spans, batch.parent_ids, batch.seq)
+                fed = self.feed.push(*batch.read(), batch.seq)
                 self._arrived_end = self.feed.tw.latest_end
                 self._store(fed)
                 continue
