@@ -219,7 +219,12 @@ def check_export_request(body: bytes, encoding: str, source: str) -> tuple[int, 
 
             return count, read
     spans, parent_ids = read_export_request(body, encoding, source)
-    return len(spans), lambda: (spans, parent_ids)
+    return len(spans), read_already(spans, parent_ids)
+
+
+def read_already(spans: SpanTable, parent_ids: np.ndarray) -> RequestReader:
+    """The reader of a request whose spans are read already."""
+    return lambda: (spans, parent_ids)
 
 
 def _decode_request(message: bytes, source: str, where: str) -> Any:

@@ -21,7 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from tacit.errors import InputError, TacitError
-from tacit.formats.otlp import RequestReader, check_export_request, read_export_request
+from tacit.formats.otlp import (
+    RequestReader,
+    check_export_request,
+    read_already,
+    read_export_request,
+)
 from tacit.runs import split_at
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.store import Store
@@ -122,8 +127,8 @@ class Ingest:
                 continue
             rows = np.flatnonzero(keep)
             for a, b in _runs(rows):
-                part = (spans.take(np.arange(a, b)), parent_ids[a:b])
-                self.queue.put(Batch(first + a, b - a, lambda part=part: part))
+                part = read_already(spans.take(np.arange(a, b)), parent_ids[a:b])
+                self.queue.put(Batch(first + a, b - a, part))
             restored += len(rows)
         self._outstanding += restored
         self.metrics.pending.set(self._outstanding)
