@@ -202,9 +202,10 @@ def check_export_request(body: bytes, encoding: str, source: str) -> tuple[int, 
     :func:`read_export_request` would, which cannot fail.
 
     A protobuf request of the usual form (every check :func:`_protobuf_spans` makes passes) is
-    only decoded and checked here, in a fifth of the time that reading its spans into a table
-    takes: a receiver acknowledges the request once it is checked and durable, and reads its
-    spans on the thread that reconstructs them. One SDK exporter, which waits for each answer,
+    only decoded and checked here, in about a sixth of the time that reading its spans into a
+    table takes (1.6 against 9.6-10.4 µs a span, ``timeit``): a receiver acknowledges the
+    request once it is checked and durable, and reads its spans on the thread that reconstructs
+    them. One SDK exporter, which waits for each answer,
     heard back in 2.3 ms a request of 512 spans (median) against 12.6 ms when the receiver read
     the spans first (the shop app's stream offered at 20,000 spans/s to ``tacit serve``)."""
     if encoding == "protobuf" and body[:1] in (b"", b"\n"):
