@@ -313,18 +313,6 @@ def test_what_a_check_refuses_is_refused_in_the_same_words(attrs: list, bad: dic
     assert str(as_protobuf_body.value) == str(as_json.value) == str(checked.value)
 
 
-@pytest.mark.parametrize("encoding", ["protobuf", "json"])
-def test_a_checked_request_reads_later_as_it_reads_at_once(encoding: str) -> None:
-    doc = shop_document()
-    doc["resourceSpans"][0]["scopeSpans"][0]["spans"][1]["status"] = {"code": 2, "message": "x"}
-    body = as_protobuf(doc) if encoding == "protobuf" else orjson.dumps(doc)
-    count, read_later = check_export_request(body, encoding, "req")
-    table, parent_ids = read_later()
-    at_once = read(body, encoding)
-    assert count == len(table) == len(at_once[0]) > 0
-    assert (_rows(table), [table.strings[int(c)] for c in parent_ids]) == at_once
-
-
 def test_equal_resources_share_a_process_and_typed_values_stay_apart():
     """Each request brings its own copy of a resource; a written trace names one process for
     equal copies, and a true attribute is not taken for the integer 1 that equals it."""

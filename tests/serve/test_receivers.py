@@ -70,11 +70,21 @@ def test_malformed_requests_are_refused_whole_with_the_reason(tmp_path, request_
         status, body, _ = post(svc, b'{"resourceSpans": [{"scopeSpans": 3}]}', "application/json")
         assert status == 400 and "resourceSpans 0" in json.loads(body)["message"]
         assert post(svc, b"x", "text/plain")[0] == 415
+        # Well-formed protobuf whose spans reading refuses: refused before it is acknowledged,
+        # not found out by reconstruction afterwards (which could not refuse it any more).
+        twice = type(request_pb)()
+        twice.CopyFrom(request_pb)
+        spans = twice.resource_spans[0].scope_spans[0].spans
+        spans[1].trace_id, spans[1].span_id = spans[0].trace_id, spans[0].span_id
+        status, body, _ = post(svc, twice.SerializeToString(), "application/x-protobuf")
+        assert status == 400
+        assert "duplicate span id" in status_pb2.Status.FromString(body).message
         svc.store.settle()  # the journal into the ingest table
         stored = svc.store._cursor().execute("SELECT count(*) FROM ingest").fetchone()[0]
         metrics = get(svc, "/metrics")[1].decode()
+        assert get(svc, "/readyz")[0] == 200
     assert stored == 0
-    assert 'tacit_requests_refused_total{reason="invalid",transport="http"} 2.0' in metrics
+    assert 'tacit_requests_refused_total{reason="invalid",transport="http"} 3.0' in metrics
 
 
 def test_http_backpressure_is_429_with_retry_after(tmp_path, request_pb):

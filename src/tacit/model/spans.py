@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -257,28 +257,16 @@ def resolve_parents(
     Raises :class:`InputError` naming the record of a span id repeated within a trace, or of a
     span on a cycle of parent links (a span its own ancestor).
     """
-    n = len(trace)
     key = _span_key(trace, span_id)
-    has_id = span_id != NONE
-    rows = np.flatnonzero(has_id)
-    order = rows[np.argsort(key[rows], kind="stable")]
-    sorted_key = key[order]
-    dup = np.flatnonzero(sorted_key[1:] == sorted_key[:-1])
-    if len(dup):
-        r = int(order[dup[0] + 1])
+    parents = link_parents(key, span_id != NONE, _span_key(trace, parent_id), parent_id != NONE)
+    if parents.duplicate >= 0:
+        r = parents.duplicate
         raise InputError(
             f"duplicate span id {strings[int(span_id[r])]} in trace {strings[int(trace[r])]}",
             path=source,
             record=int(record[r]),
         )
-    parent = np.full(n, NONE, dtype=np.int64)
-    named = np.flatnonzero(parent_id != NONE)
-    want = _span_key(trace[named], parent_id[named])
-    at = np.searchsorted(sorted_key, want)
-    found = at < len(sorted_key)
-    found[found] = sorted_key[at[found]] == want[found]
-    parent[named[found]] = order[at[found]]
-    cycle = climb(parent)[2]
+    cycle = parents.cycle
     if cycle >= 0:
         raise InputError(
             f"trace {strings[int(trace[cycle])]}: parent links form a cycle through span "
@@ -286,7 +274,42 @@ def resolve_parents(
             path=source,
             record=int(record[cycle]),
         )
-    return parent, int((~found).sum())
+    return parents.parent, parents.missing
+
+
+class LinkedParents(NamedTuple):
+    """What :func:`link_parents` found."""
+
+    parent: np.ndarray
+    """Per row, its parent's row (-1: none, or not found)."""
+    missing: int
+    """Rows naming a parent that is not there."""
+    duplicate: int
+    """The later of two rows with one key (-1: none; parents are then not linked)."""
+    cycle: int
+    """A row on a cycle of parent links (-1: none)."""
+
+
+def link_parents(
+    key: np.ndarray, has_key: np.ndarray, parent_key: np.ndarray, names_parent: np.ndarray
+) -> LinkedParents:
+    """Each row's parent: the row whose ``key`` (a trace and span id, of any sortable dtype)
+    is its ``parent_key``, for the rows that have a key and those that name a parent (the two
+    masks); with the first duplicated key and a row on a cycle, for the caller to report."""
+    rows = np.flatnonzero(has_key)
+    order = rows[np.argsort(key[rows], kind="stable")]
+    sorted_key = key[order]
+    parent = np.full(len(key), NONE, dtype=np.int64)
+    dup = np.flatnonzero(sorted_key[1:] == sorted_key[:-1])
+    if len(dup):
+        return LinkedParents(parent, 0, int(order[dup[0] + 1]), NONE)
+    named = np.flatnonzero(names_parent)
+    want = parent_key[named]
+    at = np.searchsorted(sorted_key, want)
+    found = at < len(sorted_key)
+    found[found] = sorted_key[at[found]] == want[found]
+    parent[named[found]] = order[at[found]]
+    return LinkedParents(parent, int((~found).sum()), NONE, int(climb(parent)[2]))
 
 
 def _span_key(trace: np.ndarray, span_id: np.ndarray) -> np.ndarray:
@@ -296,7 +319,7 @@ def _span_key(trace: np.ndarray, span_id: np.ndarray) -> np.ndarray:
 
 def table_from_columns(
     source: str,
-    columns: dict[str, object],
+    columns: Mapping[str, object],
     *,
     kind: np.ndarray,
     start: np.ndarray,

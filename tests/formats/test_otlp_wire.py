@@ -1,0 +1,255 @@
+"""Binary OTLP requests read through the compiled pass over their bytes (``otlp_wire``) as the
+message classes read them: generated requests of every field the reader keeps, forms the pass
+leaves to the message classes, and refusals made at the check, before a receiver
+acknowledges, in the words reading gives them."""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from tacit.errors import InputError
+from tacit.formats import otlp
+from tacit.formats.otlp import check_export_request, read_export_request, read_otlp_protobuf
+from tacit.formats.otlp_wire import scan_spans
+from tacit.model.spans import SpanTable
+
+T0 = 1_700_000_000_000_000_000
+
+
+def _rows(t: SpanTable) -> list[Any]:
+    cols = ("service", "instance", "endpoint", "peer", "trace", "span_id")
+    return [
+        (
+            tuple(t.name(k, r) for k in cols),
+            tuple(int(getattr(t, k)[r]) for k in ("kind", "start", "end", "thread", "parent")),
+            int(t.record[r]),
+            t.detail(r),
+        )
+        for r in range(len(t))
+    ]
+
+
+def _value(v: Any) -> AnyValue:
+    if isinstance(v, bool):
+        return AnyValue(bool_value=v)
+    if isinstance(v, int):
+        return AnyValue(int_value=v)
+    if isinstance(v, float):
+        return AnyValue(double_value=v)
+    if isinstance(v, bytes):
+        return AnyValue(bytes_value=v)
+    if isinstance(v, list):
+        out = AnyValue()
+        out.array_value.values.extend(_value(x) for x in v)
+        return out
+    return AnyValue(string_value=v)
+
+
+def _attrs(d: dict[str, Any]) -> list[KeyValue]:
+    return [KeyValue(key=k, value=_value(v)) for k, v in d.items()]
+
+
+values = st.one_of(
+    st.text(max_size=5),
+    st.integers(-(2**63), 2**63 - 1),
+    st.booleans(),
+    st.floats(allow_nan=False),
+    st.binary(max_size=4),
+    st.lists(st.integers(0, 9), max_size=3),
+)
+attributes = st.dictionaries(
+    st.sampled_from(["peer.service", "thread.id", "http.method", "a", "b"]), values, max_size=3
+)
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> ExportTraceServiceRequest:
+    """A request of 1-3 resources, each of 1-2 scopes of 0-4 spans, with every field the
+    reader keeps, and some it steps over, drawn; parents named in the same trace or not."""
+    req = ExportTraceServiceRequest()
+    traces = [draw(st.binary(min_size=16, max_size=16)) for _ in range(2)]
+    ids: list[tuple[bytes, bytes]] = []
+    for _ in range(draw(st.integers(1, 3))):
+        rs = req.resource_spans.add()
+        rs.resource.attributes.extend(
+            _attrs({"service.name": draw(st.sampled_from(["web", "db"])), "host.name": "h"})
+        )
+        for _ in range(draw(st.integers(1, 2))):
+            scope = rs.scope_spans.add()
+            scope.scope.name = "lib"
+            for _ in range(draw(st.integers(0, 4))):
+                trace = draw(st.sampled_from(traces))
+                sid = draw(st.binary(min_size=8, max_size=8))
+                if (trace, sid) in ids:
+                    continue
+                start = T0 + draw(st.integers(0, 10**6))
+                span = Span(
+                    trace_id=trace,
+                    span_id=sid,
+                    name=draw(st.sampled_from(["GET /", "Get", "é"])),
+                    kind=draw(st.integers(0, 5)),
+                    start_time_unix_nano=start,
+                    end_time_unix_nano=start + draw(st.integers(0, 10**6)),
+                    trace_state=draw(st.sampled_from(["", "k=v"])),
+                    flags=draw(st.sampled_from([0, 256])),
+                    dropped_attributes_count=draw(st.integers(0, 2)),
+                )
+                named = [s for t, s in ids if t == trace]
+                parent = draw(st.sampled_from([b"", b"\x07" * 8, *named]))
+                span.parent_span_id = parent
+                span.attributes.extend(_attrs(draw(attributes)))
+                for _ in range(draw(st.integers(0, 2))):
+                    event = span.events.add()
+                    event.time_unix_nano = start + 1
+                    event.name = "retry"
+                    event.attributes.extend(_attrs(draw(attributes)))
+                if draw(st.booleans()):
+                    span.links.add(trace_id=trace, span_id=b"\x01" * 8)
+                span.status.CopyFrom(
+                    Status(
+                        code=draw(st.integers(0, 2)), message=draw(st.sampled_from(["", "boom"]))
+                    )
+                )
+                scope.spans.append(span)
+                ids.append((trace, sid))
+    return req
+
+
+@settings(deadline=None, max_examples=150)  # the first example compiles the pass
+@given(requests())
+def test_the_compiled_pass_reads_a_request_as_the_message_classes_do(
+    req: ExportTraceServiceRequest,
+) -> None:
+    body = req.SerializeToString()
+    count = sum(len(s.spans) for rs in req.resource_spans for s in rs.scope_spans)
+    assert scan_spans(body, count) is not None
+    with mock.patch.object(otlp, "_read_protobuf", side_effect=AssertionError("not the pass")):
+        spans, parent_ids = read_export_request(body, "protobuf", "req")
+    assert _rows(spans) == _rows(read_otlp_protobuf(body, "req"))
+    named = [
+        span.parent_span_id.hex() or None
+        for rs in req.resource_spans
+        for scope in rs.scope_spans
+        for span in scope.spans
+    ]
+    assert [spans.strings[int(c)] for c in parent_ids] == named
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append(n & 0x7F | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _request(span_bytes: bytes) -> bytes:
+    resource = ExportTraceServiceRequest()
+    rs = resource.resource_spans.add()
+    rs.resource.attributes.extend(_attrs({"service.name": "web"}))
+    rs_bytes = rs.SerializeToString() + _field(2, _field(2, span_bytes))
+    return _field(1, rs_bytes)
+
+
+def _span(**fields: Any) -> Span:
+    given = {
+        "trace_id": b"\x01" * 16,
+        "span_id": b"\x02" * 8,
+        "name": "GET /",
+        "kind": 2,
+        "start_time_unix_nano": T0,
+        "end_time_unix_nano": T0 + 5,
+    }
+    span = Span(**(given | fields))
+    span.attributes.extend(_attrs({"peer.service": "db", "n": 1}))
+    return span
+
+
+@pytest.mark.parametrize(
+    ("form", "extra"),
+    [
+        ("a name given twice: the last is kept", _field(5, b"POST /")),
+        (
+            "a status given twice: the two are merged",
+            _field(15, _varint(3 << 3) + b"\x01") + _field(15, _field(2, b"m")),
+        ),
+        (
+            "attributes apart",
+            _varint(16 << 3 | 5)
+            + bytes(4)
+            + _field(9, KeyValue(key="late", value=_value(2)).SerializeToString()),
+        ),
+        ("an id of the wrong wire type", _varint(2 << 3) + _varint(5)),
+    ],
+)
+def test_forms_the_pass_does_not_take_are_read_by_the_message_classes(
+    form: str, extra: bytes
+) -> None:
+    body = _request(_span().SerializeToString() + extra)
+    assert scan_spans(body, 1) is None, form
+    spans, _ = read_export_request(body, "protobuf", "req")
+    assert _rows(spans) == _rows(read_otlp_protobuf(body, "req"))
+
+
+def test_unknown_fields_are_stepped_over_as_protobuf_does() -> None:
+    unknown = _field(40, b"??") + _varint(41 << 3) + _varint(300)
+    body = _request(_span().SerializeToString() + unknown) + unknown
+    assert scan_spans(body, 1) is not None
+    spans, _ = read_export_request(body, "protobuf", "req")
+    assert _rows(spans) == _rows(read_otlp_protobuf(body, "req"))
+    assert spans.name("endpoint", 0) == "GET /" and spans.name("peer", 0) == "db"
+
+
+def _two_spans(second: dict[str, Any], first: dict[str, Any] | None = None) -> bytes:
+    return _request(_span(**(first or {})).SerializeToString()) + _request(
+        _span(**second).SerializeToString()
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (_two_spans({}), "duplicate span id"),
+        (
+            _two_spans(
+                {"span_id": b"\x03" * 8, "parent_span_id": b"\x02" * 8},
+                {"parent_span_id": b"\x03" * 8},
+            ),
+            "parent links form a cycle",
+        ),
+        (_two_spans({"span_id": b"\x03" * 8, "end_time_unix_nano": T0 - 1}), "ends before"),
+    ],
+)
+def test_a_request_reading_would_refuse_is_refused_when_checked(body: bytes, words: str) -> None:
+    """What reading refuses is refused before a receiver acknowledges the request: read
+    later, it could not be refused any more, and it would stop reconstruction."""
+    with pytest.raises(InputError) as checked:
+        check_export_request(body, "protobuf", "req")
+    with pytest.raises(InputError) as read:
+        read_otlp_protobuf(body, "req")
+    assert words in str(checked.value) and str(checked.value) == str(read.value)
+
+
+def test_a_thread_id_an_int64_cannot_hold_is_refused_when_checked() -> None:
+    span = _span()
+    span.attributes.extend(_attrs({"thread.id": "9" * 30}))
+    body = _request(span.SerializeToString())
+    with pytest.raises(InputError) as checked:
+        check_export_request(body, "protobuf", "req")
+    with pytest.raises(InputError) as read:
+        read_otlp_protobuf(body, "req")
+    assert str(checked.value) == str(read.value)
