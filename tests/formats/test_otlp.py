@@ -333,3 +333,26 @@ def test_equal_resources_share_a_process_and_typed_values_stay_apart():
     }
     assert x[process_of["e1"]] == {"key": "x", "type": "bool", "value": True}
     assert x[process_of["e3"]] == {"key": "x", "type": "int64", "value": 1}
+
+
+def _nested(levels: int) -> dict:
+    value: dict = {"stringValue": "x"}
+    for k in range(levels):
+        value = (
+            {"arrayValue": {"values": [value]}}
+            if k % 2
+            else {"kvlistValue": {"values": [attr("k", **value)]}}
+        )
+    return value
+
+
+def test_a_value_nested_too_deep_to_write_is_refused_when_checked() -> None:
+    """A receiver acknowledges a request once checked, and writes its traces later: what
+    could not be written is refused at the check, and what is taken can be written."""
+    deep = {**otlp_span("e1"), "attributes": [{"key": "deep", "value": _nested(65)}]}
+    doc = {"resourceSpans": [resource(WEB, [deep])]}
+    with pytest.raises(InputError, match="nested more than 64 levels"):
+        check_export_request(json.dumps(doc).encode(), "json", "req")
+    deep["attributes"][0]["value"] = _nested(64)
+    spans, _ = read_export_request(json.dumps(doc).encode(), "json", "req")
+    assert orjson.dumps(jaeger_document(spans)) and orjson.dumps(otlp_document(spans))

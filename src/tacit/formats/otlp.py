@@ -860,8 +860,9 @@ def _events(r: RecordReader, span: dict) -> tuple[SpanEvent, ...]:
     )
 
 
-def attributes(r: RecordReader, attrs: Any) -> dict[str, Any]:
-    """A list of ``KeyValue`` as a dict of plain Python values."""
+def attributes(r: RecordReader, attrs: Any, depth: int = 0) -> dict[str, Any]:
+    """A list of ``KeyValue`` as a dict of plain Python values (``depth``: inside how many
+    arrays and key-value lists)."""
     if attrs is None:
         return {}
     if not isinstance(attrs, list):
@@ -869,16 +870,26 @@ def attributes(r: RecordReader, attrs: Any) -> dict[str, Any]:
     out = {}
     for kv in attrs:
         kv = r.obj(kv, "attribute")
-        out[r.string(kv, "key")] = _any_value(r, kv.get("value"))
+        out[r.string(kv, "key")] = _any_value(r, kv.get("value"), depth)
     return out
 
 
-def _any_value(r: RecordReader, value: Any) -> Any:
+MAX_VALUE_DEPTH = 64
+"""The most arrays and key-value lists an attribute value is read nested in. Every writer
+writes a value this deep (OTLP/JSON takes three JSON levels a level: orjson writes 254), and
+protobuf's own decoder refuses an OTLP request nested deeper than 100 messages, two a level;
+a deeper JSON value was taken, and failed when its trace was written, after the receiver had
+acknowledged it."""
+
+
+def _any_value(r: RecordReader, value: Any, depth: int = 0) -> Any:
     """An ``AnyValue`` as a Python value (arrays as lists, key-value lists as dicts, bytes,
-    base64 in JSON, as bytes)."""
+    base64 in JSON, as bytes), inside ``depth`` arrays and key-value lists."""
     if value is None:
         return None
     v = r.obj(value, "attribute value")
+    if depth >= MAX_VALUE_DEPTH and ("arrayValue" in v or "kvlistValue" in v):
+        raise r.fail(f"attribute value nested more than {MAX_VALUE_DEPTH} levels deep")
     if "stringValue" in v:
         return r.string(v, "stringValue")
     if "intValue" in v:
@@ -889,9 +900,9 @@ def _any_value(r: RecordReader, value: Any) -> Any:
         return r.get(v, "boolValue", bool)
     if "arrayValue" in v:
         array = r.get(v, "arrayValue", dict)
-        return [_any_value(r, x) for x in r.get(array, "values", list, default=[])]
+        return [_any_value(r, x, depth + 1) for x in r.get(array, "values", list, default=[])]
     if "kvlistValue" in v:
-        return attributes(r, r.get(v, "kvlistValue", dict).get("values"))
+        return attributes(r, r.get(v, "kvlistValue", dict).get("values"), depth + 1)
     if "bytesValue" in v:
         try:
             return base64.b64decode(r.string(v, "bytesValue"), validate=True)
