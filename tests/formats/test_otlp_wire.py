@@ -253,3 +253,11 @@ def test_a_thread_id_an_int64_cannot_hold_is_refused_when_checked() -> None:
     with pytest.raises(InputError) as read:
         read_otlp_protobuf(body, "req")
     assert str(checked.value) == str(read.value)
+
+
+def test_a_thread_tag_of_other_digits_is_no_thread_id() -> None:
+    """``str.isdigit`` takes "²", which ``int`` refuses: not a thread id, not an error."""
+    span = _span()
+    span.attributes.extend(_attrs({"thread.id": "²"}))
+    spans, _ = read_export_request(_request(span.SerializeToString()), "protobuf", "req")
+    assert int(spans.thread[0]) == -1 and spans.detail(0).attributes["thread.id"] == "²"

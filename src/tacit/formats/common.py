@@ -58,12 +58,13 @@ def kind_code(value: Any) -> int:
 
 
 def thread_id(tags: Mapping[str, Any]) -> int:
-    """The thread id from the first thread tag holding an integer (or digit string)."""
+    """The thread id from the first thread tag holding an integer (or a string of ASCII
+    digits: ``str.isdigit`` also takes "²", which ``int`` refuses)."""
     for k in THREAD_TAGS:
         v = tags.get(k)
         if isinstance(v, int) and not isinstance(v, bool):
             return v
-        if isinstance(v, str) and v.isdigit():
+        if isinstance(v, str) and v.isascii() and v.isdigit():
             return int(v)
     return NONE
 
