@@ -84,7 +84,8 @@ def test_parse_endpoint(text: str, port: int | None) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["10.0.0.1:http", "10.0.0.1:70000", "[::1", "[::1]80", "nonsense", "10.0.0.256"]
+    "text",
+    ["10.0.0.1:http", "10.0.0.1:70000", "10.0.0.1:²", "[::1", "[::1]80", "nonsense", "10.0.0.256"],
 )
 def test_parse_endpoint_rejects(text: str) -> None:
     with pytest.raises(ConfigError):

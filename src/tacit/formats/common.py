@@ -18,6 +18,7 @@ from typing import Any, TypeGuard, cast
 import numpy as np
 import orjson
 
+from tacit.digits import ascii_digits
 from tacit.errors import InputError
 from tacit.formats.textio import expand_inputs
 from tacit.model.span_details import (
@@ -58,13 +59,12 @@ def kind_code(value: Any) -> int:
 
 
 def thread_id(tags: Mapping[str, Any]) -> int:
-    """The thread id from the first thread tag holding an integer (or a string of ASCII
-    digits: ``str.isdigit`` also takes "²", which ``int`` refuses)."""
+    """The thread id from the first thread tag holding an integer (or digit string)."""
     for k in THREAD_TAGS:
         v = tags.get(k)
         if isinstance(v, int) and not isinstance(v, bool):
             return v
-        if isinstance(v, str) and v.isascii() and v.isdigit():
+        if isinstance(v, str) and ascii_digits(v):
             return int(v)
     return NONE
 

@@ -47,6 +47,7 @@ from typing import Any
 
 import orjson
 
+from tacit.digits import ascii_digits
 from tacit.errors import InputError
 from tacit.formats.fields import RecordReader
 from tacit.formats.textio import iter_json_lines
@@ -206,7 +207,7 @@ def event_time_ns(value: Any) -> int:
         return seconds_to_ns(repr(value))
     if isinstance(value, str):
         v = value.strip()
-        if v.lstrip("-").isdigit():
+        if ascii_digits(v.lstrip("-")):
             return int(v)
         if _DECIMAL.fullmatch(v):
             return seconds_to_ns(v)

@@ -45,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tacit.digits import ascii_digits
 from tacit.errors import ConfigError, InputError
 from tacit.formats import journal
 from tacit.formats.common import Paths, input_files
@@ -165,7 +166,7 @@ _DECIMAL = re.compile(r"(-?)(\d+)(?:\.(\d*))?")
 def decimal_ns(text: str, unit_ns: int) -> int:
     """A decimal number of ``unit_ns`` units (``1700000000.25`` seconds, say) in int64 ns,
     exactly: no binary floating point on the way."""
-    if text.isdigit():
+    if ascii_digits(text):
         return _checked(int(text) * unit_ns)
     m = _DECIMAL.fullmatch(text.strip())
     if m is None:
@@ -470,7 +471,7 @@ def _journal_record(read: _FileRead, line: int, entry: journal.Entry) -> None:
     stamp = first("__REALTIME_TIMESTAMP")
     if stamp is None:
         raise ValueError("entry has no __REALTIME_TIMESTAMP")
-    if not stamp.isdigit():
+    if not ascii_digits(stamp):
         raise ValueError(f"__REALTIME_TIMESTAMP is not a count of microseconds: {stamp!r}")
     message = first("MESSAGE")
     if message is None:

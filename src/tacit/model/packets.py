@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from tacit.digits import ascii_digits
 from tacit.errors import ConfigError
 from tacit.model.columns import ColumnTable, StringPool
 from tacit.model.messages import MISSING
@@ -254,7 +255,7 @@ def parse_endpoint(text: str) -> tuple[int, int, int | None]:
     hi, lo = parse_address(addr)
     if port is None:
         return hi, lo, None
-    if not port.isdigit() or int(port) > 0xFFFF:
+    if not ascii_digits(port) or int(port) > 0xFFFF:
         raise ConfigError(f"not a port number: {port!r} in {text!r}")
     return hi, lo, int(port)
 

@@ -21,6 +21,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from tacit.digits import ascii_digits
 from tacit.model.columns import NONE, ColumnTable, StringPool, recode, typed_columns
 
 CONNECT, ACCEPT, SEND, RECV, CLOSE, BIND, LISTEN, SHUTDOWN = range(8)
@@ -259,7 +260,7 @@ def format_addr(ip: str, port: int) -> str:
 def split_addr(addr: str) -> tuple[str, int]:
     """(ip, port) of ``ip:port`` or ``[v6]:port``; ValueError when it is not one."""
     ip, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not ascii_digits(port):
         raise ValueError(f"not an ip:port address: {addr!r}")
     if ip.startswith("[") and ip.endswith("]"):
         ip = ip[1:-1]
