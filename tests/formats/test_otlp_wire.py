@@ -261,3 +261,13 @@ def test_a_thread_tag_of_other_digits_is_no_thread_id() -> None:
     span.attributes.extend(_attrs({"thread.id": "²"}))
     spans, _ = read_export_request(_request(span.SerializeToString()), "protobuf", "req")
     assert int(spans.thread[0]) == -1 and spans.detail(0).attributes["thread.id"] == "²"
+
+
+@pytest.mark.parametrize("field", [5, 3])  # the name, which the reader decodes; trace state
+def test_text_that_is_not_utf8_is_refused_when_checked(field: int) -> None:
+    """The pass does not look at the text it finds: the message classes' decoding, which the
+    check does first, refuses what is not UTF-8, so that decoding it later cannot fail."""
+    span = _span(name="")
+    body = _request(span.SerializeToString() + _field(field, b"\xff\xfe"))
+    with pytest.raises(InputError, match="not a protobuf OTLP"):
+        check_export_request(body, "protobuf", "req")
