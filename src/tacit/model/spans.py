@@ -336,6 +336,44 @@ def table_from_columns(
     ``instance`` defaults to ``service``. ``details``: one per row, or none at all.
     """
     n = len(start)
+    pool = StringPool()
+    codes = {
+        name: _intern(pool, columns[name]) if name in columns else np.full(n, NONE, np.int32)
+        for name in _CODED
+    }
+    if "instance" not in columns:
+        codes["instance"] = codes["service"]
+    return table_from_codes(
+        source,
+        pool,
+        codes,
+        kind=kind,
+        start=start,
+        end=end,
+        record=record,
+        thread=thread,
+        details=details,
+    )
+
+
+_CODED = ("service", "instance", "endpoint", "peer", "trace", "span_id", "parent_id")
+"""The columns of :func:`table_from_codes` given as codes of strings."""
+
+
+def table_from_codes(
+    source: str,
+    strings: StringPool,
+    codes: Mapping[str, npt.ArrayLike],
+    *,
+    kind: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    record: np.ndarray,
+    thread: np.ndarray | None = None,
+    details: Sequence[SpanDetail | None] = (),
+) -> SpanTable:
+    """:func:`table_from_columns` with the string columns (every one of :data:`_CODED`)
+    given as codes of ``strings`` already, by a reader that interned them as it read."""
     start = np.asarray(start, dtype=np.int64)
     end = np.asarray(end, dtype=np.int64)
     record = np.asarray(record, dtype=np.int64)
@@ -347,19 +385,14 @@ def table_from_columns(
             path=source,
             record=int(record[r]),
         )
-    pool = StringPool()
-    codes = {
-        name: _intern(pool, columns[name]) if name in columns else np.full(n, NONE, np.int32)
-        for name in ("service", "instance", "endpoint", "peer", "trace", "span_id", "parent_id")
-    }
-    if "instance" not in columns:
-        codes["instance"] = codes["service"]
+    columns = {name: np.asarray(codes[name], np.int32) for name in _CODED}
     parent, _ = resolve_parents(
-        codes["trace"], codes["span_id"], codes.pop("parent_id"), record, pool, source
+        columns["trace"], columns["span_id"], columns.pop("parent_id"), record, strings, source
     )
+    n = len(start)
     return SpanTable(
-        pool,
-        **codes,
+        strings,
+        **columns,
         kind=np.asarray(kind, dtype=np.int8),
         start=start,
         end=end,
