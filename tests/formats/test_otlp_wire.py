@@ -130,7 +130,7 @@ def test_the_compiled_pass_reads_a_request_as_the_message_classes_do(
 ) -> None:
     body = req.SerializeToString()
     count = sum(len(s.spans) for rs in req.resource_spans for s in rs.scope_spans)
-    assert scan_spans(body, count) is not None
+    assert scan_spans(body, count, len(req.resource_spans)) is not None
     with mock.patch.object(otlp, "_read_protobuf", side_effect=AssertionError("not the pass")):
         spans, parent_ids = read_export_request(body, "protobuf", "req")
     assert _rows(spans) == _rows(read_otlp_protobuf(body, "req"))
@@ -200,7 +200,7 @@ def test_forms_the_pass_does_not_take_are_read_by_the_message_classes(
     form: str, extra: bytes
 ) -> None:
     body = _request(_span().SerializeToString() + extra)
-    assert scan_spans(body, 1) is None, form
+    assert scan_spans(body, 1, 1) is None, form
     spans, _ = read_export_request(body, "protobuf", "req")
     assert _rows(spans) == _rows(read_otlp_protobuf(body, "req"))
 
@@ -208,7 +208,7 @@ def test_forms_the_pass_does_not_take_are_read_by_the_message_classes(
 def test_unknown_fields_are_stepped_over_as_protobuf_does() -> None:
     unknown = _field(40, b"??") + _varint(41 << 3) + _varint(300)
     body = _request(_span().SerializeToString() + unknown) + unknown
-    assert scan_spans(body, 1) is not None
+    assert scan_spans(body, 1, 1) is not None
     spans, _ = read_export_request(body, "protobuf", "req")
     assert _rows(spans) == _rows(read_otlp_protobuf(body, "req"))
     assert spans.name("endpoint", 0) == "GET /" and spans.name("peer", 0) == "db"
@@ -271,3 +271,19 @@ def test_text_that_is_not_utf8_is_refused_when_checked(field: int) -> None:
     body = _request(span.SerializeToString() + _field(field, b"\xff\xfe"))
     with pytest.raises(InputError, match="not a protobuf OTLP"):
         check_export_request(body, "protobuf", "req")
+
+
+def test_a_resource_given_twice_is_merged_as_protobuf_does() -> None:
+    """A second ``resource`` field of one ``ResourceSpans`` is merged into the first: left
+    to the message classes; the same resource in the next request is read once."""
+    web, host = (ExportTraceServiceRequest().resource_spans.add() for _ in range(2))
+    web.resource.attributes.extend(_attrs({"service.name": "web"}))
+    host.resource.attributes.extend(_attrs({"host.name": "node-1"}))
+    span = _field(2, _field(2, _span().SerializeToString()))
+    body = _field(1, web.SerializeToString() + span + host.SerializeToString())
+    assert scan_spans(body, 1, 1) is None
+    spans, _ = read_export_request(body, "protobuf", "req")
+    assert _rows(spans) == _rows(read_otlp_protobuf(body, "req"))
+    assert spans.name("instance", 0) == "node-1"
+    again, _ = read_export_request(_request(_span().SerializeToString()), "protobuf", "req")
+    assert again.name("service", 0) == "web" and again.name("instance", 0) == "web"

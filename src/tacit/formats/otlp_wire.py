@@ -8,8 +8,9 @@ through ``ExportTraceServiceRequest.resource_spans`` (1), ``ResourceSpans.scope_
 ``collector/trace/v1/trace_service.proto`` and ``trace/v1/trace.proto``): trace_id 1,
 span_id 2, parent_span_id 4, name 5, kind 6, start 7 and end 8 (fixed64), attributes 9,
 events 11, status 15 (its message 2, its code 3). Trace state, links, flags, the scope and
-the dropped counts are stepped over, as :mod:`.otlp` does not keep them; so is the resource,
-which the caller takes from the decoded message (a few a request).
+the dropped counts are stepped over, as :mod:`.otlp` does not keep them. The resource of each
+``ResourceSpans`` (1) is found whole, for the caller to decode (once for all the requests that
+carry it).
 
 Why not through the message classes alone: reading every field of every span from the decoded
 message (``upb``) took 8.9 µs a span of the shop app, most of it making a Python object per
@@ -64,27 +65,30 @@ class WireSpans(NamedTuple):
 
     fields: np.ndarray
     """int64 (spans, 19): per span, the columns named in this module."""
-    resource_spans: int
-    """How many ``ResourceSpans`` the request holds."""
+    resources: np.ndarray
+    """int64 (resource spans, 2): the offset and length of each ``ResourceSpans``' resource
+    (-1, 0: none)."""
     span_keys: np.ndarray
     """``S26`` per span: its trace id and span id (:data:`KEY_BYTES`)."""
     parent_keys: np.ndarray
     """``S26`` per span: its trace id and parent span id (the last byte zero: none)."""
 
 
-def scan_spans(body: bytes, count: int) -> WireSpans | None:
+def scan_spans(body: bytes, count: int, resource_spans: int) -> WireSpans | None:
     """Where each of the ``count`` spans of the ``ExportTraceServiceRequest`` ``body`` lies,
-    in the order protobuf reads them; None when the body is not of a form the pass takes (see
-    the module's docstring) or does not hold ``count`` spans."""
+    in the order protobuf reads them, and the resource of each of its ``resource_spans``
+    ``ResourceSpans``; None when the body is not of a form the pass takes (see the module's
+    docstring) or does not hold that many of each."""
     data = np.frombuffer(body, np.uint8)
     fields = np.zeros((count, _FIELDS), np.int64)
     keys = np.zeros((count, 2, KEY_BYTES), np.uint8)
-    resource_spans = _scan(data, fields, keys)
-    if resource_spans < 0:
+    resources = np.full((resource_spans, 2), -1, np.int64)
+    resources[:, 1] = 0
+    if not _scan(data, fields, keys, resources):
         return None
     return WireSpans(
         fields,
-        resource_spans,
+        resources,
         np.ascontiguousarray(keys[:, 0]).view(f"S{KEY_BYTES}").ravel(),
         np.ascontiguousarray(keys[:, 1]).view(f"S{KEY_BYTES}").ravel(),
     )
@@ -231,9 +235,11 @@ def _span(b: np.ndarray, i: int, end: int, row: np.ndarray) -> bool:  # pragma: 
 
 
 @njit(cache=True, nogil=True)
-def _scan(b: np.ndarray, fields: np.ndarray, keys: np.ndarray) -> int:  # pragma: no cover
-    """Fill ``fields`` and ``keys`` (sized for the spans expected); the number of
-    ``ResourceSpans``, or -1 when the body is not of a form the pass takes."""
+def _scan(
+    b: np.ndarray, fields: np.ndarray, keys: np.ndarray, resources: np.ndarray
+) -> bool:  # pragma: no cover
+    """Fill ``fields``, ``keys`` and ``resources`` (sized for the spans and resource spans
+    expected); False when the body is not of a form the pass takes or holds other counts."""
     count = len(fields)
     spans = 0
     n_resources = 0
@@ -242,48 +248,56 @@ def _scan(b: np.ndarray, fields: np.ndarray, keys: np.ndarray) -> int:  # pragma
     while i < end:
         tag, i = _varint(b, i, end)
         if i < 0:
-            return -1
+            return False
         if tag != (1 << 3 | _LEN):  # not a ResourceSpans: stepped over
             i = _skip(b, i, end, tag & 7)
             if i < 0:
-                return -1
+                return False
             continue
         n, i = _varint(b, i, end)
         if i < 0 or not 0 <= n <= end - i:
-            return -1
+            return False
         resource_end = i + n
+        if n_resources >= len(resources):
+            return False
         while i < resource_end:
             tag, i = _varint(b, i, resource_end)
             if i < 0:
-                return -1
-            if tag != (2 << 3 | _LEN):  # the resource, the schema, unknown fields
+                return False
+            if tag != (1 << 3 | _LEN) and tag != (2 << 3 | _LEN):  # the schema, unknown fields
                 i = _skip(b, i, resource_end, tag & 7)
                 if i < 0:
-                    return -1
+                    return False
                 continue
             n, i = _varint(b, i, resource_end)
             if i < 0 or not 0 <= n <= resource_end - i:
-                return -1
+                return False
+            if tag == (1 << 3 | _LEN):  # the resource: given twice, protobuf merges the two
+                if resources[n_resources, 0] >= 0:
+                    return False
+                resources[n_resources, 0], resources[n_resources, 1] = i, n
+                i += n
+                continue
             scope_end = i + n
             while i < scope_end:
                 tag, i = _varint(b, i, scope_end)
                 if i < 0:
-                    return -1
+                    return False
                 if tag != (2 << 3 | _LEN):  # the scope, its schema, unknown fields
                     i = _skip(b, i, scope_end, tag & 7)
                     if i < 0:
-                        return -1
+                        return False
                     continue
                 n, i = _varint(b, i, scope_end)
                 if i < 0 or not 0 <= n <= scope_end - i or spans >= count:
-                    return -1
+                    return False
                 row = fields[spans]
                 row[RESOURCE] = n_resources
                 if not _span(b, i, i + n, row):
-                    return -1
+                    return False
                 _key(b, keys[spans, 0], row[SPAN], row[TRACE], row[TRACE_LEN], row[SPAN_LEN])
                 _key(b, keys[spans, 1], row[PARENT], row[TRACE], row[TRACE_LEN], row[PARENT_LEN])
                 spans += 1
                 i += n
         n_resources += 1
-    return n_resources if spans == count else -1
+    return n_resources == len(resources) and spans == count
