@@ -287,3 +287,29 @@ def test_a_resource_given_twice_is_merged_as_protobuf_does() -> None:
     assert spans.name("instance", 0) == "node-1"
     again, _ = read_export_request(_request(_span().SerializeToString()), "protobuf", "req")
     assert again.name("service", 0) == "web" and again.name("instance", 0) == "web"
+
+
+@settings(deadline=None, max_examples=300)
+@given(requests(), st.data())
+def test_damaged_bytes_are_refused_at_the_check_or_read_as_the_message_classes_read_them(
+    req: ExportTraceServiceRequest, data: st.DataObject
+) -> None:
+    """Bytes changed, cut or added anywhere: the check refuses the request, or its reader
+    (which cannot fail) gives what the message classes give."""
+    body = bytearray(req.SerializeToString())
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, max(len(body) - 1, 0)))
+        what = data.draw(st.sampled_from(["set", "cut", "add"]))
+        if what == "set" and body:
+            body[at] = data.draw(st.integers(0, 255))
+        elif what == "cut":
+            del body[at : at + data.draw(st.integers(1, 4))]
+        else:
+            body[at:at] = data.draw(st.binary(min_size=1, max_size=4))
+    try:
+        count, read = check_export_request(bytes(body), "protobuf", "req")
+    except InputError:
+        return
+    spans, _ = read()
+    assert count == len(spans)
+    assert _rows(spans) == _rows(read_otlp_protobuf(bytes(body), "req"))
