@@ -5,11 +5,11 @@ compilation), and the tests start many processes at once: two pytest workers, an
 tests that run a dozen commands side by side. Each would compile the same kernels again, tens of
 seconds of CPU each. Run by ``make test`` before the tests, or in the controlling pytest process
 before the workers start (``conftest.py``), this compiles them in two processes, one per core,
-on small versions of the workloads that use them: reconstruction, diagnosis, WAP5, RDA and the
-load balancer in one; captures, Pirate and the demo in the other. No kernel is compiled in both:
-one after the other they compile in 142 s; these halves side by side take 79 s, where halves
-that both parsed captures took 105 s. A kernel it misses is compiled by the first test that
-needs it, as before; nothing here is checked."""
+on small versions of the workloads that use them: reconstruction, diagnosis, WAP5, RDA, the
+load balancer and the OTLP request reader in one; captures, Pirate and the demo in the other.
+No kernel is compiled in both: one after the other they compile in 142 s; these halves side
+by side take 79 s, where halves that both parsed captures took 105 s. A kernel it misses is
+compiled by the first test that needs it, as before; nothing here is checked."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from pathlib import Path
 
 
 def _spans() -> None:
-    """Reconstruction, diagnosis, WAP5, RDA and the load balancer: kernels no packet touches."""
+    """Reconstruction, diagnosis, WAP5, RDA, the load balancer and the OTLP request reader:
+    kernels no packet touches."""
     from tacit.causal_paths import analyze_paths
     from tacit.causal_paths.from_spans import messages_from_spans
     from tacit.diagnosis import critical_paths, tail_profile
@@ -44,6 +45,24 @@ def _spans() -> None:
     stream = simulate_stream(StreamParams(duration_ns=20_000_000))
     compare_methods(stream.sender, stream.receiver, 100_000)
     run_loadbalancer_experiment(LoadBalancerParams(duration_ns=2 * 10**9))
+    _otlp_request()
+
+
+def _otlp_request() -> None:
+    """The compiled pass over an OTLP request's bytes (``tacit.formats.otlp_wire``)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from tacit.formats.otlp import read_export_request
+
+    request = ExportTraceServiceRequest()
+    resource_spans = request.resource_spans.add()
+    service = resource_spans.resource.attributes.add()
+    service.key, service.value.string_value = "service.name", "warm-up"
+    span = resource_spans.scope_spans.add().spans.add()
+    span.trace_id, span.span_id, span.kind = b"\x01" * 16, b"\x02" * 8, 2
+    read_export_request(request.SerializeToString(), "protobuf", "warm-up")
 
 
 def _packets() -> None:
