@@ -106,7 +106,10 @@ def test_the_capture_is_complete_and_every_call_id_is_on_the_wire(run, traced_ap
     result, truth = run
     assert result.capture is not None
     assert result.capture.dropped == 0
-    assert result.capture.captured == result.capture.received == result.packets
+    # "received by filter" may count packets tcpdump had not read yet when it was stopped
+    # (tcpdump(8)): 3,714 against 3,713 captured in one run. Lost ones would be "dropped by
+    # kernel"; whether a call is missing is checked below, on the wire.
+    assert result.capture.captured == result.packets <= result.capture.received
     assert result.duplicate_packets == 0
     addresses = yaml.safe_load(result.services.read_text())
     assert addresses == {a: role for role, a in traced_app_params.addresses().items()}
