@@ -58,6 +58,11 @@ zero-padded) and that id's length. Equal keys are equal ids, and the last byte i
 for a span id, so keys compare as numpy ``S26`` strings (which drop trailing zeros)."""
 
 _LEN, _VARINT, _FIXED64, _FIXED32 = 2, 0, 1, 5
+# Tags of the length-delimited fields walked: field number << 3 | wire type.
+_RESOURCE_SPANS = 1 << 3 | _LEN  # ExportTraceServiceRequest.resource_spans
+_RESOURCE = 1 << 3 | _LEN  # ResourceSpans.resource
+_SCOPE_SPANS = 2 << 3 | _LEN  # ResourceSpans.scope_spans
+_SPANS = 2 << 3 | _LEN  # ScopeSpans.spans
 
 
 class WireSpans(NamedTuple):
@@ -121,9 +126,36 @@ def _skip(b: np.ndarray, i: int, end: int, wire: int) -> int:  # pragma: no cove
     if wire == _FIXED32:
         return i + 4 if i + 4 <= end else -1
     if wire == _LEN:
-        n, i = _varint(b, i, end)
-        return i + n if i >= 0 and 0 <= n <= end - i else -1
+        return _length(b, i, end)[1]
     return -1
+
+
+@njit(cache=True, nogil=True)
+def _length(b: np.ndarray, i: int, end: int) -> tuple[int, int]:  # pragma: no cover - compiled
+    """Where the value of a length-delimited field whose length starts at ``i`` lies:
+    (start, stop); stop -1 when it runs past ``end``."""
+    n, i = _varint(b, i, end)
+    return (i, i + n) if i >= 0 and 0 <= n <= end - i else (0, -1)
+
+
+@njit(cache=True, nogil=True)
+def _next(
+    b: np.ndarray, i: int, end: int, one: int, other: int
+) -> tuple[int, int, int]:  # pragma: no cover
+    """The next length-delimited field in ``b[i:end]`` tagged ``one`` or ``other``, other
+    fields stepped over: its tag and where its value lies, (tag, start, stop); tag 0 when
+    none is left, -1 for bytes the pass does not take."""
+    while i < end:
+        tag, i = _varint(b, i, end)
+        if i < 0:
+            return -1, 0, 0
+        if tag in (one, other):
+            start, stop = _length(b, i, end)
+            return (tag, start, stop) if stop >= 0 else (-1, 0, 0)
+        i = _skip(b, i, end, tag & 7)
+        if i < 0:
+            return -1, 0, 0
+    return 0, end, end
 
 
 @njit(cache=True, nogil=True)
@@ -156,11 +188,8 @@ def _status(b: np.ndarray, i: int, end: int, row: np.ndarray) -> bool:  # pragma
             if field == 3:
                 row[STATUS_CODE], i = _varint(b, i, end)
             else:
-                n, i = _varint(b, i, end)
-                if i < 0 or not 0 <= n <= end - i:
-                    return False
-                row[MESSAGE], row[MESSAGE_LEN] = i, n
-                i += n
+                start, i = _length(b, i, end)
+                row[MESSAGE], row[MESSAGE_LEN] = start, i - start
         else:
             i = _skip(b, i, end, wire)
         if i < 0:
@@ -208,11 +237,11 @@ def _span(b: np.ndarray, i: int, end: int, row: np.ndarray) -> bool:  # pragma: 
             else:
                 if wire != _LEN:
                     return False
-                n, i = _varint(b, i, end)
-                if i < 0 or not 0 <= n <= end - i:
+                start, i = _length(b, i, end)
+                if i < 0:
                     return False
                 if field == 15:
-                    if not _status(b, i, i + n, row):
+                    if not _status(b, start, i, row):
                         return False
                 else:
                     col = (
@@ -224,8 +253,7 @@ def _span(b: np.ndarray, i: int, end: int, row: np.ndarray) -> bool:  # pragma: 
                         if field == 4
                         else NAME
                     )
-                    row[col], row[col + 1] = i, n
-                i += n
+                    row[col], row[col + 1] = start, i - start
         else:  # trace state, links, dropped counts, flags, unknown fields
             i = _skip(b, i, end, wire)
         if i < 0:
@@ -244,60 +272,40 @@ def _scan(
     spans = 0
     n_resources = 0
     i = 0
-    end = len(b)
-    while i < end:
-        tag, i = _varint(b, i, end)
-        if i < 0:
+    while True:
+        tag, i, resource_end = _next(b, i, len(b), _RESOURCE_SPANS, _RESOURCE_SPANS)
+        if tag < 0 or (tag > 0 and n_resources >= len(resources)):
             return False
-        if tag != (1 << 3 | _LEN):  # not a ResourceSpans: stepped over
-            i = _skip(b, i, end, tag & 7)
-            if i < 0:
+        if tag == 0:
+            break
+        while True:
+            tag, j, stop = _next(b, i, resource_end, _RESOURCE, _SCOPE_SPANS)
+            if tag < 0:
                 return False
-            continue
-        n, i = _varint(b, i, end)
-        if i < 0 or not 0 <= n <= end - i:
-            return False
-        resource_end = i + n
-        if n_resources >= len(resources):
-            return False
-        while i < resource_end:
-            tag, i = _varint(b, i, resource_end)
-            if i < 0:
-                return False
-            if tag != (1 << 3 | _LEN) and tag != (2 << 3 | _LEN):  # the schema, unknown fields
-                i = _skip(b, i, resource_end, tag & 7)
-                if i < 0:
-                    return False
-                continue
-            n, i = _varint(b, i, resource_end)
-            if i < 0 or not 0 <= n <= resource_end - i:
-                return False
-            if tag == (1 << 3 | _LEN):  # the resource: given twice, protobuf merges the two
+            if tag == 0:
+                break
+            if tag == _RESOURCE:  # given twice, protobuf merges the two
                 if resources[n_resources, 0] >= 0:
                     return False
-                resources[n_resources, 0], resources[n_resources, 1] = i, n
-                i += n
-                continue
-            scope_end = i + n
-            while i < scope_end:
-                tag, i = _varint(b, i, scope_end)
-                if i < 0:
-                    return False
-                if tag != (2 << 3 | _LEN):  # the scope, its schema, unknown fields
-                    i = _skip(b, i, scope_end, tag & 7)
-                    if i < 0:
+                resources[n_resources, 0], resources[n_resources, 1] = j, stop - j
+            else:
+                while True:
+                    tag, k, span_end = _next(b, j, stop, _SPANS, _SPANS)
+                    if tag < 0 or (tag > 0 and spans >= count):
                         return False
-                    continue
-                n, i = _varint(b, i, scope_end)
-                if i < 0 or not 0 <= n <= scope_end - i or spans >= count:
-                    return False
-                row = fields[spans]
-                row[RESOURCE] = n_resources
-                if not _span(b, i, i + n, row):
-                    return False
-                _key(b, keys[spans, 0], row[SPAN], row[TRACE], row[TRACE_LEN], row[SPAN_LEN])
-                _key(b, keys[spans, 1], row[PARENT], row[TRACE], row[TRACE_LEN], row[PARENT_LEN])
-                spans += 1
-                i += n
+                    if tag == 0:
+                        break
+                    row = fields[spans]
+                    row[RESOURCE] = n_resources
+                    if not _span(b, k, span_end, row):
+                        return False
+                    _key(b, keys[spans, 0], row[SPAN], row[TRACE], row[TRACE_LEN], row[SPAN_LEN])
+                    _key(
+                        b, keys[spans, 1], row[PARENT], row[TRACE], row[TRACE_LEN], row[PARENT_LEN]
+                    )
+                    spans += 1
+                    j = span_end
+            i = stop
         n_resources += 1
+        i = resource_end
     return n_resources == len(resources) and spans == count
