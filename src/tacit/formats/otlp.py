@@ -288,7 +288,7 @@ def _wire_request(body: bytes, request: Any, source: str) -> tuple[int, RequestR
             if not _INT64.min <= made[2] <= _INT64.max:
                 return None
         attributes.append(made)
-    return count, lambda: _wire_spans(body, wire, processes, attributes, source)
+    return count, lambda: _wire_spans(body, wire, processes, attributes, linked.parent, source)
 
 
 _PROCESSES: dict[bytes, _Process | None] = {}
@@ -317,10 +317,12 @@ def _wire_spans(
     wire: otlp_wire.WireSpans,
     processes: list[_Process],
     attributes: list[tuple[dict[str, Any], str | None, int]],
+    parent: np.ndarray,
     source: str,
 ) -> tuple[SpanTable, np.ndarray]:
-    """The table and parent span ids of a request :func:`_wire_request` checked. Strings are
-    interned as they are read, those shared by many spans (services, names, peers) once."""
+    """The table and parent span ids of a request :func:`_wire_request` checked (and whose
+    spans' ``parent`` rows it found). Strings are interned as they are read, those shared by
+    many spans (services, names, peers) once."""
     from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
     pool = StringPool()
@@ -384,6 +386,7 @@ def _wire_spans(
         record=np.arange(1, len(f) + 1),
         thread=np.array(threads, np.int64),
         details=details,
+        parent=parent,
     )
     return spans, parent_codes
 

@@ -371,9 +371,12 @@ def table_from_codes(
     record: np.ndarray,
     thread: np.ndarray | None = None,
     details: Sequence[SpanDetail | None] = (),
+    parent: np.ndarray | None = None,
 ) -> SpanTable:
     """:func:`table_from_columns` with the string columns (every one of :data:`_CODED`)
-    given as codes of ``strings`` already, by a reader that interned them as it read."""
+    given as codes of ``strings`` already, by a reader that interned them as it read.
+    ``parent``: each row's parent row, when the reader linked them already
+    (:func:`link_parents`, which found no duplicate span id and no cycle)."""
     start = np.asarray(start, dtype=np.int64)
     end = np.asarray(end, dtype=np.int64)
     record = np.asarray(record, dtype=np.int64)
@@ -386,9 +389,11 @@ def table_from_codes(
             record=int(record[r]),
         )
     columns = {name: np.asarray(codes[name], np.int32) for name in _CODED}
-    parent, _ = resolve_parents(
-        columns["trace"], columns["span_id"], columns.pop("parent_id"), record, strings, source
-    )
+    parent_id = columns.pop("parent_id")
+    if parent is None:
+        parent, _ = resolve_parents(
+            columns["trace"], columns["span_id"], parent_id, record, strings, source
+        )
     n = len(start)
     return SpanTable(
         strings,
