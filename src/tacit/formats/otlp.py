@@ -238,13 +238,12 @@ def _wire_request(body: bytes, request: Any, source: str) -> tuple[int, RequestR
     without a cycle, thread ids that an int64 holds. None otherwise: the request is read the
     usual way, which names what is wrong, if anything.
 
-    Only the offsets are found here, and each distinct attribute set decoded once; the rest
+    Only the offsets are found here, and each distinct attribute set decoded (once for the
+    requests that carry it: :data:`_known_attributes`); the rest
     (ids as hex, names, details, the table) is left to the reader. On 40 of the shop app's
     requests of 512 spans (best of 7, three runs), checking took 0.10-0.11 and reading
     0.28-0.33 of the time of reading through the message classes (the decoded message's fields
     one by one): 1.8-2.4 and 5.7-7.0 µs a span against 17.9-22.2, the machine slow then."""
-    from opentelemetry.proto.trace.v1.trace_pb2 import Span
-
     count = sum(len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans)
     wire = otlp_wire.scan_spans(body, count, len(request.resource_spans))
     if wire is None:
@@ -283,33 +282,54 @@ def _wire_request(body: bytes, request: Any, source: str) -> tuple[int, RequestR
         key = body[begin:end] if begin >= 0 else b""
         made = seen.get(key)
         if made is None:
-            attrs = _pb_attributes(Span.FromString(key).attributes)
-            made = seen[key] = (attrs, first_tag(attrs, PEER_TAGS), thread_id(attrs))
+            made = seen[key] = _known_attributes(key)
             if not _INT64.min <= made[2] <= _INT64.max:
                 return None
         attributes.append(made)
     return count, lambda: _wire_spans(body, wire, processes, attributes, linked.parent, source)
 
 
-_PROCESSES: dict[bytes, _Process | None] = {}
-"""The process of each resource a request carried (its bytes), for the next requests: an
-exporter sends the same resources in each (the shop app's 32 in each request of 512 spans),
-and reading one took about 9 µs. Emptied when it holds :data:`_MAX_PROCESSES`."""
-_MAX_PROCESSES = 4096
+class _ReadOnce:
+    """What ``read`` makes of each serialized message, made once for every request that carries
+    the same bytes while held (at most ``most`` messages; emptied when full). Receivers'
+    threads share one: a look-up and an assignment are each atomic."""
+
+    def __init__(self, read: Callable[[bytes], Any], most: int = 4096) -> None:
+        self._read, self._most = read, most
+        self._made: dict[bytes, Any] = {}
+
+    def __call__(self, message: bytes) -> Any:
+        try:  # one look-up, not a test and then a look-up
+            return self._made[message]
+        except KeyError:
+            pass
+        if len(self._made) >= self._most:
+            self._made.clear()
+        made = self._made[message] = self._read(message)
+        return made
 
 
-def _known_process(resource: bytes) -> _Process | None:
-    """The process of a serialized ``Resource`` (:func:`_process`), read once."""
+def _read_resource(resource: bytes) -> _Process | None:
     from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-    try:  # one look-up, not a test and then a look-up: receivers' threads share the map
-        return _PROCESSES[resource]
-    except KeyError:
-        pass
-    if len(_PROCESSES) >= _MAX_PROCESSES:
-        _PROCESSES.clear()
-    made = _PROCESSES[resource] = _process(_pb_attributes(Resource.FromString(resource).attributes))
-    return made
+    return _process(_pb_attributes(Resource.FromString(resource).attributes))
+
+
+def _read_attributes(span: bytes) -> tuple[dict[str, Any], str | None, int]:
+    """The attributes of a serialized span that holds only them, with the peer and thread
+    they name."""
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    attrs = _pb_attributes(Span.FromString(span).attributes)
+    return attrs, first_tag(attrs, PEER_TAGS), thread_id(attrs)
+
+
+_known_process = _ReadOnce(_read_resource)
+"""An exporter sends the same resources in each request (the shop app's 32 in each request of
+512 spans), and reading one took about 9 µs."""
+_known_attributes = _ReadOnce(_read_attributes)
+"""Most spans carry one of a few attribute sets (the shop app's 512 spans a request, 7), and
+rows that share one dict share their tags when written (:func:`.jaeger.jaeger_parts`)."""
 
 
 def _wire_spans(
