@@ -360,7 +360,11 @@ def jaeger_parts(
     """Per row of ``spans``: its Jaeger tags (its attributes, what the columns say, then
     ``tags``' for the row), its logs (its events), its process (``serviceName`` and tags),
     and the process's key: its JSON, which spans of one process share however many copies
-    of its resource the input held (one per OTLP request, say)."""
+    of its resource the input held (one per OTLP request, say).
+
+    Rows with one resource and attribute set, the same columns and no tags of ``tags`` share
+    one list of tags (most rows of an OTLP request share their attribute set): a reader may
+    write it once for them all, and must not change it."""
     tags = tags or {}
     s = spans.strings
     # Columns as lists: a row's values are read one by one, which numpy scalars make slow.
@@ -368,24 +372,38 @@ def jaeger_parts(
         c.tolist() for c in (spans.kind, spans.service, spans.instance, spans.thread, spans.peer)
     )
     details = [None] * len(spans) if spans.details is None else spans.details.tolist()
-    seen: dict[tuple[int, int, int], tuple[dict, bytes]] = {}  # by the resource's identity
+    # What rows with one resource, attribute set and columns share, made once: their process,
+    # and their tags before ``tags``' (most rows of a request share an attribute set).
+    made: dict[tuple, tuple[list[dict], dict, bytes]] = {}
     processes = _Processes(s)
     for row, d in enumerate(details):
         d = d or NO_DETAIL
-        made = seen.get((service[row], instance[row], id(d.resource)))
-        if made is None:
-            made = seen[(service[row], instance[row], id(d.resource))] = processes.made(
-                service[row], instance[row], d.resource
-            )
-        process, key = made
         kind = kind_of[row]
-        columns: dict[str, Any] = {} if kind == UNKNOWN else {"span.kind": KIND_NAMES[kind]}
-        if thread[row] != NONE:
-            columns["thread.id"] = thread[row]
-        if peer[row] != NONE:
-            columns["peer.service"] = s[peer[row]]
-        columns |= status_tags(d, True)
-        span_tags = merged_tags(d, columns, tags.get(row, {}))
+        shared = (
+            service[row],
+            instance[row],
+            id(d.resource),
+            id(d.attributes),
+            kind,
+            thread[row],
+            peer[row],
+            d.status,
+            d.status_message,
+        )
+        found = made.get(shared)
+        if found is None:
+            columns: dict[str, Any] = {} if kind == UNKNOWN else {"span.kind": KIND_NAMES[kind]}
+            if thread[row] != NONE:
+                columns["thread.id"] = thread[row]
+            if peer[row] != NONE:
+                columns["peer.service"] = s[peer[row]]
+            columns |= status_tags(d, True)
+            base = merged_tags(d, columns, {})
+            process, key = processes.made(service[row], instance[row], d.resource)
+            found = made[shared] = ([_tag(k, v) for k, v in base.items()], process, key)
+        base_tags, process, key = found
+        extra = tags.get(row)
+        span_tags = with_tags(base_tags, extra) if extra else base_tags
         logs = [
             {
                 "timestamp": e.time // 1000,
@@ -393,7 +411,21 @@ def jaeger_parts(
             }
             for e in d.events
         ]
-        yield [_tag(k, v) for k, v in span_tags.items()], logs, process, key
+        yield span_tags, logs, process, key
+
+
+def with_tags(tags: list[dict], extra: Mapping[str, Any]) -> list[dict]:
+    """Jaeger ``tags`` with ``extra``'s merged in as :func:`.common.merged_tags` merges them:
+    one of ``extra`` replaces a tag of its key in its place, the others follow in their order.
+    A new list; ``tags`` is not changed."""
+    out = list(tags)
+    at = {t["key"]: i for i, t in enumerate(tags)}
+    for k, v in extra.items():
+        if k in at:
+            out[at[k]] = _tag(k, v)
+        else:
+            out.append(_tag(k, v))
+    return out
 
 
 def trace_doc(spans: Iterable[JaegerSpan], processes: Mapping[Hashable, dict]) -> dict:
