@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 from serve_app import QUICK, shop_callgraph, shop_spans
 from tacit.experiment.otlp_load import BATCH, sdk_spans
 from tacit.formats.common import tag
-from tacit.formats.jaeger import jaeger_traces
+from tacit.formats.jaeger import jaeger_traces, with_tags
 from tacit.formats.otlp import read_export_request
+from tacit.reconstruct.assemble import evidence_tags
 from tacit.reconstruct.online import NS
-from tacit.reconstruct.pipeline import assemble_finished
+from tacit.reconstruct.pipeline import ONLINE, assemble_finished
 from tacit.serve import store as store_module
 from tacit.serve.finished_rows import _SCHEMAS, Rows
 from tacit.serve.online_feed import OnlineFeed
@@ -151,12 +152,43 @@ def test_a_search_by_tags_finds_every_match_however_old(tmp_path, monkeypatch):
     monkeypatch.setattr(store_module, "TAG_PAGE", 7)  # many pages, none of them enough
     store = Store(tmp_path / "t.duckdb")
     docs = _stored_traces(store, 4)
-    for tags in ((("peer.service", "db"),), (("peer.service", "db"), ("host.name", "catalog-1"))):
+    for tags in (
+        (("peer.service", "db"),),
+        (("peer.service", "db"), ("host.name", "catalog-1")),
+        (("peer.service", "db"), ("tacit.algorithm", ONLINE)),  # evidence: in the columns
+        (("tacit.algorithm", ONLINE),),
+    ):
         q = TraceQuery(service="catalog", limit=10**6, tags=tags)
         expected = {d["traceID"] for d in docs if store_module._has_tags(d, q)}
         found = [orjson.loads(d)["traceID"] for d in store.find_traces(q)]
         assert 20 < len(expected) == len(found)
         assert set(found) == expected
+    store.close()
+
+
+def test_spans_whose_stored_tags_hold_the_evidence_make_the_same_documents(tmp_path):
+    """Rows of an earlier version kept the evidence tags in their tags' JSON as well as in
+    their columns: a document takes them once, in the same place."""
+    store = Store(tmp_path / "t.duckdb")
+    expected = _stored_traces(store, 1)
+    cur = store._cursor()
+    rows = cur.execute("SELECT seq, tags, score, alternatives, unmapped FROM spans").fetchall()
+    with_evidence = pa.table(
+        {
+            "seq": [r[0] for r in rows],
+            "tags": [
+                orjson.dumps(with_tags(orjson.loads(r[1]), evidence_tags(ONLINE, *r[2:]))).decode()
+                for r in rows
+            ],
+        }
+    )
+    cur.register("old", with_evidence)
+    cur.execute("UPDATE spans SET tags = old.tags FROM old WHERE spans.seq = old.seq")
+    assert cur.execute("SELECT count(*) FROM spans WHERE tags LIKE '%tacit.%'").fetchone()[0] == (
+        len(rows)
+    )
+    for doc in expected:
+        assert orjson.loads(store.trace(doc["traceID"])) == doc
     store.close()
 
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import orjson
@@ -32,14 +34,73 @@ def new_seed() -> int:
     return secrets.randbits(64)
 
 
+EVIDENCE_TAGS = ("tacit.algorithm", "tacit.score", "tacit.alternatives", "tacit.unmapped")
+"""The tags of a row's evidence that :class:`Evidence` holds as columns, in the order written
+(``tacit.fallback`` follows them where there is one)."""
+
+
+def evidence_tags(
+    algorithm: str,
+    score: float | None,
+    alternatives: str | None,
+    unmapped: str | None,
+    fallback: str | None = None,
+) -> dict[str, Any]:
+    """One row's evidence as tags (see :func:`assemble`), those that are None left out."""
+    t: dict[str, Any] = {"tacit.algorithm": algorithm}
+    if score is not None:
+        t["tacit.score"] = score
+    if alternatives is not None:
+        t["tacit.alternatives"] = alternatives
+    if unmapped is not None:
+        t["tacit.unmapped"] = unmapped
+    if fallback is not None:
+        t["tacit.fallback"] = fallback
+    return t
+
+
+@dataclass
+class Evidence(Mapping[int, dict]):
+    """The evidence of each row of assembled traces, by column; as a mapping, each row's tags
+    (:func:`evidence_tags`), made when asked for. A writer of many rows reads the columns.
+
+    ``score``: the chosen parent's score rounded to 4 places (None: none); ``alternatives``:
+    by row, JSON ``[[parent span id, score], ...]``, best first; ``unmapped`` and ``fallback``:
+    by row, the reasons."""
+
+    algorithm: str
+    score: list[float | None]
+    alternatives: dict[int, str] = field(default_factory=dict)
+    unmapped: dict[int, str] = field(default_factory=dict)
+    fallback: dict[int, str] = field(default_factory=dict)
+
+    def __getitem__(self, row: int) -> dict[str, Any]:
+        if not 0 <= row < len(self.score):
+            raise KeyError(row)
+        return evidence_tags(
+            self.algorithm,
+            self.score[row],
+            self.alternatives.get(row),
+            self.unmapped.get(row),
+            self.fallback.get(row),
+        )
+
+    def __len__(self) -> int:
+        return len(self.score)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self.score)))
+
+
 def assemble(
     spans: SpanTable,
     rec: Reconstruction,
     ids: np.ndarray | None = None,
     seed: int | None = None,
     beyond: Sequence[SpanDetail | None] = (),
-) -> tuple[SpanTable, dict[int, dict]]:
-    """``spans`` with ``parent`` from ``rec`` and a trace per root, plus tags per row.
+) -> tuple[SpanTable, Evidence]:
+    """``spans`` with ``parent`` from ``rec`` and a trace per root, plus the evidence of each
+    row.
 
     Row ``r`` is numbered ``ids[r]`` (default: ``r``); its trace's id is derived from the number
     of the trace's root and ``seed`` (default: :func:`new_seed`), as is a fresh span id (see the
@@ -49,7 +110,7 @@ def assemble(
     parents in other batches, named by the span id of their detail in ``beyond`` (one per row
     past the end), as their own batch writes them, or else by their fresh span ids.
 
-    Tags: ``tacit.algorithm``; on mapped client spans ``tacit.score`` and
+    Evidence, as tags: ``tacit.algorithm``; on mapped client spans ``tacit.score`` and
     ``tacit.alternatives`` (JSON list of [parent span id, score], best first); on unmapped
     client spans ``tacit.unmapped`` with the reason; on client spans given a parent by the
     fallback (not by the algorithm), ``tacit.fallback`` with the reason the algorithm gave.
@@ -69,32 +130,36 @@ def assemble(
         for r, hi, lo in zip(heads.tolist(), *halves, strict=True)
     }
     out.trace[:] = [trace_ids[r] for r in root.tolist()]
-    taken: set[tuple[int, str]] = set()
-    span_ids = []
-    details = spans.details.tolist() if spans.details is not None else [None] * len(spans)
-    for r, (head, d) in enumerate(zip(root.tolist(), details, strict=True)):
-        sid = d.span_id if d is not None and d.span_id else f"{fresh[r]:016x}"
-        if (head, sid) in taken:
-            sid = f"{fresh[r]:016x}"
-        taken.add((head, sid))
-        span_ids.append(out.strings.code(sid))
-    out.span_id[:] = span_ids
+    out.span_id[:] = out.strings.codes(_span_ids(root.tolist(), spans.details, fresh))
     names = out.strings.names(out.span_id)
-    tags: dict[int, dict] = {}
-    for r, score in enumerate(rec.score.tolist()):
-        t: dict = {"tacit.algorithm": rec.algorithm}
-        if not math.isnan(score):
-            t["tacit.score"] = round(score, 4)
-        if r in rec.alternatives:
-            t["tacit.alternatives"] = orjson.dumps(
-                [[_span_id(names, fresh, beyond, p), round(s, 4)] for p, s in rec.alternatives[r]]
+    evidence = Evidence(
+        rec.algorithm,
+        [None if math.isnan(x) else round(x, 4) for x in rec.score.tolist()],
+        {
+            r: orjson.dumps(
+                [[_span_id(names, fresh, beyond, p), round(s, 4)] for p, s in alts]
             ).decode()
-        if r in rec.unmapped:
-            t["tacit.unmapped"] = rec.unmapped[r]
-        if r in rec.fallback:
-            t["tacit.fallback"] = rec.fallback[r]
-        tags[r] = t
-    return out, tags
+            for r, alts in rec.alternatives.items()
+        },
+        dict(rec.unmapped),
+        dict(rec.fallback),
+    )
+    return out, evidence
+
+
+def _span_ids(root: list[int], details: np.ndarray | None, fresh: list[int]) -> list[str]:
+    """Each row's span id: its detail's, or its fresh one (``fresh``: as a number) when it has
+    none or an earlier row of its trace (``root``: the trace's root row) took that id."""
+    given = [None] * len(root) if details is None else [d and d.span_id for d in details.tolist()]
+    ids = [sid or f"{f:016x}" for sid, f in zip(given, fresh, strict=False)]
+    if len(set(zip(root, ids, strict=True))) == len(ids):  # as most are: no row takes another's id
+        return ids
+    taken: set[tuple[int, str]] = set()
+    for r, head in enumerate(root):
+        if (head, ids[r]) in taken:
+            ids[r] = f"{fresh[r]:016x}"
+        taken.add((head, ids[r]))
+    return ids
 
 
 def _span_id(

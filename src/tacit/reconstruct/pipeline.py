@@ -25,7 +25,7 @@ from tacit.formats.otlp import is_json_lines, is_protobuf, iter_json_lines_spans
 from tacit.formats.spancsv import iter_span_rows
 from tacit.model.roles import span_accounting
 from tacit.model.spans import CLIENT, NONE, SpanTable
-from tacit.reconstruct.assemble import assemble, new_seed
+from tacit.reconstruct.assemble import Evidence, assemble, new_seed
 from tacit.reconstruct.baselines import ALGORITHMS as BASELINES
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.online import (
@@ -94,7 +94,7 @@ def reconstruct_blind(
     seed: int | None = None,
     dask: str | None = None,
     window_ns: int | None = None,
-) -> tuple[SpanTable, dict[int, dict], Reconstruction]:
+) -> tuple[SpanTable, Evidence, Reconstruction]:
     """Reconstruct ``blind`` spans with ``algorithm`` (on a Dask cluster with ``dask`` and
     ``window_ns``, as :func:`run_algorithm` does) and assemble the traces: the spans with
     their reconstructed parents and a trace per root, their span tags, and the reconstruction.
@@ -170,7 +170,7 @@ def reconstruct_stream(
     totals: StreamTotals | None = None,
     progress: Progress | None = None,
     seed: int | None = None,
-) -> Iterator[tuple[SpanTable, dict[int, dict]]]:
+) -> Iterator[tuple[SpanTable, Evidence]]:
     """Reconstruct a stream of blind chunks (see :mod:`.online`; from :func:`stream_source`)
     and yield the traces with their tags as soon as they are final, each batch numbered by
     stream position, with one ``seed`` for the whole stream (default: drawn at random), so that
@@ -199,7 +199,7 @@ def reconstruct_stream(
         yield traces, tags
 
 
-def assemble_finished(f: Finished, seed: int) -> tuple[SpanTable, dict[int, dict]]:
+def assemble_finished(f: Finished, seed: int) -> tuple[SpanTable, Evidence]:
     """The traces of ``f`` with their tags, as :func:`.assemble.assemble` makes them with
     ``seed``, numbered by stream position."""
     rec = Reconstruction.start(ONLINE, f.spans)

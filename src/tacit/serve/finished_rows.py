@@ -86,7 +86,7 @@ class Rows:
         self, f: Finished, seq: np.ndarray, given: Sequence[Given], seed: int, now_ns: int
     ) -> None:
         """The traces of ``f`` (spans numbered ``seq``, with what their senders gave)."""
-        spans, tags = assemble_finished(f, seed)
+        spans, evidence = assemble_finished(f, seed)
         s = spans.strings
         trace_ids, span_ids = hex_ids(spans)
         given_ids = s.names(spans.span_id)  # the ids before hex_ids pads them
@@ -98,15 +98,14 @@ class Rows:
             if p != NONE:
                 self.mapped += 1
             else:
-                why = tags.get(r, {}).get("tacit.unmapped", "unmapped")
+                why = evidence.unmapped.get(r, "unmapped")
                 self.unmapped[why] = self.unmapped.get(why, 0) + 1
             if g.parent_id:
                 if p != NONE and given_ids[p] == g.parent_id:
                     self.agree += 1
                 else:
                     self.disagree += 1
-        row_tags = [tags.get(r, {}) for r in range(len(spans))]
-        scores = [t.get("tacit.score") for t in row_tags]
+        rows = range(len(spans))
         self._add_spans(
             spans,
             seq,
@@ -117,31 +116,44 @@ class Rows:
             span_id=span_ids,
             parent_span_id=[span_ids[p] if p != NONE else None for p in parents],
             parent_service=[service[p] if p != NONE else None for p in parents],
-            score=scores,
-            alternatives=[t.get("tacit.alternatives") for t in row_tags],
-            unmapped=[t.get("tacit.unmapped") for t in row_tags],
-            **self._jaeger_parts(spans, tags),
+            score=evidence.score,
+            alternatives=list(map(evidence.alternatives.get, rows)),
+            unmapped=list(map(evidence.unmapped.get, rows)),
+            **self._jaeger_parts(spans),
         )
         self._confidence(f, spans, position_row)
         self._traces(
-            spans, seq, trace_ids, np.array(scores, dtype=float), now_ns, service, operation
+            spans,
+            seq,
+            trace_ids,
+            np.array(evidence.score, dtype=float),
+            now_ns,
+            service,
+            operation,
         )
-        self.forward.append((spans, tags))
+        self.forward.append((spans, evidence))
 
-    def _jaeger_parts(self, spans: SpanTable, tags: dict[int, dict]) -> dict[str, list[Any]]:
+    def _jaeger_parts(self, spans: SpanTable) -> dict[str, list[Any]]:
         """The ``tags``, ``logs`` and ``process`` columns of ``spans`` (the rows of
         :func:`.jaeger_parts` as JSON, and the process by :func:`_process_id`), and their
-        processes in :attr:`processes`."""
+        processes in :attr:`processes`. The tags are the span's own: the store adds the
+        reconstruction's evidence to them from its columns (:meth:`.store.Store.find_traces`),
+        so that rows that share their tags share their JSON, made once."""
         out: dict[str, list[Any]] = {"tags": [], "logs": [], "process": []}
         ids: dict[bytes, int] = {}
-        for span_tags, logs, process, key in jaeger_parts(spans, tags):
+        texts: dict[int, tuple[list[dict], str]] = {}  # by the list's identity, kept alive
+        for span_tags, logs, process, key in jaeger_parts(spans):
             pid = ids.get(key)
             if pid is None:
                 pid = ids[key] = _process_id(key)
                 ptags = orjson.dumps(process["tags"]).decode()
                 self.processes[pid] = (process["serviceName"], ptags)
-            # As text: the bytes orjson returns keep its 4 KB buffer (96 MiB for 24,642 spans).
-            out["tags"].append(orjson.dumps(span_tags).decode())
+            made = texts.get(id(span_tags))
+            if made is None:
+                # As text: the bytes orjson returns keep its 4 KB buffer (96 MiB for 24,642
+                # spans).
+                made = texts[id(span_tags)] = (span_tags, orjson.dumps(span_tags).decode())
+            out["tags"].append(made[1])
             out["logs"].append(orjson.dumps(logs).decode() if logs else None)
             out["process"].append(pid)
         return out

@@ -17,8 +17,11 @@ Schema (``docs/serve.md`` documents it for people who query the file directly):
     parent), ``alternatives`` (JSON ``[[span id, score], ...]``, best first), ``unmapped`` (why
     no parent was chosen), what the sender gave: ``given_trace_id``, ``given_parent_id``, and
     the span's parts of its Jaeger document: ``tags`` and ``logs`` (JSON, as the Jaeger API
-    writes them; ``logs`` NULL for none) and ``process`` (a key of ``processes``). Ids are the
-    ones the Jaeger API shows (lower-case hex, zero-padded to 16 and 32 digits).
+    writes them; ``logs`` NULL for none) and ``process`` (a key of ``processes``). The tags
+    are the span's own: a document adds the reconstruction's evidence (``tacit.algorithm``,
+    ``tacit.score``, ``tacit.alternatives``, ``tacit.unmapped``) from the columns (rows an
+    earlier version wrote hold it in their tags too, the same). Ids are the ones the Jaeger
+    API shows (lower-case hex, zero-padded to 16 and 32 digits).
 ``processes``
     The processes of the spans: ``process`` (the key), ``service``, ``tags`` (JSON).
 ``traces``
@@ -77,7 +80,9 @@ import orjson
 import pyarrow as pa
 
 from tacit.errors import ConfigError
-from tacit.formats.jaeger import JaegerSpan, trace_doc
+from tacit.formats.jaeger import JaegerSpan, trace_doc, with_tags
+from tacit.reconstruct.assemble import EVIDENCE_TAGS, evidence_tags
+from tacit.reconstruct.pipeline import ONLINE
 from tacit.serve.journal import Journal, Request, read_segment
 
 _SCHEMA = """
@@ -497,6 +502,8 @@ class Store:
                 spans.append("s.operation = ?")
                 span_args.append(q.operation)
             for key, value in q.tags:
+                if key in EVIDENCE_TAGS:  # in the spans' columns, not their tags: told by docs
+                    continue
                 patterns = _tag_patterns(key, value)
                 like = [f"{c}.tags LIKE ? ESCAPE '\\'" for c in "sp" for _ in patterns]
                 spans.append(f"(s.tags IS NULL OR {' OR '.join(like)})")
@@ -556,8 +563,8 @@ class Store:
         cur = self._cursor()
         rows = cur.execute(
             "SELECT trace_id, span_id, parent_span_id, operation, start_ns, "
-            "start_ns + duration_ns, tags, logs, process, seq FROM spans "
-            "WHERE seq BETWEEN ? AND ? AND trace_id IN ?",
+            "start_ns + duration_ns, tags, logs, process, seq, score, alternatives, unmapped "
+            "FROM spans WHERE seq BETWEEN ? AND ? AND trace_id IN ?",
             [
                 min(first for first, _ in spans_of.values()),
                 max(last for _, last in spans_of.values()),
@@ -572,7 +579,7 @@ class Store:
             ).fetchall()
         }
         traces: dict[str, list[JaegerSpan]] = {}
-        for trace, span, parent, op, start, end, tags, logs, process, seq in rows:
+        for trace, span, parent, op, start, end, tags, logs, process, seq, *evidence in rows:
             traces.setdefault(trace, []).append(
                 JaegerSpan(
                     trace,
@@ -581,7 +588,7 @@ class Store:
                     op,
                     start,
                     end,
-                    orjson.loads(tags),
+                    with_tags(orjson.loads(tags), evidence_tags(ONLINE, *evidence)),
                     orjson.loads(logs) if logs else [],
                     process,
                     seq,
