@@ -342,60 +342,56 @@ def _wire_spans(
 ) -> tuple[SpanTable, np.ndarray]:
     """The table and parent span ids of a request :func:`_wire_request` checked (and whose
     spans' ``parent`` rows it found). Strings are interned as they are read, those shared by
-    many spans (services, names, peers) once."""
+    many spans (services, names, peers) once; ids are made hex a column at a time."""
     from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
     pool = StringPool()
     code = pool.code
-    names: dict[bytes, int] = {}
-    peers: dict[str | None, int] = {}
-    by_resource = [(code(p.service), code(p.instance)) for p in processes]
-    codes: dict[str, list[int]] = {k: [] for k in ("service", "instance", "endpoint", "peer")}
-    service, instance, endpoint, peer = codes.values()
-    trace, span_id, parent_id, threads, details = [], [], [], [], []
     f = wire.fields
-    for row, (attrs, peer_name, thread) in zip(f.tolist(), attributes, strict=True):
-        r = row[otlp_wire.RESOURCE]
-        at, n = row[otlp_wire.NAME], row[otlp_wire.NAME_LEN]
+    by_resource = np.array(
+        [(code(p.service), code(p.instance)) for p in processes], np.int64
+    ).reshape(-1, 2)[f[:, otlp_wire.RESOURCE]]
+    names: dict[bytes, int] = {}
+    endpoint = []
+    for at, n in f[:, [otlp_wire.NAME, otlp_wire.NAME_LEN]].tolist():
         name = body[at : at + n]
         name_code = names.get(name)
         if name_code is None:
             name_code = names[name] = code(name.decode())
-        peer_code = peers.get(peer_name)
-        if peer_code is None:
-            peer_code = peers[peer_name] = code(peer_name)
-        at = row[otlp_wire.SPAN]
-        sid = body[at : at + row[otlp_wire.SPAN_LEN]].hex()
-        at = row[otlp_wire.TRACE]
-        trace.append(body[at : at + row[otlp_wire.TRACE_LEN]].hex())
-        at = row[otlp_wire.PARENT]
-        parent_id.append(body[at : at + row[otlp_wire.PARENT_LEN]].hex() or None)
-        service.append(by_resource[r][0])
-        instance.append(by_resource[r][1])
         endpoint.append(name_code)
-        peer.append(peer_code)
-        span_id.append(sid)
-        threads.append(thread)
-        at, n = row[otlp_wire.MESSAGE], row[otlp_wire.MESSAGE_LEN]
-        events = row[otlp_wire.EVENTS]
-        details.append(
-            SpanDetail(
-                span_id=sid,
-                attributes=attrs,
-                resource=processes[r].resource,
-                status=row[otlp_wire.STATUS_CODE],
-                status_message=body[at : at + n].decode(),
-                events=_pb_events(Span.FromString(body[events : row[otlp_wire.EVENTS_END]]).events)
-                if events >= 0
-                else (),
-            )
+    peers = {name: code(name) for name in dict.fromkeys(a[1] for a in attributes)}
+    trace = _hex_ids(body, f[:, otlp_wire.TRACE], f[:, otlp_wire.TRACE_LEN], 16)
+    span_id = _hex_ids(body, f[:, otlp_wire.SPAN], f[:, otlp_wire.SPAN_LEN], 8)
+    parent_id = _hex_ids(body, f[:, otlp_wire.PARENT], f[:, otlp_wire.PARENT_LEN], 8)
+    messages = [""] * len(f)
+    for r in np.flatnonzero(f[:, otlp_wire.MESSAGE_LEN]).tolist():
+        at = int(f[r, otlp_wire.MESSAGE])
+        messages[r] = body[at : at + int(f[r, otlp_wire.MESSAGE_LEN])].decode()
+    events: list[tuple[SpanEvent, ...]] = [()] * len(f)
+    for r in np.flatnonzero(f[:, otlp_wire.EVENTS] >= 0).tolist():
+        at, to = int(f[r, otlp_wire.EVENTS]), int(f[r, otlp_wire.EVENTS_END])
+        events[r] = _pb_events(Span.FromString(body[at:to]).events)
+    resources = [processes[r].resource for r in f[:, otlp_wire.RESOURCE].tolist()]
+    details = list(
+        map(
+            SpanDetail,
+            span_id,
+            [a[0] for a in attributes],
+            resources,
+            f[:, otlp_wire.STATUS_CODE].tolist(),
+            messages,
+            events,
         )
-    parent_codes = np.array([code(p) for p in parent_id], np.int64)
+    )
+    parent_codes = np.array(pool.codes(parent_id), np.int64)
     spans = table_from_codes(
         source,
         pool,
         {
-            **codes,
+            "service": by_resource[:, 0],
+            "instance": by_resource[:, 1],
+            "endpoint": endpoint,
+            "peer": [peers[a[1]] for a in attributes],
             "trace": pool.codes(trace),
             "span_id": pool.codes(span_id),
             "parent_id": parent_codes,
@@ -404,11 +400,30 @@ def _wire_spans(
         start=f[:, otlp_wire.START],
         end=f[:, otlp_wire.END],
         record=np.arange(1, len(f) + 1),
-        thread=np.array(threads, np.int64),
+        thread=np.array([a[2] for a in attributes], np.int64),
         details=details,
         parent=parent,
     )
     return spans, parent_codes
+
+
+def _hex_ids(body: bytes, at: np.ndarray, length: np.ndarray, width: int) -> list[Any]:
+    """The ids of ``length`` bytes at ``at`` in ``body`` as hex (None for none), made from
+    one hex text of them all: ids of ``width`` bytes, as most are, are cut out of it, the
+    others made one by one."""
+    if not len(at):
+        return []
+    digits = (
+        np.frombuffer(body, np.uint8)
+        .take(at[:, None] + np.arange(width), mode="clip")
+        .tobytes()
+        .hex()
+    )
+    step = 2 * width
+    out: list[Any] = [digits[i : i + step] for i in range(0, len(digits), step)]
+    for r in np.flatnonzero(length != width).tolist():
+        out[r] = body[at[r] : at[r] + length[r]].hex() or None
+    return out
 
 
 def _decode_request(message: bytes, source: str, where: str) -> Any:
