@@ -92,7 +92,6 @@ class Rows:
         given_ids = s.names(spans.span_id)  # the ids before hex_ids pads them
         parents = spans.parent.tolist()
         service, operation = _names(spans)
-        position_row = {int(p): r for r, p in enumerate(f.position.tolist())}
         for r in np.flatnonzero(spans.kind == CLIENT).tolist():
             p, g = parents[r], given[r]
             if p != NONE:
@@ -121,7 +120,7 @@ class Rows:
             unmapped=list(map(evidence.unmapped.get, rows)),
             **self._jaeger_parts(spans),
         )
-        self._confidence(f, spans, position_row)
+        self._confidence(f, spans)
         self._traces(
             spans,
             seq,
@@ -158,20 +157,27 @@ class Rows:
             out["process"].append(pid)
         return out
 
-    def _confidence(self, f: Finished, spans: SpanTable, position_row: dict[int, int]) -> None:
+    def _confidence(self, f: Finished, spans: SpanTable) -> None:
         """TraceWeaver §6.3.2 per service: an incoming span counts as its best-scored choice
         when each call given to it was its own best-scored parent."""
+        firsts = [(p, alts[0][0]) for p, alts in f.alternatives.items() if alts]
+        call, best = np.array(firsts, np.int64).reshape(-1, 2).T
+        parent = spans.parent[np.searchsorted(f.position, call)]
+        # the row of each call's best-scored parent; a parent in another batch is no row here
+        best_row = np.searchsorted(f.position, best)
+        here = best_row < len(f.position)
+        here[here] = f.position[best_row[here]] == best[here]
         top = np.ones(len(spans), dtype=bool)
-        for p, alts in f.alternatives.items():
-            r = position_row[p]
-            parent = int(spans.parent[r])
-            if parent != NONE and alts and position_row.get(alts[0][0]) != parent:
-                top[parent] = False
-        s = spans.strings
-        for r in np.flatnonzero(spans.kind == SERVER).tolist():
-            c = self.confidence.setdefault(s.values[int(spans.service[r])], [0, 0])
-            c[0] += 1
-            c[1] += int(top[r])
+        top[parent[(parent != NONE) & ~(here & (best_row == parent))]] = False
+        server = (spans.kind == SERVER) & (spans.service != NONE)
+        service = spans.service[server]
+        incoming = np.bincount(service)
+        top_choice = np.bincount(service, weights=top[server], minlength=len(incoming))
+        values = spans.strings.values
+        for code in np.flatnonzero(incoming).tolist():
+            c = self.confidence.setdefault(values[code], [0, 0])
+            c[0] += int(incoming[code])
+            c[1] += int(top_choice[code])
 
     def _traces(
         self,
