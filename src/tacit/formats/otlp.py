@@ -276,6 +276,8 @@ def _wire_request(body: bytes, request: Any, source: str) -> tuple[int, RequestR
     linked = link_parents(wire.span_keys, span_len > 0, wire.parent_keys, parent_len > 0)
     if linked.duplicate >= 0 or linked.cycle >= 0:
         return None
+    # each span's attribute set by its bytes: a dictionary look-up for most spans, cheaper than
+    # a call of the memo shared by requests (:data:`_known_attributes`), which reads the others
     seen: dict[bytes, tuple[dict[str, Any], str | None, int]] = {}
     attributes = []
     for begin, end in f[:, [otlp_wire.ATTRIBUTES, otlp_wire.ATTRIBUTES_END]].tolist():

@@ -36,7 +36,8 @@ def new_seed() -> int:
 
 EVIDENCE_TAGS = ("tacit.algorithm", "tacit.score", "tacit.alternatives", "tacit.unmapped")
 """The tags of a row's evidence that :class:`Evidence` holds as columns, in the order written
-(``tacit.fallback`` follows them where there is one)."""
+(:data:`FALLBACK_TAG` follows them where there is one)."""
+FALLBACK_TAG = "tacit.fallback"
 
 
 def evidence_tags(
@@ -47,16 +48,9 @@ def evidence_tags(
     fallback: str | None = None,
 ) -> dict[str, Any]:
     """One row's evidence as tags (see :func:`assemble`), those that are None left out."""
-    t: dict[str, Any] = {"tacit.algorithm": algorithm}
-    if score is not None:
-        t["tacit.score"] = score
-    if alternatives is not None:
-        t["tacit.alternatives"] = alternatives
-    if unmapped is not None:
-        t["tacit.unmapped"] = unmapped
-    if fallback is not None:
-        t["tacit.fallback"] = fallback
-    return t
+    values = (algorithm, score, alternatives, unmapped, fallback)
+    keys = (*EVIDENCE_TAGS, FALLBACK_TAG)
+    return {k: v for k, v in zip(keys, values, strict=True) if v is not None}
 
 
 @dataclass
