@@ -49,3 +49,12 @@ def split_at(values: _Pieces, cuts: np.ndarray | Sequence[int]) -> list[_Pieces]
     each one through several array calls), and for a list, lists."""
     bounds = [0, *np.asarray(cuts).tolist(), len(values)]
     return [values[a:b] for a, b in pairwise(bounds)]
+
+
+def find_sorted(sorted_values: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The index of each of ``x`` in ``sorted_values`` (ascending, distinct), -1 where it is not
+    there: one bisection each, where ``np.isin`` or ``np.intersect1d`` would sort again."""
+    at = np.searchsorted(sorted_values, x)
+    found = at < len(sorted_values)
+    found[found] = sorted_values[at[found]] == x[found]
+    return np.where(found, at, -1)

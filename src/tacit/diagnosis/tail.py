@@ -41,7 +41,6 @@ left out of their trace and counted in the profile's ``accounting``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain
 
 import numba
 import numpy as np
@@ -50,7 +49,9 @@ import scipy.sparse as sp
 from tacit.diagnosis.execution_graph import trace_roots
 from tacit.errors import ConfigError
 from tacit.model.spans import NONE, SERVER, SpanTable
+from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.result import Reconstruction
+from tacit.runs import run_bounds
 
 
 @dataclass(frozen=True)
@@ -156,14 +157,11 @@ def link_probabilities(
     1, and for each client span of ``rec.alternatives`` each alternative parent with the softmax
     of its log-likelihood score among them (the chosen parent, when not among the scored
     alternatives, is added with the best score)."""
-    alternatives = rec.alternatives if rec is not None else {}
-    alt_rows = np.fromiter(alternatives, np.int64, len(alternatives))
-    sizes = np.fromiter(map(len, alternatives.values()), np.int64, len(alternatives))
-    pairs = np.fromiter(
-        chain.from_iterable(chain.from_iterable(alternatives.values())), np.float64
-    ).reshape(-1, 2)
+    alts = Alternatives.of(rec.alternatives) if rec is not None else Alternatives.empty()
+    starts, sizes = run_bounds(alts.owner)
+    alt_rows = alts.owner[starts]
     group = np.repeat(np.arange(len(alt_rows)), sizes)
-    cand, score = pairs[:, 0].astype(np.int64), pairs[:, 1]
+    cand, score = alts.parent, alts.score
     chosen = spans.parent[alt_rows]
     listed = np.zeros(len(alt_rows), dtype=bool)
     listed[group[cand == chosen[group]]] = True

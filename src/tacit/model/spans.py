@@ -22,6 +22,7 @@ from tacit.errors import InputError
 from tacit.model.columns import NONE, ColumnTable, StringPool, recode, typed_columns
 from tacit.model.parents import climb
 from tacit.model.span_details import SpanDetail, concat_details, detail_column
+from tacit.runs import find_sorted
 
 __all__ = ["NONE", "StringPool"]  # re-exported: where spans' users have always found them
 
@@ -305,9 +306,8 @@ def link_parents(
         return LinkedParents(parent, 0, int(order[dup[0] + 1]), NONE)
     named = np.flatnonzero(names_parent)
     want = parent_key[named]
-    at = np.searchsorted(sorted_key, want)
-    found = at < len(sorted_key)
-    found[found] = sorted_key[at[found]] == want[found]
+    at = find_sorted(sorted_key, want)
+    found = at != NONE
     parent[named[found]] = order[at[found]]
     return LinkedParents(parent, int((~found).sum()), NONE, int(climb(parent)[2]))
 

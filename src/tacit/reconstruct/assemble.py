@@ -25,7 +25,9 @@ from tacit.hashing import hash64
 from tacit.model.span_details import SpanDetail
 from tacit.model.spans import SpanTable
 from tacit.model.traces import roots
+from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.result import Reconstruction
+from tacit.runs import run_bounds, split_at
 
 
 def new_seed() -> int:
@@ -129,16 +131,38 @@ def assemble(
     evidence = Evidence(
         rec.algorithm,
         [None if math.isnan(x) else round(x, 4) for x in rec.score.tolist()],
-        {
-            r: orjson.dumps(
-                [[_span_id(names, fresh, beyond, p), round(s, 4)] for p, s in alts]
-            ).decode()
-            for r, alts in rec.alternatives.items()
-        },
+        _alternatives_json(Alternatives.of(rec.alternatives), names, fresh, beyond),
         dict(rec.unmapped),
         dict(rec.fallback),
     )
     return out, evidence
+
+
+def _alternatives_json(
+    alts: Alternatives,
+    names: list[str | None],
+    fresh: list[int],
+    beyond: Sequence[SpanDetail | None],
+) -> dict[int, str]:
+    """Per call listed in ``alts``, JSON ``[[parent span id, score], ...]``, best first."""
+    if not len(alts.owner):
+        return {}
+    named = names + [_span_id(names, fresh, beyond, r) for r in range(len(names), len(fresh))]
+    pairs = list(
+        zip(
+            map(named.__getitem__, alts.parent.tolist()),
+            [round(s, 4) for s in alts.score.tolist()],
+            strict=True,
+        )
+    )
+    starts, _ = run_bounds(alts.owner)
+    return dict(
+        zip(
+            alts.owner[starts].tolist(),
+            [orjson.dumps(p).decode() for p in split_at(pairs, starts[1:])],
+            strict=True,
+        )
+    )
 
 
 def _span_ids(root: list[int], details: np.ndarray | None, fresh: list[int]) -> list[str]:

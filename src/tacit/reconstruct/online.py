@@ -46,9 +46,11 @@ from tacit.model.growing import GrowingColumns
 from tacit.model.span_details import SpanDetail
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, concat
 from tacit.model.traces import roots
+from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.result import ROOT_CALL, Reconstruction
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
+from tacit.runs import find_sorted
 
 NS = 1_000_000_000
 CHUNK_SIZE = 1000
@@ -94,17 +96,17 @@ class Finished:
     """Traces that no later span can change: their spans, with a parent for each.
 
     ``position[r]``: the stream position of row ``r``; ``parent[r]``: the position of its parent
-    (-1 for a root); ``score``, ``alternatives`` (position -> [(parent position, score)]) and
+    (-1 for a root); ``score``, ``alternatives`` (calls and candidate parents by position) and
     ``unmapped`` (position -> reason) as in :class:`~tacit.reconstruct.result.Reconstruction`.
-    ``named``: the details (original span ids) of candidate parents in ``alternatives`` that
-    had them, by position, for those in other batches to be named as they are written.
+    ``named``: the details (original span ids) of the candidate parents in ``alternatives``
+    that are in other batches and had them, by position, to be named as those are written.
     """
 
     spans: SpanTable
     position: np.ndarray
     parent: np.ndarray
     score: np.ndarray
-    alternatives: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    alternatives: Alternatives = field(default_factory=Alternatives.empty)
     unmapped: dict[int, str] = field(default_factory=dict)
     named: dict[int, SpanDetail] = field(default_factory=dict)
 
@@ -125,8 +127,8 @@ class OnlineTraceWeaver:
         self._spans = SpanTable.empty()
         self._staged: list[SpanTable] = []  # chunks pushed since the pending spans were read
         self._rows = GrowingColumns(_ROW_STATE)
-        self.alternatives: dict[int, list[tuple[int, float]]] = {}
-        self._named: dict[int, dict[int, SpanDetail]] = {}  # position -> its candidates' details
+        self._alternatives = Alternatives.empty()  # of the final calls not yet emitted
+        self._named: dict[int, SpanDetail] = {}  # emitted spans that _alternatives names
         self.unmapped: dict[int, str] = {}
         self._why: dict[int, str] = {}  # position -> why a call not yet final was left unmapped
         self.pushed = first_position
@@ -283,17 +285,15 @@ class OnlineTraceWeaver:
         at = self.position[work]  # the stream position of each row of the work
         self.parent[work[picked]] = at[rec.parent[picked]]
         self.score[work[picked]] = rec.score[picked]
+        alternatives = Alternatives.of(rec.alternatives)
+        self._alternatives = Alternatives.merged(
+            [self._alternatives, alternatives.where(chosen[alternatives.owner]).renumbered(at)]
+        )
+        if self._why:
+            known = np.fromiter(self._why, np.int64, len(self._why))
+            for p in known[find_sorted(at[picked], known) >= 0].tolist():
+                del self._why[p]
         at_list = at.tolist()  # read one by one below, which numpy scalars make slow
-        details = [] if spans.details is None else spans.details.tolist()
-        for r in picked.tolist():
-            p = at_list[r]
-            self._why.pop(p, None)
-            alternatives = rec.alternatives.get(r, [])
-            self.alternatives[p] = [(at_list[q], s) for q, s in alternatives]
-            if details:
-                named = {at_list[q]: d for q, _ in alternatives if (d := details[q]) is not None}
-                if named:
-                    self._named[p] = named
         # Why a call is unmapped is told by the round that still had its instance's incoming
         # spans: by the time it is given up they may all be final, and out of the work.
         for r in np.flatnonzero((kind == CLIENT) & ~chosen).tolist():
@@ -309,10 +309,7 @@ class OnlineTraceWeaver:
     def _rows_of(self, positions: np.ndarray) -> np.ndarray:
         """The row of each of ``positions`` among the pending spans (NONE where none is):
         found by bisection, as :attr:`position` is in stream order."""
-        at = np.searchsorted(self.position, positions)
-        found = at < len(self.position)
-        found[found] = self.position[at[found]] == positions[found]
-        return np.where(found, at, NONE)
+        return find_sorted(self.position, positions)
 
     def _emit(self) -> list[Finished]:
         """Finish the traces whose spans are all final; forget them."""
@@ -331,19 +328,47 @@ class OnlineTraceWeaver:
         rows = np.flatnonzero(done)
         positions = self.position[rows]
         done_at = positions.tolist()
+        alternatives, named = self._emit_alternatives(positions)
         finished = Finished(
             self.spans.take(rows),
             positions,
             self.parent[rows].copy(),
             self.score[rows].copy(),
-            {p: self.alternatives.pop(p) for p in done_at if p in self.alternatives},
+            alternatives,
             {p: self.unmapped.pop(p) for p in done_at if p in self.unmapped},
-            {q: d for p in done_at for q, d in self._named.pop(p, {}).items()},
+            named,
         )
         keep = ~done
         self._spans = self.spans.take(keep)
         self._rows.keep(keep)
         return [finished]
+
+    def _emit_alternatives(
+        self, positions: np.ndarray
+    ) -> tuple[Alternatives, dict[int, SpanDetail]]:
+        """The alternatives of the calls at ``positions`` (leaving now), and the details of
+        their candidate parents in other batches; the details of the leaving spans that calls
+        still pending name are kept for when those leave."""
+        pending = self._alternatives
+        leaving = find_sorted(positions, pending.owner) >= 0
+        out, self._alternatives = pending.where(leaving), pending.where(~leaving)
+        details = self.spans.details
+        if details is None:
+            return out, {}
+        elsewhere = np.unique(out.parent[find_sorted(positions, out.parent) < 0])
+        rows = self._rows_of(elsewhere)
+        here = rows != NONE
+        named = dict(zip(elsewhere[here].tolist(), details[rows[here]].tolist(), strict=True))
+        named.update((q, self._named[q]) for q in elsewhere[~here].tolist() if q in self._named)
+        named = {q: d for q, d in named.items() if d is not None}
+        named_later = self._alternatives.parent
+        still = np.unique(named_later[find_sorted(positions, named_later) >= 0])
+        self._named.update(zip(still.tolist(), details[self._rows_of(still)].tolist(), strict=True))
+        if self._named:
+            known = np.fromiter(self._named, np.int64, len(self._named))
+            for q in known[~np.isin(known, named_later)].tolist():
+                del self._named[q]
+        return out, named
 
 
 def stream_chunks(spans: SpanTable, chunk_size: int) -> Iterator[SpanTable]:
@@ -384,6 +409,7 @@ def reconstruct_streamed(
     order = np.argsort(spans.end, kind="stable")
     result = Reconstruction.start("traceweaver-online", spans)
     tw = OnlineTraceWeaver(callgraph, params, online)
+    alternatives = []
     for chunk in [*stream_chunks(spans, chunk_size), None]:
         for f in tw.push(chunk) if chunk is not None else tw.close():
             rows = order[f.position]
@@ -391,10 +417,10 @@ def reconstruct_streamed(
             mapped = client & (f.parent != NONE)
             result.parent[rows[mapped]] = order[f.parent[mapped]]
             result.score[rows] = f.score
-            for p, alts in f.alternatives.items():
-                result.alternatives[int(order[p])] = [(int(order[q]), s) for q, s in alts]
+            alternatives.append(f.alternatives.renumbered(order))
             for p, why in f.unmapped.items():
                 result.unmapped[int(order[p])] = why
+    result.alternatives = Alternatives.merged(alternatives)
     result.info = {"rounds": tw.rounds, "peak_pending_spans": tw.peak_pending}
     result.finish_unmapped(spans, "never final: the stream ended first")
     return result

@@ -25,6 +25,7 @@ from tacit.formats.otlp import is_json_lines, is_protobuf, iter_json_lines_spans
 from tacit.formats.spancsv import iter_span_rows
 from tacit.model.roles import span_accounting
 from tacit.model.spans import CLIENT, NONE, SpanTable
+from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.assemble import Evidence, assemble, new_seed
 from tacit.reconstruct.baselines import ALGORITHMS as BASELINES
 from tacit.reconstruct.callgraph import CallGraph
@@ -206,14 +207,17 @@ def assemble_finished(f: Finished, seed: int) -> tuple[SpanTable, Evidence]:
     has = f.parent != NONE
     rec.parent[has] = np.searchsorted(f.position, f.parent[has])
     rec.score[:] = f.score
-    ids = f.position.tolist()
-    row = {p: r for r, p in enumerate(ids)}
-    rec.unmapped = {row[p]: why for p, why in f.unmapped.items()}
-    for p, alts in f.alternatives.items():
-        for q, _ in alts:  # a candidate parent in a trace already out, or still to come
-            if q not in row:
-                row[q] = len(ids)
-                ids.append(q)
-        rec.alternatives[row[p]] = [(row[q], s) for q, s in alts]
-    beyond = [f.named.get(q) for q in ids[len(f.spans) :]]
-    return assemble(f.spans, rec, ids=np.array(ids, dtype=np.int64), seed=seed, beyond=beyond)
+    # A candidate parent in a trace already out, or still to come, is numbered past the rows.
+    alts = f.alternatives
+    elsewhere = np.setdiff1d(alts.parent, f.position)
+    ids = np.concatenate([f.position, elsewhere])
+    by_id = np.argsort(ids, kind="stable")
+
+    def row(positions: np.ndarray) -> np.ndarray:
+        return by_id[np.searchsorted(ids, positions, sorter=by_id)]
+
+    unmapped = row(np.fromiter(f.unmapped, np.int64, len(f.unmapped)))
+    rec.unmapped = dict(zip(unmapped.tolist(), f.unmapped.values(), strict=True))
+    rec.alternatives = Alternatives(row(alts.owner), row(alts.parent), alts.score)
+    beyond = [f.named.get(q) for q in elsewhere.tolist()]
+    return assemble(f.spans, rec, ids=ids, seed=seed, beyond=beyond)

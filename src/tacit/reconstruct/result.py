@@ -10,6 +10,7 @@ import numpy as np
 
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
+from tacit.reconstruct.alternatives import Alternatives, Pairs
 
 ROOT_CALL = "a trace root: a call from an instance that serves no requests (a client)"
 
@@ -42,9 +43,10 @@ class Reconstruction:
     (-1: unmapped, reason in ``unmapped``); for a server span, the caller's client span (the
     RPC's other side, known to the collector). ``score``: log-likelihood of the chosen mapping
     (NaN where the algorithm has none). ``alternatives[r]``: top-K (parent row, score) for a
-    client span. ``top_candidates[i]``: for an incoming span, the child sets of its top-K
-    candidate mappings in rank order. ``confidence``: per service, in percent (§6.3.2), and
-    ``service_report`` what lowers it. ``fallback[r]``: why client span ``r`` was given its
+    client span (:class:`~.alternatives.Alternatives`, or any mapping of those lists).
+    ``top_candidates[i]``: for an incoming span, the child sets of its top-K candidate mappings
+    in rank order. ``confidence``: per service, in percent (§6.3.2), and ``service_report``
+    what lowers it. ``fallback[r]``: why client span ``r`` was given its
     parent by :mod:`.fallback` rather than by the algorithm (a best-effort guess).
     """
 
@@ -52,7 +54,7 @@ class Reconstruction:
     parent: np.ndarray
     score: np.ndarray
     unmapped: dict[int, str] = field(default_factory=dict)
-    alternatives: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    alternatives: Mapping[int, Pairs] = field(default_factory=Alternatives.empty)
     top_candidates: dict[int, list[frozenset[int]]] = field(default_factory=dict)
     confidence: dict[str, float] = field(default_factory=dict)
     service_report: dict[str, dict[str, int]] = field(default_factory=dict)

@@ -29,6 +29,7 @@ from scipy.sparse.csgraph import breadth_first_order, connected_components
 from tacit.errors import ConfigError
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
+from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.result import Reconstruction
 from tacit.reconstruct.traceweaver import (
@@ -136,6 +137,7 @@ def merge(
     rec = Reconstruction.start("traceweaver", spans)
     reports: dict[str, dict[str, int]] = {}
     info: dict[str, int] = {}
+    alternatives = []
     for rows, part in zip(parts, results, strict=True):
         client = spans.kind[rows] == CLIENT
         mapped = part.parent[client]
@@ -144,9 +146,7 @@ def merge(
         back = rows.tolist()
         rec.unmapped.update({back[r]: why for r, why in part.unmapped.items()})
         rec.fallback.update({back[r]: why for r, why in part.fallback.items()})
-        rec.alternatives.update(
-            {back[o]: [(back[i], sc) for i, sc in alts] for o, alts in part.alternatives.items()}
-        )
+        alternatives.append(Alternatives.of(part.alternatives).renumbered(rows))
         rec.top_candidates.update(
             {
                 back[i]: [frozenset(back[k] for k in kids) for kids in cands]
@@ -160,6 +160,7 @@ def merge(
         for k, v in part.info.items():
             assert isinstance(v, int)  # every count of reconstruct_traceweaver's info
             info[k] = max(info.get(k, 0), v) if k == "iterations" else info.get(k, 0) + v
+    rec.alternatives = Alternatives.merged(alternatives)
     rec.service_report = dict(sorted(reports.items()))
     rec.confidence = service_confidence(rec.service_report)
     rec.info = dict(info)

@@ -43,6 +43,7 @@ from tacit.model.messages import MISSING
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SpanTable
 from tacit.model.traces import roots
+from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.assign import (
     Candidates,
     SolveStats,
@@ -156,6 +157,7 @@ def reconstruct_traceweaver(
     stats = SolveStats()
     proc = process_key(spans)
     iterations = []
+    alternatives: list[Alternatives] = []
     truncated = 0
     reports: dict[str, dict[str, int]] = {}
     order = np.argsort(proc, kind="stable")
@@ -168,6 +170,7 @@ def reconstruct_traceweaver(
         mapped = result.parent if params.joins else None
         inst = _Instance(spans, rows, callgraph, params, mapped, candidates)
         iterations.append(inst.run(result, stats))
+        alternatives.extend(inst.alternatives)
         truncated += inst.truncated
         svc = spans.strings[int(spans.service[rows[0]])] or "?"
         rep = reports.setdefault(svc, {})
@@ -179,6 +182,7 @@ def reconstruct_traceweaver(
             rep[k] = rep.get(k, 0) + v
         if progress:
             progress(len(rows))
+    result.alternatives = Alternatives.merged(alternatives)
     result.finish_unmapped(spans, "no incoming span at this instance can have caused it")
     unmapped = len(result.unmapped)
     filled = fill_unmapped(spans, result, callgraph) if params.fallback else 0
@@ -355,6 +359,7 @@ class _Instance:
         self.not_top = 0  # requests assigned a candidate other than their best-scored one
         self.assigned: set[int] = set()
         self.in_candidates: set[int] = set()
+        self.alternatives: list[Alternatives] = []  # per pass recorded, in order
         # Endpoints with calls to map, their incoming spans (by start) and their paths.
         graphs, self.requests = [], []
         for ep in np.unique(spans.endpoint[incoming]):
@@ -877,26 +882,18 @@ class _Instance:
         outs, owner = cands.outs_of(by_rank)
         if self.candidates:  # each span's candidates in rank order, as sets of calls
             cut = np.searchsorted(owner, np.arange(1, len(by_rank)))
-            top: dict[int, list[frozenset[int]]] = {}
+            ranked: dict[int, list[frozenset[int]]] = {}
             pieces = split_at(outs.tolist(), cut)
             for i, calls in zip(cands.incoming[by_rank].tolist(), pieces, strict=True):
-                top.setdefault(i, []).append(frozenset(calls))
-            result.top_candidates.update(top)
+                ranked.setdefault(i, []).append(frozenset(calls))
+            result.top_candidates.update(ranked)
         # Each call's best K incoming spans, best first, one entry per span.
-        alts: dict[int, list[tuple[int, float]]] = {}
         inc, score = cands.incoming[by_rank][owner], raw[by_rank][owner]
         order = np.lexsort((np.arange(len(outs)), -score, inc, outs))
         once = order[run_heads(outs[order], inc[order])]
         once = once[np.lexsort((np.arange(len(once)), -score[once], outs[once]))]
-        rank = run_positions(outs[once])
-        for o, i, sc in zip(
-            outs[once][rank < k].tolist(),
-            inc[once][rank < k].tolist(),
-            score[once][rank < k].tolist(),
-            strict=True,
-        ):
-            alts.setdefault(o, []).append((i, sc))
-        result.alternatives.update(alts)
+        top = once[run_positions(outs[once]) < k]
+        self.alternatives.append(Alternatives(outs[top], inc[top], score[top]))
         self._count(result, cands, raw, picked, best)
 
     def _count(

@@ -23,7 +23,7 @@ from tacit.formats.jaeger import jaeger_parts
 from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SERVER, SpanTable
 from tacit.reconstruct.online import Finished
 from tacit.reconstruct.pipeline import assemble_finished
-from tacit.runs import run_starts
+from tacit.runs import find_sorted, run_starts
 from tacit.serve.online_feed import Alone, Given
 
 
@@ -160,15 +160,12 @@ class Rows:
     def _confidence(self, f: Finished, spans: SpanTable) -> None:
         """TraceWeaver §6.3.2 per service: an incoming span counts as its best-scored choice
         when each call given to it was its own best-scored parent."""
-        firsts = [(p, alts[0][0]) for p, alts in f.alternatives.items() if alts]
-        call, best = np.array(firsts, np.int64).reshape(-1, 2).T
+        call, best = f.alternatives.firsts()
         parent = spans.parent[np.searchsorted(f.position, call)]
         # the row of each call's best-scored parent; a parent in another batch is no row here
-        best_row = np.searchsorted(f.position, best)
-        here = best_row < len(f.position)
-        here[here] = f.position[best_row[here]] == best[here]
+        best_row = find_sorted(f.position, best)
         top = np.ones(len(spans), dtype=bool)
-        top[parent[(parent != NONE) & ~(here & (best_row == parent))]] = False
+        top[parent[(parent != NONE) & (best_row != parent)]] = False
         server = (spans.kind == SERVER) & (spans.service != NONE)
         service = spans.service[server]
         incoming = np.bincount(service)
