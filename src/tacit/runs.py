@@ -8,8 +8,21 @@ from itertools import pairwise
 from typing import TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 _Pieces = TypeVar("_Pieces", np.ndarray, list)
+
+
+def distinct(values: npt.ArrayLike) -> np.ndarray:
+    """``np.unique(values)``: the distinct values, sorted. Integers are sorted here: since
+    numpy 2.3 ``np.unique`` finds them through a hash set, which measured 10 to 16 times slower
+    than a sort on 1,000 and 100,000 distinct int64 (numpy 2.3.5 and 2.4.6 against 2.2.6);
+    other kinds (NaN is one value there) go to ``np.unique``."""
+    a = np.asarray(values)
+    if a.dtype.kind not in "biu":
+        return np.unique(a)
+    ordered = np.sort(a, axis=None)
+    return ordered[run_heads(ordered)]
 
 
 def run_heads(*columns: np.ndarray) -> np.ndarray:

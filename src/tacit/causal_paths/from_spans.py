@@ -22,6 +22,7 @@ import numpy as np
 
 from tacit.model.messages import MISSING, MessageTable, MessageTruth
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, StringPool
+from tacit.runs import distinct
 
 CLIENTS = "clients"
 """The node sending root requests: the untraced clients, aggregated (WAP5 §2.5.1)."""
@@ -153,7 +154,7 @@ def shift_clocks(
     """Move each host's clock by a uniform random offset in ``[-max, max]`` (the first host, in
     name order, stays put as the reference); returns the shifted table and the offsets."""
     rng = np.random.default_rng(seed)
-    hosts = np.unique(np.concatenate([messages.src_host, messages.dst_host]))
+    hosts = distinct(np.concatenate([messages.src_host, messages.dst_host]))
     hosts = hosts[hosts >= 0]
     names = sorted(messages.strings.values[h] for h in hosts.tolist())
     offsets = {

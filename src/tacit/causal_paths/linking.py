@@ -42,6 +42,7 @@ import numpy as np
 from tacit.compiled import grown
 from tacit.errors import ConfigError
 from tacit.model.messages import MISSING, MessageTable
+from tacit.runs import distinct
 
 NS = 1_000_000_000
 WEIGH_BATCH = 1 << 18
@@ -244,9 +245,9 @@ def _window_ranges(
     # One sortable int64 per event: the key's rank, then the time's rank among every time the
     # search compares (ranks keep the order, and any times fit: a capture may span decades).
     start = np.maximum(out_time, np.iinfo(np.int64).min + window) - window
-    times = np.unique(np.concatenate([in_time, out_time, start]))
+    times = distinct(np.concatenate([in_time, out_time, start]))
     span = len(times)
-    keys = np.unique(np.concatenate([in_key, out_key]))
+    keys = distinct(np.concatenate([in_key, out_key]))
     in_comp = np.searchsorted(keys, in_key) * span + np.searchsorted(times, in_time)
     order = np.argsort(in_comp, kind="stable")
     in_comp = in_comp[order]

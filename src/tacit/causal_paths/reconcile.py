@@ -88,7 +88,7 @@ from tacit.model.socket_events import (
     split_addr,
 )
 from tacit.model.spans import NONE, StringPool
-from tacit.runs import run_heads, run_starts
+from tacit.runs import distinct, run_heads, run_starts
 
 CLIENT_AGGREGATIONS = ("ip", "all", "none")
 _NAME_COLUMNS = ("src", "src_host", "src_endpoint", "dst", "dst_host", "dst_endpoint")
@@ -541,7 +541,7 @@ class _Reconciler:
         span = np.where(lo <= hi, hi - lo + 1, 0)
         top = np.cumsum(span)
         shift = top - span - np.where(lo <= hi, lo, 0)  # key = shift[direction] + offset
-        bounds = np.unique(shift[direction[new_run]] + start[new_run])
+        bounds = distinct(shift[direction[new_run]] + start[new_run])
         seg_dir = np.searchsorted(top, bounds, side="right")
         seg_start = bounds - shift[seg_dir]
         same_next = np.r_[seg_dir[1:] == seg_dir[:-1], False]

@@ -27,6 +27,7 @@ from tacit.cli.common import (
     working,
 )
 from tacit.errors import ConfigError
+from tacit.runs import distinct
 
 
 def register(app: typer.Typer) -> None:
@@ -152,7 +153,7 @@ def _print(doc: dict, estimates) -> None:
     )
     for col in ("client", "server", "epochs", "median estimate ms", "gaps"):
         t.add_column(col, justify="left" if col in ("client", "server") else "right")
-    for c in np.unique(estimates.connection).tolist():
+    for c in distinct(estimates.connection).tolist():
         sel = estimates.connection == c
         t.add_row(
             estimates.connections.client(c),

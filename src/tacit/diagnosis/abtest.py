@@ -58,6 +58,7 @@ from tacit.diagnosis.inject import pick_requests, scale_self_time
 from tacit.diagnosis.tail import blind_and_reconstruct, request_roots, self_latency
 from tacit.errors import ConfigError
 from tacit.model.spans import SERVER, SpanTable
+from tacit.runs import distinct
 
 VERSION_B = "@B"
 """Suffix of the instance name of the spans served by version B."""
@@ -155,7 +156,7 @@ def route_to_b(
 def _suffix_instance(spans: SpanTable, rows: np.ndarray, suffix: str) -> None:
     codes = {
         int(i): spans.strings.code(f"{spans.strings[int(i)]}{suffix}")
-        for i in np.unique(spans.instance[rows])
+        for i in distinct(spans.instance[rows])
     }
     spans.instance[rows] = [codes[int(i)] for i in spans.instance[rows]]
 
@@ -166,7 +167,7 @@ def version_b_rows(spans: SpanTable, service: str) -> tuple[np.ndarray, np.ndarr
     rows = np.flatnonzero((spans.service == spans.strings.find(service)) & (spans.kind == SERVER))
     names = spans.strings.values
     tier = np.full(len(rows), np.nan)
-    for code in np.unique(spans.instance[rows]):
+    for code in distinct(spans.instance[rows]):
         _, b, shares = names[code].rpartition(VERSION_B)
         if b:
             tier[spans.instance[rows] == code] = float(shares.rpartition("/")[2] or 1)
@@ -256,9 +257,9 @@ def mark_nested(spans: SpanTable, service: str, share: float, seed: int) -> np.n
     inference): a random subset of a random subset is a random subset, so the smaller share's
     routing is nested in the larger one's. Returns the marked rows."""
     rows, tier = version_b_rows(spans, service)
-    want = round(share * len(np.unique(spans.trace[rows])))
+    want = round(share * len(distinct(spans.trace[rows])))
     inner = rows[tier == np.nanmin(tier)] if (~np.isnan(tier)).any() else rows[:0]
-    traces = np.unique(spans.trace[inner])
+    traces = distinct(spans.trace[inner])
     if want > len(traces):
         raise ConfigError(f"a share of {share} is not nested in the routed share")
     chosen = np.random.default_rng([seed, want]).choice(traces, want, replace=False)

@@ -32,6 +32,7 @@ from numba import njit
 from tacit.diagnosis.execution_graph import ExecutionGraph, GraphParams, build_graph
 from tacit.model.spans import CLIENT, NONE, SpanTable
 from tacit.reconstruct.result import Reconstruction
+from tacit.runs import distinct
 
 NETWORK = "(network)"
 """The pseudo-service that RPC transit time on the critical path is counted under."""
@@ -109,7 +110,7 @@ def critical_paths(
         roots, graph.child_ptr, graph.children, graph.start, graph.end, graph.blocking, no_cut
     )
     who = _attribution(graph)
-    codes = np.unique(who[on_path])
+    codes = distinct(who[on_path])
     contribution = np.rint(_by_owner(who, codes, self_ns, owner, len(roots))).astype(np.int64)
     cp = CriticalPaths(
         graph=graph,
@@ -211,12 +212,12 @@ def weigh_uncertain_links(cp: CriticalPaths, rec: Reconstruction) -> CriticalPat
 
     # Each candidate's own subtree critical path, one sweep per depth (disjoint subtrees).
     who = _attribution(graph)
-    codes = np.unique(np.append(who, _NETWORK_CODE))
+    codes = distinct(np.append(who, _NETWORK_CODE))
     base = _by_owner(who, codes, self_ns, owner, len(roots))
-    subs = np.unique(cand)
+    subs = distinct(cand)
     sub = np.zeros((len(subs), len(codes)))
     no_cut = np.zeros(len(table), dtype=bool)
-    for d in np.unique(graph.depth[subs]):
+    for d in distinct(graph.depth[subs]):
         at = np.flatnonzero(graph.depth[subs] == d)
         s_ns, _, s_owner, _ = _sweep(
             subs[at],

@@ -51,6 +51,7 @@ from tacit.diagnosis.detect import FASTER, SLOWER, Detection
 from tacit.diagnosis.execution_graph import PARALLEL, REDUNDANT, SERIAL
 from tacit.diagnosis.rules import RuleSet, parse_rules, read_rules
 from tacit.errors import ConfigError
+from tacit.runs import distinct
 
 TRACE_RULES = "tacit/diagnosis/rules/traces.rules"
 
@@ -101,7 +102,7 @@ def trace_features(
     top_share = max(int(services[best]), 0) / lat
     g = cp.graph
     mine = (g.root == cp.root[i]) & (g.spans.parent >= 0)
-    patterns = set(np.unique(g.pattern[mine]).tolist())
+    patterns = set(distinct(g.pattern[mine]).tolist())
     features: dict[str, Any] = {
         "latency_ms": cp.latency[i] / 1e6,
         "top_service": cp.services[best],
@@ -131,7 +132,7 @@ def _key_medians(values: np.ndarray, detection: Detection) -> np.ndarray:
     n_keys = int(detection.key.max()) + 1 if len(detection.key) else 0
     out = np.full((n_keys, values.shape[1]), np.nan)
     hist = np.flatnonzero(detection.history)
-    for k in np.unique(detection.key[hist]).tolist():
+    for k in distinct(detection.key[hist]).tolist():
         out[k] = np.median(values[hist[detection.key[hist] == k]], axis=0)
     return out
 

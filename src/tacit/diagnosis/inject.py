@@ -28,7 +28,7 @@ import numpy as np
 from tacit.diagnosis.execution_graph import trace_roots
 from tacit.errors import ConfigError
 from tacit.model.spans import NONE, SERVER, SpanTable
-from tacit.runs import run_positions
+from tacit.runs import distinct, run_positions
 
 
 def delay_spans(spans: SpanTable, rows: np.ndarray, delay_ns: int) -> SpanTable:
@@ -91,7 +91,7 @@ def pick_requests(spans: SpanTable, service: str, share: float, seed: int) -> np
     rows = np.flatnonzero((spans.service == spans.strings.find(service)) & (spans.kind == SERVER))
     if len(rows) == 0:
         raise ConfigError(f"no server spans of service {service!r} in the traces")
-    traces = np.unique(spans.trace[rows])
+    traces = distinct(spans.trace[rows])
     rng = np.random.default_rng(seed)
     chosen = rng.choice(traces, round(share * len(traces)), replace=False)
     return rows[np.isin(spans.trace[rows], chosen)]

@@ -21,6 +21,7 @@ from scipy.sparse.csgraph import connected_components
 from tacit.diagnosis.syslog_causality import INTRA, Rule, directed_links
 from tacit.errors import ConfigError
 from tacit.model.topology import Topology
+from tacit.runs import distinct
 
 S = 1_000_000_000
 
@@ -116,7 +117,7 @@ def problem_graphs(
     has_in = np.zeros(n, dtype=bool)
     has_in[dst] = True
     out = []
-    for comp in np.unique(label):
+    for comp in distinct(label):
         members = np.flatnonzero(label == comp)
         pos = {int(m): i for i, m in enumerate(members)}
         edges = [
@@ -156,7 +157,7 @@ def _edges(
     src: list[int] = []
     dst: list[int] = []
     scope: list[str] = []
-    by_template: dict[int, np.ndarray] = {int(x): np.flatnonzero(k == x) for x in np.unique(k)}
+    by_template: dict[int, np.ndarray] = {int(x): np.flatnonzero(k == x) for x in distinct(k)}
     for r in sorted(rules, key=lambda r: r.scope != INTRA):
         ca, eb = by_template.get(r.cause), by_template.get(r.effect)
         if ca is None or eb is None:

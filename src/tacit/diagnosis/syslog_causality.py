@@ -45,6 +45,7 @@ from tacit.diagnosis.syslog_templates import (
 )
 from tacit.errors import ConfigError
 from tacit.model.syslog_records import SyslogRecords
+from tacit.runs import distinct
 
 S = 1_000_000_000
 INTRA, INTER = "intra", "inter"
@@ -131,7 +132,7 @@ class SyslogEvents:
     def devices_of(self, template: int) -> np.ndarray:
         """The devices ``template`` occurs on, ascending."""
         rows = self._rows(template * self.n_devices, (template + 1) * self.n_devices)
-        return np.unique(self.device[rows])
+        return distinct(self.device[rows])
 
     def times(self, template: int, device: int) -> np.ndarray:
         """Sorted times of ``template`` on ``device``."""
@@ -219,7 +220,7 @@ def lagged_correlation(
         span = n_w - lag
         a_t, a_cell = _cells(cause, cause.window < span, 0, span)
         b_t, b_cell = _cells(effect, effect.window >= lag, lag, span)
-        cells = np.unique(np.concatenate([a_cell, b_cell]))
+        cells = distinct(np.concatenate([a_cell, b_cell]))
         a_cell, b_cell = np.searchsorted(cells, a_cell), np.searchsorted(cells, b_cell)
         shared = np.bincount(a_cell, minlength=len(cells)) @ np.bincount(
             b_cell, minlength=len(cells)
@@ -450,7 +451,7 @@ def _direct(
     """Whether A→C holds on the treated occurrences of A that B did not follow."""
     tr = _trial(events, r.cause, r.effect, r.scope, neighbors, p)
     via = np.zeros(len(tr.t), dtype=bool)
-    for d in np.unique(tr.device):
+    for d in distinct(tr.device):
         sel = tr.device == d
         mid = _effect_times(events, ab.effect, int(d), ab.scope, neighbors)
         via[sel] = _followed(mid, tr.t[sel], p.horizon_ns)

@@ -51,7 +51,7 @@ from tacit.errors import ConfigError
 from tacit.model.spans import NONE, SERVER, SpanTable
 from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.result import Reconstruction
-from tacit.runs import run_bounds
+from tacit.runs import distinct, run_bounds
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,7 @@ def span_tail_profile(spans: SpanTable, params: TailParams | None = None) -> Tai
     value = spans.end - spans.start
     server = np.flatnonzero(spans.kind == SERVER)
     weight = np.zeros(len(spans))
-    for svc in np.unique(spans.service[server]):
+    for svc in distinct(spans.service[server]):
         rows = server[spans.service[server] == svc]
         k = max(1, round(len(rows) * p.percent / 100))
         weight[rows[np.argsort(-value[rows], kind="stable")[:k]]] = 1.0
@@ -295,7 +295,7 @@ def _profile(
     """
     out: dict[str, dict[str, float]] = {}
     svc = spans.service[server]
-    for code in np.unique(svc):
+    for code in distinct(svc):
         rows = server[svc == code]
         v = value[rows] / 1e6
         w = weight[rows]

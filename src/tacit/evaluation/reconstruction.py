@@ -22,6 +22,7 @@ from tacit.model.spans import SpanTable
 from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
 from tacit.reconstruct.pipeline import ALGORITHMS, Progress, check_algorithm, run_algorithm
 from tacit.reconstruct.traceweaver import TraceWeaverParams
+from tacit.runs import distinct
 
 
 @dataclass
@@ -82,7 +83,7 @@ def evaluate(
     blind = observed.without_truth(instrumented)
     scope = artifact_scope(truth)
     ev = Evaluation(
-        traces=len(np.unique(truth.trace)),
+        traces=len(distinct(truth.trace)),
         spans=len(truth),
         callgraph=how,
         accounting=observed.accounting,
@@ -114,7 +115,7 @@ def evaluate(
 def _sample_traces(truth: SpanTable, fraction: float, seed: int) -> SpanTable:
     if fraction >= 1:
         return truth
-    traces = np.unique(truth.trace)
+    traces = distinct(truth.trace)
     rng = np.random.default_rng(seed)
     keep = rng.choice(traces, max(1, round(fraction * len(traces))), replace=False)
     return truth.take(np.isin(truth.trace, keep))

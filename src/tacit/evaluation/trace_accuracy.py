@@ -15,6 +15,7 @@ import numpy as np
 
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.reconstruct.result import Reconstruction
+from tacit.runs import distinct
 
 
 @dataclass
@@ -82,7 +83,7 @@ def score_reconstruction(
 
     per_service: dict[str, dict] = {}
     s = truth.strings
-    for svc in np.unique(truth.service[servers]):
+    for svc in distinct(truth.service[servers]):
         m = truth.service[servers] == svc
         name = s[int(svc)] or "?"
         callers = servers[m]

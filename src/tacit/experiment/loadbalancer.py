@@ -75,6 +75,7 @@ from tacit.response_latency.estimator import ResponseAccounting, StreamingEstima
 from tacit.response_latency.maglev import MaglevParams, MaglevTable, flow_key
 from tacit.response_latency.params import PirateParams
 from tacit.response_latency.watermark import ACTION_NAMES, WatermarkController, WatermarkParams
+from tacit.runs import distinct
 from tacit.simulate.microservices import EPOCH_NS
 
 MS = 1_000_000
@@ -437,7 +438,7 @@ def simulate_run(
         if not controlled:
             continue
         active = np.bincount(
-            rec.conn[_C_SERVER, np.unique(rec.pkt_i[_P_CONN, rows])], minlength=p.servers
+            rec.conn[_C_SERVER, distinct(rec.pkt_i[_P_CONN, rows])], minlength=p.servers
         )
         if estimator is not None:
             estimated[k], samples = estimator.per_server(batch, rec, addresses, p)

@@ -12,7 +12,7 @@ from tacit.model.packets import PacketTable
 from tacit.response_latency import ErrorSummary
 from tacit.response_latency.evaluate import trigger_from_completions
 from tacit.response_latency.rtt_baselines import METHODS, SERVER, rtt_samples
-from tacit.runs import split_at
+from tacit.runs import distinct, split_at
 
 
 def rtt_baselines(
@@ -49,7 +49,7 @@ def req_to_req_errors(log: ResponseLog) -> ErrorSummary:
     latency = log.latency[has].astype(float)
     return ErrorSummary.from_signed(
         (log.sent[first[has]] - log.sent[has] - latency) / latency,
-        connections=len(np.unique(log.port[has])),
+        connections=len(distinct(log.port[has])),
         unscored_estimates=0,
         unmatched=int((~has).sum()),
     )
@@ -73,7 +73,7 @@ def epoch_oracle_errors(log: ResponseLog, epoch_ns: int, statistic: str) -> Erro
         raise ConfigError(f"unknown statistic {statistic!r}: expected mean or median")
     return ErrorSummary.from_signed(
         (value[inverse] - latency) / latency,
-        connections=len(np.unique(log.port)),
+        connections=len(distinct(log.port)),
         unscored_estimates=0,
         unmatched=0,
     )

@@ -32,6 +32,7 @@ from numba import njit
 
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SERVER, SpanTable
+from tacit.runs import distinct
 
 NO_KEY = "the agent recorded nothing that identifies its connection"
 NOTHING_OPPOSITE = "no span on the other side of its connection"
@@ -204,7 +205,7 @@ def _has_opposite(
     _, process = np.unique(proc, return_inverse=True)
     width = np.int64(process.max() + 1)
     theirs = np.flatnonzero(other & (key != NONE))
-    pairs = np.unique(key[theirs] * width + process[theirs])
+    pairs = distinct(key[theirs] * width + process[theirs])
     keys, processes = np.unique(pairs // width, return_counts=True)
     if not len(keys):
         return np.zeros(len(rows), dtype=bool)

@@ -17,6 +17,7 @@ from numba import njit
 
 from tacit.model.messages import MISSING
 from tacit.model.packets import FIN, SYN, PacketPayloads, PacketTable
+from tacit.runs import distinct
 
 
 @dataclass
@@ -92,7 +93,7 @@ def reassemble(
     keep = data_rows[hi[data_rows] > lo[data_rows]]
     if not len(keep):
         return _empty_stream(closed, len(syn) > 0)
-    bounds = np.unique(np.concatenate([[0], lo[keep], hi[keep], cap[keep]]))
+    bounds = distinct(np.concatenate([[0], lo[keep], hi[keep], cap[keep]]))
     first, held_k = _first_cover(
         np.searchsorted(bounds, lo[keep]),
         np.searchsorted(bounds, hi[keep]),

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tacit.model.columns import ColumnTable, StringPool, recode
+from tacit.runs import distinct
 
 MISSING = np.iinfo(np.int64).min
 """The timestamp of an end that was not traced."""
@@ -84,7 +85,7 @@ class MessageTable(ColumnTable):
 
     def node_names(self) -> list[str]:
         """Every node that sends or receives, sorted."""
-        codes = np.unique(np.concatenate([self.src, self.dst]))
+        codes = distinct(np.concatenate([self.src, self.dst]))
         return sorted(self.strings.values[c] for c in codes.tolist() if c >= 0)
 
 

@@ -22,7 +22,7 @@ from tacit.errors import InputError
 from tacit.model.columns import NONE, ColumnTable, StringPool, recode, typed_columns
 from tacit.model.parents import climb
 from tacit.model.span_details import SpanDetail, concat_details, detail_column
-from tacit.runs import find_sorted
+from tacit.runs import distinct, find_sorted
 
 __all__ = ["NONE", "StringPool"]  # re-exported: where spans' users have always found them
 
@@ -141,7 +141,7 @@ def concat(tables: Sequence[SpanTable], *, into_first: bool = False) -> SpanTabl
         table = None  # the first table's codes, kept as they are
         if not (into_first and i == 0):
             # Only the strings the rows use: a slice of a big table shares its whole pool.
-            used = np.unique(np.concatenate([getattr(t, k) for k in _STRING_COLUMNS]))
+            used = distinct(np.concatenate([getattr(t, k) for k in _STRING_COLUMNS]))
             table = recode(pool, t.strings, used)
         for k, v in t.columns().items():
             if k in _STRING_COLUMNS and table is not None:

@@ -9,6 +9,7 @@ import numpy as np
 from tacit.model.packets import NO_TIME
 from tacit.oneway_latency.intervals import IntervalCache, IntervalParams
 from tacit.oneway_latency.rda import RDAParams
+from tacit.runs import distinct
 
 
 class IntervalBook:
@@ -42,7 +43,7 @@ class IntervalBook:
             self.counts["after_close"] += int(np.count_nonzero(late))
             keep &= ~late
         index, ident, stamp = index[keep], ident[keep], stamp[keep]
-        for i in np.unique(index).tolist():
+        for i in distinct(index).tolist():
             mine = index == i
             self._open.setdefault(i, []).append((ident[mine], stamp[mine]))
 

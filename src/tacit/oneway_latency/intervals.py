@@ -28,6 +28,7 @@ import numpy as np
 from tacit.errors import ConfigError, InputError
 from tacit.oneway_latency.identifiers import sample_mask
 from tacit.oneway_latency.stream import PacketStream
+from tacit.runs import distinct
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ class IntervalSplit:
         self._index = index[order]
         self._ident = stream.ident[keep][order]
         self._time = stream.time[keep][order]
-        self.indices = np.unique(self._index)  # the intervals with packets, in order
+        self.indices = distinct(self._index)  # the intervals with packets, in order
 
     def cache(self, i: int) -> IntervalCache:
         lo, hi = np.searchsorted(self._index, [i, i + 1])

@@ -24,6 +24,7 @@ import numpy as np
 from tacit.errors import ConfigError
 from tacit.hashing import hash64
 from tacit.oneway_latency.identifiers import derive_seeds
+from tacit.runs import distinct
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ def bottom_k(ident: np.ndarray, k: int, seed: int) -> BottomK:
     h = hash64(ident, int(derive_seeds(seed, "minhash")[0]))
     if len(h) > k:
         h = np.partition(h, k - 1)[:k]
-    return BottomK(np.unique(h), k, len(ident))
+    return BottomK(distinct(h), k, len(ident))
 
 
 def jaccard(a: BottomK, b: BottomK) -> float:

@@ -64,6 +64,7 @@ from tacit.oneway_latency.stream import PacketStream
 from tacit.oneway_latency.synopsis import Synopsis
 from tacit.oneway_latency.truth import packet_latencies
 from tacit.outputs import atomic_output
+from tacit.runs import distinct
 
 DIFFERENCES = (0, 10, 100, 1_000, 2_000, 5_000, 10_000)
 PAPER_MEMORY_BYTES = 100_000
@@ -139,7 +140,7 @@ def set_differences(
         received_in[received & one_side],
         intervals.index(receiver.time[foreign]),
     ]
-    index = np.unique(sent_in[sent_in >= 0])
+    index = distinct(sent_in[sent_in >= 0])
     if not len(index):
         return index, np.zeros(0, np.int64)
     # Counted per position in ``index``, not per interval number: a capture whose clock jumps
@@ -160,7 +161,7 @@ def difference_stream(
     kept = phase < iv.length_ns - params.guard_ns
     sender = sender.take(kept)
     phase = phase[kept]
-    n_intervals = max(1, len(np.unique(iv.index(sender.time))))
+    n_intervals = max(1, len(distinct(iv.index(sender.time))))
     per_interval = len(sender) / n_intervals
     window_start = iv.length_ns - params.guard_ns - params.reorder_span_ns
     candidates = np.count_nonzero(phase >= window_start) / n_intervals

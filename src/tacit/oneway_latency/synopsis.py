@@ -39,6 +39,7 @@ from numba import njit
 
 from tacit.errors import ConfigError
 from tacit.oneway_latency.identifiers import bank_hashes, bucket_of, check32, derive_seeds
+from tacit.runs import distinct
 
 ID_BYTES = 8
 TS_BYTES = 8
@@ -232,7 +233,7 @@ def peel(
     residual = difference.copy()
     layout = difference.layout
     seeds, check_seed = layout._seeds()
-    blocked = np.unique(np.asarray([] if blocked is None else blocked, dtype=np.uint64))
+    blocked = distinct(np.asarray([] if blocked is None else blocked, dtype=np.uint64))
     ids, signs, complete = _peel(
         residual.idx,
         residual.count,

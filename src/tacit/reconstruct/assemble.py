@@ -27,7 +27,7 @@ from tacit.model.spans import SpanTable
 from tacit.model.traces import roots
 from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.result import Reconstruction
-from tacit.runs import run_bounds, split_at
+from tacit.runs import distinct, run_bounds, split_at
 
 
 def new_seed() -> int:
@@ -119,7 +119,7 @@ def assemble(
     )
     fresh = hash64(number + 1, int(keys[2])).tolist()  # formatted as ids where used
     root = roots(rec.parent)
-    heads = np.unique(root)
+    heads = distinct(root)
     halves = [hash64(number[heads] + 1, int(k)).tolist() for k in keys[:2]]
     trace_ids = {
         r: out.strings.code(f"{hi:016x}{lo:016x}")

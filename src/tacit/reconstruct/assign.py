@@ -26,7 +26,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix, csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-from tacit.runs import run_bounds, run_heads, split_at
+from tacit.runs import distinct, run_bounds, run_heads, split_at
 
 
 @dataclass
@@ -105,7 +105,7 @@ def batches(
         (np.ones(len(rows)), (rows, n_in + out_idx)), shape=(n_in + len(uniq), n_in + len(uniq))
     )
     _, label = connected_components(graph, directed=False)
-    present = np.unique(cands.incoming)
+    present = distinct(cands.incoming)
     lab = label[present]
     order = np.lexsort((order_key[present], lab))
     present, lab = present[order], lab[order]

@@ -27,6 +27,7 @@ from tacit.model.spans import NONE, SpanTable
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.candidates import call_keys, callee_key
 from tacit.reconstruct.result import Reconstruction, open_problem
+from tacit.runs import distinct
 
 WAP5_CUTOFF = 4.0
 """WAP5's spontaneous alternative: a gap beyond this many mean delays is not causal (§5.1)."""
@@ -68,7 +69,7 @@ def per_instance(
     instance's open outgoing spans to its open incoming spans (both in start order)."""
     result = Reconstruction.start(algorithm, spans)
     proc = process_key(spans)
-    for key in np.unique(proc):
+    for key in distinct(proc):
         rows = np.flatnonzero(proc == key)
         incoming, outgoing = open_problem(spans, rows)
         incoming = incoming[np.lexsort((spans.end[incoming], spans.start[incoming]))]

@@ -20,6 +20,7 @@ from tacit.reconstruct.baselines import owed_calls
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.candidates import call_keys
 from tacit.reconstruct.result import Reconstruction
+from tacit.runs import distinct
 
 
 def fill_unmapped(spans: SpanTable, rec: Reconstruction, callgraph: CallGraph) -> int:
@@ -30,7 +31,7 @@ def fill_unmapped(spans: SpanTable, rec: Reconstruction, callgraph: CallGraph) -
         return 0
     proc = process_key(spans)
     filled = 0
-    for p in np.unique(proc[lost]):
+    for p in distinct(proc[lost]):
         calls = lost[proc[lost] == p]
         incoming = np.flatnonzero((proc == p) & (spans.kind == SERVER))
         incoming = incoming[np.argsort(spans.start[incoming], kind="stable")]

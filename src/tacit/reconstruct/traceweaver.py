@@ -70,7 +70,7 @@ from tacit.reconstruct.delays import (
 from tacit.reconstruct.fallback import fill_unmapped
 from tacit.reconstruct.order import RANK_MIN_STD, ArrivalOrder
 from tacit.reconstruct.result import Reconstruction, open_problem
-from tacit.runs import run_bounds, run_heads, run_positions, split_at
+from tacit.runs import distinct, run_bounds, run_heads, run_positions, split_at
 
 
 @dataclass(frozen=True)
@@ -362,7 +362,7 @@ class _Instance:
         self.alternatives: list[Alternatives] = []  # per pass recorded, in order
         # Endpoints with calls to map, their incoming spans (by start) and their paths.
         graphs, self.requests = [], []
-        for ep in np.unique(spans.endpoint[incoming]):
+        for ep in distinct(spans.endpoint[incoming]):
             g = callgraph.get(svc, s[int(ep)] or "")
             if g is not None and any(p.slots for p in g.call_paths()):
                 reqs = incoming[spans.endpoint[incoming] == ep]
@@ -719,7 +719,7 @@ class _Instance:
         n_in = np.bincount(label[first], minlength=nb)
         outs, owner = cands.outs_of(flat)
         base = int(outs.max(initial=0)) + 1
-        pair = np.unique(label[owner] * base + outs)
+        pair = distinct(label[owner] * base + outs)
         out_batch, out_key = pair // base, call_keys(self.spans, pair % base)
         for q, key in enumerate(self.skip_keys):
             existing = np.bincount(out_batch[out_key == key], minlength=nb)
@@ -829,7 +829,7 @@ class _Instance:
             else:
                 since_best += 1
             forced = all(
-                len(ps.cands.incoming) == len(np.unique(ps.cands.incoming)) for ps in passes
+                len(ps.cands.incoming) == len(distinct(ps.cands.incoming)) for ps in passes
             )  # no span had a second candidate: no model can change the mapping
             if forced or state in seen or it == p.max_iterations or since_best >= p.patience:
                 break  # forced, stable, cycling, or no longer improving

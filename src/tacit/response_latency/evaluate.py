@@ -35,6 +35,7 @@ from tacit.model.packets import parse_endpoint
 from tacit.response_latency.estimator import ResponseEstimates
 from tacit.response_latency.rtt_baselines import METHODS, rtt_samples
 from tacit.response_latency.truth import RequestTruth, request_truth
+from tacit.runs import distinct
 
 
 @dataclass
@@ -198,7 +199,7 @@ def trigger_from_completions(
     sent = np.asarray(sent_ns, dtype=np.int64)
     done = np.asarray(received_ns, dtype=np.int64)
     out = np.full(len(conn), -1, dtype=np.int64)
-    for c in np.unique(conn):
+    for c in distinct(conn):
         rows = np.flatnonzero(conn == c)
         by_done = rows[np.argsort(done[rows], kind="stable")]
         k = np.searchsorted(done[by_done], sent[rows], side="right") - 1
@@ -306,7 +307,7 @@ def _score(
         estimate = estimates.latency_ns[scored]
     return ErrorSummary.from_signed(
         (estimate - truth) / truth,
-        connections=len(np.unique(estimates.connection[scored])),
+        connections=len(distinct(estimates.connection[scored])),
         unscored_estimates=int((~scored).sum()),
         unmatched=unmatched,
     )

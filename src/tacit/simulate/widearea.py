@@ -76,7 +76,7 @@ import numpy as np
 from tacit.errors import ConfigError
 from tacit.model.messages import MISSING, MessageTable, MessageTruth
 from tacit.model.spans import StringPool
-from tacit.runs import run_heads
+from tacit.runs import distinct, run_heads
 from tacit.simulate.microservices import EPOCH_NS
 
 SCENARIOS = ("cdn", "dht")
@@ -772,7 +772,7 @@ class _Simulation:
 
     def _node_delay(self, src: np.ndarray, step: np.ndarray) -> dict[tuple[str, str], float]:
         has = step >= 0
-        pairs = np.unique(src[has] * len(STEPS) + step[has]).tolist()
+        pairs = distinct(src[has] * len(STEPS) + step[has]).tolist()
         scale = math.exp(self.p.delay_sigma**2 / 2)  # lognormal mean / median
         return {
             (self.names[a], STEPS[b]): float(self.median_ns[a, b] * scale)
@@ -781,7 +781,7 @@ class _Simulation:
 
     def _network_delay(self, src: np.ndarray, dst: np.ndarray) -> dict[tuple[str, str], float]:
         n = len(self.names)
-        pairs = np.unique(src * n + dst).tolist()
+        pairs = distinct(src * n + dst).tolist()
         scale = 1.0 + self.p.net_jitter
         return {
             (self.names[a], self.names[b]): float(self.base_ns[a, b] * scale)
