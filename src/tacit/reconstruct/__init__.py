@@ -7,6 +7,7 @@
 - :mod:`~.scaleout`: TraceWeaver cut into independent parts, per instance and time window, run
   on a Dask cluster (§6.5, §6.6).
 - :mod:`~.trace_stream`: spans with trace context read as a stream, observed trace by trace.
+- :mod:`~.alternatives`: each call's top-K candidate parents, as columns.
 - :mod:`~.pipeline`: an algorithm by name; blind spans, or a stream of them, into assembled
   traces.
 """

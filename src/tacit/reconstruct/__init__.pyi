@@ -1,5 +1,6 @@
 """The names :mod:`tacit.reconstruct` exports, each imported on first use (``__init__.py``)."""
 
+from .alternatives import Alternatives
 from .assemble import assemble
 from .baselines import reconstruct_fcfs, reconstruct_vpath, reconstruct_wap5
 from .callgraph import CallGraph, EndpointGraph, learn_callgraph
@@ -21,6 +22,7 @@ from .traceweaver import TraceWeaverParams, reconstruct_traceweaver
 __all__ = [
     "ALGORITHMS",
     "ONLINE",
+    "Alternatives",
     "CallGraph",
     "EndpointGraph",
     "NotInStreamOrder",
