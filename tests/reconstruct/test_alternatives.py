@@ -53,3 +53,12 @@ def test_renumbered_and_where_act_on_calls_and_parents() -> None:
         for c, pairs in lists.items()
         if c in keep
     }
+
+
+def test_parents_among_rows_and_not_among_them() -> None:
+    lists = _lists(np.random.default_rng(4), 40)
+    rows = np.arange(0, 1000, 3)
+    every = {p for pairs in lists.values() for p, _ in pairs}
+    alts = Alternatives.of(lists)
+    assert alts.parents(rows, among=True).tolist() == sorted(every & set(rows.tolist()))
+    assert alts.parents(rows, among=False).tolist() == sorted(every - set(rows.tolist()))

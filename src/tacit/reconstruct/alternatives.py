@@ -18,7 +18,7 @@ from functools import cached_property
 
 import numpy as np
 
-from tacit.runs import run_bounds, split_at
+from tacit.runs import distinct, find_sorted, run_bounds, split_at
 
 Pairs = list[tuple[int, float]]
 
@@ -76,6 +76,12 @@ class Alternatives(Mapping[int, Pairs]):
     def renumbered(self, number: np.ndarray) -> Alternatives:
         """Calls and parents given by ``number[row]`` instead of their row."""
         return Alternatives(number[self.owner], number[self.parent], self.score)
+
+    def parents(self, rows: np.ndarray, among: bool) -> np.ndarray:
+        """The distinct candidate parents that are (``among``) or are not among ``rows``
+        (ascending)."""
+        listed = find_sorted(rows, self.parent) >= 0
+        return distinct(self.parent[listed == among])
 
     def firsts(self) -> tuple[np.ndarray, np.ndarray]:
         """Each call listed and its best-scored parent."""

@@ -50,7 +50,7 @@ from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.result import ROOT_CALL, Reconstruction
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
-from tacit.runs import distinct, find_sorted
+from tacit.runs import find_sorted
 
 NS = 1_000_000_000
 CHUNK_SIZE = 1000
@@ -355,18 +355,17 @@ class OnlineTraceWeaver:
         details = self.spans.details
         if details is None:
             return out, {}
-        elsewhere = distinct(out.parent[find_sorted(positions, out.parent) < 0])
+        elsewhere = out.parents(positions, among=False)
         rows = self._rows_of(elsewhere)
         here = rows != NONE
         named = dict(zip(elsewhere[here].tolist(), details[rows[here]].tolist(), strict=True))
         named.update((q, self._named[q]) for q in elsewhere[~here].tolist() if q in self._named)
         named = {q: d for q, d in named.items() if d is not None}
-        named_later = self._alternatives.parent
-        still = distinct(named_later[find_sorted(positions, named_later) >= 0])
+        still = self._alternatives.parents(positions, among=True)
         self._named.update(zip(still.tolist(), details[self._rows_of(still)].tolist(), strict=True))
         if self._named:
             known = np.fromiter(self._named, np.int64, len(self._named))
-            for q in known[~np.isin(known, named_later)].tolist():
+            for q in known[~np.isin(known, self._alternatives.parent)].tolist():
                 del self._named[q]
         return out, named
 

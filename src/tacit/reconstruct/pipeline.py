@@ -209,7 +209,7 @@ def assemble_finished(f: Finished, seed: int) -> tuple[SpanTable, Evidence]:
     rec.score[:] = f.score
     # A candidate parent in a trace already out, or still to come, is numbered past the rows.
     alts = f.alternatives
-    elsewhere = np.setdiff1d(alts.parent, f.position)
+    elsewhere = alts.parents(f.position, among=False)
     ids = np.concatenate([f.position, elsewhere])
     by_id = np.argsort(ids, kind="stable")
 
