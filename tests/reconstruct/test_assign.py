@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tacit.reconstruct.assign import Candidates, SolveStats, batches, solve_batch, water_fill
+from tacit.reconstruct.assign import (
+    Candidates,
+    SolveStats,
+    batches,
+    mapping_key,
+    solve_batch,
+    water_fill,
+)
 
 
 def make_candidates(
@@ -269,11 +276,36 @@ def test_batches_respect_max_batch(max_batch):
     assert len(parts) == -(-12 // max_batch)
 
 
-@pytest.mark.parametrize("seed", range(10))
-def test_mapping_is_each_picked_candidates_span_and_calls(seed):
+def reference_mapping(chosen):
+    """The mapping as the set of (incoming span, its outgoing spans) of every picked candidate."""
+    return frozenset(
+        (int(cands.incoming[c]), tuple(cands.outs(c).tolist()))
+        for cands, picked in chosen
+        for c in picked.tolist()
+    )
+
+
+def random_mapping(rng, cands):
+    """Picked candidates, at most one per incoming span, split at random into passes."""
+    first = {}
+    for c in rng.permutation(len(cands.incoming)).tolist():
+        first.setdefault(int(cands.incoming[c]), c)
+    picked = np.array([c for c in first.values() if rng.random() < 0.8], dtype=np.int64)
+    cut = int(rng.integers(0, len(picked) + 1))
+    return [(cands, picked[:cut]), (cands, picked[cut:])]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_mapping_key_is_equal_exactly_when_the_mappings_are(seed):
     rng = np.random.default_rng(seed)
     cands, _ = random_instance(rng)
-    picked = rng.permutation(len(cands.incoming))[: int(rng.integers(0, len(cands.incoming) + 1))]
-    assert cands.mapping(picked) == [
-        (int(cands.incoming[c]), tuple(cands.outs(c).tolist())) for c in picked
-    ]
+    mappings = [random_mapping(rng, cands) for _ in range(30)]
+    # The same mapping split into passes another way, in another order.
+    for chosen in mappings[:10]:
+        together = np.concatenate([picked for _, picked in chosen])
+        mappings.append([(cands, rng.permutation(together))])
+    for a in mappings:
+        explained, key = mapping_key(a)
+        assert explained == sum(len(outs) for _, outs in reference_mapping(a))
+        for b in mappings:
+            assert (key == mapping_key(b)[1]) == (reference_mapping(a) == reference_mapping(b))

@@ -48,6 +48,7 @@ from tacit.reconstruct.assign import (
     Candidates,
     SolveStats,
     batches,
+    mapping_key,
     ranges,
     solve_all,
     water_fill,
@@ -811,19 +812,16 @@ class _Instance:
         models = self._seed_models()
         order = ArrivalOrder(self.pools) if p.arrival_order and self.in_order.any() else None
         rank_models: list[GapModel | None] = []
-        seen: set[frozenset] = set()
+        seen: set[bytes] = set()
         best: tuple[tuple[int, float], list[_Pass]] | None = None
         since_best = 0
         it = 0
         for it in range(1, p.max_iterations + 1):
             passes = self._map(models, rank_models, order, stats)
-            state = frozenset(m for ps in passes for m in ps.cands.mapping(ps.picked))
+            explained, state = mapping_key([(ps.cands, ps.picked) for ps in passes])
             # Hard EM: a mapping is as good as the calls it explains, then its likelihood under
             # the models it was chosen with; keep the best, stop when it stops improving.
-            quality = (
-                sum(len(outs) for _, outs in state),
-                sum(float(ps.raw[ps.picked].sum()) for ps in passes),
-            )
+            quality = (explained, sum(float(ps.raw[ps.picked].sum()) for ps in passes))
             if best is None or quality > best[0]:
                 best, since_best = (quality, passes), 0
             else:
