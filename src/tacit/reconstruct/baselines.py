@@ -21,16 +21,48 @@ import heapq
 from collections.abc import Callable
 
 import numpy as np
+from numba import njit
 
 from tacit.model.roles import process_key
 from tacit.model.spans import NONE, SpanTable
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.candidates import call_keys, callee_key
 from tacit.reconstruct.result import Reconstruction, open_problem
-from tacit.runs import distinct
+from tacit.runs import distinct, find_sorted
 
 WAP5_CUTOFF = 4.0
 """WAP5's spontaneous alternative: a gap beyond this many mean delays is not causal (§5.1)."""
+
+
+def _endpoint_calls(
+    spans: SpanTable, service: int, endpoint: int, callgraph: CallGraph
+) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
+    """The calls a request of ``service``'s ``endpoint`` (codes) owes per callee key, from its
+    call graph, and how early and late (ns) around it such a call may start and end."""
+    s = spans.strings
+    g = callgraph.get(s[service] or "", s[endpoint] or "")
+    owed: dict[int, int] = {}
+    tolerance: dict[int, tuple[int, int]] = {}
+    for sl in g.slots if g else []:
+        k = callee_key(s, *sl.callee)
+        owed[k] = owed.get(k, 0) + 1
+        early, late = tolerance.get(k, (0, 0))
+        tolerance[k] = (max(early, sl.early_ns), max(late, sl.late_ns))
+    return owed, tolerance
+
+
+def _calls_by_endpoint(
+    spans: SpanTable, incoming: np.ndarray, callgraph: CallGraph
+) -> tuple[list[tuple[dict[int, int], dict[int, tuple[int, int]]]], list[int]]:
+    """:func:`_endpoint_calls` of each distinct (service, endpoint) of ``incoming`` (either
+    :data:`NONE`), and the index among them of each incoming span's."""
+    pair = ((spans.service[incoming].astype(np.int64) + 1) << 32) | (spans.endpoint[incoming] + 1)
+    found = distinct(pair)
+    made = [
+        _endpoint_calls(spans, (p >> 32) - 1, (p & 0xFFFFFFFF) - 1, callgraph)
+        for p in found.tolist()
+    ]
+    return made, np.searchsorted(found, pair).tolist()
 
 
 def owed_calls(
@@ -39,25 +71,21 @@ def owed_calls(
     """Calls each incoming span owes per callee key, from its endpoint's call graph, and how
     early and late (ns) around the span such a call may start and end (the learned
     tolerances of :class:`~.callgraph.Slot`, which every algorithm gets alike)."""
-    s = spans.strings
-    owed_all, tolerance_all = [], []
-    cache: dict[tuple[int, int], tuple[dict[int, int], dict[int, tuple[int, int]]]] = {}
-    for r in incoming:
-        key = (int(spans.service[r]), int(spans.endpoint[r]))
-        if key not in cache:
-            g = callgraph.get(s[key[0]] or "", s[key[1]] or "")
-            owed: dict[int, int] = {}
-            tolerance: dict[int, tuple[int, int]] = {}
-            for sl in g.slots if g else []:
-                k = callee_key(s, *sl.callee)
-                owed[k] = owed.get(k, 0) + 1
-                early, late = tolerance.get(k, (0, 0))
-                tolerance[k] = (max(early, sl.early_ns), max(late, sl.late_ns))
-            cache[key] = (owed, tolerance)
-        owed, tolerance = cache[key]
-        owed_all.append(dict(owed))
-        tolerance_all.append(tolerance)
-    return owed_all, tolerance_all
+    made, of = _calls_by_endpoint(spans, incoming, callgraph)
+    return [dict(made[i][0]) for i in of], [made[i][1] for i in of]
+
+
+def owed_counts(
+    spans: SpanTable, incoming: np.ndarray, callgraph: CallGraph
+) -> tuple[np.ndarray, np.ndarray]:
+    """What :func:`owed_calls` owes, as arrays: the callee keys any incoming span owes (sorted)
+    and the calls each owes to each, an (incoming x keys) matrix."""
+    made, of = _calls_by_endpoint(spans, incoming, callgraph)
+    keys = distinct(np.array([k for owed, _ in made for k in owed], dtype=np.int64))
+    counts = np.zeros((len(made), len(keys)), dtype=np.int64)
+    for i, (owed, _) in enumerate(made):
+        counts[i, np.searchsorted(keys, list(owed))] = list(owed.values())
+    return keys, counts[of]
 
 
 def per_instance(
@@ -120,28 +148,37 @@ def wap5_parents(
 ) -> np.ndarray:
     """WAP5's parent (a row of ``incoming``, or -1) for each of ``outgoing``, both of one
     instance sorted by start (see the module docstring)."""
-    parent = np.full(len(outgoing), NONE, dtype=np.int64)
-    owed, _ = owed_calls(spans, incoming, callgraph)
-    keys = call_keys(spans, outgoing).tolist()
-    start_in = spans.start[incoming]
+    keys, owed = owed_counts(spans, incoming, callgraph)
+    start_in, start_out = spans.start[incoming], spans.start[outgoing]
     # Mean causal delay: from the latest preceding incoming span to each outgoing span.
-    hi = np.searchsorted(start_in, spans.start[outgoing], "right")
-    ok = hi > 0
-    gaps = spans.start[outgoing[ok]] - start_in[hi[ok] - 1]
+    latest = np.searchsorted(start_in, start_out, "right")
+    ok = latest > 0
+    gaps = start_out[ok] - start_in[latest[ok] - 1]
     cutoff = WAP5_CUTOFF * (float(gaps.mean()) if len(gaps) else 0.0)
-    # Lists: the loop reads values one by one, which numpy scalars make slow.
-    began, rows = start_in.tolist(), incoming.tolist()
-    for n, (start, k, h) in enumerate(
-        zip(spans.start[outgoing].tolist(), keys, hi.tolist(), strict=True)
-    ):
-        for idx in range(h - 1, -1, -1):
-            if start - began[idx] > cutoff:
+    key = find_sorted(keys, call_keys(spans, outgoing))
+    chosen = _nearest_owing(start_in, start_out, latest, key, owed, cutoff)
+    return np.where(chosen >= 0, incoming[chosen], NONE)
+
+
+@njit(cache=True)
+def _nearest_owing(start_in, start_out, latest, key, owed, cutoff):  # pragma: no cover - compiled
+    """The loop of :func:`wap5_parents`, compiled: for each outgoing span in start order, the
+    most recent incoming span before it (index below ``latest``) within ``cutoff`` ns that
+    still owes a call to its callee (``key``: a column of ``owed``, -1 when none owes it),
+    which then owes one fewer; -1 for none."""
+    chosen = np.full(len(start_out), -1, dtype=np.int64)
+    for n in range(len(start_out)):
+        k = key[n]
+        if k < 0:
+            continue
+        for i in range(latest[n] - 1, -1, -1):
+            if start_out[n] - start_in[i] > cutoff:
                 break
-            if owed[idx].get(k, 0) > 0:
-                owed[idx][k] -= 1
-                parent[n] = rows[idx]
+            if owed[i, k] > 0:
+                owed[i, k] -= 1
+                chosen[n] = i
                 break
-    return parent
+    return chosen
 
 
 def reconstruct_wap5(spans: SpanTable, callgraph: CallGraph) -> Reconstruction:
