@@ -18,6 +18,7 @@ size in time order, solved one after the other, each chunk's chosen spans remove
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,9 +110,46 @@ class SolveStats:
     fallbacks: int = 0
 
 
-def batches(
-    cands: Candidates, order_key: np.ndarray, max_batch: int
-) -> tuple[list[np.ndarray], np.ndarray]:
+@dataclass
+class Batches:
+    """Batches of indices as one array of them all, batch by batch, and where each batch
+    begins: ``members[ptr[b]:ptr[b + 1]]`` is batch ``b``. A round has thousands of batches,
+    most of one incoming span, which as a list of arrays cost a slice each to make and a
+    concatenation to use."""
+
+    members: np.ndarray
+    ptr: np.ndarray
+
+    @classmethod
+    def cut(cls, members: np.ndarray, heads: np.ndarray) -> Batches:
+        """``members`` cut before each of the positions ``heads`` (sorted, the first 0)."""
+        return cls(members, np.append(heads, len(members)).astype(np.int64))
+
+    def __len__(self) -> int:
+        return len(self.ptr) - 1
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter(split_at(self.members, self.ptr[1:-1]))
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.ptr)
+
+    @property
+    def label(self) -> np.ndarray:
+        """The batch of each of :attr:`members`."""
+        return np.repeat(np.arange(len(self)), self.sizes)
+
+    def take(self, which: np.ndarray) -> Batches:
+        """The batches ``which``, in that order."""
+        sizes = self.sizes[which]
+        return Batches(
+            self.members[ranges(self.ptr[which], sizes)],
+            np.r_[0, np.cumsum(sizes)].astype(np.int64),
+        )
+
+
+def batches(cands: Candidates, order_key: np.ndarray, max_batch: int) -> tuple[Batches, np.ndarray]:
     """Incoming indices per batch: connected components, cut into chunks of ``max_batch``.
 
     ``order_key[i]`` orders incoming spans in time (their start). Also returns, per batch,
@@ -119,7 +157,7 @@ def batches(
     """
     n_in = len(order_key)
     if len(cands.incoming) == 0:
-        return [], np.zeros(0, dtype=bool)
+        return Batches.cut(np.zeros(0, np.int64), np.zeros(0, np.int64)), np.zeros(0, dtype=bool)
     uniq, out_idx = np.unique(cands.out_rows, return_inverse=True)
     per_cand = np.diff(cands.out_ptr)
     rows = np.repeat(cands.incoming, per_cand)
@@ -139,18 +177,18 @@ def batches(
     offset = np.arange(len(present)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
     present = present[np.repeat(starts, sizes) + offset]
     head = offset % max_batch == 0
-    return split_at(present, np.flatnonzero(head)[1:]), offset[head] > 0
+    return Batches.cut(present, np.flatnonzero(head)), offset[head] > 0
 
 
 def solve_all(
     cands: Candidates,
-    members: list[np.ndarray],
+    members: Batches,
     continued: np.ndarray,
     quotas: np.ndarray,
     time_limit: float,
     stats: SolveStats,
 ) -> np.ndarray:
-    """The chosen candidates of every batch (``members[b]``: candidate indices; ``quotas[b]``:
+    """The chosen candidates of every batch (``members``: candidate indices; ``quotas[b]``:
     its skip quota per key), batches solved in time order.
 
     A chunk that continues a component loses the candidates using spans the chunks before it
@@ -162,9 +200,7 @@ def solve_all(
     nb = len(members)
     if nb == 0:
         return np.empty(0, dtype=np.int64)
-    sizes = np.array([len(m) for m in members])
-    flat = np.concatenate(members)
-    label = np.repeat(np.arange(nb), sizes)
+    flat, label = members.members, members.label
     order = np.lexsort((-cands.weight[flat], cands.incoming[flat]))
     first = run_heads(cands.incoming[flat[order]])
     best, best_label = flat[order[first]], label[order[first]]
@@ -182,7 +218,7 @@ def solve_all(
     hard_ids = np.flatnonzero(hard)
     if not len(hard_ids):
         return np.concatenate(chosen).astype(np.int64)
-    lay = _Layout(cands, [members[b] for b in hard_ids], quotas[hard_ids])
+    lay = _Layout(cands, members.take(hard_ids), quotas[hard_ids])
     # Spans taken so far: a continued chunk must not take what the chunks before it took;
     # batches of different components share no span, so one mask serves them all.
     used = np.zeros(lay.n_out, dtype=np.bool_)
@@ -207,9 +243,8 @@ class _Layout:
     incoming span, groups in order of their best candidate), then by weight, best first;
     outgoing spans renumbered densely."""
 
-    def __init__(self, cands: Candidates, members: list[np.ndarray], quotas: np.ndarray) -> None:
-        flat = np.concatenate(members)
-        batch = np.repeat(np.arange(len(members)), [len(m) for m in members])
+    def __init__(self, cands: Candidates, members: Batches, quotas: np.ndarray) -> None:
+        flat, batch = members.members, members.label
         w, inc = cands.weight[flat], cands.incoming[flat]
         # Groups: (batch, incoming); each ranked within its batch by its best weight.
         by = np.lexsort((np.arange(len(flat)), -w, inc, batch))
@@ -305,7 +340,7 @@ def solve_batch(
     stats.batches += 1
     if len(members) == 0:
         return members
-    lay = _Layout(cands, [members], quota[None, :])
+    lay = _Layout(cands, Batches.cut(members, np.zeros(1, np.int64)), quota[None, :])
     picks, stop = _solve_in_order(
         *lay.kernel_args(), 0, node_limit, np.zeros(lay.n_out, dtype=np.bool_)
     )
@@ -550,7 +585,7 @@ def _solve_in_order(  # pragma: no cover - compiled
 def _greedy(cands: Candidates, members: np.ndarray, quota: np.ndarray) -> np.ndarray:
     """The greedy choice among ``members`` (what HiGHS falls back on when it finds nothing in
     time): the compiled one the branch and bound starts from."""
-    lay = _Layout(cands, [members], quota[None, :])
+    lay = _Layout(cands, Batches.cut(members, np.zeros(1, np.int64)), quota[None, :])
     picks = _greedy_choice(
         lay.group_ptr,
         0,

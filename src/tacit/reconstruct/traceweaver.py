@@ -45,6 +45,7 @@ from tacit.model.spans import CLIENT, NONE, SpanTable
 from tacit.model.traces import roots
 from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.assign import (
+    Batches,
     Candidates,
     SolveStats,
     batches,
@@ -324,15 +325,13 @@ def _edge_key(endpoint: int, path: CallPath, keys: list[int], j: int | None) -> 
     return (endpoint, (path.anchor_event(j), keys[a]), keys[j])
 
 
-def _gather(values: np.ndarray, bounds: np.ndarray, parts: list[np.ndarray]) -> list[np.ndarray]:
+def _gather(values: np.ndarray, bounds: np.ndarray, parts: Batches) -> Batches:
     """Per part, the ``values[bounds[i]:bounds[i + 1]]`` of each ``i`` in it, concatenated:
     gathered for all parts at once, which matters when there are thousands of small ones."""
-    if not parts:
-        return []
-    owners = np.concatenate(parts)
+    owners = parts.members
     per_owner = bounds[owners + 1] - bounds[owners]
-    part_ends = np.cumsum(np.array([len(p) for p in parts], dtype=np.int64)) - 1
-    return split_at(values[ranges(bounds[owners], per_owner)], np.cumsum(per_owner)[part_ends[:-1]])
+    ends = np.r_[0, np.cumsum(per_owner)].astype(np.int64)
+    return Batches(values[ranges(bounds[owners], per_owner)], ends[parts.ptr])
 
 
 class _Instance:
@@ -706,15 +705,14 @@ class _Instance:
         keep = best[run_heads(cands.incoming[picked][best])]
         return np.sort(picked[keep])
 
-    def _quotas(self, cands: Candidates, members: list[np.ndarray]) -> np.ndarray:
+    def _quotas(self, cands: Candidates, members: Batches) -> np.ndarray:
         """Skips each batch may use per callee key: the budget water-filled over batches (§4.2)
         by the calls each batch already has and the room it has for more."""
         nb, nk = len(members), len(self.skip_keys)
         quota = np.zeros((nb, nk), dtype=np.int64)
         if not nk or not nb:
             return quota
-        flat = np.concatenate(members)
-        label = np.repeat(np.arange(nb), [len(m) for m in members])
+        flat, label = members.members, members.label
         # Each incoming span is in one batch; an outgoing span may be a candidate in several.
         first = np.unique(cands.incoming[flat], return_index=True)[1]
         n_in = np.bincount(label[first], minlength=nb)
