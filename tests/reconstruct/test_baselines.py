@@ -75,3 +75,10 @@ def test_owed_counts_are_owed_calls_as_a_matrix(instances):
         assert [
             {k: c for k, c in zip(keys.tolist(), row, strict=True) if c} for row in counts.tolist()
         ] == [{k: c for k, c in d.items() if c} for d in owed]
+
+
+def test_calls_of_an_instance_without_requests_have_no_wap5_parent(instances):
+    spans, callgraph, found = instances
+    outgoing = next(o for _, o in found if len(o))
+    none = np.zeros(0, dtype=np.int64)
+    assert wap5_parents(spans, none, outgoing, callgraph).tolist() == [NONE] * len(outgoing)

@@ -157,7 +157,9 @@ def wap5_parents(
     cutoff = WAP5_CUTOFF * (float(gaps.mean()) if len(gaps) else 0.0)
     key = find_sorted(keys, call_keys(spans, outgoing))
     chosen = _nearest_owing(start_in, start_out, latest, key, owed, cutoff)
-    return np.where(chosen >= 0, incoming[chosen], NONE)
+    parent = np.full(len(outgoing), NONE, dtype=np.int64)
+    parent[chosen >= 0] = incoming[chosen[chosen >= 0]]
+    return parent
 
 
 @njit(cache=True)
