@@ -26,7 +26,7 @@ from tacit.causal_paths.instances import Instances
 from tacit.errors import ConfigError
 from tacit.hashing import hash64
 from tacit.model.messages import MISSING, MessageTable
-from tacit.runs import run_starts, split_at
+from tacit.runs import contained, run_starts, split_at
 
 HISTOGRAM_EDGES_NS = np.r_[0, np.logspace(3, 11, 33)]
 """Node-delay histogram bins: 0, then 1 µs to 100 s at four bins per decade."""
@@ -182,7 +182,7 @@ class PatternDetail:
     hist_weight: np.ndarray
 
     def covers(self, keys: np.ndarray) -> bool:
-        return bool(np.isin(keys, self.keys).all())
+        return bool(contained(keys, self.keys).all())
 
     def hops(self, messages: MessageTable, key: int) -> list[Hop]:
         """The hops of pattern ``key`` in breadth-first order, with their mean delays."""
@@ -328,7 +328,7 @@ def find_patterns(
     k = len(keys)
     lat_ok = ~np.isnan(latency)
     mine = (
-        np.ones(len(instances), bool) if detail_for is None else np.isin(instance_key, detail_for)
+        np.ones(len(instances), bool) if detail_for is None else contained(instance_key, detail_for)
     )
     pos = np.flatnonzero(mine[inst_of])
     order = np.lexsort((-instances.prob, inst_pattern))

@@ -58,7 +58,7 @@ from tacit.diagnosis.inject import pick_requests, scale_self_time
 from tacit.diagnosis.tail import blind_and_reconstruct, request_roots, self_latency
 from tacit.errors import ConfigError
 from tacit.model.spans import SERVER, SpanTable
-from tacit.runs import distinct
+from tacit.runs import contained, distinct
 
 VERSION_B = "@B"
 """Suffix of the instance name of the spans served by version B."""
@@ -213,7 +213,7 @@ def ab_traces(spans: SpanTable, service: str, share: float | None = None) -> ABR
     rows, a, b, rest = _groups(spans, service, share)
     heads, root, _ = request_roots(spans)
     e2e = spans.end - spans.start
-    through_a, through_b, elsewhere = (np.isin(heads, root[rows[m]]) for m in (a, b, rest))
+    through_a, through_b, elsewhere = (contained(heads, root[rows[m]]) for m in (a, b, rest))
     return welch(
         "traces: end-to-end, A vs B requests",
         e2e[heads[through_a & ~through_b & ~elsewhere]],
@@ -238,7 +238,7 @@ def ab_periods(
     heads, root, _ = request_roots(spans)
     rng = np.random.default_rng(seed)
     in_b_period = rng.random(len(heads)) < 0.5
-    keep = np.isin(root, heads[in_b_period])
+    keep = contained(root, heads[in_b_period])
     period_b, _ = route_to_b(spans.take(keep), service, share, effect, seed, basis)
     control = spans.take(~keep)
     e2e_b = (period_b.end - period_b.start)[request_roots(period_b)[0]]
@@ -263,7 +263,7 @@ def mark_nested(spans: SpanTable, service: str, share: float, seed: int) -> np.n
     if want > len(traces):
         raise ConfigError(f"a share of {share} is not nested in the routed share")
     chosen = np.random.default_rng([seed, want]).choice(traces, want, replace=False)
-    marked = inner[np.isin(spans.trace[inner], chosen)]
+    marked = inner[contained(spans.trace[inner], chosen)]
     _suffix_instance(spans, marked, f"/{share:g}")
     return marked
 

@@ -32,7 +32,7 @@ from numba import njit
 from tacit.diagnosis.execution_graph import ExecutionGraph, GraphParams, build_graph
 from tacit.model.spans import CLIENT, NONE, SpanTable
 from tacit.reconstruct.result import Reconstruction
-from tacit.runs import distinct
+from tacit.runs import contained, distinct
 
 NETWORK = "(network)"
 """The pseudo-service that RPC transit time on the critical path is counted under."""
@@ -188,7 +188,7 @@ def weigh_uncertain_links(cp: CriticalPaths, rec: Reconstruction) -> CriticalPat
     slots = np.flatnonzero(slot >= 0)
     # The candidates of each slot: alternatives to the same parent making the same call.
     key = (table.endpoint.astype(np.int64) << 32) | (table.peer.astype(np.int64) & 0xFFFFFFFF)
-    alt = np.isin(child, np.fromiter(rec.alternatives, np.int64, len(rec.alternatives)))
+    alt = contained(child, np.fromiter(rec.alternatives, np.int64, len(rec.alternatives)))
     a_child, a_parent, a_prob = child[alt], parent[alt], prob[alt]
     order = np.lexsort((key[a_child], a_parent))
     a_child, a_parent, a_prob = a_child[order], a_parent[order], a_prob[order]

@@ -44,6 +44,7 @@ from tacit.errors import InputError
 from tacit.model.parents import climb
 from tacit.model.roles import process_key
 from tacit.model.spans import NONE, SpanTable
+from tacit.runs import contained
 
 SERIAL = 0
 PARALLEL = 1
@@ -209,7 +210,7 @@ def build_graph(spans: SpanTable, params: GraphParams | None = None) -> Executio
         depth=depth,
         root=root,
         trace_roots=roots,
-        in_trace=np.isin(root, roots),
+        in_trace=contained(root, roots),
         child_ptr=child_ptr,
         children=by_end,
         rpc=rpc,

@@ -28,7 +28,7 @@ import numpy as np
 from tacit.diagnosis.execution_graph import trace_roots
 from tacit.errors import ConfigError
 from tacit.model.spans import NONE, SERVER, SpanTable
-from tacit.runs import distinct, run_positions
+from tacit.runs import contained, distinct, run_positions
 
 
 def delay_spans(spans: SpanTable, rows: np.ndarray, delay_ns: int) -> SpanTable:
@@ -94,7 +94,7 @@ def pick_requests(spans: SpanTable, service: str, share: float, seed: int) -> np
     traces = distinct(spans.trace[rows])
     rng = np.random.default_rng(seed)
     chosen = rng.choice(traces, round(share * len(traces)), replace=False)
-    return rows[np.isin(spans.trace[rows], chosen)]
+    return rows[contained(spans.trace[rows], chosen)]
 
 
 def resample_traces(spans: SpanTable, n: int, seed: int) -> SpanTable:

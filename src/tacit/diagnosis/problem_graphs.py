@@ -21,7 +21,7 @@ from scipy.sparse.csgraph import connected_components
 from tacit.diagnosis.syslog_causality import INTRA, Rule, directed_links
 from tacit.errors import ConfigError
 from tacit.model.topology import Topology
-from tacit.runs import distinct
+from tacit.runs import contained, distinct
 
 S = 1_000_000_000
 
@@ -167,7 +167,7 @@ def _edges(
         if r.scope == INTRA:
             ok &= d[ca][:, None] == d[eb][None, :]
         else:
-            ok &= np.isin(d[ca][:, None] * n_dev + d[eb][None, :], neighbor)
+            ok &= contained(d[ca][:, None] * n_dev + d[eb][None, :], neighbor)
         i, j = np.nonzero(ok)
         src.extend(ca[i])
         dst.extend(eb[j])

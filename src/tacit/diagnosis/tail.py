@@ -51,7 +51,7 @@ from tacit.errors import ConfigError
 from tacit.model.spans import NONE, SERVER, SpanTable
 from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.result import Reconstruction
-from tacit.runs import distinct, run_bounds
+from tacit.runs import contained, distinct, run_bounds
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ def requests_between(spans: SpanTable, start_ns: int, end_ns: int) -> SpanTable:
     e.g. a fault's), whole."""
     heads, root, _ = request_roots(spans)
     begins = spans.start[heads]
-    return spans.take(np.isin(root, heads[(begins >= start_ns) & (begins < end_ns)]))
+    return spans.take(contained(root, heads[(begins >= start_ns) & (begins < end_ns)]))
 
 
 def link_probabilities(
@@ -174,7 +174,7 @@ def link_probabilities(
     w = np.exp(np.concatenate([score, best[extra]]) - best[group])
     prob = w / np.bincount(group, w, len(alt_rows))[group]
     certain = np.flatnonzero(spans.parent != NONE)
-    certain = certain[~np.isin(certain, alt_rows)]
+    certain = certain[~contained(certain, alt_rows)]
     return (
         np.concatenate([certain, alt_rows[group]]),
         np.concatenate([spans.parent[certain], cand]),
@@ -222,7 +222,7 @@ def tail_profile(
     is_slow[np.argsort(-e2e, kind="stable")[: max(1, round(len(heads) * p.percent / 100))]] = True
     slow_roots, k = heads[is_slow], int(is_slow.sum())
     weight = slow_probability(spans, slow_roots, rec)
-    in_request = np.isin(root, heads)
+    in_request = contained(root, heads)
     value = self_latency(spans) if p.metric == "self" else spans.end - spans.start
     server = np.flatnonzero((spans.kind == SERVER) & in_request)
     e2e_excess = (e2e[is_slow].mean() - e2e.mean()) / 1e6

@@ -22,7 +22,7 @@ from tacit.model.spans import SpanTable
 from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
 from tacit.reconstruct.pipeline import ALGORITHMS, Progress, check_algorithm, run_algorithm
 from tacit.reconstruct.traceweaver import TraceWeaverParams
-from tacit.runs import distinct
+from tacit.runs import contained, distinct
 
 
 @dataclass
@@ -118,4 +118,4 @@ def _sample_traces(truth: SpanTable, fraction: float, seed: int) -> SpanTable:
     traces = distinct(truth.trace)
     rng = np.random.default_rng(seed)
     keep = rng.choice(traces, max(1, round(fraction * len(traces))), replace=False)
-    return truth.take(np.isin(truth.trace, keep))
+    return truth.take(contained(truth.trace, keep))

@@ -15,7 +15,7 @@ import numpy as np
 
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.reconstruct.result import Reconstruction
-from tacit.runs import distinct
+from tacit.runs import contained, distinct
 
 
 @dataclass
@@ -147,4 +147,4 @@ def artifact_scope(truth: SpanTable) -> np.ndarray:
     pairs = np.unique(np.stack([truth.service[called], callers]), axis=1)
     services, n_callers = np.unique(pairs[0], return_counts=True)
     shared = services[n_callers > 1]
-    return (truth.kind == CLIENT) & (truth.link != NONE) & ~np.isin(truth.service, shared)
+    return (truth.kind == CLIENT) & (truth.link != NONE) & ~contained(truth.service, shared)

@@ -35,6 +35,7 @@ from tacit.compiled import grown
 from tacit.errors import ConfigError
 from tacit.hashing import hash64, ids64, mix64
 from tacit.model.packets import ACK, SYN, TCP, UDP, format_endpoint, parse_endpoint
+from tacit.runs import contained
 
 DECISIONS = ("server", "handshake", "port", "first_packet", "not_server")
 """How a connection's direction was decided (index = code in :attr:`ConnectionTable.decided`)."""
@@ -286,7 +287,7 @@ class ConnectionRegistry:
         client = self._first_side[lo:hi].copy()
         by_port = ports[:, 0] != ports[:, 1]
         client[by_port] = (ports[by_port, 0] < ports[by_port, 1]).astype(np.int8)
-        service = np.isin(ports, list(SERVICE_PORTS))
+        service = contained(ports, list(SERVICE_PORTS))
         one_service = service[:, 0] != service[:, 1]
         client[one_service] = service[one_service, 0].astype(np.int8)  # A serves: B is client
         decided[by_port | one_service] = BY_PORT

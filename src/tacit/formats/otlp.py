@@ -89,6 +89,7 @@ from tacit.model.spans import (
     table_from_codes,
 )
 from tacit.outputs import atomic_output
+from tacit.runs import contained
 
 PROTOBUF_SUFFIXES = (".pb", ".pb.gz", ".binpb", ".binpb.gz")
 """Names of binary protobuf files (the protobuf project's ``.binpb``, and the older ``.pb``)."""
@@ -268,7 +269,7 @@ def _wire_request(body: bytes, request: Any, source: str) -> tuple[int, RequestR
         & (parent_len <= 8)
         & (kind >= 0)
         & (kind < len(_KIND_ENUM))
-        & np.isin(f[:, otlp_wire.STATUS_CODE], _STATUS_ARRAY)
+        & contained(f[:, otlp_wire.STATUS_CODE], _STATUS_ARRAY)
         & (f[:, otlp_wire.END] >= f[:, otlp_wire.START])
     )
     if len(processes) != len(wire.resources) or not usual.all():

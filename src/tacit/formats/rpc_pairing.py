@@ -32,7 +32,7 @@ from numba import njit
 
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SERVER, SpanTable
-from tacit.runs import distinct
+from tacit.runs import contained, distinct
 
 NO_KEY = "the agent recorded nothing that identifies its connection"
 NOTHING_OPPOSITE = "no span on the other side of its connection"
@@ -210,5 +210,5 @@ def _has_opposite(
     if not len(keys):
         return np.zeros(len(rows), dtype=bool)
     at = np.minimum(np.searchsorted(keys, key[rows]), len(keys) - 1)
-    own = np.isin(key[rows] * width + process[rows], pairs)
+    own = contained(key[rows] * width + process[rows], pairs)
     return (keys[at] == key[rows]) & (processes[at] > own)

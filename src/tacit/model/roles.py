@@ -23,6 +23,7 @@ import numpy as np
 
 from tacit.model.span_details import concat_details
 from tacit.model.spans import CLIENT, INTERNAL, NONE, SERVER, UNKNOWN, SpanTable
+from tacit.runs import contained
 
 DATABASE_NAME = re.compile(
     r"^(sql\.|select\b|insert\b|update\b|delete\b|redis|memcache|mongo|mysql|postgres|"
@@ -52,7 +53,7 @@ class Observed:
         but for the calls made by the ``instrumented`` services, which propagate context: their
         parents stay known (a hybrid deployment, where reconstruction fills in the rest)."""
         t = self.spans.take(np.arange(len(self.spans)))
-        known = (t.kind == CLIENT) & np.isin(t.service, [t.strings.find(s) for s in instrumented])
+        known = (t.kind == CLIENT) & contained(t.service, [t.strings.find(s) for s in instrumented])
         t.trace[:] = NONE
         t.span_id[:] = NONE
         t.parent[:] = np.where(known, self.spans.parent, NONE)

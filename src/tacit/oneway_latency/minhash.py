@@ -24,7 +24,7 @@ import numpy as np
 from tacit.errors import ConfigError
 from tacit.hashing import hash64
 from tacit.oneway_latency.identifiers import derive_seeds
-from tacit.runs import distinct
+from tacit.runs import contained, distinct
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def jaccard(a: BottomK, b: BottomK) -> float:
     if not len(union):
         return 1.0
     both = np.intersect1d(a.values, b.values, assume_unique=True)
-    return float(np.count_nonzero(np.isin(union, both, assume_unique=True))) / len(union)
+    return float(np.count_nonzero(contained(union, both))) / len(union)
 
 
 def set_difference(a: BottomK, b: BottomK) -> float:

@@ -16,6 +16,7 @@ import numpy as np
 from tacit.oneway_latency.intervals import IntervalCache, IntervalWork
 from tacit.oneway_latency.rda import ReconcileResult, reconcile
 from tacit.oneway_latency.synopsis import Synopsis
+from tacit.runs import contained
 
 
 class RemoteCache:
@@ -29,7 +30,7 @@ class RemoteCache:
 
     def lookup(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         query = np.asarray(query, dtype=np.uint64)
-        unasked = query[~np.isin(query, self.asked)]
+        unasked = query[~contained(query, self.asked)]
         self.missing.update(unasked.tolist())
         return self.known.lookup(query)
 

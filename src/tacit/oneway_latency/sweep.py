@@ -64,7 +64,7 @@ from tacit.oneway_latency.stream import PacketStream
 from tacit.oneway_latency.synopsis import Synopsis
 from tacit.oneway_latency.truth import packet_latencies
 from tacit.outputs import atomic_output
-from tacit.runs import distinct
+from tacit.runs import contained, distinct
 
 DIFFERENCES = (0, 10, 100, 1_000, 2_000, 5_000, 10_000)
 PAPER_MEMORY_BYTES = 100_000
@@ -134,7 +134,7 @@ def set_differences(
     received, latency = packet_latencies(sender, receiver)
     received_in = intervals.index(sender.time + latency)
     one_side = ~received | (received_in != sent_in)
-    foreign = ~np.isin(receiver.ident, sender.ident)
+    foreign = ~contained(receiver.ident, sender.ident)
     cells = [
         sent_in[one_side],
         received_in[received & one_side],

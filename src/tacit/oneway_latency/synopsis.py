@@ -39,7 +39,7 @@ from numba import njit
 
 from tacit.errors import ConfigError
 from tacit.oneway_latency.identifiers import bank_hashes, bucket_of, check32, derive_seeds
-from tacit.runs import distinct
+from tacit.runs import contained, distinct
 
 ID_BYTES = 8
 TS_BYTES = 8
@@ -248,7 +248,7 @@ def peel(
     )
     uniq, times = np.unique(ids, return_counts=True)
     repeated = uniq[times > 1]
-    once = ~np.isin(ids, repeated)
+    once = ~contained(ids, repeated)
     return PeelResult(ids[once], signs[once], bool(complete) and not len(repeated), repeated)
 
 

@@ -50,7 +50,7 @@ from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.result import ROOT_CALL, Reconstruction
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
-from tacit.runs import find_sorted
+from tacit.runs import contained, find_sorted
 
 NS = 1_000_000_000
 CHUNK_SIZE = 1000
@@ -365,7 +365,7 @@ class OnlineTraceWeaver:
         self._named.update(zip(still.tolist(), details[self._rows_of(still)].tolist(), strict=True))
         if self._named:
             known = np.fromiter(self._named, np.int64, len(self._named))
-            for q in known[~np.isin(known, self._alternatives.parent)].tolist():
+            for q in known[~contained(known, self._alternatives.parent)].tolist():
                 del self._named[q]
         return out, named
 

@@ -11,6 +11,7 @@ import numpy as np
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.reconstruct.alternatives import Alternatives, Pairs
+from tacit.runs import contained
 
 ROOT_CALL = "a trace root: a call from an instance that serves no requests (a client)"
 
@@ -27,7 +28,7 @@ def open_problem(spans: SpanTable, rows: np.ndarray) -> tuple[np.ndarray, np.nda
     calls without a known parent, and the requests with no known call."""
     kind, parent = spans.kind[rows], spans.parent[rows]
     known = _known(kind, parent)
-    decided = np.isin(rows, parent[known])
+    decided = contained(rows, parent[known])
     return rows[(kind == SERVER) & ~decided], rows[(kind == CLIENT) & ~known]
 
 
@@ -78,7 +79,7 @@ class Reconstruction:
         """Give every client span still without parent or reason the default ``reason``, or
         :data:`ROOT_CALL` when its instance serves no requests at all."""
         proc = process_key(spans)
-        serving = np.isin(proc, proc[spans.kind == SERVER])
+        serving = contained(proc, proc[spans.kind == SERVER])
         for r in np.flatnonzero((spans.kind == CLIENT) & (self.parent == NONE)):
             self.unmapped.setdefault(int(r), reason if serving[r] else ROOT_CALL)
 

@@ -38,7 +38,7 @@ from tacit.reconstruct.traceweaver import (
     reconstruct_traceweaver,
     service_confidence,
 )
-from tacit.runs import split_at
+from tacit.runs import contained, split_at
 
 if TYPE_CHECKING:
     import distributed
@@ -69,7 +69,7 @@ def partition(
     if params.joins:
         s = spans.strings
         joins = [s.find(svc) for (svc, _), g in callgraph.endpoints.items() if g.join is not None]
-        joined[instance[np.isin(spans.service, joins)]] = True
+        joined[instance[contained(spans.service, joins)]] = True
     group = _groups(spans, instance, joined)
     order = np.argsort(group, kind="stable")
     cut = np.flatnonzero(np.diff(group[order])) + 1

@@ -72,7 +72,7 @@ from tacit.reconstruct.delays import (
 from tacit.reconstruct.fallback import fill_unmapped
 from tacit.reconstruct.order import RANK_MIN_STD, ArrivalOrder
 from tacit.reconstruct.result import Reconstruction, open_problem
-from tacit.runs import distinct, run_bounds, run_heads, run_positions, split_at
+from tacit.runs import contained, distinct, run_bounds, run_heads, run_positions, split_at
 
 
 @dataclass(frozen=True)
@@ -278,7 +278,7 @@ class _Pass:
 
     def revoke(self, incoming: np.ndarray) -> None:
         """Drop the chosen candidates of ``incoming`` spans (to be searched again)."""
-        self.picked = self.picked[~np.isin(self.cands.incoming[self.picked], incoming)]
+        self.picked = self.picked[~contained(self.cands.incoming[self.picked], incoming)]
 
     def chosen(self) -> list[np.ndarray]:
         """The chosen candidate indices per set."""
@@ -789,12 +789,12 @@ class _Instance:
             taken = cands.outs_of(picked)[0]
             if not len(taken):
                 break
-            left = left[~np.isin(left, taken)]
-            done = np.isin(self.incoming[which], cands.incoming[picked])
+            left = left[~contained(left, taken)]
+            done = contained(self.incoming[which], cands.incoming[picked])
             # A join's group that did not call onward is searched again, its members with it.
             won = picked[self.trigger[origin[picked, 0]]]
             triggered = self.group[self._index(cands.incoming[won])]
-            waiting = (self.group[which] != NONE) & ~np.isin(self.group[which], triggered)
+            waiting = (self.group[which] != NONE) & ~contained(self.group[which], triggered)
             for ps in passes:
                 ps.revoke(self.incoming[which[done & waiting]])
             which = which[~done | waiting]

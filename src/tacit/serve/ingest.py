@@ -27,7 +27,7 @@ from tacit.formats.otlp import (
     read_already,
     read_export_request,
 )
-from tacit.runs import split_at
+from tacit.runs import contained, split_at
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.store import Store
 
@@ -122,7 +122,7 @@ class Ingest:
         for first, encoding, body in self.store.requests_from(low_water):
             spans, parent_ids = read_export_request(body, encoding, f"stored request {first}")
             seq = np.arange(first, first + len(spans))
-            keep = (seq >= low_water) & ~np.isin(seq, list(done))
+            keep = (seq >= low_water) & ~contained(seq, list(done))
             if not keep.any():
                 continue
             rows = np.flatnonzero(keep)

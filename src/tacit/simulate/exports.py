@@ -23,6 +23,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from tacit.model.spans import CLIENT, INTERNAL, NONE, SERVER, UNKNOWN, SpanTable
+from tacit.runs import contained
 
 HANDLER_MARGIN_NS = 1_000
 """How far inside its request a handler span starts and ends."""
@@ -41,7 +42,7 @@ def export_shape(
     s = spans.strings
     parent = spans.parent.copy()
     keep = np.ones(len(spans), dtype=bool)
-    dark = np.isin(spans.service, [s.find(name) for name in untraced])
+    dark = contained(spans.service, [s.find(name) for name in untraced])
     keep &= ~(dark & (spans.kind == SERVER))
     if not client_spans:
         # A call to a traced service is seen only at the callee, whose server span's parent
