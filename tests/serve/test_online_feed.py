@@ -26,14 +26,20 @@ def _requests(seconds: float):
 def test_low_water_is_the_lowest_sequence_number_still_pending():
     feed = OnlineFeed(shop_callgraph(), QUICK, first_position=1000)
     next_seq, checked = 5000, 0
+    pending: set[int] = set()  # sequence numbers pushed and not yet released
     for spans, parent_ids in _requests(8):
-        fed = feed.push(spans, parent_ids, np.arange(next_seq, next_seq + len(spans)))
+        seq = np.arange(next_seq, next_seq + len(spans))
+        fed = feed.push(spans, parent_ids, seq)
         next_seq += len(spans)
+        pending |= set(seq.tolist()) - {n for a in fed.alone for n in a.seq.tolist()}
         for f in fed.finished:
-            feed.release(f)
+            released = feed.release(f)[0].tolist()
+            assert set(released) <= pending and len(set(released)) == len(released)
+            pending -= set(released)
             checked += 1
-        assert feed.low_water(next_seq) == min(feed.seq_of.values(), default=next_seq)
+        assert feed.low_water(next_seq) == min(pending, default=next_seq)
+        assert feed.pending == len(pending)
     for f in feed.advance(feed.tw.latest_end + 10 * NS):
-        feed.release(f)
-    assert checked and not feed.pending
+        pending -= set(feed.release(f)[0].tolist())
+    assert checked and not feed.pending and not pending
     assert feed.low_water(next_seq) == next_seq

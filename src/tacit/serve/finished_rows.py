@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,7 +82,7 @@ class Rows:
         return out
 
     def add_finished(
-        self, f: Finished, seq: np.ndarray, given: Sequence[Given], seed: int, now_ns: int
+        self, f: Finished, seq: np.ndarray, given: Given, seed: int, now_ns: int
     ) -> None:
         """The traces of ``f`` (spans numbered ``seq``, with what their senders gave)."""
         spans, evidence = assemble_finished(f, seed)
@@ -92,15 +91,16 @@ class Rows:
         given_ids = s.names(spans.span_id)  # the ids before hex_ids pads them
         parents = spans.parent.tolist()
         service, operation = _names(spans)
+        given_parents = given.parent_id.tolist()
         for r in np.flatnonzero(spans.kind == CLIENT).tolist():
-            p, g = parents[r], given[r]
+            p, named = parents[r], given_parents[r]
             if p != NONE:
                 self.mapped += 1
             else:
                 why = evidence.unmapped.get(r, "unmapped")
                 self.unmapped[why] = self.unmapped.get(why, 0) + 1
-            if g.parent_id:
-                if p != NONE and given_ids[p] == g.parent_id:
+            if named:
+                if p != NONE and given_ids[p] == named:
                     self.agree += 1
                 else:
                     self.disagree += 1
@@ -258,7 +258,7 @@ class Rows:
             a.given,
             *_names(a.spans),
             trace_id=[None] * n,
-            span_id=[g.span_id for g in a.given],
+            span_id=a.given.span_id.tolist(),
             parent_span_id=[None] * n,
             parent_service=[None] * n,
             score=[None] * n,
@@ -273,7 +273,7 @@ class Rows:
         self,
         spans: SpanTable,
         seq: np.ndarray,
-        given: Sequence[Given],
+        given: Given,
         service: list[str | None],
         operation: list[str | None],
         **made: list[Any],
@@ -290,8 +290,8 @@ class Rows:
             "kind": [KIND_NAMES[k] for k in spans.kind.tolist()],
             "start_ns": spans.start.tolist(),
             "duration_ns": (spans.end - spans.start).tolist(),
-            "given_trace_id": [g.trace_id for g in given],
-            "given_parent_id": [g.parent_id for g in given],
+            "given_trace_id": given.trace_id.tolist(),
+            "given_parent_id": given.parent_id.tolist(),
         }
         _extend(self.spans, **received, **made)
 

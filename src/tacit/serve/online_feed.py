@@ -16,7 +16,6 @@ after a span that ended later (their window may already be final).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
@@ -29,13 +28,37 @@ LATER = np.iinfo(np.int64).max
 LATE = "arrived later than the lateness allows; not reconstructed"
 
 
-class Given(NamedTuple):
-    """What the sender said of a span: its trace id, span id and parent span id (None for
-    none)."""
+@dataclass
+class Given:
+    """What the senders said of spans, a column each: trace ids, span ids and parent span ids
+    (None for none)."""
 
-    trace_id: str | None
-    span_id: str | None
-    parent_id: str | None
+    trace_id: np.ndarray
+    span_id: np.ndarray
+    parent_id: np.ndarray
+
+    @classmethod
+    def of(cls, spans: SpanTable, parent_ids: np.ndarray) -> Given:
+        """The ids of ``spans`` as their sender gave them (``parent_ids``: codes of
+        ``spans.strings``)."""
+        s = spans.strings
+        return cls(*(_objects(s.names(c)) for c in (spans.trace, spans.span_id, parent_ids)))
+
+    def take(self, rows: np.ndarray) -> Given:
+        return Given(self.trace_id[rows], self.span_id[rows], self.parent_id[rows])
+
+    def __len__(self) -> int:
+        return len(self.trace_id)
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.trace_id, self.span_id, self.parent_id
+
+
+def _objects(values: list) -> np.ndarray:
+    """``values`` as a one-dimensional array of objects."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 @dataclass
@@ -44,7 +67,7 @@ class Alone:
 
     spans: SpanTable
     seq: np.ndarray
-    given: list[Given]
+    given: Given
     reason: list[str]
 
 
@@ -56,23 +79,81 @@ class Fed:
     alone: list[Alone] = field(default_factory=list)
 
 
+class _Pending:
+    """The sequence number and given ids of each stream position from :attr:`base` on, as
+    columns, and whether the position is still in the online algorithm. Positions come in
+    order and leave in finished batches; the columns grow by doubling, dropping the positions
+    below the lowest one still here (a dict entry per span had cost 1-2 µs a span)."""
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+        self.size = 0  # positions base .. base + size - 1 have come
+        self.count = 0  # of them, still here
+        self.lowest = 0  # no position below base + lowest is still here
+        self.seq = np.empty(0, dtype=np.int64)
+        self.given = Given(*(np.empty(0, dtype=object) for _ in range(3)))
+        self.here = np.empty(0, dtype=bool)
+
+    def add(self, seq: np.ndarray, given: Given) -> None:
+        n = len(seq)
+        if self.size + n > len(self.seq):
+            self._make_room(n)
+        at = slice(self.size, self.size + n)
+        self.seq[at] = seq
+        for mine, new in zip(self.given.columns(), given.columns(), strict=True):
+            mine[at] = new
+        self.here[at] = True
+        self.size += n
+        self.count += n
+
+    def take(self, positions: np.ndarray) -> tuple[np.ndarray, Given]:
+        """The sequence numbers and given ids at ``positions``, which leave."""
+        at = positions - self.base
+        out = self.seq[at], self.given.take(at)
+        self.here[at] = False
+        for column in self.given.columns():
+            column[at] = None  # the strings are not kept for positions gone
+        self.count -= len(at)
+        return out
+
+    def lowest_seq(self) -> int | None:
+        """The sequence number of the lowest position still here; None when none is."""
+        rest = self.here[self.lowest : self.size]
+        self.lowest += int(rest.argmax()) if rest.any() else len(rest)
+        return int(self.seq[self.lowest]) if self.lowest < self.size else None
+
+    def _make_room(self, n: int) -> None:
+        self.lowest_seq()
+        keep = slice(self.lowest, self.size)
+        live = self.size - self.lowest
+        capacity = max(2 * (live + n), 1024)
+
+        def moved(column: np.ndarray) -> np.ndarray:
+            out = np.empty(capacity, dtype=column.dtype)
+            out[:live] = column[keep]
+            return out
+
+        self.seq, self.here = moved(self.seq), moved(self.here)
+        self.given = Given(*(moved(c) for c in self.given.columns()))
+        self.base += self.lowest
+        self.size, self.lowest = live, 0
+
+
 class OnlineFeed:
     """Feeds acknowledged spans to :class:`OnlineTraceWeaver`; remembers, for each span still
-    in it, its sequence number and what the sender gave (:attr:`seq_of`, :attr:`given`)."""
+    in it, its sequence number and what the sender gave."""
 
     def __init__(self, callgraph: CallGraph, online: OnlineParams, first_position: int = 0) -> None:
         self.online = online
         self.tw = OnlineTraceWeaver(callgraph, None, online, first_position)
-        self.seq_of: dict[int, int] = {}
-        self.given: dict[int, Given] = {}
-        self._lowest = first_position  # no position below it is still in :attr:`seq_of`
+        self._pending = _Pending(first_position)
         self._clients: dict[tuple[str | None, str], tuple[int, int]] = {}  # -> (position, end)
         self._waiting: dict[tuple[str | None, str], tuple[int, int]] = {}
 
     @property
     def pending(self) -> int:
         """Spans in the online algorithm, not yet in a finished trace."""
-        return len(self.seq_of)
+        return self._pending.count
 
     def low_water(self, next_seq: int) -> int:
         """The lowest sequence number not yet in a finished trace (``next_seq`` when none).
@@ -80,16 +161,14 @@ class OnlineFeed:
         Positions are given in the order of sequence numbers, so it is that of the lowest
         position still here: found by a cursor that only moves up (a minimum over every
         pending span, at each store, cost 2 µs a span with 100,000 of them pending)."""
-        while self._lowest < self.tw.pushed and self._lowest not in self.seq_of:
-            self._lowest += 1
-        return self.seq_of.get(self._lowest, next_seq)
+        lowest = self._pending.lowest_seq()
+        return next_seq if lowest is None else lowest
 
     def push(self, spans: SpanTable, parent_ids: np.ndarray, seq: np.ndarray) -> Fed:
         """Feed the spans of one request (``parent_ids``: the parent span id each named, codes
         of ``spans.strings``; ``seq``: their sequence numbers)."""
         fed = Fed()
-        s = spans.strings
-        given = list(map(Given, s.names(spans.trace), s.names(spans.span_id), s.names(parent_ids)))
+        given = Given.of(spans, parent_ids)
         rpc = (spans.kind == SERVER) | (spans.kind == CLIENT)
         late = rpc & (spans.end < self.tw.latest_end - self.online.lateness_ns)
         alone = np.flatnonzero(~rpc | late)
@@ -98,9 +177,7 @@ class OnlineFeed:
                 LATE if late[r] else f"not an RPC span ({KIND_NAMES[int(spans.kind[r])]})"
                 for r in alone.tolist()
             ]
-            fed.alone.append(
-                Alone(spans.take(alone), seq[alone], [given[r] for r in alone], reasons)
-            )
+            fed.alone.append(Alone(spans.take(alone), seq[alone], given.take(alone), reasons))
         rows = np.flatnonzero(rpc & ~late)
         if not len(rows):
             return fed
@@ -110,11 +187,9 @@ class OnlineFeed:
         # (interning those had been a tenth of the online algorithm's time).
         chunk.trace[:] = NONE
         chunk.span_id[:] = NONE
-        kept = [given[r] for r in rows.tolist()]
+        kept = given.take(rows)
         chunk.link = self._links(chunk, kept)
-        positions = range(self.tw.pushed, self.tw.pushed + len(rows))
-        self.seq_of.update(zip(positions, seq[rows].tolist(), strict=True))
-        self.given.update(zip(positions, kept, strict=True))
+        self._pending.add(seq[rows], kept)
         fed.finished = self.tw.push(chunk)
         self._forget_old()
         return fed
@@ -123,31 +198,32 @@ class OnlineFeed:
         """Move the stream's clock to ``end`` (ns) when nothing has arrived."""
         return self.tw.advance(end)
 
-    def release(self, f: Finished) -> tuple[np.ndarray, list[Given]]:
+    def release(self, f: Finished) -> tuple[np.ndarray, Given]:
         """The sequence numbers and given ids of a finished batch's spans, forgotten here."""
-        positions = f.position.tolist()
-        return (
-            np.array([self.seq_of.pop(p) for p in positions], dtype=np.int64),
-            [self.given.pop(p) for p in positions],
-        )
+        return self._pending.take(f.position)
 
-    def _links(self, chunk: SpanTable, given: list[Given]) -> np.ndarray:
+    def _links(self, chunk: SpanTable, given: Given) -> np.ndarray:
         """Each span's RPC partner as a stream position (:data:`LATER` while to come)."""
         link = np.full(len(chunk), NONE, dtype=np.int64)
         first = self.tw.pushed
-        for k, (kind, end, g) in enumerate(
-            zip(chunk.kind.tolist(), chunk.end.tolist(), given, strict=True)
+        for k, (kind, end, trace_id, span_id, parent_id) in enumerate(
+            zip(
+                chunk.kind.tolist(),
+                chunk.end.tolist(),
+                *(c.tolist() for c in given.columns()),
+                strict=True,
+            )
         ):
             position = first + k
-            if kind == SERVER and g.parent_id:
-                key = (g.trace_id, g.parent_id)
+            if kind == SERVER and parent_id:
+                key = (trace_id, parent_id)
                 if key in self._clients:
                     link[k] = self._clients.pop(key)[0]
                 else:
                     self._waiting[key] = (position, end)
                     link[k] = LATER
-            elif kind == CLIENT and g.span_id:
-                key = (g.trace_id, g.span_id)
+            elif kind == CLIENT and span_id:
+                key = (trace_id, span_id)
                 if key in self._waiting:
                     link[k] = self._waiting.pop(key)[0]
                 else:
