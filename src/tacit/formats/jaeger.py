@@ -13,6 +13,8 @@ status its ``otel.status_code``, ``otel.status_description`` and ``error`` tags 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -316,7 +318,7 @@ def jaeger_traces(
     traces: dict[int, list[JaegerSpan]] = {}
     made: dict[Hashable, dict] = {}  # a process of many traces, written once
     for row, (trace, (span_tags, logs, process, key)) in enumerate(
-        zip(spans.trace.tolist(), jaeger_parts(spans, tags), strict=True)
+        zip(spans.trace.tolist(), jaeger_parts(spans, tags).rows(), strict=True)
     ):
         if key not in made:
             made[key] = process
@@ -354,64 +356,101 @@ class JaegerSpan(NamedTuple):
     order: int
 
 
+@dataclass
+class JaegerParts:
+    """The parts of the Jaeger spans of a table's rows (:func:`jaeger_parts`).
+
+    Rows with one resource and attribute set and the same columns are one group (most rows of
+    an OTLP request share their attribute set): the group's tags (before any row's own), its
+    process (``serviceName`` and tags) and the process's key, its JSON, which spans of one
+    process share however many copies of its resource the input held (one per OTLP request,
+    say). A reader may write a group's tags once for all its rows, and must not change them.
+    """
+
+    group: list[int]
+    """Each row's group."""
+    tags: list[list[dict]]
+    process: list[dict]
+    key: list[bytes]
+    logs: list[list[dict]]
+    """Each row's logs (its events)."""
+    own: dict[int, list[dict]]
+    """The tags of the rows given tags of their own, in full."""
+
+    def rows(self) -> Iterator[tuple[list[dict], list[dict], dict, bytes]]:
+        """Per row: its tags, its logs, its process and the process's key."""
+        for row, (g, logs) in enumerate(zip(self.group, self.logs, strict=True)):
+            yield self.own.get(row) or self.tags[g], logs, self.process[g], self.key[g]
+
+
+_SHARED = attrgetter("resource", "attributes", "status", "status_message", "events")
+"""What a row's detail adds to the columns its group is made of (and its events)."""
+
+
 def jaeger_parts(
     spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | None = None
-) -> Iterator[tuple[list[dict], list[dict], dict, bytes]]:
-    """Per row of ``spans``: its Jaeger tags (its attributes, what the columns say, then
-    ``tags``' for the row), its logs (its events), its process (``serviceName`` and tags),
-    and the process's key: its JSON, which spans of one process share however many copies
-    of its resource the input held (one per OTLP request, say).
-
-    Rows with one resource and attribute set, the same columns and no tags of ``tags`` share
-    one list of tags (most rows of an OTLP request share their attribute set): a reader may
-    write it once for them all, and must not change it."""
-    tags = tags or {}
+) -> JaegerParts:
+    """The rows of ``spans`` as Jaeger parts: tags (their attributes, what the columns say,
+    then ``tags``' for the row), logs (their events) and process. The groups are found by
+    the rows' keys in dicts, which Python's own loops run (a key a row made and looked up in
+    a Python loop had cost a fifth of storing a finished trace)."""
     s = spans.strings
+    n = len(spans)
     # Columns as lists: a row's values are read one by one, which numpy scalars make slow.
     kind_of, service, instance, thread, peer = (
         c.tolist() for c in (spans.kind, spans.service, spans.instance, spans.thread, spans.peer)
     )
-    details = [None] * len(spans) if spans.details is None else spans.details.tolist()
-    # What rows with one resource, attribute set and columns share, made once: their process,
-    # and their tags before ``tags``' (most rows of a request share an attribute set).
-    made: dict[tuple, tuple[list[dict], dict, bytes]] = {}
-    processes = _Processes(s)
-    for row, d in enumerate(details):
-        d = d or NO_DETAIL
-        kind = kind_of[row]
-        shared = (
-            service[row],
-            instance[row],
-            id(d.resource),
-            id(d.attributes),
-            kind,
-            thread[row],
-            peer[row],
-            d.status,
-            d.status_message,
+    details = [NO_DETAIL] * n if spans.details is None else [d or NO_DETAIL for d in spans.details]
+    resource, attributes, status, message, events = (
+        zip(*map(_SHARED, details), strict=True) if n else ((),) * 5
+    )
+    keys = list(
+        zip(
+            service,
+            instance,
+            map(id, resource),
+            map(id, attributes),
+            kind_of,
+            thread,
+            peer,
+            status,
+            message,
+            strict=True,
         )
-        found = made.get(shared)
-        if found is None:
-            columns: dict[str, Any] = {} if kind == UNKNOWN else {"span.kind": KIND_NAMES[kind]}
-            if thread[row] != NONE:
-                columns["thread.id"] = thread[row]
-            if peer[row] != NONE:
-                columns["peer.service"] = s[peer[row]]
-            columns |= status_tags(d, True)
-            base = merged_tags(d, columns, {})
-            process, key = processes.made(service[row], instance[row], d.resource)
-            found = made[shared] = ([_tag(k, v) for k, v in base.items()], process, key)
-        base_tags, process, key = found
-        extra = tags.get(row)
-        span_tags = with_tags(base_tags, extra) if extra else base_tags
-        logs = [
-            {
-                "timestamp": e.time // 1000,
-                "fields": [_tag("event", e.name), *(_tag(k, v) for k, v in e.attributes.items())],
-            }
-            for e in d.events
-        ]
-        yield span_tags, logs, process, key
+    )
+    # each group's first row (the earlier rows written over the later), groups in their order
+    heads = sorted(dict(zip(reversed(keys), range(n - 1, -1, -1), strict=True)).values())
+    group_of = {keys[row]: g for g, row in enumerate(heads)}
+    parts = JaegerParts(list(map(group_of.__getitem__, keys)), [], [], [], [], {})
+    processes = _Processes(s)
+    for row in heads:
+        d, kind = details[row], kind_of[row]
+        columns: dict[str, Any] = {} if kind == UNKNOWN else {"span.kind": KIND_NAMES[kind]}
+        if thread[row] != NONE:
+            columns["thread.id"] = thread[row]
+        if peer[row] != NONE:
+            columns["peer.service"] = s[peer[row]]
+        columns |= status_tags(d, True)
+        process, key = processes.made(service[row], instance[row], d.resource)
+        parts.tags.append([_tag(k, v) for k, v in merged_tags(d, columns, {}).items()])
+        parts.process.append(process)
+        parts.key.append(key)
+    parts.logs = [_logs(e) if e else [] for e in events]
+    for row, extra in (tags or {}).items():
+        if extra:
+            parts.own[row] = with_tags(parts.tags[parts.group[row]], extra)
+    return parts
+
+
+def _logs(events: Iterable[SpanEvent]) -> list[dict]:
+    """Jaeger ``logs`` of a span's events."""
+    return [
+        {
+            "timestamp": e.time // 1000,
+            "fields": [_tag("event", e.name), *(_tag(k, v) for k, v in e.attributes.items())],
+        }
+        for e in events
+    ]
 
 
 def with_tags(tags: list[dict], extra: Mapping[str, Any]) -> list[dict]:
