@@ -11,6 +11,7 @@ from tacit.reconstruct.delays import (
     MIN_STD_US,
     Gaussian,
     Mixture,
+    _em,
     fit_mixture,
     gap_floor,
     seed_gaussian,
@@ -79,3 +80,46 @@ def test_seed_gaussian_estimates_the_gap_without_a_mapping():
     assert np.median(g.mean) == pytest.approx(50, abs=1)
     # σ = sqrt(bucket size) · sd of bucket means estimates the per-request spread (5 µs).
     assert 2 < np.median(g.std) < 10
+
+
+def reference_em(x, count, k, min_std, max_iter=100, tol=1e-3):
+    """EM as :func:`delays._em` describes it, written with whole arrays: equal-count groups to
+    start, then M and E steps until the log-likelihood per value gains less than ``tol``."""
+    n = count.sum()
+    below = np.cumsum(count) - count
+    resp = np.zeros((len(x), k))
+    resp[np.arange(len(x)), np.minimum((below * k // n).astype(int), k - 1)] = 1.0
+    loglik = -np.inf
+    for _ in range(max_iter):
+        w = resp * count[:, None]
+        nk = w.sum(axis=0) + 1e-12
+        mean = (w * x[:, None]).sum(axis=0) / nk
+        var = (w * (x[:, None] - mean) ** 2).sum(axis=0) / nk
+        std = np.sqrt(np.maximum(var, min_std**2))
+        weight = nk / n
+        joint = -0.5 * ((x[:, None] - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi)
+        joint += np.log(weight)
+        top = joint.max(axis=1)
+        total = np.exp(joint - top[:, None]).sum(axis=1)
+        resp = np.exp(joint - top[:, None]) / total[:, None]
+        new = ((top + np.log(total)) * count).sum()
+        gained, loglik = new - loglik, new
+        if gained < tol * n:
+            break
+    return weight, mean, std, loglik
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_compiled_em_is_the_reference(seed, k):
+    rng = np.random.default_rng(seed)
+    v = np.concatenate(
+        [rng.normal(100, 5, 300), rng.normal(180, 20, 200), rng.exponential(50, 100)]
+    )
+    x, count = np.unique(np.round(v, 1), return_counts=True)
+    model, loglik = _em(x, count.astype(np.float64), k, MIN_STD_US)
+    weight, mean, std, ref_loglik = reference_em(x, count.astype(np.float64), k, MIN_STD_US)
+    np.testing.assert_allclose(model.weight, weight, rtol=1e-6)
+    np.testing.assert_allclose(model.mean, mean, rtol=1e-6)
+    np.testing.assert_allclose(model.std, std, rtol=1e-6)
+    assert loglik == pytest.approx(ref_loglik, rel=1e-9)

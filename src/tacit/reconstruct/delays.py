@@ -234,14 +234,18 @@ def _em_kernel(x, count, k, min_var, max_iter, tol):  # pragma: no cover - compi
         new = 0.0
         for i in range(m):
             top = -np.inf
+            best = 0
             for c in range(k):
                 z = (x[i] - mean[c]) * inv[c]
                 joint[c] = norm[c] - 0.5 * z * z
                 if joint[c] > top:
                     top = joint[c]
+                    best = c
             total = 0.0
             for c in range(k):
-                joint[c] = np.exp(joint[c] - top)  # each exponential taken once
+                # each exponential taken once, and the top one's, exp(0), not at all: the
+                # exponentials are most of the kernel's time
+                joint[c] = 1.0 if c == best else np.exp(joint[c] - top)
                 total += joint[c]
             new += (top + np.log(total)) * count[i]
             for c in range(k):
