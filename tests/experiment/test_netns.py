@@ -57,10 +57,12 @@ def test_agents_measure_the_impaired_delay(impaired) -> None:
     # microsecond capture timestamps against nanosecond truth on ~5 ms delays
     assert impaired.mean_error_max < 1e-3
     # 5 ms ± 1 ms, 5 % sent at once; the relay, a Python process, adds its own scheduling
-    # delay on a loaded machine (a 200 ms interval's mean of 7.2 ms seen under make test), and
-    # the agents measured it (the error bound above): 9 ms still tells a doubled delay apart.
-    for row in complete:
-        assert 3e6 < row["mean_ns"] < 9e6
+    # delay on a loaded machine (a 200 ms interval's mean of 7.2 ms, and once 9.7 ms, seen
+    # under make test), and the agents measured it (the error bound above). The median
+    # interval tells a doubled delay apart; single intervals only that the delay was applied.
+    means = [row["mean_ns"] for row in complete]
+    assert all(3e6 < m < 15e6 for m in means), means
+    assert 4e6 < float(np.median(means)) < 8e6, means
     assert impaired.std_error < 0.10 and impaired.std_error_max < 0.25
 
 
