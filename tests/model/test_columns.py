@@ -13,6 +13,9 @@ def test_names_are_the_pools_strings_of_the_codes(values, wanted):
     codes = np.array([c for c in wanted if c < len(pool)], dtype=np.int32)
     assert pool.names(codes) == [pool[int(c)] for c in codes]
     assert pool.names(np.array([NONE])) == [None]
+    objects, none = pool.objects(codes, np.array([NONE]))
+    assert objects.dtype == object and objects.tolist() == pool.names(codes)
+    assert none.tolist() == [None]
 
 
 @given(

@@ -80,6 +80,14 @@ class StringPool:
         values = self.values
         return [values[c] if c >= 0 else None for c in codes.tolist()]
 
+    def objects(self, *columns: np.ndarray) -> list[np.ndarray]:
+        """The strings of each of ``columns`` (codes; None for -1) as an array of objects: the
+        pool's strings indexed by the codes at once, four times faster than :meth:`names` where
+        the codes are about as many as the pool's strings (the ids of an OTLP request)."""
+        table = np.empty(len(self.values) + 1, dtype=object)  # the last, None, is code -1's
+        table[:-1] = self.values
+        return [table[c] for c in columns]
+
     def __len__(self) -> int:
         return len(self.values)
 

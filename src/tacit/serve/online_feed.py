@@ -41,8 +41,7 @@ class Given:
     def of(cls, spans: SpanTable, parent_ids: np.ndarray) -> Given:
         """The ids of ``spans`` as their sender gave them (``parent_ids``: codes of
         ``spans.strings``)."""
-        s = spans.strings
-        return cls(*(_objects(s.names(c)) for c in (spans.trace, spans.span_id, parent_ids)))
+        return cls(*spans.strings.objects(spans.trace, spans.span_id, parent_ids))
 
     def take(self, rows: np.ndarray) -> Given:
         return Given(self.trace_id[rows], self.span_id[rows], self.parent_id[rows])
@@ -52,13 +51,6 @@ class Given:
 
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self.trace_id, self.span_id, self.parent_id
-
-
-def _objects(values: list) -> np.ndarray:
-    """``values`` as a one-dimensional array of objects."""
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out
 
 
 @dataclass
