@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -289,10 +290,7 @@ class OnlineTraceWeaver:
         self._alternatives = Alternatives.merged(
             [self._alternatives, alternatives.where(chosen[alternatives.owner]).renumbered(at)]
         )
-        if self._why:
-            known = np.fromiter(self._why, np.int64, len(self._why))
-            for p in known[find_sorted(at[picked], known) >= 0].tolist():
-                del self._why[p]
+        _forget(self._why, at[picked], among=True)
         at_list = at.tolist()  # read one by one below, which numpy scalars make slow
         # Why a call is unmapped is told by the round that still had its instance's incoming
         # spans: by the time it is given up they may all be final, and out of the work.
@@ -363,11 +361,17 @@ class OnlineTraceWeaver:
         named = {q: d for q, d in named.items() if d is not None}
         still = self._alternatives.parents(positions, among=True)
         self._named.update(zip(still.tolist(), details[self._rows_of(still)].tolist(), strict=True))
-        if self._named:
-            known = np.fromiter(self._named, np.int64, len(self._named))
-            for q in known[~contained(known, self._alternatives.parent)].tolist():
-                del self._named[q]
+        _forget(self._named, self._alternatives.parent, among=False)
         return out, named
+
+
+def _forget(by_position: dict[int, Any], positions: np.ndarray, among: bool) -> None:
+    """Delete the entries of ``by_position`` whose positions are (``among``) or are not among
+    ``positions``: found for all of them at once, not one look-up each."""
+    if by_position:
+        known = np.fromiter(by_position, np.int64, len(by_position))
+        for p in known[contained(known, positions) == among].tolist():
+            del by_position[p]
 
 
 def stream_chunks(spans: SpanTable, chunk_size: int) -> Iterator[SpanTable]:
