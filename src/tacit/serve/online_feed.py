@@ -44,10 +44,7 @@ class Given:
         return cls(*spans.strings.objects(spans.trace, spans.span_id, parent_ids))
 
     def take(self, rows: np.ndarray) -> Given:
-        return Given(self.trace_id[rows], self.span_id[rows], self.parent_id[rows])
-
-    def __len__(self) -> int:
-        return len(self.trace_id)
+        return Given(*(c[rows] for c in self.columns()))
 
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self.trace_id, self.span_id, self.parent_id
