@@ -274,6 +274,11 @@ class _Layout:
         self.skips = cands.skips[self.order].astype(np.int64)
         self.quotas = quotas.astype(np.int64)
 
+    @classmethod
+    def one(cls, cands: Candidates, members: np.ndarray, quota: np.ndarray) -> _Layout:
+        """The layout of one batch, ``members`` with its skip ``quota`` per key."""
+        return cls(cands, Batches.cut(members, np.zeros(1, np.int64)), quota[None, :])
+
     def dense(self, rows: np.ndarray) -> np.ndarray:
         """The dense ids of those outgoing span ``rows`` that some candidate here uses."""
         at = np.searchsorted(self.out_ids, rows)
@@ -341,7 +346,7 @@ def solve_batch(
     stats.batches += 1
     if len(members) == 0:
         return members
-    lay = _Layout(cands, Batches.cut(members, np.zeros(1, np.int64)), quota[None, :])
+    lay = _Layout.one(cands, members, quota)
     picks, stop = _solve_in_order(
         *lay.kernel_args(), 0, node_limit, np.zeros(lay.n_out, dtype=np.bool_)
     )
@@ -586,7 +591,7 @@ def _solve_in_order(  # pragma: no cover - compiled
 def _greedy(cands: Candidates, members: np.ndarray, quota: np.ndarray) -> np.ndarray:
     """The greedy choice among ``members`` (what HiGHS falls back on when it finds nothing in
     time): the compiled one the branch and bound starts from."""
-    lay = _Layout(cands, Batches.cut(members, np.zeros(1, np.int64)), quota[None, :])
+    lay = _Layout.one(cands, members, quota)
     picks = _greedy_choice(
         lay.group_ptr,
         0,
