@@ -8,7 +8,7 @@ import pytest
 from tacit.errors import InputError
 from tacit.evaluation.trace_accuracy import score_reconstruction
 from tacit.model.roles import infer_roles
-from tacit.model.spans import CLIENT, NONE, SERVER
+from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.reconstruct import online
 from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.reconstruct.online import (
@@ -187,3 +187,47 @@ def test_a_round_reconstructs_no_span_beyond_its_lookahead(stream, monkeypatch):
     assert tw.rounds >= 4
     assert len(times) > 1000
     assert max(times.values()) == 2  # ceil(0.2 / 0.5) + 1; 3 when it took the lateness too
+
+
+def test_closing_the_oldest_window_early_finishes_it_as_its_lateness_would(stream):
+    """A receiver holding its senders back makes the oldest window final before its lateness
+    has passed (:meth:`close_oldest`): the same traces as waiting out the lateness, one window
+    at a time, only once the window's lookahead has arrived; a span that would fall in the
+    closed window is late from then on."""
+    _, blind, graph = stream
+    patient = OnlineParams(
+        window_ns=500_000_000,
+        lookahead_ns=500_000_000,
+        max_request_ns=500_000_000,
+        lateness_ns=10_000_000_000,
+    )
+    chunks = list(stream_chunks(blind, 200))
+    tw = OnlineTraceWeaver(graph, FAST, patient)
+    waited = OnlineTraceWeaver(graph, FAST, patient)
+    early: list = []
+    for ch in chunks:
+        early += tw.push(ch)
+        waited.push(ch)
+    assert early == [] and tw.rounds == 0  # 4 s of spans, 10 s of lateness
+    rounds = 0
+    while tw.boundary + patient.lookahead_ns <= tw.arrived_end:
+        early += tw.close_oldest()
+        rounds += 1
+        assert tw.rounds == rounds  # one window each time
+    assert tw.close_oldest() == [] and tw.rounds == rounds  # not before its lookahead came
+    assert rounds >= 4 and sum(len(f.position) for f in early) > 1000
+    assert rounds >= 4
+    later = waited.advance(waited.latest_end + 10 * 10**9)
+    # The traces the early rounds finished are among those waiting would finish, the same.
+    by_first = {int(f.position.min()): f for f in later}
+    for f in early:
+        same = by_first[int(f.position.min())]
+        assert f.position.tolist() == same.position.tolist()
+        assert f.parent.tolist() == same.parent.tolist()
+    closed = tw.boundary - patient.window_ns
+    cols = {k: v[:1].copy() for k, v in chunks[-1].columns().items()}
+    cols["link"][:] = NONE
+    cols["start"][:], cols["end"][:] = closed - 2, closed - 1
+    late = SpanTable(chunks[-1].strings, **cols)
+    with pytest.raises(InputError, match="lateness"):
+        tw.push(late)

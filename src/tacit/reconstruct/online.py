@@ -134,6 +134,9 @@ class OnlineTraceWeaver:
         self._why: dict[int, str] = {}  # position -> why a call not yet final was left unmapped
         self.pushed = first_position
         self.latest_end = -math.inf
+        """The stream's clock: the latest span end pushed, or later once moved on."""
+        self.arrived_end = -math.inf
+        """The latest span end pushed."""
         self.boundary: float | None = None
         self.rounds = 0
         self.peak_pending = 0
@@ -225,7 +228,8 @@ class OnlineTraceWeaver:
         self.link[rows] = p
         server = self._rows["kind"][rows] == SERVER
         self.parent[rows[server]] = p[server]
-        self.latest_end = max(self.latest_end, float(chunk.end.max()))
+        self.arrived_end = max(self.arrived_end, float(chunk.end.max()))
+        self.latest_end = max(self.latest_end, self.arrived_end)
         if self.boundary is None:
             self.boundary = float(chunk.start.min()) + o.window_ns
         self.peak_pending = max(self.peak_pending, len(self._rows))
@@ -238,6 +242,19 @@ class OnlineTraceWeaver:
             return []
         self.latest_end = end
         return self._rounds()
+
+    def close_oldest(self) -> list[Finished]:
+        """Make the oldest window final now, as if its lateness had passed, if its lookahead
+        has arrived; returns the traces this made final (none when it has not).
+
+        For a receiver that holds its senders back once too many spans wait: the spans they
+        hold would come after the latest seen, so waiting out the lateness for them only keeps
+        the room they need taken. The clock moves to the least time at which the round is due,
+        so a span ending before the window's lookahead counts as late from then on."""
+        o = self.online
+        if self.boundary is None or self.boundary + o.lookahead_ns > self.arrived_end:
+            return []
+        return self.advance(self.boundary + o.lookahead_ns + o.lateness_ns)
 
     def _rounds(self) -> list[Finished]:
         assert self.boundary is not None
