@@ -36,6 +36,9 @@ class SendLog:
     batches: int = 0
     seconds: float = 0.0
     failed_batches: list[int] = field(default_factory=list)
+    answers: list[tuple[float, int, int]] = field(default_factory=list)
+    """Every answer :func:`post_requests` heard, refusals included: (seconds since the first
+    request, spans in the request, HTTP status). The SDK's exporter retries out of sight."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def record(self, batch: int, spans: int, acknowledged: bool) -> None:
@@ -47,6 +50,11 @@ class SendLog:
             else:
                 self.failed += spans
                 self.failed_batches.append(batch)
+
+    def answered(self, seconds: float, spans: int, status: int) -> None:
+        """A request of ``spans`` spans was answered ``status`` at ``seconds``."""
+        with self._lock:
+            self.answers.append((seconds, spans, status))
 
 
 def sdk_spans(spans: SpanTable, shift_ns: int = 0) -> list[Any]:
@@ -150,6 +158,34 @@ def encoded_requests(spans: SpanTable, shift_ns: int | None = None) -> list[tupl
     ]
 
 
+def replicate_requests(
+    requests: list[tuple[int, bytes]], copies: int, period_ns: int
+) -> list[tuple[int, bytes]]:
+    """``requests`` (span count, OTLP/HTTP protobuf body) and ``copies - 1`` copies after them,
+    copy ``c`` shifted ``c * period_ns`` later with the first byte of every trace id XORed with
+    ``c``: new traces of the same shapes, continuing the stream, for a load longer than the
+    spans encoded once (a copy costs a parse and a serialization, not the SDK's encoder)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    if not 1 <= copies <= 256:
+        raise ValueError(f"copies must be 1 to 256 (one byte of the trace id), got {copies}")
+    out = list(requests)
+    for c in range(1, copies):
+        shift = c * period_ns
+        for n, body in requests:
+            message = ExportTraceServiceRequest.FromString(body)
+            for resource in message.resource_spans:
+                for scope in resource.scope_spans:
+                    for span in scope.spans:
+                        span.trace_id = bytes([span.trace_id[0] ^ c]) + span.trace_id[1:]
+                        span.start_time_unix_nano += shift
+                        span.end_time_unix_nano += shift
+            out.append((n, message.SerializePartialToString()))
+    return out
+
+
 def post_requests(
     requests: list[tuple[int, bytes]],
     endpoint: str,
@@ -160,7 +196,7 @@ def post_requests(
     """POST ``requests`` (span count, OTLP/HTTP protobuf body) to ``endpoint``, ``connections``
     keep-alive connections taking them in turn, each waiting for its answer as an exporter
     does; a 429 or 503 is retried after its ``Retry-After``, as the exporter's retry policy
-    says. Returns what was acknowledged."""
+    says. Returns what was acknowledged, and every answer (:attr:`SendLog.answers`)."""
     import http.client
     from urllib.parse import urlsplit
 
@@ -176,6 +212,7 @@ def post_requests(
                     conn.request("POST", url.path, body, headers)
                     answer = conn.getresponse()
                     answer.read()
+                    log.answered(time.monotonic() - began, n, answer.status)
                     if answer.status not in (429, 503):
                         break
                     time.sleep(float(answer.getheader("Retry-After") or 1))
@@ -184,7 +221,8 @@ def post_requests(
             conn.close()
 
     log = SendLog()
-    return _in_turn(post, connections, log, time.monotonic())
+    began = time.monotonic()
+    return _in_turn(post, connections, log, began)
 
 
 def _in_turn(send: Callable[[int], None], senders: int, log: SendLog, began: float) -> SendLog:

@@ -13,6 +13,7 @@ sender hears back sooner.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -72,11 +73,28 @@ class Ingest:
         self._outstanding = 0
         self._lock = threading.Lock()
         self.last_arrival = time.monotonic()
+        self.last_refusal = -math.inf
+        self._refused = 0  # spans in the latest request refused for being over the limit
 
     @property
     def outstanding(self) -> int:
         """Spans acknowledged and not yet in a finished trace."""
         return self._outstanding
+
+    @property
+    def last_request(self) -> float:
+        """When a request last came (``time.monotonic``), a refused sender counted as coming
+        again when it was told to retry: the time it waits is not the stream's quiet."""
+        return max(self.last_arrival, self.last_refusal + self.retry_after_s)
+
+    @property
+    def holding_back(self) -> bool:
+        """Whether senders wait for room: the latest request was refused for being over the
+        limit, and one of its size would still be."""
+        return (
+            self.last_refusal > self.last_arrival
+            and self._outstanding + self._refused > self.max_pending
+        )
 
     def finished(self, n: int) -> None:
         """``n`` spans are now in finished traces (stored)."""
@@ -103,6 +121,7 @@ class Ingest:
         with self._lock:
             if self._outstanding + n > self.max_pending and self._outstanding > 0:
                 self.metrics.refused.labels(transport, "busy").inc()
+                self.last_refusal, self._refused = time.monotonic(), n
                 raise Busy(self.retry_after_s)
             first = self.next_seq
             self.store.append_request(first, n, time.time_ns(), encoding, body, state)

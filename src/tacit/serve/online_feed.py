@@ -187,6 +187,11 @@ class OnlineFeed:
         """Move the stream's clock to ``end`` (ns) when nothing has arrived."""
         return self.tw.advance(end)
 
+    def close_oldest(self) -> list[Finished]:
+        """Make the oldest window final before its lateness has passed (senders held back;
+        :meth:`tacit.reconstruct.online.OnlineTraceWeaver.close_oldest`)."""
+        return self.tw.close_oldest()
+
     def release(self, f: Finished) -> tuple[np.ndarray, Given]:
         """The sequence numbers and given ids of a finished batch's spans, forgotten here."""
         return self._pending.take(f.position)

@@ -6,8 +6,13 @@ is written to the store in one transaction together with the low-water mark, the
 number below which every span is in a finished trace, from which a restart resumes. When
 nothing arrives for ``idle_s``, the stream's clock moves on by the wall time that passed since
 the last request (:meth:`tacit.reconstruct.online.OnlineTraceWeaver.advance`), so the last traces
-before a pause finish too. With a retention time, the thread also deletes what is older than
-that (:meth:`tacit.serve.store.Store.expire`), a bounded part at a time.
+before a pause finish too. While the receivers hold senders back (too many spans pending), the
+oldest windows are made final without waiting out their lateness, one at a time until a request
+of the size refused fits (:meth:`~tacit.reconstruct.online.OnlineTraceWeaver.close_oldest`):
+the held spans come after those pending, and the time the senders wait is not the stream's, so
+that moving the clock by it instead made the held spans late. With a retention time, the thread
+also deletes what is older than that (:meth:`tacit.serve.store.Store.expire`), a bounded part
+at a time.
 """
 
 from __future__ import annotations
@@ -103,7 +108,12 @@ class Reconstructor(threading.Thread):
                 continue
             if self._stop_event.is_set():
                 return
-            quiet_s = time.monotonic() - self.ingest.last_arrival
+            if self.ingest.holding_back:
+                fed = Fed(self.feed.close_oldest())
+                if fed.finished or fed.alone:
+                    self._store(fed)
+                    continue
+            quiet_s = time.monotonic() - self.ingest.last_request
             if quiet_s >= self.idle_s:
                 self._store(Fed(self.feed.advance(self._arrived_end + quiet_s * 1e9)))
             self._lag()
