@@ -12,7 +12,7 @@ from clirun import finish, ok, one_error_line, start
 from serve_app import get, get_json, running, shop_spans
 from tacit.errors import ConfigError
 from tacit.experiment.otlp_load import send_spans
-from tacit.serve import load_config
+from tacit.serve import Store, load_config
 from tacit.serve.jaeger_api import go_duration
 
 
@@ -156,10 +156,24 @@ def test_configuration_errors_name_the_field(tmp_path):
     path.write_text("idle_s: 0\n")
     with pytest.raises(ConfigError, match="idle_s"):
         load_config(path)
+    path.write_text("database_memory_mib: 0.5\n")
+    with pytest.raises(ConfigError, match="database_memory_mib"):
+        load_config(path)
     path.write_text("callgraph: cg.yaml\nidle_s: 2.5\nonline: {lateness_s: 3}\n")
     config = load_config(path)
     assert config.callgraph == tmp_path / "cg.yaml" and config.online.lateness_ns == 3 * 10**9
-    assert config.idle_s == 2.5
+    assert config.idle_s == 2.5 and config.database_memory_mib == 1024
+
+
+def test_the_stores_memory_limit_is_duckdbs(tmp_path):
+    """``database_memory_mib`` bounds DuckDB's cache of the store (its own default is 80% of
+    the machine's memory, which its cache grows into as the store grows)."""
+    store = Store(tmp_path / "t.duckdb", 64)
+    try:
+        limit = store._cursor().execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    finally:
+        store.close()
+    assert limit == "64.0 MiB"
 
 
 def test_serve_without_a_call_graph_is_one_line_exit_2(tmp_path):

@@ -5,6 +5,7 @@
     http: 127.0.0.1:4318        # OTLP/HTTP receiver, Jaeger query API, web page, /metrics
     grpc: 127.0.0.1:4317        # OTLP/gRPC receiver; "" turns it off
     database: tacit.duckdb      # the embedded store (created when absent)
+    database_memory_mib: 1024   # the most memory DuckDB caches the store in
     callgraph: callgraph.json   # what `tacit callgraph` writes; required
     forward: http://collector:4318/v1/traces   # finished traces sent on as OTLP/HTTP JSON
     max_pending_spans: 200000   # not yet reconstructed: beyond, 429 or RESOURCE_EXHAUSTED
@@ -74,6 +75,7 @@ _FIELDS = (
     "http",
     "grpc",
     "database",
+    "database_memory_mib",
     "callgraph",
     "forward",
     "max_pending_spans",
@@ -109,6 +111,11 @@ class ServeConfig:
     http: str = "127.0.0.1:4318"
     grpc: str = "127.0.0.1:4317"
     database: Path = Path("tacit.duckdb")
+    database_memory_mib: int = 1024
+    """DuckDB's memory limit for the store (its own default is 80% of the machine's memory,
+    which its cache of the stored spans grows into): beyond it, DuckDB evicts what it cached.
+    With the pending spans bounded too, the service's memory stays bounded however much it
+    stores (``bench/bench_serve.py burst``)."""
     forward: str | None = None
     max_pending_spans: int = 200_000
     retry_after_s: int = 1
@@ -233,6 +240,10 @@ def load_config(path: str | Path) -> ServeConfig:
     if "max_pending_spans" in data:
         kwargs["max_pending_spans"] = number(
             data, "max_pending_spans", where, positive=True, integer=True
+        )
+    if "database_memory_mib" in data:
+        kwargs["database_memory_mib"] = number(
+            data, "database_memory_mib", where, positive=True, integer=True
         )
     if "retry_after_s" in data:
         kwargs["retry_after_s"] = number(data, "retry_after_s", where, positive=True, integer=True)

@@ -68,7 +68,7 @@ class Service:
             if config.tls_cert_file and config.tls_key_file
             else None
         )
-        self.store = Store(config.database)
+        self.store = Store(config.database, config.database_memory_mib)
         self.ingest = Ingest(
             self.store, self.metrics, config.max_pending_spans, config.retry_after_s
         )

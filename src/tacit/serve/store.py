@@ -188,7 +188,9 @@ class Expired:
 class Store:
     """The database file at ``path`` (created with the schema when absent)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, memory_mib: int | None = None) -> None:
+        """Open (or create) the store at ``path``; ``memory_mib``: DuckDB's memory limit
+        (None: DuckDB's default)."""
         import duckdb
 
         self.path = Path(path)
@@ -200,6 +202,8 @@ class Store:
         self._upgrade()
         self._con.execute(_TRACES_INDEX)
         self._con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
+        if memory_mib is not None:
+            self._con.execute(f"SET memory_limit = '{int(memory_mib)}MiB'")
         self._local = threading.local()
         self._cursors: list[Any] = []
         self._lock = threading.Lock()
