@@ -29,8 +29,13 @@ is at 300 requests/s.
 * encoded: the requests the exporter's encoder makes, made before the run and posted over two
   keep-alive connections (``encoded_requests``, ``post_requests``), so that the sender's core
   does not limit what the service is offered: the service's own capacity.
-* burst: four exporters at once with ``max_pending_spans`` of 50,000; the spans each
-  acknowledged against those stored, the 429s sent, and the service's peak resident memory.
+* burst: ten times the target rate for ten seconds, at the service's defaults (bound on
+  pending spans, windows, database memory): the sustained run's stream, encoded once and
+  continued by copies as new traces, 2.3 M spans posted over eight connections as fast as the
+  service answers, each 429 retried after its Retry-After; the rate offered until the first
+  429 and over the first ten seconds (refused requests included), the spans acknowledged
+  against those stored, those too late for reconstruction, and the service's peak resident
+  memory.
 * kill -9: the service killed when half the batches are acknowledged, restarted on its
   database, the refused batches sent again; acknowledged spans missing from the store (target 0).
 * capture: spans from a capture file instead of an exporter (``capture_pcap``): the shop app's
@@ -70,6 +75,7 @@ from tacit.experiment.otlp_load import (
     BATCH,
     encoded_requests,
     post_requests,
+    replicate_requests,
     sdk_spans,
     send_spans,
 )
@@ -83,6 +89,7 @@ from tacit.reconstruct.isolated import callgraph_from_test_capture
 from tacit.reconstruct.online import NS, reconstruct_streamed
 from tacit.reconstruct.traceweaver import reconstruct_traceweaver
 from tacit.serve import SERVE_ONLINE
+from tacit.serve.config import ServeConfig
 from tacit.simulate import load_app, scale_out, simulate
 from tacit.simulate.app_packets import REQUEST_ID, app_packets
 
@@ -93,6 +100,11 @@ STREAM_SCALE = 4
 times ``RATE``."""
 SAMPLE_S = 0.1
 """How often the sustained run reads the service's counts."""
+BURST_SECONDS = 10
+BURST_COPIES = 6
+"""The burst's stream in copies of the sustained run's (386,871 spans, 20 s of the app's time):
+2.3 M spans, what ten times the target rate offers in a little over ten seconds."""
+SERVICE_PENDING = ServeConfig().max_pending_spans
 ONLINE = replace(SERVE_ONLINE, max_request_ns=2 * NS, lateness_ns=NS)
 """The service's windows; the simulated spans are sent in order, and their requests are short."""
 CONFIG = """\
@@ -312,36 +324,48 @@ def _steady(samples: list[tuple[float, int, int]]) -> dict:
     }
 
 
-def burst(spans, callgraph, tmp: Path, senders: int = 4) -> dict:
-    server = Server(tmp, callgraph, pending=50_000).start()
-    parts = np.array_split(np.arange(len(spans)), senders)
-    logs: list = [None] * senders
-
-    def send(k: int) -> None:
-        logs[k] = send_spans(spans.take(parts[k]), server.url("/v1/traces"), timeout_s=60)
-
-    began = time.monotonic()
-    threads = [threading.Thread(target=send, args=(k,)) for k in range(senders)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    offered_s = time.monotonic() - began
+def burst(spans, callgraph, tmp: Path, connections: int = 8) -> dict:
+    """Ten times the target rate for ten seconds at the service's default bound on pending
+    spans: ``spans`` (the sustained run's stream) encoded by the SDK's encoder once and
+    continued by :data:`BURST_COPIES` - 1 copies as new traces (``replicate_requests``),
+    posted over ``connections`` connections as fast as the service answers, each refusal
+    retried after its Retry-After as the exporter would. The SDK's exporters cannot offer that
+    rate themselves (``exporter_alone``). Every acknowledged span must be stored, memory stay
+    bounded, and the refusals be 429s."""
+    period_ns = int(spans.end.max() - spans.start.min())
+    requests = replicate_requests(encoded_requests(spans), BURST_COPIES, period_ns)
+    total = sum(n for n, _ in requests)
+    server = Server(
+        tmp, callgraph, pending=SERVICE_PENDING, lateness_s=SERVE_ONLINE.lateness_ns / NS
+    ).start()
+    log = post_requests(requests, server.url("/v1/traces"), connections=connections)
     server.wait_idle()
     refused = server.metric('tacit_requests_refused_total{reason="busy"')
+    late = server.metric('tacit_spans_unmapped_total{reason="arrived later')
     rss = server.peak_rss_mib()
     server.stop()
     stored, _ = _stored(tmp / "tacit.duckdb")
-    acknowledged = sum(log.acknowledged for log in logs)
+    answers = sorted(log.answers)
+    first_refusal = next((t for t, _, status in answers if status == 429), log.seconds)
+    before = sum(n for t, n, _ in answers if t <= first_refusal)
+    window = sum(n for t, n, _ in answers if t <= BURST_SECONDS)
     return {
-        "spans": len(spans),
-        "senders": senders,
-        "offered_spans_per_s": round(len(spans) / offered_s),
-        "acknowledged": acknowledged,
-        "not_acknowledged": sum(log.failed for log in logs),
+        "spans": total,
+        "connections": connections,
+        "max_pending_spans": SERVICE_PENDING,
+        "offered_spans_per_s_until_first_429": round(before / first_refusal),
+        "first_429_after_s": round(first_refusal, 2),
+        f"offered_spans_per_s_first_{BURST_SECONDS}_s": round(window / BURST_SECONDS),
+        "target_offered_spans_per_s": 10 * 20_000,
+        "sender_seconds": round(log.seconds, 1),
+        "acknowledged": log.acknowledged,
+        "not_acknowledged": log.failed,
         "stored": stored,
-        "acknowledged_lost": max(0, acknowledged - stored),
-        "refused_429": int(refused),
+        "acknowledged_lost": max(0, log.acknowledged - stored),
+        "answered_429": sum(status == 429 for _, _, status in answers),
+        "refused_429_counted_by_service": int(refused),
+        "other_answers": sorted({status for _, _, status in answers} - {200, 429}),
+        "late_spans": int(late),
         "peak_rss_mib": round(rss),
     }
 
@@ -547,7 +571,7 @@ def main() -> None:
                 _load(2, 20, STREAM_SCALE), callgraph, d, senders=2, encoded=True
             ),
             "exporter_alone": lambda d: exporter_alone(_load(2, 20, STREAM_SCALE)),
-            "burst": lambda d: burst(_load(3, 30), callgraph, d),
+            "burst": lambda d: burst(_load(3, 20, STREAM_SCALE), callgraph, d),
             "kill_9": lambda d: kill_9(_load(4, 10), callgraph, d),
             "query": lambda d: query(callgraph, d),
             "capture": lambda d: capture(d, 20_000),
