@@ -146,12 +146,18 @@ def reconstruct_traceweaver(
     progress: Progress | None = None,
     *,
     candidates: bool = True,
+    delays_from: np.ndarray | None = None,
 ) -> Reconstruction:
     """Map every outgoing span of ``spans`` (a blind view: kinds and links, no parents).
 
     ``candidates``: whether to keep every incoming span's candidates in rank order
     (:attr:`.result.Reconstruction.top_candidates`, from which top-K accuracy is measured);
-    the online mode, which has no use for them, saves a tenth of its time without them."""
+    the online mode, which has no use for them, saves a tenth of its time without them.
+
+    ``delays_from``: an analysis, not a mode of use. A mapping (a parent row per row, such as
+    the ground truth) whose gaps the delay models are fitted on before the first round, in
+    place of the seed (§4.1, §4.2); with ``max_iterations`` 1 they are never refitted, and the
+    mapping shows what timing alone tells apart once the delay distributions are known."""
     params = params or TraceWeaverParams()
     if not params.sibling_gaps:
         callgraph = callgraph.without_anchors()
@@ -171,7 +177,7 @@ def reconstruct_traceweaver(
     for rows in instances:
         mapped = result.parent if params.joins else None
         inst = _Instance(spans, rows, callgraph, params, mapped, candidates)
-        iterations.append(inst.run(result, stats))
+        iterations.append(inst.run(result, stats, delays_from))
         alternatives.extend(inst.alternatives)
         truncated += inst.truncated
         svc = spans.strings[int(spans.service[rows[0]])] or "?"
@@ -608,6 +614,11 @@ class _Instance:
                 samples.setdefault(m, []).append(gaps[:, j])
         return {m: np.concatenate(v) for m, v in samples.items()}
 
+    @staticmethod
+    def _gap_columns(samples: dict[int, np.ndarray]) -> tuple[list[np.ndarray], list[list[int]]]:
+        """Gaps per model (:meth:`_mapping_gaps`) as :meth:`_refit` takes them."""
+        return [v[:, None] for v in samples.values()], [[m] for m in samples]
+
     def _refit(
         self, models: list, values: list[np.ndarray], columns: list[list[int]], min_std: float
     ) -> None:
@@ -803,11 +814,15 @@ class _Instance:
             pools = CallPools(self.spans, left)
         return passes
 
-    def run(self, result: Reconstruction, stats: SolveStats) -> int:
+    def run(
+        self, result: Reconstruction, stats: SolveStats, delays_from: np.ndarray | None = None
+    ) -> int:
         if not self.n_incoming:
             return 0
         p = self.params
         models = self._seed_models()
+        if delays_from is not None:  # an analysis: the delay models of a given mapping
+            self._refit(models, *self._gap_columns(self._mapping_gaps(delays_from)), self.min_std)
         order = ArrivalOrder(self.pools) if p.arrival_order and self.in_order.any() else None
         rank_models: list[GapModel | None] = []
         seen: set[bytes] = set()
