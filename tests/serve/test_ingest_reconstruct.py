@@ -200,6 +200,32 @@ def test_requests_encoded_ahead_are_the_exporters_own_and_all_stored(tmp_path, s
     assert status["received"] == status["stored"]["spans"] == len(spans)
 
 
+def test_a_bound_below_a_window_of_spans_still_lets_every_sender_in(tmp_path, spans):
+    """With ``max_pending_spans`` below the spans of a window and its lookahead, no window
+    can close early: the clock then moves on by the time since the last admitted request, as
+    in a quiet stream, and the sender gets in (its spans may come late), rather than being
+    refused for ever."""
+    part = spans.take(np.arange(4 * 512))
+    done = threading.Event()
+    logs = []
+
+    def send(url: str) -> None:
+        logs.append(post_requests(encoded_requests(part), url, connections=1))
+        done.set()
+
+    with running(tmp_path, max_pending_spans=1100, retry_after_s=1, idle_s=1.0) as svc:
+        sender = threading.Thread(
+            target=send, args=(f"http://127.0.0.1:{svc.http_port}/v1/traces",), daemon=True
+        )
+        sender.start()
+        assert done.wait(60), "the sender was refused for a minute"
+        assert svc.wait_idle(60)
+        status = get_json(svc, "/api/tacit/status")
+    assert any(answer == 429 for _, _, answer in logs[0].answers)
+    assert logs[0].acknowledged == len(part)
+    assert status["received"] == status["stored"]["spans"] == len(part)
+
+
 def test_replicated_requests_continue_the_stream_as_new_traces(spans):
     """``replicate_requests``: each copy the same spans, later by the period, in traces of
     their own (the first byte of the trace id changed), in the order of the stream."""

@@ -10,7 +10,9 @@ before a pause finish too. While the receivers hold senders back (too many spans
 oldest windows are made final without waiting out their lateness, one at a time until a request
 of the size refused fits (:meth:`~tacit.reconstruct.online.OnlineTraceWeaver.close_oldest`):
 the held spans come after those pending, and the time the senders wait is not the stream's, so
-that moving the clock by it instead made the held spans late. With a retention time, the thread
+that moving the clock by it instead made the held spans late. Only where no window can close
+before its lookahead has come (a bound below a window's spans) does the clock move on by that
+time still, so that the senders get in. With a retention time, the thread
 also deletes what is older than that (:meth:`tacit.serve.store.Store.expire`), a bounded part
 at a time.
 """
@@ -108,12 +110,18 @@ class Reconstructor(threading.Thread):
                 continue
             if self._stop_event.is_set():
                 return
+            since = self.ingest.last_request
             if self.ingest.holding_back:
+                rounds = self.feed.tw.rounds
                 fed = Fed(self.feed.close_oldest())
-                if fed.finished or fed.alone:
+                if self.feed.tw.rounds > rounds:
                     self._store(fed)
                     continue
-            quiet_s = time.monotonic() - self.ingest.last_request
+                # No window can close before its lookahead has come (the bound is below a
+                # window's spans): the clock moves on from the last admitted request, as in
+                # a quiet stream, rather than the senders being refused for ever.
+                since = self.ingest.last_arrival
+            quiet_s = time.monotonic() - since
             if quiet_s >= self.idle_s:
                 self._store(Fed(self.feed.advance(self._arrived_end + quiet_s * 1e9)))
             self._lag()
