@@ -30,7 +30,7 @@ is at 300 requests/s.
   keep-alive connections (``encoded_requests``, ``post_requests``), so that the sender's core
   does not limit what the service is offered: the service's own capacity.
 * burst: ten times the target rate for ten seconds, at the service's defaults (bound on
-  pending spans, windows, database memory): the sustained run's stream, encoded once and
+  pending spans, windows, database memory): a stream like the sustained run's, encoded once and
   continued by copies as new traces, 2.3 M spans posted over eight connections as fast as the
   service answers, each 429 retried after its Retry-After; the rate offered until the first
   429 and over the first ten seconds (refused requests included), the spans acknowledged
@@ -326,7 +326,7 @@ def _steady(samples: list[tuple[float, int, int]]) -> dict:
 
 def burst(spans, callgraph, tmp: Path, connections: int = 8) -> dict:
     """Ten times the target rate for ten seconds at the service's default bound on pending
-    spans: ``spans`` (the sustained run's stream) encoded by the SDK's encoder once and
+    spans: ``spans`` (a stream like the sustained run's) encoded by the SDK's encoder once and
     continued by :data:`BURST_COPIES` - 1 copies as new traces (``replicate_requests``),
     posted over ``connections`` connections as fast as the service answers, each refusal
     retried after its Retry-After as the exporter would. The SDK's exporters cannot offer that

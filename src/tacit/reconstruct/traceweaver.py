@@ -156,8 +156,9 @@ def reconstruct_traceweaver(
 
     ``delays_from``: an analysis, not a mode of use. A mapping (a parent row per row, such as
     the ground truth) whose gaps the delay models are fitted on before the first round, in
-    place of the seed (§4.1, §4.2); with ``max_iterations`` 1 they are never refitted, and the
-    mapping shows what timing alone tells apart once the delay distributions are known."""
+    place of the seed (§4.1, §4.2) wherever the mapping shows the edge; with
+    ``max_iterations`` 1 they are never refitted, and the mapping shows what timing alone
+    tells apart once the delay distributions are known."""
     params = params or TraceWeaverParams()
     if not params.sibling_gaps:
         callgraph = callgraph.without_anchors()
