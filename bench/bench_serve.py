@@ -20,6 +20,10 @@ is at 300 requests/s.
   spans/s on a shared machine); and link accuracy (a call's chosen parent equals the one its
   sender's context gave) against the offline and the batch-online algorithms on the same
   spans; target 20,000 spans/s at offline accuracy.
+* defaults: the sustained run against the service as configured by default (its bound on
+  pending spans, and windows for requests of up to 10 s with a lateness of 7 s), not the
+  windows fitted to the simulated app's short requests and sent-in-order spans that the other
+  runs use.
 * saturated: the same with two exporters taking the batches in turn. One exporter waits for
   each answer, and that wait can limit it below what the service takes; two keep the service
   busier, but they encode on the same core (see exporter_alone).
@@ -112,13 +116,18 @@ http: 127.0.0.1:{port}
 grpc: ""
 database: tacit.duckdb
 callgraph: callgraph.yaml
+"""
+TUNED = """\
 max_pending_spans: {pending}
 online: {{max_request_s: 2, lateness_s: {lateness_s}}}
-{extra}"""
+"""
+"""What the runs but ``defaults`` set: the simulated requests are short, and the sustained runs
+hold every span pending that the stream leaves so."""
 
 
 class Server:
-    """``tacit serve`` in a subprocess on core 0."""
+    """``tacit serve`` in a subprocess on core 0; ``defaults``: with the service's own bound
+    on pending spans and windows, else with ``pending`` and ``lateness_s`` (:data:`TUNED`)."""
 
     def __init__(
         self,
@@ -127,12 +136,13 @@ class Server:
         pending: int = 10**7,
         extra: str = "",
         lateness_s: float = ONLINE.lateness_ns / NS,
+        defaults: bool = False,
     ) -> None:
         self.tmp = tmp
         self.port = free_port()
         callgraph.save(tmp / "callgraph.yaml")
-        config = CONFIG.format(port=self.port, pending=pending, extra=extra, lateness_s=lateness_s)
-        (tmp / "serve.yaml").write_text(config)
+        tuned = "" if defaults else TUNED.format(pending=pending, lateness_s=lateness_s)
+        (tmp / "serve.yaml").write_text(CONFIG.format(port=self.port) + tuned + extra)
 
     def start(self) -> Server:
         self.proc = subprocess.Popen(
@@ -195,13 +205,17 @@ def _stored(db: Path) -> tuple[int, set[str]]:
     return int(n), ids
 
 
-def sustained(spans, callgraph, tmp: Path, senders: int = 1, encoded: bool = False) -> dict:
+def sustained(
+    spans, callgraph, tmp: Path, senders: int = 1, encoded: bool = False, defaults: bool = False
+) -> dict:
     """The SDK's exporters send ``spans``, ``senders`` of them taking the batches in turn; or,
     ``encoded``, the requests the exporter's encoder made before the run are posted over
-    ``senders`` connections, so that the sender's core does not limit what the service gets."""
+    ``senders`` connections, so that the sender's core does not limit what the service gets.
+    ``defaults``: the service as configured by default (:class:`Server`)."""
     # Several exporters' batches arrive out of order, which a lateness of 3 s allows for (the
     # spans that came too late are counted); with 1 s, one run of three served 97.9% right.
-    server = Server(tmp, callgraph, lateness_s=1 if senders == 1 else 3).start()
+    lateness_s = 1 if senders == 1 else 3
+    server = Server(tmp, callgraph, lateness_s=lateness_s, defaults=defaults).start()
     requests = encoded_requests(spans) if encoded else []
     start_cpu_s = server.cpu_seconds()
     samples: list[tuple[float, int, int]] = []  # (time, received, pending)
@@ -335,9 +349,7 @@ def burst(spans, callgraph, tmp: Path, connections: int = 8) -> dict:
     period_ns = int(spans.end.max() - spans.start.min())
     requests = replicate_requests(encoded_requests(spans), BURST_COPIES, period_ns)
     total = sum(n for n, _ in requests)
-    server = Server(
-        tmp, callgraph, pending=SERVICE_PENDING, lateness_s=SERVE_ONLINE.lateness_ns / NS
-    ).start()
+    server = Server(tmp, callgraph, defaults=True).start()
     log = post_requests(requests, server.url("/v1/traces"), connections=connections)
     server.wait_idle()
     refused = server.metric('tacit_requests_refused_total{reason="busy"')
@@ -566,6 +578,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         runs = {
             "sustained": lambda d: sustained(_load(2, 20, STREAM_SCALE), callgraph, d),
+            "defaults": lambda d: sustained(
+                _load(2, 20, STREAM_SCALE), callgraph, d, defaults=True
+            ),
             "saturated": lambda d: sustained(_load(2, 20, STREAM_SCALE), callgraph, d, senders=2),
             "encoded": lambda d: sustained(
                 _load(2, 20, STREAM_SCALE), callgraph, d, senders=2, encoded=True
