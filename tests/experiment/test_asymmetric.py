@@ -40,6 +40,8 @@ def test_only_the_client_to_server_direction_reaches_the_vantage_point(run):
     assert run.client_packets_at_vantage > run.requests  # requests, handshakes, ACKs
     assert run.capture is not None and run.capture.dropped == 0
     assert run.pirate_at_client is None and run.rtt is None  # no capture at the client asked
+    assert run.packets.keys() == {"vantage"}
+    assert sum(run.packets["vantage"].values()) == run.client_packets_at_vantage
 
 
 def test_every_response_is_scored_or_counted(run):
@@ -138,6 +140,9 @@ def test_loss_is_scored_against_the_same_traffic_before_it(tmp_path):
     assert at_client is not None and at_client.keys() == run.pirate.keys()
     change = run.pirate["modes"].median_relative_error - at_client["modes"].median_relative_error
     assert 0 < abs(change) < 0.1, change
+    # The same packets at both points, but for the dropped ones, each in one bucket.
+    assert sum(run.packets["vantage"].values()) == run.client_packets_at_vantage
+    assert sum(run.packets["client"].values()) > run.client_packets_at_vantage
 
 
 def test_impairment_is_the_relays():

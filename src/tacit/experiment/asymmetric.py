@@ -142,11 +142,15 @@ class AsymmetricResult:
     ``client_capture``, on the client's own capture of the same traffic (``pirate_at_client``:
     §5.4's change under loss and reordering without the difference between two runs), the
     req-to-req baseline's, the per-epoch oracles' (:func:`epoch_oracle_errors`), the load and
-    the capture."""
+    the capture. ``packets``: what Pirate's default made of the client's packets (its buckets,
+    :data:`~tacit.response_latency.gaps.BUCKETS`), at the vantage point and, with
+    ``client_capture``, at the client: an original that arrives after later data goes with the
+    retransmissions."""
 
     params: AsymmetricParams
     pirate: dict[str, ErrorSummary]
     pirate_at_client: dict[str, ErrorSummary] | None
+    packets: dict[str, dict[str, int]]
     req_to_req: ErrorSummary
     oracle: dict[str, ErrorSummary]
     requests: int
@@ -174,6 +178,7 @@ class AsymmetricResult:
             "pirate_at_client": None
             if self.pirate_at_client is None
             else {a: _summary(s) for a, s in self.pirate_at_client.items()},
+            "packets": self.packets,
             "req_to_req": _summary(self.req_to_req),
             "oracle": {k: _summary(s) for k, s in self.oracle.items()},
             "rtt_baselines": self.rtt,
@@ -465,12 +470,20 @@ def run_asymmetric_experiment(
             out[name] = score_responses(est, endpoints, log.sent, log.latency)
         return out
 
+    def buckets(seen: PacketTable) -> dict[str, int]:
+        est = estimate_response_latency(seen, PirateParams(), server=address)
+        return {k: v for k, v in est.accounting.as_dict().items() if v}
+
     pirate = scores(packets)
     at_client_packets = read_packets(client_pcap).packets if params.client_capture else None
+    seen = {"vantage": packets}
+    if at_client_packets is not None:
+        seen["client"] = at_client_packets
     return AsymmetricResult(
         params=params,
         pirate=pirate,
         pirate_at_client=None if at_client_packets is None else scores(at_client_packets),
+        packets={where: buckets(p) for where, p in seen.items()},
         req_to_req=req_to_req_errors(log),
         oracle={
             k: epoch_oracle_errors(log, PirateParams().epoch_ns, k) for k in ("mean", "median")
