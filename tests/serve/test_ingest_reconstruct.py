@@ -30,6 +30,15 @@ def _stored_links(svc) -> dict[str, str | None]:
     return dict(rows.fetchall())
 
 
+def _served_right(spans, links: dict[str, str | None]) -> float:
+    """The share of the calls in ``spans`` whose stored parent (``links``, by span id) is the
+    one their sender's context gave."""
+    s = spans.strings
+    client = np.flatnonzero(spans.kind == CLIENT)
+    truth = {s[int(spans.span_id[r])]: s[int(spans.span_id[spans.parent[r]])] for r in client}
+    return sum(links.get(k) == v for k, v in truth.items()) / len(truth)
+
+
 @pytest.fixture(scope="module")
 def spans():
     return shop_spans(6)
@@ -51,11 +60,8 @@ def test_sdk_export_is_reconstructed_as_accurately_as_offline(tmp_path, spans):
     assert status["received"] == len(spans)
     assert status["stored"]["spans"] == len(spans)  # every acknowledged span accounted for
     _check_red(metrics, spans)
-    s = spans.strings
+    served = _served_right(spans, links)
     client = np.flatnonzero(spans.kind == CLIENT)
-    truth = {s[int(spans.span_id[r])]: s[int(spans.span_id[spans.parent[r]])] for r in client}
-    right = sum(links.get(k) == v for k, v in truth.items())
-    served = right / len(truth)
     offline = reconstruct_streamed(spans, shop_callgraph(), online=QUICK)
     offline_right = (offline.parent[client] == spans.parent[client]).mean()
     assert served >= 0.97
@@ -82,10 +88,7 @@ def test_exporters_taking_batches_in_turn_send_every_span_with_its_context(tmp_p
     assert log.acknowledged == len(spans) and log.failed == 0
     assert log.batches == -(-len(spans) // 512)
     assert status["received"] == status["stored"]["spans"] == len(spans)
-    s = spans.strings
-    client = np.flatnonzero(spans.kind == CLIENT)
-    truth = {s[int(spans.span_id[r])]: s[int(spans.span_id[spans.parent[r]])] for r in client}
-    assert sum(links.get(k) == v for k, v in truth.items()) / len(truth) >= 0.97
+    assert _served_right(spans, links) >= 0.97
 
 
 def test_a_sender_held_back_finds_its_spans_reconstructed_not_late(tmp_path, spans):
@@ -107,10 +110,7 @@ def test_a_sender_held_back_finds_its_spans_reconstructed_not_late(tmp_path, spa
     assert status["received"] == status["stored"]["spans"] == len(spans)
     late = [x for x in metrics.splitlines() if x.startswith("tacit_spans_unmapped_total")]
     assert not any("arrived later" in x and not x.endswith(" 0.0") for x in late), late
-    s = spans.strings
-    client = np.flatnonzero(spans.kind == CLIENT)
-    truth = {s[int(spans.span_id[r])]: s[int(spans.span_id[spans.parent[r]])] for r in client}
-    assert sum(links.get(k) == v for k, v in truth.items()) / len(truth) >= 0.97
+    assert _served_right(spans, links) >= 0.97
 
 
 def _check_red(metrics: str, spans) -> None:
