@@ -112,7 +112,9 @@ def test_memcached_follows_the_memtier_style_clients(memcached_run, tmp_path):
     assert np.all(run.log.outstanding == 1)  # memtier's pipeline of one
     gets = sum(run.log.strings[int(t)].startswith("get") for t in run.log.target)
     assert 0.4 < gets / len(run.log) < 0.6  # get:set 1:1
-    assert run.req_to_req.median_relative_error < 0.05
+    # The client's own turnaround (2026-11-29, 20 s runs): 2.1 % of the latency when the
+    # clients drew and encoded each request after the response, 0.7 % drawing it while waiting.
+    assert run.req_to_req.median_relative_error < 0.02
     check_follows(
         run, ["modes"], lambda: run_asymmetric_experiment(replace(MEMCACHED, seed=3), tmp_path)
     )

@@ -178,28 +178,42 @@ class _Run:
         return time.monotonic() - self.start < self.seconds
 
 
+def _drawn_root(protocol: ClientProtocol, rng: np.random.Generator) -> tuple[str, bytes]:
+    """The root of a client's next tree and the bytes of its request."""
+    root = protocol.root(rng, time.time())
+    return root, protocol.request(root)
+
+
 async def _client(conn: int, run: _Run, rng: np.random.Generator) -> None:
     """One client: trees until the run's ``seconds`` have passed, then it finishes the tree it
-    is in and closes."""
+    is in and closes. The next tree's root is drawn and encoded while the client waits for what
+    may be the current tree's last response, so that the client's turnaround from that response
+    to the next request (which Pirate measures with the response, §3.1) is as short as a
+    compiled load generator's, not the interpreter's time to draw and encode a request."""
     protocol, params, rows = run.protocol, run.params, run.rows
     reader, writer = await asyncio.open_connection(*run.address)
     port = writer.get_extra_info("sockname")[1]
+    upcoming: tuple[str, bytes] | None = None  # the next tree's root, drawn while waiting
     try:
         while run.going():
-            todo: deque[tuple[str, int]] = deque([(protocol.root(rng, time.time()), NONE)])
+            root, data = upcoming or _drawn_root(protocol, rng)
+            upcoming = None
+            todo: deque[tuple[str, int, bytes | None]] = deque([(root, NONE, data)])
             inflight: deque[tuple[str, int, int, int]] = deque()
             while todo or inflight:
                 while todo and len(inflight) < params.max_outstanding:
-                    target, parent = todo.popleft()
-                    data = protocol.request(target)
+                    target, parent, data = todo.popleft()
+                    data = data or protocol.request(target)
                     sent = time.time_ns()
                     writer.write(data)
                     inflight.append((target, parent, sent, len(inflight) + 1))
                 await writer.drain()
                 target, parent, sent, depth = inflight.popleft()
+                if upcoming is None and not todo and not inflight:  # perhaps the tree's last
+                    upcoming = _drawn_root(protocol, rng)
                 size, named = await protocol.response(reader, target)
                 row = rows.add(conn, port, target, sent, time.time_ns(), parent, depth, size)
-                todo.extend((t, row) for t in named)
+                todo.extend((t, row, None) for t in named)
     finally:
         writer.close()
         await writer.wait_closed()
