@@ -126,6 +126,32 @@ def test_a_gap_spanning_a_retransmission_is_dropped():
     assert est.latency_ns.tolist() == [30 * MS] and est.samples[0] == 2
 
 
+def test_an_original_the_network_reordered_is_used_where_a_late_one_is_a_retransmission():
+    """Requests 30 ms apart; the one at seq 100 comes 0.5 ms after the one at seq 200, which
+    overtook it. Its data is new and it comes within δ, so it is an original: used, at the time
+    it came. In the second stream it comes 10 ms after the last request, a retransmission of a
+    packet lost before the capture point: left out, and the gap after it dropped."""
+
+    def stream(filler_at: int) -> list[dict]:
+        at = {0: 0, 100: filler_at, 200: 60 * MS, 300: 90 * MS, 400: 120 * MS}
+        rows = [
+            {"t": T0 + t, "src": CLIENT, "dst": SERVER, "payload": 100, "seq": seq}
+            for seq, t in at.items()
+        ]
+        return sorted(rows, key=lambda r: r["t"])
+
+    reordered = estimate_response_latency(
+        packet_table(stream(60 * MS + 500_000)), PAPER, algorithm="threshold"
+    )
+    assert reordered.accounting.counts["retransmission"] == 0
+    assert reordered.accounting.counts["used"] == 5
+    # Gaps 60, 0.5 (below δ), 29.5 and 30 ms: the threshold rule averages the three above δ.
+    assert reordered.latency_ns.tolist() == [(60 * MS + 59_500_000) // 3]
+    lost = estimate_response_latency(packet_table(stream(100 * MS)), PAPER, algorithm="threshold")
+    assert lost.accounting.counts["retransmission"] == 1
+    assert lost.latency_ns.tolist() == [45 * MS]  # 60 and 30 ms; 90 → 120 spans the timeout
+
+
 def test_quic_probe_timeouts_are_not_latencies():
     # UDP: no sequence numbers, so only the timer modes tell a probe timeout from a response.
     rows, t = [], T0
@@ -265,15 +291,15 @@ def test_unsorted_batch_is_sorted_by_time():
 
 def test_state_bytes_follow_the_layout():
     modes = StreamingEstimator()
-    # key 32 + ports 4 + proto and four direction bytes 5; gap state 8+1+4+4+1+1+8+8+8 = 43
-    # (the last two: burst start and the connection's δ); Algorithm 2: per mode min 8, max 8,
-    # count 4, sum 8, candidates 4 = 32, and the live modes 1 and discarded gaps 4.
-    assert modes.state_bytes_per_connection == 41 + 43 + 32 * 10 + 5
+    # key 32 + ports 4 + proto and four direction bytes 5; gap state 8+1+4+4+1+1+8+4+4+8+8 =
+    # 51 (burst start, the hole's two ends, the connection's δ and epoch); Algorithm 2: per mode
+    # min 8, max 8, count 4, sum 8, candidates 4 = 32, and the live modes 1 and discarded gaps 4.
+    assert modes.state_bytes_per_connection == 41 + 51 + 32 * 10 + 5
     fewer = StreamingEstimator(PirateParams(max_modes=8))
     assert modes.state_bytes_per_connection - fewer.state_bytes_per_connection == 64
     # The centre-tracking histogram: per mode 8 + 4 + 4 + 8 = 24.
-    assert StreamingEstimator(algorithm="centres").state_bytes_per_connection == 41 + 43 + 240
-    assert StreamingEstimator(algorithm="threshold").state_bytes_per_connection == 41 + 43 + 12
+    assert StreamingEstimator(algorithm="centres").state_bytes_per_connection == 41 + 51 + 240
+    assert StreamingEstimator(algorithm="threshold").state_bytes_per_connection == 41 + 51 + 12
 
 
 def test_score_accepts_endpoint_strings_and_indices(sim):

@@ -63,6 +63,8 @@ _STATE_DTYPES = {
     "seq_seen": np.bool_,
     "tainted": np.bool_,
     "burst_start": np.int64,
+    "hole_lo": np.uint32,
+    "hole_hi": np.uint32,
     "burst_gap": np.int64,
     "epoch": np.int64,
 }
@@ -240,6 +242,8 @@ class StreamingEstimator:
             s["seq_seen"],
             s["tainted"],
             s["burst_start"],
+            s["hole_lo"],
+            s["hole_hi"],
             s["burst_gap"],
             s["epoch"],
             _centre_arrays(self._modes),
@@ -469,6 +473,8 @@ def _run(
     seq_seen,
     tainted,
     burst_start,
+    hole_lo,
+    hole_hi,
     burst_gap,
     epoch,
     centres,
@@ -502,6 +508,8 @@ def _run(
             seq_seen,
             tainted,
             burst_start,
+            hole_lo,
+            hole_hi,
         )
         kinds[i] = kind
         if kind != USED:

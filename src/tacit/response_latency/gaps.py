@@ -4,10 +4,11 @@
 Every packet is put in exactly one bucket (:data:`BUCKETS`); only ``used`` packets take part in
 the gaps. Of the others, pure acknowledgements are *coalesced* (§3.4, first heuristic): their
 timing follows the server's data, not the client's application, so they neither end nor start
-a gap. TCP packets that carry no new data (retransmissions, and originals that the capture saw
-after later data) are left out too; when one comes after a pause longer than the gap threshold
-δ, the next gap of its connection is dropped, since it spans a retransmission timeout rather
-than a response (an original reordered within its burst comes sooner and drops nothing).
+a gap. TCP packets that carry no new data (retransmissions) are left out too; when one comes
+after a pause longer than the gap threshold δ, the next gap of its connection is dropped, since
+it spans a retransmission timeout rather than a response. An original that the capture saw after
+later data is used when it fills the data the capture skipped and comes within δ (the network
+reordered it); later, it is taken for the retransmission of a packet lost before the capture.
 
 A gap is a *candidate* response gap only when the packet before it was not a full-size segment
 (§3.4, second heuristic): a full-size (MTU) segment is followed by more of the same burst.
@@ -91,6 +92,19 @@ def packet_kinds(
 
 
 @njit(cache=True, inline="always")
+def _fills_hole(c, seq, end, hole_lo, hole_hi):  # pragma: no cover - compiled
+    """Whether ``[seq, end)`` lies in connection ``c``'s hole; if so, the hole keeps what is
+    above it (or below it, when it reaches the hole's end)."""
+    if np.int32(seq - hole_lo[c]) < 0 or np.int32(hole_hi[c] - end) < 0 or hole_lo[c] == hole_hi[c]:
+        return False
+    if end == hole_hi[c]:
+        hole_hi[c] = seq
+    else:
+        hole_lo[c] = end
+    return True
+
+
+@njit(cache=True, inline="always")
 def next_gap(
     c,
     t,
@@ -107,6 +121,8 @@ def next_gap(
     seq_seen,
     tainted,
     burst_start,
+    hole_lo,
+    hole_hi,
 ):  # pragma: no cover - compiled
     """Take one ``used`` packet of connection ``c`` (time ``t``, ``payload`` bytes, TCP ``seq``
     when ``tcp``; TCP packets without payload are not checked for retransmission) into the
@@ -125,21 +141,32 @@ def next_gap(
 
     State per connection: time of the last used packet (``NO_TIME`` before the first), whether
     it was full-size, the largest payload so far, the TCP sequence number after the highest data
-    so far (``seq_seen`` once there is one), the start of the current burst, and ``tainted``: a
+    so far (``seq_seen`` once there is one), the start of the current burst, ``tainted``: a
     retransmission came since the last used packet, more than ``taint_after`` ns after it
     (sooner, it is taken for an original that the capture saw late, within its burst, and taints
-    nothing).
+    nothing), and the connection's latest *hole*, ``[hole_lo, hole_hi)``: data the capture
+    skipped when a packet came with a sequence number past the highest (empty when the two are
+    equal). A packet inside the hole that comes within ``taint_after`` of the last used packet
+    is an original the network reordered, not a retransmission: its data is new, so it is used,
+    at the time it came, and the hole shrinks. Later, it is taken for the retransmission of a
+    packet lost before the capture point, as before. One hole is kept; a new skip replaces it.
     """
     if last_time[c] != NO_TIME and t < last_time[c]:
         return OUT_OF_ORDER, NO_GAP, False
     if tcp and payload > 0:
         end = np.uint32(seq + payload)
         if seq_seen[c] and np.int32(end - high_seq[c]) <= 0:
-            if t - last_time[c] > taint_after:
-                tainted[c] = True
-            return RETRANSMISSION, NO_GAP, False
-        high_seq[c] = end
-        seq_seen[c] = True
+            soon = t - last_time[c] <= taint_after
+            if not (soon and _fills_hole(c, np.uint32(seq), end, hole_lo, hole_hi)):
+                if not soon:
+                    tainted[c] = True
+                return RETRANSMISSION, NO_GAP, False
+        else:
+            if seq_seen[c] and np.int32(np.uint32(seq) - high_seq[c]) > 0:
+                hole_lo[c] = high_seq[c]  # data skipped: the connection's hole, for now
+                hole_hi[c] = np.uint32(seq)
+            high_seq[c] = end
+            seq_seen[c] = True
     gap = NO_GAP
     candidate = not last_full[c]
     if last_time[c] == NO_TIME or t - last_time[c] > burst_gap:
