@@ -6,9 +6,10 @@ the gaps. Of the others, pure acknowledgements are *coalesced* (§3.4, first heu
 timing follows the server's data, not the client's application, so they neither end nor start
 a gap. TCP packets that carry no new data (retransmissions) are left out too; when one comes
 after a pause longer than the gap threshold δ, the next gap of its connection is dropped, since
-it spans a retransmission timeout rather than a response. An original that the capture saw after
-later data is used when it fills the data the capture skipped and comes within δ (the network
-reordered it); later, it is taken for the retransmission of a packet lost before the capture.
+it spans a retransmission timeout rather than a response. A packet that fills data the capture
+skipped and comes within δ is used: an original the network reordered, or the client's fast
+retransmission of a packet lost before the capture (after the server's SACKs, within a round
+trip), and either way no timeout lies in its gaps. Later, it is a retransmission as above.
 
 A gap is a *candidate* response gap only when the packet before it was not a full-size segment
 (§3.4, second heuristic): a full-size (MTU) segment is followed by more of the same burst.
@@ -147,9 +148,10 @@ def next_gap(
     nothing), and the connection's latest *hole*, ``[hole_lo, hole_hi)``: data the capture
     skipped when a packet came with a sequence number past the highest (empty when the two are
     equal). A packet inside the hole that comes within ``taint_after`` of the last used packet
-    is an original the network reordered, not a retransmission: its data is new, so it is used,
-    at the time it came, and the hole shrinks. Later, it is taken for the retransmission of a
-    packet lost before the capture point, as before. One hole is kept; a new skip replaces it.
+    carries data the capture has not seen (an original the network reordered, or a fast
+    retransmission of a packet lost before the capture point), so it is used, at the time it
+    came, and the hole shrinks. Later, it is a retransmission after a timeout, as above. One
+    hole is kept; a new skip replaces it.
     """
     if last_time[c] != NO_TIME and t < last_time[c]:
         return OUT_OF_ORDER, NO_GAP, False
