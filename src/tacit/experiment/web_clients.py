@@ -196,16 +196,16 @@ async def _client(conn: int, run: _Run, rng: np.random.Generator) -> None:
     upcoming: tuple[str, bytes] | None = None  # the next tree's root, drawn while waiting
     try:
         while run.going():
-            root, data = upcoming or _drawn_root(protocol, rng)
+            root, encoded = upcoming or _drawn_root(protocol, rng)
             upcoming = None
-            todo: deque[tuple[str, int, bytes | None]] = deque([(root, NONE, data)])
+            todo: deque[tuple[str, int, bytes | None]] = deque([(root, NONE, encoded)])
             inflight: deque[tuple[str, int, int, int]] = deque()
             while todo or inflight:
                 while todo and len(inflight) < params.max_outstanding:
                     target, parent, data = todo.popleft()
-                    data = data or protocol.request(target)
+                    request = data or protocol.request(target)
                     sent = time.time_ns()
-                    writer.write(data)
+                    writer.write(request)
                     inflight.append((target, parent, sent, len(inflight) + 1))
                 await writer.drain()
                 target, parent, sent, depth = inflight.popleft()
