@@ -145,7 +145,7 @@ class AsymmetricResult:
     the capture. ``packets``: what Pirate's default made of the client's packets (its buckets,
     :data:`~tacit.response_latency.gaps.BUCKETS`), at the vantage point and, with
     ``client_capture``, at the client: an original that arrives after later data goes with the
-    retransmissions."""
+    retransmissions unless it comes within δ (:mod:`tacit.response_latency.gaps`)."""
 
     params: AsymmetricParams
     pirate: dict[str, ErrorSummary]
