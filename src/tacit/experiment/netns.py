@@ -184,11 +184,17 @@ def resolve_impairment(impairment: str) -> str:
 
 
 class ManagedProcess:
-    """A process we started, its stderr collected by a thread."""
+    """A process we started, its stderr collected by a thread. ``name`` is what its messages
+    call it (default ``cmd[4]``, the program ``ip netns exec NS`` runs, or the last part of a
+    shorter command); ``popen`` are further arguments of :class:`subprocess.Popen` (``env``,
+    ``pass_fds``)."""
 
-    def __init__(self, cmd: list[str], stdout=subprocess.DEVNULL) -> None:
+    def __init__(
+        self, cmd: list[str], stdout=subprocess.DEVNULL, *, name: str | None = None, **popen: Any
+    ) -> None:
         self.cmd = cmd
-        self.proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True)
+        self.name = name or cmd[min(4, len(cmd) - 1)]
+        self.proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, **popen)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -206,7 +212,7 @@ class ManagedProcess:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.02)
-        raise ConfigError(f"{self.cmd[4]} did not report {text!r}: " + " | ".join(self.lines[-5:]))
+        raise ConfigError(f"{self.name} did not report {text!r}: " + " | ".join(self.lines[-5:]))
 
     def end(self, sig: int = signal.SIGTERM) -> None:
         if self.proc.poll() is None:
