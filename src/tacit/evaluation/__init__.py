@@ -3,6 +3,7 @@
 - :mod:`~.trace_accuracy`: end-to-end, link and per-service accuracy (TraceWeaver §6.1).
 - :mod:`~.reconstruction`: blind, reconstruct and score with every algorithm (§6).
 - :mod:`~.demo`: accuracy against load on the simulated app (``make demo``).
+- :mod:`~.otel_app`: reconstructed traces of the OpenTelemetry app against its own truth.
 """
 
 import lazy_loader

@@ -1,6 +1,7 @@
 """The names :mod:`tacit.evaluation` exports, each imported on first use (``__init__.py``)."""
 
 from .demo import run_demo
+from .otel_app import score_traces
 from .reconstruction import Evaluation, evaluate
 from .trace_accuracy import TraceScore, artifact_scope, score_reconstruction
 
@@ -11,4 +12,5 @@ __all__ = [
     "evaluate",
     "run_demo",
     "score_reconstruction",
+    "score_traces",
 ]
