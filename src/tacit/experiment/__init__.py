@@ -6,6 +6,8 @@
 - :mod:`~.loadbalancer`: Pirate §4's latency-aware Maglev, simulated.
 - :mod:`~.netns`: RDA §IX, two live agents across an impaired path.
 - :mod:`~.traced_app`: a small multi-service app in namespaces, captured, its call logs the truth.
+- :mod:`~.otel_app`: a small app of services instrumented with the OpenTelemetry SDK, its trace
+  context broken as deployments break it, its own logs the truth.
 - :mod:`~.capture`: tcpdump for all of them.
 
 The names the package exports are imported on first use, as in every package of tacit: the
