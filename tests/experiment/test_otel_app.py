@@ -284,3 +284,13 @@ def test_the_receiver_writes_hex_ids_and_refuses_what_is_not_an_otlp_protobuf_ex
         "ab" * 8,
         "cd" * 8,
     )
+
+
+def test_the_command_refuses_bad_options_in_one_line(tmp_path):
+    from clirun import one_error_line, run_here
+
+    command = ("experiment", "otel-app", "--out", tmp_path / "o")
+    one_error_line(run_here(*command, "--mode", "sidecar"), "mode")
+    one_error_line(run_here(*command, "--otlp-protocol", "thrift"), "protocol")
+    one_error_line(run_here(*command, "--concurrency", "0"), "--concurrency")
+    assert not (tmp_path / "o").exists()

@@ -1,7 +1,8 @@
-"""``tacit experiment web|asymmetric|loadbalancer|netns|traced-app``: Pirate's live experiments
-on this machine (loopback, and §5.1's namespaces with asymmetric routing), its load-balancer
-simulation, RDA's agents across namespaces, and a small multi-service app captured with its
-own call logs as the truth of its traces."""
+"""``tacit experiment web|asymmetric|loadbalancer|netns|traced-app|otel-app``: Pirate's live
+experiments on this machine (loopback, and §5.1's namespaces with asymmetric routing), its
+load-balancer simulation, RDA's agents across namespaces, a small multi-service app captured
+with its own call logs as the truth of its traces, and one instrumented with the OpenTelemetry
+SDK, its trace context broken as deployments break it."""
 
 from __future__ import annotations
 
@@ -323,3 +324,78 @@ def traced_app(
             f"test environment: {test['requests']['completed']} requests one at a time, "
             f"captured in {test['files']['pcap']}"
         )
+
+
+@experiment_app.command("otel-app")
+def otel_app(
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="Directory for spans.jsonl, truth.jsonl, summary.json.")
+    ],
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="How the trace context breaks: full (it does not), threadpool, detached, "
+            "uninstrumented, nopropagation or queue."
+        ),
+    ] = "full",
+    seconds: Annotated[
+        float, typer.Option(callback=RUN_SECONDS, help="How long the load runs (s).")
+    ] = 5.0,
+    rate: Annotated[
+        float,
+        typer.Option(callback=bounded(0, 10_000, lo_open=True), help="Requests per second."),
+    ] = 30.0,
+    concurrency: Annotated[
+        int, typer.Option(callback=CONNECTIONS, help="Requests in flight at most.")
+    ] = 4,
+    seed: Annotated[
+        int, typer.Option(callback=SEED, help="Seed of the arrivals and the services' pauses.")
+    ] = 0,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="Where the services export (a collector, tacit serve), e.g. "
+            "http://127.0.0.1:4318 (http) or http://127.0.0.1:4317 (grpc); default: the run's "
+            "own receiver, into OUT/spans.jsonl."
+        ),
+    ] = None,
+    otlp_protocol: Annotated[str, typer.Option(help="http (protobuf over HTTP) or grpc.")] = "http",
+    json_out: JsonOpt = False,
+) -> None:
+    """Run five Flask services (frontend, search, geo, rate, profile), each a process
+    instrumented with the OpenTelemetry SDK and exporting over OTLP, under a load generator;
+    write the spans they exported (without --otlp-endpoint) and the truth of every span's parent
+    that the services logged themselves."""
+    from tacit.experiment.otel_app import OtelAppParams, run_otel_app
+
+    params = OtelAppParams(
+        mode=mode,
+        duration_s=seconds,
+        rate=rate,
+        concurrency=concurrency,
+        seed=seed,
+        otlp_endpoint=otlp_endpoint,
+        otlp_protocol=otlp_protocol,
+    )
+    doc = run_otel_app(params, out_dir).as_dict()
+    if json_out:
+        print_json(doc)
+        return
+    req, truth, received = doc["requests"], doc["truth"], doc["received"]
+    rows = {
+        "requests sent": req["sent"],
+        "requests answered": req["answered"],
+        "request errors": req["errors"],
+        "seconds": req["seconds"],
+        **{f"truth {kind} spans": n for kind, n in truth["by_kind"].items()},
+        "truth unobserved hops": truth["unobserved_hops"],
+    }
+    if received["spans"] is not None:
+        rows |= {
+            "spans received": received["spans"],
+            "export requests": received["export_requests"],
+        }
+    out.print(_table(f"otel app, {mode}, {seconds:g} s at {rate:g} requests/s", rows))
+    ports = ", ".join(f"{r} :{s['port']}" for r, s in doc["services"].items())
+    out.print(f"services: {ports}; spans exported to {doc['otlp']['endpoint']}")
+    out.print(f"written to {out_dir}: " + ", ".join(Path(f).name for f in doc["files"].values()))
