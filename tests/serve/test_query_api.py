@@ -100,11 +100,8 @@ def test_a_trace_by_id_and_an_unknown_one(svc):
         for s in trace["spans"]
         if {"key": "span.kind", "type": "string", "value": "client"} in s["tags"]
     ]
-    assert all(
-        any(t["key"] == "tacit.score" for t in s["tags"])
-        or any(t["key"] == "tacit.unmapped" for t in s["tags"])
-        for s in client
-    )
+    evidence = {"tacit.score", "tacit.unmapped", "tacit.link"}
+    assert all(any(t["key"] in evidence for t in s["tags"]) for s in client)
     status, body, _ = get(svc, "/api/traces/" + "0" * 32)
     assert status == 404 and json.loads(body)["errors"][0]["code"] == 404
 

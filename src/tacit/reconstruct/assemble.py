@@ -26,7 +26,7 @@ from tacit.model.span_details import SpanDetail
 from tacit.model.spans import SpanTable
 from tacit.model.traces import roots
 from tacit.reconstruct.alternatives import Alternatives
-from tacit.reconstruct.result import Reconstruction
+from tacit.reconstruct.result import Reconstruction, known_calls
 from tacit.runs import distinct, run_bounds, split_at
 
 
@@ -36,10 +36,18 @@ def new_seed() -> int:
     return secrets.randbits(64)
 
 
-EVIDENCE_TAGS = ("tacit.algorithm", "tacit.score", "tacit.alternatives", "tacit.unmapped")
+EVIDENCE_TAGS = (
+    "tacit.algorithm",
+    "tacit.score",
+    "tacit.alternatives",
+    "tacit.unmapped",
+    "tacit.link",
+)
 """The tags of a row's evidence that :class:`Evidence` holds as columns, in the order written
 (:data:`FALLBACK_TAG` follows them where there is one)."""
 FALLBACK_TAG = "tacit.fallback"
+GIVEN = "given"
+"""``tacit.link`` of a client span whose parent its sender gave (kept, not inferred)."""
 
 
 def evidence_tags(
@@ -47,10 +55,11 @@ def evidence_tags(
     score: float | None,
     alternatives: str | None,
     unmapped: str | None,
+    link: str | None = None,
     fallback: str | None = None,
 ) -> dict[str, Any]:
     """One row's evidence as tags (see :func:`assemble`), those that are None left out."""
-    values = (algorithm, score, alternatives, unmapped, fallback)
+    values = (algorithm, score, alternatives, unmapped, link, fallback)
     keys = (*EVIDENCE_TAGS, FALLBACK_TAG)
     return {k: v for k, v in zip(keys, values, strict=True) if v is not None}
 
@@ -62,13 +71,14 @@ class Evidence(Mapping[int, dict]):
 
     ``score``: the chosen parent's score rounded to 4 places (None: none); ``alternatives``:
     by row, JSON ``[[parent span id, score], ...]``, best first; ``unmapped`` and ``fallback``:
-    by row, the reasons."""
+    by row, the reasons; ``given``: the rows whose parent the input gave."""
 
     algorithm: str
     score: list[float | None]
     alternatives: dict[int, str] = field(default_factory=dict)
     unmapped: dict[int, str] = field(default_factory=dict)
     fallback: dict[int, str] = field(default_factory=dict)
+    given: frozenset[int] = frozenset()
 
     def __getitem__(self, row: int) -> dict[str, Any]:
         if not 0 <= row < len(self.score):
@@ -78,6 +88,7 @@ class Evidence(Mapping[int, dict]):
             self.score[row],
             self.alternatives.get(row),
             self.unmapped.get(row),
+            GIVEN if row in self.given else None,
             self.fallback.get(row),
         )
 
@@ -108,8 +119,10 @@ def assemble(
 
     Evidence, as tags: ``tacit.algorithm``; on mapped client spans ``tacit.score`` and
     ``tacit.alternatives`` (JSON list of [parent span id, score], best first); on unmapped
-    client spans ``tacit.unmapped`` with the reason; on client spans given a parent by the
-    fallback (not by the algorithm), ``tacit.fallback`` with the reason the algorithm gave.
+    client spans ``tacit.unmapped`` with the reason; on client spans whose parent the input gave
+    (:func:`~.result.known_calls`: kept, not inferred) ``tacit.link`` :data:`GIVEN`; on client
+    spans given a parent by the fallback (not by the algorithm), ``tacit.fallback`` with the
+    reason the algorithm gave.
     """
     out = spans.take(np.arange(len(spans)))
     out.parent[:] = rec.parent
@@ -134,6 +147,7 @@ def assemble(
         _alternatives_json(Alternatives.of(rec.alternatives), names, fresh, beyond),
         dict(rec.unmapped),
         dict(rec.fallback),
+        frozenset(np.flatnonzero(known_calls(spans)).tolist()),
     )
     return out, evidence
 

@@ -18,7 +18,8 @@ no earlier than its trigger (the end of its predecessors in the path, or the req
 minus the slot's ``early`` tolerance) and ends no later than the response plus the slot's
 ``late`` tolerance; two slots never take the same call, and two unordered slots calling the same
 backend take their calls in the order of their occurrence numbers, which count calls in start
-order (:func:`.callgraph.learn_callgraph`), so that no mapping is listed twice.
+order (:func:`.callgraph.learn_callgraph`), so that no mapping is listed twice. A call whose
+parent its sender gave (``owner``) is taken by that request alone.
 
 A slot's gap is measured from its trigger, or, where the call graph gives the slot an anchor
 (a sibling launched with it, or whose span closes as it opens: :func:`.callgraph._anchors`),
@@ -155,9 +156,11 @@ def search(
     beam_width: int,
     max_branch: int,
     keep: int,
+    owner: np.ndarray | None = None,
 ) -> SearchResult:
     """The best ``keep`` candidates along each path of its endpoint for each incoming span
-    (rows ``incoming`` of ``spans``, of endpoint ``endpoint_of`` and seed window ``window``)."""
+    (rows ``incoming`` of ``spans``, of endpoint ``endpoint_of`` and seed window ``window``).
+    ``owner[r]``: the incoming row that alone may take call ``r`` (-1: any; None: all any)."""
     max_slots = max((len(p.path.slots) for p in paths), default=0)
     # Paths per endpoint (CSR).
     ep_ids = np.array([p.endpoint for p in paths], dtype=np.int64)
@@ -228,6 +231,7 @@ def search(
         window,
         endpoint_of,
         spans.thread[incoming],
+        incoming,
     )
     path_cols = (
         ep_ptr,
@@ -249,7 +253,8 @@ def search(
         np.array(twin_after, dtype=np.bool_),
     )
     need_cols = (need_ptr, need_pool, need_count, need_early, need_late)
-    call_cols = (spans.start[call_rows], spans.end[call_rows], spans.thread[call_rows])
+    call_owner = np.full(len(call_rows), -1, i64) if owner is None else owner[call_rows]
+    call_cols = (spans.start[call_rows], spans.end[call_rows], spans.thread[call_rows], call_owner)
     out = _beam(
         tuple(a.astype(i64) for a in in_cols),
         path_cols,
@@ -376,7 +381,7 @@ def _beam(incoming, paths, slots, deps, need, calls, gaps, limits):  # pragma: n
     The helpers called inside the loops neither allocate nor raise, so that numba drops the
     reference counting of the arrays they are given, which would cost more than their work;
     what allocates (the beam's selection, the ranking, growing the output) is done here."""
-    in_start, in_end, _, in_ep, in_thread = incoming
+    in_start, in_end, _, in_ep, in_thread, _ = incoming
     ep_ptr, ep_paths, slot_ptr, _, _, same_thread = paths
     _, slot_pool, _, slot_early, _, slot_anchor, _, _, slot_from_end = slots
     pred_ptr, preds, twin_ptr, twins, twin_after = deps
@@ -552,12 +557,13 @@ def _twin_bounds(a, b, d, nb, twins, twin_after, tree):  # pragma: no cover - co
 @njit(cache=True, inline="always")
 def _extend(i, s, nb, thread, incoming, slots, calls, gaps, tree, nxt, limits):  # pragma: no cover
     """Every extension of the ``nb`` entries by slot ``s`` within their bounds: with each call
-    that ends by the response plus the slot's ``late`` tolerance and, where ``thread`` >= 0,
-    runs on that thread, scored by its gap; and with a skip where the slot may be skipped.
+    that ends by the response plus the slot's ``late`` tolerance, where ``thread`` >= 0 runs on
+    that thread, and has no owner but this request, scored by its gap; and with a skip where the
+    slot may be skipped.
     Returns how many it put in ``nxt``, and how many entries ``max_branch`` cut short."""
-    r1, win = incoming[1][i], incoming[2][i]
+    r1, win, me = incoming[1][i], incoming[2][i], incoming[5][i]
     _, slot_pool, slot_model, _, slot_late, _, slot_made, slot_skip, _ = slots
-    pool_ptr, call_start, call_end, call_thread = calls
+    pool_ptr, call_start, call_end, call_thread, call_owner = calls
     model, peak = gaps
     beam_width, max_branch = limits[0], limits[1]
     nxt_parent, nxt_pos, nxt_done, nxt_score, _ = nxt
@@ -579,8 +585,10 @@ def _extend(i, s, nb, thread, incoming, slots, calls, gaps, tree, nxt, limits): 
             end = min(b, bounds[_BELOW, e])
             branches = 0
             while k < end and call_start[k] <= latest:
-                if call_end[k] <= latest and (
-                    thread < 0 or call_thread[k] < 0 or call_thread[k] == thread
+                if (
+                    call_end[k] <= latest
+                    and (thread < 0 or call_thread[k] < 0 or call_thread[k] == thread)
+                    and (call_owner[k] < 0 or call_owner[k] == me)
                 ):
                     if branches == max_branch:
                         truncated += 1

@@ -27,6 +27,17 @@ largest int64): the span waits for the partner, which names it by its position w
 A partner that never arrives is taken as unobserved when the stream closes, or once the span
 ended ``max_request_ns`` before the boundary (a partner that late would be past the lateness).
 
+Links the senders gave are kept, not inferred again. A client span whose ``parent`` column
+holds a stream position (its sender's context named the server span that caused it; any
+position not pushed yet while that span is still to come, as for ``link``) is *given*: final at
+once, with that parent. It still takes part in the rounds as context: the request it belongs to
+is a candidate for the calls whose context was lost (a handler that called one service directly
+and fanned out to another through a thread pool), and no other request can take it
+(:func:`~tacit.reconstruct.result.open_problem`). A given parent that has not arrived once the
+span ended ``max_request_ns`` before the boundary was lost after all: the span is then inferred
+like any other. A client span's callee is the service of the server span it is linked to
+(:meth:`OnlineTraceWeaver.name_peers`), which a sender need not name (``peer.service``).
+
 A long-running receiver (``tacit serve``) numbers its stream from where the previous run left
 off (``first_position``), so that positions, and the ids derived from them, never repeat; and
 when nothing arrives it moves the stream's clock on by the time that passed (:meth:`advance`),
@@ -63,6 +74,7 @@ _ROW_STATE = {
     "parent": np.int64,
     "score": np.float64,
     "kind": SpanTable.COLUMNS["kind"],
+    "given": np.bool_,
 }
 """What :class:`OnlineTraceWeaver` keeps per pending span besides the span (its properties)."""
 _POOL_SLACK = 8
@@ -101,6 +113,7 @@ class Finished:
     ``unmapped`` (position -> reason) as in :class:`~tacit.reconstruct.result.Reconstruction`.
     ``named``: the details (original span ids) of the candidate parents in ``alternatives``
     that are in other batches and had them, by position, to be named as those are written.
+    ``given[r]``: whether row ``r`` is a client span whose parent its sender gave (kept).
     """
 
     spans: SpanTable
@@ -110,6 +123,7 @@ class Finished:
     alternatives: Alternatives = field(default_factory=Alternatives.empty)
     unmapped: dict[int, str] = field(default_factory=dict)
     named: dict[int, SpanDetail] = field(default_factory=dict)
+    given: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
 class OnlineTraceWeaver:
@@ -130,6 +144,7 @@ class OnlineTraceWeaver:
         self._rows = GrowingColumns(_ROW_STATE)
         self._alternatives = Alternatives.empty()  # of the final calls not yet emitted
         self._named: dict[int, SpanDetail] = {}  # emitted spans that _alternatives names
+        self._peers: dict[int, str] = {}  # position -> callee service, for the next join
         self.unmapped: dict[int, str] = {}
         self._why: dict[int, str] = {}  # position -> why a call not yet final was left unmapped
         self.pushed = first_position
@@ -154,6 +169,13 @@ class OnlineTraceWeaver:
             compact = len(self._spans.strings) > _POOL_SLACK * len(self._rows) + 4096
             self._spans = concat([self._spans, *self._staged], into_first=not compact)
             self._staged = []
+        if self._peers:
+            rows = self._rows_of(np.fromiter(self._peers, np.int64, len(self._peers)))
+            code = self._spans.strings.code
+            for r, name in zip(rows.tolist(), self._peers.values(), strict=True):
+                if r != NONE:
+                    self._spans.peer[r] = code(name)
+            self._peers = {}
         return self._spans
 
     @property
@@ -177,13 +199,39 @@ class OnlineTraceWeaver:
         return self._rows["parent"]
 
     @property
+    def given(self) -> np.ndarray:
+        """Per pending span, whether it is a client span whose parent its sender gave."""
+        return self._rows["given"]
+
+    @property
     def score(self) -> np.ndarray:
         """Per pending span, the score of its parent link (NaN: none yet)."""
         return self._rows["score"]
 
     # -- input ------------------------------------------------------------------------------
+    def name_peers(self, peers: dict[int, str]) -> None:
+        """The callee service of client spans already pushed (position -> service), learned
+        from the server span linked to them: set before their next round."""
+        self._peers.update(peers)
+
+    def give_parents(self, children: np.ndarray, parents: np.ndarray) -> None:
+        """The given parents (positions) of client spans pushed while their parent was to come,
+        NONE where the context turned out lost (the span is then inferred); pending spans only
+        (a child already gone is left as it is)."""
+        rows = self._rows_of(children)
+        here = rows != NONE
+        rows, parents = rows[here], parents[here]
+        self.parent[rows] = parents
+        lost = rows[parents == NONE]
+        self.given[lost] = False
+        self.final[lost] = False
+
     def push(self, chunk: SpanTable) -> list[Finished]:
-        """Add the next spans of the stream; returns the traces this made final."""
+        """Add the next spans of the stream; returns the traces this made final.
+
+        ``chunk.link``: the RPC partner's stream position; ``chunk.parent``: for a client span
+        whose sender gave its parent, that server span's position (see the module docstring);
+        NONE otherwise."""
         if not len(chunk):
             return []
         bad = np.flatnonzero((chunk.kind != SERVER) & (chunk.kind != CLIENT))
@@ -212,13 +260,15 @@ class OnlineTraceWeaver:
             SpanTable(chunk.strings, **cols, sources=chunk.sources, details=chunk.details)
         )
         partner = chunk.link.astype(np.int64)
+        given = (chunk.kind == CLIENT) & (chunk.parent != NONE)
         self._rows.extend(
             position=positions,
             link=partner,
-            final=np.zeros(n, dtype=bool),
-            parent=np.where(chunk.kind == SERVER, partner, NONE),
+            final=given,
+            parent=np.where(chunk.kind == SERVER, partner, np.where(given, chunk.parent, NONE)),
             score=np.full(n, np.nan),
             kind=chunk.kind,
+            given=given,
         )
         # The RPC's other side arrived earlier: it learns this span's position too.
         back = np.flatnonzero((partner > NONE) & (partner < positions))
@@ -274,28 +324,40 @@ class OnlineTraceWeaver:
         return self._round(math.inf)
 
     def _give_up_partners(self, rows: np.ndarray) -> None:
-        """The RPC partners announced for ``rows`` (a mask) but not pushed were not observed."""
+        """The RPC partners announced for ``rows`` (a mask) but not pushed were not observed;
+        nor were the given parents still to come, whose calls are inferred instead."""
         never = rows & (self.link >= self.pushed)
         self.link[never] = NONE
         self.parent[never & (self.spans.kind == SERVER)] = NONE
+        lost = rows & self.given & (self.parent >= self.pushed)
+        self.parent[lost] = NONE
+        self.given[lost] = False
+        self.final[lost] = False
 
     # -- one round ----------------------------------------------------------------------------
     def _round(self, boundary: float) -> list[Finished]:
         self.rounds += 1
         self._give_up_partners(self.spans.end < boundary - self.online.max_request_ns)
-        work = np.flatnonzero(~self.final & (self.spans.end <= boundary + self.online.lookahead_ns))
-        if len(work):
-            self._reconstruct(work, boundary)
+        due = self.spans.end <= boundary + self.online.lookahead_ns
+        if (~self.final & due).any():
+            # the given calls of the requests in the work go with them, as context
+            work = ~self.final & due
+            parent_row = self._rows_of(self.parent)
+            with_parent = self.given & (parent_row != NONE)
+            work[with_parent] |= work[parent_row[with_parent]]
+            self._reconstruct(np.flatnonzero(work), boundary)
         return self._emit()
 
     def _reconstruct(self, work: np.ndarray, boundary: float) -> None:
         spans = self.spans.take(work)
+        given = self.given[work]
+        spans.parent[given] = find_sorted(self.position[work], self.parent[work[given]])
         rec = reconstruct_traceweaver(spans, self.callgraph, self.params, candidates=False)
         kind = spans.kind
         final_in = (kind == SERVER) & (spans.end <= boundary)
-        chosen = (kind == CLIENT) & (rec.parent != NONE)
+        chosen = (kind == CLIENT) & (rec.parent != NONE) & ~given
         chosen[chosen] = final_in[rec.parent[chosen]]
-        given_up = (kind == CLIENT) & ~chosen
+        given_up = (kind == CLIENT) & ~chosen & ~given
         given_up &= spans.start < boundary - self.online.max_request_ns
         rows = work[final_in | chosen | given_up]
         self.final[rows] = True
@@ -311,7 +373,7 @@ class OnlineTraceWeaver:
         at_list = at.tolist()  # read one by one below, which numpy scalars make slow
         # Why a call is unmapped is told by the round that still had its instance's incoming
         # spans: by the time it is given up they may all be final, and out of the work.
-        for r in np.flatnonzero((kind == CLIENT) & ~chosen).tolist():
+        for r in np.flatnonzero((kind == CLIENT) & ~chosen & ~given).tolist():
             why = rec.unmapped.get(r)
             if why is not None and why != ROOT_CALL:
                 self._why[at_list[r]] = why
@@ -352,6 +414,7 @@ class OnlineTraceWeaver:
             alternatives,
             {p: self.unmapped.pop(p) for p in done_at if p in self.unmapped},
             named,
+            self.given[rows].copy(),
         )
         keep = ~done
         self._spans = self.spans.take(keep)
@@ -393,7 +456,8 @@ def _forget(by_position: dict[int, Any], positions: np.ndarray, among: bool) -> 
 
 def stream_chunks(spans: SpanTable, chunk_size: int) -> Iterator[SpanTable]:
     """Slices of ``spans`` in order of span end, as a collector would hand them over, with
-    ``link`` rewritten to stream positions (see the module docstring)."""
+    ``link`` and the given parents of client spans rewritten to stream positions (see the
+    module docstring)."""
     order = np.argsort(spans.end, kind="stable")
     position = np.empty(len(spans), dtype=np.int64)
     position[order] = np.arange(len(spans))
@@ -401,6 +465,8 @@ def stream_chunks(spans: SpanTable, chunk_size: int) -> Iterator[SpanTable]:
         rows = order[a : a + chunk_size]
         chunk = spans.take(rows)
         chunk.link = np.where(spans.link[rows] >= 0, position[spans.link[rows]], NONE)
+        given = (spans.kind[rows] == CLIENT) & (spans.parent[rows] >= 0)
+        chunk.parent = np.where(given, position[spans.parent[rows]], NONE)
         yield chunk
 
 

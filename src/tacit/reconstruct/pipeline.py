@@ -202,10 +202,14 @@ def reconstruct_stream(
 
 def assemble_finished(f: Finished, seed: int) -> tuple[SpanTable, Evidence]:
     """The traces of ``f`` with their tags, as :func:`.assemble.assemble` makes them with
-    ``seed``, numbered by stream position."""
-    rec = Reconstruction.start(ONLINE, f.spans)
+    ``seed``, numbered by stream position; the parents its senders gave are known calls."""
     has = f.parent != NONE
-    rec.parent[has] = np.searchsorted(f.position, f.parent[has])
+    parent = np.full(len(f.spans), NONE, dtype=np.int64)
+    parent[has] = np.searchsorted(f.position, f.parent[has])
+    spans = f.spans.take(np.arange(len(f.spans)))
+    spans.parent[f.given] = parent[f.given]
+    rec = Reconstruction.start(ONLINE, spans)
+    rec.parent[has] = parent[has]
     rec.score[:] = f.score
     # A candidate parent in a trace already out, or still to come, is numbered past the rows.
     alts = f.alternatives
@@ -220,4 +224,4 @@ def assemble_finished(f: Finished, seed: int) -> tuple[SpanTable, Evidence]:
     rec.unmapped = dict(zip(unmapped.tolist(), f.unmapped.values(), strict=True))
     rec.alternatives = Alternatives(row(alts.owner), row(alts.parent), alts.score)
     beyond = [f.named.get(q) for q in elsewhere.tolist()]
-    return assemble(f.spans, rec, ids=ids, seed=seed, beyond=beyond)
+    return assemble(spans, rec, ids=ids, seed=seed, beyond=beyond)

@@ -17,19 +17,30 @@ ROOT_CALL = "a trace root: a call from an instance that serves no requests (a cl
 
 
 def known_calls(spans: SpanTable) -> np.ndarray:
-    """Client spans whose parent the input gives (their service propagates trace context): a
-    reconstruction keeps them and maps only the others, and never maps another call to the
-    requests they belong to, whose calls are known."""
+    """Client spans whose parent the input gives (their sender's context named it): every
+    reconstruction keeps them and maps only the others."""
     return _known(spans.kind, spans.parent)
 
 
 def open_problem(spans: SpanTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The incoming and outgoing spans among ``rows`` (one instance) that are left to map: the
-    calls without a known parent, and the requests with no known call."""
+    """The incoming and outgoing spans among ``rows`` (one instance) that the baselines map:
+    the calls without a known parent, and the requests with no known call (a request whose
+    context reached one call is taken to have reached them all)."""
     kind, parent = spans.kind[rows], spans.parent[rows]
     known = _known(kind, parent)
     decided = contained(rows, parent[known])
     return rows[(kind == SERVER) & ~decided], rows[(kind == CLIENT) & ~known]
+
+
+def mapping_problem(spans: SpanTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The incoming and outgoing spans among ``rows`` (one instance) that TraceWeaver maps:
+    every request, and every call. Context is often lost for some calls of a request and not
+    others (a handler that calls one service itself and fans out to another through a thread
+    pool that does not carry the context), so a request with known calls may still have lost
+    ones; its known calls are context for it, and no other request may take them (the owner of
+    :func:`tacit.reconstruct.beam.search`)."""
+    kind = spans.kind[rows]
+    return rows[kind == SERVER], rows[kind == CLIENT]
 
 
 def _known(kind: np.ndarray, parent: np.ndarray) -> np.ndarray:

@@ -71,7 +71,7 @@ from tacit.reconstruct.delays import (
 )
 from tacit.reconstruct.fallback import fill_unmapped
 from tacit.reconstruct.order import RANK_MIN_STD, ArrivalOrder
-from tacit.reconstruct.result import Reconstruction, open_problem
+from tacit.reconstruct.result import Reconstruction, mapping_problem
 from tacit.runs import contained, distinct, run_bounds, run_heads, run_positions, split_at
 
 
@@ -358,9 +358,10 @@ class _Instance:
         self.candidates = candidates  # keep each incoming span's ranked candidates
         self.callgraph = callgraph
         s = spans.strings
-        incoming, self.outgoing = open_problem(spans, rows)
+        incoming, self.outgoing = mapping_problem(spans, rows)
         self.min_std = gap_floor(np.concatenate([spans.start[rows], spans.end[rows]]))
         self.pools = CallPools(spans, self.outgoing)
+        self.owner = spans.parent  # a call's given parent (known_calls), the one that may take it
         svc = s[int(spans.service[rows[0]])] or ""
         self.truncated = 0
         self.not_top = 0  # requests assigned a candidate other than their best-scored one
@@ -761,6 +762,7 @@ class _Instance:
             beam_width=p.beam_width,
             max_branch=p.max_branch,
             keep=p.top_k * (p.rerank if p.arrival_order else 1),
+            owner=self.owner,
         )
         self.truncated += res.truncated
         return res.sets, res.scores

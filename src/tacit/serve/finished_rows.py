@@ -20,6 +20,7 @@ import pyarrow as pa
 from tacit.formats.common import Traces, hex_ids
 from tacit.formats.jaeger import jaeger_parts
 from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SERVER, SpanTable
+from tacit.reconstruct.assemble import GIVEN
 from tacit.reconstruct.online import Finished
 from tacit.reconstruct.pipeline import assemble_finished
 from tacit.runs import find_sorted, run_starts
@@ -38,6 +39,7 @@ class Rows:
     processes: dict[int, tuple[str | None, str]] = field(default_factory=dict)
     confidence: dict[str, list[int]] = field(default_factory=dict)  # service -> [in, top]
     mapped: int = 0
+    given: int = 0
     unmapped: dict[str, int] = field(default_factory=dict)
     agree: int = 0
     disagree: int = 0
@@ -94,6 +96,9 @@ class Rows:
         given_parents = given.parent_id.tolist()
         for r in np.flatnonzero(spans.kind == CLIENT).tolist():
             p, named = parents[r], given_parents[r]
+            if r in evidence.given:
+                self.given += 1
+                continue
             if p != NONE:
                 self.mapped += 1
             else:
@@ -118,6 +123,7 @@ class Rows:
             score=evidence.score,
             alternatives=list(map(evidence.alternatives.get, rows)),
             unmapped=list(map(evidence.unmapped.get, rows)),
+            link=[GIVEN if r in evidence.given else None for r in rows],
             **self._jaeger_parts(spans),
         )
         self._confidence(f, spans)
@@ -266,6 +272,7 @@ class Rows:
             tags=[None] * n,
             logs=[None] * n,
             process=[None] * n,
+            link=[None] * n,
         )
 
     def _add_spans(
@@ -318,6 +325,7 @@ _SCHEMAS = {
             ("tags", _S),
             ("logs", _S),
             ("process", _I),
+            ("link", _S),
         ]
     ),
     "traces": pa.schema(

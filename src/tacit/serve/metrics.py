@@ -105,6 +105,16 @@ class ServeMetrics:
         self.mapped = Counter(
             "tacit_spans_mapped", "Client spans given a parent by reconstruction", registry=r
         )
+        self.given = Counter(
+            "tacit_links_given",
+            "Client spans whose parent the sender gave, kept as given",
+            registry=r,
+        )
+        self.duplicates = Counter(
+            "tacit_spans_duplicate",
+            "Spans received again (the same trace and span id), stored once",
+            registry=r,
+        )
         self.unmapped = Counter(
             "tacit_spans_unmapped",
             "Spans finished without a parent, by reason",

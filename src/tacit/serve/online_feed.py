@@ -1,16 +1,18 @@
 """Spans of OTLP requests, in the order they were acknowledged, fed to online TraceWeaver.
 
-What a receiver knows of each span is what a sidecar or an eBPF probe would record: its
-service, instance, operation, kind and times, and which client span of the caller a server span
-answers (the two sides of one RPC). A server span names its client span by its parent span id
-(OTLP ``parentSpanId``: the id the caller's side put in the request headers); nothing else of
-the sender's trace context is used. The client side of an RPC may come before or after the
-server side (TraceWeaver §5.3; the stream positions of :mod:`tacit.reconstruct.online`), so
-each side waits for the other in a map bounded by time.
+What the senders' context gives is kept, and only what it lost is inferred
+(:mod:`tacit.reconstruct.stream_context`): a server span names the client span of its caller by
+its parent span id, which pairs the two sides of an RPC and names the client span's callee; a
+client span whose parent chain reaches a server span of its own trace keeps that parent. The
+client side of an RPC may come before or after the server side, and a client span before the
+request that made it (TraceWeaver §5.3; the stream positions of
+:mod:`tacit.reconstruct.online`), so each waits for the other in maps bounded by time.
 
 Spans that cannot take part are finished alone, each with its reason: spans of other kinds
 (internal, producer, consumer, unknown), and spans that arrived later than the lateness allows
-after a span that ended later (their window may already be final).
+after a span that ended later (their window may already be final). A span that came before
+(the same trace and span id: an exporter resent it) is counted as a duplicate and not stored
+again.
 """
 
 from __future__ import annotations
@@ -22,9 +24,8 @@ import numpy as np
 from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SERVER, SpanTable
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.online import Finished, OnlineParams, OnlineTraceWeaver
+from tacit.reconstruct.stream_context import StreamContext
 
-LATER = np.iinfo(np.int64).max
-"""The position of an RPC partner still to come (see :mod:`tacit.reconstruct.online`)."""
 LATE = "arrived later than the lateness allows; not reconstructed"
 
 
@@ -66,6 +67,7 @@ class Fed:
 
     finished: list[Finished] = field(default_factory=list)
     alone: list[Alone] = field(default_factory=list)
+    duplicates: int = 0
 
 
 class _Pending:
@@ -136,8 +138,7 @@ class OnlineFeed:
         self.online = online
         self.tw = OnlineTraceWeaver(callgraph, None, online, first_position)
         self._pending = _Pending(first_position)
-        self._clients: dict[tuple[str | None, str], tuple[int, int]] = {}  # -> (position, end)
-        self._waiting: dict[tuple[str | None, str], tuple[int, int]] = {}
+        self.context = StreamContext(online.max_request_ns + online.lateness_ns)
 
     @property
     def pending(self) -> int:
@@ -156,8 +157,12 @@ class OnlineFeed:
     def push(self, spans: SpanTable, parent_ids: np.ndarray, seq: np.ndarray) -> Fed:
         """Feed the spans of one request (``parent_ids``: the parent span id each named, codes
         of ``spans.strings``; ``seq``: their sequence numbers)."""
-        fed = Fed()
         given = Given.of(spans, parent_ids)
+        new = self.context.fresh(given.trace_id.tolist(), given.span_id.tolist(), spans.end)
+        fed = Fed(duplicates=int((~new).sum()))
+        if not new.all():
+            keep = np.flatnonzero(new)
+            spans, seq, given = spans.take(keep), seq[keep], given.take(keep)
         rpc = (spans.kind == SERVER) | (spans.kind == CLIENT)
         late = rpc & (spans.end < self.tw.latest_end - self.online.lateness_ns)
         alone = np.flatnonzero(~rpc | late)
@@ -167,7 +172,19 @@ class OnlineFeed:
                 for r in alone.tolist()
             ]
             fed.alone.append(Alone(spans.take(alone), seq[alone], given.take(alone), reasons))
-        rows = np.flatnonzero(rpc & ~late)
+        streamed = rpc & ~late
+        rows = np.flatnonzero(streamed)
+        position = np.full(len(spans), NONE, dtype=np.int64)
+        position[rows] = np.arange(self.tw.pushed, self.tw.pushed + len(rows))
+        context = self.context.add(
+            np.where(late, NONE, spans.kind),
+            spans.end,
+            spans.strings.names(spans.service),
+            given.trace_id.tolist(),
+            given.span_id.tolist(),
+            given.parent_id.tolist(),
+            position,
+        )
         if not len(rows):
             return fed
         chunk = spans.take(rows)
@@ -176,11 +193,24 @@ class OnlineFeed:
         # (interning those had been a tenth of the online algorithm's time).
         chunk.trace[:] = NONE
         chunk.span_id[:] = NONE
-        kept = given.take(rows)
-        chunk.link = self._links(chunk, kept)
-        self._pending.add(seq[rows], kept)
+        chunk.link = context.link[rows]
+        chunk.parent = context.parent[rows]
+        code = chunk.strings.code
+        for k, r in enumerate(rows.tolist()):
+            if context.peer[r] is not None:
+                chunk.peer[k] = code(context.peer[r])
+        first = self.tw.pushed
+        earlier = {p: svc for p, svc in context.peers.items() if p < first}
+        for p, svc in context.peers.items():
+            if p >= first:
+                chunk.peer[p - first] = code(svc)
+        children, parents = (np.array(c, dtype=np.int64) for c in context.parents)
+        now = children >= first
+        chunk.parent[children[now] - first] = parents[now]
+        self.tw.name_peers(earlier)
+        self.tw.give_parents(children[~now], parents[~now])
+        self._pending.add(seq[rows], given.take(rows))
         fed.finished = self.tw.push(chunk)
-        self._forget_old()
         return fed
 
     def advance(self, end: float) -> list[Finished]:
@@ -195,42 +225,3 @@ class OnlineFeed:
     def release(self, f: Finished) -> tuple[np.ndarray, Given]:
         """The sequence numbers and given ids of a finished batch's spans, forgotten here."""
         return self._pending.take(f.position)
-
-    def _links(self, chunk: SpanTable, given: Given) -> np.ndarray:
-        """Each span's RPC partner as a stream position (:data:`LATER` while to come)."""
-        link = np.full(len(chunk), NONE, dtype=np.int64)
-        first = self.tw.pushed
-        for k, (kind, end, trace_id, span_id, parent_id) in enumerate(
-            zip(
-                chunk.kind.tolist(),
-                chunk.end.tolist(),
-                *(c.tolist() for c in given.columns()),
-                strict=True,
-            )
-        ):
-            position = first + k
-            if kind == SERVER and parent_id:
-                key = (trace_id, parent_id)
-                if key in self._clients:
-                    link[k] = self._clients.pop(key)[0]
-                else:
-                    self._waiting[key] = (position, end)
-                    link[k] = LATER
-            elif kind == CLIENT and span_id:
-                key = (trace_id, span_id)
-                if key in self._waiting:
-                    link[k] = self._waiting.pop(key)[0]
-                else:
-                    self._clients[key] = (position, end)
-        return link
-
-    def _forget_old(self) -> None:
-        """Drop unpaired sides that ended so long ago that their partner cannot come any more
-        (the online algorithm gives them up at the same age)."""
-        horizon = self.tw.latest_end - self.online.max_request_ns - self.online.lateness_ns
-        for waiting in (self._clients, self._waiting):
-            while waiting:
-                key = next(iter(waiting))
-                if waiting[key][1] >= horizon:
-                    break
-                del waiting[key]

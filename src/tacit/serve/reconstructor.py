@@ -77,6 +77,7 @@ class Reconstructor(threading.Thread):
         self.failure: BaseException | None = None
         self._arrived_end = 0.0  # the latest span end when the last request came
         self.lag_s = 0.0
+        self.duplicates = 0  # spans received again, counted and not stored
         # per service, [incoming, top choice] over everything stored, kept up to date here
         # rather than summed again from the store after every write
         self.confidence: dict[str, list[int]] = {}
@@ -127,6 +128,10 @@ class Reconstructor(threading.Thread):
             self._lag()
 
     def _store(self, fed: Fed) -> None:
+        if fed.duplicates:
+            self.duplicates += fed.duplicates
+            self.ingest.finished(fed.duplicates)
+            self.metrics.duplicates.inc(fed.duplicates)
         if not fed.finished and not fed.alone:
             return
         now = time.time_ns()
@@ -146,6 +151,7 @@ class Reconstructor(threading.Thread):
         m = self.metrics
         m.traces.inc(rows.trace_count)
         m.mapped.inc(rows.mapped)
+        m.given.inc(rows.given)
         for why, n in rows.unmapped.items():
             m.unmapped.labels(why).inc(n)
         m.checked.labels("agree").inc(rows.agree)

@@ -197,6 +197,7 @@ class Service:
                 "received": self.ingest.next_seq,
                 "pending": self.ingest.outstanding,
                 "stored": self.store.counts(),
+                "duplicates": self.reconstructor.duplicates,
                 "lag_seconds": self.reconstructor.lag_s,
                 "callgraph_endpoints": len(self.callgraph.endpoints),
                 "pirate": [feed.status() for feed in self.pirate],

@@ -15,13 +15,14 @@ Schema (``docs/serve.md`` documents it for people who query the file directly):
     ``trace_id``, ``span_id``, ``parent_span_id``, ``service``, ``instance``, ``operation``,
     ``kind``, ``start_ns``, ``duration_ns``, ``parent_service``, ``score`` (of the chosen
     parent), ``alternatives`` (JSON ``[[span id, score], ...]``, best first), ``unmapped`` (why
-    no parent was chosen), what the sender gave: ``given_trace_id``, ``given_parent_id``, and
+    no parent was chosen), ``link`` (``given`` where the parent is the one the sender gave,
+    kept rather than inferred), what the sender gave: ``given_trace_id``, ``given_parent_id``, and
     the span's parts of its Jaeger document: ``tags`` and ``logs`` (JSON, as the Jaeger API
     writes them; ``logs`` NULL for none) and ``process`` (a key of ``processes``). The tags
     are the span's own: a document adds the reconstruction's evidence (``tacit.algorithm``,
-    ``tacit.score``, ``tacit.alternatives``, ``tacit.unmapped``) from the columns (rows an
-    earlier version wrote hold it in their tags too, the same). Ids are the ones the Jaeger
-    API shows (lower-case hex, zero-padded to 16 and 32 digits).
+    ``tacit.score``, ``tacit.alternatives``, ``tacit.unmapped``, ``tacit.link``) from the
+    columns (rows an earlier version wrote hold it in their tags too, the same). Ids are the
+    ones the Jaeger API shows (lower-case hex, zero-padded to 16 and 32 digits).
 ``processes``
     The processes of the spans: ``process`` (the key), ``service``, ``tags`` (JSON).
 ``traces``
@@ -120,7 +121,7 @@ CREATE TABLE IF NOT EXISTS state(key VARCHAR PRIMARY KEY, value BIGINT);
 """
 _TRACES_INDEX = "CREATE INDEX IF NOT EXISTS traces_by_id ON traces(trace_id)"
 _ADDED_COLUMNS = {
-    "spans": (("tags", "VARCHAR"), ("logs", "VARCHAR"), ("process", "BIGINT")),
+    "spans": (("tags", "VARCHAR"), ("logs", "VARCHAR"), ("process", "BIGINT"), ("link", "VARCHAR")),
     "traces": (("first_seq", "BIGINT"), ("last_seq", "BIGINT")),
 }
 """Columns added since the first version of the schema (:data:`_SCHEMA`), in the order
@@ -567,7 +568,7 @@ class Store:
         cur = self._cursor()
         rows = cur.execute(
             "SELECT trace_id, span_id, parent_span_id, operation, start_ns, "
-            "start_ns + duration_ns, tags, logs, process, seq, score, alternatives, unmapped "
+            "start_ns + duration_ns, tags, logs, process, seq, score, alternatives, unmapped, link "
             "FROM spans WHERE seq BETWEEN ? AND ? AND trace_id IN ?",
             [
                 min(first for first, _ in spans_of.values()),

@@ -1,0 +1,199 @@
+"""What the senders' trace context says of a span stream, resolved as the spans arrive.
+
+A receiver gets spans in the order their services export them, not in causal order: a
+client span usually comes before the server span of the handler that made it (the handler
+ends later), and the server span of its callee may come before or after it (another process
+exports it). What the context gives is kept; only what it lost is left to infer (TraceWeaver,
+SIGCOMM '24, §5.3 for the stream):
+
+* **RPC sides**: a server span names the client span of its caller by its parent span id (the
+  id the caller's side put in the request headers). The client span then calls the server
+  span's service: its callee is known even when its sender named no ``peer.service``.
+* **Given parents**: a client span whose parent span id names a server span of its own trace,
+  directly or through in-process (internal) spans, was caused by that request. A client span
+  with no parent, or whose chain of parents ends at an in-process root or never arrives, lost
+  its context (a thread pool, an async task, a mismatched propagator): its parent is inferred.
+* **Duplicates**: a span whose trace and span id came before (an exporter that resent a batch
+  it timed out on) is the same span, counted once.
+
+Each map keeps its entries for ``horizon_ns`` of span time past their end, the longest a
+partner may still come (a request's longest duration and the lateness): memory is bounded by
+the spans of that much traffic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tacit.model.spans import CLIENT, NONE, SERVER
+
+LATER = np.iinfo(np.int64).max
+"""The position of a partner or given parent still to come (:mod:`.online`)."""
+
+Key = tuple[str | None, str | None]
+"""A span's identity as its sender gave it: trace id and span id."""
+
+
+@dataclass
+class Resolved:
+    """What the context says of one chunk of spans, and what it now says of earlier ones.
+
+    Per row of the chunk: ``link``, the RPC partner's position (NONE: none, LATER: to come);
+    ``parent``, a client span's given parent's position (NONE: none given, LATER: to come);
+    ``peer``, the callee service of a client span whose server span came before (None: not
+    known yet). For spans pushed earlier:
+    ``peers`` (position -> callee service) and ``parents`` (client positions and their given
+    parents' positions, NONE where the context turned out lost)."""
+
+    link: np.ndarray
+    parent: np.ndarray
+    peer: list[str | None]
+    peers: dict[int, str] = field(default_factory=dict)
+    parents: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
+
+
+class StreamContext:
+    """Resolves the senders' context of a span stream chunk by chunk (see the module
+    docstring)."""
+
+    def __init__(self, horizon_ns: int) -> None:
+        self.horizon_ns = horizon_ns
+        self.latest_end = -np.inf
+        self._seen: dict[Key, int] = {}  # every span -> its end
+        self._servers: dict[Key, tuple[int, int, str]] = {}  # -> (position, end, service)
+        self._internal: dict[Key, tuple[str | None, int]] = {}  # -> (parent span id, end)
+        self._clients: dict[Key, tuple[int, int]] = {}  # client spans by their own key
+        self._callees: dict[Key, tuple[int, int, str]] = {}  # server spans by the caller's key
+        self._children: dict[Key, list[tuple[int, int]]] = {}  # given parent to come -> children
+
+    def fresh(
+        self, trace_id: list[str | None], span_id: list[str | None], end: np.ndarray
+    ) -> np.ndarray:
+        """Whether each span is new, not one that came before (by trace and span id, within
+        the horizon); the new ones are remembered."""
+        new = np.ones(len(end), dtype=bool)
+        keys = zip(trace_id, span_id, strict=True)
+        for r, (key, e) in enumerate(zip(keys, end.tolist(), strict=True)):
+            if key[1] is None:
+                continue
+            if key in self._seen:
+                new[r] = False
+            else:
+                self._seen[key] = e
+        return new
+
+    def add(
+        self,
+        kind: np.ndarray,
+        end: np.ndarray,
+        service: list[str | None],
+        trace_id: list[str | None],
+        span_id: list[str | None],
+        parent_id: list[str | None],
+        position: np.ndarray,
+    ) -> Resolved:
+        """Resolve one chunk: each span's kind (negative: left out), end, service and given
+        ids, and its stream position (NONE for spans that do not enter the stream, such as
+        in-process ones)."""
+        n = len(kind)
+        out = Resolved(
+            np.full(n, NONE, np.int64),
+            np.full(n, NONE, np.int64),
+            [None] * n,
+        )
+        rows = zip(
+            kind.tolist(),
+            end.tolist(),
+            service,
+            trace_id,
+            span_id,
+            parent_id,
+            position.tolist(),
+            strict=True,
+        )
+        for r, (k, e, svc, t, s, q, p) in enumerate(rows):
+            key = (t, s)
+            if k < 0:
+                continue
+            if k == SERVER:
+                self._server(out, r, key, q, p, e, svc or "")
+            elif k == CLIENT:
+                self._client(out, r, key, q, p, e)
+            elif s is not None:
+                self._internal[key] = (q, e)
+                self._reparent(out, key, q)
+        if n:
+            self.latest_end = max(self.latest_end, float(end.max()))
+            self._forget_old()
+        return out
+
+    def _server(
+        self, out: Resolved, r: int, key: Key, q: str | None, p: int, e: int, svc: str
+    ) -> None:
+        if q is not None:
+            caller = (key[0], q)
+            if caller in self._clients:
+                c = self._clients.pop(caller)[0]
+                out.link[r] = c
+                out.peers[c] = svc
+            else:
+                self._callees[caller] = (p, e, svc)
+                out.link[r] = LATER
+        if key[1] is not None:
+            self._servers[key] = (p, e, svc)
+            for child, _ in self._children.pop(key, ()):
+                out.parents[0].append(child)
+                out.parents[1].append(p)
+
+    def _client(self, out: Resolved, r: int, key: Key, q: str | None, p: int, e: int) -> None:
+        if key[1] is not None:
+            if key in self._callees:
+                callee, _, svc = self._callees.pop(key)
+                out.link[r] = callee
+                out.peer[r] = svc
+            else:
+                self._clients[key] = (p, e)
+        if q is not None:
+            out.parent[r] = self._resolve(key[0], q, p, e)
+
+    def _resolve(self, trace: str | None, q: str | None, child: int, end: int) -> int:
+        """The given parent of ``child`` whose parent span id is ``q``: a server span's
+        position, LATER while a span of the chain is to come, NONE where the chain ends at an
+        in-process root."""
+        seen: set[str] = set()
+        while q is not None and q not in seen:
+            seen.add(q)
+            key = (trace, q)
+            if key in self._servers:
+                return self._servers[key][0]
+            if key not in self._internal:
+                self._children.setdefault(key, []).append((child, end))
+                return LATER
+            q = self._internal[key][0]
+        return NONE
+
+    def _reparent(self, out: Resolved, key: Key, q: str | None) -> None:
+        """An in-process span arrived: the children waiting for it go on to its parent."""
+        for child, end in self._children.pop(key, ()):
+            parent = self._resolve(key[0], q, child, end)
+            if parent != LATER:
+                out.parents[0].append(child)
+                out.parents[1].append(parent)
+
+    def _forget_old(self) -> None:
+        """Drop what ended so long ago that nothing can still name it."""
+        horizon = self.latest_end - self.horizon_ns
+        for d in (self._seen, self._servers, self._internal, self._clients, self._callees):
+            while d:
+                key = next(iter(d))
+                value = d[key]
+                if (value if isinstance(value, int) else value[1]) >= horizon:
+                    break
+                del d[key]
+        while self._children:
+            key = next(iter(self._children))
+            if max(e for _, e in self._children[key]) >= horizon:
+                break
+            del self._children[key]
