@@ -128,6 +128,13 @@ def test_a_span_twice_or_a_cycle_is_not_right(tmp_path):
     assert score_traces(truth, cycle, EXPORTED)["inferred"]["right"] == 0
 
 
+def test_without_the_exported_spans_only_the_links_are_not_told_apart(tmp_path):
+    score = score_traces(_truth(tmp_path), RIGHT, None)
+    assert score["exported"] == score["given"]["links"] == score["inferred"]["links"] == 0
+    assert score["roots"]["right"] == 2 and score["requests"]["right"] == 2
+    assert score["unobserved_hops"]["drawn"] == 1
+
+
 def test_the_exported_parents_are_read_from_otlp_json_lines(tmp_path):
     spans = [{"spanId": s, **({"parentSpanId": p} if p else {})} for s, p in EXPORTED.items()]
     line = {"resourceSpans": [{"scopeSpans": [{"spans": spans[:4]}, {"spans": spans[4:]}]}]}

@@ -44,36 +44,38 @@ _REFERENCES = ("CHILD_OF", "FOLLOWS_FROM")
 def score_traces(
     truth_path: str | Path,
     traces: list[dict] | dict,
-    exported: str | Path | Mapping[str, str | None],
+    exported: str | Path | Mapping[str, str | None] | None,
 ) -> dict[str, Any]:
     """Score ``traces`` (Jaeger trace documents, or the API's ``{"data": [...]}``) against the
     truth at ``truth_path``, with ``exported`` the spans as exported (a file of OTLP JSON Lines,
-    or each span id's exported parent id, None for none). The counts (module docstring):
+    or each span id's exported parent id, None for none; ``exported`` None: not at hand, as when
+    the app exported to a service that kept them, and the links are not told apart). The counts
+    (module docstring):
 
     - ``spans``: spans in the truth; ``exported``: of them, exported; ``found``: in the result;
       ``missing``: not in the result; ``duplicated``: in the result more than once; ``extra``:
       spans of the result the truth does not know;
-    - ``given``: ``links``, and of them ``kept``; ``inferred``: ``links``, and ``right``;
-      ``roots``: ``spans``, and ``right`` (still roots); each with its ``share``;
+    - ``given``: ``links`` (of exported spans), and of them ``kept``; ``inferred``: ``links``,
+      and ``right``; ``roots``: ``spans``, and ``right`` (still roots); each with its ``share``;
     - ``requests``: ``total``, and ``right``, with its ``share``;
     - ``unobserved_hops``: ``hops`` in the truth, and ``drawn``.
     """
     truth, hops = read_truth(truth_path)
-    given = exported if isinstance(exported, Mapping) else exported_parents(exported)
+    if exported is None or isinstance(exported, Mapping):
+        given = exported or {}
+    else:
+        given = exported_parents(exported)
     result = _Result(traces, set(truth))
     links: dict[str, list[bool]] = {"given": [], "inferred": [], "roots": []}
     right_span: dict[str, bool] = {}
     for span_id, row in truth.items():
         right = span_id in result.parent and result.known_parent(span_id) == row["parent_span_id"]
         right_span[span_id] = right and result.count[span_id] == 1
-        if span_id not in given:
-            continue
         if row["parent_span_id"] is None:
             links["roots"].append(right)
-        elif given[span_id] == row["parent_span_id"]:
-            links["given"].append(right)
-        else:
-            links["inferred"].append(right)
+        elif span_id in given:
+            kind = "given" if given[span_id] == row["parent_span_id"] else "inferred"
+            links[kind].append(right)
     requests = _right_requests(truth, right_span, result)
     found = sum(s in result.parent for s in truth)
     return {
