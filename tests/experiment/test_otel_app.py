@@ -114,7 +114,10 @@ def test_every_span_is_exported_once_and_the_only_links_lost_are_the_modes(runs,
     result = run.result
     assert result.requests_sent == result.requests_answered > 0 and result.request_errors == 0
     assert set(run.exported) == set(run.truth)  # every truth span exported, nothing else
-    assert result.spans_received == len(run.exported)
+    received = result.received or {}
+    assert received["spans"] == len(run.exported)
+    assert received["with_parent"] == sum(s["parent"] is not None for s in run.exported.values())
+    assert received["traces"] == len({s["trace"] for s in run.exported.values()})
     lost = Counter()
     for span_id, row in run.truth.items():
         span = run.exported[span_id]

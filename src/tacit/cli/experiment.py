@@ -390,9 +390,11 @@ def otel_app(
         **{f"truth {kind} spans": n for kind, n in truth["by_kind"].items()},
         "truth unobserved hops": truth["unobserved_hops"],
     }
-    if received["spans"] is not None:
+    if received is not None:
         rows |= {
             "spans received": received["spans"],
+            "spans naming a parent": received["with_parent"],
+            "traces received": received["traces"],
             "export requests": received["export_requests"],
         }
     out.print(_table(f"otel app, {mode}, {seconds:g} s at {rate:g} requests/s", rows))

@@ -107,8 +107,9 @@ class OtelAppResult:
     """What a run wrote (paths; ``spans`` None when the spans went to ``otlp_endpoint``) and
     counted: each service's port and whether it ran instrumented, where the spans went; the
     load generator's requests (sent, answered 200, failed) and the seconds from its first
-    arrival to its last answer; the truth's spans by kind and its unobserved hops; the spans
-    and export requests the run's own receiver took (None: it ran none)."""
+    arrival to its last answer; the truth's spans by kind and its unobserved hops; what the
+    run's own receiver took (None: it ran none): the spans, those naming a parent, their
+    traces, and the export requests."""
 
     params: OtelAppParams
     out_dir: Path
@@ -124,8 +125,7 @@ class OtelAppResult:
     truth_spans: int
     truth_kinds: dict[str, int]
     unobserved_hops: int
-    spans_received: int | None
-    export_requests: int | None
+    received: dict[str, int] | None
 
     def as_dict(self) -> dict[str, Any]:
         files = {"truth": str(self.truth), "summary": str(self.summary)}
@@ -148,7 +148,7 @@ class OtelAppResult:
                 "by_kind": self.truth_kinds,
                 "unobserved_hops": self.unobserved_hops,
             },
-            "received": {"spans": self.spans_received, "export_requests": self.export_requests},
+            "received": self.received,
         }
 
 
@@ -341,8 +341,7 @@ def _write(
         truth_spans=sum(kinds.values()),
         truth_kinds=dict(sorted(kinds.items())),
         unobserved_hops=hops,
-        spans_received=None if receiver is None else receiver.spans,
-        export_requests=None if receiver is None else receiver.requests,
+        received=None if receiver is None else receiver.counts(),
     )
     write_bytes(result.summary, json.dumps(result.as_dict(), indent=2).encode())
     return result

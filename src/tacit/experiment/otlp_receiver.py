@@ -58,8 +58,9 @@ def _hex_ids(doc: dict[str, Any]) -> None:
 
 class OtlpReceiver:
     """The receiver (module docstring), a context manager: entered, it listens and
-    :attr:`endpoint` is its URL; left, it stops and ``path`` is complete. ``requests`` and
-    ``spans`` count what it accepted."""
+    :attr:`endpoint` is its URL; left, it stops and ``path`` is complete. It counts what it
+    accepted: ``requests``, ``spans``, of them those that name a parent (``with_parent``), and
+    the distinct trace ids (``trace_ids``)."""
 
     def __init__(self, path: str | Path, protocol: str = "http") -> None:
         if protocol not in PROTOCOLS:
@@ -69,6 +70,8 @@ class OtlpReceiver:
         self.endpoint = ""
         self.requests = 0
         self.spans = 0
+        self.with_parent = 0
+        self.trace_ids: set[bytes] = set()
         self._lock = threading.Lock()
         self._file: BinaryIO | None = None
         self._stack = ExitStack()
@@ -76,12 +79,26 @@ class OtlpReceiver:
     def write(self, request: ExportTraceServiceRequest) -> None:
         """Append ``request`` (from any of the server's threads)."""
         line = json_line(request)
-        spans = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+        spans = [
+            span for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans
+        ]
         with self._lock:
             assert self._file is not None  # written to while entered only
             self._file.write(line)
             self.requests += 1
-            self.spans += spans
+            self.spans += len(spans)
+            self.with_parent += sum(bool(span.parent_span_id) for span in spans)
+            self.trace_ids.update(span.trace_id for span in spans)
+
+    def counts(self) -> dict[str, int]:
+        """What it accepted: ``spans``, ``with_parent``, ``traces`` and ``export_requests``."""
+        with self._lock:
+            return {
+                "spans": self.spans,
+                "with_parent": self.with_parent,
+                "traces": len(self.trace_ids),
+                "export_requests": self.requests,
+            }
 
     def __enter__(self) -> OtlpReceiver:
         with ExitStack() as stack:
