@@ -1,17 +1,21 @@
 """The OpenTelemetry app: each mode run for 2 s at a low rate with the run's own receiver, the
 spans its services exported against the truth they logged.
 
-The six runs start together (a module fixture) and each test waits for the one it checks: five
-Python processes start per run, and on two cores the runs one after another took a minute.
-Nothing here depends on timing: the properties hold however slowly the requests are served.
+The six runs start together, once: five Python processes start per run, and on two cores the
+runs one after another took a minute; under pytest-xdist the first worker to need them makes
+them and the others read them (a module fixture would run them again in every worker). Nothing
+here depends on timing: the properties hold however slowly the requests are served.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import pickle
 from collections import Counter, defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -48,31 +52,42 @@ class Run:
     and attributes."""
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("otel-app")
-    pool = ThreadPoolExecutor(len(MODES))
-    futures = {
-        mode: pool.submit(
-            run_otel_app,
-            OtelAppParams(
-                mode=mode,
-                duration_s=2.0,
-                rate=8.0,
-                concurrency=3,
-                seed=k,
-                otlp_protocol=PROTOCOL.get(mode, "http"),
-            ),
-            out / mode,
-        )
-        for k, mode in enumerate(MODES)
-    }
-    yield futures
-    pool.shutdown(wait=True)
+@pytest.fixture(scope="session")
+def runs(request, tmp_path_factory) -> dict[str, OtelAppResult]:
+    if not hasattr(request.config, "workerinput"):  # no xdist
+        return _run_all(tmp_path_factory.mktemp("otel-app"))
+    shared = tmp_path_factory.getbasetemp().parent  # this session's, shared by its workers
+    with (shared / "otel-app.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made = shared / "otel-app" / "runs.pickle"
+        if not made.exists():
+            results = _run_all(shared / "otel-app")
+            made.write_bytes(pickle.dumps(results))
+        return pickle.loads(made.read_bytes())
 
 
-def _load(futures: dict[str, Future], mode: str) -> Run:
-    result = futures[mode].result()
+def _run_all(out: Path) -> dict[str, OtelAppResult]:
+    with ThreadPoolExecutor(len(MODES)) as pool:
+        futures = {
+            mode: pool.submit(
+                run_otel_app,
+                OtelAppParams(
+                    mode=mode,
+                    duration_s=2.0,
+                    rate=8.0,
+                    concurrency=3,
+                    seed=k,
+                    otlp_protocol=PROTOCOL.get(mode, "http"),
+                ),
+                out / mode,
+            )
+            for k, mode in enumerate(MODES)
+        }
+        return {mode: future.result() for mode, future in futures.items()}
+
+
+def _load(runs: dict[str, OtelAppResult], mode: str) -> Run:
+    result = runs[mode]
     rows = [json.loads(line) for line in result.truth.read_text().splitlines()]
     truth = {r["span_id"]: r for r in rows if r["span_id"] is not None}
     assert len(truth) == result.truth_spans  # ids are unique
@@ -216,7 +231,7 @@ def test_queue_the_consumer_starts_a_trace_its_producer_in_the_request(runs):
 
 
 def test_the_summary_is_the_result(runs):
-    result = runs["full"].result()
+    result = runs["full"]
     assert json.loads(result.summary.read_text()) == json.loads(json.dumps(result.as_dict()))
     assert result.as_dict()["truth"]["spans"] == result.truth_spans
 
