@@ -222,3 +222,51 @@ def test_closing_the_oldest_window_early_finishes_it_as_its_lateness_would(strea
     late = SpanTable(chunks[-1].strings, **cols)
     with pytest.raises(InputError, match="lateness"):
         tw.push(late)
+
+
+def _given_stream(obs, lost_every: int = 0):
+    """The simulated spans as senders with context give them: every call's parent given, but
+    for every ``lost_every``-th call (0: none), whose context was lost."""
+    spans = obs.spans.take(np.arange(len(obs.spans)))
+    calls = np.flatnonzero(spans.kind == CLIENT)
+    lost = calls[::lost_every] if lost_every else calls[:0]
+    spans.parent[lost] = NONE
+    return spans, lost
+
+
+def _emitted(graph, spans, window_ns: int):
+    """Per span, whether it left before the stream closed, and its parent row."""
+    tw = OnlineTraceWeaver(graph, FAST, replace(WINDOWS, window_ns=window_ns))
+    order = np.argsort(spans.end, kind="stable")
+    early = np.zeros(len(spans), dtype=bool)
+    parent = np.full(len(spans), NONE, dtype=np.int64)
+    chunks = list(stream_chunks(spans, 200))
+    for finished, before in [(tw.push(c), True) for c in chunks] + [(tw.close(), False)]:
+        for f in finished:
+            rows = order[f.position]
+            early[rows] = before
+            has = f.parent != NONE
+            parent[rows[has]] = order[f.parent[has]]
+    return early, parent
+
+
+def test_traces_given_whole_leave_without_waiting_for_their_window(stream):
+    """With a window longer than the stream no round runs before it closes: every trace that
+    left before was given whole, and it left as given."""
+    obs, _, graph = stream
+    spans, _ = _given_stream(obs)
+    early, parent = _emitted(graph, spans, window_ns=60 * online.NS)
+    assert early.mean() > 0.9
+    calls = early & (spans.kind == CLIENT)
+    assert (parent[calls] == obs.spans.parent[calls]).all()
+
+
+def test_a_request_that_lost_a_call_waits_for_its_window_and_the_call_is_inferred(stream):
+    obs, _, graph = stream
+    spans, lost = _given_stream(obs, lost_every=7)
+    early, parent = _emitted(graph, spans, window_ns=60 * online.NS)
+    truth = obs.spans.parent
+    assert not early[lost].any() and not early[truth[lost]].any()
+    assert (parent[lost] == truth[lost]).mean() > 0.8
+    kept = (spans.kind == CLIENT) & (spans.parent != NONE)
+    assert (parent[kept] == truth[kept]).all()

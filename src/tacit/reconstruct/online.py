@@ -38,6 +38,15 @@ span ended ``max_request_ns`` before the boundary was lost after all: the span i
 like any other. A client span's callee is the service of the server span it is linked to
 (:meth:`OnlineTraceWeaver.name_peers`), which a sender need not name (``peer.service``).
 
+A trace whose senders gave it whole is emitted without waiting for its window, since nothing in
+it is left to infer: its root is a server span with no caller, of a service that the call graph
+knows no call to (an entry point); each of its client spans has its given parent and its server
+span, unless its callee is a service the call graph knows no requests of (a database); and no
+client span without a given parent has arrived from the process of one of its requests within
+that request's time (a call that lost its context, which may be this request's). An SDK exports
+a process's spans in the order they end, and a request ends after its calls, so its lost calls
+have arrived by the time it has.
+
 A long-running receiver (``tacit serve``) numbers its stream from where the previous run left
 off (``first_position``), so that positions, and the ids derived from them, never repeat; and
 when nothing arrives it moves the stream's clock on by the time that passed (:meth:`advance`),
@@ -95,6 +104,9 @@ class OnlineParams:
     """The longest a request may take: an unclaimed outgoing span older than this is final."""
     lateness_ns: int = 1 * NS
     """How late a span may arrive after the span that ended last before it."""
+    given_every_ns: int = NS // 2
+    """How often (stream time) traces that the senders gave whole are looked for, to be
+    emitted without waiting for their window (each look joins the pending spans)."""
 
     def __post_init__(self) -> None:
         for name in ("window_ns", "lookahead_ns", "max_request_ns"):
@@ -153,6 +165,10 @@ class OnlineTraceWeaver:
         self.arrived_end = -math.inf
         """The latest span end pushed."""
         self.boundary: float | None = None
+        self._next_given = -math.inf  # the stream time of the next look for given traces
+        slots = [sl for g in callgraph.endpoints.values() for sl in g.slots]
+        self._called = {sl.service for sl in slots}
+        self._serving = {svc for svc, _ in callgraph.endpoints}
         self.rounds = 0
         self.peak_pending = 0
 
@@ -283,7 +299,7 @@ class OnlineTraceWeaver:
         if self.boundary is None:
             self.boundary = float(chunk.start.min()) + o.window_ns
         self.peak_pending = max(self.peak_pending, len(self._rows))
-        return self._rounds()
+        return self._rounds() + self._given_whole()
 
     def advance(self, end: float) -> list[Finished]:
         """The stream's clock reached ``end`` (ns) with no span ending later: run the rounds
@@ -291,7 +307,7 @@ class OnlineTraceWeaver:
         if self.boundary is None or end <= self.latest_end:
             return []
         self.latest_end = end
-        return self._rounds()
+        return self._rounds() + self._given_whole()
 
     def close_oldest(self) -> list[Finished]:
         """Make the oldest window final now, as if its lateness had passed, if its lookahead
@@ -315,6 +331,35 @@ class OnlineTraceWeaver:
             done.extend(self._round(self.boundary))
             self.boundary += o.window_ns
         return done
+
+    def _given_whole(self) -> list[Finished]:
+        """The traces the senders gave whole (see the module docstring), made final and
+        emitted; looked for every ``given_every_ns`` of stream time."""
+        if self.latest_end < self._next_given or not len(self._rows):
+            return []
+        self._next_given = self.latest_end + self.online.given_every_ns
+        spans = self.spans
+        s = spans.strings
+        entry = np.array([n not in self._called for n in s.values], dtype=bool)
+        serving = np.array([n in self._serving for n in s.values], dtype=bool)
+        kind, service = spans.kind, spans.service
+        up = self._rows_of(self.parent)
+        root = roots(up)
+        client, server = kind == CLIENT, kind == SERVER
+        bad = (self.parent != NONE) & (up == NONE)  # a parent named, not here (yet)
+        bad |= (up == NONE) & ~(server & (self.link == NONE) & entry[service])
+        bad |= client & ~self.given
+        peer = spans.peer
+        callee_serves = np.where(peer != NONE, serving[np.maximum(peer, 0)], True)
+        bad |= client & (self._rows_of(self.link) == NONE) & callee_serves
+        bad |= server & _lost_call_within(spans, client & ~self.given)
+        blocked = np.zeros(len(spans), dtype=bool)
+        blocked[root[bad]] = True
+        whole = ~blocked[root] & ~self.final
+        if not whole.any():
+            return []
+        self.final[whole] = True
+        return self._emit()
 
     def close(self) -> list[Finished]:
         """End of stream: everything left becomes final; an RPC partner announced but never
@@ -443,6 +488,24 @@ class OnlineTraceWeaver:
         self._named.update(zip(still.tolist(), details[self._rows_of(still)].tolist(), strict=True))
         _forget(self._named, self._alternatives.parent, among=False)
         return out, named
+
+
+def _lost_call_within(spans: SpanTable, lost: np.ndarray) -> np.ndarray:
+    """Per span, whether a ``lost`` span (a mask: calls without a given parent) of its process
+    started within its time."""
+    out = np.zeros(len(spans), dtype=bool)
+    if not lost.any():
+        return out
+    proc = (spans.service.astype(np.int64) << 32) | spans.instance.astype(np.int64)
+    calls = np.flatnonzero(lost)
+    for p in np.unique(proc[calls]).tolist():
+        starts = np.sort(spans.start[calls[proc[calls] == p]])
+        mine = np.flatnonzero(proc == p)
+        first = np.searchsorted(starts, spans.start[mine], "left")
+        out[mine] = (first < len(starts)) & (
+            starts[np.minimum(first, len(starts) - 1)] <= spans.end[mine]
+        )
+    return out
 
 
 def _forget(by_position: dict[int, Any], positions: np.ndarray, among: bool) -> None:

@@ -154,6 +154,35 @@ class Ingest:
         return restored
 
 
+def warm_up() -> None:
+    """Read one small protobuf request as a sender's would be read, so that the compiled
+    parser (:mod:`tacit.formats.otlp_wire`) is compiled or loaded from its cache before the
+    service says it is ready: on a first start after an install that took about 4 s, in which
+    the first senders' spans waited and came late behind later requests."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    request = ExportTraceServiceRequest()
+    spans = request.resource_spans.add()
+    spans.resource.attributes.append(
+        KeyValue(key="service.name", value=AnyValue(string_value="warm-up"))
+    )
+    spans.scope_spans.add().spans.append(
+        Span(
+            trace_id=b"\x01" * 16,
+            span_id=b"\x02" * 8,
+            name="warm-up",
+            kind=Span.SPAN_KIND_SERVER,
+            start_time_unix_nano=1,
+            end_time_unix_nano=2,
+        )
+    )
+    check_export_request(request.SerializeToString(), "protobuf", "warm-up")[1]()
+
+
 def _runs(rows: np.ndarray) -> list[tuple[int, int]]:
     """[start, stop) of each run of consecutive values in sorted ``rows``."""
     cuts = np.flatnonzero(np.diff(rows) != 1) + 1

@@ -223,10 +223,14 @@ class Reconstructor(threading.Thread):
             m.duration.observe(svc, [sec for _, sec in mine])
 
     def _lag(self) -> None:
+        """How far the stream's clock is behind the wall clock while spans wait for it; 0 when
+        none waits (an idle stream is not behind)."""
         latest = self.feed.tw.latest_end
-        if latest > 0:
+        if not self.feed.pending:
+            self.lag_s = 0.0
+        elif latest > 0:
             self.lag_s = max(0.0, (time.time_ns() - latest) / 1e9)
-            self.metrics.lag.set(self.lag_s)
+        self.metrics.lag.set(self.lag_s)
 
 
 def _new_seed(store: Store) -> int:

@@ -21,7 +21,7 @@ from tacit.serve.config import ServeConfig
 from tacit.serve.forward import Forwarder
 from tacit.serve.grpc_receiver import start_grpc
 from tacit.serve.http_server import ServeHTTPServer
-from tacit.serve.ingest import Ingest
+from tacit.serve.ingest import Ingest, warm_up
 from tacit.serve.latency_api import oneway_series, response_series
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.packet_feed import PacketFeed
@@ -133,6 +133,7 @@ class Service:
             log.warning(
                 "%s: the last %d bytes are a request cut short, never acknowledged", path, size
             )
+        warm_up()
         self.restored = self.ingest.restore(self.store.state("low_water", 0))
         if self.forwarder is not None:
             self.forwarder.start()
