@@ -222,6 +222,11 @@ class SpanTableBuilder:
         return np.asarray(self._parent_ids, np.int64)
 
     def build(self) -> SpanTable:
+        return self.build_input().spans
+
+    def build_input(self) -> SpanInput:
+        """The table (:meth:`build`) with the parent span id each span named, for
+        :func:`tacit.formats.span_join.join_inputs` to find parents in other inputs."""
         if self._rows:  # one list per column
             c = dict(zip(_COLUMNS, map(list, zip(*self._rows, strict=True)), strict=True))
         else:
@@ -236,12 +241,24 @@ class SpanTableBuilder:
             self.source,
         )
         cols["parent"] = parent
-        return SpanTable(
+        table = SpanTable(
             self.strings,
             **cols,
             sources=[self.source] if self.source else [],
             details=detail_column(self._details),
         )
+        return SpanInput(table, self.parent_ids())
+
+
+class SpanInput(NamedTuple):
+    """The spans of one input (a file) as a reader read them: ``spans``, their parents linked
+    within the input, and ``parent_ids``, the parent span id each span named (codes of
+    ``spans.strings``, -1 for none), found in the input or not: several inputs are one set of
+    spans, whose parents may be in another input (one file per service), and
+    :func:`tacit.formats.span_join.join_inputs` links them by these ids."""
+
+    spans: SpanTable
+    parent_ids: np.ndarray
 
 
 def resolve_parents(
@@ -258,8 +275,8 @@ def resolve_parents(
     Raises :class:`InputError` naming the record of a span id repeated within a trace, or of a
     span on a cycle of parent links (a span its own ancestor).
     """
-    key = _span_key(trace, span_id)
-    parents = link_parents(key, span_id != NONE, _span_key(trace, parent_id), parent_id != NONE)
+    key = span_key(trace, span_id)
+    parents = link_parents(key, span_id != NONE, span_key(trace, parent_id), parent_id != NONE)
     if parents.duplicate >= 0:
         r = parents.duplicate
         raise InputError(
@@ -312,7 +329,7 @@ def link_parents(
     return LinkedParents(parent, int((~found).sum()), NONE, int(climb(parent)[2]))
 
 
-def _span_key(trace: np.ndarray, span_id: np.ndarray) -> np.ndarray:
+def span_key(trace: np.ndarray, span_id: np.ndarray) -> np.ndarray:
     """One int64 per (trace, span id) pair of string codes, ordered by trace then id."""
     return (trace.astype(np.int64) << 32) | (span_id.astype(np.int64) & 0xFFFFFFFF)
 
@@ -328,8 +345,32 @@ def table_from_columns(
     thread: np.ndarray | None = None,
     details: Sequence[SpanDetail | None] = (),
 ) -> SpanTable:
-    """A table from whole columns at once (what a columnar reader has): the vectorized
-    :class:`SpanTableBuilder`.
+    """:func:`input_from_columns`' table."""
+    return input_from_columns(
+        source,
+        columns,
+        kind=kind,
+        start=start,
+        end=end,
+        record=record,
+        thread=thread,
+        details=details,
+    ).spans
+
+
+def input_from_columns(
+    source: str,
+    columns: Mapping[str, object],
+    *,
+    kind: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    record: np.ndarray,
+    thread: np.ndarray | None = None,
+    details: Sequence[SpanDetail | None] = (),
+) -> SpanInput:
+    """A table from whole columns at once (what a columnar reader has), with the parent span
+    id each span named: the vectorized :meth:`SpanTableBuilder.build_input`.
 
     ``columns`` maps ``service``, ``instance``, ``endpoint``, ``peer``, ``trace``, ``span_id``
     and ``parent_id`` to sequences of strings (None: absent; a missing key: absent everywhere);
@@ -343,7 +384,7 @@ def table_from_columns(
     }
     if "instance" not in columns:
         codes["instance"] = codes["service"]
-    return table_from_codes(
+    spans = table_from_codes(
         source,
         pool,
         codes,
@@ -354,6 +395,7 @@ def table_from_columns(
         thread=thread,
         details=details,
     )
+    return SpanInput(spans, codes["parent_id"].astype(np.int64))
 
 
 _CODED = ("service", "instance", "endpoint", "peer", "trace", "span_id", "parent_id")
