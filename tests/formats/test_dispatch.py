@@ -14,6 +14,7 @@ import pytest
 from tacit.errors import ConfigError, InputError
 from tacit.formats import READ_FORMATS, WRITE_FORMATS, detect_format, read_spans, write_traces
 from tacit.formats.otlp import read_otlp
+from tacit.formats.span_files import read_span_set
 from tacit.formats.spancsv import read_span_csv
 from tacit.formats.zipkin import read_zipkin
 from tacit.model.spans import CLIENT, INTERNAL, NONE, SERVER, UNKNOWN, SpanTable, SpanTableBuilder
@@ -146,15 +147,19 @@ def write_all_formats(d: Path) -> None:
     (d / "d.csv").write_text(CSV_TEXT)
 
 
-def test_directory_of_mixed_formats_is_combined(tmp_path: Path) -> None:
+def test_directory_of_mixed_formats_is_one_set_of_spans(tmp_path: Path) -> None:
+    """The same two traces in three formats are read once (from the first file, the others'
+    copies counted as duplicates), beside the CSV file's own span."""
     write_all_formats(tmp_path)
     (tmp_path / "notes.txt").write_text("ignored: not a span file suffix")
-    spans = read_spans(tmp_path)
-    assert len(spans) == 3 * len(sample_table()) + 1
+    spans, duplicates = read_span_set(tmp_path)
+    assert len(spans) == len(sample_table()) + 1
+    assert duplicates == 2 * len(sample_table())
     assert [Path(s).name for s in spans.sources] == ["a.json", "b.json.gz", "c.json", "d.csv"]
     assert "frontend" in {spans.strings[int(c)] for c in spans.service}
-    # every file keeps its own parent structure after concatenation
-    assert int((spans.parent == NONE).sum()) == 3 * 2 + 1
+    assert int((spans.parent == NONE).sum()) == 2 + 1
+    first = read_spans(tmp_path / "a.json")  # its spans come first, with their parents
+    assert spans.parent[: len(first)].tolist() == first.parent.tolist()
 
 
 @pytest.mark.parametrize("fmt", ["auto", "jaeger"])

@@ -35,19 +35,28 @@ from tacit.formats.common import kind_code as _kind
 from tacit.formats.common import tag as _tag
 from tacit.formats.common import thread_id as _thread
 from tacit.formats.fields import RecordReader
+from tacit.formats.span_join import join_inputs
 from tacit.formats.textio import dump_json, expand_inputs, load_json, write_json
 from tacit.model.columns import StringPool
 from tacit.model.span_details import NO_DETAIL, SpanDetail, SpanEvent
-from tacit.model.spans import KIND_NAMES, NONE, UNKNOWN, SpanTable, concat, table_from_columns
+from tacit.model.spans import (
+    KIND_NAMES,
+    NONE,
+    UNKNOWN,
+    SpanInput,
+    SpanTable,
+    input_from_columns,
+)
 from tacit.outputs import atomic_output
 
 SUFFIXES = (".json", ".json.gz")
 
 
 def read_jaeger(paths: str | Path | list[str | Path]) -> SpanTable:
-    """Read Jaeger JSON files (or directories of them) into one span table."""
+    """Read Jaeger JSON files (or directories of them) into one set of spans
+    (:func:`.span_join.join_inputs`)."""
     files = expand_inputs(paths if isinstance(paths, list) else [paths], SUFFIXES)
-    return concat([read_document(f) for f in files])
+    return join_inputs([read_input(f) for f in files]).spans
 
 
 def _traces_of(doc: Any, path: str) -> list:
@@ -74,8 +83,9 @@ def _tag_map(r: RecordReader, tags: Any) -> dict[str, Any]:
     return out
 
 
-def read_document(path: Path, doc: Any = None) -> SpanTable:
-    """One file's spans; ``doc``: its already parsed JSON, if at hand.
+def read_input(path: Path, doc: Any = None) -> SpanInput:
+    """One file's spans with the parent span id each names; ``doc``: its already parsed JSON,
+    if at hand.
 
     Each span is read by :func:`_fast_fields` and, when that finds anything unusual (an inline
     process, a missing or mistyped field, a parent given as ``parentSpanID``), by
@@ -99,7 +109,7 @@ def read_document(path: Path, doc: Any = None) -> SpanTable:
             for k, v in zip(_FIELDS, (*fields, record), strict=True):
                 cols[k].append(v)
     start = np.array(cols["start"], dtype=np.int64)
-    return table_from_columns(
+    return input_from_columns(
         src,
         {
             k: cols[k]

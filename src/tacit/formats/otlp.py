@@ -60,6 +60,7 @@ from tacit.formats.common import (
     thread_id,
 )
 from tacit.formats.fields import RecordReader
+from tacit.formats.span_join import join_inputs
 from tacit.formats.textio import (
     dump_json,
     iter_json_lines,
@@ -82,9 +83,9 @@ from tacit.model.spans import (
     NONE,
     SERVER,
     UNKNOWN,
+    SpanInput,
     SpanTable,
     SpanTableBuilder,
-    concat,
     link_parents,
     table_from_codes,
 )
@@ -119,18 +120,20 @@ _INT64 = np.iinfo(np.int64)
 
 def read_otlp(paths: Paths) -> SpanTable:
     """Read OTLP trace exports (files or directories of them: JSON, JSON Lines or protobuf,
-    gzip or not) into one table."""
-    return concat([read_document(f) for f in input_files(paths, SUFFIXES)])
+    gzip or not) into one set of spans (:func:`.span_join.join_inputs`)."""
+    return join_inputs([read_input(f) for f in input_files(paths, SUFFIXES)]).spans
 
 
-def read_document(path: Path, doc: Any = None) -> SpanTable:
-    """One file's spans; ``doc``: its already parsed JSON, if at hand. A file of JSON Lines,
-    one export per line (the OpenTelemetry Collector's file exporter), is read line by line,
-    its records numbered from the file's start; a protobuf file by :func:`read_otlp_protobuf`."""
+def read_input(path: Path, doc: Any = None) -> SpanInput:
+    """One file's spans with the parent span id each names; ``doc``: its already parsed JSON,
+    if at hand. A file of JSON Lines, one export per line (the OpenTelemetry Collector's file
+    exporter), is read line by line, its records numbered from the file's start; a protobuf
+    file as :func:`read_otlp_protobuf` reads it."""
     src = str(path)
-    if doc is None and is_protobuf(path):
-        return read_otlp_protobuf(read_bytes(path), src)
     builder = SpanTableBuilder(src)
+    if doc is None and is_protobuf(path):
+        _read_protobuf(builder, read_bytes(path), src)
+        return builder.build_input()
     if doc is not None or not is_json_lines(path):
         docs: Iterable[tuple[str, Any]] = [("", load_json(path) if doc is None else doc)]
     else:
@@ -138,7 +141,7 @@ def read_document(path: Path, doc: Any = None) -> SpanTable:
     record = 0
     for where, d in docs:
         record = _read_export(builder, src, where, d, record)
-    return builder.build()
+    return builder.build_input()
 
 
 def is_json_lines(path: Path) -> bool:
@@ -789,7 +792,7 @@ def _add_spans(builder: SpanTableBuilder, spans: Sequence[tuple], record: int) -
 def iter_json_lines_spans(path: Path) -> Iterator[dict[str, Any]]:
     """The spans of a file of OTLP JSON Lines (one export per line), one by one as
     :meth:`SpanTableBuilder.add` takes them, records numbered from the file's start as
-    :func:`read_document` numbers them; read line by line: what a reader of a stream needs."""
+    :func:`read_input` numbers them; read line by line: what a reader of a stream needs."""
     src, record = str(path), 0
     for n, doc in iter_json_lines(path):
         for span in _export_spans(src, f"line {n}", doc, record):

@@ -18,36 +18,40 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tacit.errors import ConfigError, InputError
-from tacit.formats import jaeger, otlp, zipkin
+from tacit.formats import jaeger, otlp, spancsv, zipkin
 from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.common import Paths, Traces, input_files
 from tacit.formats.ebpf_spans import read_ebpf_spans
 from tacit.formats.envoy_access_log import read_envoy_logs
-from tacit.formats.jaeger import read_jaeger, write_jaeger
-from tacit.formats.otlp import read_otlp, write_otlp
+from tacit.formats.jaeger import write_jaeger
+from tacit.formats.otlp import write_otlp
 from tacit.formats.rpc_pairing import AgentSpans
-from tacit.formats.spancsv import COLUMNS, read_span_csv
+from tacit.formats.span_join import Joined, join_inputs
+from tacit.formats.spancsv import COLUMNS
 from tacit.formats.textio import load_json, parse_json, read_head, read_text, refuse_repeated
-from tacit.formats.zipkin import read_zipkin, write_zipkin
+from tacit.formats.zipkin import write_zipkin
 from tacit.model.roles import Observed, infer_roles
-from tacit.model.spans import SpanTable, concat
+from tacit.model.spans import NONE, SpanInput, SpanTable
 
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz", ".csv", ".csv.gz", *otlp.PROTOBUF_SUFFIXES)
 """The files :func:`read_spans` takes from a directory when the format is detected."""
 
-_READERS: dict[str, Callable[[Paths], SpanTable]] = {
-    "jaeger": read_jaeger,
-    "zipkin": read_zipkin,
-    "otlp": read_otlp,
-    "csv": read_span_csv,
+_INPUT_READERS: dict[str, tuple[tuple[str, ...], Callable[[Path], SpanInput]]] = {
+    "jaeger": (jaeger.SUFFIXES, jaeger.read_input),
+    "zipkin": (zipkin.SUFFIXES, zipkin.read_input),
+    "otlp": (otlp.SUFFIXES, otlp.read_input),
+    "csv": (spancsv.SUFFIXES, spancsv.read_input),
 }
-_DOCUMENT_READERS: dict[str, Callable[[Path, Any], SpanTable]] = {
-    "jaeger": jaeger.read_document,
-    "zipkin": zipkin.read_document,
-    "otlp": otlp.read_document,
+"""Per format, the files it takes from a directory and the reader of one file."""
+_DOCUMENT_READERS: dict[str, Callable[[Path, Any], SpanInput]] = {
+    "jaeger": jaeger.read_input,
+    "zipkin": zipkin.read_input,
+    "otlp": otlp.read_input,
 }
 _WRITERS = {"jaeger": write_jaeger, "otlp": write_otlp, "zipkin": write_zipkin}
 _STREAM_WRITERS = {"jaeger": jaeger.write_jaeger_stream, "otlp": otlp.write_otlp_lines}
@@ -58,7 +62,7 @@ _AGENT_READERS: dict[str, Callable[[Paths, ServiceMap | None], AgentSpans]] = {
 AGENT_FORMATS = tuple(_AGENT_READERS)
 """Spans from per-service agents: OTLP JSON from eBPF agents (:mod:`.ebpf_spans`) and sidecar
 access logs (:mod:`.envoy_access_log`); never detected, always named."""
-READ_FORMATS = ("auto", *_READERS, "blind", *AGENT_FORMATS)
+READ_FORMATS = ("auto", *_INPUT_READERS, "blind", *AGENT_FORMATS)
 WRITE_FORMATS = tuple(_WRITERS)
 STREAM_WRITE_FORMATS = tuple(_STREAM_WRITERS)
 
@@ -69,29 +73,43 @@ def read_spans(
     skipped: list[Path] | None = None,
     services: ServiceMap | None = None,
 ) -> SpanTable:
-    """Read span files (or directories of them) into one table.
+    """Read span files (or directories of them) into one set of spans.
 
     ``format`` is one of :data:`READ_FORMATS`; with ``auto`` each file's format is detected by
     :func:`detect_format`, so one call may mix formats. A JSON document is parsed only once.
+    The files are one input (:func:`.span_join.join_inputs`): a span's parent may be in
+    another file (one file per service, as per-service exporters write them), and a span in
+    two files is read once (:func:`read_span_set` counts them).
     With ``skipped`` given, a file in a named directory whose content is no span format (a
     fault list beside the traces, say) is left out and appended to ``skipped``, instead of
     ending the run; a file named directly, or a broken file of a span format, is an error.
     ``services`` names addresses for the :data:`AGENT_FORMATS` (:func:`read_agent_spans`).
     """
-    if format not in READ_FORMATS:
-        raise ConfigError(f"unknown trace format {format!r}: expected one of {READ_FORMATS}")
     if format in AGENT_FORMATS:
         return read_agent_spans(paths, format, services).spans
+    return read_span_set(paths, format, skipped, services).spans
+
+
+def read_span_set(
+    paths: Paths,
+    format: str = "auto",
+    skipped: list[Path] | None = None,
+    services: ServiceMap | None = None,
+) -> Joined:
+    """What :func:`read_spans` reads (in any format but the :data:`AGENT_FORMATS`), with the
+    number of spans left out because an earlier file has them too (the same trace id and span
+    id), which :func:`observe` counts as :data:`DUPLICATE_SPANS`."""
+    if format not in READ_FORMATS or format in AGENT_FORMATS:
+        raise ConfigError(f"unknown trace format {format!r}: expected one of {READ_FORMATS}")
     if services is not None:
         raise ConfigError(f"a service map goes with the formats {', '.join(AGENT_FORMATS)}")
+    named = paths if isinstance(paths, list) else [paths]
     if format != "auto":
-        return _reader(format)(paths)
-    tables = []
-    files = [
-        (f, Path(p).is_dir())
-        for p in (paths if isinstance(paths, list) else [paths])
-        for f in input_files([p], SUFFIXES)
-    ]
+        read = _input_reader(format)
+        suffixes = _INPUT_READERS[format][0] if format in _INPUT_READERS else _blind_suffixes()
+        return _joined([read(f) for f in input_files(named, suffixes)])
+    inputs = []
+    files = [(f, Path(p).is_dir()) for p in named for f in input_files([p], SUFFIXES)]
     refuse_repeated([f for f, _ in files])
     for f, in_dir in files:
         try:
@@ -102,16 +120,33 @@ def read_spans(
             skipped.append(f)
             log.warning("%s: holds no spans, skipped", f)
             continue
-        tables.append(_DOCUMENT_READERS[fmt](f, doc) if doc is not None else _reader(fmt, f)([f]))
-    if not tables:
+        if doc is not None:
+            inputs.append(_DOCUMENT_READERS[fmt](f, doc))
+        else:
+            inputs.append(_input_reader(fmt, f)(f))
+    if not inputs:
         raise InputError(
             "no span files among the inputs", path=", ".join(map(str, skipped or [])) or None
         )
-    return concat(tables)
+    return _joined(inputs)
+
+
+def _joined(inputs: list[SpanInput]) -> Joined:
+    joined = join_inputs(inputs)
+    if joined.duplicates:
+        log.warning(
+            "%d spans are in more than one input file (the same trace and span id): each is "
+            "read once",
+            joined.duplicates,
+        )
+    return joined
 
 
 SKIPPED_FILES = "files in the input directories that hold no spans (skipped)"
 """The :attr:`Observed.accounting` key of the files :func:`observe` left out."""
+DUPLICATE_SPANS = "spans in more than one input file (read once)"
+"""The :attr:`Observed.accounting` key of the spans :func:`observe` found in more than one file
+(:func:`.span_join.join_inputs`), counted beside ``input``, which counts each once."""
 
 
 def observe(
@@ -120,8 +155,10 @@ def observe(
     services: ServiceMap | None = None,
 ) -> tuple[Observed, float]:
     """Read (unless given a table) and infer roles; returns the observation and seconds taken.
-    Files in input directories that hold no spans are left out and counted in the accounting
-    (:data:`SKIPPED_FILES`), as is what the :data:`AGENT_FORMATS` readers made of every record.
+    The files are one set of spans (:func:`read_spans`). Files in input directories that hold
+    no spans are left out and counted in the accounting (:data:`SKIPPED_FILES`), as are spans
+    found in more than one file (:data:`DUPLICATE_SPANS`) and what the :data:`AGENT_FORMATS`
+    readers made of every record.
     """
     t0 = time.perf_counter()
     skipped: list[Path] = []
@@ -132,7 +169,9 @@ def observe(
         agent = read_agent_spans(list(paths), format, services)
         spans, read = agent.spans, agent.accounting
     else:
-        spans = read_spans(list(paths), format, skipped, services)
+        spans, duplicates = read_span_set(list(paths), format, skipped, services)
+        if duplicates:
+            read[DUPLICATE_SPANS] = duplicates
     observed = infer_roles(spans)
     observed.accounting |= read
     if skipped:
@@ -228,16 +267,29 @@ def _json_format(doc: Any) -> str | None:
     return None
 
 
-def _reader(format: str, path: Path | None = None) -> Callable[[Paths], SpanTable]:
+def _input_reader(format: str, path: Path | None = None) -> Callable[[Path], SpanInput]:
     if format != "blind":
-        return _READERS[format]
+        return _INPUT_READERS[format][1]
     try:  # written separately; imported on demand so that the other formats work without it
         from tacit.formats.blind import read_blind
     except ImportError as e:
         raise InputError(
             f"blind-span JSON lines cannot be read: {e}", path=None if path is None else str(path)
         ) from None
-    return read_blind
+
+    def read(f: Path) -> SpanInput:
+        # Blind spans have no ids: their parents are for reconstruction to find.
+        spans = read_blind([f])
+        return SpanInput(spans, np.full(len(spans), NONE, np.int64))
+
+    return read
+
+
+def _blind_suffixes() -> tuple[str, ...]:
+    """The files the blind format takes from a directory."""
+    from tacit.formats.blind import SUFFIXES as blind
+
+    return blind
 
 
 def write_traces(

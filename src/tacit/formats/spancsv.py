@@ -20,8 +20,9 @@ import numpy as np
 from tacit.errors import InputError
 from tacit.formats.common import Paths, input_files
 from tacit.formats.fields import RecordReader
+from tacit.formats.span_join import join_inputs
 from tacit.formats.textio import csv_rows, read_bytes
-from tacit.model.spans import UNKNOWN, SpanTable, SpanTableBuilder, concat, table_from_columns
+from tacit.model.spans import UNKNOWN, SpanInput, SpanTable, SpanTableBuilder, input_from_columns
 
 SUFFIXES = (".csv", ".csv.gz")
 COLUMNS = (
@@ -59,15 +60,17 @@ def workload_name(pod: str) -> str:
 def read_span_csv(paths: Paths) -> SpanTable:
     """Read CSV span tables (or directories of .csv/.csv.gz files) into one table.
 
-    Records are numbered by CSV line (the header is line 1).
+    Records are numbered by CSV line (the header is line 1). Several files are one set of
+    spans (:func:`.span_join.join_inputs`).
     """
-    return concat([_read_file(f) for f in input_files(paths, SUFFIXES)])
+    return join_inputs([read_input(f) for f in input_files(paths, SUFFIXES)]).spans
 
 
-def _read_file(path: Path) -> SpanTable:
-    """Arrow's CSV reader with every column converted at once; a file it cannot read cleanly
-    (a malformed row, a value that is not an integer, blank lines that shift the line numbers)
-    goes through :func:`_read_rows`, which names the offending line."""
+def read_input(path: Path) -> SpanInput:
+    """One file's spans with the parent span id each names: read by Arrow's CSV reader with
+    every column converted at once; a file it cannot read cleanly (a malformed row, a value
+    that is not an integer, blank lines that shift the line numbers) goes through
+    :func:`_read_rows`, which names the offending line."""
     import pyarrow as pa
 
     data = read_bytes(path)
@@ -86,7 +89,7 @@ def _read_file(path: Path) -> SpanTable:
     parent = table["ParentID"]
     n = table.num_rows
     try:
-        spans = table_from_columns(
+        spans = input_from_columns(
             str(path),
             {
                 "service": workloads.cast(pa.string()),
@@ -136,14 +139,14 @@ def _lines_match(data: bytes, rows: int) -> bool:
     return lines == rows + 1 and b"\n\n" not in data and b"\r\n\r\n" not in data
 
 
-def _read_rows(path: Path) -> SpanTable:
+def _read_rows(path: Path) -> SpanInput:
     builder = SpanTableBuilder(str(path))
     for span in iter_span_rows(path):
         try:
             builder.add(**span)
         except InputError as e:  # the builder numbers records; name the line like the rest
             raise InputError(e.message, path=str(path), record=f"line {span['record']}") from None
-    return builder.build()
+    return builder.build_input()
 
 
 def iter_span_rows(path: Path) -> Iterator[dict[str, Any]]:

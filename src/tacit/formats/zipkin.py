@@ -51,6 +51,7 @@ from tacit.formats.common import (
     thread_id,
 )
 from tacit.formats.fields import RecordReader
+from tacit.formats.span_join import SHARED_SERVER, join_inputs
 from tacit.formats.textio import load_json, write_json
 from tacit.model.span_details import NO_DETAIL, SpanDetail, SpanEvent
 from tacit.model.spans import (
@@ -59,26 +60,27 @@ from tacit.model.spans import (
     NONE,
     SERVER,
     UNKNOWN,
+    SpanInput,
     SpanTable,
     SpanTableBuilder,
-    concat,
 )
 
 SUFFIXES = (".json", ".json.gz")
 LOCAL_COMPONENT = "lc"
 """The tag that marks a Zipkin span without ``kind`` as local (in-process)."""
-SHARED_SERVER = ":server"
-"""Appended to the id of the server side of a shared span."""
 _KIND_NAMES = {SERVER: "SERVER", CLIENT: "CLIENT"}
 
 
 def read_zipkin(paths: Paths) -> SpanTable:
-    """Read Zipkin v2 JSON files (or directories of .json/.json.gz files) into one table."""
-    return concat([read_document(f) for f in input_files(paths, SUFFIXES)])
+    """Read Zipkin v2 JSON files (or directories of .json/.json.gz files) into one set of
+    spans (:func:`.span_join.join_inputs`, which pairs the sides of a shared span in two
+    files)."""
+    return join_inputs([read_input(f) for f in input_files(paths, SUFFIXES)]).spans
 
 
-def read_document(path: Path, doc: Any = None) -> SpanTable:
-    """One file's spans; ``doc``: its already parsed JSON, if at hand."""
+def read_input(path: Path, doc: Any = None) -> SpanInput:
+    """One file's spans with the parent span id each names; ``doc``: its already parsed
+    JSON, if at hand."""
     src = str(path)
     doc = load_json(path) if doc is None else doc
     if not isinstance(doc, list):
@@ -100,7 +102,7 @@ def read_document(path: Path, doc: Any = None) -> SpanTable:
         elif (a["trace"], a["parent_id"]) in shared:
             a["parent_id"] += SHARED_SERVER
         builder.add(**a)
-    return builder.build()
+    return builder.build_input()
 
 
 def _parse(r: RecordReader, span: Any) -> tuple[dict[str, Any], bool]:
