@@ -23,6 +23,7 @@ from tacit.cli.common import (
     finite,
     flag,
     out,
+    parse_duration,
     print_json,
 )
 from tacit.errors import ConfigError
@@ -360,6 +361,13 @@ def otel_app(
         ),
     ] = None,
     otlp_protocol: Annotated[str, typer.Option(help="http (protobuf over HTTP) or grpc.")] = "http",
+    export_delay: Annotated[
+        str,
+        typer.Option(
+            help="How often each service exports (the batch span processor's schedule delay): "
+            "5s, 500ms.",
+        ),
+    ] = "5s",
     json_out: JsonOpt = False,
 ) -> None:
     """Run five Flask services (frontend, search, geo, rate, profile), each a process
@@ -376,6 +384,7 @@ def otel_app(
         seed=seed,
         otlp_endpoint=otlp_endpoint,
         otlp_protocol=otlp_protocol,
+        export_delay_s=parse_duration(export_delay) / 1e9,
     )
     doc = run_otel_app(params, out_dir).as_dict()
     if json_out:

@@ -81,7 +81,8 @@ class OtelAppParams:
     (Poisson arrivals per second) for ``duration_s`` with at most ``concurrency`` requests at
     once, ``seed`` of the arrivals and the services' pauses, and where the services export:
     ``otlp_endpoint`` (None: the run's own receiver) over ``otlp_protocol`` (``http``: protobuf
-    over HTTP, or ``grpc``)."""
+    over HTTP, or ``grpc``), every ``export_delay_s`` (the batch span processor's schedule delay,
+    ``OTEL_BSP_SCHEDULE_DELAY``; the SDK's default is 5 s)."""
 
     mode: str = "full"
     duration_s: float = 5.0
@@ -90,6 +91,7 @@ class OtelAppParams:
     seed: int = 0
     otlp_endpoint: str | None = None
     otlp_protocol: str = "http"
+    export_delay_s: float = 5.0
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -98,6 +100,8 @@ class OtelAppParams:
             raise ConfigError(f"the OTLP protocol must be http or grpc, got {self.otlp_protocol!r}")
         if not self.duration_s > 0 or not self.rate > 0 or self.concurrency < 1:
             raise ConfigError("need duration_s > 0, rate > 0 and concurrency ≥ 1")
+        if not 0 < self.export_delay_s <= 3600:
+            raise ConfigError(f"the export delay must be in (0, 3600] s, got {self.export_delay_s}")
         if self.otlp_endpoint is not None and "://" not in self.otlp_endpoint:
             raise ConfigError(f"the OTLP endpoint must be a URL, got {self.otlp_endpoint!r}")
 
@@ -223,6 +227,7 @@ def _run_app(params: OtelAppParams, endpoint: str, logs: Path) -> tuple[dict[str
                 "--mode", params.mode, "--truth", str(logs / f"{role}.jsonl"),
                 "--otlp-endpoint", endpoint, "--otlp-protocol", params.otlp_protocol,
                 "--seed", str(params.seed * len(ROLES) + k),
+                "--export-delay-ms", str(round(params.export_delay_s * 1000)),
             ]  # fmt: skip
             for peer in CALLS.get(role, ()):
                 cmd += ["--peer", f"{peer}=http://{HOST}:{ports[peer]}"]

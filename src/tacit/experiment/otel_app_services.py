@@ -455,8 +455,11 @@ def _exporter(endpoint: str, protocol: str) -> Any:
     return HttpExporter(endpoint=endpoint)
 
 
-def instrument(role: str, mode: str, endpoint: str, protocol: str) -> TracerProvider:
-    """This process's tracer provider, exporting to ``endpoint``, with every requests call
+def instrument(
+    role: str, mode: str, endpoint: str, protocol: str, export_delay_ms: int = 5000
+) -> TracerProvider:
+    """This process's tracer provider, exporting to ``endpoint`` every ``export_delay_ms`` (the
+    batch span processor's schedule delay; the SDK's default 5000), with every requests call
     instrumented; in mode ``nopropagation`` a propagator that carries nothing."""
     from opentelemetry import trace
     from opentelemetry.instrumentation.requests import RequestsInstrumentor
@@ -466,7 +469,9 @@ def instrument(role: str, mode: str, endpoint: str, protocol: str) -> TracerProv
 
     resource = Resource({"service.name": role, "service.instance.id": f"{role}-{os.getpid()}"})
     provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(_exporter(endpoint, protocol)))
+    provider.add_span_processor(
+        BatchSpanProcessor(_exporter(endpoint, protocol), schedule_delay_millis=export_delay_ms)
+    )
     trace.set_tracer_provider(provider)
     if mode == "nopropagation":
         from opentelemetry.propagate import set_global_textmap
@@ -507,7 +512,9 @@ def serve(args: argparse.Namespace) -> None:
     if instrumented(args.role, args.mode):
         if not args.otlp_endpoint:
             raise SystemExit("an instrumented service needs --otlp-endpoint")
-        provider = instrument(args.role, args.mode, args.otlp_endpoint, args.otlp_protocol)
+        provider = instrument(
+            args.role, args.mode, args.otlp_endpoint, args.otlp_protocol, args.export_delay_ms
+        )
     with TruthLog(args.truth, args.role) as truth:
         service = Service(args.role, args.mode, truth, peers, args.seed, provider)
         app = make_app(service)
@@ -543,6 +550,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--otlp-endpoint", default=None)
     parser.add_argument("--otlp-protocol", choices=PROTOCOLS, default="http")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--export-delay-ms", type=int, default=5000)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the truth is the record
