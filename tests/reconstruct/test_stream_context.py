@@ -11,18 +11,21 @@ T = "t" * 32
 
 
 def _add(ctx: StreamContext, spans: list[tuple], first: int):
-    """Spans as (kind, service, span id, parent id); positions from ``first`` for RPC spans."""
-    kind = np.array([s[0] for s in spans], dtype=np.int8)
+    """Spans as (kind, service, span id, parent id), with the server end they name and their
+    start and end where given (default: none, and each in its own interval); positions from
+    ``first`` for RPC spans."""
+    rows = [(*s, None, 10 * i, 10 * i + 1)[:7] if len(s) == 4 else s for i, s in enumerate(spans)]
+    kind = np.array([s[0] for s in rows], dtype=np.int8)
     rpc = (kind == SERVER) | (kind == CLIENT)
-    position = np.full(len(spans), NONE, dtype=np.int64)
+    position = np.full(len(rows), NONE, dtype=np.int64)
     position[rpc] = np.arange(first, first + int(rpc.sum()))
     return ctx.add(
         kind,
-        np.arange(len(spans), dtype=np.int64),
-        [s[1] for s in spans],
-        [T] * len(spans),
-        [s[2] for s in spans],
-        [s[3] for s in spans],
+        np.array([s[5] for s in rows], dtype=np.int64),
+        np.array([s[6] for s in rows], dtype=np.int64),
+        [s[1] for s in rows],
+        ([T] * len(rows), [s[2] for s in rows], [s[3] for s in rows]),
+        ([s[4] for s in rows], [None] * len(rows)),
         position,
     )
 
@@ -69,3 +72,54 @@ def test_a_span_sent_again_is_not_new_and_old_spans_are_forgotten():
     ctx.latest_end = 100
     _add(ctx, [(CLIENT, "front", "late", "s0")], first=1)  # s0 ended long before: forgotten
     assert ctx.fresh([T], ["a"], np.array([100])).tolist() == [True]
+
+
+def test_without_context_a_request_pairs_with_the_call_to_its_address_that_encloses_it():
+    ctx = StreamContext(horizon_ns=10**9)
+    calls = _add(
+        ctx,
+        [
+            (CLIENT, "front", "c1", "s0", "geo:80", 100, 200),
+            (CLIENT, "front", "c2", "s0", "geo:80", 150, 400),
+            (CLIENT, "front", "c3", "s0", "rate:80", 100, 400),
+        ],
+        first=0,
+    )
+    assert calls.link.tolist() == [NONE] * 3
+    requests = _add(
+        ctx,
+        [
+            (SERVER, "geo", "g1", None, "geo:80", 160, 390),  # only c2 encloses it
+            (SERVER, "geo", "g2", None, "geo:80", 110, 190),  # c1 only, c2 taken
+            (SERVER, "geo", "g3", None, "geo:80", 120, 180),  # none left
+        ],
+        first=3,
+    )
+    assert requests.link.tolist() == [1, 0, NONE]
+    assert requests.peers == {1: "geo", 0: "geo"}
+    late = _add(ctx, [(CLIENT, "front", "c4", "s0", "geo:80", 115, 185)], first=6)
+    assert late.link.tolist() == [5] and late.peer == ["geo"]
+
+
+def test_a_call_paired_by_its_context_is_not_paired_by_its_address():
+    ctx = StreamContext(horizon_ns=10**9)
+    _add(ctx, [(CLIENT, "front", "c1", "s0", "geo:80", 100, 200)], first=0)
+    named = _add(ctx, [(SERVER, "geo", "g1", "c1", "geo:80", 110, 190)], first=1)
+    orphan = _add(ctx, [(SERVER, "geo", "g2", None, "geo:80", 120, 180)], first=2)
+    assert named.link.tolist() == [0] and orphan.link.tolist() == [NONE]
+
+
+def test_calls_to_one_address_at_once_are_told_apart_by_their_targets():
+    ctx = StreamContext(horizon_ns=10**9)
+    kind = np.array([CLIENT, CLIENT, SERVER, SERVER], dtype=np.int8)
+    out = ctx.add(
+        kind,
+        np.array([100, 100, 110, 120]),
+        np.array([300, 300, 290, 200]),
+        ["front", "front", "profile", "profile"],
+        ([T] * 4, ["c1", "c2", "p1", "p2"], ["s0", "s0", None, None]),
+        (["profile:80"] * 4, ["/profile?id=1", "/profile?id=2", "/profile?id=2", None]),
+        np.arange(4),
+    )
+    # p1 names c2's target; p2 names none and takes the call left
+    assert out.link.tolist() == [NONE, NONE, 1, 0]

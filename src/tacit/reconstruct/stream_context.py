@@ -8,7 +8,10 @@ SIGCOMM '24, §5.3 for the stream):
 
 * **RPC sides**: a server span names the client span of its caller by its parent span id (the
   id the caller's side put in the request headers). The client span then calls the server
-  span's service: its callee is known even when its sender named no ``peer.service``.
+  span's service: its callee is known even when its sender named no ``peer.service``. Where no
+  context crossed (a propagator that carries nothing, a proxy that drops the headers), a server
+  span without a caller is paired with a call that named its server end
+  (:mod:`tacit.formats.rpc_endpoints`) and encloses it in time.
 * **Given parents**: a client span whose parent span id names a server span of its own trace,
   directly or through in-process (internal) spans, was caused by that request. A client span
   with no parent, or whose chain of parents ends at an in-process root or never arrives, lost
@@ -24,6 +27,7 @@ the spans of that much traffic.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -67,6 +71,7 @@ class StreamContext:
         self._clients: dict[Key, tuple[int, int]] = {}  # client spans by their own key
         self._callees: dict[Key, tuple[int, int, str]] = {}  # server spans by the caller's key
         self._children: dict[Key, list[tuple[int, int]]] = {}  # given parent to come -> children
+        self._address = _AddressBook()
 
     def fresh(
         self, trace_id: list[str | None], span_id: list[str | None], end: np.ndarray
@@ -87,76 +92,83 @@ class StreamContext:
     def add(
         self,
         kind: np.ndarray,
+        start: np.ndarray,
         end: np.ndarray,
         service: list[str | None],
-        trace_id: list[str | None],
-        span_id: list[str | None],
-        parent_id: list[str | None],
+        ids: tuple[list[str | None], list[str | None], list[str | None]],
+        address: tuple[list[str | None], list[str | None]],
         position: np.ndarray,
     ) -> Resolved:
-        """Resolve one chunk: each span's kind (negative: left out), end, service and given
-        ids, and its stream position (NONE for spans that do not enter the stream, such as
-        in-process ones)."""
+        """Resolve one chunk: each span's kind (negative: left out), times, service, given ids
+        (trace, span and parent span ids), the server end and the target it names
+        (:mod:`tacit.formats.rpc_endpoints`) and its stream position (NONE for spans that do
+        not enter the stream, such as in-process ones)."""
         n = len(kind)
-        out = Resolved(
-            np.full(n, NONE, np.int64),
-            np.full(n, NONE, np.int64),
-            [None] * n,
-        )
+        out = Resolved(np.full(n, NONE, np.int64), np.full(n, NONE, np.int64), [None] * n)
         rows = zip(
             kind.tolist(),
+            start.tolist(),
             end.tolist(),
             service,
-            trace_id,
-            span_id,
-            parent_id,
+            *ids,
+            *address,
             position.tolist(),
             strict=True,
         )
-        for r, (k, e, svc, t, s, q, p) in enumerate(rows):
-            key = (t, s)
-            if k < 0:
-                continue
-            if k == SERVER:
-                self._server(out, r, key, q, p, e, svc or "")
-            elif k == CLIENT:
-                self._client(out, r, key, q, p, e)
-            elif s is not None:
-                self._internal[key] = (q, e)
-                self._reparent(out, key, q)
+        for r, row in enumerate(rows):
+            span = _Span(*row)
+            if span.kind == SERVER:
+                self._server(out, r, span)
+            elif span.kind == CLIENT:
+                self._client(out, r, span)
+            elif span.kind >= 0 and span.span_id is not None:
+                key = (span.trace, span.span_id)
+                self._internal[key] = (span.parent_id, span.end)
+                self._reparent(out, key, span.parent_id)
         if n:
             self.latest_end = max(self.latest_end, float(end.max()))
             self._forget_old()
         return out
 
-    def _server(
-        self, out: Resolved, r: int, key: Key, q: str | None, p: int, e: int, svc: str
-    ) -> None:
-        if q is not None:
-            caller = (key[0], q)
+    def _server(self, out: Resolved, r: int, span: _Span) -> None:
+        svc, p = span.service or "", span.position
+        if span.parent_id is not None:
+            caller = (span.trace, span.parent_id)
             if caller in self._clients:
                 c = self._clients.pop(caller)[0]
+                self._address.forget(c)
                 out.link[r] = c
                 out.peers[c] = svc
             else:
-                self._callees[caller] = (p, e, svc)
+                self._callees[caller] = (p, span.end, svc)
                 out.link[r] = LATER
-        if key[1] is not None:
-            self._servers[key] = (p, e, svc)
+        elif span.endpoint is not None:
+            c = self._address.call_of(span)
+            if c != NONE:
+                out.link[r] = c
+                out.peers[c] = svc
+        if span.span_id is not None:
+            key = (span.trace, span.span_id)
+            self._servers[key] = (p, span.end, svc)
             for child, _ in self._children.pop(key, ()):
                 out.parents[0].append(child)
                 out.parents[1].append(p)
 
-    def _client(self, out: Resolved, r: int, key: Key, q: str | None, p: int, e: int) -> None:
-        if key[1] is not None:
-            if key in self._callees:
-                callee, _, svc = self._callees.pop(key)
-                out.link[r] = callee
-                out.peer[r] = svc
-            else:
-                self._clients[key] = (p, e)
-        if q is not None:
-            out.parent[r] = self._resolve(key[0], q, p, e)
+    def _client(self, out: Resolved, r: int, span: _Span) -> None:
+        key = (span.trace, span.span_id)
+        if span.span_id is not None and key in self._callees:
+            callee, _, svc = self._callees.pop(key)
+            out.link[r] = callee
+            out.peer[r] = svc
+        else:
+            found = NONE if span.endpoint is None else self._address.request_of(span)
+            if found != NONE:
+                out.link[r] = found
+                out.peer[r] = self._address.service_of_found
+            elif span.span_id is not None:
+                self._clients[key] = (span.position, span.end)
+        if span.parent_id is not None:
+            out.parent[r] = self._resolve(span.trace, span.parent_id, span.position, span.end)
 
     def _resolve(self, trace: str | None, q: str | None, child: int, end: int) -> int:
         """The given parent of ``child`` whose parent span id is ``q``: a server span's
@@ -185,6 +197,7 @@ class StreamContext:
     def _forget_old(self) -> None:
         """Drop what ended so long ago that nothing can still name it."""
         horizon = self.latest_end - self.horizon_ns
+        self._address.forget_before(horizon)
         for d in (self._seen, self._servers, self._internal, self._clients, self._callees):
             while d:
                 key = next(iter(d))
@@ -197,3 +210,104 @@ class StreamContext:
             if max(e for _, e in self._children[key]) >= horizon:
                 break
             del self._children[key]
+
+
+class _Span(NamedTuple):
+    kind: int
+    start: int
+    end: int
+    service: str | None
+    trace: str | None
+    span_id: str | None
+    parent_id: str | None
+    endpoint: str | None
+    target: str | None
+    position: int
+
+
+class _AddressBook:
+    """Calls and requests that no trace context paired, by the server end they name, until
+    one of the other side comes: a request lies within its call (the request reaches the server
+    after the call leaves the client, and the response leaves it before it reaches the client),
+    and of several, the pair of least slack (the call's time outside the request: the network)
+    is taken, each span once (:mod:`tacit.formats.rpc_pairing` pairs a file's spans alike). A
+    pair must agree on the request's target where both name it."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, dict[int, tuple[int, int, str | None]]] = {}
+        self._requests: dict[str, dict[int, tuple[int, int, str | None, str]]] = {}
+        self._order: dict[int, tuple[str, int, bool]] = {}  # position -> (end, ends, is call)
+        self.service_of_found = ""
+
+    def call_of(self, request: _Span) -> int:
+        """The call that made ``request`` (a server span without a caller), taken; else NONE,
+        and the request waits for it."""
+        assert request.endpoint is not None
+        calls = self._calls.get(request.endpoint, {})
+        best, slack = NONE, None
+        for c, (start, end, target) in calls.items():
+            if (
+                start <= request.start
+                and request.end <= end
+                and _agree(target, request.target)
+            ):
+                gap = (end - start) - (request.end - request.start)
+                if slack is None or gap < slack:
+                    best, slack = c, gap
+        if best != NONE:
+            del calls[best]
+            del self._order[best]
+            return best
+        waiting = self._requests.setdefault(request.endpoint, {})
+        waiting[request.position] = (
+            request.start,
+            request.end,
+            request.target,
+            request.service or "",
+        )
+        self._order[request.position] = (request.endpoint, request.end, False)
+        return NONE
+
+    def request_of(self, call: _Span) -> int:
+        """The request ``call`` made (its service in :attr:`service_of_found`), taken; else
+        NONE, and the call waits for it."""
+        assert call.endpoint is not None
+        requests = self._requests.get(call.endpoint, {})
+        best, slack = NONE, None
+        for q, (start, end, target, service) in requests.items():
+            if call.start <= start and end <= call.end and _agree(target, call.target):
+                gap = (call.end - call.start) - (end - start)
+                if slack is None or gap < slack:
+                    best, slack, self.service_of_found = q, gap, service
+        if best != NONE:
+            del requests[best]
+            del self._order[best]
+            return best
+        self._calls.setdefault(call.endpoint, {})[call.position] = (
+            call.start,
+            call.end,
+            call.target,
+        )
+        self._order[call.position] = (call.endpoint, call.end, True)
+        return NONE
+
+    def forget(self, position: int) -> None:
+        """A call paired by its context: no request is to be paired with it by address."""
+        entry = self._order.pop(position, None)
+        if entry is not None:
+            self._calls[entry[0]].pop(position, None)
+
+    def forget_before(self, horizon: float) -> None:
+        while self._order:
+            position = next(iter(self._order))
+            endpoint, end, is_call = self._order[position]
+            if end >= horizon:
+                break
+            del self._order[position]
+            side: dict = self._calls if is_call else self._requests
+            side[endpoint].pop(position, None)
+
+
+def _agree(a: str | None, b: str | None) -> bool:
+    """Whether two identifiers agree: equal, or one of them not recorded."""
+    return a is None or b is None or a == b

@@ -17,10 +17,13 @@ again.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from tacit.formats.rpc_endpoints import rpc_endpoint, rpc_target
 from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SERVER, SpanTable
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.online import Finished, OnlineParams, OnlineTraceWeaver
@@ -178,11 +181,11 @@ class OnlineFeed:
         position[rows] = np.arange(self.tw.pushed, self.tw.pushed + len(rows))
         context = self.context.add(
             np.where(late, NONE, spans.kind),
+            spans.start,
             spans.end,
             spans.strings.names(spans.service),
-            given.trace_id.tolist(),
-            given.span_id.tolist(),
-            given.parent_id.tolist(),
+            (given.trace_id.tolist(), given.span_id.tolist(), given.parent_id.tolist()),
+            _addresses(spans),
             position,
         )
         if not len(rows):
@@ -225,3 +228,17 @@ class OnlineFeed:
     def release(self, f: Finished) -> tuple[np.ndarray, Given]:
         """The sequence numbers and given ids of a finished batch's spans, forgotten here."""
         return self._pending.take(f.position)
+
+
+def _addresses(spans: SpanTable) -> tuple[list[str | None], list[str | None]]:
+    """The server end and the target each span names in its attributes (None: none)."""
+    details = spans.details
+    if details is None:
+        return [None] * len(spans), [None] * len(spans)
+    rows = zip(spans.kind.tolist(), details.tolist(), strict=True)
+    ends = [(None, None) if d is None else _ends(k, d.attributes) for k, d in rows]
+    return [e for e, _ in ends], [t for _, t in ends]
+
+
+def _ends(kind: int, attributes: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    return rpc_endpoint(kind, attributes), rpc_target(kind, attributes)

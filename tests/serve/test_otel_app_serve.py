@@ -1,0 +1,90 @@
+"""``tacit serve`` fed live by services instrumented with the OpenTelemetry SDK (``tacit
+experiment otel-app``), their trace context broken as deployments break it, its stored traces
+scored against the app's own log of every span's parent. Small runs; ``bench/bench_serve_otel.py``
+measures the targets at a moderate load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from serve_app import get
+from tacit.evaluation import score_traces
+from tacit.experiment.otel_app import OtelAppParams, otel_app_unavailable, run_otel_app
+from tacit.formats import observe
+from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
+from tacit.reconstruct.online import NS, OnlineParams
+from tacit.serve import ServeConfig, Service
+
+pytestmark = pytest.mark.skipif(
+    otel_app_unavailable() is not None, reason=f"otel app unavailable: {otel_app_unavailable()}"
+)
+
+RUN = {"duration_s": 3.0, "rate": 10.0, "concurrency": 3, "export_delay_s": 0.2}
+WINDOWS = OnlineParams(window_ns=NS, lookahead_ns=NS, max_request_ns=2 * NS, lateness_ns=2 * NS)
+"""Short windows, and a lateness for five processes that export every 0.2 s each on its own."""
+
+
+@pytest.fixture(scope="module")
+def callgraph(tmp_path_factory) -> CallGraph:
+    """Learned from a run with full propagation: the test environment."""
+    run = run_otel_app(OtelAppParams(mode="full", **RUN), tmp_path_factory.mktemp("test-env"))
+    assert run.spans is not None
+    return learn_callgraph(observe([run.spans])[0].spans)
+
+
+def _served(mode: str, callgraph: CallGraph, tmp: Path) -> tuple[dict, dict, str]:
+    """The score of what the service stored of a run in ``mode``, its status and metrics."""
+    config = ServeConfig(http="127.0.0.1:0", grpc="", database=tmp / "tacit.duckdb", online=WINDOWS)
+    svc = Service(config, callgraph).start()
+    try:
+        endpoint = f"http://127.0.0.1:{svc.http_port}"
+        run = run_otel_app(OtelAppParams(mode=mode, otlp_endpoint=endpoint, **RUN), tmp / "app")
+        assert svc.wait_idle(60)
+        status = svc.extra("/api/tacit/status", {})
+        metrics = get(svc, "/metrics")[1].decode()
+        cur = svc.store._cursor()
+        ids = [r[0] for r in cur.execute("SELECT trace_id FROM traces").fetchall()]
+        traces = [json.loads(doc) for t in ids if (doc := svc.store.trace(t)) is not None]
+        given = dict(cur.execute("SELECT span_id, given_parent_id FROM spans").fetchall())
+        status["client spans tagged given"] = cur.execute(
+            "SELECT count(*) FILTER (link = 'given'), count(*) FROM spans WHERE kind = 'client'"
+        ).fetchall()[0]
+    finally:
+        svc.stop()
+    assert run.requests_answered == run.requests_sent > 0
+    return score_traces(run.truth, traces, given), status, metrics
+
+
+def test_full_propagation_every_link_is_kept_and_every_request_whole(tmp_path, callgraph):
+    score, status, metrics = _served("full", callgraph, tmp_path)
+    assert score["missing"] == 0 and score["inferred"]["links"] == 0
+    assert score["given"]["kept"] == score["given"]["links"] > 0
+    assert score["requests"]["right"] == score["requests"]["total"]
+    assert status["stored"]["spans"] == status["received"]
+    tagged, calls = status["client spans tagged given"]
+    assert tagged == calls > 0
+    assert f"tacit_links_given_total {calls}.0" in metrics
+
+
+@pytest.mark.parametrize("mode", ["threadpool", "detached"])
+def test_calls_that_lost_their_context_are_inferred_and_given_links_kept(
+    tmp_path, callgraph, mode
+):
+    score, status, _ = _served(mode, callgraph, tmp_path)
+    assert score["missing"] == 0
+    assert score["given"]["kept"] == score["given"]["links"] > 0
+    assert score["inferred"]["links"] > 0
+    assert score["inferred"]["right"] >= 0.8 * score["inferred"]["links"]
+    assert status["stored"]["spans"] == status["received"]
+
+
+def test_without_propagation_requests_are_paired_with_calls_by_address(tmp_path, callgraph):
+    """A propagator that carries nothing: each server span is paired with the call that named
+    its address and encloses it (the requests instrumentation's URL, the WSGI Host header)."""
+    score, _, _ = _served("nopropagation", callgraph, tmp_path)
+    assert score["missing"] == 0
+    assert score["given"]["kept"] == score["given"]["links"] > 0
+    assert score["inferred"]["right"] >= 0.9 * score["inferred"]["links"] > 0
