@@ -37,3 +37,14 @@ def test_what_names_no_end_gives_none():
     assert rpc_endpoint(INTERNAL, OLD_SERVER) is None
     assert rpc_endpoint(SERVER, {"http.host": "[::1]:8080"}) == "::1:8080"
     assert rpc_endpoint(CLIENT, {"net.peer.name": "db", "net.peer.port": "5432"}) == "db:5432"
+
+
+def test_a_producer_and_its_consumer_name_one_queue_and_message():
+    sent = {
+        "messaging.system": "kafka",
+        "messaging.destination.name": "visits",
+        "messaging.message.id": "m-7",
+    }
+    taken = {**sent, "messaging.operation.type": "process"}
+    assert rpc_endpoint(CLIENT, sent) == rpc_endpoint(SERVER, taken) == "queue kafka/visits"
+    assert rpc_target(CLIENT, sent) == rpc_target(SERVER, taken) == "m-7"

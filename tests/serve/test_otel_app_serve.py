@@ -81,10 +81,13 @@ def test_calls_that_lost_their_context_are_inferred_and_given_links_kept(
     assert status["stored"]["spans"] == status["received"]
 
 
-def test_without_propagation_requests_are_paired_with_calls_by_address(tmp_path, callgraph):
+@pytest.mark.parametrize("mode", ["nopropagation", "queue"])
+def test_without_context_requests_and_messages_are_paired_by_address(tmp_path, callgraph, mode):
     """A propagator that carries nothing: each server span is paired with the call that named
-    its address and encloses it (the requests instrumentation's URL, the WSGI Host header)."""
-    score, _, _ = _served("nopropagation", callgraph, tmp_path)
+    its address and encloses it (the requests instrumentation's URL, the WSGI Host header). A
+    queue's consumer, with the producer that named its queue and message."""
+    score, _, _ = _served(mode, callgraph, tmp_path)
     assert score["missing"] == 0
     assert score["given"]["kept"] == score["given"]["links"] > 0
     assert score["inferred"]["right"] >= 0.9 * score["inferred"]["links"] > 0
+    assert score["requests"]["right"] >= 0.9 * score["requests"]["total"]

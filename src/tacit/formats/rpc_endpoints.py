@@ -16,6 +16,11 @@ The key is ``HOST:PORT``, the host lower-cased; None when a span names no host a
 Both sides also name the request's target, its path and query: a client span in its URL, a server
 span as ``http.target`` (or ``url.path`` and ``url.query``). Calls to one server that overlap in
 time are told apart by it where their targets differ (an id in the path or the query).
+
+A message through a queue is named alike by its producer and its consumer span (read as a
+client and a server span): the end is :data:`QUEUE` and the messaging system and destination
+(``messaging.destination.name``, or the older ``messaging.destination``), the target the message
+id (``messaging.message.id``).
 """
 
 from __future__ import annotations
@@ -27,10 +32,16 @@ from urllib.parse import urlsplit
 from tacit.model.spans import CLIENT, SERVER
 
 _DEFAULT_PORTS = {"http": 80, "https": 443, "grpc": 80, "grpcs": 443}
+QUEUE = "queue "
+"""What the end of a producer or consumer span starts with: a message, not a request."""
 
 
 def rpc_endpoint(kind: int, attributes: Mapping[str, Any]) -> str | None:
-    """The ``HOST:PORT`` of the server end of a client or server span (None: not named)."""
+    """The ``HOST:PORT`` of the server end of a client or server span, or the queue of a
+    producer or consumer span (None: not named)."""
+    queue = _queue(attributes)
+    if queue is not None:
+        return queue
     if kind == CLIENT:
         return _client_end(attributes)
     if kind == SERVER:
@@ -39,7 +50,11 @@ def rpc_endpoint(kind: int, attributes: Mapping[str, Any]) -> str | None:
 
 
 def rpc_target(kind: int, attributes: Mapping[str, Any]) -> str | None:
-    """The path and query of the request of a client or server span (None: not named)."""
+    """The path and query of the request of a client or server span, or the id of a
+    producer's or consumer's message (None: not named)."""
+    if _queue(attributes) is not None:
+        message = attributes.get("messaging.message.id")
+        return None if message is None else str(message)
     if kind == CLIENT:
         url = attributes.get("url.full", attributes.get("http.url"))
         if not isinstance(url, str):
@@ -54,6 +69,13 @@ def rpc_target(kind: int, attributes: Mapping[str, Any]) -> str | None:
         if isinstance(path, str):
             return path + (f"?{query}" if query else "")
     return None
+
+
+def _queue(attrs: Mapping[str, Any]) -> str | None:
+    destination = attrs.get("messaging.destination.name", attrs.get("messaging.destination"))
+    if destination is None:
+        return None
+    return f"{QUEUE}{attrs.get('messaging.system', '')}/{destination}"
 
 
 def _client_end(attrs: Mapping[str, Any]) -> str | None:

@@ -26,11 +26,13 @@ the spans of that much traffic.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
+from tacit.formats.rpc_endpoints import QUEUE
 from tacit.model.spans import CLIENT, NONE, SERVER
 
 LATER = np.iinfo(np.int64).max
@@ -143,10 +145,10 @@ class StreamContext:
                 self._callees[caller] = (p, span.end, svc)
                 out.link[r] = LATER
         elif span.endpoint is not None:
-            c = self._address.call_of(span)
-            if c != NONE:
-                out.link[r] = c
-                out.peers[c] = svc
+            call = self._address.call_of(span)
+            if call is not None:
+                out.link[r] = call.position
+                out.peers[call.position] = svc
         if span.span_id is not None:
             key = (span.trace, span.span_id)
             self._servers[key] = (p, span.end, svc)
@@ -161,10 +163,10 @@ class StreamContext:
             out.link[r] = callee
             out.peer[r] = svc
         else:
-            found = NONE if span.endpoint is None else self._address.request_of(span)
-            if found != NONE:
-                out.link[r] = found
-                out.peer[r] = self._address.service_of_found
+            found = None if span.endpoint is None else self._address.request_of(span)
+            if found is not None:
+                out.link[r] = found.position
+                out.peer[r] = found.service
             elif span.span_id is not None:
                 self._clients[key] = (span.position, span.end)
         if span.parent_id is not None:
@@ -231,81 +233,65 @@ class _AddressBook:
     after the call leaves the client, and the response leaves it before it reaches the client),
     and of several, the pair of least slack (the call's time outside the request: the network)
     is taken, each span once (:mod:`tacit.formats.rpc_pairing` pairs a file's spans alike). A
-    pair must agree on the request's target where both name it."""
+    pair must agree on the request's target where both name it. A message's consumer starts
+    after its producer did, and takes the oldest message not yet taken (a queue is first in,
+    first out)."""
 
     def __init__(self) -> None:
-        self._calls: dict[str, dict[int, tuple[int, int, str | None]]] = {}
-        self._requests: dict[str, dict[int, tuple[int, int, str | None, str]]] = {}
-        self._order: dict[int, tuple[str, int, bool]] = {}  # position -> (end, ends, is call)
-        self.service_of_found = ""
+        self._waiting: tuple[dict[str, dict[int, _Span]], dict[str, dict[int, _Span]]] = ({}, {})
+        self._order: dict[int, tuple[str, int, int]] = {}  # position -> (end, ends, side)
 
-    def call_of(self, request: _Span) -> int:
-        """The call that made ``request`` (a server span without a caller), taken; else NONE,
+    def call_of(self, request: _Span) -> _Span | None:
+        """The call that made ``request`` (a server span without a caller), taken; else None,
         and the request waits for it."""
-        assert request.endpoint is not None
-        calls = self._calls.get(request.endpoint, {})
-        best, slack = NONE, None
-        for c, (start, end, target) in calls.items():
-            if (
-                start <= request.start
-                and request.end <= end
-                and _agree(target, request.target)
-            ):
-                gap = (end - start) - (request.end - request.start)
-                if slack is None or gap < slack:
-                    best, slack = c, gap
-        if best != NONE:
-            del calls[best]
-            del self._order[best]
-            return best
-        waiting = self._requests.setdefault(request.endpoint, {})
-        waiting[request.position] = (
-            request.start,
-            request.end,
-            request.target,
-            request.service or "",
-        )
-        self._order[request.position] = (request.endpoint, request.end, False)
-        return NONE
+        return self._take(request, _CALLS, lambda c: _rank(c, request))
 
-    def request_of(self, call: _Span) -> int:
-        """The request ``call`` made (its service in :attr:`service_of_found`), taken; else
-        NONE, and the call waits for it."""
-        assert call.endpoint is not None
-        requests = self._requests.get(call.endpoint, {})
-        best, slack = NONE, None
-        for q, (start, end, target, service) in requests.items():
-            if call.start <= start and end <= call.end and _agree(target, call.target):
-                gap = (call.end - call.start) - (end - start)
-                if slack is None or gap < slack:
-                    best, slack, self.service_of_found = q, gap, service
-        if best != NONE:
-            del requests[best]
+    def request_of(self, call: _Span) -> _Span | None:
+        """The request ``call`` made, taken; else None, and the call waits for it."""
+        return self._take(call, _REQUESTS, lambda q: _rank(call, q))
+
+    def _take(self, span: _Span, side: int, rank: Callable[[_Span], float | None]) -> _Span | None:
+        assert span.endpoint is not None
+        others = self._waiting[side].get(span.endpoint, {})
+        ranked = [(r, p) for p, o in others.items() if (r := rank(o)) is not None]
+        if ranked:
+            best = min(ranked)[1]
             del self._order[best]
-            return best
-        self._calls.setdefault(call.endpoint, {})[call.position] = (
-            call.start,
-            call.end,
-            call.target,
-        )
-        self._order[call.position] = (call.endpoint, call.end, True)
-        return NONE
+            return others.pop(best)
+        self._waiting[1 - side].setdefault(span.endpoint, {})[span.position] = span
+        self._order[span.position] = (span.endpoint, span.end, 1 - side)
+        return None
 
     def forget(self, position: int) -> None:
         """A call paired by its context: no request is to be paired with it by address."""
         entry = self._order.pop(position, None)
         if entry is not None:
-            self._calls[entry[0]].pop(position, None)
+            self._waiting[entry[2]][entry[0]].pop(position, None)
 
     def forget_before(self, horizon: float) -> None:
         while self._order:
             position = next(iter(self._order))
-            endpoint, end, is_call = self._order[position]
+            endpoint, end, side = self._order[position]
             if end >= horizon:
                 break
             del self._order[position]
-            side: dict = self._calls if is_call else self._requests
-            side[endpoint].pop(position, None)
+            self._waiting[side][endpoint].pop(position, None)
+
+
+_CALLS, _REQUESTS = 0, 1
+
+
+def _rank(call: _Span, request: _Span) -> float | None:
+    """How good a pair ``call`` and ``request`` make, the least best (None: they cannot be one):
+    the call's slack around the request, or for a message the time it was produced."""
+    if not _agree(call.target, request.target):
+        return None
+    assert call.endpoint is not None
+    if call.endpoint.startswith(QUEUE):
+        return call.start if call.start <= request.start else None
+    if call.start <= request.start and request.end <= call.end:
+        return (call.end - call.start) - (request.end - request.start)
+    return None
 
 
 def _agree(a: str | None, b: str | None) -> bool:
