@@ -43,3 +43,11 @@ def test_low_water_is_the_lowest_sequence_number_still_pending():
         pending -= set(feed.release(f)[0].tolist())
     assert checked and not feed.pending and not pending
     assert feed.low_water(next_seq) == next_seq
+
+
+def test_every_reason_a_span_is_stored_without_a_parent_has_a_short_label():
+    from tacit.serve.metrics import REASON_LABELS, reason_label
+
+    assert len(set(REASON_LABELS.values())) == len(REASON_LABELS)
+    assert all(label.isidentifier() for label in REASON_LABELS.values())
+    assert reason_label("not an RPC span (internal)") == "not_rpc"

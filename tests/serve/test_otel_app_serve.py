@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from serve_app import get
 from tacit.evaluation import score_traces
@@ -64,6 +65,13 @@ def test_full_propagation_every_link_is_kept_and_every_request_whole(tmp_path, c
     assert score["given"]["kept"] == score["given"]["links"] > 0
     assert score["requests"]["right"] == score["requests"]["total"]
     assert status["stored"]["spans"] == status["received"]
+    fates = {
+        x.labels["fate"]: x.value
+        for family in text_string_to_metric_families(metrics)
+        for x in family.samples
+        if x.name == "tacit_spans_stored_total"
+    }
+    assert sum(fates.values()) == status["received"] and fates["given"] > 0
     tagged, calls = status["client spans tagged given"]
     assert tagged == calls > 0
     assert f"tacit_links_given_total {calls}.0" in metrics

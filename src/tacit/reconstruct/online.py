@@ -74,6 +74,8 @@ from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_tracewe
 from tacit.runs import contained, find_sorted
 
 NS = 1_000_000_000
+NO_CAUSE = "no incoming span at this instance can have caused it"
+"""Why a call given up unmapped has no parent, when no round said more."""
 CHUNK_SIZE = 1000
 """Spans per chunk when a table is streamed (:func:`reconstruct_streamed`)."""
 _ROW_STATE = {
@@ -424,9 +426,7 @@ class OnlineTraceWeaver:
                 self._why[at_list[r]] = why
         for r in np.flatnonzero(given_up).tolist():
             p = at_list[r]
-            self.unmapped[p] = self._why.pop(
-                p, rec.unmapped.get(r, "no incoming span at this instance can have caused it")
-            )
+            self.unmapped[p] = self._why.pop(p, rec.unmapped.get(r, NO_CAUSE))
 
     def _rows_of(self, positions: np.ndarray) -> np.ndarray:
         """The row of each of ``positions`` among the pending spans (NONE where none is):

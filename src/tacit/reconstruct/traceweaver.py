@@ -139,6 +139,11 @@ class TraceWeaverParams:
 Progress = Callable[[int], None]
 
 
+NOT_IN_CALLGRAPH = "no call graph entry of this service makes this call"
+TAKEN = "every candidate parent was given another span in the joint assignment"
+NO_FIT = "no incoming span satisfies the timing constraints for it"
+
+
 def reconstruct_traceweaver(
     spans: SpanTable,
     callgraph: CallGraph,
@@ -937,9 +942,9 @@ class _Instance:
                 continue
             key = int(call_keys(self.spans, o))
             if key not in callee_keys:
-                reason = "no call graph entry of this service makes this call"
+                reason = NOT_IN_CALLGRAPH
             elif int(o) in self.in_candidates:
-                reason = "every candidate parent was given another span in the joint assignment"
+                reason = TAKEN
             else:
-                reason = "no incoming span satisfies the timing constraints for it"
+                reason = NO_FIT
             result.unmapped[int(o)] = reason

@@ -40,6 +40,7 @@ class Rows:
     confidence: dict[str, list[int]] = field(default_factory=dict)  # service -> [in, top]
     mapped: int = 0
     given: int = 0
+    fates: dict[str, int] = field(default_factory=dict)
     unmapped: dict[str, int] = field(default_factory=dict)
     agree: int = 0
     disagree: int = 0
@@ -94,14 +95,20 @@ class Rows:
         parents = spans.parent.tolist()
         service, operation = _names(spans)
         given_parents = given.parent_id.tolist()
+        server = spans.kind == SERVER
+        self._count("caller", int((server & (spans.parent != NONE)).sum()))
+        self._count("root", int((server & (spans.parent == NONE)).sum()))
         for r in np.flatnonzero(spans.kind == CLIENT).tolist():
             p, named = parents[r], given_parents[r]
             if r in evidence.given:
                 self.given += 1
+                self._count("given")
                 continue
             if p != NONE:
                 self.mapped += 1
+                self._count("inferred")
             else:
+                self._count("unlinked")
                 why = evidence.unmapped.get(r, "unmapped")
                 self.unmapped[why] = self.unmapped.get(why, 0) + 1
             if named:
@@ -137,6 +144,10 @@ class Rows:
             operation,
         )
         self.forward.append((spans, evidence))
+
+    def _count(self, fate: str, n: int = 1) -> None:
+        if n:
+            self.fates[fate] = self.fates.get(fate, 0) + n
 
     def _jaeger_parts(self, spans: SpanTable) -> dict[str, list[Any]]:
         """The ``tags``, ``logs`` and ``process`` columns of ``spans`` (the rows of
@@ -254,6 +265,7 @@ class Rows:
 
     def add_alone(self, a: Alone) -> None:
         """Spans finished without reconstruction: stored with their reason, in no trace."""
+        self._count("alone", len(a.reason))
         for why in a.reason:
             self.unmapped[why] = self.unmapped.get(why, 0) + 1
         n = len(a.spans)

@@ -20,6 +20,11 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from tacit.reconstruct.online import NO_CAUSE
+from tacit.reconstruct.result import ROOT_CALL
+from tacit.reconstruct.traceweaver import NO_FIT, NOT_IN_CALLGRAPH, TAKEN
+from tacit.serve.online_feed import LATE, NOT_RPC
+
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 MAX_LABEL_VALUES = 100
 """Servers (Pirate) or sources (RDA) given a label value of their own."""
@@ -88,6 +93,26 @@ class BatchHistogram(Collector):
         yield family
 
 
+REASON_LABELS = {
+    ROOT_CALL: "root_call",
+    NOT_IN_CALLGRAPH: "not_in_callgraph",
+    TAKEN: "taken_by_another",
+    NO_FIT: "no_request_fits",
+    NO_CAUSE: "no_request_at_instance",
+    LATE: "late",
+}
+"""The label of each reason a span is stored without a parent (the store keeps the sentence)."""
+
+
+def reason_label(reason: str) -> str:
+    """The short label of ``reason`` (:data:`REASON_LABELS`; a span of another kind is
+    ``not_rpc``), for ``tacit_spans_unmapped_total``."""
+    label = REASON_LABELS.get(reason)
+    if label is not None:
+        return label
+    return "not_rpc" if reason.startswith(NOT_RPC) else "other"
+
+
 class ServeMetrics:
     """The service's counters and gauges, registered in :attr:`registry`."""
 
@@ -113,6 +138,15 @@ class ServeMetrics:
         self.duplicates = Counter(
             "tacit_spans_duplicate",
             "Spans received again (the same trace and span id), stored once",
+            registry=r,
+        )
+        self.fates = Counter(
+            "tacit_spans_stored",
+            "Spans stored, by fate: given (a call whose parent the sender gave, kept), inferred "
+            "(a call given its parent by reconstruction), unlinked (a call left without one), "
+            "caller (a request paired with its call), root (a request without one), alone (not "
+            "reconstructed: not an RPC span, or late)",
+            ["fate"],
             registry=r,
         )
         self.unmapped = Counter(

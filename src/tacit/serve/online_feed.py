@@ -30,6 +30,7 @@ from tacit.reconstruct.online import Finished, OnlineParams, OnlineTraceWeaver
 from tacit.reconstruct.stream_context import StreamContext
 
 LATE = "arrived later than the lateness allows; not reconstructed"
+NOT_RPC = "not an RPC span"
 
 
 @dataclass
@@ -171,7 +172,7 @@ class OnlineFeed:
         alone = np.flatnonzero(~rpc | late)
         if len(alone):
             reasons = [
-                LATE if late[r] else f"not an RPC span ({KIND_NAMES[int(spans.kind[r])]})"
+                LATE if late[r] else f"{NOT_RPC} ({KIND_NAMES[int(spans.kind[r])]})"
                 for r in alone.tolist()
             ]
             fed.alone.append(Alone(spans.take(alone), seq[alone], given.take(alone), reasons))

@@ -32,7 +32,7 @@ from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.online import Finished, OnlineParams
 from tacit.serve.finished_rows import Rows
 from tacit.serve.ingest import Batch, Ingest
-from tacit.serve.metrics import ServeMetrics
+from tacit.serve.metrics import ServeMetrics, reason_label
 from tacit.serve.online_feed import Fed, OnlineFeed
 from tacit.serve.store import Store
 
@@ -153,7 +153,9 @@ class Reconstructor(threading.Thread):
         m.mapped.inc(rows.mapped)
         m.given.inc(rows.given)
         for why, n in rows.unmapped.items():
-            m.unmapped.labels(why).inc(n)
+            m.unmapped.labels(reason_label(why)).inc(n)
+        for fate, n in rows.fates.items():
+            m.fates.labels(fate).inc(n)
         m.checked.labels("agree").inc(rows.agree)
         m.checked.labels("disagree").inc(rows.disagree)
         for svc, (n, top) in rows.confidence.items():
