@@ -6,12 +6,14 @@ import json
 import time
 from urllib.parse import quote
 
+import numpy as np
 import pytest
 
 from clirun import finish, ok, one_error_line, start
 from serve_app import get, get_json, running, shop_spans
 from tacit.errors import ConfigError
-from tacit.experiment.otlp_load import send_spans
+from tacit.experiment.otlp_load import encoded_requests, post_requests, send_spans
+from tacit.model.spans import CLIENT
 from tacit.serve import Store, load_config
 from tacit.serve.jaeger_api import go_duration
 
@@ -197,3 +199,40 @@ def test_demo_serve_runs_the_app_into_the_service(tmp_path):
     assert estimates == 8
     published = (tmp_path / "d" / "rda.jsonl").read_text().splitlines()
     assert intervals == [("complete", len(published) - 1)] and len(published) - 1 == 20
+
+
+def test_a_trace_keeps_its_senders_id_and_a_fragment_finds_the_trace_it_joined(tmp_path):
+    """A call whose context a thread pool lost starts a trace of its own, its callee's spans
+    under it: the trace reconstructed from both keeps its root's id, which the fragment's id
+    finds too; each request sent twice (an exporter's retry) is stored once."""
+    spans = shop_spans(2)
+    s = spans.strings
+    call = int(np.flatnonzero((spans.kind == CLIENT) & (spans.parent >= 0))[0])
+    fragment = f"{call + 1:032x}"
+    spans.trace[_subtree(spans, call)] = s.code(fragment)
+    root_id = s[int(spans.trace[spans.parent[call]])]
+    spans.parent[call] = -1
+    call_id = s[int(spans.span_id[call])]
+    requests = encoded_requests(spans, shift_ns=0)
+    with running(tmp_path) as svc:
+        url = f"http://127.0.0.1:{svc.http_port}/v1/traces"
+        log = post_requests([r for r in requests for r in (r, r)], url, connections=1)
+        assert svc.wait_idle(60)
+        status = get_json(svc, "/api/tacit/status")
+        whole = get_json(svc, f"/api/traces/{root_id}")["data"][0]
+        found = get_json(svc, f"/api/traces/{fragment}")["data"][0]
+    assert log.acknowledged == 2 * len(spans)
+    assert status["duplicates"] == len(spans) == status["stored"]["spans"]
+    assert whole["traceID"] == root_id
+    assert call_id in {x["spanID"] for x in found["spans"]} and found["traceID"] != fragment
+
+
+def _subtree(spans, top: int) -> np.ndarray:
+    """The rows of ``top`` and every span below it."""
+    below = np.zeros(len(spans), dtype=bool)
+    below[top] = True
+    while True:
+        more = below | ((spans.parent >= 0) & below[np.maximum(spans.parent, 0)])
+        if (more == below).all():
+            return np.flatnonzero(below)
+        below = more

@@ -20,6 +20,7 @@ import pyarrow as pa
 from tacit.formats.common import Traces, hex_ids
 from tacit.formats.jaeger import jaeger_parts
 from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SERVER, SpanTable
+from tacit.model.traces import roots
 from tacit.reconstruct.assemble import GIVEN
 from tacit.reconstruct.online import Finished
 from tacit.reconstruct.pipeline import assemble_finished
@@ -85,10 +86,19 @@ class Rows:
         return out
 
     def add_finished(
-        self, f: Finished, seq: np.ndarray, given: Given, seed: int, now_ns: int
+        self,
+        f: Finished,
+        seq: np.ndarray,
+        given: Given,
+        seed: int,
+        now_ns: int,
+        taken: TakenIds | None = None,
     ) -> None:
-        """The traces of ``f`` (spans numbered ``seq``, with what their senders gave)."""
+        """The traces of ``f`` (spans numbered ``seq``, with what their senders gave). A trace
+        keeps the id its root's sender gave, unless another trace has it already (``taken``:
+        the ids given to recent traces); else it gets a fresh one."""
         spans, evidence = assemble_finished(f, seed)
+        _keep_given_trace_ids(spans, given, taken if taken is not None else TakenIds())
         s = spans.strings
         trace_ids, span_ids = hex_ids(spans)
         given_ids = s.names(spans.span_id)  # the ids before hex_ids pads them
@@ -368,6 +378,39 @@ _SCHEMAS = {
     "processes": pa.schema([("process", _I), ("service", _S), ("tags", _S)]),
     "confidence": pa.schema([("at_ns", _I), ("service", _S), ("incoming", _I), ("top_choice", _I)]),
 }
+
+
+class TakenIds:
+    """The trace ids given to the most recent ``most`` traces, so that a trace split by the
+    reconstruction keeps its id in one part only (the others find it: :meth:`.store.Store.trace`
+    looks a sender's trace id up among the spans too)."""
+
+    def __init__(self, most: int = 1_000_000) -> None:
+        self.most = most
+        self._ids: dict[str, None] = {}
+
+    def take(self, trace_id: str) -> bool:
+        """Whether ``trace_id`` was free; it is taken now."""
+        if trace_id in self._ids:
+            return False
+        self._ids[trace_id] = None
+        if len(self._ids) > self.most:
+            del self._ids[next(iter(self._ids))]
+        return True
+
+
+def _keep_given_trace_ids(spans: SpanTable, given: Given, taken: TakenIds) -> None:
+    """Give each assembled trace of ``spans`` the trace id its root's sender gave, where it
+    gave one and no other trace took it."""
+    root = roots(spans.parent)
+    heads = np.flatnonzero(root == np.arange(len(spans)))
+    code = spans.strings.code
+    kept = np.full(len(spans), NONE, dtype=np.int64)  # per head, the code of its trace id
+    for head, gid in zip(heads.tolist(), given.trace_id[heads].tolist(), strict=True):
+        if gid and taken.take(gid):
+            kept[head] = code(gid)
+    per_row = kept[root]
+    spans.trace[per_row != NONE] = per_row[per_row != NONE]
 
 
 def _process_id(process: bytes) -> int:

@@ -30,7 +30,7 @@ from tacit.model.span_details import STATUS_ERROR
 from tacit.model.spans import SERVER
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.online import Finished, OnlineParams
-from tacit.serve.finished_rows import Rows
+from tacit.serve.finished_rows import Rows, TakenIds
 from tacit.serve.ingest import Batch, Ingest
 from tacit.serve.metrics import ServeMetrics, reason_label
 from tacit.serve.online_feed import Fed, OnlineFeed
@@ -78,6 +78,7 @@ class Reconstructor(threading.Thread):
         self._arrived_end = 0.0  # the latest span end when the last request came
         self.lag_s = 0.0
         self.duplicates = 0  # spans received again, counted and not stored
+        self._trace_ids = TakenIds()
         # per service, [incoming, top choice] over everything stored, kept up to date here
         # rather than summed again from the store after every write
         self.confidence: dict[str, list[int]] = {}
@@ -138,7 +139,7 @@ class Reconstructor(threading.Thread):
         rows = Rows()
         for f in fed.finished:
             seq, given = self.feed.release(f)
-            rows.add_finished(f, seq, given, self.seed, now)
+            rows.add_finished(f, seq, given, self.seed, now, self._trace_ids)
             self._red(f)
         for a in fed.alone:
             rows.add_alone(a)

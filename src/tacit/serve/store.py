@@ -602,7 +602,17 @@ class Store:
         return {t: trace_doc(sp, processes) for t, sp in traces.items()}
 
     def trace(self, trace_id: str) -> str | None:
-        docs = self._docs([trace_id.lower()])
+        """The Jaeger document of a trace by its id, or by the id a sender gave one of its
+        spans (a fragment that the reconstruction joined to another trace)."""
+        wanted = trace_id.lower()
+        docs = self._docs([wanted])
+        if not docs:
+            joined = self._cursor().execute(
+                "SELECT trace_id FROM spans WHERE given_trace_id = ? AND trace_id IS NOT NULL "
+                "ORDER BY seq LIMIT 1",
+                [wanted],
+            )
+            docs = self._docs([row[0] for row in joined.fetchall()])
         return docs[0] if docs else None
 
     def dependencies(self, start_ns: int, end_ns: int) -> list[tuple[str, str, int]]:
