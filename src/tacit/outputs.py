@@ -115,6 +115,19 @@ def _output_errors(p: Path) -> Iterator[None]:
         raise OutputError(f"cannot write: {e.strerror or e}", path=str(p)) from e
 
 
+def output_directory(path: str | Path) -> Path:
+    """``path`` as a directory that exists (made with its parents when absent), or an
+    :class:`OutputError` naming it."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(
+            f"cannot make the output directory: {e.strerror or e}", path=str(out)
+        ) from e
+    return out
+
+
 def write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically, gzip-compressed when the name ends in ``.gz``."""
     with atomic_output(path) as f:

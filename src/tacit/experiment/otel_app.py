@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from tacit.errors import ConfigError, OutputError
+from tacit.errors import ConfigError
 from tacit.experiment.netns import ManagedProcess
 from tacit.experiment.otel_app_services import (
     CALLS,
@@ -56,7 +56,7 @@ from tacit.experiment.otel_app_services import (
     instrumented,
 )
 from tacit.experiment.otlp_receiver import OtlpReceiver
-from tacit.outputs import write_bytes
+from tacit.outputs import output_directory, write_bytes
 
 SERVICES_MODULE = "tacit.experiment.otel_app_services"
 START_TIMEOUT = 60.0
@@ -176,13 +176,7 @@ def run_otel_app(params: OtelAppParams, out_dir: str | Path) -> OtelAppResult:
     reason = otel_app_unavailable()
     if reason:
         raise ConfigError(f"the OpenTelemetry app cannot run here: {reason}")
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OutputError(
-            f"cannot make the output directory: {e.strerror or e}", path=str(out)
-        ) from e
+    out = output_directory(out_dir)
     with tempfile.TemporaryDirectory(prefix="tacit-otel-app-") as tmp, ExitStack() as stack:
         receiver = None
         endpoint = params.otlp_endpoint

@@ -49,14 +49,14 @@ from typing import Any
 import numpy as np
 import yaml
 
-from tacit.errors import ConfigError, OutputError
+from tacit.errors import ConfigError
 from tacit.experiment.capture import Capture, CaptureStats
 from tacit.experiment.netns import ManagedProcess, namespaces_unavailable
 from tacit.experiment.traced_app_services import PORTS, ROLES, SERVICES
 from tacit.formats.pcap import read_packets
 from tacit.formats.textio import iter_json_lines
 from tacit.model.packets import format_address
-from tacit.outputs import write_bytes
+from tacit.outputs import output_directory, write_bytes
 
 SERVICES_MODULE = "tacit.experiment.traced_app_services"
 HOSTS = {role: 2 + k for k, role in enumerate(ROLES)}
@@ -228,13 +228,7 @@ def run_traced_app(params: TracedAppParams, out_dir: str | Path) -> TracedAppRes
     reason = traced_app_unavailable()
     if reason:
         raise ConfigError(f"the traced app cannot run here: {reason}")
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OutputError(
-            f"cannot make the output directory: {e.strerror or e}", path=str(out)
-        ) from e
+    out = output_directory(out_dir)
     with tempfile.TemporaryDirectory(prefix="tacit-traced-app-") as tmp:
         counts, stats = _run_app(params, out / "app.pcap", Path(tmp))
         return _write(params, out, counts, stats, Path(tmp))

@@ -334,30 +334,6 @@ def span_key(trace: np.ndarray, span_id: np.ndarray) -> np.ndarray:
     return (trace.astype(np.int64) << 32) | (span_id.astype(np.int64) & 0xFFFFFFFF)
 
 
-def table_from_columns(
-    source: str,
-    columns: Mapping[str, object],
-    *,
-    kind: np.ndarray,
-    start: np.ndarray,
-    end: np.ndarray,
-    record: np.ndarray,
-    thread: np.ndarray | None = None,
-    details: Sequence[SpanDetail | None] = (),
-) -> SpanTable:
-    """:func:`input_from_columns`' table."""
-    return input_from_columns(
-        source,
-        columns,
-        kind=kind,
-        start=start,
-        end=end,
-        record=record,
-        thread=thread,
-        details=details,
-    ).spans
-
-
 def input_from_columns(
     source: str,
     columns: Mapping[str, object],
@@ -415,7 +391,7 @@ def table_from_codes(
     details: Sequence[SpanDetail | None] = (),
     parent: np.ndarray | None = None,
 ) -> SpanTable:
-    """:func:`table_from_columns` with the string columns (every one of :data:`_CODED`)
+    """:func:`input_from_columns` with the string columns (every one of :data:`_CODED`)
     given as codes of ``strings`` already, by a reader that interned them as it read.
     ``parent``: each row's parent row, when the reader linked them already
     (:func:`link_parents`, which found no duplicate span id and no cycle)."""
