@@ -91,6 +91,22 @@ def test_a_right_answer_scores_every_link_request_and_hop(tmp_path):
     assert score["unobserved_hops"] == {"hops": 1, "drawn": 1}
 
 
+def test_a_hop_drawn_as_a_server_span_with_its_client_spans_is_drawn(tmp_path):
+    drawn = [
+        _trace(
+            "ta",
+            [
+                *[("S1", None), ("C1", "S1"), ("V", "C1"), ("W", "V"), ("G1", "W")],
+                *[("P1", "S1"), ("Q1", "P1")],
+            ],
+        ),
+        RIGHT[1],
+    ]
+    score = score_traces(_truth(tmp_path), drawn, EXPORTED)
+    assert score["unobserved_hops"] == {"hops": 1, "drawn": 1}
+    assert score["inferred"]["right"] == 2 and score["extra"] == 2
+
+
 def test_wrong_answers_are_counted_wrong(tmp_path):
     truth = _truth(tmp_path)
     # G1 right under C1 but no span for the hop; P1 under request b's frontend span

@@ -99,3 +99,20 @@ def test_without_context_requests_and_messages_are_paired_by_address(tmp_path, c
     assert score["given"]["kept"] == score["given"]["links"] > 0
     assert score["inferred"]["right"] >= 0.9 * score["inferred"]["links"] > 0
     assert score["requests"]["right"] >= 0.9 * score["requests"]["total"]
+
+
+def test_an_uninstrumented_service_is_drawn_between_its_caller_and_its_callees(
+    tmp_path, callgraph
+):
+    """The search service sends no spans and drops the context: the frontend's calls to it
+    have no server span, and the geo and rate requests it makes no caller. Each such call gets
+    a server span of search drawn with its times, each such request a client span of search,
+    and TraceWeaver tells which call made which request."""
+    score, status, _ = _served("uninstrumented", callgraph, tmp_path)
+    assert score["missing"] == 0
+    assert score["given"]["kept"] == score["given"]["links"] > 0
+    assert score["inferred"]["right"] >= 0.8 * score["inferred"]["links"] > 0
+    hops = score["unobserved_hops"]
+    assert hops["drawn"] >= 0.7 * hops["hops"] > 0
+    assert status["stored"]["spans"] == status["received"]
+    assert status["stored"]["drawn_spans"] > 0

@@ -20,9 +20,9 @@ from tacit.formats.jaeger import jaeger_traces, with_tags
 from tacit.formats.otlp import read_export_request
 from tacit.reconstruct.assemble import evidence_tags
 from tacit.reconstruct.online import NS
-from tacit.reconstruct.pipeline import ONLINE, assemble_finished
+from tacit.reconstruct.pipeline import ONLINE
 from tacit.serve import store as store_module
-from tacit.serve.finished_rows import _SCHEMAS, Rows
+from tacit.serve.finished_rows import _SCHEMAS, Rows, TakenIds, finished_traces
 from tacit.serve.online_feed import OnlineFeed
 from tacit.serve.store import Store, TraceQuery
 
@@ -48,13 +48,14 @@ def _stored_traces(store: Store, seconds: float) -> list[dict]:
     order = np.argsort(spans.end, kind="stable").tolist()
     feed = OnlineFeed(shop_callgraph(), QUICK)
     expected, next_seq = [], 0
+    taken, again = TakenIds(), TakenIds()  # the trace ids the store's rows and ours took
 
     def store_(finished) -> None:
         rows = Rows()
         for f in finished:
             seq, given = feed.release(f)
-            rows.add_finished(f, seq, given, SEED, 0)
-            expected.extend(jaeger_traces(*assemble_finished(f, SEED)))
+            rows.add_finished(f, seq, given, SEED, 0, taken)
+            expected.extend(jaeger_traces(*finished_traces(f, given, SEED, again)))
         store.write_finished(rows.tables(0), {})
 
     for a in range(0, len(order), BATCH):

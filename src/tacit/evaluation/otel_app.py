@@ -20,8 +20,8 @@ synthesized caller) stands between observed spans, so a span's parent in the res
 nearest ancestor that the truth knows: a geo server span under a span drawn for the
 uninstrumented search, itself under the frontend's client span to search, has that client span
 as its parent, which is its true parent. Such a hop is *drawn* when all the spans it caused hang
-directly from one span that is not in the truth and whose nearest known ancestor is the hop's
-caller.
+from one span that is not in the truth (through others the truth does not know: the hop's
+client spans) and whose nearest known ancestor is the hop's caller.
 
 A request is right when every span of it is in the result, once, under its true parent (roots
 without one), all in one trace, and no span of another request is in that trace (TraceWeaver's
@@ -193,19 +193,28 @@ def _right_requests(
 
 def _drawn(hop: dict, truth: dict[str, dict], result: _Result) -> bool:
     """Whether the result drew ``hop``: the spans it caused (the truth's spans of its request
-    whose true parent is its caller) hang from one span the truth does not know, itself below
-    the caller."""
+    whose true parent is its caller) hang, through spans the truth does not know (the hop's own
+    server span, and perhaps its client spans), from one such span right below the caller."""
     caller = hop["parent_span_id"]
     caused = [
         s
         for s, row in truth.items()
         if row["parent_span_id"] == caller and row["request_id"] == hop["request_id"]
     ]
-    drawn = {result.parent.get(s) for s in caused}
-    if not caused or len(drawn) != 1:
+    tops = {_top_unknown(s, truth, result) for s in caused}
+    if not caused or len(tops) != 1:
         return False
-    span = drawn.pop()
-    return span is not None and span not in truth and result.known_parent(caused[0]) == caller
+    return tops.pop() is not None and result.known_parent(caused[0]) == caller
+
+
+def _top_unknown(span_id: str, truth: dict[str, dict], result: _Result) -> str | None:
+    """The highest of the spans the truth does not know between ``span_id`` and its nearest
+    known ancestor (None: its parent is known, or it has none)."""
+    top, parent, seen = None, result.parent.get(span_id), {span_id}
+    while parent is not None and parent not in truth and parent not in seen:
+        seen.add(parent)
+        top, parent = parent, result.parent.get(parent)
+    return top
 
 
 def _share(total: str, good: str, verdicts: list[bool]) -> dict[str, Any]:

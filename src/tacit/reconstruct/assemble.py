@@ -48,6 +48,8 @@ EVIDENCE_TAGS = (
 FALLBACK_TAG = "tacit.fallback"
 GIVEN = "given"
 """``tacit.link`` of a client span whose parent its sender gave (kept, not inferred)."""
+VIRTUAL = "virtual"
+"""``tacit.link`` of a span drawn for a service that sent none (:mod:`.hops`)."""
 
 
 def evidence_tags(
@@ -71,7 +73,8 @@ class Evidence(Mapping[int, dict]):
 
     ``score``: the chosen parent's score rounded to 4 places (None: none); ``alternatives``:
     by row, JSON ``[[parent span id, score], ...]``, best first; ``unmapped`` and ``fallback``:
-    by row, the reasons; ``given``: the rows whose parent the input gave."""
+    by row, the reasons; ``given``: the rows whose parent the input gave; ``virtual``: the rows
+    drawn for a service that sent no spans."""
 
     algorithm: str
     score: list[float | None]
@@ -79,6 +82,11 @@ class Evidence(Mapping[int, dict]):
     unmapped: dict[int, str] = field(default_factory=dict)
     fallback: dict[int, str] = field(default_factory=dict)
     given: frozenset[int] = frozenset()
+    virtual: frozenset[int] = frozenset()
+
+    def link(self, row: int) -> str | None:
+        """``tacit.link`` of ``row``: :data:`GIVEN`, :data:`VIRTUAL` or None."""
+        return GIVEN if row in self.given else VIRTUAL if row in self.virtual else None
 
     def __getitem__(self, row: int) -> dict[str, Any]:
         if not 0 <= row < len(self.score):
@@ -88,7 +96,7 @@ class Evidence(Mapping[int, dict]):
             self.score[row],
             self.alternatives.get(row),
             self.unmapped.get(row),
-            GIVEN if row in self.given else None,
+            self.link(row),
             self.fallback.get(row),
         )
 
@@ -105,9 +113,10 @@ def assemble(
     ids: np.ndarray | None = None,
     seed: int | None = None,
     beyond: Sequence[SpanDetail | None] = (),
+    virtual: np.ndarray | None = None,
 ) -> tuple[SpanTable, Evidence]:
     """``spans`` with ``parent`` from ``rec`` and a trace per root, plus the evidence of each
-    row.
+    row (``virtual``: a mask of the rows drawn for services that sent no spans).
 
     Row ``r`` is numbered ``ids[r]`` (default: ``r``); its trace's id is derived from the number
     of the trace's root and ``seed`` (default: :func:`new_seed`), as is a fresh span id (see the
@@ -120,8 +129,9 @@ def assemble(
     Evidence, as tags: ``tacit.algorithm``; on mapped client spans ``tacit.score`` and
     ``tacit.alternatives`` (JSON list of [parent span id, score], best first); on unmapped
     client spans ``tacit.unmapped`` with the reason; on client spans whose parent the input gave
-    (:func:`~.result.known_calls`: kept, not inferred) ``tacit.link`` :data:`GIVEN`; on client
-    spans given a parent by the fallback (not by the algorithm), ``tacit.fallback`` with the
+    (:func:`~.result.known_calls`: kept, not inferred) ``tacit.link`` :data:`GIVEN`, and on
+    spans drawn for a service that sent none :data:`VIRTUAL`; on client spans given a parent
+    by the fallback (not by the algorithm), ``tacit.fallback`` with the
     reason the algorithm gave.
     """
     out = spans.take(np.arange(len(spans)))
@@ -148,6 +158,7 @@ def assemble(
         dict(rec.unmapped),
         dict(rec.fallback),
         frozenset(np.flatnonzero(known_calls(spans)).tolist()),
+        frozenset(() if virtual is None else np.flatnonzero(virtual).tolist()),
     )
     return out, evidence
 

@@ -69,6 +69,7 @@ from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, concat
 from tacit.model.traces import roots
 from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.callgraph import CallGraph
+from tacit.reconstruct.hops import Hops
 from tacit.reconstruct.result import ROOT_CALL, Reconstruction
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 from tacit.runs import contained, find_sorted
@@ -86,6 +87,7 @@ _ROW_STATE = {
     "score": np.float64,
     "kind": SpanTable.COLUMNS["kind"],
     "given": np.bool_,
+    "virtual": np.bool_,
 }
 """What :class:`OnlineTraceWeaver` keeps per pending span besides the span (its properties)."""
 _POOL_SLACK = 8
@@ -127,7 +129,8 @@ class Finished:
     ``unmapped`` (position -> reason) as in :class:`~tacit.reconstruct.result.Reconstruction`.
     ``named``: the details (original span ids) of the candidate parents in ``alternatives``
     that are in other batches and had them, by position, to be named as those are written.
-    ``given[r]``: whether row ``r`` is a client span whose parent its sender gave (kept).
+    ``given[r]``: whether row ``r`` is a client span whose parent its sender gave (kept);
+    ``virtual[r]``: whether it was drawn for a service that sent no spans (:mod:`.hops`).
     """
 
     spans: SpanTable
@@ -138,6 +141,7 @@ class Finished:
     unmapped: dict[int, str] = field(default_factory=dict)
     named: dict[int, SpanDetail] = field(default_factory=dict)
     given: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    virtual: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
 class OnlineTraceWeaver:
@@ -149,8 +153,13 @@ class OnlineTraceWeaver:
         params: TraceWeaverParams | None = None,
         online: OnlineParams | None = None,
         first_position: int = 0,
+        draw_hops: bool = False,
     ) -> None:
         self.callgraph = callgraph
+        self._hops = Hops(callgraph) if draw_hops else None
+        self.drawn: list[tuple[int, int]] = []
+        """The spans drawn for services that sent none (``draw_hops``), as (their position,
+        the position of the span they were drawn from), until the caller takes them."""
         self.params = params
         self.online = online or OnlineParams()
         self._spans = SpanTable.empty()
@@ -222,6 +231,11 @@ class OnlineTraceWeaver:
         return self._rows["given"]
 
     @property
+    def virtual(self) -> np.ndarray:
+        """Per pending span, whether it was drawn for a service that sent none."""
+        return self._rows["virtual"]
+
+    @property
     def score(self) -> np.ndarray:
         """Per pending span, the score of its parent link (NaN: none yet)."""
         return self._rows["score"]
@@ -270,6 +284,18 @@ class OnlineTraceWeaver:
                 path=chunk.sources[0] if chunk.sources else None,
                 record=int(chunk.record[late[0]]),
             )
+        if self._hops is not None:
+            self._hops.saw(chunk.strings.names(np.unique(chunk.service[chunk.kind == SERVER])))
+        self._add(chunk, virtual=False)
+        self.arrived_end = max(self.arrived_end, float(chunk.end.max()))
+        self.latest_end = max(self.latest_end, self.arrived_end)
+        if self.boundary is None:
+            self.boundary = float(chunk.start.min()) + o.window_ns
+        self.peak_pending = max(self.peak_pending, len(self._rows))
+        return self._rounds() + self._given_whole()
+
+    def _add(self, chunk: SpanTable, virtual: bool) -> np.ndarray:
+        """Append ``chunk`` to the pending spans; returns its positions."""
         n = len(chunk)
         positions = np.arange(self.pushed, self.pushed + n)
         self.pushed += n
@@ -287,6 +313,7 @@ class OnlineTraceWeaver:
             score=np.full(n, np.nan),
             kind=chunk.kind,
             given=given,
+            virtual=np.full(n, virtual),
         )
         # The RPC's other side arrived earlier: it learns this span's position too.
         back = np.flatnonzero((partner > NONE) & (partner < positions))
@@ -296,12 +323,7 @@ class OnlineTraceWeaver:
         self.link[rows] = p
         server = self._rows["kind"][rows] == SERVER
         self.parent[rows[server]] = p[server]
-        self.arrived_end = max(self.arrived_end, float(chunk.end.max()))
-        self.latest_end = max(self.latest_end, self.arrived_end)
-        if self.boundary is None:
-            self.boundary = float(chunk.start.min()) + o.window_ns
-        self.peak_pending = max(self.peak_pending, len(self._rows))
-        return self._rounds() + self._given_whole()
+        return positions
 
     def advance(self, end: float) -> list[Finished]:
         """The stream's clock reached ``end`` (ns) with no span ending later: run the rounds
@@ -385,6 +407,8 @@ class OnlineTraceWeaver:
     def _round(self, boundary: float) -> list[Finished]:
         self.rounds += 1
         self._give_up_partners(self.spans.end < boundary - self.online.max_request_ns)
+        if self._hops is not None:
+            self._draw_hops(boundary)
         due = self.spans.end <= boundary + self.online.lookahead_ns
         if (~self.final & due).any():
             # the given calls of the requests in the work go with them, as context
@@ -394,6 +418,44 @@ class OnlineTraceWeaver:
             work[with_parent] |= work[parent_row[with_parent]]
             self._reconstruct(np.flatnonzero(work), boundary)
         return self._emit()
+
+    def _draw_hops(self, boundary: float) -> None:
+        """Draw the services that sent no spans (:mod:`.hops`) where the spans of this round
+        show them: calls that no server span answered, and requests that no call made. All
+        that ends by the round's lookahead has arrived (the lateness), so what has no partner
+        now will have none."""
+        assert self._hops is not None
+        if not self._hops.silent():
+            return
+        spans = self.spans
+        names = spans.strings.values
+        due = (spans.end <= boundary + self.online.lookahead_ns) & ~self.virtual
+        alone = due & (self.link == NONE)
+        calls = []
+        up = self._rows_of(self.parent)
+        for c in np.flatnonzero(alone & (spans.kind == CLIENT)).tolist():
+            p, peer = int(up[c]), int(spans.peer[c])
+            if p == NONE and peer == NONE:
+                continue
+            service, endpoint = (spans.service[p], spans.endpoint[p]) if p != NONE else (-1, -1)
+            hop = self._hops.called(
+                names[service] if service != NONE else "",
+                names[endpoint] if endpoint != NONE else "",
+                names[peer] if peer != NONE else None,
+            )
+            if hop is not None:
+                calls.append((c, hop))
+        requests = []
+        for q in np.flatnonzero(alone & (spans.kind == SERVER) & (self.parent == NONE)).tolist():
+            hop = self._hops.caller(names[int(spans.service[q])])
+            if hop is not None:
+                requests.append((q, hop))
+        if not calls and not requests:
+            return
+        drawn = self._add(self._hops.draw(spans, calls, requests, self.position), virtual=True)
+        sources = self.position[[r for r, _ in calls] + [r for r, _ in requests]]
+        self.name_peers({int(p): h for p, (_, h) in zip(sources, calls, strict=False)})
+        self.drawn.extend(zip(drawn.tolist(), sources.tolist(), strict=True))
 
     def _reconstruct(self, work: np.ndarray, boundary: float) -> None:
         spans = self.spans.take(work)
@@ -460,6 +522,7 @@ class OnlineTraceWeaver:
             {p: self.unmapped.pop(p) for p in done_at if p in self.unmapped},
             named,
             self.given[rows].copy(),
+            self.virtual[rows].copy(),
         )
         keep = ~done
         self._spans = self.spans.take(keep)

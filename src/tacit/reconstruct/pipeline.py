@@ -224,4 +224,4 @@ def assemble_finished(f: Finished, seed: int) -> tuple[SpanTable, Evidence]:
     rec.unmapped = dict(zip(unmapped.tolist(), f.unmapped.values(), strict=True))
     rec.alternatives = Alternatives(row(alts.owner), row(alts.parent), alts.score)
     beyond = [f.named.get(q) for q in elsewhere.tolist()]
-    return assemble(spans, rec, ids=ids, seed=seed, beyond=beyond)
+    return assemble(spans, rec, ids=ids, seed=seed, beyond=beyond, virtual=f.virtual)

@@ -21,7 +21,7 @@ from tacit.formats.common import Traces, hex_ids
 from tacit.formats.jaeger import jaeger_parts
 from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SERVER, SpanTable
 from tacit.model.traces import roots
-from tacit.reconstruct.assemble import GIVEN
+from tacit.reconstruct.assemble import Evidence
 from tacit.reconstruct.online import Finished
 from tacit.reconstruct.pipeline import assemble_finished
 from tacit.runs import find_sorted, run_starts
@@ -41,6 +41,7 @@ class Rows:
     confidence: dict[str, list[int]] = field(default_factory=dict)  # service -> [in, top]
     mapped: int = 0
     given: int = 0
+    drawn: int = 0
     fates: dict[str, int] = field(default_factory=dict)
     unmapped: dict[str, int] = field(default_factory=dict)
     agree: int = 0
@@ -97,18 +98,19 @@ class Rows:
         """The traces of ``f`` (spans numbered ``seq``, with what their senders gave). A trace
         keeps the id its root's sender gave, unless another trace has it already (``taken``:
         the ids given to recent traces); else it gets a fresh one."""
-        spans, evidence = assemble_finished(f, seed)
-        _keep_given_trace_ids(spans, given, taken if taken is not None else TakenIds())
+        spans, evidence = finished_traces(f, given, seed, taken or TakenIds())
         s = spans.strings
         trace_ids, span_ids = hex_ids(spans)
         given_ids = s.names(spans.span_id)  # the ids before hex_ids pads them
         parents = spans.parent.tolist()
         service, operation = _names(spans)
         given_parents = given.parent_id.tolist()
-        server = spans.kind == SERVER
+        received = ~f.virtual if len(f.virtual) else np.ones(len(spans), dtype=bool)
+        self.drawn += len(spans) - int(received.sum())
+        server = received & (spans.kind == SERVER)
         self._count("caller", int((server & (spans.parent != NONE)).sum()))
         self._count("root", int((server & (spans.parent == NONE)).sum()))
-        for r in np.flatnonzero(spans.kind == CLIENT).tolist():
+        for r in np.flatnonzero(received & (spans.kind == CLIENT)).tolist():
             p, named = parents[r], given_parents[r]
             if r in evidence.given:
                 self.given += 1
@@ -140,7 +142,7 @@ class Rows:
             score=evidence.score,
             alternatives=list(map(evidence.alternatives.get, rows)),
             unmapped=list(map(evidence.unmapped.get, rows)),
-            link=[GIVEN if r in evidence.given else None for r in rows],
+            link=list(map(evidence.link, rows)),
             **self._jaeger_parts(spans),
         )
         self._confidence(f, spans)
@@ -399,9 +401,12 @@ class TakenIds:
         return True
 
 
-def _keep_given_trace_ids(spans: SpanTable, given: Given, taken: TakenIds) -> None:
-    """Give each assembled trace of ``spans`` the trace id its root's sender gave, where it
-    gave one and no other trace took it."""
+def finished_traces(
+    f: Finished, given: Given, seed: int, taken: TakenIds
+) -> tuple[SpanTable, Evidence]:
+    """The traces of ``f`` with their evidence (:func:`.assemble_finished`), each with the trace
+    id its root's sender gave (``given``), where it gave one and no other trace took it."""
+    spans, evidence = assemble_finished(f, seed)
     root = roots(spans.parent)
     heads = np.flatnonzero(root == np.arange(len(spans)))
     code = spans.strings.code
@@ -411,6 +416,7 @@ def _keep_given_trace_ids(spans: SpanTable, given: Given, taken: TakenIds) -> No
             kept[head] = code(gid)
     per_row = kept[root]
     spans.trace[per_row != NONE] = per_row[per_row != NONE]
+    return spans, evidence
 
 
 def _process_id(process: bytes) -> int:

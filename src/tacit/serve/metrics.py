@@ -140,6 +140,11 @@ class ServeMetrics:
             "Spans received again (the same trace and span id), stored once",
             registry=r,
         )
+        self.drawn = Counter(
+            "tacit_spans_drawn",
+            "Spans drawn for a service that sent none (an uninstrumented hop), stored too",
+            registry=r,
+        )
         self.fates = Counter(
             "tacit_spans_stored",
             "Spans stored, by fate: given (a call whose parent the sender gave, kept), inferred "

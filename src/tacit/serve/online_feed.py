@@ -8,6 +8,10 @@ client side of an RPC may come before or after the server side, and a client spa
 request that made it (TraceWeaver §5.3; the stream positions of
 :mod:`tacit.reconstruct.online`), so each waits for the other in maps bounded by time.
 
+The online algorithm may draw spans for a service that sent none between two that do
+(:mod:`tacit.reconstruct.hops`); they are numbered here with the sequence number of the span each
+was drawn from, and stored marked as drawn.
+
 Spans that cannot take part are finished alone, each with its reason: spans of other kinds
 (internal, producer, consumer, unknown), and spans that arrived later than the lateness allows
 after a span that ended later (their window may already be final). A span that came before
@@ -101,6 +105,12 @@ class _Pending:
         self.size += n
         self.count += n
 
+    def add_drawn(self, sources: np.ndarray) -> None:
+        """The next positions are spans drawn from those at ``sources`` (still here): they take
+        their sequence numbers, and nothing a sender gave."""
+        none = np.full(len(sources), None, dtype=object)
+        self.add(self.seq[sources - self.base], Given(none, none.copy(), none.copy()))
+
     def take(self, positions: np.ndarray) -> tuple[np.ndarray, Given]:
         """The sequence numbers and given ids at ``positions``, which leave."""
         at = positions - self.base
@@ -140,7 +150,7 @@ class OnlineFeed:
 
     def __init__(self, callgraph: CallGraph, online: OnlineParams, first_position: int = 0) -> None:
         self.online = online
-        self.tw = OnlineTraceWeaver(callgraph, None, online, first_position)
+        self.tw = OnlineTraceWeaver(callgraph, None, online, first_position, draw_hops=True)
         self._pending = _Pending(first_position)
         self.context = StreamContext(online.max_request_ns + online.lateness_ns)
 
@@ -214,17 +224,27 @@ class OnlineFeed:
         self.tw.name_peers(earlier)
         self.tw.give_parents(children[~now], parents[~now])
         self._pending.add(seq[rows], given.take(rows))
-        fed.finished = self.tw.push(chunk)
+        fed.finished = self._drawn(self.tw.push(chunk))
         return fed
 
     def advance(self, end: float) -> list[Finished]:
         """Move the stream's clock to ``end`` (ns) when nothing has arrived."""
-        return self.tw.advance(end)
+        return self._drawn(self.tw.advance(end))
 
     def close_oldest(self) -> list[Finished]:
         """Make the oldest window final before its lateness has passed (senders held back;
         :meth:`tacit.reconstruct.online.OnlineTraceWeaver.close_oldest`)."""
-        return self.tw.close_oldest()
+        return self._drawn(self.tw.close_oldest())
+
+    def _drawn(self, finished: list[Finished]) -> list[Finished]:
+        """``finished``, once the spans the online algorithm drew for services that sent none
+        (:mod:`tacit.reconstruct.hops`) are numbered here like the spans they were drawn from."""
+        if self.tw.drawn:
+            positions, sources = np.array(self.tw.drawn, dtype=np.int64).T
+            assert positions[0] == self._pending.base + self._pending.size
+            self._pending.add_drawn(sources)
+            self.tw.drawn.clear()
+        return finished
 
     def release(self, f: Finished) -> tuple[np.ndarray, Given]:
         """The sequence numbers and given ids of a finished batch's spans, forgotten here."""

@@ -148,11 +148,12 @@ class Reconstructor(threading.Thread):
             "next_position": self.feed.tw.pushed,
         }
         self.store.write_finished(rows.tables(now), state)
-        self.ingest.finished(rows.span_count)
+        self.ingest.finished(rows.span_count - rows.drawn)
         m = self.metrics
         m.traces.inc(rows.trace_count)
         m.mapped.inc(rows.mapped)
         m.given.inc(rows.given)
+        m.drawn.inc(rows.drawn)
         for why, n in rows.unmapped.items():
             m.unmapped.labels(reason_label(why)).inc(n)
         for fate, n in rows.fates.items():

@@ -82,7 +82,7 @@ import pyarrow as pa
 
 from tacit.errors import ConfigError
 from tacit.formats.jaeger import JaegerSpan, trace_doc, with_tags
-from tacit.reconstruct.assemble import EVIDENCE_TAGS, evidence_tags
+from tacit.reconstruct.assemble import EVIDENCE_TAGS, VIRTUAL, evidence_tags
 from tacit.reconstruct.pipeline import ONLINE
 from tacit.serve.journal import Journal, Request, read_segment
 
@@ -749,12 +749,17 @@ class Store:
         return {s: int(n) for s, n in rows.fetchall()}
 
     def counts(self) -> dict[str, int]:
-        """Rows per table, for readiness and the page; in one statement, since each costs
-        DuckDB about a millisecond of CPU whatever it does, and status is polled."""
+        """Rows per table, for readiness and the page (``spans``: the spans received, stored;
+        ``drawn_spans``: those drawn for services that sent none); in one statement, since each
+        costs DuckDB about a millisecond of CPU whatever it does, and status is polled."""
         tables = ("spans", "traces", "pirate_estimates", "rda_intervals")
         counts = ", ".join(f"(SELECT count(*) FROM {t})" for t in tables)
-        row = self._cursor().execute(f"SELECT {counts}").fetchall()[0]
-        return dict(zip(tables, map(int, row), strict=True))
+        drawn = f"(SELECT count(*) FROM spans WHERE link = '{VIRTUAL}')"
+        row = self._cursor().execute(f"SELECT {counts}, {drawn}").fetchall()[0]
+        out = dict(zip(tables, map(int, row), strict=False))
+        out["drawn_spans"] = int(row[-1])
+        out["spans"] -= out["drawn_spans"]  # received spans stored; the drawn apart
+        return out
 
 
 def _range(column: str, start: int | None, end: int | None) -> tuple[list[str], list[Any]]:
