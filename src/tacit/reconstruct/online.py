@@ -33,7 +33,7 @@ position not pushed yet while that span is still to come, as for ``link``) is *g
 once, with that parent. It still takes part in the rounds as context: the request it belongs to
 is a candidate for the calls whose context was lost (a handler that called one service directly
 and fanned out to another through a thread pool), and no other request can take it
-(:func:`~tacit.reconstruct.result.open_problem`). A given parent that has not arrived once the
+(:func:`~tacit.reconstruct.result.mapping_problem`). A given parent that has not arrived once the
 span ended ``max_request_ns`` before the boundary was lost after all: the span is then inferred
 like any other. A client span's callee is the service of the server span it is linked to
 (:meth:`OnlineTraceWeaver.name_peers`), which a sender need not name (``peer.service``).
@@ -46,6 +46,10 @@ client span without a given parent has arrived from the process of one of its re
 that request's time (a call that lost its context, which may be this request's). An SDK exports
 a process's spans in the order they end, and a request ends after its calls, so its lost calls
 have arrived by the time it has.
+
+With ``draw_hops`` (``tacit serve``), a service that sends no spans between two that do is drawn
+in each round where its neighbours show it (:mod:`.hops`): spans of its own, at new positions,
+that the round then maps as any other (:attr:`OnlineTraceWeaver.drawn` lists them).
 
 A long-running receiver (``tacit serve``) numbers its stream from where the previous run left
 off (``first_position``), so that positions, and the ids derived from them, never repeat; and
@@ -64,6 +68,7 @@ import numpy as np
 
 from tacit.errors import ConfigError, InputError
 from tacit.model.growing import GrowingColumns
+from tacit.model.roles import process_key
 from tacit.model.span_details import SpanDetail
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, concat
 from tacit.model.traces import roots
@@ -559,7 +564,7 @@ def _lost_call_within(spans: SpanTable, lost: np.ndarray) -> np.ndarray:
     out = np.zeros(len(spans), dtype=bool)
     if not lost.any():
         return out
-    proc = (spans.service.astype(np.int64) << 32) | spans.instance.astype(np.int64)
+    proc = process_key(spans)
     calls = np.flatnonzero(lost)
     for p in np.unique(proc[calls]).tolist():
         starts = np.sort(spans.start[calls[proc[calls] == p]])
