@@ -26,6 +26,7 @@ the spans of that much traffic.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -67,12 +68,16 @@ class StreamContext:
     def __init__(self, horizon_ns: int) -> None:
         self.horizon_ns = horizon_ns
         self.latest_end = -np.inf
-        self._seen: dict[Key, int] = {}  # every span -> its end
-        self._servers: dict[Key, tuple[int, int, str]] = {}  # -> (position, end, service)
-        self._internal: dict[Key, tuple[str | None, int]] = {}  # -> (parent span id, end)
-        self._clients: dict[Key, tuple[int, int]] = {}  # client spans by their own key
-        self._callees: dict[Key, tuple[int, int, str]] = {}  # server spans by the caller's key
-        self._children: dict[Key, list[tuple[int, int]]] = {}  # given parent to come -> children
+        # Ordered dicts, oldest first: a plain dict's first key takes longer to find the more
+        # keys were deleted before it, and these lose their oldest keys all the time.
+        self._seen: OrderedDict[Key, int] = OrderedDict()  # every span -> its end
+        # server spans -> (position, end, service)
+        self._servers: OrderedDict[Key, tuple[int, int, str]] = OrderedDict()
+        # in-process spans -> (parent span id, end)
+        self._internal: OrderedDict[Key, tuple[str | None, int]] = OrderedDict()
+        self._clients: OrderedDict[Key, tuple[int, int]] = OrderedDict()  # by their own key
+        self._callees: OrderedDict[Key, tuple[int, int, str]] = OrderedDict()  # by the caller's
+        self._children: OrderedDict[Key, list[tuple[int, int]]] = OrderedDict()  # parent to come
         self._address = _AddressBook()
 
     def fresh(
@@ -239,7 +244,7 @@ class _AddressBook:
 
     def __init__(self) -> None:
         self._waiting: tuple[dict[str, dict[int, _Span]], dict[str, dict[int, _Span]]] = ({}, {})
-        self._order: dict[int, tuple[str, int, int]] = {}  # position -> (end, ends, side)
+        self._order: OrderedDict[int, tuple[str, int, int]] = OrderedDict()  # -> end, ends, side
 
     def call_of(self, request: _Span) -> _Span | None:
         """The call that made ``request`` (a server span without a caller), taken; else None,

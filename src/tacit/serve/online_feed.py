@@ -252,12 +252,23 @@ class OnlineFeed:
 
 
 def _addresses(spans: SpanTable) -> tuple[list[str | None], list[str | None]]:
-    """The server end and the target each span names in its attributes (None: none)."""
+    """The server end and the target each span names in its attributes (None: none), read
+    once per attribute set: the spans of a request share one object for each set they carry
+    (:data:`tacit.formats.otlp._known_attributes`), most spans one of a few."""
     details = spans.details
     if details is None:
         return [None] * len(spans), [None] * len(spans)
-    rows = zip(spans.kind.tolist(), details.tolist(), strict=True)
-    ends = [(None, None) if d is None else _ends(k, d.attributes) for k, d in rows]
+    read: dict[tuple[int, int], tuple[str | None, str | None]] = {}
+    ends = []
+    for k, d in zip(spans.kind.tolist(), details.tolist(), strict=True):
+        if d is None:
+            ends.append((None, None))
+            continue
+        key = (k, id(d.attributes))
+        made = read.get(key)
+        if made is None:
+            made = read[key] = _ends(k, d.attributes)
+        ends.append(made)
     return [e for e, _ in ends], [t for _, t in ends]
 
 
