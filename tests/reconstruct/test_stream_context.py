@@ -25,7 +25,7 @@ def _add(ctx: StreamContext, spans: list[tuple], first: int):
         np.array([s[6] for s in rows], dtype=np.int64),
         [s[1] for s in rows],
         ([T] * len(rows), [s[2] for s in rows], [s[3] for s in rows]),
-        ([s[4] for s in rows], [None] * len(rows)),
+        lambda r: (rows[r][4], None),
         position,
     )
 
@@ -118,7 +118,7 @@ def test_calls_to_one_address_at_once_are_told_apart_by_their_targets():
         np.array([300, 300, 290, 200]),
         ["front", "front", "profile", "profile"],
         ([T] * 4, ["c1", "c2", "p1", "p2"], ["s0", "s0", None, None]),
-        (["profile:80"] * 4, ["/profile?id=1", "/profile?id=2", "/profile?id=2", None]),
+        lambda r: ("profile:80", ["/profile?id=1", "/profile?id=2", "/profile?id=2", None][r]),
         np.arange(4),
     )
     # p1 names c2's target; p2 names none and takes the call left

@@ -364,8 +364,8 @@ class OnlineTraceWeaver:
     def _given_whole(self) -> list[Finished]:
         """The traces the senders gave whole (see the module docstring), made final and
         emitted; looked for every ``given_every_ns`` of stream time."""
-        if self.latest_end < self._next_given or not len(self._rows):
-            return []
+        if self.latest_end < self._next_given or not self.given.any():
+            return []  # a trace given whole has given calls (one without calls waits)
         self._next_given = self.latest_end + self.online.given_every_ns
         spans = self.spans
         s = spans.strings

@@ -41,6 +41,7 @@ LATER = np.iinfo(np.int64).max
 
 Key = tuple[str | None, str | None]
 """A span's identity as its sender gave it: trace id and span id."""
+_Address = Callable[[int], tuple[str | None, str | None]]
 
 
 @dataclass
@@ -103,13 +104,14 @@ class StreamContext:
         end: np.ndarray,
         service: list[str | None],
         ids: tuple[list[str | None], list[str | None], list[str | None]],
-        address: tuple[list[str | None], list[str | None]],
+        address: Callable[[int], tuple[str | None, str | None]],
         position: np.ndarray,
     ) -> Resolved:
         """Resolve one chunk: each span's kind (negative: left out), times, service, given ids
-        (trace, span and parent span ids), the server end and the target it names
-        (:mod:`tacit.formats.rpc_endpoints`) and its stream position (NONE for spans that do
-        not enter the stream, such as in-process ones)."""
+        (trace, span and parent span ids), a function of its row giving the server end and the
+        target it names (:mod:`tacit.formats.rpc_endpoints`; asked only of spans that their
+        context did not pair) and its stream position (NONE for spans that do not enter the
+        stream, such as in-process ones)."""
         n = len(kind)
         out = Resolved(np.full(n, NONE, np.int64), np.full(n, NONE, np.int64), [None] * n)
         rows = zip(
@@ -118,16 +120,15 @@ class StreamContext:
             end.tolist(),
             service,
             *ids,
-            *address,
             position.tolist(),
             strict=True,
         )
         for r, row in enumerate(rows):
             span = _Span(*row)
             if span.kind == SERVER:
-                self._server(out, r, span)
+                self._server(out, r, span, address)
             elif span.kind == CLIENT:
-                self._client(out, r, span)
+                self._client(out, r, span, address)
             elif span.kind >= 0 and span.span_id is not None:
                 key = (span.trace, span.span_id)
                 self._internal[key] = (span.parent_id, span.end)
@@ -137,7 +138,7 @@ class StreamContext:
             self._forget_old()
         return out
 
-    def _server(self, out: Resolved, r: int, span: _Span) -> None:
+    def _server(self, out: Resolved, r: int, span: _Span, address: _Address) -> None:
         svc, p = span.service or "", span.position
         if span.parent_id is not None:
             caller = (span.trace, span.parent_id)
@@ -149,8 +150,9 @@ class StreamContext:
             else:
                 self._callees[caller] = (p, span.end, svc)
                 out.link[r] = LATER
-        elif span.endpoint is not None:
-            call = self._address.call_of(span)
+        else:
+            span = span._replace(address=address(r))
+            call = self._address.call_of(span) if span.address[0] is not None else None
             if call is not None:
                 out.link[r] = call.position
                 out.peers[call.position] = svc
@@ -161,14 +163,15 @@ class StreamContext:
                 out.parents[0].append(child)
                 out.parents[1].append(p)
 
-    def _client(self, out: Resolved, r: int, span: _Span) -> None:
+    def _client(self, out: Resolved, r: int, span: _Span, address: _Address) -> None:
         key = (span.trace, span.span_id)
         if span.span_id is not None and key in self._callees:
             callee, _, svc = self._callees.pop(key)
             out.link[r] = callee
             out.peer[r] = svc
         else:
-            found = None if span.endpoint is None else self._address.request_of(span)
+            span = span._replace(address=address(r))
+            found = self._address.request_of(span) if span.address[0] is not None else None
             if found is not None:
                 out.link[r] = found.position
                 out.peer[r] = found.service
@@ -227,9 +230,17 @@ class _Span(NamedTuple):
     trace: str | None
     span_id: str | None
     parent_id: str | None
-    endpoint: str | None
-    target: str | None
     position: int
+    address: tuple[str | None, str | None] = (None, None)
+    """The server end and the target the span names, read when its context paired nothing."""
+
+    @property
+    def endpoint(self) -> str | None:
+        return self.address[0]
+
+    @property
+    def target(self) -> str | None:
+        return self.address[1]
 
 
 class _AddressBook:

@@ -21,9 +21,7 @@ again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -196,7 +194,7 @@ class OnlineFeed:
             spans.end,
             spans.strings.names(spans.service),
             (given.trace_id.tolist(), given.span_id.tolist(), given.parent_id.tolist()),
-            _addresses(spans),
+            _Addresses(spans),
             position,
         )
         if not len(rows):
@@ -251,26 +249,24 @@ class OnlineFeed:
         return self._pending.take(f.position)
 
 
-def _addresses(spans: SpanTable) -> tuple[list[str | None], list[str | None]]:
-    """The server end and the target each span names in its attributes (None: none), read
+class _Addresses:
+    """The server end and the target a span names in its attributes (None: none), by row, read
     once per attribute set: the spans of a request share one object for each set they carry
     (:data:`tacit.formats.otlp._known_attributes`), most spans one of a few."""
-    details = spans.details
-    if details is None:
-        return [None] * len(spans), [None] * len(spans)
-    read: dict[tuple[int, int], tuple[str | None, str | None]] = {}
-    ends = []
-    for k, d in zip(spans.kind.tolist(), details.tolist(), strict=True):
-        if d is None:
-            ends.append((None, None))
-            continue
-        key = (k, id(d.attributes))
-        made = read.get(key)
+
+    def __init__(self, spans: SpanTable) -> None:
+        self._kind = spans.kind
+        self._details = spans.details
+        self._read: dict[tuple[int, int], tuple[str | None, str | None]] = {}
+
+    def __call__(self, row: int) -> tuple[str | None, str | None]:
+        detail = None if self._details is None else self._details[row]
+        if detail is None:
+            return None, None
+        kind = int(self._kind[row])
+        key = (kind, id(detail.attributes))
+        made = self._read.get(key)
         if made is None:
-            made = read[key] = _ends(k, d.attributes)
-        ends.append(made)
-    return [e for e, _ in ends], [t for _, t in ends]
-
-
-def _ends(kind: int, attributes: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    return rpc_endpoint(kind, attributes), rpc_target(kind, attributes)
+            attributes = detail.attributes
+            made = self._read[key] = rpc_endpoint(kind, attributes), rpc_target(kind, attributes)
+        return made
