@@ -56,6 +56,7 @@ from tacit.experiment.otel_app_services import (
     instrumented,
 )
 from tacit.experiment.otlp_receiver import OtlpReceiver
+from tacit.experiment.truth_logs import merge_logs
 from tacit.outputs import output_directory, write_bytes
 
 SERVICES_MODULE = "tacit.experiment.otel_app_services"
@@ -311,15 +312,8 @@ def _write(
     receiver: OtlpReceiver | None,
 ) -> OtelAppResult:
     """Merge the services' logs into ``truth.jsonl`` and write ``summary.json``."""
-    rows = [
-        json.loads(line)
-        for log in sorted(logs.glob("*.jsonl"))
-        for line in log.read_text().splitlines()
-        if line.strip()
-    ]
-    rows.sort(key=lambda r: r["start_ns"])
     truth = out / "truth.jsonl"
-    write_bytes(truth, "".join(json.dumps(r) + "\n" for r in rows).encode())
+    rows = merge_logs(logs, truth)
     kinds = Counter(r["kind"] for r in rows)
     hops = kinds.pop("unobserved", 0)
     result = OtelAppResult(

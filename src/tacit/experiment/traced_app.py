@@ -53,6 +53,7 @@ from tacit.errors import ConfigError
 from tacit.experiment.capture import Capture, CaptureStats
 from tacit.experiment.netns import ManagedProcess, namespaces_unavailable
 from tacit.experiment.traced_app_services import PORTS, ROLES, SERVICES
+from tacit.experiment.truth_logs import merge_logs
 from tacit.formats.pcap import read_packets
 from tacit.formats.textio import iter_json_lines
 from tacit.model.packets import format_address
@@ -285,15 +286,8 @@ def _write(
 ) -> TracedAppResult:
     """Merge the call logs into ``truth.jsonl``, write ``services.yaml``, count the capture
     and write ``summary.json``."""
-    calls = [
-        json.loads(line)
-        for log in sorted(logs.glob("*.jsonl"))
-        for line in log.read_text().splitlines()
-        if line.strip()
-    ]
-    calls.sort(key=lambda c: c["start_ns"])
     truth = out / "truth.jsonl"
-    write_bytes(truth, "".join(json.dumps(c) + "\n" for c in calls).encode())
+    calls = merge_logs(logs, truth)
     services = out / "services.yaml"
     addresses = params.addresses()
     names = {addresses[role]: role for role in ROLES}
