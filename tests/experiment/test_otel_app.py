@@ -251,6 +251,33 @@ def test_tacit_reads_the_spans_the_receiver_wrote(runs):
     ]
 
 
+@pytest.mark.parametrize("mode", ["threadpool", "detached"])
+def test_reconstruct_keep_context_keeps_every_given_link_and_infers_the_lost(
+    runs, tmp_path, mode
+):
+    """``tacit reconstruct --keep-context`` on an export whose calls lost their context in a
+    thread pool, with the call graph of the full run: every link the SDK gave is kept, and the
+    lost ones are inferred; without it, the given links are reconstructed too."""
+    from clirun import run_here
+    from tacit.evaluation import score_traces
+
+    full, broken = _load(runs, "full").result, _load(runs, mode).result
+    graph = tmp_path / "callgraph.yaml"
+    assert run_here("callgraph", full.spans, "--out", graph).returncode == 0
+    scores = {}
+    for keep in (True, False):
+        out = tmp_path / f"traces-{keep}.json"
+        args = ["reconstruct", broken.spans, "--callgraph", graph, "--out", out, "--seed", "1"]
+        done = run_here(*args, *(["--keep-context"] if keep else []))
+        assert done.returncode == 0, done.stderr
+        scores[keep] = score_traces(broken.truth, json.loads(out.read_text()), broken.spans)
+    kept = scores[True]
+    assert kept["missing"] == 0
+    assert kept["given"]["kept"] == kept["given"]["links"] > 0
+    assert kept["inferred"]["right"] >= 0.8 * kept["inferred"]["links"] > 0
+    assert scores[False]["given"]["kept"] <= kept["given"]["kept"]
+
+
 def test_parameters_are_checked_before_anything_runs(tmp_path):
     for bad in (
         {"mode": "sidecar"},

@@ -222,6 +222,15 @@ def register(app: typer.Typer) -> None:
                 "DURATION (e.g. 1s) apart; each window learns its own timing (TraceWeaver §6.5).",
             ),
         ] = None,
+        keep_context: Annotated[
+            bool,
+            typer.Option(
+                "--keep-context",
+                help="Keep every call's parent that the input's trace context gives, and "
+                "infer only the calls that lost theirs (a thread pool, a new trace); the "
+                "input is read whole.",
+            ),
+        ] = False,
         json_out: JsonOpt = False,
     ) -> None:
         """Reconstruct traces from spans without identifiers and write them out.
@@ -268,6 +277,7 @@ def register(app: typer.Typer) -> None:
         stream = None
         if (
             algorithm == ONLINE
+            and not keep_context
             and callgraph != "learn"
             and output_format in STREAM_WRITE_FORMATS
             and input_format in ("auto", "blind", "otlp", "csv")
@@ -309,7 +319,7 @@ def register(app: typer.Typer) -> None:
         if summary is None:
             observed = _observe(spans, input_format, services)
             cg = load_callgraph(callgraph) or learn_callgraph(observed.spans)
-            blind = observed.without_truth()
+            blind = observed.without_truth(given=keep_context)
             with progress_bar(len(blind), "reconstructing", not json_out) as cb:
                 rec_traces, tags, rec = reconstruct_blind(
                     blind, cg, algorithm, progress=cb, seed=seed, dask=dask, window_ns=window_ns

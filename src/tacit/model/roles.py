@@ -48,12 +48,16 @@ class Observed:
     synthesized: np.ndarray
     accounting: dict[str, int] = field(default_factory=dict)
 
-    def without_truth(self, instrumented: Sequence[str] = ()) -> SpanTable:
+    def without_truth(self, instrumented: Sequence[str] = (), given: bool = False) -> SpanTable:
         """The blind view: the same spans with every trace, span and parent identifier removed,
         but for the calls made by the ``instrumented`` services, which propagate context: their
-        parents stay known (a hybrid deployment, where reconstruction fills in the rest)."""
+        parents stay known (a hybrid deployment, where reconstruction fills in the rest). With
+        ``given``, every call whose parent the input gives keeps it: only the calls whose
+        context was lost (each the root of a trace of its own) are left to reconstruct."""
         t = self.spans.take(np.arange(len(self.spans)))
         known = (t.kind == CLIENT) & contained(t.service, [t.strings.find(s) for s in instrumented])
+        if given:
+            known = t.kind == CLIENT
         t.trace[:] = NONE
         t.span_id[:] = NONE
         t.parent[:] = np.where(known, self.spans.parent, NONE)
