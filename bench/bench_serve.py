@@ -79,6 +79,7 @@ from tacit.experiment.memcached import free_port
 from tacit.experiment.otlp_load import (
     BATCH,
     encoded_requests,
+    lost_context,
     post_requests,
     replicate_requests,
     sdk_spans,
@@ -206,15 +207,6 @@ def _stored(db: Path) -> tuple[int, set[str]]:
     return int(n), ids
 
 
-def _lost_call_context(spans):
-    """``spans`` as sent by services whose calls all lost their context (each call's parent
-    dropped, its callee's server span still naming it): the service infers every call, the
-    work these runs measure (a call whose parent is given is kept, not inferred)."""
-    sent = spans.take(np.arange(len(spans)))
-    sent.parent[sent.kind == CLIENT] = -1
-    return sent
-
-
 def _served_accuracy(db: Path, spans) -> float:
     """The share of the calls of ``spans`` whose stored parent is their true one (by span id)."""
     import duckdb
@@ -243,7 +235,7 @@ def sustained(
     # spans that came too late are counted); with 1 s, one run of three served 97.9% right.
     lateness_s = 1 if senders == 1 else 3
     server = Server(tmp, callgraph, lateness_s=lateness_s, defaults=defaults).start()
-    sent = _lost_call_context(spans)
+    sent = lost_context(spans)  # a given parent is kept: the run measures inference
     requests = encoded_requests(sent) if encoded else []
     start_cpu_s = server.cpu_seconds()
     samples: list[tuple[float, int, int]] = []  # (time, received, pending)

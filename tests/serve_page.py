@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from serve_app import config, shop_callgraph, shop_spans
-from tacit.experiment.otlp_load import send_spans
+from tacit.experiment.otlp_load import lost_context, send_spans
 from tacit.model.spans import SpanTable
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.serve import Service
@@ -61,8 +61,10 @@ def browser() -> Iterator[Any]:
 
 
 def shop(duration_s: float, seed: int = 2) -> tuple[SpanTable, CallGraph]:
-    """``duration_s`` seconds of the shop app at 100 requests/s, and its call graph."""
-    return shop_spans(duration_s, seed=seed), shop_callgraph()
+    """``duration_s`` seconds of the shop app at 100 requests/s, every call without its
+    parent so that the service reconstructs each (and the page has evidence to show), and its
+    call graph."""
+    return lost_context(shop_spans(duration_s, seed=seed)), shop_callgraph()
 
 
 @contextmanager

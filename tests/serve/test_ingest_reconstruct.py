@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from serve_app import QUICK, get, get_json, running, shop_callgraph, shop_spans
 from tacit.experiment.otlp_load import (
     encoded_requests,
+    lost_context,
     post_requests,
     replicate_requests,
     send_spans,
@@ -141,8 +142,7 @@ def test_given_links_are_kept_and_lost_ones_inferred(tmp_path, spans):
     """With every client span's parent given, each is stored as given and counted so; with
     every one removed (the server spans still naming their callers), each is inferred, and
     about as accurately as the offline algorithm does."""
-    blind = spans.take(np.arange(len(spans)))
-    blind.parent[blind.kind == CLIENT] = NONE
+    blind = lost_context(spans)
     assert (blind.parent[blind.kind == SERVER] != NONE).any()
     calls = int((spans.kind == CLIENT).sum())
     for name, table in (("full", spans), ("blind", blind)):

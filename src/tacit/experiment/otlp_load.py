@@ -57,6 +57,15 @@ class SendLog:
             self.answers.append((seconds, spans, status))
 
 
+def lost_context(spans: SpanTable) -> SpanTable:
+    """``spans`` as services send them whose calls all lost their trace context (each call a
+    trace of its own, as from a thread pool that does not carry it; its callee's server span
+    still names it): a receiver that keeps the links a sender gives infers every call."""
+    sent = spans.take(np.arange(len(spans)))
+    sent.parent[sent.kind == CLIENT] = NONE
+    return sent
+
+
 def sdk_spans(spans: SpanTable, shift_ns: int = 0) -> list[Any]:
     """``spans`` as the SDK's ``ReadableSpan`` objects, in the table's row order."""
     from opentelemetry.sdk.resources import Resource

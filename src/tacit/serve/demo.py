@@ -2,7 +2,9 @@
 
 The call graph is learned from the app's test requests (TraceWeaver §5.2.1: one at a time);
 then the app runs at ``rate`` requests/s, ten simulated seconds at a time, each sent by the
-OpenTelemetry SDK's exporter as its spans end in real time (:mod:`tacit.experiment.otlp_load`).
+OpenTelemetry SDK's exporter as its spans end in real time (:mod:`tacit.experiment.otlp_load`),
+every call without its parent (:func:`~tacit.experiment.otlp_load.lost_context`): the service
+keeps a parent its sender gives, and the demo shows what it infers.
 
 The latency charts get simulated inputs too: the request-stream simulator's packets as a
 capture file for Pirate, and two RDA agents on loopback replaying the two sides of a simulated
@@ -20,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tacit.experiment.otlp_load import send_spans
+from tacit.experiment.otlp_load import lost_context, send_spans
 from tacit.formats.pcap_write import write_packets
 from tacit.oneway_latency.agent import Agent
 from tacit.oneway_latency.capture_sources import PcapSource
@@ -62,7 +64,8 @@ class DemoLoad(threading.Thread):
         app = load_app()
         seed = 1
         while not self._stop_event.is_set():
-            spans = simulate(app, self.rate, duration_s=STRETCH_S, seed=seed)
+            # every call's context lost, so that each is reconstructed, as the demo shows
+            spans = lost_context(simulate(app, self.rate, duration_s=STRETCH_S, seed=seed))
             shift = time.time_ns() - int(spans.start.min())
             sent = send_spans(
                 spans, self.endpoint, paced=True, shift_ns=shift, stop=self._stop_event
