@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tacit.formats.rpc_endpoints import rpc_endpoint, rpc_target
+from tacit.formats.rpc_endpoints import rpc_endpoint, rpc_target, same_target
 from tacit.model.spans import CLIENT, INTERNAL, SERVER
 
 OLD_CLIENT = {"http.method": "GET", "http.url": "http://127.0.0.1:5001/near?lat=1"}
@@ -48,3 +48,10 @@ def test_a_producer_and_its_consumer_name_one_queue_and_message():
     taken = {**sent, "messaging.operation.type": "process"}
     assert rpc_endpoint(CLIENT, sent) == rpc_endpoint(SERVER, taken) == "queue kafka/visits"
     assert rpc_target(CLIENT, sent) == rpc_target(SERVER, taken) == "m-7"
+
+
+def test_targets_agree_on_the_path_and_on_the_query_where_both_name_one():
+    assert same_target("/cart/0?v=1", "/cart/0")  # an eBPF agent's server path, no query
+    assert same_target("/cart/0?v=1", "/cart/0?v=1") and same_target(None, "/x")
+    assert not same_target("/cart/0?v=1", "/cart/0?v=2")
+    assert not same_target("/cart/0", "/cart/1")

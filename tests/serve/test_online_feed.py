@@ -51,3 +51,45 @@ def test_every_reason_a_span_is_stored_without_a_parent_has_a_short_label():
     assert len(set(REASON_LABELS.values())) == len(REASON_LABELS)
     assert all(label.isidentifier() for label in REASON_LABELS.values())
     assert reason_label("not an RPC span (internal)") == "not_rpc"
+
+
+def test_ebpf_spans_pair_by_the_service_map_where_their_ends_are_named_apart(tmp_path):
+    """Beyla's spans, each its own trace: a caller names the cart by its host name
+    (``cart:8080``), the cart names its own address (``10.0.0.3:8080``). With the service map
+    that names both, every call is paired with its request; without it, only the calls whose
+    ends are named alike (catalog's address)."""
+    import json
+
+    from agent_logs import CALLGRAPH_YAML, SERVICE_MAP_YAML, beyla_document, truth
+    from serve_app import config, post
+    from tacit.reconstruct.callgraph import CallGraph
+    from tacit.serve import Service
+
+    calls = truth(20, 2.0)
+    body = json.dumps(beyla_document(calls)).encode()
+    (tmp_path / "cg.yaml").write_text(CALLGRAPH_YAML)
+    (tmp_path / "pods.yaml").write_text(SERVICE_MAP_YAML)
+    graph = CallGraph.load(tmp_path / "cg.yaml")
+    paired = {}
+    for named in (True, False):
+        d = tmp_path / str(named)
+        d.mkdir()
+        extra = {"capture_services": tmp_path / "pods.yaml"} if named else {}
+        svc = Service(config(d, **extra), graph).start()
+        try:
+            assert post(svc, body, "application/json")[0] == 200
+            assert svc.wait_idle(60)
+            rows = svc.store._cursor().execute(
+                "SELECT span_id, parent_span_id FROM spans WHERE kind = 'server'"
+            )
+            paired[named] = dict(rows.fetchall())
+        finally:
+            svc.stop()
+    callers = {
+        f"{k + 1:016x}": f"{k:016x}"  # each server span follows its caller's client span
+        for k, c in enumerate(calls)
+        if c.kind == "server" and c.role != "front"
+    }
+    assert all(paired[True][s] == c for s, c in callers.items())
+    cart = [s for k, s in enumerate(callers) if calls[int(s, 16) - 1].role == "cart"]
+    assert cart and all(paired[False][s] is None for s in cart)

@@ -72,7 +72,8 @@ def register(app: typer.Typer) -> None:
         capture_services: Annotated[
             Path | None,
             typer.Option(
-                help="With --capture-*: service names of addresses (as `tacit capture --services`)."
+                help="Service names of addresses (as `tacit capture --services`): of the spans "
+                "made from packets, and of the server ends OTLP spans name, to pair them."
             ),
         ] = None,
         capture_protocol: Annotated[

@@ -71,6 +71,17 @@ def rpc_target(kind: int, attributes: Mapping[str, Any]) -> str | None:
     return None
 
 
+def same_target(a: str | None, b: str | None) -> bool:
+    """Whether two sides' targets can be one request's: either is not named, or their paths are
+    equal and so are their queries where both name one (an eBPF agent records a server's path
+    without its query)."""
+    if a is None or b is None:
+        return True
+    path_a, has_a, query_a = a.partition("?")
+    path_b, has_b, query_b = b.partition("?")
+    return path_a == path_b and (not (has_a and has_b) or query_a == query_b)
+
+
 def _queue(attrs: Mapping[str, Any]) -> str | None:
     destination = attrs.get("messaging.destination.name", attrs.get("messaging.destination"))
     if destination is None:

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tacit.formats.rpc_endpoints import QUEUE
+from tacit.formats.rpc_endpoints import QUEUE, same_target
 from tacit.model.spans import CLIENT, NONE, SERVER
 
 LATER = np.iinfo(np.int64).max
@@ -249,9 +249,10 @@ class _AddressBook:
     after the call leaves the client, and the response leaves it before it reaches the client),
     and of several, the pair of least slack (the call's time outside the request: the network)
     is taken, each span once (:mod:`tacit.formats.rpc_pairing` pairs a file's spans alike). A
-    pair must agree on the request's target where both name it. A message's consumer starts
-    after its producer did, and takes the oldest message not yet taken (a queue is first in,
-    first out)."""
+    pair must name the same request target where both name one
+    (:func:`~tacit.formats.rpc_endpoints.same_target`). A message's consumer starts after its
+    producer did, and takes the oldest message not yet taken (a queue is first in, first
+    out)."""
 
     def __init__(self) -> None:
         self._waiting: tuple[dict[str, dict[int, _Span]], dict[str, dict[int, _Span]]] = ({}, {})
@@ -300,7 +301,7 @@ _CALLS, _REQUESTS = 0, 1
 def _rank(call: _Span, request: _Span) -> float | None:
     """How good a pair ``call`` and ``request`` make, the least best (None: they cannot be one):
     the call's slack around the request, or for a message the time it was produced."""
-    if not _agree(call.target, request.target):
+    if not same_target(call.target, request.target):
         return None
     assert call.endpoint is not None
     if call.endpoint.startswith(QUEUE):
@@ -308,8 +309,3 @@ def _rank(call: _Span, request: _Span) -> float | None:
     if call.start <= request.start and request.end <= call.end:
         return (call.end - call.start) - (request.end - request.start)
     return None
-
-
-def _agree(a: str | None, b: str | None) -> bool:
-    """Whether two identifiers agree: equal, or one of them not recorded."""
-    return a is None or b is None or a == b

@@ -171,7 +171,6 @@ class ServeConfig:
         for source, given in (
             ("pirate", {"pirate_server": self.pirate_server, "pirate_filter": self.pirate_filter}),
             ("capture", {"capture_filter": self.capture_filter,
-                         "capture_services": self.capture_services,
                          "capture_protocol": self.capture_protocol != "auto"}),
         ):  # fmt: skip
             has_source = getattr(self, f"{source}_interface") or getattr(self, f"{source}_pcap")

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tacit.formats.rpc_endpoints import rpc_endpoint, rpc_target
+from tacit.formats.capture_spans import ServiceMap
+from tacit.formats.rpc_endpoints import QUEUE, rpc_endpoint, rpc_target
 from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SERVER, SpanTable
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.online import Finished, OnlineParams, OnlineTraceWeaver
@@ -146,11 +147,20 @@ class OnlineFeed:
     """Feeds acknowledged spans to :class:`OnlineTraceWeaver`; remembers, for each span still
     in it, its sequence number and what the sender gave."""
 
-    def __init__(self, callgraph: CallGraph, online: OnlineParams, first_position: int = 0) -> None:
+    def __init__(
+        self,
+        callgraph: CallGraph,
+        online: OnlineParams,
+        first_position: int = 0,
+        services: ServiceMap | None = None,
+    ) -> None:
         self.online = online
         self.tw = OnlineTraceWeaver(callgraph, None, online, first_position, draw_hops=True)
         self._pending = _Pending(first_position)
         self.context = StreamContext(online.max_request_ns + online.lateness_ns)
+        self.services = services
+        """Service names of addresses: a span's server end is its service where this names it,
+        so that a caller that names a host and a server that names its own address meet."""
 
     @property
     def pending(self) -> int:
@@ -194,7 +204,7 @@ class OnlineFeed:
             spans.end,
             spans.strings.names(spans.service),
             (given.trace_id.tolist(), given.span_id.tolist(), given.parent_id.tolist()),
-            _Addresses(spans),
+            _Addresses(spans, self.services),
             position,
         )
         if not len(rows):
@@ -254,9 +264,10 @@ class _Addresses:
     once per attribute set: the spans of a request share one object for each set they carry
     (:data:`tacit.formats.otlp._known_attributes`), most spans one of a few."""
 
-    def __init__(self, spans: SpanTable) -> None:
+    def __init__(self, spans: SpanTable, services: ServiceMap | None) -> None:
         self._kind = spans.kind
         self._details = spans.details
+        self._services = services
         self._read: dict[tuple[int, int], tuple[str | None, str | None]] = {}
 
     def __call__(self, row: int) -> tuple[str | None, str | None]:
@@ -268,5 +279,21 @@ class _Addresses:
         made = self._read.get(key)
         if made is None:
             attributes = detail.attributes
-            made = self._read[key] = rpc_endpoint(kind, attributes), rpc_target(kind, attributes)
+            end = rpc_endpoint(kind, attributes)
+            if end is not None and self._services is not None:
+                end = _named(self._services, end)
+            made = self._read[key] = end, rpc_target(kind, attributes)
         return made
+
+
+def _named(services: ServiceMap, end: str) -> str:
+    """``end`` (``HOST:PORT``) as the service the map names it, or as it is."""
+    if end.startswith(QUEUE):
+        return end
+    address, _, port = end.rpartition(":")
+    name = (
+        services.endpoints.get(end)
+        or services.addresses.get(address)
+        or services.ports.get(int(port))
+    )
+    return end if name is None else f"service {name}"

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.common import Traces
 from tacit.model.span_details import STATUS_ERROR
 from tacit.model.spans import SERVER
@@ -62,6 +63,7 @@ class Reconstructor(threading.Thread):
         idle_s: float,
         forward: Callable[[list[Traces]], None] | None = None,
         retention_s: float = 0.0,
+        services: ServiceMap | None = None,
     ) -> None:
         super().__init__(name="tacit-reconstruct", daemon=True)
         self.store = store
@@ -72,7 +74,7 @@ class Reconstructor(threading.Thread):
         self.retention_s = retention_s
         self._next_expiry = time.monotonic()
         self.seed = store.state("seed", 0) or _new_seed(store)
-        self.feed = OnlineFeed(callgraph, online, store.state("next_position", 0))
+        self.feed = OnlineFeed(callgraph, online, store.state("next_position", 0), services)
         self._stop_event = threading.Event()
         self.failure: BaseException | None = None
         self._arrived_end = 0.0  # the latest span end when the last request came

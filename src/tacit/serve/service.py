@@ -73,6 +73,7 @@ class Service:
             self.store, self.metrics, config.max_pending_spans, config.retry_after_s
         )
         self.forwarder = Forwarder(config.forward, self.metrics) if config.forward else None
+        names = read_service_map(config.capture_services) if config.capture_services else None
         self.reconstructor = Reconstructor(
             self.store,
             self.ingest,
@@ -82,6 +83,7 @@ class Service:
             config.idle_s,
             self.forwarder,
             config.retention_s,
+            names,
         )
         sources = [config.pirate_pcap, config.pirate_interface]
         self.pirate = [
@@ -98,7 +100,6 @@ class Service:
         ]
         self.rda = RdaIngest(self.store, self.metrics)
         self.rda_files = [RdaFollower(path, self.rda) for path in config.rda_results]
-        names = read_service_map(config.capture_services) if config.capture_services else None
         self.captures = [
             CaptureFeed(self.ingest, source, config.capture_filter, names, config.capture_protocol)
             for source in (config.capture_pcap, config.capture_interface)
