@@ -11,7 +11,8 @@ SIGCOMM '24, §5.3 for the stream):
   span's service: its callee is known even when its sender named no ``peer.service``. Where no
   context crossed (a propagator that carries nothing, a proxy that drops the headers), a server
   span without a caller is paired with a call that named its server end
-  (:mod:`tacit.formats.rpc_endpoints`) and encloses it in time.
+  (:mod:`tacit.formats.rpc_endpoints`) and encloses it in time, and a queue's consumer with the
+  producer that named its queue and message.
 * **Given parents**: a client span whose parent span id names a server span of its own trace,
   directly or through in-process (internal) spans, was caused by that request. A client span
   with no parent, or whose chain of parents ends at an in-process root or never arrives, lost
@@ -51,9 +52,9 @@ class Resolved:
     Per row of the chunk: ``link``, the RPC partner's position (NONE: none, LATER: to come);
     ``parent``, a client span's given parent's position (NONE: none given, LATER: to come);
     ``peer``, the callee service of a client span whose server span came before (None: not
-    known yet). For spans pushed earlier:
-    ``peers`` (position -> callee service) and ``parents`` (client positions and their given
-    parents' positions, NONE where the context turned out lost)."""
+    known yet). For spans pushed earlier: ``peers`` (position -> callee service) and
+    ``parents`` (client positions and their given parents' positions, NONE where the context
+    turned out lost)."""
 
     link: np.ndarray
     parent: np.ndarray
