@@ -4,6 +4,7 @@ from .alternatives import Alternatives
 from .assemble import assemble
 from .baselines import reconstruct_fcfs, reconstruct_vpath, reconstruct_wap5
 from .callgraph import CallGraph, EndpointGraph, learn_callgraph
+from .hops import Hops
 from .isolated import callgraph_from_isolated, callgraph_from_test_capture, weave_isolated
 from .online import OnlineTraceWeaver, reconstruct_online, stream_chunks
 from .pipeline import (
@@ -16,6 +17,7 @@ from .pipeline import (
 )
 from .result import Reconstruction, instrument_next
 from .scaleout import merge, partition, reconstruct_dask
+from .stream_context import StreamContext
 from .trace_stream import NotInStreamOrder, SpanStream, observe_stream
 from .traceweaver import TraceWeaverParams, reconstruct_traceweaver
 
@@ -25,10 +27,12 @@ __all__ = [
     "Alternatives",
     "CallGraph",
     "EndpointGraph",
+    "Hops",
     "NotInStreamOrder",
     "OnlineTraceWeaver",
     "Reconstruction",
     "SpanStream",
+    "StreamContext",
     "TraceWeaverParams",
     "assemble",
     "callgraph_from_isolated",
