@@ -153,7 +153,7 @@ class StreamContext:
                 out.link[r] = LATER
         else:
             span = span._replace(address=address(r))
-            call = self._address.call_of(span) if span.address[0] is not None else None
+            call = self._address.call_of(span)
             if call is not None:
                 out.link[r] = call.position
                 out.peers[call.position] = svc
@@ -172,7 +172,7 @@ class StreamContext:
             out.peer[r] = svc
         else:
             span = span._replace(address=address(r))
-            found = self._address.request_of(span) if span.address[0] is not None else None
+            found = self._address.request_of(span)
             if found is not None:
                 out.link[r] = found.position
                 out.peer[r] = found.service
@@ -261,15 +261,17 @@ class _AddressBook:
 
     def call_of(self, request: _Span) -> _Span | None:
         """The call that made ``request`` (a server span without a caller), taken; else None,
-        and the request waits for it."""
+        and the request waits for it (unless it names no server end)."""
         return self._take(request, _CALLS, lambda c: _rank(c, request))
 
     def request_of(self, call: _Span) -> _Span | None:
-        """The request ``call`` made, taken; else None, and the call waits for it."""
+        """The request ``call`` made, taken; else None, and the call waits for it (unless it
+        names no server end)."""
         return self._take(call, _REQUESTS, lambda q: _rank(call, q))
 
     def _take(self, span: _Span, side: int, rank: Callable[[_Span], float | None]) -> _Span | None:
-        assert span.endpoint is not None
+        if span.endpoint is None:
+            return None
         others = self._waiting[side].get(span.endpoint, {})
         ranked = [(r, p) for p, o in others.items() if (r := rank(o)) is not None]
         if ranked:
