@@ -12,7 +12,9 @@ The hop is drawn as the spans it would have sent (TraceWeaver, SIGCOMM '24, §3:
 its incoming and outgoing spans): a server span for each call to it, with that call's times,
 and a client span for each request it made, with that request's times, at one instance of the
 service, :data:`VIRTUAL_INSTANCE`. Which of its requests made which call is then what
-TraceWeaver infers at any instance (§4), from the service's call graph.
+TraceWeaver infers at any instance (§4), from the service's call graph. Each drawn span names the
+request target of the span it was drawn from (the request the hop received, or sent), since
+that is what the hop passed on (:mod:`.shared_values`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from collections.abc import Iterable
 import numpy as np
 
 from tacit.model.columns import StringPool
+from tacit.model.span_details import SpanDetail, detail_column
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.reconstruct.callgraph import CallGraph
+from tacit.reconstruct.shared_values import TARGET_PATH, TARGET_QUERY, request_target
 
 VIRTUAL_INSTANCE = "(not instrumented)"
 """The instance of the spans drawn for a service that sent none."""
@@ -79,15 +83,14 @@ class Hops:
     ) -> SpanTable:
         """The spans of the hops: per (row, hop) of ``calls`` a server span of the hop, per
         (row, hop) of ``requests`` a client span of the hop, with the times of the row and
-        ``link`` the row's stream position (``position``)."""
+        ``link`` the row's stream position (``position``) and its request target."""
         names = spans.strings.values
         pool = StringPool()
         rows = [r for r, _ in calls] + [r for r, _ in requests]
         hop = [h for _, h in calls] + [h for _, h in requests]
         n = len(rows)
         endpoint = [self._endpoint[h] for _, h in calls] + [
-            self._call_name.get((h, names[int(spans.service[r])] or ""), "")
-            for r, h in requests
+            self._call_name.get((h, names[int(spans.service[r])] or ""), "") for r, h in requests
         ]
         peer = [names[int(spans.service[r])] for r, _ in calls] + [
             names[int(spans.service[r])] for r, _ in requests
@@ -108,7 +111,24 @@ class Hops:
             link=position[rows].astype(np.int64),
             record=spans.record[rows],
             sources=spans.sources,
+            details=_targets(spans, rows),
         )
+
+
+def _targets(spans: SpanTable, rows: list[int]) -> np.ndarray | None:
+    """A detail per row naming the request target of the span at ``rows``, if it names one."""
+    if spans.details is None:
+        return None
+    out: list[SpanDetail | None] = []
+    for row in rows:
+        detail = spans.details[row]
+        target = None if detail is None else request_target(detail.attributes)
+        out.append(
+            None
+            if target is None
+            else SpanDetail(attributes={TARGET_PATH: target[0], TARGET_QUERY: target[1]})
+        )
+    return detail_column(out)
 
 
 def _one(names: set[str]) -> str | None:

@@ -29,6 +29,10 @@ Three settings select between the paper's formulation and tacit's extensions of 
   (:mod:`.order`) is scored with the gaps, so that in-order services are not out-scored by
   swapped mappings; only at endpoints whose test requests kept their calls in trigger order.
   Off gives the paper's scoring.
+* ``shared_values`` (on by default): from the second iteration a call sharing a value of its
+  request target with a candidate request is scored by how often the previous mapping's calls
+  along the same edge did (:mod:`.shared_values`, DeepTrace's transaction fields). Off gives
+  the paper's timing-only scoring.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ from tacit.reconstruct.delays import (
 from tacit.reconstruct.fallback import fill_unmapped
 from tacit.reconstruct.order import RANK_MIN_STD, ArrivalOrder
 from tacit.reconstruct.result import Reconstruction, mapping_problem
+from tacit.reconstruct.shared_values import SharedValues, ShareModel
 from tacit.runs import contained, distinct, run_bounds, run_heads, run_positions, split_at
 
 
@@ -133,6 +138,10 @@ class TraceWeaverParams:
     """Also score the rank displacement of each call of the endpoints whose test requests kept
     their calls in trigger order (:attr:`.callgraph.EndpointGraph.reorders`; a tacit extension,
     off reproduces the paper's scoring)."""
+    shared_values: bool = True
+    """Also score the values a call's request target shares with its candidate request's, as
+    often as the previous mapping showed them shared along the edge (:mod:`.shared_values`; a
+    tacit extension, off reproduces the paper's timing-only scoring)."""
     seed: int = 0
 
 
@@ -366,6 +375,7 @@ class _Instance:
         incoming, self.outgoing = mapping_problem(spans, rows)
         self.min_std = gap_floor(np.concatenate([spans.start[rows], spans.end[rows]]))
         self.pools = CallPools(spans, self.outgoing)
+        self.shared = SharedValues(spans, rows if params.shared_values else rows[:0])
         self.owner = spans.parent  # a call's given parent (known_calls), the one that may take it
         svc = s[int(spans.service[rows[0]])] or ""
         self.truncated = 0
@@ -777,6 +787,7 @@ class _Instance:
         models: list[GapModel],
         rank_models: list[GapModel | None],
         order: ArrivalOrder | None,
+        share_model: ShareModel | None,
         stats: SolveStats,
     ) -> list[_Pass]:
         """One mapping of the instance: search, score, assign; then the residual passes.
@@ -802,6 +813,9 @@ class _Instance:
                         continue
                     rank = [rank_models[m] for m in self.specs[s].model]
                     sc += log_likelihood(d, rank, np.zeros(len(cs), np.int64))
+            if share_model is not None:
+                for s, (cs, sc) in enumerate(zip(sets, scores, strict=True)):
+                    sc += share_model.score(self.shared.shares(cs), cs.calls, self.specs[s].model)
             cands, raw, origin = self._flat(sets, scores)
             picked = self._assign(cands, self._owners(cands, origin), stats)
             passes.append(_Pass(sets, ready, cands, raw, origin, picked))
@@ -833,12 +847,13 @@ class _Instance:
             self._refit(models, *self._gap_columns(self._mapping_gaps(delays_from)), self.min_std)
         order = ArrivalOrder(self.pools) if p.arrival_order and self.in_order.any() else None
         rank_models: list[GapModel | None] = []
+        share_model: ShareModel | None = None
         seen: set[bytes] = set()
         best: tuple[tuple[int, float], list[_Pass]] | None = None
         since_best = 0
         it = 0
         for it in range(1, p.max_iterations + 1):
-            passes = self._map(models, rank_models, order, stats)
+            passes = self._map(models, rank_models, order, share_model, stats)
             explained, state = mapping_key([(ps.cands, ps.picked) for ps in passes])
             # Hard EM: a mapping is as good as the calls it explains, then its likelihood under
             # the models it was chosen with; keep the best, stop when it stops improving.
@@ -871,6 +886,14 @@ class _Instance:
                 rank_models = [None] * len(self.edges)
                 slots = [sp.model.tolist() for sp in self.specs] * len(passes)
                 self._refit(rank_models, ranks, slots, RANK_MIN_STD)
+            if self.shared:
+                share_model = ShareModel.fit(
+                    len(self.edges),
+                    [self.shared.shares(cs) for cs in sets],
+                    [cs.calls for cs in sets],
+                    [sp.model for sp in self.specs] * len(passes),
+                    chosen,
+                )
         for ps in best[1] if best else passes:
             self._record(result, ps.cands, ps.raw, ps.picked)
         self._record_unmapped(result)
