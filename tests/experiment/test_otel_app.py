@@ -252,9 +252,7 @@ def test_tacit_reads_the_spans_the_receiver_wrote(runs):
 
 
 @pytest.mark.parametrize("mode", ["threadpool", "detached"])
-def test_reconstruct_keep_context_keeps_every_given_link_and_infers_the_lost(
-    runs, tmp_path, mode
-):
+def test_reconstruct_keep_context_keeps_every_given_link_and_infers_the_lost(runs, tmp_path, mode):
     """``tacit reconstruct --keep-context`` on an export whose calls lost their context in a
     thread pool, with the call graph of the full run: every link the SDK gave is kept, and the
     lost ones are inferred; without it, the given links are reconstructed too."""
@@ -278,6 +276,26 @@ def test_reconstruct_keep_context_keeps_every_given_link_and_infers_the_lost(
     # the accuracy (here, that the lost calls are inferred at all, and mostly right)
     assert kept["inferred"]["right"] >= 0.5 * kept["inferred"]["links"] > 0
     assert scores[False]["given"]["kept"] <= kept["given"]["kept"]
+
+
+@pytest.mark.parametrize("mode", ["nopropagation", "queue"])
+def test_reconstruct_pairs_the_calls_whose_context_did_not_cross_by_address(runs, tmp_path, mode):
+    """Where no context crossed (a propagator that carries nothing, a queue), the batch commands
+    pair each call with the request that names its server end and target, as ``tacit serve``
+    does: every lost link is found, every given one kept."""
+    from clirun import run_here
+    from tacit.evaluation import score_traces
+
+    full, broken = _load(runs, "full").result, _load(runs, mode).result
+    graph, out = tmp_path / "callgraph.yaml", tmp_path / "traces.json"
+    assert run_here("callgraph", full.spans, "--out", graph).returncode == 0
+    args = ["reconstruct", broken.spans, "--callgraph", graph, "--out", out, "--keep-context"]
+    done = run_here(*args)
+    assert done.returncode == 0, done.stderr
+    score = score_traces(broken.truth, json.loads(out.read_text()), broken.spans)
+    assert score["given"]["kept"] == score["given"]["links"] > 0
+    assert score["inferred"]["right"] == score["inferred"]["links"] > 0
+    assert score["requests"]["right"] == score["requests"]["total"]
 
 
 def test_parameters_are_checked_before_anything_runs(tmp_path):

@@ -22,6 +22,7 @@ import numpy as np
 
 from tacit.errors import ConfigError, InputError
 from tacit.formats import jaeger, otlp, spancsv, zipkin
+from tacit.formats.address_pairing import ADDRESS_PAIRS, pair_by_address
 from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.common import Paths, Traces, input_files
 from tacit.formats.ebpf_spans import read_ebpf_spans
@@ -155,7 +156,9 @@ def observe(
     services: ServiceMap | None = None,
 ) -> tuple[Observed, float]:
     """Read (unless given a table) and infer roles; returns the observation and seconds taken.
-    The files are one set of spans (:func:`read_spans`). Files in input directories that hold
+    The files are one set of spans (:func:`read_spans`), their calls whose context did not
+    cross paired by address (:func:`.address_pairing.pair_by_address`, counted as
+    :data:`~.address_pairing.ADDRESS_PAIRS`). Files in input directories that hold
     no spans are left out and counted in the accounting (:data:`SKIPPED_FILES`), as are spans
     found in more than one file (:data:`DUPLICATE_SPANS`) and what the :data:`AGENT_FORMATS`
     readers made of every record.
@@ -172,6 +175,8 @@ def observe(
         spans, duplicates = read_span_set(list(paths), format, skipped, services)
         if duplicates:
             read[DUPLICATE_SPANS] = duplicates
+        if paired := pair_by_address(spans):
+            read[ADDRESS_PAIRS] = paired
     observed = infer_roles(spans)
     observed.accounting |= read
     if skipped:
