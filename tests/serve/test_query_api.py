@@ -204,7 +204,8 @@ def test_demo_serve_runs_the_app_into_the_service(tmp_path):
 def test_a_trace_keeps_its_senders_id_and_a_fragment_finds_the_trace_it_joined(tmp_path):
     """A call whose context a thread pool lost starts a trace of its own, its callee's spans
     under it: the trace reconstructed from both keeps its root's id, which the fragment's id
-    finds too; each request sent twice (an exporter's retry) is stored once."""
+    finds too, and the fragment's root links to itself under that id; each request sent twice
+    (an exporter's retry) is stored once."""
     spans = shop_spans(2)
     s = spans.strings
     call = int(np.flatnonzero((spans.kind == CLIENT) & (spans.parent >= 0))[0])
@@ -225,6 +226,12 @@ def test_a_trace_keeps_its_senders_id_and_a_fragment_finds_the_trace_it_joined(t
     assert status["duplicates"] == len(spans) == status["stored"]["spans"]
     assert whole["traceID"] == root_id
     assert call_id in {x["spanID"] for x in found["spans"]} and found["traceID"] != fragment
+    links = {
+        x["spanID"]: [(r["refType"], r["traceID"], r["spanID"]) for r in x["references"][1:]]
+        for x in whole["spans"]
+    }
+    assert links.pop(call_id) == [("FOLLOWS_FROM", fragment, call_id)]
+    assert not any(links.values())
 
 
 def _subtree(spans, top: int) -> np.ndarray:

@@ -352,7 +352,8 @@ def jaeger_traces(
 
 class JaegerSpan(NamedTuple):
     """One span of a Jaeger trace document with its parts made (:func:`jaeger_parts`):
-    ``process`` names its process among the trace's, ``order`` breaks ties of start times."""
+    ``process`` names its process among the trace's, ``order`` breaks ties of start times,
+    ``links`` are (trace id, span id) of spans of other traces it follows from (a span link)."""
 
     trace_id: str
     span_id: str
@@ -364,6 +365,7 @@ class JaegerSpan(NamedTuple):
     logs: list[dict]
     process: Hashable
     order: int
+    links: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -488,6 +490,7 @@ def trace_doc(spans: Iterable[JaegerSpan], processes: Mapping[Hashable, dict]) -
         refs = []
         if sp.parent_id is not None:
             refs = [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": sp.parent_id}]
+        refs += [{"refType": "FOLLOWS_FROM", "traceID": t, "spanID": s} for t, s in sp.links]
         start_us = sp.start_ns // 1000
         out.append(
             {

@@ -562,13 +562,18 @@ class Store:
 
     def _made_docs(self, spans_of: dict[str, tuple[int, int]]) -> dict[str, dict]:
         """The Jaeger documents of traces, made from their spans' parts (``spans_of``: the
-        first and last number of each trace's spans), by trace id."""
+        first and last number of each trace's spans), by trace id. The root of each fragment
+        the trace absorbed (a span its sender gave another trace id and no parent) follows from
+        itself in that trace: a span link to the id its sender knows."""
         if not spans_of:
             return {}
         cur = self._cursor()
         rows = cur.execute(
             "SELECT trace_id, span_id, parent_span_id, operation, start_ns, "
-            "start_ns + duration_ns, tags, logs, process, seq, score, alternatives, unmapped, link "
+            "start_ns + duration_ns, tags, logs, process, seq, "
+            "CASE WHEN given_trace_id <> trace_id AND given_parent_id IS NULL "
+            "AND parent_span_id IS NOT NULL THEN given_trace_id END, "
+            "score, alternatives, unmapped, link "
             "FROM spans WHERE seq BETWEEN ? AND ? AND trace_id IN ?",
             [
                 min(first for first, _ in spans_of.values()),
@@ -584,7 +589,8 @@ class Store:
             ).fetchall()
         }
         traces: dict[str, list[JaegerSpan]] = {}
-        for trace, span, parent, op, start, end, tags, logs, process, seq, *evidence in rows:
+        for row in rows:
+            trace, span, parent, op, start, end, tags, logs, process, seq, fragment = row[:11]
             traces.setdefault(trace, []).append(
                 JaegerSpan(
                     trace,
@@ -593,10 +599,11 @@ class Store:
                     op,
                     start,
                     end,
-                    with_tags(orjson.loads(tags), evidence_tags(ONLINE, *evidence)),
+                    with_tags(orjson.loads(tags), evidence_tags(ONLINE, *row[11:])),
                     orjson.loads(logs) if logs else [],
                     process,
                     seq,
+                    () if fragment is None else ((fragment, span),),
                 )
             )
         return {t: trace_doc(sp, processes) for t, sp in traces.items()}
