@@ -234,6 +234,24 @@ def test_a_trace_keeps_its_senders_id_and_a_fragment_finds_the_trace_it_joined(t
     assert not any(links.values())
 
 
+def test_a_span_sent_again_after_a_restart_is_stored_once(tmp_path):
+    """An exporter that retries a batch across the service's restart: the spans the store
+    already holds are known after it, counted as duplicates and not stored again."""
+    requests = encoded_requests(shop_spans(1), shift_ns=0)
+    url = "http://127.0.0.1:{}/v1/traces"
+    with running(tmp_path) as svc:
+        post_requests(requests, url.format(svc.http_port), connections=1)
+        assert svc.wait_idle(60)
+        stored = get_json(svc, "/api/tacit/status")["stored"]["spans"]
+    with running(tmp_path) as svc:
+        log = post_requests(requests[-3:], url.format(svc.http_port), connections=1)
+        assert svc.wait_idle(60)
+        status = get_json(svc, "/api/tacit/status")
+    assert log.acknowledged > 0
+    assert status["duplicates"] == log.acknowledged
+    assert status["stored"]["spans"] == stored
+
+
 def _subtree(spans, top: int) -> np.ndarray:
     """The rows of ``top`` and every span below it."""
     below = np.zeros(len(spans), dtype=bool)

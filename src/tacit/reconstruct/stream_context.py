@@ -82,6 +82,14 @@ class StreamContext:
         self._children: OrderedDict[Key, list[tuple[int, int]]] = OrderedDict()  # parent to come
         self._address = _AddressBook()
 
+    def remember(self, spans: list[tuple[str, str, int]]) -> None:
+        """Know these spans (trace id, span id, end; oldest end first) as having come, as
+        :meth:`fresh` knows those it was given: what a restart takes from the store."""
+        for trace, span, end in spans:
+            self._seen[(trace, span)] = end
+        if spans:
+            self.latest_end = max(self.latest_end, spans[-1][2])
+
     def fresh(
         self, trace_id: list[str | None], span_id: list[str | None], end: np.ndarray
     ) -> np.ndarray:

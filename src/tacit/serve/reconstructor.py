@@ -75,6 +75,7 @@ class Reconstructor(threading.Thread):
         self._next_expiry = time.monotonic()
         self.seed = store.state("seed", 0) or _new_seed(store)
         self.feed = OnlineFeed(callgraph, online, store.state("next_position", 0), services)
+        self.feed.context.remember(store.latest_ids(self.feed.context.horizon_ns))
         self._stop_event = threading.Event()
         self.failure: BaseException | None = None
         self._arrived_end = 0.0  # the latest span end when the last request came

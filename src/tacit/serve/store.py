@@ -334,6 +334,18 @@ class Store:
     def set_state(self, key: str, value: int) -> None:
         self._cursor().execute(_SET_STATE, [key, value])
 
+    def latest_ids(self, horizon_ns: int) -> list[tuple[str, str, int]]:
+        """(given trace id, span id, end) of the stored spans a sender gave ids, that end
+        within ``horizon_ns`` of the latest stored end (in start order, oldest first): what a
+        restart remembers, so that a span sent again after it is still known."""
+        rows = self._cursor().execute(
+            "SELECT given_trace_id, span_id, start_ns + duration_ns FROM spans "
+            "WHERE given_trace_id IS NOT NULL AND start_ns >= "
+            "(SELECT max(start_ns) FROM spans) - ? ORDER BY start_ns + duration_ns",
+            [2 * horizon_ns],
+        )
+        return [(t, s, int(e)) for t, s, e in rows.fetchall()]
+
     # -- ingest ------------------------------------------------------------------------------
     def next_seq(self) -> int:
         """The sequence number the next acknowledged span gets."""
