@@ -155,12 +155,12 @@ def test_rda_records_round_trip_through_a_followed_file_and_a_post(
     complete = lines.count("\n")
     with running(tmp_path, rda_results=(results,)) as svc:
         follower = svc.rda_files[0]
-        _until(lambda: follower.line == complete - 1, "the complete lines")
+        _until(lambda: follower.file.line == complete - 1, "the complete lines")
         time.sleep(3 * 0.2)  # a few more polls: the incomplete line stays unread
-        assert follower.line == complete - 1
+        assert follower.file.line == complete - 1
         with results.open("a") as f:
             f.write(lines[-30:])
-        _until(lambda: follower.line == complete, "the last line")
+        _until(lambda: follower.file.line == complete, "the last line")
         got = answer(svc)
         metrics = get(svc, "/metrics")[1].decode()
 
@@ -211,7 +211,7 @@ def test_rda_records_round_trip_through_a_followed_file_and_a_post(
     with results.open("a") as f:
         f.write(MALFORMED[0] + "\n")
     with running(tmp_path, rda_results=(results,)) as svc:
-        _until(lambda: svc.rda_files[0].line == complete + 1, "the line added")
+        _until(lambda: svc.rda_files[0].file.line == complete + 1, "the line added")
         again = get_json(svc, f"/api/tacit/latency/oneway?source={source}")
     assert again["data"] == got["data"]  # the same rows, not received again
     assert again["rejected"] == {source: len(MALFORMED) + 1}
@@ -319,10 +319,10 @@ def test_the_command_refuses_a_missing_capture_in_one_line(tmp_path: Path) -> No
 def test_a_line_longer_than_a_read_is_one_rejected_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agents: Any
 ) -> None:
-    from tacit.serve import rda_feed
+    from tacit.serve import followed_file, rda_feed
     from tacit.serve.metrics import ServeMetrics
 
-    monkeypatch.setattr(rda_feed, "MAX_READ", 1024)  # more than a record
+    monkeypatch.setattr(followed_file, "MAX_READ", 1024)  # more than a record
     receiver, _ = agents
     results = tmp_path / "receiver.jsonl"
     results.write_text(json_lines(receiver[:1]) + "x" * 1500)  # a long line, not yet ended
@@ -331,7 +331,7 @@ def test_a_line_longer_than_a_read_is_one_rejected_line(
         follower = rda_feed.RdaFollower(results, rda_feed.RdaIngest(store, ServeMetrics()))
         while follower.read_more():
             pass
-        assert follower.line == 1  # the long line waits for its end, however long it grows
+        assert follower.file.line == 1  # the long line waits for its end, however long it grows
         with results.open("a") as f:
             f.write("y" * 1500)
         assert not follower.read_more()
@@ -339,7 +339,7 @@ def test_a_line_longer_than_a_read_is_one_rejected_line(
             f.write("\n" + json_lines(receiver[1:3]))
         while follower.read_more():
             pass
-        assert follower.line == 4 and follower.offset == results.stat().st_size
+        assert follower.file.line == 4 and follower.file.offset == results.stat().st_size
         assert store.rda_rejected() == {str(results): 1}
         assert len(store.rda_intervals(str(results), None, None, 10)) == 3
     finally:

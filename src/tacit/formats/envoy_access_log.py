@@ -127,36 +127,51 @@ def read_envoy_logs(
     gzip or not), one file per sidecar, into blind spans with their RPCs paired (see the module
     docstring). ``params`` defaults to a tolerance of :data:`TOLERANCE_NS`."""
     services = services or ServiceMap()
-    pods = {pod: services.addresses.get(a, pod) for a, pod in services.instances.items()}
     tables: list[SpanTable] = []
-    key: list[str | None] = []
-    server_end: list[str | None] = []
-    client_end: list[str | None] = []
+    ends: list[tuple[str | None, str | None, str | None]] = []
     accounting: dict[str, int] = {"lines read": 0}
     for f in input_files(paths, SUFFIXES):
-        stem = _stem(f)
-        service = pods.get(stem, stem)
+        instance, service = sidecar(f, services)
         builder = SpanTableBuilder(str(f))
         for lineno, entry in _entries(f, accounting):
             r = RecordReader(str(f), f"line {lineno}")
-            span = _span(r, entry, service, stem, services, accounting)
+            span = entry_span(r, entry, service, instance, services, accounting)
             if span is None:
                 continue
-            fields, ends = span
+            fields, span_ends = span
             builder.add(**fields, record=lineno)
-            rid, server, client = ends
-            if rid is None and server is not None:
-                rid = f"server {server}"
-            key.append(rid)
-            server_end.append(server)
-            client_end.append(client)
+            ends.append(span_ends)
         if not len(builder):
             raise InputError("no access log entries", path=str(f))
         tables.append(builder.build())
     spans = concat(tables)
-    params = params or PairingParams(TOLERANCE_NS)
-    accounting |= pair_rpcs(spans, key, [server_end, client_end], params)
+    accounting |= pair_sidecar_spans(spans, ends, params)
     return AgentSpans(spans, accounting)
+
+
+def sidecar(path: Path, services: ServiceMap) -> tuple[str, str]:
+    """The instance and the service of the sidecar whose log ``path`` is: the file's name
+    without its suffix, and the service a pod list names for it (else the same name)."""
+    stem = _stem(path)
+    pods = {pod: services.addresses.get(a, pod) for a, pod in services.instances.items()}
+    return stem, pods.get(stem, stem)
+
+
+def pair_sidecar_spans(
+    spans: SpanTable,
+    ends: list[tuple[str | None, str | None, str | None]],
+    params: PairingParams | None = None,
+) -> dict[str, int]:
+    """Pair the sides of each RPC in ``spans`` (see the module docstring), given each span's
+    (request id, server end, client end) as :func:`entry_span` gives them; ``params`` defaults
+    to a tolerance of :data:`TOLERANCE_NS`. Returns the accounting of
+    :func:`~tacit.formats.rpc_pairing.pair_rpcs`."""
+    key = [
+        rid if rid is not None or server is None else f"server {server}" for rid, server, _ in ends
+    ]
+    servers = [server for _, server, _ in ends]
+    clients = [client for _, _, client in ends]
+    return pair_rpcs(spans, key, [servers, clients], params or PairingParams(TOLERANCE_NS))
 
 
 def _stem(path: Path) -> str:
@@ -173,24 +188,33 @@ def _entries(path: Path, accounting: dict[str, int]) -> list[tuple[int, dict[str
     src = str(path)
     out = []
     for lineno, line in enumerate(read_text(path).split("\n"), start=1):
-        text = line.strip()
-        if not text:
-            continue
-        accounting["lines read"] += 1
-        r = RecordReader(src, f"line {lineno}")
-        if text.startswith("{"):
-            try:
-                entry = parse_json(text)
-            except ValueError as e:
-                raise r.fail(f"malformed JSON: {e}") from None
-            out.append((lineno, r.obj(entry, "access log entry")))
-        elif text.startswith("["):
-            out.append((lineno, _text_entry(r, text)))
-        elif _PROXY_LOG.match(text):
-            accounting[PROXY_LINES] = accounting.get(PROXY_LINES, 0) + 1
-        else:
-            raise r.fail("not an access log entry: expected '[START_TIME] ...' or a JSON object")
+        entry = access_log_entry(RecordReader(src, f"line {lineno}"), line, accounting)
+        if entry is not None:
+            out.append((lineno, entry))
     return out
+
+
+def access_log_entry(
+    r: RecordReader, line: str, accounting: dict[str, int]
+) -> dict[str, Any] | None:
+    """The fields of one line (named as in Istio's JSON encoding); None for a blank line or a
+    line of the proxy's own log (counted). An error naming the line for anything else."""
+    text = line.strip()
+    if not text:
+        return None
+    accounting["lines read"] = accounting.get("lines read", 0) + 1
+    if text.startswith("{"):
+        try:
+            entry = parse_json(text)
+        except ValueError as e:
+            raise r.fail(f"malformed JSON: {e}") from None
+        return r.obj(entry, "access log entry")
+    if text.startswith("["):
+        return _text_entry(r, text)
+    if _PROXY_LOG.match(text):
+        accounting[PROXY_LINES] = accounting.get(PROXY_LINES, 0) + 1
+        return None
+    raise r.fail("not an access log entry: expected '[START_TIME] ...' or a JSON object")
 
 
 def _text_entry(r: RecordReader, text: str) -> dict[str, Any]:
@@ -212,7 +236,7 @@ def _text_entry(r: RecordReader, text: str) -> dict[str, Any]:
     return entry
 
 
-def _span(
+def entry_span(
     r: RecordReader,
     entry: dict[str, Any],
     service: str,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Iterable
@@ -29,6 +28,7 @@ from typing import Any
 
 from tacit.errors import InputError
 from tacit.oneway_latency.agent import STATUSES
+from tacit.serve.followed_file import FollowedFile
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.store import Store
 
@@ -48,9 +48,6 @@ COUNTS = (
 """The count fields of a record, in the order of ``rda_intervals``; each may be null (an
 interval without reconciliation has none of the last five)."""
 ROLES = ("sender", "receiver")
-MAX_READ = 4 << 20
-"""Bytes of a followed file read at once; a line longer than this (no agent writes one) is
-rejected whole, as one line, once its end is written."""
 POLL_S = 0.2
 NS = 1e9
 
@@ -198,18 +195,19 @@ class RdaIngest:
 
 
 class RdaFollower:
-    """A results file followed as it grows, in a thread of its own (module docstring). The
-    file need not exist yet."""
+    """A results file followed as it grows (:class:`~.followed_file.FollowedFile`), in a
+    thread of its own (module docstring). The file need not exist yet."""
 
     def __init__(self, path: Path, ingest: RdaIngest) -> None:
         self.path = path
         self.ingest = ingest
         self.source = str(path)
         self._offset_key, self._line_key = f"rda_offset:{path}", f"rda_line:{path}"
-        self.offset = ingest.store.state(self._offset_key, 0)
-        self.line = ingest.store.state(self._line_key, 0)
+        store = ingest.store
+        self.file = FollowedFile(
+            path, store.state(self._offset_key, 0), store.state(self._line_key, 0)
+        )
         self.error: str | None = None
-        self._scanned = 0  # how far a line longer than MAX_READ was searched for its end
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tacit-rda", daemon=True)
 
@@ -225,8 +223,8 @@ class RdaFollower:
     def status(self) -> dict[str, object]:
         return {
             "source": self.source,
-            "bytes": self.offset,
-            "lines": self.line,
+            "bytes": self.file.offset,
+            "lines": self.file.line,
             "error": self.error,
         }
 
@@ -255,56 +253,11 @@ class RdaFollower:
             self._stop.wait(POLL_S)
 
     def read_more(self) -> bool:
-        """Take the complete lines added since the last read (at most :data:`MAX_READ` bytes);
-        whether there was anything."""
-        size = os.stat(self.path).st_size
-        if size < self.offset:
-            log.warning(
-                "%s: shorter (%d bytes) than what was read (%d): reading it again from the start",
-                self.path,
-                size,
-                self.offset,
-            )
-            self.offset = self.line = self._scanned = 0
-        if size == self.offset:
+        """Take the lines completed since the last read, and store how far the file has been
+        read with what they gave, in one transaction; whether there was anything."""
+        lines = self.file.read()
+        if lines is None:
             return False
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            data = f.read(min(size - self.offset, MAX_READ))
-        end = data.rfind(b"\n") + 1
-        if not end:
-            return len(data) == MAX_READ and self._take_long_line()
-        lines = data[:end].split(b"\n")
-        if not lines[-1]:
-            lines.pop()
-        numbered: list[tuple[int, str | InputError]] = [
-            (self.line + i, text.decode(errors="replace")) for i, text in enumerate(lines, 1)
-        ]
-        self._took(numbered, end)
-        return True
-
-    def _took(self, numbered: list[tuple[int, str | InputError]], size: int) -> None:
-        """Store what ``numbered`` (the next lines, ``size`` bytes) gave, and how far the file
-        has been read, in one transaction."""
-        offset, line = self.offset + size, self.line + len(numbered)
-        self.ingest.take(numbered, self.source, {self._offset_key: offset, self._line_key: line})
-        self.offset, self.line = offset, line
-
-    def _take_long_line(self) -> bool:
-        """The next line is longer than :data:`MAX_READ`: once its end is written, reject it
-        as one line (searching on from where the last search stopped, so that a line still
-        growing costs each poll only its new bytes); whether it ended."""
-        with open(self.path, "rb") as f:
-            f.seek(max(self._scanned, self.offset + MAX_READ))
-            while block := f.read(MAX_READ):
-                at = block.find(b"\n")
-                if at >= 0:
-                    size = f.tell() - len(block) + at + 1 - self.offset
-                    break
-            else:
-                self._scanned = f.tell()
-                return False
-        self._scanned = 0
-        why = InputError(f"a line of {size - 1} bytes, longer than any record ({MAX_READ} at most)")
-        self._took([(self.line + 1, why)], size)
+        state = {self._offset_key: self.file.offset, self._line_key: self.file.line}
+        self.ingest.take([(number, text) for number, _, text in lines], self.source, state)
         return True
