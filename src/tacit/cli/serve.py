@@ -58,6 +58,13 @@ def register(app: typer.Typer) -> None:
             list[Path] | None,
             typer.Option(help="RDA: an agent's --output file, followed as it grows (may repeat)."),
         ] = None,
+        envoy_logs: Annotated[
+            list[Path] | None,
+            typer.Option(
+                help="Envoy/Istio sidecar access logs: a file per sidecar, or a directory of "
+                "them, followed as they grow (may repeat); --capture-services names the pods."
+            ),
+        ] = None,
         capture_interface: Annotated[
             str | None,
             typer.Option(help="Spans from every exchange captured live on this interface."),
@@ -73,7 +80,8 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option(
                 help="Service names of addresses (as `tacit capture --services`): of the spans "
-                "made from packets, and of the server ends OTLP spans name, to pair them."
+                "made from packets, of the server ends OTLP spans name, to pair them, and of "
+                "the pods of --envoy-logs."
             ),
         ] = None,
         capture_protocol: Annotated[
@@ -132,6 +140,7 @@ def register(app: typer.Typer) -> None:
             pirate_filter=pirate_filter,
             pirate=None if epoch_ns is None else replace(cfg.pirate, epoch_ns=epoch_ns),
             rda_results=tuple(rda_results) if rda_results else None,
+            envoy_logs=tuple(envoy_logs) if envoy_logs else None,
             retention_s=retention_s,
             capture_interface=capture_interface,
             capture_pcap=capture_pcap,
@@ -146,6 +155,9 @@ def register(app: typer.Typer) -> None:
         for pcap in (cfg.pirate_pcap, cfg.capture_pcap):
             if pcap is not None and not pcap.is_file():
                 raise ConfigError(f"{pcap}: no such capture file")
+        for logs in cfg.envoy_logs:
+            if not logs.exists():
+                raise ConfigError(f"{logs}: no such sidecar log file or directory")
         for followed in cfg.rda_results:
             if followed.is_dir():
                 raise ConfigError(f"{followed}: a directory, not an RDA agent's results file")

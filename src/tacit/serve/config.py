@@ -28,6 +28,7 @@
     capture_filter: tcp port 8080   # a BPF filter of the captured packets
     capture_services: pods.json # names of addresses (as `tacit capture --services`)
     capture_protocol: auto      # auto, http, http2, redis or memcached
+    envoy_logs: [sidecars/]     # Envoy/Istio sidecar access logs, one file per sidecar, followed
     ingest_token_file: token    # senders must give Authorization: Bearer <its first line>
     query_token_file: reader    # every GET but /healthz, /readyz must give its first line
     tls_cert_file: cert.pem     # HTTPS and gRPC over TLS with this certificate (PEM) ...
@@ -95,6 +96,7 @@ _FIELDS = (
     "capture_filter",
     "capture_services",
     "capture_protocol",
+    "envoy_logs",
     "ingest_token_file",
     "query_token_file",
     "tls_cert_file",
@@ -144,6 +146,9 @@ class ServeConfig:
     capture_filter: str = ""
     capture_services: Path | None = None
     capture_protocol: str = "auto"
+    envoy_logs: tuple[Path, ...] = ()
+    """Sidecar access logs (files, or directories of one file per sidecar) followed as they
+    grow (:mod:`.envoy_feed`); ``capture_services`` names their pods."""
     ingest_token_file: Path | None = None
     """A file whose first line is the token every request bringing data must carry
     (:mod:`tacit.serve.auth`); none: anyone who can connect may send."""
@@ -232,10 +237,11 @@ def load_config(path: str | Path) -> ServeConfig:
     for key in paths:
         if key in data:
             kwargs[key] = _path(data, key, where, base)
-    if "rda_results" in data:
-        files = get(data, "rda_results", where)
-        names = [{"rda_results": f} for f in (files if isinstance(files, list) else [files])]
-        kwargs["rda_results"] = tuple(_path(n, "rda_results", where, base) for n in names)
+    for key in ("rda_results", "envoy_logs"):
+        if key in data:
+            files = get(data, key, where)
+            names = [{key: f} for f in (files if isinstance(files, list) else [files])]
+            kwargs[key] = tuple(_path(n, key, where, base) for n in names)
     if "pirate_epoch_s" in data:
         epoch_ns = round(number(data, "pirate_epoch_s", where, positive=True, maximum=3600) * NS)
         kwargs["pirate"] = PirateParams(epoch_ns=epoch_ns)

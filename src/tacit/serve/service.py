@@ -18,6 +18,7 @@ from tacit.reconstruct.result import instrument_next
 from tacit.serve.auth import read_token
 from tacit.serve.capture_feed import CaptureFeed
 from tacit.serve.config import ServeConfig
+from tacit.serve.envoy_feed import EnvoyFeed
 from tacit.serve.forward import Forwarder
 from tacit.serve.grpc_receiver import start_grpc
 from tacit.serve.http_server import ServeHTTPServer
@@ -105,10 +106,16 @@ class Service:
             for source in (config.capture_pcap, config.capture_interface)
             if source is not None
         ]
-        self._feeds: list[PacketFeed | RdaFollower] = [
+        self.envoy = (
+            [EnvoyFeed(self.ingest, config.envoy_logs, names, config.online.lateness_ns / 1e9)]
+            if config.envoy_logs
+            else []
+        )
+        self._feeds: list[PacketFeed | RdaFollower | EnvoyFeed] = [
             *self.pirate,
             *self.rda_files,
             *self.captures,
+            *self.envoy,
         ]
         self.restored = 0
         self._gc_thresholds = gc.get_threshold()
@@ -205,6 +212,7 @@ class Service:
                 "pirate": [feed.status() for feed in self.pirate],
                 "rda": [follower.status() for follower in self.rda_files],
                 "capture": [feed.status() for feed in self.captures],
+                "envoy": [feed.status() for feed in self.envoy],
             }
         return None
 
