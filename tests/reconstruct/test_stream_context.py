@@ -123,3 +123,15 @@ def test_calls_to_one_address_at_once_are_told_apart_by_their_targets():
     )
     # p1 names c2's target; p2 names none and takes the call left
     assert out.link.tolist() == [NONE, NONE, 1, 0]
+
+
+def test_a_call_no_server_span_answers_is_named_where_a_service_was_seen_serving():
+    ctx = StreamContext(horizon_ns=10**9)
+    _add(ctx, [(SERVER, "cart", "k1", "c0", "cart:80", 10, 20)], first=0)
+    call = _add(ctx, [(CLIENT, "front", "c1", None, "cart:80", 100, 200)], first=1)
+    assert call.link.tolist() == [NONE] and call.peer == [None] and call.named == ["cart"]
+    unknown = _add(ctx, [(CLIENT, "front", "c2", None, "db:5432", 100, 200)], first=2)
+    assert unknown.named == [None]
+    _add(ctx, [(SERVER, "cart-v2", "k2", "c9", "cart:80", 300, 310)], first=3)  # took it over
+    later = _add(ctx, [(CLIENT, "front", "c3", None, "cart:80", 400, 500)], first=4)
+    assert later.named == ["cart-v2"]

@@ -56,8 +56,8 @@ def test_every_reason_a_span_is_stored_without_a_parent_has_a_short_label():
 def test_ebpf_spans_pair_by_the_service_map_where_their_ends_are_named_apart(tmp_path):
     """Beyla's spans, each its own trace: a caller names the cart by its host name
     (``cart:8080``), the cart names its own address (``10.0.0.3:8080``). With the service map
-    that names both, every call is paired with its request; without it, only the calls whose
-    ends are named alike (catalog's address)."""
+    that names both, every call is paired with its request and reconstructed into it; without
+    it, only the calls whose ends are named alike (catalog's address) are paired."""
     import json
 
     from agent_logs import CALLGRAPH_YAML, SERVICE_MAP_YAML, beyla_document, truth
@@ -70,7 +70,7 @@ def test_ebpf_spans_pair_by_the_service_map_where_their_ends_are_named_apart(tmp
     (tmp_path / "cg.yaml").write_text(CALLGRAPH_YAML)
     (tmp_path / "pods.yaml").write_text(SERVICE_MAP_YAML)
     graph = CallGraph.load(tmp_path / "cg.yaml")
-    paired = {}
+    paired, unmapped = {}, {}
     for named in (True, False):
         d = tmp_path / str(named)
         d.mkdir()
@@ -83,6 +83,13 @@ def test_ebpf_spans_pair_by_the_service_map_where_their_ends_are_named_apart(tmp
                 "SELECT span_id, parent_span_id FROM spans WHERE kind = 'server'"
             )
             paired[named] = dict(rows.fetchall())
+            unmapped[named] = (
+                svc.store._cursor()
+                .execute(
+                    "SELECT count(*) FROM spans WHERE kind = 'client' AND parent_span_id IS NULL"
+                )
+                .fetchone()[0]
+            )
         finally:
             svc.stop()
     callers = {
@@ -91,5 +98,53 @@ def test_ebpf_spans_pair_by_the_service_map_where_their_ends_are_named_apart(tmp
         if c.kind == "server" and c.role != "front"
     }
     assert all(paired[True][s] == c for s, c in callers.items())
+    # each call mapped to its request, the cart's ("GET", as the agent names a client span)
+    # as the call graph names it, by the route its server span answered
+    assert unmapped[True] == 0
     cart = [s for k, s in enumerate(callers) if calls[int(s, 16) - 1].role == "cart"]
     assert cart and all(paired[False][s] is None for s in cart)
+
+
+def test_a_call_whose_server_span_was_lost_is_named_where_its_callee_was_seen_serving(tmp_path):
+    """Beyla's spans with the cart's server spans of every other request lost: the calls to it
+    that nothing answers are named by the address the cart's other requests were served at
+    (through the service map), so each is reconstructed into the request that made it."""
+    import json
+
+    from agent_logs import CALLGRAPH_YAML, SERVICE_MAP_YAML, beyla_document, truth
+    from serve_app import config, post
+    from tacit.reconstruct.callgraph import CallGraph
+    from tacit.serve import Service
+
+    calls = truth(20, 2.0)
+    doc = beyla_document(calls)
+    lost = {
+        f"{k + 1:016x}"
+        for k, c in enumerate(calls)
+        if c.role == "cart" and c.kind == "server" and c.request % 2
+    }
+    for resource in doc["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            scope["spans"] = [
+                s for s in scope["spans"] if not {s["spanId"], s["parentSpanId"]} & lost
+            ]
+    (tmp_path / "cg.yaml").write_text(CALLGRAPH_YAML)
+    (tmp_path / "pods.yaml").write_text(SERVICE_MAP_YAML)
+    front = {c.request: f"{k + 1:016x}" for k, c in enumerate(calls) if c.role == "front"}
+    unanswered = {
+        f"{k + 1:016x}": front[c.request]
+        for k, c in enumerate(calls)
+        if c.role == "cart" and c.kind == "client" and c.request % 2
+    }
+    svc = Service(
+        config(tmp_path, capture_services=tmp_path / "pods.yaml"),
+        CallGraph.load(tmp_path / "cg.yaml"),
+    ).start()
+    try:
+        assert post(svc, json.dumps(doc).encode(), "application/json")[0] == 200
+        assert svc.wait_idle(60)
+        rows = svc.store._cursor().execute("SELECT span_id, parent_span_id FROM spans")
+        parent = dict(rows.fetchall())
+    finally:
+        svc.stop()
+    assert unanswered and {s: parent[s] for s in unanswered} == unanswered

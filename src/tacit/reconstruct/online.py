@@ -73,6 +73,7 @@ from tacit.model.span_details import SpanDetail
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, concat
 from tacit.model.traces import roots
 from tacit.reconstruct.alternatives import Alternatives
+from tacit.reconstruct.call_names import CallNames
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.hops import Hops
 from tacit.reconstruct.result import ROOT_CALL, Reconstruction
@@ -162,6 +163,7 @@ class OnlineTraceWeaver:
     ) -> None:
         self.callgraph = callgraph
         self._hops = Hops(callgraph) if draw_hops else None
+        self._call_names = CallNames(callgraph)
         self.drawn: list[tuple[int, int]] = []
         """The spans drawn for services that sent none (``draw_hops``), as (their position,
         the position of the span they were drawn from), until the caller takes them."""
@@ -466,6 +468,7 @@ class OnlineTraceWeaver:
         spans = self.spans.take(work)
         given = self.given[work]
         spans.parent[given] = find_sorted(self.position[work], self.parent[work[given]])
+        self._call_names.name(spans)
         rec = reconstruct_traceweaver(spans, self.callgraph, self.params, candidates=False)
         kind = spans.kind
         final_in = (kind == SERVER) & (spans.end <= boundary)

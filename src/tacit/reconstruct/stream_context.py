@@ -13,6 +13,11 @@ SIGCOMM '24, §5.3 for the stream):
   span without a caller is paired with a call that named its server end
   (:mod:`tacit.formats.rpc_endpoints`) and encloses it in time, and a queue's consumer with the
   producer that named its queue and message.
+* **Callees by address**: a call that no server span answers (its callee's span was lost, or
+  never sent) is named by the server end it names, where the server spans of a service were
+  seen last (:attr:`Resolved.named`); a sender's ``peer.service`` comes first. Each
+  service's first server spans, and then one in :data:`LEARN_EVERY`, tell where it serves, so
+  that a replica that comes later is learned too, at a cost per span that stays small.
 * **Given parents**: a client span whose parent span id names a server span of its own trace,
   directly or through in-process (internal) spans, was caused by that request. A client span
   with no parent, or whose chain of parents ends at an in-process root or never arrives, lost
@@ -40,6 +45,13 @@ from tacit.model.spans import CLIENT, NONE, SERVER
 LATER = np.iinfo(np.int64).max
 """The position of a partner or given parent still to come (:mod:`.online`)."""
 
+LEARN_FIRST = 16
+LEARN_EVERY = 64
+"""Server spans of a service whose server end is read to learn where it serves: its first
+:data:`LEARN_FIRST`, then one in this many."""
+MAX_ENDS = 65_536
+"""Server ends remembered, the most recently seen kept."""
+
 Key = tuple[str | None, str | None]
 """A span's identity as its sender gave it: trace id and span id."""
 _Address = Callable[[int], tuple[str | None, str | None]]
@@ -52,13 +64,15 @@ class Resolved:
     Per row of the chunk: ``link``, the RPC partner's position (NONE: none, LATER: to come);
     ``parent``, a client span's given parent's position (NONE: none given, LATER: to come);
     ``peer``, the callee service of a client span whose server span came before (None: not
-    known yet). For spans pushed earlier: ``peers`` (position -> callee service) and
-    ``parents`` (client positions and their given parents' positions, NONE where the context
-    turned out lost)."""
+    known yet); ``named``, that of a client span that no server span answered yet, as its
+    server end names it (None: not named; a sender's ``peer.service`` comes first). For spans
+    pushed earlier: ``peers`` (position -> callee service) and ``parents`` (client positions
+    and their given parents' positions, NONE where the context turned out lost)."""
 
     link: np.ndarray
     parent: np.ndarray
     peer: list[str | None]
+    named: list[str | None]
     peers: dict[int, str] = field(default_factory=dict)
     parents: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
 
@@ -81,6 +95,8 @@ class StreamContext:
         self._callees: OrderedDict[Key, tuple[int, int, str]] = OrderedDict()  # by the caller's
         self._children: OrderedDict[Key, list[tuple[int, int]]] = OrderedDict()  # parent to come
         self._address = _AddressBook()
+        self._served: OrderedDict[str, str] = OrderedDict()  # end -> the service seen there last
+        self._learned: dict[str, int] = {}  # server spans seen per service
 
     def remember(self, spans: list[tuple[str, str, int]]) -> None:
         """Know these spans (trace id, span id, end; oldest end first) as having come, as
@@ -122,7 +138,9 @@ class StreamContext:
         context did not pair) and its stream position (NONE for spans that do not enter the
         stream, such as in-process ones)."""
         n = len(kind)
-        out = Resolved(np.full(n, NONE, np.int64), np.full(n, NONE, np.int64), [None] * n)
+        out = Resolved(
+            np.full(n, NONE, np.int64), np.full(n, NONE, np.int64), [None] * n, [None] * n
+        )
         rows = zip(
             kind.tolist(),
             start.tolist(),
@@ -132,6 +150,8 @@ class StreamContext:
             position.tolist(),
             strict=True,
         )
+        for r in np.flatnonzero(kind == SERVER).tolist():  # before the calls it may name
+            self._learn(service[r], ids[2][r] is None, address, r)
         for r, row in enumerate(rows):
             span = _Span(*row)
             if span.kind == SERVER:
@@ -184,10 +204,28 @@ class StreamContext:
             if found is not None:
                 out.link[r] = found.position
                 out.peer[r] = found.service
-            elif span.span_id is not None:
-                self._clients[key] = (span.position, span.end)
+            else:
+                if span.endpoint is not None:
+                    out.named[r] = self._served.get(span.endpoint)
+                if span.span_id is not None:
+                    self._clients[key] = (span.position, span.end)
         if span.parent_id is not None:
             out.parent[r] = self._resolve(span.trace, span.parent_id, span.position, span.end)
+
+    def _learn(self, service: str | None, orphan: bool, address: _Address, r: int) -> None:
+        """Where ``service`` serves, from some of its server spans (module docstring), and from
+        every one without a caller (its server end is read to pair it anyway)."""
+        seen = self._learned.get(service or "", 0)
+        self._learned[service or ""] = seen + 1
+        if seen >= LEARN_FIRST and seen % LEARN_EVERY and not orphan:
+            return
+        at = address(r)[0]
+        if service is None or at is None or at.startswith(QUEUE):
+            return
+        self._served.pop(at, None)
+        self._served[at] = service  # the latest: an address a new pod took over
+        if len(self._served) > MAX_ENDS:
+            self._served.popitem(last=False)
 
     def _resolve(self, trace: str | None, q: str | None, child: int, end: int) -> int:
         """The given parent of ``child`` whose parent span id is ``q``: a server span's

@@ -221,6 +221,8 @@ class OnlineFeed:
         for k, r in enumerate(rows.tolist()):
             if context.peer[r] is not None:
                 chunk.peer[k] = code(context.peer[r])
+            elif context.named[r] is not None and chunk.peer[k] == NONE:
+                chunk.peer[k] = code(context.named[r])
         first = self.tw.pushed
         earlier = {p: svc for p, svc in context.peers.items() if p < first}
         for p, svc in context.peers.items():
