@@ -152,11 +152,13 @@ class EnvoyFeed:
         """Read what every log gained, and take in what is paired or waited long enough."""
         for sc in self._found():
             try:
-                lines = sc.file.read()
+                read = sc.file.read()
             except FileNotFoundError:
                 continue  # rotated away: its next file is found by name
-            for number, offset, text in lines or ():
-                self._read(sc, number, offset, text)
+            if read is not None:
+                for number, offset, text in read.lines:
+                    self._read(sc, number, offset, text)
+                sc.file.took(read)
         self._take(time.monotonic() if now is None else now)
 
     def _found(self) -> list[_Sidecar]:

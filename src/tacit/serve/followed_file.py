@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from tacit.errors import InputError
 
@@ -25,6 +26,14 @@ Line = tuple[int, int, str | InputError]
 """A line's number, the byte offset of its start, and its text (or why it is refused)."""
 
 
+class Read(NamedTuple):
+    """The lines one read gave, and the offset and line number after them."""
+
+    lines: list[Line]
+    offset: int
+    line: int
+
+
 class FollowedFile:
     """``path`` from byte ``offset``, line ``line`` (the number of the last line read)."""
 
@@ -34,9 +43,10 @@ class FollowedFile:
         self.line = line
         self._scanned = 0  # how far a line longer than MAX_READ was searched for its end
 
-    def read(self) -> list[Line] | None:
-        """The lines completed since the last read (None: nothing new); ``offset`` and ``line``
-        move past them. Raises :class:`OSError` (a missing file: :class:`FileNotFoundError`)."""
+    def read(self) -> Read | None:
+        """The lines completed since the last read (None: nothing new), which :meth:`took`
+        moves past once they are taken: until then, the file is read there again. Raises
+        :class:`OSError` (a missing file: :class:`FileNotFoundError`)."""
         size = os.stat(self.path).st_size
         if size < self.offset:
             log.warning(
@@ -55,15 +65,18 @@ class FollowedFile:
         if not end:
             return self._long_line() if len(data) == MAX_READ else None
         out: list[Line] = []
-        at = self.offset
+        at, line = self.offset, self.line
         for text in data[:end].split(b"\n")[:-1]:
-            self.line += 1
-            out.append((self.line, at, text.decode(errors="replace")))
+            line += 1
+            out.append((line, at, text.decode(errors="replace")))
             at += len(text) + 1
-        self.offset = at
-        return out
+        return Read(out, at, line)
 
-    def _long_line(self) -> list[Line] | None:
+    def took(self, read: Read) -> None:
+        """Move past what ``read`` gave."""
+        self.offset, self.line = read.offset, read.line
+
+    def _long_line(self) -> Read | None:
         """The next line is longer than :data:`MAX_READ`: once its end is written, it is
         refused as one line."""
         with open(self.path, "rb") as f:
@@ -78,6 +91,4 @@ class FollowedFile:
                 return None
         self._scanned = 0
         why = InputError(f"a line of {size - 1} bytes, longer than any record ({MAX_READ} at most)")
-        start, self.offset = self.offset, self.offset + size
-        self.line += 1
-        return [(self.line, start, why)]
+        return Read([(self.line + 1, self.offset, why)], self.offset + size, self.line + 1)

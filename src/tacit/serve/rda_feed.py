@@ -255,9 +255,10 @@ class RdaFollower:
     def read_more(self) -> bool:
         """Take the lines completed since the last read, and store how far the file has been
         read with what they gave, in one transaction; whether there was anything."""
-        lines = self.file.read()
-        if lines is None:
+        read = self.file.read()
+        if read is None:
             return False
-        state = {self._offset_key: self.file.offset, self._line_key: self.file.line}
-        self.ingest.take([(number, text) for number, _, text in lines], self.source, state)
+        state = {self._offset_key: read.offset, self._line_key: read.line}
+        self.ingest.take([(number, text) for number, _, text in read.lines], self.source, state)
+        self.file.took(read)
         return True
