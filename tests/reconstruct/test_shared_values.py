@@ -10,6 +10,7 @@ import pytest
 from tacit.evaluation.trace_accuracy import score_reconstruction
 from tacit.model.roles import Observed, infer_roles
 from tacit.model.span_details import SpanDetail, detail_column
+from tacit.model.spans import CLIENT, SERVER, SpanTableBuilder
 from tacit.reconstruct.callgraph import CallPath, learn_callgraph
 from tacit.reconstruct.candidates import CandidateSet
 from tacit.reconstruct.shared_values import SharedValues, ShareModel, request_values
@@ -56,19 +57,39 @@ def test_shared_values_score_only_what_the_mapping_shows_them_worth():
     assert score[3] == pytest.approx(model.gain_apart[0])
 
 
-def test_a_call_shares_a_value_only_with_a_request_that_names_it():
-    obs = infer_roles(simulate(load_app(None), 100, n_requests=3, seed=1))
-    spans = _spans_with(obs, lambda r: f"/x?k={r % 2}").spans
-    rows = np.arange(len(spans))
+def test_a_call_shares_with_its_request_or_with_what_the_requests_other_calls_passed_on():
+    """A profile call's id is in no request's target, but below the request's call to search,
+    which shares the request's own value: search passed the id to rate. Only the candidate that
+    holds both calls sees it shared."""
+    b = SpanTableBuilder("t")
+    spans = [
+        # name, service, kind, target, (trace, span id, parent id)
+        ("p", "front", SERVER, "/hotels?lat=1", ("t1", "p", None)),
+        ("q", "front", SERVER, "/hotels?lat=7", ("t2", "q", None)),
+        ("c1", "front", CLIENT, "http://search/nearby?lat=1", ("t3", "c1", None)),
+        ("s1", "search", SERVER, "/nearby?lat=1", ("t3", "s1", "c1")),
+        ("k1", "search", CLIENT, "http://rate/rates?ids=7,8", ("t3", "k1", "s1")),
+        ("c2", "front", CLIENT, "http://profile/profile?id=7", ("t4", "c2", None)),
+    ]  # fmt: skip
+    for k, (name, svc, kind, target, (trace, span_id, parent_id)) in enumerate(spans):
+        key = "url.full" if kind == CLIENT else "http.target"
+        b.add(svc, None, name, kind, k, 100 - k, k, trace=trace, span_id=span_id,
+              parent_id=parent_id, detail=SpanDetail(span_id, {key: target}))  # fmt: skip
+    table = b.build()
+    table.link[2], table.link[3] = 3, 2  # c1 and s1: one RPC
+    rows = np.array([0, 1, 2, 5])
     cs = CandidateSet(
-        CallPath(slots=[], preds=[]), np.array([0, 0, 1]), np.array([[2, -1], [3, 5], [4, 3]])
+        CallPath(slots=[], preds=[]),
+        np.array([0, 0, 1, 1]),
+        np.array([[2, 5], [-1, 5], [2, 5], [-1, 5]]),
     )
-    assert SharedValues(spans, rows).shares(cs).tolist() == [
-        [True, False],
-        [False, False],
+    assert SharedValues(table, rows).shares(cs).tolist() == [
+        [True, True],  # c1 passed p's value on, and c2's id is below c1
+        [False, False],  # without c1, nothing of p's
+        [False, True],  # q's own target names 7; c1 is not q's
         [False, True],
     ]
-    assert not SharedValues(spans.take(rows[:0]), rows[:0])
+    assert not SharedValues(table.take(rows[:0]), rows[:0])
 
 
 @pytest.fixture(scope="module")

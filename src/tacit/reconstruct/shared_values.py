@@ -10,8 +10,17 @@ mapping, as the gap models are refit on it:
 * a span's values are those of its request target (:func:`request_values`): each query
   parameter's value, and its comma-separated parts, and each path segment with a digit in it
   (an id; the route's words are the same for every request of an endpoint);
-* per edge of the call graph, ``p`` is the share of the calls the previous mapping gave a
-  request that share a value with it, and ``q`` the share of the other candidate pairings
+* a request's values are its own, and those below the calls it is known to have made: the
+  calls its sender gave it and, within one candidate, the calls that share one of its values,
+  and so on (below a call: its server span, and through the parents their senders gave, the
+  calls that made and theirs). A service may pass on what it got from one callee to another:
+  a front end that asked search for hotels near a place (the place passed on) and then asks
+  profile for the hotels search found, whose ids search had passed on to the rate service.
+  Values reached only through calls that share none of the request's are not the request's: a
+  candidate made of another request's calls gains nothing from their sharing among themselves;
+* a call *shares* with a request when one of its own values is among the request's; per edge
+  of the call graph, ``p`` is the share of the calls the previous mapping gave a request that
+  share with it, and ``q`` the share of the other candidate pairings
   along the edge that do (each with a Laplace prior, so that a handful of calls decides little);
 * a candidate gains ``log(p / q)`` for a call sharing a value with its request and
   ``log((1 - p) / (1 - q))`` for one that does not, so that an edge whose calls share no more
@@ -31,7 +40,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
 
-from tacit.model.spans import SpanTable
+from tacit.model.spans import CLIENT, NONE, SpanTable
 from tacit.reconstruct.candidates import CandidateSet
 
 TARGET_PATH = "url.path"
@@ -73,34 +82,82 @@ def request_values(attributes: Mapping[str, Any]) -> frozenset[str]:
 
 
 class SharedValues:
-    """The values of the rows of one mapping problem, and the evidence they give each candidate."""
+    """The values of the rows of one mapping problem, the values below each call, and the
+    evidence they give each candidate (module docstring)."""
 
     def __init__(self, spans: SpanTable, rows: np.ndarray) -> None:
-        self._values: dict[int, frozenset[str]] = {}
-        details = spans.details
-        if details is not None:
-            for row in rows.tolist():
-                detail = details[row]
-                if detail is not None and (values := request_values(detail.attributes)):
-                    self._values[row] = values
+        self._spans = spans
+        self._own: dict[int, frozenset[str]] = {}
+        self._below: dict[int, set[str]] = {}
+        self._children: dict[int, list[int]] | None = None
+        self.requests: dict[int, set[str]] = {}
+        """Per incoming row, the values below the calls its sender gave it."""
+        if spans.details is not None and len(rows):
+            self._any = any(self.own(r) for r in rows.tolist())
+        else:
+            self._any = False
 
     def __bool__(self) -> bool:
-        return bool(self._values)
+        return self._any
+
+    def own(self, row: int) -> frozenset[str]:
+        """The values of the span at ``row``'s own request target."""
+        values = self._own.get(row)
+        if values is None:
+            detail = None if self._spans.details is None else self._spans.details[row]
+            values = frozenset() if detail is None else request_values(detail.attributes)
+            self._own[row] = values
+        return values
+
+    def below(self, call: int) -> set[str]:
+        """The values of the spans below the call at ``call``: its server span and, through the
+        parents their senders gave, the calls it made and theirs."""
+        known = self._below.get(call)
+        if known is not None:
+            return known
+        found: set[str] = set()
+        server = int(self._spans.link[call])
+        if server != NONE:
+            found.update(self.own(server))
+            for child in self._children_of(server):
+                found.update(self.own(child))
+                found.update(self.below(child))
+        self._below[call] = found
+        return found
+
+    def given(self, calls: dict[int, list[int]]) -> None:
+        """The calls each incoming row made that their senders gave it: the values below them
+        are the request's too."""
+        self.requests = {p: set().union(*(self.below(c) for c in cs)) for p, cs in calls.items()}
 
     def shares(self, cs: CandidateSet) -> np.ndarray:
-        """Per candidate and slot, whether the call shares a value with the candidate's
-        incoming span (False for a skipped slot)."""
+        """Per candidate and slot, whether the call's values meet the request's: its own, those
+        below the calls its sender gave it, and those below the candidate's calls that meet
+        them, and so on (False for a skipped slot)."""
         out = np.zeros(cs.calls.shape, dtype=bool)
-        values = self._values
         for c, (inc, calls) in enumerate(zip(cs.incoming.tolist(), cs.calls.tolist(), strict=True)):
-            mine = values.get(inc)
-            if mine is None:
-                continue
-            for j, call in enumerate(calls):
-                theirs = values.get(call) if call >= 0 else None
-                if theirs is not None and not mine.isdisjoint(theirs):
+            known = set(self.own(inc)) | set(self.requests.get(inc, ()))
+            waiting = [(j, self.own(call)) for j, call in enumerate(calls) if call >= 0]
+            waiting = [(j, values) for j, values in waiting if values]
+            while known and waiting:
+                met = [(j, v) for j, v in waiting if not known.isdisjoint(v)]
+                if not met:
+                    break
+                for j, _ in met:
                     out[c, j] = True
+                    known.update(self.below(calls[j]))
+                waiting = [(j, v) for j, v in waiting if not out[c, j]]
         return out
+
+    def _children_of(self, server: int) -> list[int]:
+        if self._children is None:
+            spans = self._spans
+            rows = np.flatnonzero((spans.kind == CLIENT) & (spans.parent != NONE))
+            children: dict[int, list[int]] = {}
+            for child, parent in zip(rows.tolist(), spans.parent[rows].tolist(), strict=True):
+                children.setdefault(parent, []).append(child)
+            self._children = children
+        return self._children.get(server, [])
 
 
 class ShareModel:

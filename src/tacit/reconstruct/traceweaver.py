@@ -377,6 +377,8 @@ class _Instance:
         self.pools = CallPools(spans, self.outgoing)
         self.shared = SharedValues(spans, rows if params.shared_values else rows[:0])
         self.owner = spans.parent  # a call's given parent (known_calls), the one that may take it
+        if self.shared:
+            self.shared.given(self._given_calls())
         svc = s[int(spans.service[rows[0]])] or ""
         self.truncated = 0
         self.not_top = 0  # requests assigned a candidate other than their best-scored one
@@ -898,6 +900,14 @@ class _Instance:
             self._record(result, ps.cands, ps.raw, ps.picked)
         self._record_unmapped(result)
         return it
+
+    def _given_calls(self) -> dict[int, list[int]]:
+        """Per incoming span, the calls its sender gave it."""
+        made: dict[int, list[int]] = {}
+        given = self.outgoing[self.owner[self.outgoing] != NONE]
+        for call, request in zip(given.tolist(), self.owner[given].tolist(), strict=True):
+            made.setdefault(request, []).append(call)
+        return made
 
     def _record(
         self, result: Reconstruction, cands: Candidates, raw: np.ndarray, picked: np.ndarray
