@@ -203,15 +203,32 @@ def as_given(message: object) -> str:
     return text.replace(_spooled_stdin, "stdin") if _spooled_stdin else text
 
 
+LEARNED = ("learn", "blind")
+"""The call graphs a command learns from its own input: from its ground truth, or blind."""
+
+
 def load_callgraph(spec: str):
-    """The call graph in the YAML file ``spec``, or None for "learn" (from the input's truth)."""
+    """The call graph in the YAML file ``spec``, or None for one learned from the input
+    (:data:`LEARNED`: see :func:`input_callgraph`)."""
     from tacit.reconstruct.callgraph import CallGraph
 
-    if spec == "learn":
+    if spec in LEARNED:
         return None
     if not Path(spec).exists():
-        raise ConfigError(f"{spec}: no such call graph file (or say 'learn')")
+        raise ConfigError(f"{spec}: no such call graph file (or say 'learn' or 'blind')")
     return CallGraph.load(spec)
+
+
+def input_callgraph(spec: str, observed):
+    """The call graph ``spec`` names for the input ``observed``: a file's, or learned from the
+    input's ground truth ("learn"), or from its requests that ran alone or kept their context
+    ("blind", :mod:`tacit.reconstruct.blind_callgraph`)."""
+    from tacit.reconstruct.blind_callgraph import learn_blind
+    from tacit.reconstruct.callgraph import learn_callgraph
+
+    if spec == "blind":
+        return learn_blind(observed.without_truth(given=True))[0]
+    return load_callgraph(spec) or learn_callgraph(observed.spans)
 
 
 def id_column(table: Table, header: str, ids: Iterable[str]) -> None:

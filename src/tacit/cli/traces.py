@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from tacit.cli.common import (
+    LEARNED,
     POSITIVE,
     SEED,
     JsonOpt,
@@ -17,6 +18,7 @@ from tacit.cli.common import (
     comma_list,
     console,
     flag,
+    input_callgraph,
     load_callgraph,
     out,
     parse_duration,
@@ -101,7 +103,11 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="Comma-separated: traceweaver,wap5,fcfs,vpath,traceweaver-online."),
         ] = "traceweaver,wap5,fcfs,vpath",
         callgraph: Annotated[
-            str, typer.Option(help="'learn' (from the input's ground truth) or a YAML file.")
+            str,
+            typer.Option(
+                help="'learn' (from the input's ground truth), 'blind' (from its spans, their "
+                "context removed: the requests that ran alone) or a YAML file."
+            ),
         ] = "learn",
         sample: Annotated[
             float,
@@ -130,6 +136,7 @@ def register(app: typer.Typer) -> None:
                 algos,
                 callgraph=load_callgraph(callgraph),
                 callgraph_sample=sample,
+                blind_callgraph=callgraph == "blind",
                 instrumented=comma_list(instrumented),
                 progress=cb,
             )
@@ -188,7 +195,11 @@ def register(app: typer.Typer) -> None:
         ],
         out_path: Annotated[Path, typer.Option("--out", help="Output file (.json[.gz]).")],
         callgraph: Annotated[
-            str, typer.Option(help="'learn' (from the input, needs ground truth) or a YAML file.")
+            str,
+            typer.Option(
+                help="'learn' (from the input, needs ground truth), 'blind' (from the input's "
+                "requests that ran alone or kept their context) or a YAML file."
+            ),
         ] = "learn",
         algorithm: Annotated[
             str, typer.Option(help="traceweaver, wap5, fcfs, vpath or traceweaver-online.")
@@ -249,7 +260,6 @@ def register(app: typer.Typer) -> None:
             write_traces_stream,
         )
         from tacit.model.spans import CLIENT
-        from tacit.reconstruct.callgraph import learn_callgraph
         from tacit.reconstruct.pipeline import (
             ONLINE,
             StreamTotals,
@@ -262,7 +272,7 @@ def register(app: typer.Typer) -> None:
         from tacit.reconstruct.scaleout import check_window
         from tacit.reconstruct.trace_stream import NotInStreamOrder
 
-        cg_file = [callgraph] if callgraph != "learn" else []
+        cg_file = [callgraph] if callgraph not in LEARNED else []
         refuse_input_as_output(out_path, [*spans, *cg_file, *([services] if services else [])])
         check_algorithm(algorithm, dask is not None)
         if dask_window is not None and dask is None:
@@ -272,13 +282,13 @@ def register(app: typer.Typer) -> None:
         if input_format in AGENT_FORMATS and callgraph == "learn":
             raise ConfigError(
                 f"spans read as {input_format} have no trace ids to learn a call graph from: "
-                "give --callgraph FILE"
+                "give --callgraph FILE, or --callgraph blind"
             )
         stream = None
         if (
             algorithm == ONLINE
             and not keep_context
-            and callgraph != "learn"
+            and callgraph not in LEARNED
             and output_format in STREAM_WRITE_FORMATS
             and input_format in ("auto", "blind", "otlp", "csv")
         ):
@@ -318,7 +328,7 @@ def register(app: typer.Typer) -> None:
                 }
         if summary is None:
             observed = _observe(spans, input_format, services)
-            cg = load_callgraph(callgraph) or learn_callgraph(observed.spans)
+            cg = input_callgraph(callgraph, observed)
             blind = observed.without_truth(given=keep_context)
             with progress_bar(len(blind), "reconstructing", not json_out) as cb:
                 rec_traces, tags, rec = reconstruct_blind(
@@ -382,26 +392,62 @@ def register(app: typer.Typer) -> None:
 
     @app.command(name="callgraph")
     def callgraph_cmd(
-        traces: Annotated[list[Path], typer.Argument(help="Test traces with ground truth.")],
+        traces: Annotated[
+            list[Path],
+            typer.Argument(help="Test traces with ground truth; with --blind, any spans."),
+        ],
         out_path: Annotated[Path | None, typer.Option("--out", help="YAML file.")] = None,
+        blind: Annotated[
+            bool,
+            typer.Option(
+                "--blind",
+                help="Learn from spans without (or with partial) trace context: from the "
+                "requests that ran alone at their instance or kept their context.",
+            ),
+        ] = False,
+        input_format: InputFormatOpt = "auto",
+        services: ServicesOpt = None,
         json_out: JsonOpt = False,
     ) -> None:
-        """Learn call graphs and dependency order from isolated test traces (§5.2.2)."""
-        from tacit.formats import observe
+        """Learn call graphs and dependency order from isolated test traces (§5.2.2), or with
+        --blind from production's own spans."""
+        from tacit.formats import AGENT_FORMATS
+        from tacit.reconstruct.blind_callgraph import learn_blind
         from tacit.reconstruct.callgraph import learn_callgraph
 
         if out_path:
-            refuse_input_as_output(out_path, traces)
-        observed, _ = observe(list(traces))
-        cg = learn_callgraph(observed.spans)
+            refuse_input_as_output(out_path, [*traces, *([services] if services else [])])
+        if input_format in AGENT_FORMATS and not blind:
+            raise ConfigError(
+                f"spans read as {input_format} have no trace ids to learn a call graph from: "
+                "give --blind"
+            )
+        observed = _observe(traces, input_format, services)
+        support = None
+        if blind:
+            cg, support = learn_blind(observed.without_truth(given=True))
+        else:
+            cg = learn_callgraph(observed.spans)
         if out_path:
             cg.save(out_path)
         if json_out:
             import yaml
 
-            print_json(yaml.safe_load(cg.to_yaml()))
-        elif not out_path:
+            doc = yaml.safe_load(cg.to_yaml()) or {}
+            print_json(doc if support is None else {"callgraph": doc, "support": support.as_dict()})
+            return
+        if not out_path:
             out.print(cg.to_yaml(), end="")
+        if support is not None:
+            left = support.left_out()
+            learned = len(support.seen) - len(left)
+            console.print(
+                f"{learned} of {len(support.seen)} endpoints learned from requests that ran alone "
+                "or kept their context",
+                markup=False,
+            )
+            for (svc, ep), n in left.items():
+                console.print(f"  left out: {svc} {ep} ({n} requests, none alone)", markup=False)
 
     @app.command()
     def demo(

@@ -19,6 +19,7 @@ from tacit.errors import ConfigError, InputError
 from tacit.evaluation.trace_accuracy import artifact_scope, score_reconstruction
 from tacit.formats import observe
 from tacit.model.spans import SpanTable
+from tacit.reconstruct.blind_callgraph import learn_blind
 from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
 from tacit.reconstruct.pipeline import ALGORITHMS, Progress, check_algorithm, run_algorithm
 from tacit.reconstruct.traceweaver import TraceWeaverParams
@@ -49,6 +50,7 @@ def evaluate(
     *,
     callgraph: CallGraph | None = None,
     callgraph_sample: float = 1.0,
+    blind_callgraph: bool = False,
     params: TraceWeaverParams | None = None,
     seed: int = 0,
     progress: Progress | None = None,
@@ -57,7 +59,9 @@ def evaluate(
     """Blind ground-truth traces, reconstruct them with each algorithm, and score each.
 
     Without ``callgraph`` it is learned from the input's own ground truth (standing in for a
-    test environment), from a random ``callgraph_sample`` fraction of its traces. The calls of
+    test environment), from a random ``callgraph_sample`` fraction of its traces; with
+    ``blind_callgraph``, from the input's spans with their context removed, as production would
+    give them (:mod:`tacit.reconstruct.blind_callgraph`): the two compare. The calls of
     the ``instrumented`` services keep their parents (they propagate trace context): every
     algorithm maps only the rest, and the score still counts every link.
     """
@@ -71,6 +75,16 @@ def evaluate(
         named = ", ".join(map(str, source)) if isinstance(source, list) else "the input"
         raise InputError(f"{named}: no spans, nothing to evaluate")
     how = "given"
+    blind = observed.without_truth(instrumented)
+    if callgraph is None and blind_callgraph:
+        t0 = time.perf_counter()
+        callgraph, support = learn_blind(blind)
+        read_seconds += time.perf_counter() - t0
+        left = support.left_out()
+        how = (
+            "learned blind from the input's own spans (the requests that ran alone): "
+            f"{len(support.seen) - len(left)} of {len(support.seen)} endpoints"
+        )
     if callgraph is None:
         t0 = time.perf_counter()
         callgraph = learn_callgraph(_sample_traces(truth, callgraph_sample, seed))
@@ -80,7 +94,6 @@ def evaluate(
             if callgraph_sample >= 1
             else f"learned from {callgraph_sample:.0%} of the input's ground-truth traces"
         )
-    blind = observed.without_truth(instrumented)
     scope = artifact_scope(truth)
     ev = Evaluation(
         traces=len(distinct(truth.trace)),

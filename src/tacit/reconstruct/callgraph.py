@@ -182,6 +182,10 @@ class EndpointGraph(CallPath):
     reorders: bool = False
     """The test requests show calls leaving out of their triggers' order (:func:`_reorders`):
     TraceWeaver's arrival-order term does not apply to this endpoint."""
+    support: dict[str, int] | None = None
+    """What a call graph learned without test traces rests on (:mod:`.blind_callgraph`): the
+    requests ``seen`` of the endpoint, and those known ``alone`` or by their ``given``
+    context; None for one learned from test traces."""
 
     def describe(self) -> str:
         return f"of {self.service} {self.endpoint}"
@@ -239,6 +243,8 @@ class CallGraph:
                 spec["same_thread"] = True
             if g.reorders:
                 spec["reorders"] = True
+            if g.support is not None:
+                spec["support"] = dict(g.support)
             if g.paths:
                 spec["paths"] = [
                     {"requests": p.requests, "calls": _calls_doc(p, with_probability=False)}
@@ -287,6 +293,7 @@ class CallGraph:
                     join=_parse_join(spec.get("join"), where),
                     same_thread=flag(spec, "same_thread", where),
                     reorders=flag(spec, "reorders", where),
+                    support=_parse_support(spec.get("support"), where),
                 )
                 for p in g.call_paths():
                     p.order  # noqa: B018 - validates acyclicity
@@ -313,6 +320,14 @@ def _calls_doc(p: CallPath, with_probability: bool) -> list[dict]:
 def _nanoseconds(call: dict, key: str, where: str) -> int:
     """A tolerance given in microseconds, in nanoseconds (at most 1e12 us: int64 holds it)."""
     return round(number(call, key, where, 0, maximum=1e12) * 1000)
+
+
+def _parse_support(spec: object, where: str) -> dict[str, int] | None:
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where}: 'support' must be a mapping of counts")
+    return {str(k): number(spec, k, where, integer=True) for k in spec}
 
 
 def _parse_join(spec: object, where: str) -> Join | None:

@@ -1,0 +1,160 @@
+"""A call graph learned from production's own spans, without a test environment.
+
+TraceWeaver learns call graphs from test traces: production requests replayed one at a time,
+"so that the ensuing spans can be easily weaved together ... due to the lack of competing
+candidates" (SIGCOMM '24, §5.2.1). Production traffic gives the same wherever a request ran
+alone at its instance, the unit TraceWeaver maps (§4): with no other request in flight there,
+every call the instance made while it was served is its own. And spans whose context was not
+lost are ground truth as they are. Per instance, an incoming span is *known* when
+
+* no outgoing span of the instance starts while it is served, or no other incoming span of the
+  instance overlaps it and every outgoing span of the instance that starts while it is served
+  ends before its response and names no other request as its parent: its calls are those
+  (*alone*); or
+* every outgoing span of the instance that starts while it is served carries the parent its
+  sender gave: its calls are those that name it (*given*; no call whose context was lost can be
+  one of them).
+
+The call graph, dependency orders, paths and their frequencies are learned from the known
+requests alone (:func:`.callgraph.learn_callgraph`, §5.2.2); :class:`Support` says how many
+requests of each endpoint were seen and how many it rests on (each endpoint's ``support`` in the
+YAML), and which endpoints no known request showed (left out, so a reconstruction leaves their
+calls unmapped, with that reason). A call that outlives its request's response (sent after it,
+or still open) makes the request not known, rather than learned without that call. Joins
+(several requests of one trace at one service, :class:`.callgraph.Join`) need the trace, which
+blind spans do not have: they are not learned.
+
+Requests run alone often when traffic is light (nights, a quiet service, the start of a burst):
+at a rate of λ requests per second at an instance, each lasting d seconds, a share of about
+exp(-2λd) of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tacit.model.roles import process_key
+from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
+from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
+from tacit.runs import run_bounds
+
+ALONE = "alone"
+GIVEN = "given"
+
+
+@dataclass
+class Support:
+    """Per (service, endpoint): requests ``seen`` in the input, and of them those the call graph
+    was learned from, known ``alone`` or by their ``given`` context."""
+
+    seen: dict[tuple[str, str], int] = field(default_factory=dict)
+    alone: dict[tuple[str, str], int] = field(default_factory=dict)
+    given: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def known(self, key: tuple[str, str]) -> int:
+        return self.alone.get(key, 0) + self.given.get(key, 0)
+
+    def left_out(self) -> dict[tuple[str, str], int]:
+        """The endpoints no known request showed, with the requests seen of each."""
+        return {k: n for k, n in sorted(self.seen.items()) if not self.known(k)}
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON: per ``service endpoint``, seen, alone and given; and the endpoints left out."""
+        return {
+            "endpoints": {
+                f"{svc} {ep}": {
+                    "seen": n,
+                    ALONE: self.alone.get((svc, ep), 0),
+                    GIVEN: self.given.get((svc, ep), 0),
+                }
+                for (svc, ep), n in sorted(self.seen.items())
+            },
+            "left_out": {f"{svc} {ep}": n for (svc, ep), n in self.left_out().items()},
+        }
+
+
+def learn_blind(spans: SpanTable) -> tuple[CallGraph, Support]:
+    """The call graph of the known requests of ``spans`` (observed spans: RPC sides linked, a
+    client span's ``parent`` the request its sender gave it, or NONE where the context was lost)
+    and what it rests on (see the module docstring)."""
+    calls: dict[int, list[int]] = {}
+    how: dict[int, str] = {}
+    proc = process_key(spans)
+    order = np.lexsort((spans.start, proc))
+    heads, lengths = run_bounds(proc[order])
+    for a, n in zip(heads.tolist(), lengths.tolist(), strict=True):
+        rows = order[a : a + n]
+        kind = spans.kind[rows]
+        _known_at_instance(spans, rows[kind == SERVER], rows[kind == CLIENT], calls, how)
+    return _learn(spans, calls, how)
+
+
+def _known_at_instance(
+    spans: SpanTable,
+    incoming: np.ndarray,
+    outgoing: np.ndarray,
+    calls: dict[int, list[int]],
+    how: dict[int, str],
+) -> None:
+    """Add the known incoming spans of one instance (each row list sorted by start) to
+    ``calls`` (their calls) and ``how`` (how they are known)."""
+    if not len(incoming):
+        return
+    start, end = spans.start[incoming], spans.end[incoming]
+    ended_before = np.maximum.accumulate(np.r_[np.iinfo(np.int64).min, end[:-1]])
+    next_start = np.r_[start[1:], np.iinfo(np.int64).max]
+    isolated = (ended_before <= start) & (end <= next_start)
+    out_start, out_end = spans.start[outgoing], spans.end[outgoing]
+    out_parent = spans.parent[outgoing]
+    lo = np.searchsorted(out_start, start, "left")
+    hi = np.searchsorted(out_start, end, "right")
+    given_to: dict[int, list[int]] = {}
+    for c, p in zip(outgoing.tolist(), out_parent.tolist(), strict=True):
+        if p != NONE:
+            given_to.setdefault(p, []).append(c)
+    for i, p in enumerate(incoming.tolist()):
+        within = slice(lo[i], hi[i])
+        parents = out_parent[within]
+        if lo[i] == hi[i] or (
+            isolated[i] and (out_end[within] <= end[i]).all() and np.isin(parents, (NONE, p)).all()
+        ):
+            calls[p], how[p] = outgoing[within].tolist(), ALONE
+        elif (parents != NONE).all():
+            calls[p], how[p] = given_to.get(p, []), GIVEN
+
+
+def _learn(
+    spans: SpanTable, calls: dict[int, list[int]], how: dict[int, str]
+) -> tuple[CallGraph, Support]:
+    """The call graph of the known requests (``calls``: each one's calls) and its support."""
+    s = spans.strings
+    support = Support()
+    servers = np.flatnonzero(spans.kind == SERVER)
+    for svc, ep in zip(
+        spans.service[servers].tolist(), spans.endpoint[servers].tolist(), strict=True
+    ):
+        key = (s[svc] or "?", s[ep] or "?")
+        support.seen[key] = support.seen.get(key, 0) + 1
+    for p, kind in how.items():
+        key = (s[int(spans.service[p])] or "?", s[int(spans.endpoint[p])] or "?")
+        counts = support.alone if kind == ALONE else support.given
+        counts[key] = counts.get(key, 0) + 1
+    requests = np.array(sorted(calls), dtype=np.int64)
+    children = [np.array(calls[p], dtype=np.int64) for p in requests.tolist()]
+    rows = np.concatenate([requests, *children]) if len(requests) else requests
+    table = spans.take(rows)
+    at = {int(r): i for i, r in enumerate(requests.tolist())}
+    parent = np.full(len(rows), NONE, dtype=np.int64)
+    k = len(requests)
+    for p, kids in zip(requests.tolist(), children, strict=True):
+        parent[k : k + len(kids)] = at[p]
+        k += len(kids)
+    table.parent = parent
+    table.trace[: len(requests)] = -2 - np.arange(len(requests))  # no joins: each its own trace
+    graph = learn_callgraph(table)
+    for key, g in graph.endpoints.items():
+        g.support = {"seen": support.seen[key], ALONE: support.alone.get(key, 0),
+                     GIVEN: support.given.get(key, 0)}  # fmt: skip
+    return graph, support

@@ -1,0 +1,83 @@
+"""A call graph learned from production's own spans: the requests that ran alone at their
+instance, and those whose context was kept."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tacit.evaluation.trace_accuracy import score_reconstruction
+from tacit.model.roles import infer_roles
+from tacit.reconstruct.blind_callgraph import learn_blind
+from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
+from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
+from tacit.simulate import load_app, simulate
+
+QUICK = TraceWeaverParams(max_components=2, max_iterations=4)
+
+
+def _accuracy(obs, graph: CallGraph) -> float:
+    rec = reconstruct_traceweaver(obs.without_truth(), graph, QUICK)
+    return score_reconstruction(obs.spans, rec).accuracy
+
+
+@pytest.fixture(scope="module")
+def shop():
+    app = load_app(None)
+    return {rate: infer_roles(simulate(app, rate, n_requests=300, seed=3)) for rate in (100, 700)}
+
+
+def test_blind_spans_at_a_moderate_load_teach_the_call_graph_their_truth_would(shop):
+    """At 100 requests/s many requests run alone at every instance: the call graph learned
+    from them reconstructs as well as the one learned from the same spans' ground truth."""
+    obs = shop[100]
+    graph, support = learn_blind(obs.without_truth())
+    assert not support.left_out()
+    assert set(graph.endpoints) == set(learn_callgraph(obs.spans).endpoints)
+    for key, g in graph.endpoints.items():
+        assert g.support == {"seen": support.seen[key], "alone": g.requests, "given": 0}
+        assert 0 < g.requests <= support.seen[key]
+    assert _accuracy(obs, graph) >= _accuracy(obs, learn_callgraph(obs.spans)) - 0.01
+
+
+def test_spans_whose_context_was_kept_are_ground_truth_as_they_are(shop):
+    """With every call's parent given, every request is known, alone or by its context, and
+    the call graph is the one its ground truth teaches (less the joins, which need the
+    trace)."""
+    obs = shop[700]
+    graph, support = learn_blind(obs.without_truth(given=True))
+    truth = learn_callgraph(obs.spans)
+    assert all(support.known(key) == n for key, n in support.seen.items())
+    assert sum(support.given.values()) > 0
+    for key, g in truth.endpoints.items():
+        g.support = graph.endpoints[key].support
+    assert graph.to_yaml() == truth.to_yaml()
+
+
+def test_an_endpoint_no_request_ran_alone_at_is_left_out_and_counted(shop):
+    """At 700 requests/s the front end is never alone: its endpoints are left out (with the
+    requests seen), the services behind it learned."""
+    obs = shop[700]
+    graph, support = learn_blind(obs.without_truth())
+    left = support.left_out()
+    assert {svc for svc, _ in left} == {"frontend"}
+    assert sum(left.values()) == 300
+    assert not set(left) & set(graph.endpoints) and graph.endpoints
+
+
+def test_the_command_learns_blind_and_says_what_it_rests_on(tmp_path, shop):
+    from clirun import run_here
+    from tacit.formats.blind import write_blind
+
+    write_blind(tmp_path / "blind.jsonl", shop[100].without_truth())
+    refused = run_here("callgraph", "blind.jsonl", cwd=tmp_path)
+    assert refused.returncode == 2 and "blind spans" in refused.stderr
+    done = run_here("callgraph", "blind.jsonl", "--blind", "--out", "cg.yaml", "--json",
+                    cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["support"]["left_out"] == {}
+    assert doc["support"]["endpoints"]["frontend GET /product"]["alone"] > 0
+    graph = CallGraph.load(tmp_path / "cg.yaml")
+    assert graph.get("frontend", "GET /product").support["seen"] > 0
