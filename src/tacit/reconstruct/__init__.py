@@ -2,6 +2,8 @@
 
 - :mod:`~.callgraph`: call graphs with dependency order, learned from test traces (§5.2.2).
 - :mod:`~.isolated`: test traces woven from requests replayed one at a time (§5.2.1).
+- :mod:`~.blind_callgraph`: a call graph learned from production's own spans, from the requests
+  that ran alone at their instance or kept their context.
 - :mod:`~.traceweaver`: the reconstruction (§4); :mod:`~.online` streams it (§5.3).
 - :mod:`~.baselines`: FCFS, WAP5's nearest parent and vPath's threads (§6).
 - :mod:`~.scaleout`: TraceWeaver cut into independent parts, per instance and time window, run

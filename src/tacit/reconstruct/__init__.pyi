@@ -3,6 +3,8 @@
 from .alternatives import Alternatives
 from .assemble import assemble
 from .baselines import reconstruct_fcfs, reconstruct_vpath, reconstruct_wap5
+from .blind_callgraph import Support, learn_blind
+from .call_names import CallNames
 from .callgraph import CallGraph, EndpointGraph, learn_callgraph
 from .hops import Hops
 from .isolated import callgraph_from_isolated, callgraph_from_test_capture, weave_isolated
@@ -26,6 +28,7 @@ __all__ = [
     "ONLINE",
     "Alternatives",
     "CallGraph",
+    "CallNames",
     "EndpointGraph",
     "Hops",
     "NotInStreamOrder",
@@ -33,11 +36,13 @@ __all__ = [
     "Reconstruction",
     "SpanStream",
     "StreamContext",
+    "Support",
     "TraceWeaverParams",
     "assemble",
     "callgraph_from_isolated",
     "callgraph_from_test_capture",
     "instrument_next",
+    "learn_blind",
     "learn_callgraph",
     "merge",
     "observe_stream",
