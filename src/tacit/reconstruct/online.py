@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -77,6 +77,7 @@ from tacit.reconstruct.call_names import CallNames
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.hops import Hops
 from tacit.reconstruct.result import ROOT_CALL, Reconstruction
+from tacit.reconstruct.shared_values import SharedValues
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 from tacit.runs import contained, find_sorted
 
@@ -469,7 +470,9 @@ class OnlineTraceWeaver:
         given = self.given[work]
         spans.parent[given] = find_sorted(self.position[work], self.parent[work[given]])
         self._call_names.name(spans)
-        rec = reconstruct_traceweaver(spans, self.callgraph, self.params, candidates=False)
+        rec = reconstruct_traceweaver(
+            spans, self.callgraph, self.params, candidates=False, below=self._values_below(work)
+        )
         kind = spans.kind
         final_in = (kind == SERVER) & (spans.end <= boundary)
         chosen = (kind == CLIENT) & (rec.parent != NONE) & ~given
@@ -497,6 +500,25 @@ class OnlineTraceWeaver:
         for r in np.flatnonzero(given_up).tolist():
             p = at_list[r]
             self.unmapped[p] = self._why.pop(p, rec.unmapped.get(r, NO_CAUSE))
+
+    def _values_below(self, work: np.ndarray) -> dict[int, set[str]] | None:
+        """Per call of ``work`` (by its row in the work), the values of the pending spans below
+        it, which the work need not hold (:mod:`.shared_values`); None where no span of the
+        work names a value."""
+        pending = self.spans
+        if not (self.params or TraceWeaverParams()).shared_values or not SharedValues(
+            pending, work
+        ):
+            return None
+        given = self.given
+        view = replace(
+            pending,
+            link=self._rows_of(self.link),
+            parent=np.where(given, self._rows_of(np.where(given, self.parent, NONE)), NONE),
+        )
+        values = SharedValues(view, work[:0])
+        calls = np.flatnonzero(pending.kind[work] == CLIENT)
+        return {i: values.below(int(work[i])) for i in calls.tolist()}
 
     def _rows_of(self, positions: np.ndarray) -> np.ndarray:
         """The row of each of ``positions`` among the pending spans (NONE where none is):

@@ -83,12 +83,15 @@ def request_values(attributes: Mapping[str, Any]) -> frozenset[str]:
 
 class SharedValues:
     """The values of the rows of one mapping problem, the values below each call, and the
-    evidence they give each candidate (module docstring)."""
+    evidence they give each candidate (module docstring). ``below`` gives the values below
+    calls whose callees are not among ``spans``' rows (:meth:`below` finds the others)."""
 
-    def __init__(self, spans: SpanTable, rows: np.ndarray) -> None:
+    def __init__(
+        self, spans: SpanTable, rows: np.ndarray, below: Mapping[int, set[str]] | None = None
+    ) -> None:
         self._spans = spans
         self._own: dict[int, frozenset[str]] = {}
-        self._below: dict[int, set[str]] = {}
+        self._below: dict[int, set[str]] = dict(below or {})
         self._children: dict[int, list[int]] | None = None
         self.requests: dict[int, set[str]] = {}
         """Per incoming row, the values below the calls its sender gave it."""

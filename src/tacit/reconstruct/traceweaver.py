@@ -38,7 +38,7 @@ Three settings select between the paper's formulation and tacit's extensions of 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -161,8 +161,13 @@ def reconstruct_traceweaver(
     *,
     candidates: bool = True,
     delays_from: np.ndarray | None = None,
+    below: Mapping[int, set[str]] | None = None,
 ) -> Reconstruction:
     """Map every outgoing span of ``spans`` (a blind view: kinds and links, no parents).
+
+    ``below``: per outgoing row, the values of the spans below it
+    (:meth:`.shared_values.SharedValues.below`) where they are not all in ``spans`` (the
+    online mode maps a window's spans, and the calls' callees may be outside it).
 
     ``candidates``: whether to keep every incoming span's candidates in rank order
     (:attr:`.result.Reconstruction.top_candidates`, from which top-K accuracy is measured);
@@ -191,7 +196,7 @@ def reconstruct_traceweaver(
     instances.sort(key=lambda rows: rank.get(s[int(spans.service[rows[0]])] or "", len(rank)))
     for rows in instances:
         mapped = result.parent if params.joins else None
-        inst = _Instance(spans, rows, callgraph, params, mapped, candidates)
+        inst = _Instance(spans, rows, callgraph, params, mapped, candidates, below)
         iterations.append(inst.run(result, stats, delays_from))
         alternatives.extend(inst.alternatives)
         truncated += inst.truncated
@@ -366,6 +371,7 @@ class _Instance:
         params: TraceWeaverParams,
         mapped: np.ndarray | None = None,
         candidates: bool = True,
+        below: Mapping[int, set[str]] | None = None,
     ) -> None:
         self.spans = spans
         self.params = params
@@ -375,7 +381,7 @@ class _Instance:
         incoming, self.outgoing = mapping_problem(spans, rows)
         self.min_std = gap_floor(np.concatenate([spans.start[rows], spans.end[rows]]))
         self.pools = CallPools(spans, self.outgoing)
-        self.shared = SharedValues(spans, rows if params.shared_values else rows[:0])
+        self.shared = SharedValues(spans, rows if params.shared_values else rows[:0], below)
         self.owner = spans.parent  # a call's given parent (known_calls), the one that may take it
         if self.shared:
             self.shared.given(self._given_calls())
