@@ -175,9 +175,10 @@ def test_the_stores_memory_limit_is_duckdbs(tmp_path):
     assert limit == "64.0 MiB"
 
 
-def test_serve_without_a_call_graph_is_one_line_exit_2(tmp_path):
-    done = finish({"serve": start("serve", "--http", "127.0.0.1:0", cwd=tmp_path)})["serve"]
-    one_error_line(done, "call graph is required")
+def test_serve_with_a_missing_call_graph_file_is_one_line_exit_2(tmp_path):
+    args = ("serve", "--http", "127.0.0.1:0", "--callgraph", "nosuch.yaml")
+    done = finish({"serve": start(*args, cwd=tmp_path)})["serve"]
+    one_error_line(done, "no such call graph file")
 
 
 def test_demo_serve_runs_the_app_into_the_service(tmp_path):

@@ -161,12 +161,7 @@ def register(app: typer.Typer) -> None:
         for followed in cfg.rda_results:
             if followed.is_dir():
                 raise ConfigError(f"{followed}: a directory, not an RDA agent's results file")
-        if cfg.callgraph is None:
-            raise ConfigError(
-                "a call graph is required: give --callgraph FILE (from `tacit callgraph`) or "
-                "'callgraph:' in the configuration"
-            )
-        if not cfg.callgraph.exists():
+        if cfg.callgraph is not None and not cfg.callgraph.exists():
             raise ConfigError(f"{cfg.callgraph}: no such call graph file")
         configure_logging(cfg.json_logs)
-        Service(cfg, CallGraph.load(cfg.callgraph)).run()
+        Service(cfg, CallGraph.load(cfg.callgraph) if cfg.callgraph else None).run()

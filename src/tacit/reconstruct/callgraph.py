@@ -37,7 +37,7 @@ import numpy as np
 import yaml
 
 from tacit.budget import check_allocation
-from tacit.config_fields import flag, number, read_yaml
+from tacit.config_fields import flag, number, parse_yaml, read_yaml
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, StringPool
 from tacit.outputs import write_bytes
@@ -260,7 +260,16 @@ class CallGraph:
     @classmethod
     def load(cls, path: str | Path) -> CallGraph:
         """Read a call graph file (the form :meth:`to_yaml` writes)."""
-        doc = read_yaml(path)
+        return cls.parse(read_yaml(path), str(path))
+
+    @classmethod
+    def from_yaml(cls, text: str, where: str) -> CallGraph:
+        """The call graph :meth:`to_yaml` wrote as ``text`` (``where`` names it in errors)."""
+        return cls.parse(parse_yaml(text.encode(), where), where)
+
+    @classmethod
+    def parse(cls, doc: object, path: str) -> CallGraph:
+        """The call graph of a YAML document read from ``path``."""
         if not isinstance(doc, dict):
             raise ConfigError(f"{path}: a call graph is a mapping service -> endpoint -> calls")
         graphs = {}

@@ -57,6 +57,11 @@ class Hops:
         """Services that sent a server span."""
         self._seen.update(s for s in services if s is not None)
 
+    @property
+    def seen(self) -> frozenset[str]:
+        """The services that sent a server span."""
+        return frozenset(self._seen)
+
     def silent(self) -> set[str]:
         """Services of the call graph that have sent no server span yet."""
         return self._serving - self._seen

@@ -162,9 +162,9 @@ class OnlineTraceWeaver:
         first_position: int = 0,
         draw_hops: bool = False,
     ) -> None:
-        self.callgraph = callgraph
-        self._hops = Hops(callgraph) if draw_hops else None
-        self._call_names = CallNames(callgraph)
+        self._drawing = draw_hops
+        self._hops: Hops | None = None
+        self.set_callgraph(callgraph)
         self.drawn: list[tuple[int, int]] = []
         """The spans drawn for services that sent none (``draw_hops``), as (their position,
         the position of the span they were drawn from), until the caller takes them."""
@@ -185,11 +185,21 @@ class OnlineTraceWeaver:
         """The latest span end pushed."""
         self.boundary: float | None = None
         self._next_given = -math.inf  # the stream time of the next look for given traces
+        self.rounds = 0
+        self.peak_pending = 0
+
+    def set_callgraph(self, callgraph: CallGraph) -> None:
+        """Map with ``callgraph`` from the next round on (a call graph learned anew, or
+        reloaded); the services seen serving so far stay seen."""
+        self.callgraph = callgraph
+        before = self._hops
+        self._hops = Hops(callgraph) if self._drawing else None
+        if self._hops is not None and before is not None:
+            self._hops.saw(before.seen)
+        self._call_names = CallNames(callgraph)
         slots = [sl for g in callgraph.endpoints.values() for sl in g.slots]
         self._called = {sl.service for sl in slots}
         self._serving = {svc for svc, _ in callgraph.endpoints}
-        self.rounds = 0
-        self.peak_pending = 0
 
     # -- pending spans ------------------------------------------------------------------------
     @property

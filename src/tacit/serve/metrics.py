@@ -173,6 +173,12 @@ class ServeMetrics:
             ["table"],
             registry=r,
         )
+        self.callgraph_endpoints = Gauge(
+            "tacit_callgraph_endpoints",
+            "Endpoints of the call graph in use (learned from the stored spans when none was "
+            "given)",
+            registry=r,
+        )
         self.pending = Gauge(
             "tacit_spans_pending", "Spans received and not yet in a finished trace", registry=r
         )

@@ -31,6 +31,7 @@ from tacit.model.span_details import STATUS_ERROR
 from tacit.model.spans import SERVER
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.online import Finished, OnlineParams
+from tacit.serve.callgraph_learner import LEARN_EVERY_S, CallGraphLearner
 from tacit.serve.finished_rows import Rows, TakenIds
 from tacit.serve.ingest import Batch, Ingest
 from tacit.serve.metrics import ServeMetrics, reason_label
@@ -64,6 +65,7 @@ class Reconstructor(threading.Thread):
         forward: Callable[[list[Traces]], None] | None = None,
         retention_s: float = 0.0,
         services: ServiceMap | None = None,
+        learner: CallGraphLearner | None = None,
     ) -> None:
         super().__init__(name="tacit-reconstruct", daemon=True)
         self.store = store
@@ -73,6 +75,9 @@ class Reconstructor(threading.Thread):
         self.idle_s = idle_s
         self.retention_s = retention_s
         self._next_expiry = time.monotonic()
+        self.learner = learner
+        self.learn_every_s = LEARN_EVERY_S
+        self._next_learning = time.monotonic() + LEARN_EVERY_S
         self.seed = store.state("seed", 0) or _new_seed(store)
         self.feed = OnlineFeed(callgraph, online, store.state("next_position", 0), services)
         self.feed.context.remember(store.latest_ids(self.feed.context.horizon_ns))
@@ -104,6 +109,8 @@ class Reconstructor(threading.Thread):
         while True:
             if self.retention_s and time.monotonic() >= self._next_expiry:
                 self._expire()
+            if self.learner is not None and time.monotonic() >= self._next_learning:
+                self._learn()
             try:
                 batch: Batch | None = q.get(timeout=POLL_S)
             except queue.Empty:
@@ -170,6 +177,17 @@ class Reconstructor(threading.Thread):
             self._confidence_gauge(svc)
         if self.forward is not None and rows.forward:
             self.forward(rows.forward)
+
+    def _learn(self) -> None:
+        """Learn the call graph from what is stored; map with it from the next round if it
+        changed (:mod:`.callgraph_learner`)."""
+        assert self.learner is not None
+        self._next_learning = time.monotonic() + self.learn_every_s
+        graph = self.learner.learn()
+        if graph is not None:
+            self.feed.tw.set_callgraph(graph)
+            log.info("call graph learned: %d endpoints", len(graph.endpoints))
+            self.metrics.callgraph_endpoints.set(len(graph.endpoints))
 
     def _expire(self) -> None:
         """Delete what was taken in more than the retention time ago (between this thread's

@@ -16,6 +16,7 @@ from tacit.formats.capture_spans import read_service_map
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.result import instrument_next
 from tacit.serve.auth import read_token
+from tacit.serve.callgraph_learner import CallGraphLearner
 from tacit.serve.capture_feed import CaptureFeed
 from tacit.serve.config import ServeConfig
 from tacit.serve.envoy_feed import EnvoyFeed
@@ -54,9 +55,9 @@ class Service:
     """A running ``tacit serve``: :meth:`start`, then :meth:`stop` (or :meth:`run` until a
     signal). ``http_port``/``grpc_port`` are the bound ports (useful with port 0)."""
 
-    def __init__(self, config: ServeConfig, callgraph: CallGraph) -> None:
+    def __init__(self, config: ServeConfig, callgraph: CallGraph | None = None) -> None:
+        """``callgraph`` None: learned from the spans stored (:mod:`.callgraph_learner`)."""
         self.config = config
-        self.callgraph = callgraph
         self.metrics = ServeMetrics()
         self.token = read_token(config.ingest_token_file) if config.ingest_token_file else None
         self.query_token = (
@@ -75,6 +76,11 @@ class Service:
         )
         self.forwarder = Forwarder(config.forward, self.metrics) if config.forward else None
         names = read_service_map(config.capture_services) if config.capture_services else None
+        self.learner = CallGraphLearner(self.store) if callgraph is None else None
+        if self.learner is not None:
+            callgraph = self.learner.callgraph
+        assert callgraph is not None
+        self.metrics.callgraph_endpoints.set(len(callgraph.endpoints))
         self.reconstructor = Reconstructor(
             self.store,
             self.ingest,
@@ -85,6 +91,7 @@ class Service:
             self.forwarder,
             config.retention_s,
             names,
+            self.learner,
         )
         sources = [config.pirate_pcap, config.pirate_interface]
         self.pirate = [
@@ -122,6 +129,11 @@ class Service:
         self.http: ServeHTTPServer | None = None
         self.grpc: Any = None
         self._stopped = threading.Event()
+
+    @property
+    def callgraph(self) -> CallGraph:
+        """The call graph in use."""
+        return self.reconstructor.feed.tw.callgraph
 
     @property
     def http_port(self) -> int:
@@ -209,6 +221,9 @@ class Service:
                 "duplicates": self.reconstructor.duplicates,
                 "lag_seconds": self.reconstructor.lag_s,
                 "callgraph_endpoints": len(self.callgraph.endpoints),
+                "callgraph": (
+                    {"source": "file"} if self.learner is None else self.learner.status()
+                ),
                 "pirate": [feed.status() for feed in self.pirate],
                 "rda": [follower.status() for follower in self.rda_files],
                 "capture": [feed.status() for feed in self.captures],

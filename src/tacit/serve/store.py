@@ -83,6 +83,7 @@ import pyarrow as pa
 from tacit.errors import ConfigError
 from tacit.formats.jaeger import JaegerSpan, trace_doc, with_tags
 from tacit.reconstruct.assemble import EVIDENCE_TAGS, VIRTUAL, evidence_tags
+from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.pipeline import ONLINE
 from tacit.serve.journal import Journal, Request, read_segment
 
@@ -95,6 +96,7 @@ CREATE TABLE IF NOT EXISTS spans(
     parent_service VARCHAR, score DOUBLE, alternatives VARCHAR, unmapped VARCHAR,
     given_trace_id VARCHAR, given_parent_id VARCHAR);
 CREATE TABLE IF NOT EXISTS processes(process BIGINT PRIMARY KEY, service VARCHAR, tags VARCHAR);
+CREATE TABLE IF NOT EXISTS callgraphs(at_ns BIGINT, yaml VARCHAR);
 CREATE TABLE IF NOT EXISTS traces(
     trace_id VARCHAR, service VARCHAR, operation VARCHAR, start_ns BIGINT, duration_ns BIGINT,
     spans INTEGER, min_score DOUBLE, finished_ns BIGINT, doc BLOB);
@@ -345,6 +347,37 @@ class Store:
             [2 * horizon_ns],
         )
         return [(t, s, int(e)) for t, s, e in rows.fetchall()]
+
+    def learning_spans(self, horizon_ns: int, limit: int) -> list[tuple]:
+        """The latest ``limit`` stored spans that start within ``horizon_ns`` of the latest,
+        but those drawn for services that sent none: (span id, parent span id, service,
+        instance, operation, kind, start, duration, whether the parent is the one its sender
+        gave), in start order."""
+        rows = self._cursor().execute(
+            "SELECT * FROM (SELECT span_id, parent_span_id, service, instance, operation, kind, "
+            "start_ns, duration_ns, coalesce(link = 'given', false) FROM spans "
+            "WHERE start_ns >= (SELECT max(start_ns) FROM spans) - ? "
+            "AND coalesce(link, '') <> 'virtual' ORDER BY start_ns DESC LIMIT ?) "
+            "ORDER BY start_ns",
+            [horizon_ns, limit],
+        )
+        return rows.fetchall()
+
+    def add_callgraph(self, at_ns: int, yaml: str) -> None:
+        """Keep a call graph that took effect at ``at_ns``."""
+        self._cursor().execute("INSERT INTO callgraphs VALUES (?, ?)", [at_ns, yaml])
+
+    def latest_callgraph(self) -> tuple[int, CallGraph] | None:
+        """The call graph that took effect last, and when."""
+        rows = (
+            self._cursor()
+            .execute("SELECT at_ns, yaml FROM callgraphs ORDER BY at_ns DESC LIMIT 1")
+            .fetchall()
+        )
+        if not rows:
+            return None
+        at_ns, text = rows[0]
+        return int(at_ns), CallGraph.from_yaml(text, f"{self.path}: callgraphs at {at_ns}")
 
     # -- ingest ------------------------------------------------------------------------------
     def next_seq(self) -> int:

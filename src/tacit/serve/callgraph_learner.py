@@ -1,0 +1,132 @@
+"""The call graph ``tacit serve`` learns from the spans it stored, when it was given none.
+
+Started without a call graph, the service stores what its senders' context gives (every link
+kept, :mod:`tacit.reconstruct.stream_context`) and leaves the calls whose context was lost
+unmapped, counted as not in the call graph. Every :data:`LEARN_EVERY_S` it reads back the spans
+it stored in the last :data:`HORIZON_S`, at most :data:`MAX_SPANS` (their RPC sides, and the
+parents their senders gave, never the ones it inferred) and learns the call graph from the
+requests that ran alone at their instance or kept their context
+(:mod:`tacit.reconstruct.blind_callgraph`, TraceWeaver §5.2.2).
+An endpoint enters the call graph once :data:`MIN_SUPPORT` such requests show it; the calls of
+the others stay unmapped until then. Each call graph that differs from the one in use takes
+effect at the next round, and is kept in the store with the time it did (``callgraphs``), so a
+restart goes on with the latest; a deployment's new calls and paths are learned the same way,
+from the requests after it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, SpanTableBuilder
+from tacit.reconstruct.blind_callgraph import Support, learn_blind
+from tacit.reconstruct.callgraph import CallGraph
+from tacit.serve.store import Store
+
+MIN_SUPPORT = 20
+"""Known requests of an endpoint before it enters the call graph: enough for its paths'
+frequencies and delay tolerances to rest on more than a few requests."""
+LEARN_EVERY_S = 30.0
+HORIZON_S = 600.0
+MAX_SPANS = 100_000
+"""How far back the spans learned from go: stored span time, and spans (the latest)."""
+
+
+class CallGraphLearner:
+    """Learns the call graph from ``store`` (module docstring)."""
+
+    def __init__(self, store: Store, min_support: int = MIN_SUPPORT) -> None:
+        self.store = store
+        self.min_support = min_support
+        self.support = Support()
+        self.learned_ns: int | None = None
+        latest = store.latest_callgraph()
+        self.callgraph = CallGraph({}) if latest is None else latest[1]
+        if latest is not None:
+            self.learned_ns = latest[0]
+
+    def learn(self) -> CallGraph | None:
+        """The call graph of the stored spans, if it differs from the one in use (which it
+        then becomes, kept in the store); else None."""
+        table = self._stored_spans()
+        graph, self.support = learn_blind(table)
+        graph = CallGraph(
+            {
+                key: g
+                for key, g in graph.endpoints.items()
+                if self.support.known(key) >= self.min_support
+            }
+        )
+        if graph.to_yaml() == self.callgraph.to_yaml() or (_shape(graph) == _shape(self.callgraph)):
+            return None
+        self.callgraph = graph
+        self.learned_ns = time.time_ns()
+        self.store.add_callgraph(self.learned_ns, graph.to_yaml())
+        return graph
+
+    def status(self) -> dict[str, object]:
+        """Where the call graph stands: per endpoint seen, its support and whether it is in."""
+        sup = self.support
+        return {
+            "source": "learned",
+            "learned_ns": self.learned_ns,
+            "min_support": self.min_support,
+            "endpoints": {
+                f"{svc} {ep}": {
+                    "seen": n,
+                    "alone": sup.alone.get((svc, ep), 0),
+                    "given": sup.given.get((svc, ep), 0),
+                    "learned": (svc, ep) in self.callgraph.endpoints,
+                }
+                for (svc, ep), n in sorted(sup.seen.items())
+            },
+        }
+
+    def _stored_spans(self) -> SpanTable:
+        """The stored spans of the last :data:`HORIZON_S` as observed spans: RPC sides linked,
+        each client span's parent the request its sender gave it (through in-process spans),
+        none where it was inferred."""
+        rows = self.store.learning_spans(round(HORIZON_S * 1e9), MAX_SPANS)
+        b = SpanTableBuilder("store")
+        index: dict[str, int] = {}
+        parent_of: dict[str, str | None] = {}
+        kinds: dict[str, str] = {}
+        for span_id, parent, service, instance, operation, kind, start, duration, given in rows:
+            parent_of[span_id] = parent if given or kind != "client" else None
+            kinds[span_id] = kind
+            if kind not in ("server", "client"):
+                continue
+            index[span_id] = len(b)
+            b.add(service, instance, operation, SERVER if kind == "server" else CLIENT,
+                  start, start + duration, len(b))  # fmt: skip
+        table = b.build()
+        ids = list(index)
+        for span_id in ids:
+            r, up = index[span_id], parent_of.get(span_id)
+            if table.kind[r] == SERVER:
+                if up in index and table.kind[index[up]] == CLIENT:
+                    table.link[r], table.link[index[up]] = index[up], r
+                    table.peer[index[up]] = table.service[r]
+                continue
+            seen = set()
+            while up is not None and up not in seen and kinds.get(up) not in (None, "server"):
+                seen.add(up)
+                up = parent_of.get(up)
+            table.parent[r] = index[up] if up in index and kinds[up] == "server" else NONE
+        known_callee = (table.kind == SERVER) | (table.peer != NONE)
+        return table.take(np.flatnonzero(known_callee))
+
+
+def _shape(graph: CallGraph) -> dict:
+    """What a call graph says of each endpoint's calls, without the counts that change with
+    every request (a call graph learned again from more requests of the same paths is the
+    same call graph)."""
+    return {
+        key: sorted(
+            (tuple((sl.service, sl.endpoint, sl.occurrence) for sl in p.slots), str(p.preds))
+            for p in g.call_paths()
+        )
+        for key, g in graph.endpoints.items()
+    }
