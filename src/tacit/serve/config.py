@@ -6,7 +6,7 @@
     grpc: 127.0.0.1:4317        # OTLP/gRPC receiver; "" turns it off
     database: tacit.duckdb      # the embedded store (created when absent)
     database_memory_mib: 1024   # the most memory DuckDB caches the store in
-    callgraph: callgraph.json   # what `tacit callgraph` writes; required
+    callgraph: callgraph.json   # what `tacit callgraph` writes; none: learned from the spans
     forward: http://collector:4318/v1/traces   # finished traces sent on as OTLP/HTTP JSON
     max_pending_spans: 400000   # not yet reconstructed: beyond, 429 or RESOURCE_EXHAUSTED
     retry_after_s: 1            # the retry hint sent with a refusal
