@@ -7,10 +7,11 @@ alone at its instance, the unit TraceWeaver maps (§4): with no other request in
 every call the instance made while it was served is its own. And spans whose context was not
 lost are ground truth as they are. Per instance, an incoming span is *known* when
 
-* no outgoing span of the instance starts while it is served, or no other incoming span of the
-  instance overlaps it and every outgoing span of the instance that starts while it is served
-  ends before its response and names no other request as its parent: its calls are those
-  (*alone*); or
+* no other incoming span of the instance overlaps it, no outgoing span of the instance overlaps
+  both it and another, and none of those that overlap it names another request as its parent:
+  its calls are those that overlap it (*alone*; overlap, not lie within, as a client span made
+  from its server span's times carries the callee's clock), or no outgoing span of the instance
+  starts while it is served: it made none; or
 * every outgoing span of the instance that starts while it is served carries the parent its
   sender gave: its calls are those that name it (*given*; no call whose context was lost can be
   one of them).
@@ -19,8 +20,9 @@ The call graph, dependency orders, paths and their frequencies are learned from 
 requests alone (:func:`.callgraph.learn_callgraph`, §5.2.2); :class:`Support` says how many
 requests of each endpoint were seen and how many it rests on (each endpoint's ``support`` in the
 YAML), and which endpoints no known request showed (left out, so a reconstruction leaves their
-calls unmapped, with that reason). A call that outlives its request's response (sent after it,
-or still open) makes the request not known, rather than learned without that call. Joins
+calls unmapped, with that reason). A call that reaches into the next request makes the request
+not known, rather than learned without that call; one sent after its request's response and
+before the next request is learned as its own, as the test traces would show it. Joins
 (several requests of one trace at one service, :class:`.callgraph.Join`) need the trace, which
 blind spans do not have: they are not learned.
 
@@ -108,20 +110,33 @@ def _known_at_instance(
     isolated = (ended_before <= start) & (end <= next_start)
     out_start, out_end = spans.start[outgoing], spans.end[outgoing]
     out_parent = spans.parent[outgoing]
+    ended = np.maximum.accumulate(out_end) if len(outgoing) else out_end
     lo = np.searchsorted(out_start, start, "left")
     hi = np.searchsorted(out_start, end, "right")
+    gap = np.searchsorted(out_start, ended_before, "left")  # calls after the last request
     given_to: dict[int, list[int]] = {}
     for c, p in zip(outgoing.tolist(), out_parent.tolist(), strict=True):
         if p != NONE:
             given_to.setdefault(p, []).append(c)
     for i, p in enumerate(incoming.tolist()):
-        within = slice(lo[i], hi[i])
-        parents = out_parent[within]
-        if lo[i] == hi[i] or (
-            isolated[i] and (out_end[within] <= end[i]).all() and np.isin(parents, (NONE, p)).all()
-        ):
-            calls[p], how[p] = outgoing[within].tolist(), ALONE
-        elif (parents != NONE).all():
+        if isolated[i]:
+            # Its calls: those that overlap it, however their clocks put them (a client span
+            # made from its server span's times has the callee's clock); none may overlap
+            # another request.
+            mine = np.arange(gap[i], hi[i])
+            mine = mine[out_end[mine] > start[i]]
+            straddling = gap[i] > 0 and ended[gap[i] - 1] > start[i]
+            if (
+                not straddling
+                and (out_end[mine] <= next_start[i]).all()
+                and np.isin(out_parent[mine], (NONE, p)).all()
+            ):
+                calls[p], how[p] = outgoing[mine].tolist(), ALONE
+                continue
+        within = out_parent[lo[i] : hi[i]]
+        if lo[i] == hi[i] and not isolated[i]:
+            calls[p], how[p] = [], ALONE
+        elif (within != NONE).all():
             calls[p], how[p] = given_to.get(p, []), GIVEN
 
 
