@@ -110,7 +110,8 @@ def _known_at_instance(
     isolated = (ended_before <= start) & (end <= next_start)
     out_start, out_end = spans.start[outgoing], spans.end[outgoing]
     out_parent = spans.parent[outgoing]
-    ended = np.maximum.accumulate(out_end) if len(outgoing) else out_end
+    lost = np.where(out_parent == NONE, out_end, np.iinfo(np.int64).min)
+    lost_ended = np.maximum.accumulate(lost) if len(outgoing) else lost
     lo = np.searchsorted(out_start, start, "left")
     hi = np.searchsorted(out_start, end, "right")
     gap = np.searchsorted(out_start, ended_before, "left")  # calls after the last request
@@ -121,11 +122,11 @@ def _known_at_instance(
     for i, p in enumerate(incoming.tolist()):
         if isolated[i]:
             # Its calls: those that overlap it, however their clocks put them (a client span
-            # made from its server span's times has the callee's clock); none may overlap
-            # another request.
+            # made from its server span's times has the callee's clock); none whose context
+            # was lost may overlap another request.
             mine = np.arange(gap[i], hi[i])
             mine = mine[out_end[mine] > start[i]]
-            straddling = gap[i] > 0 and ended[gap[i] - 1] > start[i]
+            straddling = gap[i] > 0 and lost_ended[gap[i] - 1] > start[i]
             if (
                 not straddling
                 and (out_end[mine] <= next_start[i]).all()
@@ -133,10 +134,9 @@ def _known_at_instance(
             ):
                 calls[p], how[p] = outgoing[mine].tolist(), ALONE
                 continue
-        within = out_parent[lo[i] : hi[i]]
-        if lo[i] == hi[i] and not isolated[i]:
+        if lo[i] == hi[i] and not isolated[i]:  # no call started while it was served
             calls[p], how[p] = [], ALONE
-        elif (within != NONE).all():
+        elif lo[i] < hi[i] and (out_parent[lo[i] : hi[i]] != NONE).all():
             calls[p], how[p] = given_to.get(p, []), GIVEN
 
 
