@@ -3,6 +3,8 @@ reconstructs with it from then on."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from serve_app import config, get_json, shop_spans
@@ -73,3 +75,46 @@ def _wait(condition, timeout_s: float = 60) -> None:
     while not condition():
         assert time.monotonic() < end, "not learned in time"
         time.sleep(0.1)
+
+
+def test_a_call_graph_file_is_reloaded_on_request_and_a_bad_one_refused(tmp_path):
+    """``POST /api/tacit/callgraph/reload`` (and SIGHUP) read the file again: the service maps
+    with it from the next round; a file that does not parse is refused in one line and the
+    call graph in use stays. A service that learns its call graph has no file to reload."""
+    import urllib.error
+    import urllib.request
+
+    from serve_app import shop_callgraph, url
+
+    path = tmp_path / "cg.yaml"
+    whole = shop_callgraph()
+    path.write_text(whole.to_yaml())
+    svc = Service(config(tmp_path, callgraph=path), whole).start()
+
+    def reload(service: Service) -> tuple[int, dict]:
+        request = urllib.request.Request(url(service, "/api/tacit/callgraph/reload"), data=b"")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    try:
+        one = dict(list(whole.endpoints.items())[:1])
+        path.write_text(type(whole)(one).to_yaml())
+        assert reload(svc) == (200, {"endpoints": 1})
+        _wait(lambda: len(svc.callgraph.endpoints) == 1)
+        path.write_text("frontend: [not, a, mapping]\n")
+        status, answer = reload(svc)
+        svc._reload_on_signal()  # what SIGHUP does: logged, and the service goes on
+        assert status == 400 and "cg.yaml" in answer["errors"][0]["msg"]
+        assert len(svc.callgraph.endpoints) == 1
+    finally:
+        svc.stop()
+    (tmp_path / "learning").mkdir()
+    learning = Service(config(tmp_path / "learning")).start()
+    try:
+        status, answer = reload(learning)
+        assert status == 400 and "learns its call graph" in answer["errors"][0]["msg"]
+    finally:
+        learning.stop()

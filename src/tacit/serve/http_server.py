@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from tacit.errors import InputError
+from tacit.errors import ConfigError, InputError
 from tacit.serve import jaeger_api
 from tacit.serve.auth import authorized, may_read
 from tacit.serve.ingest import MAX_BODY, Busy, Ingest
@@ -163,7 +163,7 @@ class _Handler(BaseHTTPRequestHandler):
         """tacit's own POST endpoints (``server.receive``); 404 for any other path."""
         try:
             answer = self.server.receive(path, params, self._body())
-        except InputError as e:
+        except (InputError, ConfigError) as e:
             self._json({"errors": [{"code": 400, "msg": str(e)}]}, HTTPStatus.BAD_REQUEST)
             return
         if answer is None:

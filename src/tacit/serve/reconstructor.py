@@ -76,6 +76,8 @@ class Reconstructor(threading.Thread):
         self.retention_s = retention_s
         self._next_expiry = time.monotonic()
         self.learner = learner
+        self._replacement: CallGraph | None = None  # a call graph to map with from now on
+        self._replacement_lock = threading.Lock()
         self.learn_every_s = LEARN_EVERY_S
         self._next_learning = time.monotonic() + LEARN_EVERY_S
         self.seed = store.state("seed", 0) or _new_seed(store)
@@ -111,6 +113,10 @@ class Reconstructor(threading.Thread):
                 self._expire()
             if self.learner is not None and time.monotonic() >= self._next_learning:
                 self._learn()
+            with self._replacement_lock:
+                graph, self._replacement = self._replacement, None
+            if graph is not None:
+                self._use(graph)
             try:
                 batch: Batch | None = q.get(timeout=POLL_S)
             except queue.Empty:
@@ -185,9 +191,20 @@ class Reconstructor(threading.Thread):
         self._next_learning = time.monotonic() + self.learn_every_s
         graph = self.learner.learn()
         if graph is not None:
-            self.feed.tw.set_callgraph(graph)
             log.info("call graph learned: %d endpoints", len(graph.endpoints))
-            self.metrics.callgraph_endpoints.set(len(graph.endpoints))
+            self._use(graph)
+
+    def replace_callgraph(self, graph: CallGraph) -> None:
+        """Map with ``graph`` from the next round on (from any thread), and keep it in the
+        store with the time it took effect."""
+        with self._replacement_lock:
+            self._replacement = graph
+
+    def _use(self, graph: CallGraph) -> None:
+        self.feed.tw.set_callgraph(graph)
+        self.metrics.callgraph_endpoints.set(len(graph.endpoints))
+        if self.learner is None:
+            self.store.add_callgraph(time.time_ns(), graph.to_yaml())
 
     def _expire(self) -> None:
         """Delete what was taken in more than the retention time ago (between this thread's

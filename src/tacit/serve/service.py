@@ -236,7 +236,24 @@ class Service:
         ``source`` (default ``http``)."""
         if path == "/api/tacit/latency/oneway":
             return self.rda.take_body(body, params.get("source") or "http")
+        if path == "/api/tacit/callgraph/reload":
+            return {"endpoints": self.reload_callgraph()}
         return None
+
+    def reload_callgraph(self) -> int:
+        """Read the configured call graph file again and map with it from the next round on
+        (SIGHUP, or ``POST /api/tacit/callgraph/reload``); returns its endpoint count. A bad
+        file is refused (:class:`ConfigError`) and the call graph in use stays."""
+        if self.config.callgraph is None:
+            raise ConfigError(
+                "no call graph file to reload: this service learns its call graph from the "
+                "spans it stores"
+            )
+        graph = CallGraph.load(self.config.callgraph)
+        self.reconstructor.replace_callgraph(graph)
+        log.info("call graph reloaded from %s: %d endpoints", self.config.callgraph,
+                 len(graph.endpoints))  # fmt: skip
+        return len(graph.endpoints)
 
     def stop(self) -> None:
         """Graceful: stop taking requests, reconstruct and store what was taken, send what is
@@ -268,6 +285,7 @@ class Service:
         done = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: done.set())
+        signal.signal(signal.SIGHUP, lambda *_: self._reload_on_signal())
         if self.http is None:
             self.start()
         end = None if seconds is None else time.monotonic() + seconds
@@ -281,6 +299,12 @@ class Service:
         self.stop()
         if self.reconstructor.failure is not None:
             raise self.reconstructor.failure
+
+    def _reload_on_signal(self) -> None:
+        try:
+            self.reload_callgraph()
+        except ConfigError as e:  # logged; the service goes on with the call graph it has
+            log.error("SIGHUP: %s", e)
 
     def wait_idle(self, timeout_s: float = 30.0) -> bool:
         """Whether everything received is in finished traces within ``timeout_s`` (tests and
