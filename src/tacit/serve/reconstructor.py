@@ -79,7 +79,7 @@ class Reconstructor(threading.Thread):
         self._replacement: CallGraph | None = None  # a call graph to map with from now on
         self._replacement_lock = threading.Lock()
         self.learn_every_s = LEARN_EVERY_S
-        self._next_learning = time.monotonic() + LEARN_EVERY_S
+        self._next_learning = 0.0  # at once, then every learn_every_s
         self.seed = store.state("seed", 0) or _new_seed(store)
         self.feed = OnlineFeed(callgraph, online, store.state("next_position", 0), services)
         self.feed.context.remember(store.latest_ids(self.feed.context.horizon_ns))
