@@ -48,8 +48,8 @@ class CallGraphLearner:
             self.learned_ns = latest[0]
 
     def learn(self) -> CallGraph | None:
-        """The call graph of the stored spans, if it differs from the one in use (which it
-        then becomes, kept in the store); else None."""
+        """The call graph of the stored spans, if its endpoints, calls or paths differ from
+        the one in use (which it then becomes, kept in the store); else None."""
         table = self._stored_spans()
         graph, self.support = learn_blind(table)
         graph = CallGraph(
@@ -59,7 +59,7 @@ class CallGraphLearner:
                 if self.support.known(key) >= self.min_support
             }
         )
-        if graph.to_yaml() == self.callgraph.to_yaml() or (_shape(graph) == _shape(self.callgraph)):
+        if _shape(graph) == _shape(self.callgraph):
             return None
         self.callgraph = graph
         self.learned_ns = time.time_ns()
