@@ -100,6 +100,23 @@ def test_traces_reconstructed_with_a_call_graph_from_isolated_requests(runs) -> 
     assert starts[0][0] < starts[1][0] and starts[0][1] < starts[1][1]
 
 
+def test_a_call_graph_learned_blind_from_a_captures_spans(runs) -> None:
+    """The spans of a capture in which the requests ran one after the other: ``tacit
+    callgraph --blind`` learns the front end's call to geo from them, as ``--test-capture``
+    does."""
+    d = runs["dir"]
+    made = run_here("capture", "test.pcap", "--services", "services.yaml", "--out", "iso.jsonl",
+                    cwd=d)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    done = run_here("callgraph", "iso.jsonl", "--blind", "--json", cwd=d)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    front = doc["callgraph"]["front"]["GET /hotels"]
+    assert [(c["service"], c["endpoint"]) for c in front["calls"]] == [("geo", "GET /near")]
+    assert front["support"] == {"seen": 3, "alone": 3, "given": 0}
+    assert doc["support"]["left_out"] == {}
+
+
 def test_bad_use_is_one_line(runs) -> None:
     for name, needle in (("no_callgraph", "--callgraph"), ("not_a_capture", "services.yaml")):
         r = runs[name]
