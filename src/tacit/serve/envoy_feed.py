@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +48,7 @@ from tacit.formats.otlp import otlp_document
 from tacit.model.span_details import SpanDetail
 from tacit.model.spans import CLIENT, NONE, SpanTableBuilder
 from tacit.reconstruct.shared_values import TARGET_PATH, TARGET_QUERY
-from tacit.serve.followed_file import FollowedFile
+from tacit.serve.followed_file import FollowedFile, Follower
 from tacit.serve.ingest import Busy, Ingest
 
 log = logging.getLogger("tacit.serve")
@@ -87,10 +86,11 @@ class _Entry:
         return _digest(f"{self.sidecar.key}:{self.offset}", 8)
 
 
-class EnvoyFeed:
+class EnvoyFeed(Follower):
     """The sidecar logs at ``paths`` (files, or directories of them, one per sidecar, named
     by the sidecar's instance; new files in a directory are found as they appear), followed in a
-    thread of their own; ``services`` names the pods (a Kubernetes pod list), as
+    thread of their own (stopping leaves what waits for its other side to be read again by a
+    restart); ``services`` names the pods (a Kubernetes pod list), as
     ``tacit reconstruct --input-format envoy --services`` does."""
 
     kind = "envoy"
@@ -102,6 +102,7 @@ class EnvoyFeed:
         services: ServiceMap | None = None,
         hold_s: float = 7.0,
     ) -> None:
+        super().__init__("envoy", "the sidecar logs", POLL_S, last_poll=False)
         self.ingest = ingest
         self.paths = paths
         self.services = services or ServiceMap()
@@ -110,18 +111,6 @@ class EnvoyFeed:
         self.held: list[_Entry] = []
         self.accounting: dict[str, int] = {"lines read": 0}
         self.counts = {"paired": 0, "alone": 0, "refused": 0, "spans": 0}
-        self.error: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tacit-envoy", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop reading; what waits for its other side is read again by a restart."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
 
     def status(self) -> dict[str, object]:
         return {
@@ -132,21 +121,6 @@ class EnvoyFeed:
             **self.accounting,
             "error": self.error,
         }
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.poll()
-                self.error = None
-            except OSError as e:
-                if self.error is None:
-                    log.error("sidecar logs: %s", e)
-                self.error = str(e)
-            except Exception as e:
-                self.error = f"{type(e).__name__}: {e}"
-                log.exception("following the sidecar logs failed")
-                return
-            self._stop.wait(POLL_S)
 
     def poll(self, now: float | None = None) -> None:
         """Read what every log gained, and take in what is paired or waited long enough."""

@@ -6,13 +6,14 @@ longer than that (no agent writes one) is given as an :class:`~tacit.errors.Inpu
 end is written, searched for from where the last search stopped, so that a line still growing
 costs each poll only its new bytes. A file that becomes shorter than what was read (a writer
 that restarted and truncated it, a log rotated by copying and truncating) is read again from its
-start.
+start. A :class:`Follower` polls its files in a thread of its own.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
@@ -92,3 +93,55 @@ class FollowedFile:
         self._scanned = 0
         why = InputError(f"a line of {size - 1} bytes, longer than any record ({MAX_READ} at most)")
         return Read([(self.line + 1, self.offset, why)], self.offset + size, self.line + 1)
+
+
+class Follower:
+    """Polls (:meth:`poll`, every ``poll_s``) in a thread of its own until stopped, ``what`` it
+    follows named in the log. A file that does not exist yet is waited for (logged once); any
+    other error reading (:class:`OSError`) is kept in ``error``, logged once, and polling goes
+    on; anything else ends the thread, logged. With ``last_poll``, one more poll after the stop
+    was asked reads what came up to then."""
+
+    def __init__(self, name: str, what: str, poll_s: float, last_poll: bool) -> None:
+        self.what = what
+        self.error: str | None = None
+        self._poll_s = poll_s
+        self._last_poll = last_poll
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"tacit-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def poll(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        missing_logged = False
+        while True:
+            stopping = self._stop.is_set()
+            if stopping and not self._last_poll:
+                return
+            try:
+                self.poll()
+                self.error = None
+            except FileNotFoundError:
+                if not missing_logged:
+                    log.info("%s: no such file yet; waiting for it", self.what)
+                    missing_logged = True
+            except OSError as e:
+                if self.error is None:
+                    log.error("%s: %s", self.what, e)
+                self.error = str(e)
+            except Exception as e:
+                self.error = f"{type(e).__name__}: {e}"
+                log.exception("following %s failed", self.what)
+                return
+            if stopping:
+                return
+            self._stop.wait(self._poll_s)

@@ -28,7 +28,7 @@ from typing import Any
 
 from tacit.errors import InputError
 from tacit.oneway_latency.agent import STATUSES
-from tacit.serve.followed_file import FollowedFile
+from tacit.serve.followed_file import FollowedFile, Follower
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.store import Store
 
@@ -194,11 +194,13 @@ class RdaIngest:
         m.rda_std.labels(label).set(math.nan if std is None else std / NS)
 
 
-class RdaFollower:
+class RdaFollower(Follower):
     """A results file followed as it grows (:class:`~.followed_file.FollowedFile`), in a
-    thread of its own (module docstring). The file need not exist yet."""
+    thread of its own (module docstring). The file need not exist yet. Stopping reads what the
+    file holds then."""
 
     def __init__(self, path: Path, ingest: RdaIngest) -> None:
+        super().__init__("rda", str(path), POLL_S, last_poll=True)
         self.path = path
         self.ingest = ingest
         self.source = str(path)
@@ -207,18 +209,6 @@ class RdaFollower:
         self.file = FollowedFile(
             path, store.state(self._offset_key, 0), store.state(self._line_key, 0)
         )
-        self.error: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tacit-rda", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Read what the file holds now, then stop."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
 
     def status(self) -> dict[str, object]:
         return {
@@ -228,29 +218,9 @@ class RdaFollower:
             "error": self.error,
         }
 
-    def _run(self) -> None:
-        missing_logged = False
-        while True:
-            stopping = self._stop.is_set()
-            try:
-                while self.read_more():
-                    pass
-                self.error = None
-            except FileNotFoundError:
-                if not missing_logged:
-                    log.info("%s: no such file yet; waiting for it", self.path)
-                    missing_logged = True
-            except OSError as e:
-                if self.error is None:
-                    log.error("%s: %s", self.path, e)
-                self.error = str(e)
-            except Exception as e:
-                self.error = f"{type(e).__name__}: {e}"
-                log.exception("following %s failed", self.path)
-                return
-            if stopping:
-                return
-            self._stop.wait(POLL_S)
+    def poll(self) -> None:
+        while self.read_more():
+            pass
 
     def read_more(self) -> bool:
         """Take the lines completed since the last read, and store how far the file has been
