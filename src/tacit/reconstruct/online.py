@@ -516,9 +516,7 @@ class OnlineTraceWeaver:
         it, which the work need not hold (:mod:`.shared_values`); None where no span of the
         work names a value."""
         pending = self.spans
-        if not (self.params or TraceWeaverParams()).shared_values or not SharedValues(
-            pending, work
-        ):
+        if not (self.params or TraceWeaverParams()).shared_values or pending.details is None:
             return None
         given = self.given
         view = replace(
@@ -526,7 +524,9 @@ class OnlineTraceWeaver:
             link=self._rows_of(self.link),
             parent=np.where(given, self._rows_of(np.where(given, self.parent, NONE)), NONE),
         )
-        values = SharedValues(view, work[:0])
+        values = SharedValues(view, work)
+        if not values:
+            return None
         calls = np.flatnonzero(pending.kind[work] == CLIENT)
         return {i: values.below(int(work[i])) for i in calls.tolist()}
 
