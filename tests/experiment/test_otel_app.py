@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tacit.errors import ConfigError
@@ -294,8 +295,32 @@ def test_reconstruct_pairs_the_calls_whose_context_did_not_cross_by_address(runs
     assert done.returncode == 0, done.stderr
     score = score_traces(broken.truth, json.loads(out.read_text()), broken.spans)
     assert score["given"]["kept"] == score["given"]["links"] > 0
-    assert score["inferred"]["right"] == score["inferred"]["links"] > 0
-    assert score["requests"]["right"] == score["requests"]["total"]
+    # two concurrent calls to the same end and target (two requests asking for one hotel's
+    # profile at once) leave nothing to tell their requests apart: those may be swapped
+    twins = _twin_calls(broken.spans)
+    assert 0 <= score["inferred"]["links"] - score["inferred"]["right"] <= twins
+    assert score["inferred"]["links"] > 0
+    assert 0 <= score["requests"]["total"] - score["requests"]["right"] <= twins
+
+
+def _twin_calls(spans_path: Path) -> int:
+    """The client spans of ``spans_path`` that overlap in time another one naming the same
+    server end and target."""
+    from tacit.formats import read_otlp
+    from tacit.formats.rpc_endpoints import rpc_endpoint, rpc_target
+    from tacit.model.spans import CLIENT
+
+    spans = read_otlp(spans_path)
+    calls = defaultdict(list)
+    for row in np.flatnonzero(spans.kind == CLIENT).tolist():
+        attributes = spans.details[row].attributes
+        key = (rpc_endpoint(CLIENT, attributes), rpc_target(CLIENT, attributes))
+        calls[key].append((int(spans.start[row]), int(spans.end[row])))
+    twins = 0
+    for times in calls.values():
+        for i, (start, end) in enumerate(times):
+            twins += any(s < end and start < e for j, (s, e) in enumerate(times) if j != i)
+    return twins
 
 
 def test_parameters_are_checked_before_anything_runs(tmp_path):

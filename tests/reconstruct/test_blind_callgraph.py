@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from tacit.evaluation.trace_accuracy import score_reconstruction
 from tacit.model.roles import infer_roles
+from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, StringPool
 from tacit.reconstruct.blind_callgraph import learn_blind
 from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
@@ -81,3 +83,44 @@ def test_the_command_learns_blind_and_says_what_it_rests_on(tmp_path, shop):
     assert doc["support"]["endpoints"]["frontend GET /product"]["alone"] > 0
     graph = CallGraph.load(tmp_path / "cg.yaml")
     assert graph.get("frontend", "GET /product").support["seen"] > 0
+
+
+def _burst(lag: list[int]) -> tuple[SpanTable, np.ndarray]:
+    """Blind spans of a.E calling b.X: 5 requests alone, then 40 arriving 10 ns apart, request
+    i calling lag[i % len(lag)] ns after its arrival; and the mapping that is their truth."""
+    s = StringPool()
+    rows: list[tuple] = []
+    truth: list[int] = []
+    arrivals = [1000 * i for i in range(5)] + [10_000 + 10 * i for i in range(40)]
+    for i, t in enumerate(arrivals):
+        x = lag[i % len(lag)]
+        rows += [("E", SERVER, t, t + 100, NONE), ("X", CLIENT, t + x, t + x + 5, s.code("b"))]
+        truth += [NONE, len(rows) - 2]
+    n = len(rows)
+    spans = SpanTable(
+        s,
+        service=[s.code("a")] * n,
+        instance=[s.code("a")] * n,
+        endpoint=[s.code(r[0]) for r in rows],
+        kind=[r[1] for r in rows],
+        start=[r[2] for r in rows],
+        end=[r[3] for r in rows],
+        peer=[r[4] for r in rows],
+        thread=[NONE] * n,
+        trace=[NONE] * n,
+        span_id=[NONE] * n,
+        parent=[NONE] * n,
+        link=[NONE] * n,
+        record=list(range(n)),
+    )
+    return spans, np.array(truth, dtype=np.int64)
+
+
+def test_whether_calls_leave_out_of_order_is_read_from_a_reconstruction():
+    """Requests that ran alone never show calls overtaking each other: the order is read from
+    the mapping of every request (here their truth; by default a reconstruction)."""
+    for lag, reorders in (([25], False), ([25, 5], True)):
+        spans, truth = _burst(lag)
+        graph, support = learn_blind(spans, truth)
+        assert support.alone[("a", "E")] == 5
+        assert graph.get("a", "E").reorders is reorders

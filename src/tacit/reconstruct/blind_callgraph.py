@@ -26,6 +26,12 @@ before the next request is learned as its own, as the test traces would show it.
 (several requests of one trace at one service, :class:`.callgraph.Join`) need the trace, which
 blind spans do not have: they are not learned.
 
+Whether an endpoint's calls leave in their triggers' order (:func:`.callgraph.reorders`) is a
+matter of concurrency, which requests that ran alone never show. It is read from a first
+reconstruction of every request with the call graph the known ones gave: TraceWeaver's
+arrival-order term is one score term among others, so where an endpoint's calls do leave out of
+order the mapping shows it.
+
 Requests run alone often when traffic is light (nights, a quiet service, the start of a burst):
 at a rate of λ requests per second at an instance, each lasting d seconds, a share of about
 exp(-2λd) of them.
@@ -33,13 +39,15 @@ exp(-2λd) of them.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
-from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
+from tacit.reconstruct.callgraph import CallGraph, learn_callgraph, reorders
+from tacit.reconstruct.traceweaver import reconstruct_traceweaver
 from tacit.runs import run_bounds
 
 ALONE = "alone"
@@ -77,10 +85,12 @@ class Support:
         }
 
 
-def learn_blind(spans: SpanTable) -> tuple[CallGraph, Support]:
+def learn_blind(spans: SpanTable, mapping: np.ndarray | None = None) -> tuple[CallGraph, Support]:
     """The call graph of the known requests of ``spans`` (observed spans: RPC sides linked, a
     client span's ``parent`` the request its sender gave it, or NONE where the context was lost)
-    and what it rests on (see the module docstring)."""
+    and what it rests on (see the module docstring). ``mapping``: each row's parent in a
+    reconstruction of ``spans`` (NONE: none), which the order of the calls is read from; None:
+    reconstructed here."""
     calls: dict[int, list[int]] = {}
     how: dict[int, str] = {}
     proc = process_key(spans)
@@ -90,7 +100,30 @@ def learn_blind(spans: SpanTable) -> tuple[CallGraph, Support]:
         rows = order[a : a + n]
         kind = spans.kind[rows]
         _known_at_instance(spans, rows[kind == SERVER], rows[kind == CLIENT], calls, how)
-    return _learn(spans, calls, how)
+    graph, support = _learn(spans, calls, how)
+    if mapping is None:
+        mapping = reconstruct_traceweaver(spans, graph, candidates=False).parent
+    _learn_order(spans, graph, np.where(spans.parent != NONE, spans.parent, mapping))
+    return graph, support
+
+
+def _learn_order(spans: SpanTable, graph: CallGraph, parent: np.ndarray) -> None:
+    """Set each endpoint's ``reorders`` from the calls ``parent`` gives its requests."""
+    clients = np.flatnonzero((spans.kind == CLIENT) & (parent >= 0))
+    clients = clients[np.lexsort((spans.end[clients], spans.start[clients]))]
+    children: dict[int, list[int]] = defaultdict(list)
+    for c, p in zip(clients.tolist(), parent[clients].tolist(), strict=True):
+        children[p].append(c)
+    requests: dict[tuple[str, str], list[int]] = defaultdict(list)
+    s = spans.strings
+    servers = np.flatnonzero(spans.kind == SERVER)
+    for r, svc, ep in zip(
+        servers.tolist(), spans.service[servers].tolist(), spans.endpoint[servers].tolist(),
+        strict=True,
+    ):  # fmt: skip
+        requests[(s[svc] or "?", s[ep] or "?")].append(r)
+    for key, g in graph.endpoints.items():
+        g.reorders = reorders(spans, requests[key], children, g)
 
 
 def _known_at_instance(

@@ -156,7 +156,7 @@ ANCHOR_MIN_REQUESTS = 10
 (:func:`_anchors`)."""
 ORDER_AGREEMENT = 0.95
 """Share of the test calls that could have left out of their triggers' order and did not, below
-which an endpoint is learned to reorder (:func:`_reorders`)."""
+which an endpoint is learned to reorder (:func:`reorders`)."""
 ORDER_MIN_PAIRS = 20
 """Fewest such calls (pairs) from which reordering is learned."""
 ORDER_WINDOW = 64
@@ -180,7 +180,7 @@ class EndpointGraph(CallPath):
     """Every call is made on the thread that handles the request (thread-per-request code):
     where the spans record threads, a call goes only to a request of its own thread."""
     reorders: bool = False
-    """The test requests show calls leaving out of their triggers' order (:func:`_reorders`):
+    """The test requests show calls leaving out of their triggers' order (:func:`reorders`):
     TraceWeaver's arrival-order term does not apply to this endpoint."""
     support: dict[str, int] | None = None
     """What a call graph learned without test traces rests on (:mod:`.blind_callgraph`): the
@@ -498,18 +498,19 @@ def _learn_endpoint(
         anchor_ends=union.anchor_ends,
         paths=paths,
         same_thread=same,
-        reorders=_reorders(spans, reqs, children, union),
+        reorders=reorders(spans, reqs, children, union),
     )
 
 
-def _reorders(
+def reorders(
     spans: SpanTable,
     reqs: list[int],
     children: dict[int, list[int]],
     union: CallPath,
 ) -> bool:
-    """Whether the test requests show the endpoint's calls leaving out of the order of their
-    triggers (the request's arrival, or the end of the calls they wait for).
+    """Whether the requests ``reqs`` (their calls ``children``) show the endpoint's calls
+    leaving out of the order of their triggers (the request's arrival, or the end of the calls
+    ``union`` says they wait for).
 
     A pair of calls to one backend from one instance could have swapped when the second
     call's trigger came before the first call started. An event loop keeps such pairs in
@@ -519,13 +520,22 @@ def _reorders(
     of at least :data:`ORDER_MIN_PAIRS` such pairs kept order; with fewer pairs there is no
     evidence that it does.
     """
+    s = spans.strings
+    slot_at = {(x.service, x.endpoint, x.occurrence): j for j, x in enumerate(union.slots)}
     calls: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
-    # The union path was learned from the same requests: its slots are numbered alike.
-    for r, slot_of in zip(reqs, _slot_calls(spans, reqs, children)[1], strict=True):
-        for j, c in slot_of.items():
+    for r in reqs:
+        occ: dict[tuple[int, int], int] = {}
+        placed: dict[int, int] = {}
+        for c in children.get(r, []):
+            key = (int(spans.peer[c]), int(spans.endpoint[c]))
+            k = occ[key] = occ.get(key, -1) + 1
+            j = slot_at.get((s[key[0]] or "?", s[key[1]] or "?", k))
+            if j is not None:
+                placed[j] = c
+        for j, c in placed.items():
             ready = max(
                 [int(spans.start[r])]
-                + [int(spans.end[slot_of[q]]) for q in union.preds[j] if q in slot_of]
+                + [int(spans.end[placed[q]]) for q in union.preds[j] if q in placed]
             )
             key3 = (int(spans.instance[r]), int(spans.peer[c]), int(spans.endpoint[c]))
             calls.setdefault(key3, []).append((ready, int(spans.start[c])))

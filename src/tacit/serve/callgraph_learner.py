@@ -4,9 +4,9 @@ Started without a call graph, the service stores what its senders' context gives
 kept, :mod:`tacit.reconstruct.stream_context`) and leaves the calls whose context was lost
 unmapped, counted as not in the call graph. Every :data:`LEARN_EVERY_S` it reads back the spans
 it stored in the last :data:`HORIZON_S`, at most :data:`MAX_SPANS` (their RPC sides, and the
-parents their senders gave, never the ones it inferred) and learns the call graph from the
-requests that ran alone at their instance or kept their context
-(:mod:`tacit.reconstruct.blind_callgraph`, TraceWeaver §5.2.2).
+parents their senders gave) and learns the call graph from the requests that ran alone at their
+instance or kept their context (:mod:`tacit.reconstruct.blind_callgraph`, TraceWeaver §5.2.2);
+the parents it inferred count only where the order of calls is read from a reconstruction.
 An endpoint enters the call graph once :data:`MIN_SUPPORT` such requests show it; the calls of
 the others stay unmapped until then. Each call graph that differs from the one in use takes
 effect at the next round, and is kept in the store with the time it did (``callgraphs``), so a
@@ -50,8 +50,8 @@ class CallGraphLearner:
     def learn(self) -> CallGraph | None:
         """The call graph of the stored spans, if its endpoints, calls or paths differ from
         the one in use (which it then becomes, kept in the store); else None."""
-        table = self._stored_spans()
-        graph, self.support = learn_blind(table)
+        table, mapping = self._stored_spans()
+        graph, self.support = learn_blind(table, mapping)
         graph = CallGraph(
             {
                 key: g
@@ -84,27 +84,28 @@ class CallGraphLearner:
             },
         }
 
-    def _stored_spans(self) -> SpanTable:
+    def _stored_spans(self) -> tuple[SpanTable, np.ndarray]:
         """The stored spans of the last :data:`HORIZON_S` as observed spans: RPC sides linked,
         each client span's parent the request its sender gave it (through in-process spans),
-        none where it was inferred."""
+        none where it was inferred; and each row's parent as stored, given or inferred (NONE:
+        none), the service's own reconstruction."""
         rows = self.store.learning_spans(round(HORIZON_S * 1e9), MAX_SPANS)
         b = SpanTableBuilder("store")
         index: dict[str, int] = {}
         parent_of: dict[str, str | None] = {}
+        given: dict[str, bool] = {}
         kinds: dict[str, str] = {}
-        for span_id, parent, service, instance, operation, kind, start, duration, given in rows:
-            parent_of[span_id] = parent if given or kind != "client" else None
-            kinds[span_id] = kind
+        for span_id, parent, service, instance, operation, kind, start, duration, by in rows:
+            parent_of[span_id], given[span_id], kinds[span_id] = parent, by, kind
             if kind not in ("server", "client"):
                 continue
             index[span_id] = len(b)
             b.add(service, instance, operation, SERVER if kind == "server" else CLIENT,
                   start, start + duration, len(b))  # fmt: skip
         table = b.build()
-        ids = list(index)
-        for span_id in ids:
-            r, up = index[span_id], parent_of.get(span_id)
+        mapping = np.full(len(table), NONE, dtype=np.int64)
+        for span_id, r in index.items():
+            up = parent_of.get(span_id)
             if table.kind[r] == SERVER:
                 if up in index and table.kind[index[up]] == CLIENT:
                     table.link[r], table.link[index[up]] = index[up], r
@@ -114,9 +115,15 @@ class CallGraphLearner:
             while up is not None and up not in seen and kinds.get(up) not in (None, "server"):
                 seen.add(up)
                 up = parent_of.get(up)
-            table.parent[r] = index[up] if up in index and kinds[up] == "server" else NONE
+            if up in index and kinds[up] == "server":
+                mapping[r] = index[up]
+                table.parent[r] = index[up] if given[span_id] else NONE
         known_callee = (table.kind == SERVER) | (table.peer != NONE)
-        return table.take(np.flatnonzero(known_callee))
+        keep = np.flatnonzero(known_callee)
+        new_row = np.full(len(table), NONE, dtype=np.int64)
+        new_row[keep] = np.arange(len(keep))
+        mapped = mapping[keep]
+        return table.take(keep), np.where(mapped >= 0, new_row[np.maximum(mapped, 0)], NONE)
 
 
 def _shape(graph: CallGraph) -> dict:
