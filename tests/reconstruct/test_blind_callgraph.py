@@ -124,3 +124,46 @@ def test_whether_calls_leave_out_of_order_is_read_from_a_reconstruction():
         graph, support = learn_blind(spans, truth)
         assert support.alone[("a", "E")] == 5
         assert graph.get("a", "E").reorders is reorders
+
+
+def test_requests_that_overlap_are_known_where_their_calls_are_apart_in_time():
+    """Two requests of a.E overlap; each call overlaps only one of them, so it is that one's.
+    A call that overlaps both leaves both unknown."""
+    s = StringPool()
+
+    def spans(calls: list[tuple[int, int]]) -> SpanTable:
+        rows = [("E", SERVER, 0, 100, NONE), ("E", SERVER, 60, 200, NONE)]
+        rows += [("X", CLIENT, a, b, s.code("b")) for a, b in calls]
+        n = len(rows)
+        return SpanTable(
+            s, service=[s.code("a")] * n, instance=[s.code("a")] * n,
+            endpoint=[s.code(r[0]) for r in rows], kind=[r[1] for r in rows],
+            start=[r[2] for r in rows], end=[r[3] for r in rows], peer=[r[4] for r in rows],
+            thread=[NONE] * n, trace=[NONE] * n, span_id=[NONE] * n, parent=[NONE] * n,
+            link=[NONE] * n, record=list(range(n)),
+        )  # fmt: skip
+
+    apart = spans([(10, 20), (20, 40), (150, 190)])
+    graph, support = learn_blind(apart, np.full(len(apart), NONE))
+    assert support.alone[("a", "E")] == 2
+    assert sorted(p.requests for p in graph.get("a", "E").paths) == [1, 1]
+    assert sorted(len(p.slots) for p in graph.get("a", "E").paths) == [1, 2]
+    graph, support = learn_blind(spans([(10, 20), (70, 90)]), np.full(4, NONE))
+    assert support.known(("a", "E")) == 0 and not graph.endpoints
+
+
+def test_a_join_is_learned_from_the_requests_whose_links_reach_one_top():
+    """The reviews app's compose service is a join: three calls of one request arrive
+    together, and the last calls onward for all. Blind, the three are known together (their
+    calls apart in time) and grouped by the top span their known links reach."""
+    from reviews_app import reviews_app
+
+    obs = infer_roles(simulate(reviews_app(), 60, n_requests=200, seed=5, record_threads=False))
+    truth = learn_callgraph(obs.spans)
+    graph, _ = learn_blind(obs.without_truth())
+    for key, g in truth.endpoints.items():
+        if key[0] == "compose":
+            assert g.join is not None and graph.endpoints[key].join == g.join
+            roles = {p.role for p in graph.endpoints[key].paths}
+            assert {"trigger", "member"} <= roles
+    assert _accuracy(obs, graph) >= _accuracy(obs, truth) - 0.02

@@ -5,13 +5,17 @@ TraceWeaver learns call graphs from test traces: production requests replayed on
 candidates" (SIGCOMM '24, §5.2.1). Production traffic gives the same wherever a request ran
 alone at its instance, the unit TraceWeaver maps (§4): with no other request in flight there,
 every call the instance made while it was served is its own. And spans whose context was not
-lost are ground truth as they are. Per instance, an incoming span is *known* when
+lost are ground truth as they are. Per instance, the incoming spans fall into clusters, each
+overlapping no other's; a cluster's calls are the outgoing spans that overlap it (overlap, not
+lie within, as a client span made from its server span's times carries the callee's clock), and
+none of them whose context was lost may reach into the next cluster. An incoming span is *known*
+when
 
-* no other incoming span of the instance overlaps it, no outgoing span of the instance overlaps
-  both it and another, and none of those that overlap it names another request as its parent:
-  its calls are those that overlap it (*alone*; overlap, not lie within, as a client span made
-  from its server span's times carries the callee's clock), or no outgoing span of the instance
-  starts while it is served: it made none; or
+* every call of its cluster is told apart: by the parent its sender gave, or by overlapping
+  only one of the cluster's requests, as it must have been made while its request was served.
+  Its calls are those told apart as its own (*alone*, the cluster a lone request or the
+  requests' calls apart in time; *given* where its sender named it among others); or
+* no outgoing span of the instance starts while it is served: it made none (*alone*); or
 * every outgoing span of the instance that starts while it is served carries the parent its
   sender gave: its calls are those that name it (*given*; no call whose context was lost can be
   one of them).
@@ -20,11 +24,11 @@ The call graph, dependency orders, paths and their frequencies are learned from 
 requests alone (:func:`.callgraph.learn_callgraph`, §5.2.2); :class:`Support` says how many
 requests of each endpoint were seen and how many it rests on (each endpoint's ``support`` in the
 YAML), and which endpoints no known request showed (left out, so a reconstruction leaves their
-calls unmapped, with that reason). A call that reaches into the next request makes the request
-not known, rather than learned without that call; one sent after its request's response and
-before the next request is learned as its own, as the test traces would show it. Joins
-(several requests of one trace at one service, :class:`.callgraph.Join`) need the trace, which
-blind spans do not have: they are not learned.
+calls unmapped, with that reason). A call that reaches into the next cluster makes the cluster
+not known, rather than learned without that call. Joins (several requests of one end-to-end
+request at one service, only one calling onward: :class:`.callgraph.Join`) are learned from the
+known requests whose known links reach one top span (:func:`_tops`): the trace the test traces
+would give them. A join's requests arrive together, so they are known as a cluster, not alone.
 
 Whether an endpoint's calls leave in their triggers' order (:func:`.callgraph.reorders`) is a
 matter of concurrency, which requests that ran alone never show. It is read from a first
@@ -39,6 +43,7 @@ exp(-2λd) of them.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -46,12 +51,14 @@ import numpy as np
 
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
+from tacit.model.traces import roots
 from tacit.reconstruct.callgraph import CallGraph, learn_callgraph, reorders
 from tacit.reconstruct.traceweaver import reconstruct_traceweaver
 from tacit.runs import run_bounds
 
 ALONE = "alone"
 GIVEN = "given"
+_MIN, _MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
 
 @dataclass
@@ -138,39 +145,72 @@ def _known_at_instance(
     if not len(incoming):
         return
     start, end = spans.start[incoming], spans.end[incoming]
-    ended_before = np.maximum.accumulate(np.r_[np.iinfo(np.int64).min, end[:-1]])
-    next_start = np.r_[start[1:], np.iinfo(np.int64).max]
-    isolated = (ended_before <= start) & (end <= next_start)
+    ended_before = np.maximum.accumulate(np.r_[_MIN, end[:-1]])
+    heads = np.flatnonzero(ended_before <= start)  # the first request of each cluster
+    bounds = np.r_[heads, len(incoming)].tolist()
+    next_start = np.r_[start[heads[1:]], _MAX]
     out_start, out_end = spans.start[outgoing], spans.end[outgoing]
     out_parent = spans.parent[outgoing]
-    lost = np.where(out_parent == NONE, out_end, np.iinfo(np.int64).min)
+    lost = np.where(out_parent == NONE, out_end, _MIN)
     lost_ended = np.maximum.accumulate(lost) if len(outgoing) else lost
-    lo = np.searchsorted(out_start, start, "left")
-    hi = np.searchsorted(out_start, end, "right")
-    gap = np.searchsorted(out_start, ended_before, "left")  # calls after the last request
-    given_to: dict[int, list[int]] = {}
+    gap = np.searchsorted(out_start, ended_before[heads], "left")  # calls after the last cluster
+    hi = np.searchsorted(out_start, np.maximum.reduceat(end, heads), "right")
+    lo_each = np.searchsorted(out_start, start, "left")
+    hi_each = np.searchsorted(out_start, end, "right")
+    given_to: dict[int, list[int]] = defaultdict(list)
     for c, p in zip(outgoing.tolist(), out_parent.tolist(), strict=True):
         if p != NONE:
-            given_to.setdefault(p, []).append(c)
-    for i, p in enumerate(incoming.tolist()):
-        if isolated[i]:
-            # Its calls: those that overlap it, however their clocks put them (a client span
-            # made from its server span's times has the callee's clock); none whose context
-            # was lost may overlap another request.
-            mine = np.arange(gap[i], hi[i])
-            mine = mine[out_end[mine] > start[i]]
-            straddling = gap[i] > 0 and lost_ended[gap[i] - 1] > start[i]
-            if (
-                not straddling
-                and (out_end[mine] <= next_start[i]).all()
-                and np.isin(out_parent[mine], (NONE, p)).all()
-            ):
-                calls[p], how[p] = outgoing[mine].tolist(), ALONE
+            given_to[p].append(c)
+    for k, (a, b) in enumerate(itertools.pairwise(bounds)):
+        # The calls of the cluster: those that overlap it, however their clocks put them (a
+        # client span made from its server span's times has the callee's clock); none whose
+        # context was lost may reach into another cluster.
+        window = np.arange(gap[k], hi[k])
+        window = window[out_end[window] > start[a]]
+        straddling = gap[k] > 0 and lost_ended[gap[k] - 1] > start[a]
+        if not straddling and (out_end[window] <= next_start[k]).all():
+            owner = _owners(
+                incoming[a:b], start[a:b], end[a:b],
+                out_parent[window], out_start[window], out_end[window],
+            )  # fmt: skip
+            if owner is not None:
+                made, named = outgoing[window], out_parent[window] != NONE
+                for i, p in enumerate(incoming[a:b].tolist()):
+                    calls[p] = made[owner == i].tolist()
+                    how[p] = GIVEN if b - a > 1 and named[owner == i].any() else ALONE
                 continue
-        if lo[i] == hi[i] and not isolated[i]:  # no call started while it was served
-            calls[p], how[p] = [], ALONE
-        elif lo[i] < hi[i] and (out_parent[lo[i] : hi[i]] != NONE).all():
-            calls[p], how[p] = given_to.get(p, []), GIVEN
+        for i, p in zip(range(a, b), incoming[a:b].tolist(), strict=True):
+            lo, up = lo_each[i], hi_each[i]
+            if lo == up and b - a > 1:  # no call started while it was served
+                calls[p], how[p] = [], ALONE
+            elif lo < up and (out_parent[lo:up] != NONE).all():
+                calls[p], how[p] = given_to.get(p, []), GIVEN
+
+
+def _owners(
+    members: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    parent: np.ndarray,
+    call_start: np.ndarray,
+    call_end: np.ndarray,
+) -> np.ndarray | None:
+    """Per call of a cluster of requests (``members``, sorted by start), the index of the
+    member that made it: the one its sender named, else the one member it overlaps. None when
+    a call names a request outside the cluster or overlaps several members."""
+    lost = parent == NONE
+    named = np.searchsorted(members, parent, sorter=np.argsort(members))
+    at = np.argsort(members)[np.minimum(named, len(members) - 1)]
+    if (members[at][~lost] != parent[~lost]).any():
+        return None
+    begun = np.searchsorted(start, call_end, "right")  # members started by the call's end
+    ended = np.searchsorted(np.sort(end), call_start, "left")  # ended before it started
+    if ((begun - ended)[lost] != 1).any():
+        return None
+    # The one member begun and not ended is the one of the latest end among those begun.
+    latest = np.maximum.accumulate(np.where(end == np.maximum.accumulate(end),
+                                            np.arange(len(end)), 0))  # fmt: skip
+    return np.where(lost, latest[np.maximum(begun - 1, 0)], at)
 
 
 def _learn(
@@ -200,9 +240,19 @@ def _learn(
         parent[k : k + len(kids)] = at[p]
         k += len(kids)
     table.parent = parent
-    table.trace[: len(requests)] = -2 - np.arange(len(requests))  # no joins: each its own trace
+    table.trace[: len(requests)] = _tops(spans, calls)[requests]
     graph = learn_callgraph(table)
     for key, g in graph.endpoints.items():
         g.support = {"seen": support.seen[key], ALONE: support.alone.get(key, 0),
                      GIVEN: support.given.get(key, 0)}  # fmt: skip
     return graph, support
+
+
+def _tops(spans: SpanTable, calls: dict[int, list[int]]) -> np.ndarray:
+    """Per row, the topmost span its known links reach: a client span's request (``calls``,
+    or the parent its sender gave), a server span's caller. Requests that reach one top are
+    of one end-to-end request, as a join's are (:func:`.callgraph.learn_callgraph`)."""
+    parent = np.where(spans.kind == SERVER, spans.link, spans.parent)
+    for p, made in calls.items():
+        parent[made] = p
+    return roots(parent)
