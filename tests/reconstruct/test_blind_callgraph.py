@@ -57,15 +57,27 @@ def test_spans_whose_context_was_kept_are_ground_truth_as_they_are(shop):
     assert graph.to_yaml() == truth.to_yaml()
 
 
-def test_an_endpoint_no_request_ran_alone_at_is_left_out_and_counted(shop):
-    """At 700 requests/s the front end is never alone: its endpoints are left out (with the
-    requests seen), the services behind it learned."""
-    obs = shop[700]
-    graph, support = learn_blind(obs.without_truth())
+def test_an_endpoint_no_request_ran_alone_at_is_left_out_and_counted():
+    """At 700 requests/s the front end is never alone, and without thread ids nothing tells
+    its requests' calls apart: its endpoints are left out (with the requests seen), the
+    services behind it learned."""
+    spans = simulate(load_app(None), 700, n_requests=300, seed=3, record_threads=False)
+    graph, support = learn_blind(infer_roles(spans).without_truth())
     left = support.left_out()
     assert {svc for svc, _ in left} == {"frontend"}
     assert sum(left.values()) == 300
     assert not set(left) & set(graph.endpoints) and graph.endpoints
+
+
+def test_a_thread_per_request_tells_a_busy_instances_requests_apart(shop):
+    """With thread ids, each worker of the busy front end serves one request at a time and
+    makes its calls on its own thread: every request there is known on its thread, and the
+    call graph reconstructs as the one its ground truth teaches."""
+    obs = shop[700]
+    graph, support = learn_blind(obs.without_truth())
+    assert not support.left_out()
+    assert all(support.alone[k] == n for k, n in support.seen.items() if k[0] == "frontend")
+    assert _accuracy(obs, graph) >= _accuracy(obs, learn_callgraph(obs.spans)) - 0.01
 
 
 def test_the_command_learns_blind_and_says_what_it_rests_on(tmp_path, shop):
@@ -85,19 +97,12 @@ def test_the_command_learns_blind_and_says_what_it_rests_on(tmp_path, shop):
     assert graph.get("frontend", "GET /product").support["seen"] > 0
 
 
-def _burst(lag: list[int]) -> tuple[SpanTable, np.ndarray]:
-    """Blind spans of a.E calling b.X: 5 requests alone, then 40 arriving 10 ns apart, request
-    i calling lag[i % len(lag)] ns after its arrival; and the mapping that is their truth."""
+def _instance(rows: list[tuple]) -> SpanTable:
+    """Blind spans of one instance of service a; rows: (endpoint, kind, start, end, thread),
+    every call to service b."""
     s = StringPool()
-    rows: list[tuple] = []
-    truth: list[int] = []
-    arrivals = [1000 * i for i in range(5)] + [10_000 + 10 * i for i in range(40)]
-    for i, t in enumerate(arrivals):
-        x = lag[i % len(lag)]
-        rows += [("E", SERVER, t, t + 100, NONE), ("X", CLIENT, t + x, t + x + 5, s.code("b"))]
-        truth += [NONE, len(rows) - 2]
     n = len(rows)
-    spans = SpanTable(
+    return SpanTable(
         s,
         service=[s.code("a")] * n,
         instance=[s.code("a")] * n,
@@ -105,15 +110,27 @@ def _burst(lag: list[int]) -> tuple[SpanTable, np.ndarray]:
         kind=[r[1] for r in rows],
         start=[r[2] for r in rows],
         end=[r[3] for r in rows],
-        peer=[r[4] for r in rows],
-        thread=[NONE] * n,
+        peer=[NONE if r[1] == SERVER else s.code("b") for r in rows],
+        thread=[r[4] for r in rows],
         trace=[NONE] * n,
         span_id=[NONE] * n,
         parent=[NONE] * n,
         link=[NONE] * n,
         record=list(range(n)),
     )
-    return spans, np.array(truth, dtype=np.int64)
+
+
+def _burst(lag: list[int]) -> tuple[SpanTable, np.ndarray]:
+    """a.E calling b.X: 5 requests alone, then 40 arriving 10 ns apart, request i calling
+    lag[i % len(lag)] ns after its arrival; and the mapping that is their truth."""
+    rows: list[tuple] = []
+    truth: list[int] = []
+    arrivals = [1000 * i for i in range(5)] + [10_000 + 10 * i for i in range(40)]
+    for i, t in enumerate(arrivals):
+        x = lag[i % len(lag)]
+        rows += [("E", SERVER, t, t + 100, NONE), ("X", CLIENT, t + x, t + x + 5, NONE)]
+        truth += [NONE, len(rows) - 2]
+    return _instance(rows), np.array(truth, dtype=np.int64)
 
 
 def test_whether_calls_leave_out_of_order_is_read_from_a_reconstruction():
@@ -129,19 +146,10 @@ def test_whether_calls_leave_out_of_order_is_read_from_a_reconstruction():
 def test_requests_that_overlap_are_known_where_their_calls_are_apart_in_time():
     """Two requests of a.E overlap; each call overlaps only one of them, so it is that one's.
     A call that overlaps both leaves both unknown."""
-    s = StringPool()
 
     def spans(calls: list[tuple[int, int]]) -> SpanTable:
         rows = [("E", SERVER, 0, 100, NONE), ("E", SERVER, 60, 200, NONE)]
-        rows += [("X", CLIENT, a, b, s.code("b")) for a, b in calls]
-        n = len(rows)
-        return SpanTable(
-            s, service=[s.code("a")] * n, instance=[s.code("a")] * n,
-            endpoint=[s.code(r[0]) for r in rows], kind=[r[1] for r in rows],
-            start=[r[2] for r in rows], end=[r[3] for r in rows], peer=[r[4] for r in rows],
-            thread=[NONE] * n, trace=[NONE] * n, span_id=[NONE] * n, parent=[NONE] * n,
-            link=[NONE] * n, record=list(range(n)),
-        )  # fmt: skip
+        return _instance(rows + [("X", CLIENT, a, b, NONE) for a, b in calls])
 
     apart = spans([(10, 20), (20, 40), (150, 190)])
     graph, support = learn_blind(apart, np.full(len(apart), NONE))
@@ -167,3 +175,18 @@ def test_a_join_is_learned_from_the_requests_whose_links_reach_one_top():
             roles = {p.role for p in graph.endpoints[key].paths}
             assert {"trigger", "member"} <= roles
     assert _accuracy(obs, graph) >= _accuracy(obs, truth) - 0.02
+
+
+def test_calls_on_a_pool_thread_are_not_told_apart_by_thread():
+    """Requests on their own threads whose calls run on a pool's thread: the threads tell
+    nothing, and none of the overlapping requests is learned as making no call."""
+    rows: list[tuple] = []
+    for i in range(30):
+        t = 50 * i
+        rows += [("E", SERVER, t, t + 120, i % 3), ("X", CLIENT, t + 10, t + 110, 9)]
+    graph, support = learn_blind(_instance(rows), np.full(len(rows), NONE))
+    assert support.known(("a", "E")) == 0 and not graph.endpoints
+    on_own = [(e, k, a, b, (i // 2) % 3) for i, (e, k, a, b, _) in enumerate(rows)]
+    graph, support = learn_blind(_instance(on_own), np.full(len(rows), NONE))
+    assert support.alone[("a", "E")] == 30
+    assert [len(p.slots) for p in graph.get("a", "E").paths] == [1]

@@ -52,13 +52,15 @@ import numpy as np
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.model.traces import roots
-from tacit.reconstruct.callgraph import CallGraph, learn_callgraph, reorders
+from tacit.reconstruct.callgraph import THREAD_AGREEMENT, CallGraph, learn_callgraph, reorders
 from tacit.reconstruct.traceweaver import reconstruct_traceweaver
 from tacit.runs import run_bounds
 
 ALONE = "alone"
 GIVEN = "given"
 _MIN, _MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+THREAD_MIN_CALLS = 20
+"""Fewest calls of an instance from which it is seen to serve a request per thread."""
 
 
 @dataclass
@@ -100,9 +102,9 @@ def learn_blind(spans: SpanTable, mapping: np.ndarray | None = None) -> tuple[Ca
     reconstructed here."""
     calls: dict[int, list[int]] = {}
     how: dict[int, str] = {}
-    proc = process_key(spans)
-    order = np.lexsort((spans.start, proc))
-    heads, lengths = run_bounds(proc[order])
+    unit = _units(spans)
+    order = np.lexsort((spans.start, unit))
+    heads, lengths = run_bounds(unit[order])
     for a, n in zip(heads.tolist(), lengths.tolist(), strict=True):
         rows = order[a : a + n]
         kind = spans.kind[rows]
@@ -112,6 +114,43 @@ def learn_blind(spans: SpanTable, mapping: np.ndarray | None = None) -> tuple[Ca
         mapping = reconstruct_traceweaver(spans, graph, candidates=False).parent
     _learn_order(spans, graph, np.where(spans.parent != NONE, spans.parent, mapping))
     return graph, support
+
+
+def _units(spans: SpanTable) -> np.ndarray:
+    """Per row, the unit whose requests are told apart: its instance, or its thread there
+    where the instance serves each request on one thread and makes its calls on it."""
+    proc = process_key(spans)
+    order = np.lexsort((spans.start, spans.thread, proc))
+    heads, lengths = run_bounds(proc[order])
+    per_thread = np.zeros(len(spans), dtype=bool)
+    for a, n in zip(heads.tolist(), lengths.tolist(), strict=True):
+        rows = order[a : a + n]
+        per_thread[rows] = _thread_per_request(spans, rows)
+    thread = np.where(per_thread, spans.thread, NONE)
+    return np.unique(np.stack([proc, thread]), axis=1, return_inverse=True)[1].ravel()
+
+
+def _thread_per_request(spans: SpanTable, rows: np.ndarray) -> bool:
+    """Whether one instance's spans (``rows``, sorted by thread, then start) show a thread per
+    request: every span carries its thread, a thread's requests never overlap, and
+    :data:`.callgraph.THREAD_AGREEMENT` of at least :data:`THREAD_MIN_CALLS` calls overlap a
+    request of their own thread, as a worker that blocks on its calls makes them."""
+    thread = spans.thread[rows]
+    incoming = spans.kind[rows] == SERVER
+    outgoing = ~incoming
+    if (thread == NONE).any() or outgoing.sum() < THREAD_MIN_CALLS:
+        return False
+    start, end = spans.start[rows], spans.end[rows]
+    served = 0
+    for t in np.unique(thread).tolist():
+        mine = thread == t
+        s_in, e_in = start[mine & incoming], end[mine & incoming]
+        if (s_in[1:] < e_in[:-1]).any():
+            return False
+        at = np.searchsorted(s_in, end[mine & outgoing], "right") - 1
+        ok = at >= 0
+        served += int((e_in[at[ok]] >= start[mine & outgoing][ok]).sum())
+    return served >= THREAD_AGREEMENT * outgoing.sum()
 
 
 def _learn_order(spans: SpanTable, graph: CallGraph, parent: np.ndarray) -> None:
