@@ -190,3 +190,15 @@ def test_calls_on_a_pool_thread_are_not_told_apart_by_thread():
     graph, support = learn_blind(_instance(on_own), np.full(len(rows), NONE))
     assert support.alone[("a", "E")] == 30
     assert [len(p.slots) for p in graph.get("a", "E").paths] == [1]
+
+
+def test_tolerances_are_what_every_call_shows_at_least():
+    """The requests known show no call ending after its request; two that are not (a call
+    reaches from one into the other) show 30 ns at least: the tolerance is twice that."""
+    rows = [("E", SERVER, 1000 * i, 1000 * i + 100, NONE) for i in range(5)]
+    rows += [("X", CLIENT, 1000 * i + 10, 1000 * i + 90, NONE) for i in range(5)]
+    rows += [("E", SERVER, 9000, 9100, NONE), ("X", CLIENT, 9050, 9130, NONE)]
+    rows += [("E", SERVER, 9120, 9200, NONE), ("X", CLIENT, 9150, 9160, NONE)]
+    graph, support = learn_blind(_instance(rows), np.full(len(rows), NONE))
+    assert support.alone[("a", "E")] == 5 and support.seen[("a", "E")] == 7
+    assert [(x.early_ns, x.late_ns) for x in graph.get("a", "E").slots] == [(0, 60)]

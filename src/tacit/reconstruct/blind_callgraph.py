@@ -30,6 +30,9 @@ request at one service, only one calling onward: :class:`.callgraph.Join`) are l
 known requests whose known links reach one top span (:func:`_tops`): the trace the test traces
 would give them. A join's requests arrive together, so they are known as a cluster, not alone.
 
+How early a call may start before its request and how late end after it (each slot's
+tolerances) is read from every call, known or not, as a bound (:func:`_widen_tolerances`).
+
 Whether an endpoint's calls leave in their triggers' order (:func:`.callgraph.reorders`) is a
 matter of concurrency, which requests that ran alone never show. It is read from a first
 reconstruction of every request with the call graph the known ones gave: TraceWeaver's
@@ -45,14 +48,20 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.model.traces import roots
-from tacit.reconstruct.callgraph import THREAD_AGREEMENT, CallGraph, learn_callgraph, reorders
+from tacit.reconstruct.callgraph import (
+    THREAD_AGREEMENT,
+    TOLERANCE_MARGIN,
+    CallGraph,
+    learn_callgraph,
+    reorders,
+)
 from tacit.reconstruct.traceweaver import reconstruct_traceweaver
 from tacit.runs import run_bounds
 
@@ -281,6 +290,7 @@ def _learn(
     table.parent = parent
     table.trace[: len(requests)] = _tops(spans, calls)[requests]
     graph = learn_callgraph(table)
+    _widen_tolerances(spans, graph)
     for key, g in graph.endpoints.items():
         g.support = {"seen": support.seen[key], ALONE: support.alone.get(key, 0),
                      GIVEN: support.given.get(key, 0)}  # fmt: skip
@@ -295,3 +305,49 @@ def _tops(spans: SpanTable, calls: dict[int, list[int]]) -> np.ndarray:
     for p, made in calls.items():
         parent[made] = p
     return roots(parent)
+
+
+def _widen_tolerances(spans: SpanTable, graph: CallGraph) -> None:
+    """Widen each slot's tolerances (:class:`.callgraph.Slot`) to what every call of its
+    caller's service to its callee shows at least, times :data:`.callgraph.TOLERANCE_MARGIN`.
+
+    A call that started while requests were in flight ended after its own request by at least
+    its end less the latest of theirs; one that started with none in flight began before its
+    request by at least the time to the next arrival. The known requests are few where traffic
+    is heavy, and the largest overshoot of few is short of what all calls show.
+    """
+    s = spans.strings
+    widest: dict[tuple[str, str, str], tuple[int, int]] = {}
+    proc = process_key(spans)
+    order = np.lexsort((spans.start, proc))
+    heads, lengths = run_bounds(proc[order])
+    for a, n in zip(heads.tolist(), lengths.tolist(), strict=True):
+        rows = order[a : a + n]
+        incoming = rows[spans.kind[rows] == SERVER]
+        calls = rows[(spans.kind[rows] == CLIENT) & (spans.peer[rows] != NONE)]
+        if not len(incoming) or not len(calls):
+            continue
+        start, latest = spans.start[incoming], np.maximum.accumulate(spans.end[incoming])
+        c_start, c_end = spans.start[calls], spans.end[calls]
+        k = np.searchsorted(start, c_start, "right")
+        ended = latest[np.maximum(k - 1, 0)]
+        in_flight = (k > 0) & (ended >= c_start)
+        late = np.where(in_flight, np.maximum(c_end - ended, 0), 0)
+        arrival = start[np.minimum(k, len(start) - 1)]
+        early = np.where(~in_flight & (k < len(start)) & (arrival <= c_end), arrival - c_start, 0)
+        for c, e, la in zip(calls.tolist(), early.tolist(), late.tolist(), strict=True):
+            key = (s[int(spans.service[c])] or "?", s[int(spans.peer[c])] or "?",
+                   s[int(spans.endpoint[c])] or "?")  # fmt: skip
+            e0, l0 = widest.get(key, (0, 0))
+            widest[key] = (max(e0, e), max(l0, la))
+    for (svc, _), g in graph.endpoints.items():
+        for path in (g, *g.paths):
+            path.slots = [
+                replace(
+                    x,
+                    early_ns=max(x.early_ns, round(TOLERANCE_MARGIN * e)),
+                    late_ns=max(x.late_ns, round(TOLERANCE_MARGIN * la)),
+                )
+                for x in path.slots
+                for e, la in [widest.get((svc, x.service, x.endpoint), (0, 0))]
+            ]
