@@ -13,8 +13,12 @@ from tacit.reconstruct.baselines import (
     reconstruct_vpath,
     reconstruct_wap5,
 )
-from tacit.reconstruct.callgraph import learn_callgraph
-from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
+from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
+from tacit.reconstruct.traceweaver import (
+    NOT_IN_CALLGRAPH,
+    TraceWeaverParams,
+    reconstruct_traceweaver,
+)
 from tacit.simulate import load_app, parse_app, simulate
 
 N = 100
@@ -78,6 +82,15 @@ def test_traceweaver_maps_within_the_instance_or_says_why(shop_run):
         assert t.kind[i] == SERVER and len(cands) >= 1
         for kids in cands:
             assert all(proc[k] == proc[i] and t.kind[k] == CLIENT for k in kids)
+
+
+def test_the_calls_of_a_service_the_call_graph_lacks_say_so(shop_run):
+    """A service none of whose endpoints the call graph knows (as before it is learned): its
+    calls are unmapped as not in the call graph."""
+    _, blind, _ = shop_run
+    rec = reconstruct_traceweaver(blind, CallGraph({}))
+    assert set(rec.unmapped.values()) == {NOT_IN_CALLGRAPH}
+    assert len(rec.unmapped) == int((blind.kind == CLIENT).sum())
 
 
 def test_without_candidates_the_mapping_is_the_same(shop_run, shop_graph):

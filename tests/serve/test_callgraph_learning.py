@@ -4,14 +4,15 @@ reconstructs with it from then on."""
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import numpy as np
 
-from serve_app import config, get_json, shop_spans
+from serve_app import config, get_json, shop_spans, url
 from tacit.experiment.otlp_load import encoded_requests, lost_context, post_requests
 from tacit.model.spans import CLIENT
 from tacit.serve import Service
-from tacit.serve.callgraph_learner import MIN_SUPPORT
+from tacit.serve.callgraph_learner import LEARNING, MIN_SUPPORT
 
 
 def _send(svc: Service, spans) -> None:
@@ -52,6 +53,16 @@ def test_without_a_call_graph_the_service_learns_one_and_reconstructs_with_it(tm
             )
             .fetchall()
         )
+        reasons = dict(
+            svc.store._cursor()
+            .execute(
+                "SELECT unmapped, count(*) FROM spans WHERE kind = 'client' AND seq < ? "
+                "AND parent_span_id IS NULL GROUP BY unmapped",
+                [len(first)],
+            )
+            .fetchall()
+        )
+        metrics = urllib.request.urlopen(url(svc, "/metrics"), timeout=30).read().decode()
 
     finally:
         svc.stop()
@@ -60,6 +71,9 @@ def test_without_a_call_graph_the_service_learns_one_and_reconstructs_with_it(tm
     assert endpoints["frontend GET /product"]["learned"]
     for name, e in endpoints.items():
         assert e["learned"] == (e["alone"] + e["given"] >= MIN_SUPPORT), name
+    # the first part's calls, most stored before any endpoint was learned, say why, and count
+    assert max(reasons, key=reasons.get) == LEARNING, reasons
+    assert f'tacit_spans_unmapped_total{{reason="learning"}} {reasons[LEARNING]}.0' in metrics
     assert stored.keys() == true_parent.keys()
     right = sum(stored[c] == p for c, p in true_parent.items())
     assert right >= 0.9 * len(true_parent)

@@ -379,6 +379,7 @@ class _Instance:
         self.callgraph = callgraph
         s = spans.strings
         incoming, self.outgoing = mapping_problem(spans, rows)
+        self.serves = len(incoming) > 0
         self.min_std = gap_floor(np.concatenate([spans.start[rows], spans.end[rows]]))
         self.pools = CallPools(spans, self.outgoing)
         self.shared = SharedValues(spans, rows if params.shared_values else rows[:0], below)
@@ -848,6 +849,8 @@ class _Instance:
         self, result: Reconstruction, stats: SolveStats, delays_from: np.ndarray | None = None
     ) -> int:
         if not self.n_incoming:
+            if self.serves:  # no endpoint it serves is in the call graph
+                self._record_unmapped(result)
             return 0
         p = self.params
         models = self._seed_models()

@@ -2,16 +2,16 @@
 
 Started without a call graph, the service stores what its senders' context gives (every link
 kept, :mod:`tacit.reconstruct.stream_context`) and leaves the calls whose context was lost
-unmapped, counted as not in the call graph. Every :data:`LEARN_EVERY_S` it reads back the spans
-it stored in the last :data:`HORIZON_S`, at most :data:`MAX_SPANS` (their RPC sides, and the
-parents their senders gave) and learns the call graph from the requests that ran alone at their
-instance or kept their context (:mod:`tacit.reconstruct.blind_callgraph`, TraceWeaver §5.2.2);
-the parents it inferred count only where the order of calls is read from a reconstruction.
-An endpoint enters the call graph once :data:`MIN_SUPPORT` such requests show it; the calls of
-the others stay unmapped until then. Each call graph that differs from the one in use takes
-effect at the next round, and is kept in the store with the time it did (``callgraphs``), so a
-restart goes on with the latest; a deployment's new calls and paths are learned the same way,
-from the requests after it.
+unmapped, with the reason :data:`LEARNING` (``learning`` on ``/metrics``). Every
+:data:`LEARN_EVERY_S` it reads back the spans it stored in the last :data:`HORIZON_S`, at most
+:data:`MAX_SPANS` (their RPC sides, and the parents their senders gave) and learns the call
+graph from the requests that ran alone at their instance or kept their context
+(:mod:`tacit.reconstruct.blind_callgraph`, TraceWeaver §5.2.2); the parents it inferred count
+only where the order of calls is read from a reconstruction. An endpoint enters the call graph
+once :data:`MIN_SUPPORT` such requests show it; the calls of the others stay unmapped until
+then. Each call graph that differs from the one in use takes effect at the next round, and is
+kept in the store with the time it did (``callgraphs``), so a restart goes on with the latest;
+a deployment's new calls and paths are learned the same way, from the requests after it.
 """
 
 from __future__ import annotations
@@ -23,8 +23,15 @@ import numpy as np
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, SpanTableBuilder
 from tacit.reconstruct.blind_callgraph import Support, learn_blind
 from tacit.reconstruct.callgraph import CallGraph
+from tacit.reconstruct.traceweaver import NOT_IN_CALLGRAPH
 from tacit.serve.store import Store
 
+LEARNING = (
+    "the call graph learned so far has no entry of this service that makes this call: an "
+    "endpoint enters it once enough of its requests ran alone or kept their context"
+)
+"""Why a call is left unmapped while the call graph is learned (in place of
+:data:`tacit.reconstruct.traceweaver.NOT_IN_CALLGRAPH`)."""
 MIN_SUPPORT = 20
 """Known requests of an endpoint before it enters the call graph: enough for its paths'
 frequencies and delay tolerances to rest on more than a few requests."""
@@ -65,6 +72,14 @@ class CallGraphLearner:
         self.learned_ns = time.time_ns()
         self.store.add_callgraph(self.learned_ns, graph.to_yaml())
         return graph
+
+    @staticmethod
+    def explain(unmapped: dict[int, str]) -> None:
+        """Say, in place, of the calls ``unmapped`` left for want of a call graph entry that
+        the call graph is still being learned."""
+        for p, why in unmapped.items():
+            if why == NOT_IN_CALLGRAPH:
+                unmapped[p] = LEARNING
 
     def status(self) -> dict[str, object]:
         """Where the call graph stands: per endpoint seen, its support and whether it is in."""

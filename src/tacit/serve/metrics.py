@@ -23,6 +23,7 @@ from prometheus_client.utils import floatToGoString
 from tacit.reconstruct.online import NO_CAUSE
 from tacit.reconstruct.result import ROOT_CALL
 from tacit.reconstruct.traceweaver import NO_FIT, NOT_IN_CALLGRAPH, TAKEN
+from tacit.serve.callgraph_learner import LEARNING
 from tacit.serve.online_feed import LATE, NOT_RPC
 
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -96,6 +97,7 @@ class BatchHistogram(Collector):
 REASON_LABELS = {
     ROOT_CALL: "root_call",
     NOT_IN_CALLGRAPH: "not_in_callgraph",
+    LEARNING: "learning",
     TAKEN: "taken_by_another",
     NO_FIT: "no_request_fits",
     NO_CAUSE: "no_request_at_instance",

@@ -154,6 +154,8 @@ class Reconstructor(threading.Thread):
         now = time.time_ns()
         rows = Rows()
         for f in fed.finished:
+            if self.learner is not None:
+                self.learner.explain(f.unmapped)
             seq, given = self.feed.release(f)
             rows.add_finished(f, seq, given, self.seed, now, self._trace_ids)
             self._red(f)
