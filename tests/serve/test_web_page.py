@@ -218,6 +218,12 @@ def test_page_draws_what_the_api_answers(base: str) -> None:
         assert table == {r["service"]: r["confidence"] for r in confidence["data"]}
         assert page.find_element(By.ID, "confidence-advice").text == confidence["advice"]
 
+        # -- the call graph, given by the operator ----------------------------------------------
+        count = get_json(base, "/api/tacit/status")["callgraph"]["count"]
+        source = page.find_element(By.ID, "callgraph-source").text
+        assert source.startswith(f"Given by the operator: {count} endpoints.") and count > 0
+        assert not page.find_elements(By.CSS_SELECTOR, "#callgraph tbody tr")
+
         SCREENSHOT.parent.mkdir(exist_ok=True)
         size = page.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
         whole = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
@@ -400,3 +406,47 @@ def test_latency_charts_draw_what_the_api_answers(latency: Any) -> None:
         page.find_element("id", "latency-panel").screenshot(
             str(SCREENSHOT.with_name("serve-latency.png"))
         )
+
+
+def test_the_page_shows_the_call_graph_the_service_learns(tmp_path: Path) -> None:
+    """A service started without a call graph: the page lists every endpoint seen, with the
+    requests known of each and whether it is in use, as the status says."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from serve_app import shop_spans
+    from tacit.experiment.otlp_load import lost_context, send_spans
+
+    svc = Service(config(tmp_path, grpc="", idle_s=3600))
+    svc.reconstructor.learn_every_s = 0.5
+    svc.start()
+    try:
+        base = f"http://127.0.0.1:{svc.http_port}"
+        spans = lost_context(shop_spans(6, rate=20))
+        assert not send_spans(spans, f"{base}/v1/traces").failed
+        svc.reconstructor.idle_s = 1.0
+        assert svc.wait_idle(60)
+        # a pass over every span stored, after which the status stays as it is
+        svc.reconstructor.learn_every_s = 3600
+        served = int((spans.kind == SERVER).sum())
+        WebDriverWait(None, WAIT_S).until(
+            lambda _: sum(svc.learner.support.seen.values()) == served
+        )
+        status = get_json(base, "/api/tacit/status")["callgraph"]
+        with browser() as page:
+            page.get(base + "/")
+            rows = "#callgraph tbody tr[data-endpoint]"
+            WebDriverWait(page, WAIT_S).until(lambda d: d.find_elements(By.CSS_SELECTOR, rows))
+            drawn = page.execute_script(
+                "return [...document.querySelectorAll(arguments[0])].map(r =>"
+                " [r.dataset.endpoint, r.dataset.learned === 'true', r.cells[1].textContent]);",
+                rows,
+            )
+            source = page.find_element(By.ID, "callgraph-source").text
+    finally:
+        svc.stop()
+    endpoints = status["endpoints"]
+    assert sorted(name for name, _, _ in drawn) == sorted(endpoints)
+    assert all(learned == endpoints[name]["learned"] for name, learned, _ in drawn)
+    assert all(int(seen) == endpoints[name]["seen"] for name, _, seen in drawn)
+    assert source.startswith(f"Learned from the stored spans: {status['count']} of ")

@@ -67,7 +67,8 @@ def lost_context(spans: SpanTable) -> SpanTable:
 
 
 def sdk_spans(spans: SpanTable, shift_ns: int = 0) -> list[Any]:
-    """``spans`` as the SDK's ``ReadableSpan`` objects, in the table's row order."""
+    """``spans`` as the SDK's ``ReadableSpan`` objects, in the table's row order, with the
+    callee's service (``peer.service``) and the thread (``thread.id``) where known."""
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
@@ -89,8 +90,12 @@ def sdk_spans(spans: SpanTable, shift_ns: int = 0) -> list[Any]:
         key = (int(spans.service[r]), int(spans.instance[r]))
         if key not in resources:
             resources[key] = Resource.create({"service.name": s[key[0]], "host.name": s[key[1]]})
-        p = int(spans.parent[r])
-        peer = int(spans.peer[r])
+        p, peer, thread = int(spans.parent[r]), int(spans.peer[r]), int(spans.thread[r])
+        attributes: dict[str, Any] = {}
+        if peer != NONE:
+            attributes["peer.service"] = s[peer]
+        if thread != NONE:
+            attributes["thread.id"] = thread  # as the Java agent records it
         out.append(
             ReadableSpan(
                 s.values[int(spans.endpoint[r])],
@@ -98,7 +103,7 @@ def sdk_spans(spans: SpanTable, shift_ns: int = 0) -> list[Any]:
                 parent=contexts[p] if p != NONE else None,
                 resource=resources[key],
                 kind=kinds.get(int(spans.kind[r]), SpanKind.INTERNAL),
-                attributes={"peer.service": s[peer]} if peer != NONE else None,
+                attributes=attributes or None,
                 start_time=int(spans.start[r]) + shift_ns,
                 end_time=int(spans.end[r]) + shift_ns,
             )

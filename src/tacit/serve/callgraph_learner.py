@@ -19,7 +19,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import orjson
 
+from tacit.formats.common import thread_id
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, SpanTableBuilder
 from tacit.reconstruct.blind_callgraph import Support, learn_blind
 from tacit.reconstruct.callgraph import CallGraph
@@ -86,6 +88,7 @@ class CallGraphLearner:
         sup = self.support
         return {
             "source": "learned",
+            "count": len(self.callgraph.endpoints),
             "learned_ns": self.learned_ns,
             "min_support": self.min_support,
             "endpoints": {
@@ -110,13 +113,13 @@ class CallGraphLearner:
         parent_of: dict[str, str | None] = {}
         given: dict[str, bool] = {}
         kinds: dict[str, str] = {}
-        for span_id, parent, service, instance, operation, kind, start, duration, by in rows:
+        for span_id, parent, service, instance, operation, kind, start, duration, by, tags in rows:
             parent_of[span_id], given[span_id], kinds[span_id] = parent, by, kind
             if kind not in ("server", "client"):
                 continue
             index[span_id] = len(b)
             b.add(service, instance, operation, SERVER if kind == "server" else CLIENT,
-                  start, start + duration, len(b))  # fmt: skip
+                  start, start + duration, len(b), thread=_thread(tags))  # fmt: skip
         table = b.build()
         mapping = np.full(len(table), NONE, dtype=np.int64)
         for span_id, r in index.items():
@@ -139,6 +142,14 @@ class CallGraphLearner:
         new_row[keep] = np.arange(len(keep))
         mapped = mapping[keep]
         return table.take(keep), np.where(mapped >= 0, new_row[np.maximum(mapped, 0)], NONE)
+
+
+def _thread(tags: str | None) -> int:
+    """The thread id stored tags (Jaeger's, as JSON) name, or NONE."""
+    if tags is None:
+        return NONE
+    named = {t["key"]: t["value"] for t in orjson.loads(tags)}
+    return thread_id(named)
 
 
 def _shape(graph: CallGraph) -> dict:

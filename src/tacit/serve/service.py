@@ -222,7 +222,9 @@ class Service:
                 "lag_seconds": self.reconstructor.lag_s,
                 "callgraph_endpoints": len(self.callgraph.endpoints),
                 "callgraph": (
-                    {"source": "file"} if self.learner is None else self.learner.status()
+                    {"source": "file", "count": len(self.callgraph.endpoints)}
+                    if self.learner is None
+                    else self.learner.status()
                 ),
                 "pirate": [feed.status() for feed in self.pirate],
                 "rda": [follower.status() for follower in self.rda_files],

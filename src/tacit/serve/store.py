@@ -352,10 +352,11 @@ class Store:
         """The latest ``limit`` stored spans that start within ``horizon_ns`` of the latest,
         but those drawn for services that sent none: (span id, parent span id, service,
         instance, operation, kind, start, duration, whether the parent is the one its sender
-        gave), in start order."""
+        gave, the tags where they name a thread id, else None), in start order."""
         rows = self._cursor().execute(
             "SELECT * FROM (SELECT span_id, parent_span_id, service, instance, operation, kind, "
-            "start_ns, duration_ns, coalesce(link = 'given', false) FROM spans "
+            "start_ns, duration_ns, coalesce(link = 'given', false), "
+            "CASE WHEN contains(tags, '\"thread.id\"') THEN tags END FROM spans "
             "WHERE start_ns >= (SELECT max(start_ns) FROM spans) - ? "
             "AND coalesce(link, '') <> 'virtual' ORDER BY start_ns DESC LIMIT ?) "
             "ORDER BY start_ns",

@@ -660,6 +660,36 @@ function drawConfidence(doc) {
   $("#confidence tbody").replaceWith(body);
 }
 
+/** Where the call graph comes from and, when the service learns it, each endpoint's support. */
+function drawCallgraph(cg) {
+  const body = el("tbody");
+  if (cg.source === "file") {
+    $("#callgraph-source").textContent =
+      `Given by the operator: ${cg.count} endpoints. Reload the file with SIGHUP or POST /api/tacit/callgraph/reload.`;
+  } else {
+    const rows = Object.entries(cg.endpoints).sort(([a, x], [b, y]) => y.learned - x.learned || a.localeCompare(b));
+    const when = cg.learned_ns ? `; last changed ${new Date(nsToMs(cg.learned_ns)).toLocaleString()}` : "";
+    $("#callgraph-source").textContent =
+      `Learned from the stored spans: ${cg.count} of ${rows.length} endpoints in use. An endpoint is used ` +
+      `once ${cg.min_support} of its requests ran alone or kept their context; until then its calls are ` +
+      `left unmapped, with that reason${when}.`;
+    for (const [name, e] of rows) {
+      body.append(
+        el(
+          "tr",
+          { dataset: { endpoint: name, learned: e.learned }, className: e.learned ? null : "low" },
+          el("td", {}, name),
+          el("td", { className: "num" }, String(e.seen)),
+          el("td", { className: "num" }, String(e.alone)),
+          el("td", { className: "num" }, String(e.given)),
+          el("td", {}, e.learned ? "yes" : `no (${e.alone + e.given} of ${cg.min_support})`),
+        ),
+      );
+    }
+  }
+  $("#callgraph tbody").replaceWith(body);
+}
+
 async function loadOverview() {
   const lookback = $("#lookback").value;
   const now = Date.now();
@@ -672,6 +702,7 @@ async function loadOverview() {
       $("#status").textContent =
         `${s.stored.traces} traces · ${s.stored.spans} spans stored · ${s.pending} pending · ` +
         `lag ${s.lag_seconds.toFixed(1)} s`;
+      drawCallgraph(s.callgraph);
     }),
   ];
   const failed = (await Promise.allSettled(jobs)).filter((j) => j.status === "rejected");
