@@ -4,7 +4,7 @@ For each shared real file (as :mod:`bench_traceweaver` lists them) and the simul
 100 to 700 requests/s, ``tacit evaluate FILE --algorithm traceweaver`` runs twice: with the call
 graph learned from the file's own ground truth (``--callgraph learn``, standing in for a test
 environment) and learned blind from the same spans, their context removed (``--callgraph
-blind``: the requests that ran alone at their instance, :mod:`tacit.reconstruct.blind_callgraph`).
+blind``: the requests whose calls were told apart, :mod:`tacit.reconstruct.blind_callgraph`).
 Per input: both accuracies, their difference, and how many endpoints the blind call graph
 learned of those seen. A Nezha file holds one minute: for those, a third accuracy has the call
 graph learned blind from every minute of its day (``tacit callgraph --blind`` over all of them,
@@ -110,7 +110,7 @@ def _report(results: list[dict], skipped: str | None) -> str:
         f"{time.strftime('%Y-%m-%d')}: end-to-end accuracy of TraceWeaver (`tacit evaluate "
         "--algorithm traceweaver`) with the call graph learned from the input's ground truth "
         "(`--callgraph learn`) and learned blind from the same spans, their context removed "
-        "(`--callgraph blind`: the requests that ran alone at their instance). The last column "
+        "(`--callgraph blind`: the requests whose calls were told apart). The last column "
         "counts the endpoints the blind call graph learned, of those seen; the others are left "
         "out and their calls unmapped. For a Nezha minute, the last two columns have the call "
         "graph learned blind from every minute of its day (`tacit callgraph DAY/*_trace.csv.gz "

@@ -202,3 +202,15 @@ def test_tolerances_are_what_every_call_shows_at_least():
     graph, support = learn_blind(_instance(rows), np.full(len(rows), NONE))
     assert support.alone[("a", "E")] == 5 and support.seen[("a", "E")] == 7
     assert [(x.early_ns, x.late_ns) for x in graph.get("a", "E").slots] == [(0, 60)]
+
+
+def test_a_call_started_soon_after_its_request_ended_is_its_continuation():
+    """A call that starts 5 ns after the response (a continuation, or a start rounded past
+    it) is the request's, ending 50 ns late; one that starts later than the request lasted
+    after it is no request's."""
+    rows = [("E", SERVER, 1000 * i, 1000 * i + 100, NONE) for i in range(3)]
+    rows += [("X", CLIENT, 1000 * i + 105, 1000 * i + 150, NONE) for i in range(3)]
+    rows += [("Y", CLIENT, 1000 * i + 300, 1000 * i + 310, NONE) for i in range(3)]
+    graph, support = learn_blind(_instance(rows), np.full(len(rows), NONE))
+    assert support.alone[("a", "E")] == 3
+    assert [(x.endpoint, x.late_ns) for x in graph.get("a", "E").slots] == [("X", 100)]

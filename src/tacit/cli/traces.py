@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(
                 help="'learn' (from the input's ground truth), 'blind' (from its spans, their "
-                "context removed: the requests that ran alone) or a YAML file."
+                "context removed: the requests whose calls were told apart) or a YAML file."
             ),
         ] = "learn",
         sample: Annotated[
@@ -402,7 +402,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--blind",
                 help="Learn from spans without (or with partial) trace context: from the "
-                "requests that ran alone at their instance or kept their context.",
+                "requests whose calls nothing else at their instance could have made (they ran "
+                "alone, or their calls were apart in time) or that kept their context.",
             ),
         ] = False,
         input_format: InputFormatOpt = "auto",
@@ -442,12 +443,14 @@ def register(app: typer.Typer) -> None:
             left = support.left_out()
             learned = len(support.seen) - len(left)
             console.print(
-                f"{learned} of {len(support.seen)} endpoints learned from requests that ran alone "
-                "or kept their context",
+                f"{learned} of {len(support.seen)} endpoints learned from requests whose calls "
+                "were told apart (alone) or kept their context",
                 markup=False,
             )
             for (svc, ep), n in left.items():
-                console.print(f"  left out: {svc} {ep} ({n} requests, none alone)", markup=False)
+                console.print(
+                    f"  left out: {svc} {ep} ({n} requests, none told apart)", markup=False
+                )
 
     @app.command()
     def demo(

@@ -82,7 +82,7 @@ def evaluate(
         read_seconds += time.perf_counter() - t0
         left = support.left_out()
         how = (
-            "learned blind from the input's own spans (the requests that ran alone): "
+            "learned blind from the input's own spans (the requests whose calls were told apart): "
             f"{len(support.seen) - len(left)} of {len(support.seen)} endpoints"
         )
     if callgraph is None:

@@ -7,14 +7,16 @@ alone at its instance, the unit TraceWeaver maps (§4): with no other request in
 every call the instance made while it was served is its own. And spans whose context was not
 lost are ground truth as they are. Per instance, the incoming spans fall into clusters, each
 overlapping no other's; a cluster's calls are the outgoing spans that overlap it (overlap, not
-lie within, as a client span made from its server span's times carries the callee's clock), and
-none of them whose context was lost may reach into the next cluster. An incoming span is *known*
-when
+lie within, as a client span made from its server span's times carries the callee's clock) or
+start after it, within as long again as its last request lasted (a continuation that outlives
+the response, or a start rounded past it), and none of them whose context was lost may reach
+into the next cluster. An incoming span is *known* when
 
 * every call of its cluster is told apart: by the parent its sender gave, or by overlapping
-  only one of the cluster's requests, as it must have been made while its request was served.
-  Its calls are those told apart as its own (*alone*, the cluster a lone request or the
-  requests' calls apart in time; *given* where its sender named it among others); or
+  only one of the cluster's requests, as it must have been made while its request was served
+  (or, started after all, by the last to end). Its calls are those told apart as its own
+  (*alone*, the cluster a lone request or the requests' calls apart in time; *given* where its
+  sender named it among others); or
 * no outgoing span of the instance starts while it is served: it made none (*alone*); or
 * every outgoing span of the instance that starts while it is served carries the parent its
   sender gave: its calls are those that name it (*given*; no call whose context was lost can be
@@ -145,8 +147,7 @@ def _thread_per_request(spans: SpanTable, rows: np.ndarray) -> bool:
     :data:`.callgraph.THREAD_AGREEMENT` of at least :data:`THREAD_MIN_CALLS` calls overlap a
     request of their own thread, as a worker that blocks on its calls makes them."""
     thread = spans.thread[rows]
-    incoming = spans.kind[rows] == SERVER
-    outgoing = ~incoming
+    incoming, outgoing = spans.kind[rows] == SERVER, spans.kind[rows] == CLIENT
     if (thread == NONE).any() or outgoing.sum() < THREAD_MIN_CALLS:
         return False
     start, end = spans.start[rows], spans.end[rows]
@@ -202,7 +203,9 @@ def _known_at_instance(
     lost = np.where(out_parent == NONE, out_end, _MIN)
     lost_ended = np.maximum.accumulate(lost) if len(outgoing) else lost
     gap = np.searchsorted(out_start, ended_before[heads], "left")  # calls after the last cluster
-    hi = np.searchsorted(out_start, np.maximum.reduceat(end, heads), "right")
+    last = _latest(end)[np.r_[heads[1:], len(incoming)] - 1]  # each cluster's last to end
+    until = np.minimum(end[last] + (end[last] - start[last]), next_start - 1)
+    hi = np.searchsorted(out_start, until, "right")
     lo_each = np.searchsorted(out_start, start, "left")
     hi_each = np.searchsorted(out_start, end, "right")
     given_to: dict[int, list[int]] = defaultdict(list)
@@ -211,8 +214,10 @@ def _known_at_instance(
             given_to[p].append(c)
     for k, (a, b) in enumerate(itertools.pairwise(bounds)):
         # The calls of the cluster: those that overlap it, however their clocks put them (a
-        # client span made from its server span's times has the callee's clock); none whose
-        # context was lost may reach into another cluster.
+        # client span made from its server span's times has the callee's clock), and those
+        # that start after it, within as long again as its last request lasted (continuations
+        # that outlive the response, or a start rounded past it); none whose context was lost
+        # may reach into another cluster.
         window = np.arange(gap[k], hi[k])
         window = window[out_end[window] > start[a]]
         straddling = gap[k] > 0 and lost_ended[gap[k] - 1] > start[a]
@@ -244,8 +249,9 @@ def _owners(
     call_end: np.ndarray,
 ) -> np.ndarray | None:
     """Per call of a cluster of requests (``members``, sorted by start), the index of the
-    member that made it: the one its sender named, else the one member it overlaps. None when
-    a call names a request outside the cluster or overlaps several members."""
+    member that made it: the one its sender named, else the one member it overlaps, or the last
+    to end where it started after all had. None when a call names a request outside the
+    cluster or overlaps several members."""
     lost = parent == NONE
     named = np.searchsorted(members, parent, sorter=np.argsort(members))
     at = np.argsort(members)[np.minimum(named, len(members) - 1)]
@@ -253,12 +259,17 @@ def _owners(
         return None
     begun = np.searchsorted(start, call_end, "right")  # members started by the call's end
     ended = np.searchsorted(np.sort(end), call_start, "left")  # ended before it started
-    if ((begun - ended)[lost] != 1).any():
+    after = ended == len(members)
+    if not ((begun - ended == 1) | after)[lost].all():
         return None
     # The one member begun and not ended is the one of the latest end among those begun.
-    latest = np.maximum.accumulate(np.where(end == np.maximum.accumulate(end),
-                                            np.arange(len(end)), 0))  # fmt: skip
-    return np.where(lost, latest[np.maximum(begun - 1, 0)], at)
+    return np.where(lost, _latest(end)[np.maximum(begun - 1, 0)], at)
+
+
+def _latest(end: np.ndarray) -> np.ndarray:
+    """Per position, the position of the latest of ``end[: position + 1]``."""
+    n = np.arange(len(end))
+    return np.maximum.accumulate(np.where(end == np.maximum.accumulate(end), n, 0))
 
 
 def _learn(
@@ -311,9 +322,10 @@ def _widen_tolerances(spans: SpanTable, graph: CallGraph) -> None:
     """Widen each slot's tolerances (:class:`.callgraph.Slot`) to what every call of its
     caller's service to its callee shows at least, times :data:`.callgraph.TOLERANCE_MARGIN`.
 
-    A call that started while requests were in flight ended after its own request by at least
-    its end less the latest of theirs; one that started with none in flight began before its
-    request by at least the time to the next arrival. The known requests are few where traffic
+    A call that started while requests were in flight, or soon after the last ended (as
+    :func:`_known_at_instance` takes it), ended after its own request by at least its end less
+    the latest of theirs; one that started with none in flight began before its request by at
+    least the time to the next arrival. The known requests are few where traffic
     is heavy, and the largest overshoot of few is short of what all calls show.
     """
     s = spans.strings
@@ -327,14 +339,15 @@ def _widen_tolerances(spans: SpanTable, graph: CallGraph) -> None:
         calls = rows[(spans.kind[rows] == CLIENT) & (spans.peer[rows] != NONE)]
         if not len(incoming) or not len(calls):
             continue
-        start, latest = spans.start[incoming], np.maximum.accumulate(spans.end[incoming])
+        start, end = spans.start[incoming], spans.end[incoming]
         c_start, c_end = spans.start[calls], spans.end[calls]
         k = np.searchsorted(start, c_start, "right")
-        ended = latest[np.maximum(k - 1, 0)]
-        in_flight = (k > 0) & (ended >= c_start)
-        late = np.where(in_flight, np.maximum(c_end - ended, 0), 0)
+        last = _latest(end)[np.maximum(k - 1, 0)]
+        ended, lasted = end[last], end[last] - start[last]
+        after = (k > 0) & (c_start - ended <= lasted)  # in flight, or its continuation
+        late = np.where(after, np.maximum(c_end - ended, 0), 0)
         arrival = start[np.minimum(k, len(start) - 1)]
-        early = np.where(~in_flight & (k < len(start)) & (arrival <= c_end), arrival - c_start, 0)
+        early = np.where(~after & (k < len(start)) & (arrival <= c_end), arrival - c_start, 0)
         for c, e, la in zip(calls.tolist(), early.tolist(), late.tolist(), strict=True):
             key = (s[int(spans.service[c])] or "?", s[int(spans.peer[c])] or "?",
                    s[int(spans.endpoint[c])] or "?")  # fmt: skip

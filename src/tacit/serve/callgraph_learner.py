@@ -5,7 +5,7 @@ kept, :mod:`tacit.reconstruct.stream_context`) and leaves the calls whose contex
 unmapped, with the reason :data:`LEARNING` (``learning`` on ``/metrics``). Every
 :data:`LEARN_EVERY_S` it reads back the spans it stored in the last :data:`HORIZON_S`, at most
 :data:`MAX_SPANS` (their RPC sides, and the parents their senders gave) and learns the call
-graph from the requests that ran alone at their instance or kept their context
+graph from the requests whose calls were told apart at their instance or that kept their context
 (:mod:`tacit.reconstruct.blind_callgraph`, TraceWeaver §5.2.2); the parents it inferred count
 only where the order of calls is read from a reconstruction. An endpoint enters the call graph
 once :data:`MIN_SUPPORT` such requests show it; the calls of the others stay unmapped until
