@@ -161,3 +161,30 @@ def test_a_busy_front_end_is_learned_on_its_threads(tmp_path):
         known[threads] = sum(e["alone"] for e in front) / sum(e["seen"] for e in front)
     assert known[True] == 1.0
     assert known[False] < 0.5
+
+
+def test_a_call_graph_learned_again_is_new_where_its_paths_or_their_shares_moved():
+    """Counts grow with every request: a call graph learned again is new only where an
+    endpoint's calls or paths differ, or a path's share moved by SHARE_SHIFT or more."""
+    import copy
+
+    from serve_app import shop_callgraph
+    from tacit.serve.callgraph_learner import SHARE_SHIFT, _differs
+
+    old = shop_callgraph()
+    paths = old.get("frontend", "GET /product").paths  # 120 and 43 requests
+    assert len(paths) == 2
+    more = copy.deepcopy(old)
+    for g in more.endpoints.values():
+        for p in g.call_paths():
+            p.requests *= 3
+    assert not _differs(more, old)
+    shifted = copy.deepcopy(old)
+    total = paths[0].requests + paths[1].requests
+    moved = round((SHARE_SHIFT + 0.02) * total)
+    shifted.get("frontend", "GET /product").paths[0].requests -= moved
+    shifted.get("frontend", "GET /product").paths[1].requests += moved
+    assert _differs(shifted, old)
+    fewer = copy.deepcopy(old)
+    fewer.get("frontend", "GET /product").paths.pop()
+    assert _differs(fewer, old)

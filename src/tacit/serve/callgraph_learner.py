@@ -9,9 +9,11 @@ graph from the requests whose calls were told apart at their instance or that ke
 (:mod:`tacit.reconstruct.blind_callgraph`, TraceWeaver §5.2.2); the parents it inferred count
 only where the order of calls is read from a reconstruction. An endpoint enters the call graph
 once :data:`MIN_SUPPORT` such requests show it; the calls of the others stay unmapped until
-then. Each call graph that differs from the one in use takes effect at the next round, and is
-kept in the store with the time it did (``callgraphs``), so a restart goes on with the latest;
-a deployment's new calls and paths are learned the same way, from the requests after it.
+then. Each call graph that differs from the one in use (in its calls, paths or, by
+:data:`SHARE_SHIFT`, their shares) takes effect at the next round, and is kept in the store
+with the time it did (``callgraphs``), so a restart goes on with the latest; a deployment's new
+calls and paths, and the shares that shift, are learned the same way, from the requests after
+it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ LEARN_EVERY_S = 30.0
 HORIZON_S = 600.0
 MAX_SPANS = 100_000
 """How far back the spans learned from go: stored span time, and spans (the latest)."""
+SHARE_SHIFT = 0.1
+"""A move of a path's share of its endpoint's requests that makes a call graph learned again
+new: its frequencies are the paths' priors (TraceWeaver §5.2.2)."""
 
 
 class CallGraphLearner:
@@ -68,7 +73,7 @@ class CallGraphLearner:
                 if self.support.known(key) >= self.min_support
             }
         )
-        if _shape(graph) == _shape(self.callgraph):
+        if not _differs(graph, self.callgraph):
             return None
         self.callgraph = graph
         self.learned_ns = time.time_ns()
@@ -152,14 +157,34 @@ def _thread(tags: str | None) -> int:
     return thread_id(named)
 
 
-def _shape(graph: CallGraph) -> dict:
-    """What a call graph says of each endpoint's calls, without the counts that change with
-    every request (a call graph learned again from more requests of the same paths is the
-    same call graph)."""
-    return {
-        key: sorted(
-            (tuple((sl.service, sl.endpoint, sl.occurrence) for sl in p.slots), str(p.preds))
-            for p in g.call_paths()
-        )
-        for key, g in graph.endpoints.items()
-    }
+def _differs(new: CallGraph, old: CallGraph) -> bool:
+    """Whether a call graph learned again says something else of an endpoint's calls than the
+    one in use: its endpoints, calls or paths differ, or a path's share of its endpoint's
+    requests moved by :data:`SHARE_SHIFT` or more (a count that changes with every request
+    does not make it new)."""
+    shape_new, shape_old = _shape(new), _shape(old)
+    if shape_new.keys() != shape_old.keys() or any(
+        sorted(shape_new[k]) != sorted(shape_old[k]) for k in shape_new
+    ):
+        return True
+    return any(
+        abs(share - shape_old[key][path]) >= SHARE_SHIFT
+        for key, paths in shape_new.items()
+        for path, share in paths.items()
+    )
+
+
+def _shape(graph: CallGraph) -> dict[tuple[str, str], dict[tuple, float]]:
+    """Per endpoint, each path (its role at a join, its calls and their order) with its share
+    of the endpoint's requests."""
+    out = {}
+    for key, g in graph.endpoints.items():
+        paths = g.call_paths()
+        total = sum(p.requests for p in paths) or 1
+        out[key] = {
+            (p.role or "", tuple((sl.service, sl.endpoint, sl.occurrence) for sl in p.slots),
+             str(p.preds)):
+            p.requests / total
+            for p in paths
+        }  # fmt: skip
+    return out
