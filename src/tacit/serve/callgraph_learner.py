@@ -32,7 +32,8 @@ from tacit.serve.store import Store
 
 LEARNING = (
     "the call graph learned so far has no entry of this service that makes this call: an "
-    "endpoint enters it once enough of its requests ran alone or kept their context"
+    "endpoint enters it once enough of its requests had their calls told apart or kept their "
+    "context"
 )
 """Why a call is left unmapped while the call graph is learned (in place of
 :data:`tacit.reconstruct.traceweaver.NOT_IN_CALLGRAPH`)."""
@@ -62,8 +63,8 @@ class CallGraphLearner:
             self.learned_ns = latest[0]
 
     def learn(self) -> CallGraph | None:
-        """The call graph of the stored spans, if its endpoints, calls or paths differ from
-        the one in use (which it then becomes, kept in the store); else None."""
+        """The call graph of the stored spans, if it differs from the one in use
+        (:func:`_differs`; it then becomes the one in use, kept in the store); else None."""
         table, mapping = self._stored_spans()
         graph, self.support = learn_blind(table, mapping)
         graph = CallGraph(

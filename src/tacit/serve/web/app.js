@@ -671,7 +671,7 @@ function drawCallgraph(cg) {
     const when = cg.learned_ns ? `; last changed ${new Date(nsToMs(cg.learned_ns)).toLocaleString()}` : "";
     $("#callgraph-source").textContent =
       `Learned from the stored spans: ${cg.count} of ${rows.length} endpoints in use. An endpoint is used ` +
-      `once ${cg.min_support} of its requests ran alone or kept their context; until then its calls are ` +
+      `once ${cg.min_support} of its requests had their calls told apart or kept their context; until then its calls are ` +
       `left unmapped, with that reason${when}.`;
     for (const [name, e] of rows) {
       body.append(
