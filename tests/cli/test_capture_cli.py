@@ -103,7 +103,7 @@ def test_traces_reconstructed_with_a_call_graph_from_isolated_requests(runs) -> 
 def test_a_call_graph_learned_blind_from_a_captures_spans(runs) -> None:
     """The spans of a capture in which the requests ran one after the other: ``tacit
     callgraph --blind`` learns the front end's call to geo from them, as ``--test-capture``
-    does."""
+    does, and ``tacit capture --reconstruct --callgraph blind`` reconstructs with it."""
     d = runs["dir"]
     made = run_here("capture", "test.pcap", "--services", "services.yaml", "--out", "iso.jsonl",
                     cwd=d)  # fmt: skip
@@ -115,6 +115,17 @@ def test_a_call_graph_learned_blind_from_a_captures_spans(runs) -> None:
     assert [(c["service"], c["endpoint"]) for c in front["calls"]] == [("geo", "GET /near")]
     assert front["support"] == {"seen": 3, "alone": 3, "given": 0}
     assert doc["support"]["left_out"] == {}
+    # In one command: the capture's spans, the call graph learned from them, their traces.
+    one = run_here("capture", "test.pcap", "--services", "services.yaml", "--reconstruct",
+                   "--callgraph", "blind", "--out", "b.json", "--json", cwd=d)  # fmt: skip
+    assert one.returncode == 0, one.stderr
+    summary = json.loads(one.stdout)
+    assert summary["callgraph"]["endpoints"]["front GET /hotels"]["alone"] == 3
+    assert summary["traces"] == 3 and summary["unmapped"] == {ROOT_CALL: 3}
+    t = read_jaeger(d / "b.json")
+    front_calls = [r for r in range(len(t)) if t.name("service", r) == "front" and t.kind[r] == 1]
+    assert len(front_calls) == 3
+    assert all(t.name("endpoint", int(t.parent[c])) == "GET /hotels" for c in front_calls)
 
 
 def test_bad_use_is_one_line(runs) -> None:

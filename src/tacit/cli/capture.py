@@ -63,7 +63,11 @@ def register(app: typer.Typer) -> None:
             bool, flag(help="Reconstruct traces from the spans and write those instead.")
         ] = False,
         callgraph: Annotated[
-            Path | None, typer.Option(help="With --reconstruct: the call graph (YAML).")
+            str | None,
+            typer.Option(
+                help="With --reconstruct: the call graph (YAML), or 'blind' to learn it from "
+                "the capture's own requests whose calls were told apart."
+            ),
         ] = None,
         test_capture: Annotated[
             Path | None,
@@ -91,6 +95,7 @@ def register(app: typer.Typer) -> None:
             spans_from_read,
         )
         from tacit.formats.live import capture_for
+        from tacit.reconstruct.blind_callgraph import learn_blind
         from tacit.reconstruct.isolated import callgraph_from_test_capture
         from tacit.reconstruct.pipeline import check_algorithm, reconstruct_blind
 
@@ -103,7 +108,7 @@ def register(app: typer.Typer) -> None:
         if reconstruct:
             if (callgraph is None) == (test_capture is None):
                 raise ConfigError(
-                    "--reconstruct needs the call graph: give --callgraph FILE or "
+                    "--reconstruct needs the call graph: give --callgraph FILE (or 'blind') or "
                     "--test-capture PCAP (requests sent one at a time)"
                 )
         elif callgraph or test_capture:
@@ -129,6 +134,9 @@ def register(app: typer.Typer) -> None:
                 cg, summary["test_capture"] = callgraph_from_test_capture(
                     test_capture, names, protocol
                 )
+            elif callgraph == "blind":
+                cg, support = learn_blind(got.spans)
+                summary["callgraph"] = support.as_dict()
             else:
                 cg = load_callgraph(str(callgraph))
             with progress_bar(len(got.spans), "reconstructing", not json_out) as cb:

@@ -198,7 +198,7 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(
                 help="'learn' (from the input, needs ground truth), 'blind' (from the input's "
-                "requests that ran alone or kept their context) or a YAML file."
+                "requests whose calls were told apart or that kept their context) or a YAML file."
             ),
         ] = "learn",
         algorithm: Annotated[
