@@ -218,10 +218,14 @@ def test_page_draws_what_the_api_answers(base: str) -> None:
         assert table == {r["service"]: r["confidence"] for r in confidence["data"]}
         assert page.find_element(By.ID, "confidence-advice").text == confidence["advice"]
 
-        # -- the call graph, given by the operator ----------------------------------------------
-        count = get_json(base, "/api/tacit/status")["callgraph"]["count"]
+        # -- the call graph, given by the operator, and the calls it lacks ----------------------
+        given = get_json(base, "/api/tacit/status")["callgraph"]
         source = page.find_element(By.ID, "callgraph-source").text
-        assert source.startswith(f"Given by the operator: {count} endpoints.") and count > 0
+        assert given["count"] > 0 and given["calls_not_in_callgraph"] == 3  # the renamed calls
+        assert source.startswith(
+            f"Given by the operator: {given['count']} endpoints. 3 calls since it took effect "
+            "match no entry of it"
+        )
         assert not page.find_elements(By.CSS_SELECTOR, "#callgraph tbody tr")
 
         SCREENSHOT.parent.mkdir(exist_ok=True)

@@ -31,6 +31,7 @@ from tacit.model.span_details import STATUS_ERROR
 from tacit.model.spans import SERVER
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.online import Finished, OnlineParams
+from tacit.reconstruct.traceweaver import NOT_IN_CALLGRAPH
 from tacit.serve.callgraph_learner import LEARN_EVERY_S, CallGraphLearner
 from tacit.serve.finished_rows import Rows, TakenIds
 from tacit.serve.ingest import Batch, Ingest
@@ -88,6 +89,7 @@ class Reconstructor(threading.Thread):
         self._arrived_end = 0.0  # the latest span end when the last request came
         self.lag_s = 0.0
         self.duplicates = 0  # spans received again, counted and not stored
+        self.not_in_callgraph = 0  # calls since the call graph in use took effect that it lacks
         self._trace_ids = TakenIds()
         # per service, [incoming, top choice] over everything stored, kept up to date here
         # rather than summed again from the store after every write
@@ -174,6 +176,7 @@ class Reconstructor(threading.Thread):
         m.drawn.inc(rows.drawn)
         for why, n in rows.unmapped.items():
             m.unmapped.labels(reason_label(why)).inc(n)
+        self.not_in_callgraph += rows.unmapped.get(NOT_IN_CALLGRAPH, 0)
         for fate, n in rows.fates.items():
             m.fates.labels(fate).inc(n)
         m.checked.labels("agree").inc(rows.agree)
@@ -204,6 +207,7 @@ class Reconstructor(threading.Thread):
 
     def _use(self, graph: CallGraph) -> None:
         self.feed.tw.set_callgraph(graph)
+        self.not_in_callgraph = 0
         self.metrics.callgraph_endpoints.set(len(graph.endpoints))
         if self.learner is None:
             self.store.add_callgraph(time.time_ns(), graph.to_yaml())

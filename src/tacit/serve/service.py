@@ -222,7 +222,11 @@ class Service:
                 "lag_seconds": self.reconstructor.lag_s,
                 "callgraph_endpoints": len(self.callgraph.endpoints),
                 "callgraph": (
-                    {"source": "file", "count": len(self.callgraph.endpoints)}
+                    {
+                        "source": "file",
+                        "count": len(self.callgraph.endpoints),
+                        "calls_not_in_callgraph": self.reconstructor.not_in_callgraph,
+                    }
                     if self.learner is None
                     else self.learner.status()
                 ),

@@ -664,8 +664,11 @@ function drawConfidence(doc) {
 function drawCallgraph(cg) {
   const body = el("tbody");
   if (cg.source === "file") {
+    const stale = cg.calls_not_in_callgraph
+      ? ` ${cg.calls_not_in_callgraph} calls since it took effect match no entry of it: it may be out of date.`
+      : "";
     $("#callgraph-source").textContent =
-      `Given by the operator: ${cg.count} endpoints. Reload the file with SIGHUP or POST /api/tacit/callgraph/reload.`;
+      `Given by the operator: ${cg.count} endpoints.${stale} Reload the file with SIGHUP or POST /api/tacit/callgraph/reload.`;
   } else {
     const rows = Object.entries(cg.endpoints).sort(([a, x], [b, y]) => y.learned - x.learned || a.localeCompare(b));
     const when = cg.learned_ns ? `; last changed ${new Date(nsToMs(cg.learned_ns)).toLocaleString()}` : "";
