@@ -109,6 +109,12 @@ def test_evaluate_json(runs) -> None:
     tw = res["results"][0]
     assert tw["top5_accuracy"] is not None and tw["top5_accuracy"] >= tw["accuracy"]
     assert tw["accuracy"] >= 0.5  # light load: traceweaver gets most traces right
+    # calibration of its link and trace probabilities, over every link and every trace
+    links, traces = tw["calibration"]["links"], tw["calibration"]["traces"]
+    assert traces["n"] == REQUESTS and sum(b["n"] for b in traces["bins"]) == REQUESTS
+    assert links["n"] == sum(b["n"] for b in links["bins"]) > REQUESTS
+    assert 0 <= links["ece"] <= 1 and 0 <= traces["ece"] <= 1 and len(links["bins"]) == 10
+    assert res["results"][1]["calibration"] is None  # fcfs scores nothing
 
 
 def test_blind_writes_one_line_per_observed_span(runs, work: Path) -> None:

@@ -1,5 +1,6 @@
 """The names :mod:`tacit.evaluation` exports, each imported on first use (``__init__.py``)."""
 
+from .calibration import calibration, reconstruction_calibration
 from .demo import run_demo
 from .otel_app import score_traces
 from .reconstruction import Evaluation, evaluate
@@ -9,7 +10,9 @@ __all__ = [
     "Evaluation",
     "TraceScore",
     "artifact_scope",
+    "calibration",
     "evaluate",
+    "reconstruction_calibration",
     "run_demo",
     "score_reconstruction",
     "score_traces",

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from tacit.errors import ConfigError, InputError
+from tacit.evaluation.calibration import reconstruction_calibration
 from tacit.evaluation.trace_accuracy import artifact_scope, score_reconstruction
 from tacit.formats import observe
 from tacit.model.spans import SpanTable
@@ -119,6 +120,9 @@ def evaluate(
                 "unmapped": len(rec.unmapped),
                 "per_latency_bin": score.per_latency_bin,
                 "per_service": score.per_service,
+                "calibration": (
+                    reconstruction_calibration(truth, blind, rec) if len(rec.alternatives) else None
+                ),
                 "info": rec.info,
             }
         )

@@ -37,6 +37,20 @@ def trace_of_rows(truth: SpanTable) -> np.ndarray:
     return idx
 
 
+def wrong_traces(
+    truth: SpanTable, rec: Reconstruction, client: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The dense trace index of each row, and per trace whether it is wrong (module docstring):
+    one of its ``client`` rows got the wrong parent, or was given to it from another trace."""
+    trace = trace_of_rows(truth)
+    bad = np.zeros(int(trace.max()) + 1 if len(trace) else 0, dtype=bool)
+    wrong_link = client & (rec.parent != truth.parent)
+    bad[trace[wrong_link]] = True
+    intruder = wrong_link & (rec.parent != NONE)
+    bad[trace[rec.parent[intruder]]] = True
+    return trace, bad
+
+
 def score_reconstruction(
     truth: SpanTable,
     rec: Reconstruction,
@@ -49,16 +63,12 @@ def score_reconstruction(
     published number that scores fewer links, such as the TraceWeaver artifact's on Media
     Microservices (:func:`artifact_scope`).
     """
-    trace = trace_of_rows(truth)
-    n_traces = int(trace.max()) + 1 if len(trace) else 0
     client = truth.kind == CLIENT
     if scored is not None:
         client &= scored
+    trace, bad = wrong_traces(truth, rec, client)
+    n_traces = len(bad)
     wrong_link = client & (rec.parent != truth.parent)
-    bad = np.zeros(n_traces, dtype=bool)
-    bad[trace[wrong_link]] = True
-    intruder = wrong_link & (rec.parent != NONE)
-    bad[trace[rec.parent[intruder]]] = True
     n_client = int(client.sum())
     link_acc = 1.0 - wrong_link.sum() / n_client if n_client else None
 

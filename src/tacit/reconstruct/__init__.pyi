@@ -8,6 +8,7 @@ from .call_names import CallNames
 from .callgraph import CallGraph, EndpointGraph, learn_callgraph
 from .hops import Hops
 from .isolated import callgraph_from_isolated, callgraph_from_test_capture, weave_isolated
+from .link_probability import link_probability, trace_probability
 from .online import OnlineTraceWeaver, reconstruct_online, stream_chunks
 from .pipeline import (
     ALGORITHMS,
@@ -44,6 +45,7 @@ __all__ = [
     "instrument_next",
     "learn_blind",
     "learn_callgraph",
+    "link_probability",
     "merge",
     "observe_stream",
     "partition",
@@ -58,5 +60,6 @@ __all__ = [
     "run_algorithm",
     "stream_chunks",
     "stream_source",
+    "trace_probability",
     "weave_isolated",
 ]

@@ -1,0 +1,127 @@
+"""Benchmark: how well TraceWeaver's link and trace probabilities are calibrated.
+
+Each link's probability is its parent's share of the call's alternatives
+(:mod:`tacit.reconstruct.link_probability`), a trace's the product of its links'. The call graph
+is learned from a calm file of the same application and the others are scored with it, as the
+issue (calibrated confidence) sets: HotelReservation load25 → load50 … load150; Media
+Microservices load25 → load100; Nezha OnlineBoutique 07_26 → 03_54, 03_55 (a fault minute:
+CPU contention at the front end), 07_28; TrainTicket 08_43 → 08_44, 08_45. Per file:
+end-to-end and link accuracy, the link and trace ECE (ten equal-width bins,
+:mod:`tacit.evaluation.calibration`) and, of the traces given 0.9 or more, how many and the
+share right. Targets: ECE ≤ 0.05 each; on 03_55, accuracy ≥ 50% and ≥ 90% of the traces given
+0.9 or more right.
+
+``python bench/bench_calibration.py [NAME_PART ...] [--markdown PATH]`` prints one JSON object;
+it skips (with the reason) when ../shared/data is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from bench_traceweaver import DATA
+from report_part import publish
+from tacit.evaluation.reconstruction import evaluate
+from tacit.formats.span_files import observe
+from tacit.reconstruct.callgraph import learn_callgraph
+
+TARGET_ECE = 0.05
+NEZHA = DATA / "nezha"
+SETUPS = (
+    (
+        DATA / "traceweaver/hotel_reservation/load25.jaeger.json.gz",
+        [DATA / f"traceweaver/hotel_reservation/load{n}.jaeger.json.gz" for n in (50, 100, 150)],
+    ),
+    (
+        DATA / "traceweaver/media_microservices/load25.jaeger.json.gz",
+        [DATA / "traceweaver/media_microservices/load100.jaeger.json.gz"],
+    ),
+    (
+        NEZHA / "online_boutique/2022-08-22/07_26_trace.csv.gz",
+        [
+            NEZHA / f"online_boutique/2022-08-22/{m}_trace.csv.gz"
+            for m in ("03_54", "03_55", "07_28")
+        ],
+    ),
+    (
+        NEZHA / "train_ticket/2023-01-29/08_43_trace.csv.gz",
+        [NEZHA / f"train_ticket/2023-01-29/{m}_trace.csv.gz" for m in ("08_44", "08_45")],
+    ),
+)
+
+
+def name(path: Path) -> str:
+    """A file's short name: its application and load or minute (a Nezha minute's directory is
+    its day, under its application's)."""
+    app = path.parent.parent.name if path.parent.name[:1].isdigit() else path.parent.name
+    return f"{app} {path.name.split('.')[0].removesuffix('_trace')}"
+
+
+def score(calm: Path, path: Path) -> dict:
+    """TraceWeaver on ``path`` with the call graph learned from ``calm``, and its calibration."""
+    graph = learn_callgraph(observe([calm])[0].spans)
+    result = evaluate([path], ["traceweaver"], callgraph=graph).results[0]
+    links, traces = result["calibration"]["links"], result["calibration"]["traces"]
+    sure = traces["bins"][-1]
+    return {
+        "input": name(path),
+        "callgraph_from": name(calm),
+        "accuracy": round(result["accuracy"], 4),
+        "link_accuracy": round(result["link_accuracy"], 4),
+        "link_ece": round(links["ece"], 4),
+        "trace_ece": round(traces["ece"], 4),
+        "traces_at_0.9": sure["n"],
+        "right_at_0.9": None if sure["accuracy"] is None else round(sure["accuracy"], 4),
+        "calibration": result["calibration"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("only", nargs="*")
+    parser.add_argument("--markdown", type=Path)
+    args = parser.parse_args()
+    if not DATA.exists():
+        print(json.dumps({"skipped": f"{DATA} is absent: real files not run"}))
+        return
+    results = [
+        score(calm, path)
+        for calm, paths in SETUPS
+        for path in paths
+        if not args.only or any(o in name(path) for o in args.only)
+    ]
+    print(json.dumps({"target_ece": TARGET_ECE, "results": results}))
+    if args.markdown is not None:
+        publish(_report(results), args.markdown, echo=False)
+
+
+def _report(results: list[dict]) -> str:
+    rows = [
+        "| input | call graph from | accuracy | link accuracy | link ECE | trace ECE "
+        "| traces given ≥ 0.9 | of them right |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        right = "—" if r["right_at_0.9"] is None else f"{r['right_at_0.9']:.1%}"
+        rows.append(
+            f"| {r['input']} | {r['callgraph_from']} | {r['accuracy']:.1%} | "
+            f"{r['link_accuracy']:.1%} | {r['link_ece']:.3f} | {r['trace_ece']:.3f} | "
+            f"{r['traces_at_0.9']} | {right} |"
+        )
+    return (
+        "# Calibration of TraceWeaver's link and trace probabilities\n\n"
+        "Written by `python bench/bench_calibration.py --markdown docs/calibration.md` on "
+        f"{time.strftime('%Y-%m-%d')}. A link's probability is its parent's share of the "
+        "call's alternatives (the softmax of their mappings' log-likelihoods, "
+        "`tacit.reconstruct.link_probability`); a trace's is the product of its links'. The call "
+        "graph is learned from a calm file of the same application. ECE: ten equal-width bins "
+        "of predicted probability, Σ (n_bin / N) · |accuracy_bin − mean probability_bin| "
+        f"(target ≤ {TARGET_ECE}).\n\n" + "\n".join(rows) + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Calibration: the ECE of predicted probabilities against how often they are right, and the
+probabilities TraceWeaver's alternatives give each link and trace."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tacit.evaluation.calibration import calibration
+from tacit.model.roles import infer_roles
+from tacit.model.spans import CLIENT, NONE
+from tacit.reconstruct.callgraph import learn_callgraph
+from tacit.reconstruct.link_probability import link_probability, trace_probability
+from tacit.reconstruct.traceweaver import reconstruct_traceweaver
+from tacit.simulate import load_app, simulate
+
+
+def test_the_ece_weighs_each_bins_gap_by_its_share():
+    # 100 links given 0.95, 95 right: calibrated. 100 more given 0.85, half right: 0.35 off.
+    p = np.r_[np.full(100, 0.95), np.full(100, 0.85)]
+    right = np.r_[np.arange(100) < 95, np.arange(100) < 50]
+    doc = calibration(p, right)
+    assert doc["ece"] == pytest.approx(0.5 * 0.0 + 0.5 * 0.35)
+    assert [b["n"] for b in doc["bins"]] == [0] * 8 + [100, 100]
+    assert doc["bins"][9]["accuracy"] == pytest.approx(0.95)
+    assert doc["bins"][0]["probability"] is None
+    assert calibration(np.array([1.0, 0.0]), np.array([True, False]))["ece"] == 0.0
+    assert calibration(np.empty(0), np.empty(0, bool))["ece"] is None
+
+
+@pytest.fixture(scope="module")
+def shop():
+    obs = infer_roles(simulate(load_app(None), 600, n_requests=200, seed=4, record_threads=False))
+    blind = obs.without_truth()
+    return obs, blind, reconstruct_traceweaver(blind, learn_callgraph(obs.spans))
+
+
+def test_a_links_probability_is_its_parents_share_of_the_alternatives(shop):
+    """exp(score) of the chosen parent over the sum for the call's alternatives; a call left
+    unmapped has 0; the other spans have none."""
+    _, blind, rec = shop
+    p = link_probability(blind, rec)
+    client = blind.kind == CLIENT
+    assert np.isnan(p[~client]).all() and ((p[client] >= 0) & (p[client] <= 1)).all()
+    assert (p[client & (rec.parent == NONE)] == 0).all()
+    checked = 0
+    for call, pairs in rec.alternatives.items():
+        if rec.parent[call] == NONE or len(pairs) < 2:
+            continue
+        top = max(s for _, s in pairs)
+        total = sum(math.exp(s - top) for _, s in pairs)
+        mine = sum(math.exp(s - top) for q, s in pairs if q == rec.parent[call])
+        assert p[call] == pytest.approx(mine / total)
+        checked += 1
+    assert checked > 10
+    # a higher temperature spreads the probability: the chosen parent, mostly the best, loses
+    assert np.nanmean(link_probability(blind, rec, 10.0)[client]) < np.nanmean(p[client])
+
+
+def test_a_traces_probability_is_the_product_of_its_links(shop):
+    obs, blind, rec = shop
+    p = link_probability(blind, rec)
+    _, trace = np.unique(obs.spans.trace, return_inverse=True)
+    per_trace = trace_probability(p, trace)
+    t = int(trace[np.flatnonzero(blind.kind == CLIENT)[0]])
+    links = p[(trace == t) & (blind.kind == CLIENT)]
+    assert per_trace[t] == pytest.approx(float(np.prod(links)))
+    assert len(per_trace) == trace.max() + 1
