@@ -6,7 +6,8 @@ from tacit.model.spans import NONE, SpanTable, StringPool
 
 
 def table(rows: list[tuple]) -> SpanTable:
-    """rows: (kind, endpoint, peer, start, end, true parent row); all at instance a/a-0."""
+    """rows: (kind, endpoint, peer, start, end, true parent row[, thread]); all at instance
+    a/a-0."""
     s = StringPool()
     n = len(rows)
     return SpanTable(
@@ -18,7 +19,7 @@ def table(rows: list[tuple]) -> SpanTable:
         start=[r[3] for r in rows],
         end=[r[4] for r in rows],
         peer=[s.code(r[2]) for r in rows],
-        thread=[NONE] * n,
+        thread=[r[6] if len(r) > 6 else NONE for r in rows],
         trace=[NONE] * n,
         span_id=[NONE] * n,
         parent=[r[5] for r in rows],

@@ -8,9 +8,10 @@ import json
 import numpy as np
 import pytest
 
+from spanrows import table
 from tacit.evaluation.trace_accuracy import score_reconstruction
 from tacit.model.roles import infer_roles
-from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, StringPool
+from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.reconstruct.blind_callgraph import learn_blind
 from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
@@ -100,24 +101,10 @@ def test_the_command_learns_blind_and_says_what_it_rests_on(tmp_path, shop):
 def _instance(rows: list[tuple]) -> SpanTable:
     """Blind spans of one instance of service a; rows: (endpoint, kind, start, end, thread),
     every call to service b."""
-    s = StringPool()
-    n = len(rows)
-    return SpanTable(
-        s,
-        service=[s.code("a")] * n,
-        instance=[s.code("a")] * n,
-        endpoint=[s.code(r[0]) for r in rows],
-        kind=[r[1] for r in rows],
-        start=[r[2] for r in rows],
-        end=[r[3] for r in rows],
-        peer=[NONE if r[1] == SERVER else s.code("b") for r in rows],
-        thread=[r[4] for r in rows],
-        trace=[NONE] * n,
-        span_id=[NONE] * n,
-        parent=[NONE] * n,
-        link=[NONE] * n,
-        record=list(range(n)),
-    )
+    return table(
+        [(k, ep, None if k == SERVER else "b", start, end, NONE, thread)
+         for ep, k, start, end, thread in rows]
+    )  # fmt: skip
 
 
 def _burst(lag: list[int]) -> tuple[SpanTable, np.ndarray]:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -113,29 +114,45 @@ def learn_blind(spans: SpanTable, mapping: np.ndarray | None = None) -> tuple[Ca
     reconstructed here."""
     calls: dict[int, list[int]] = {}
     how: dict[int, str] = {}
-    unit = _units(spans)
-    order = np.lexsort((spans.start, unit))
-    heads, lengths = run_bounds(unit[order])
-    for a, n in zip(heads.tolist(), lengths.tolist(), strict=True):
-        rows = order[a : a + n]
+    for rows in _groups(_units(spans), spans.start):
         kind = spans.kind[rows]
         _known_at_instance(spans, rows[kind == SERVER], rows[kind == CLIENT], calls, how)
-    graph, support = _learn(spans, calls, how)
+    requests = _requests(spans)
+    graph, support = _learn(spans, requests, calls, how)
     if mapping is None:
         mapping = reconstruct_traceweaver(spans, graph, candidates=False).parent
-    _learn_order(spans, graph, np.where(spans.parent != NONE, spans.parent, mapping))
+    _learn_order(spans, graph, requests, np.where(spans.parent != NONE, spans.parent, mapping))
     return graph, support
+
+
+def _groups(key: np.ndarray, *by: np.ndarray) -> Iterator[np.ndarray]:
+    """The rows of each value of ``key``, each group sorted by ``by`` (the last the most
+    significant, as :func:`numpy.lexsort` takes them)."""
+    order = np.lexsort((*by, key))
+    heads, lengths = run_bounds(key[order])
+    for a, n in zip(heads.tolist(), lengths.tolist(), strict=True):
+        yield order[a : a + n]
+
+
+def _requests(spans: SpanTable) -> dict[tuple[str, str], list[int]]:
+    """The rows of the incoming spans of each (service, endpoint)."""
+    s = spans.strings
+    out: dict[tuple[str, str], list[int]] = defaultdict(list)
+    servers = np.flatnonzero(spans.kind == SERVER)
+    for r, svc, ep in zip(
+        servers.tolist(), spans.service[servers].tolist(), spans.endpoint[servers].tolist(),
+        strict=True,
+    ):  # fmt: skip
+        out[(s[svc] or "?", s[ep] or "?")].append(r)
+    return out
 
 
 def _units(spans: SpanTable) -> np.ndarray:
     """Per row, the unit whose requests are told apart: its instance, or its thread there
     where the instance serves each request on one thread and makes its calls on it."""
     proc = process_key(spans)
-    order = np.lexsort((spans.start, spans.thread, proc))
-    heads, lengths = run_bounds(proc[order])
     per_thread = np.zeros(len(spans), dtype=bool)
-    for a, n in zip(heads.tolist(), lengths.tolist(), strict=True):
-        rows = order[a : a + n]
+    for rows in _groups(proc, spans.start, spans.thread):
         per_thread[rows] = _thread_per_request(spans, rows)
     thread = np.where(per_thread, spans.thread, NONE)
     return np.unique(np.stack([proc, thread]), axis=1, return_inverse=True)[1].ravel()
@@ -163,23 +180,20 @@ def _thread_per_request(spans: SpanTable, rows: np.ndarray) -> bool:
     return served >= THREAD_AGREEMENT * outgoing.sum()
 
 
-def _learn_order(spans: SpanTable, graph: CallGraph, parent: np.ndarray) -> None:
-    """Set each endpoint's ``reorders`` from the calls ``parent`` gives its requests."""
+def _learn_order(
+    spans: SpanTable,
+    graph: CallGraph,
+    requests: dict[tuple[str, str], list[int]],
+    parent: np.ndarray,
+) -> None:
+    """Set each endpoint's ``reorders`` from the calls ``parent`` gives its ``requests``."""
     clients = np.flatnonzero((spans.kind == CLIENT) & (parent >= 0))
     clients = clients[np.lexsort((spans.end[clients], spans.start[clients]))]
     children: dict[int, list[int]] = defaultdict(list)
     for c, p in zip(clients.tolist(), parent[clients].tolist(), strict=True):
         children[p].append(c)
-    requests: dict[tuple[str, str], list[int]] = defaultdict(list)
-    s = spans.strings
-    servers = np.flatnonzero(spans.kind == SERVER)
-    for r, svc, ep in zip(
-        servers.tolist(), spans.service[servers].tolist(), spans.endpoint[servers].tolist(),
-        strict=True,
-    ):  # fmt: skip
-        requests[(s[svc] or "?", s[ep] or "?")].append(r)
     for key, g in graph.endpoints.items():
-        g.reorders = reorders(spans, requests[key], children, g)
+        g.reorders = reorders(spans, requests.get(key, []), children, g)
 
 
 def _known_at_instance(
@@ -273,17 +287,15 @@ def _latest(end: np.ndarray) -> np.ndarray:
 
 
 def _learn(
-    spans: SpanTable, calls: dict[int, list[int]], how: dict[int, str]
+    spans: SpanTable,
+    seen: dict[tuple[str, str], list[int]],
+    calls: dict[int, list[int]],
+    how: dict[int, str],
 ) -> tuple[CallGraph, Support]:
-    """The call graph of the known requests (``calls``: each one's calls) and its support."""
+    """The call graph of the known requests (``calls``: each one's calls) and its support
+    (``seen``: each endpoint's requests)."""
     s = spans.strings
-    support = Support()
-    servers = np.flatnonzero(spans.kind == SERVER)
-    for svc, ep in zip(
-        spans.service[servers].tolist(), spans.endpoint[servers].tolist(), strict=True
-    ):
-        key = (s[svc] or "?", s[ep] or "?")
-        support.seen[key] = support.seen.get(key, 0) + 1
+    support = Support(seen={key: len(rows) for key, rows in seen.items()})
     for p, kind in how.items():
         key = (s[int(spans.service[p])] or "?", s[int(spans.endpoint[p])] or "?")
         counts = support.alone if kind == ALONE else support.given
@@ -330,11 +342,7 @@ def _widen_tolerances(spans: SpanTable, graph: CallGraph) -> None:
     """
     s = spans.strings
     widest: dict[tuple[str, str, str], tuple[int, int]] = {}
-    proc = process_key(spans)
-    order = np.lexsort((spans.start, proc))
-    heads, lengths = run_bounds(proc[order])
-    for a, n in zip(heads.tolist(), lengths.tolist(), strict=True):
-        rows = order[a : a + n]
+    for rows in _groups(process_key(spans), spans.start):
         incoming = rows[spans.kind[rows] == SERVER]
         calls = rows[(spans.kind[rows] == CLIENT) & (spans.peer[rows] != NONE)]
         if not len(incoming) or not len(calls):
