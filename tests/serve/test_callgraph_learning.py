@@ -11,6 +11,7 @@ import numpy as np
 from serve_app import config, get_json, shop_spans, url
 from tacit.experiment.otlp_load import encoded_requests, lost_context, post_requests
 from tacit.model.spans import CLIENT, SERVER
+from tacit.reconstruct.traceweaver import NOT_IN_CALLGRAPH
 from tacit.serve import Service
 from tacit.serve.callgraph_learner import LEARNING, MIN_SUPPORT
 from tacit.simulate import load_app, simulate
@@ -72,8 +73,10 @@ def test_without_a_call_graph_the_service_learns_one_and_reconstructs_with_it(tm
     assert endpoints["frontend GET /product"]["learned"]
     for name, e in endpoints.items():
         assert e["learned"] == (e["alone"] + e["given"] >= MIN_SUPPORT), name
-    # the first part's calls, most stored before any endpoint was learned, say why, and count
-    assert max(reasons, key=reasons.get) == LEARNING, reasons
+    # The first windows are mapped before anything is stored to learn from: their calls say
+    # so, and count. How many windows close before the first call graph takes effect depends
+    # on the machine's pace; none of the calls lacking an entry reads "not in the call graph".
+    assert reasons.get(LEARNING, 0) > 0 and NOT_IN_CALLGRAPH not in reasons, reasons
     assert f'tacit_spans_unmapped_total{{reason="learning"}} {reasons[LEARNING]}.0' in metrics
     assert stored.keys() == true_parent.keys()
     right = sum(stored[c] == p for c, p in true_parent.items())
