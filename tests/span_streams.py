@@ -90,7 +90,7 @@ def canonical(batches: list[tuple[SpanTable, dict[int, dict]]]) -> dict:
     for t, r, tag in rows:
         tag = dict(tag)
         alts = json.loads(tag.pop("tacit.alternatives", "[]"))
-        tag["alternatives"] = [(by_id[a], s) for a, s in alts]
+        tag["alternatives"] = [(by_id[a], *rest) for a, *rest in alts]
         p = int(t.parent[r])
         out[span_key(t, r)] = (
             None if p == NONE else span_key(t, p),

@@ -86,7 +86,7 @@ def jaeger_spans(path: Path) -> dict[tuple, tuple]:
     out = {}
     for key, trace, parent, tags in spans.values():
         alts = json.loads(tags.pop("tacit.alternatives", "[]"))
-        tags["alternatives"] = [(spans[a][0], score) for a, score in alts]
+        tags["alternatives"] = [(spans[a][0], *rest) for a, *rest in alts]
         out[key] = (spans[parent][0] if parent else None, frozenset(members[trace]), tags)
     assert len(out) == len(spans)  # the content identifies every span
     return out

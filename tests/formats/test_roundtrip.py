@@ -47,6 +47,7 @@ from tacit.model.messages import MISSING, MessageTable
 from tacit.model.packets import TCP, UDP, PacketTable, parse_address
 from tacit.model.roles import infer_roles
 from tacit.model.spans import CLIENT, INTERNAL, NONE, SERVER, UNKNOWN, SpanTable, StringPool
+from tacit.reconstruct.assemble import EVIDENCE_TAGS
 from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.reconstruct.pipeline import reconstruct_blind
 from tacit.simulate import load_app, simulate
@@ -172,7 +173,7 @@ def blind_view(t: SpanTable, pair: list[bool]) -> SpanTable:
 
 
 span_tags = st.dictionaries(
-    st.sampled_from(["tacit.algorithm", "tacit.score", "tacit.alternatives", "tacit.unmapped"]),
+    st.sampled_from(EVIDENCE_TAGS),
     st.one_of(names, st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), st.booleans()),
 )
 """Tags as ``tacit reconstruct`` adds them to its traces: no reader takes them back, and they

@@ -126,6 +126,8 @@ def test_dependencies_count_the_calls_between_services(svc):
     [
         ("", "service"),
         ("service=catalog&minDuration=soon", "minDuration"),
+        ("service=catalog&minProbability=1.5", "minProbability"),
+        ("service=catalog&minProbability=sure", "minProbability"),
         ("service=catalog&limit=-3", "limit"),
         ("service=catalog&tags=a%3D1", "tags"),
     ],

@@ -50,7 +50,7 @@ def store(tmp_path):
     for first, n, received in ((0, 4, old), (4, 2, old), (6, 4, new)):
         cur.execute("INSERT INTO ingest VALUES (?, ?, ?, 'json', '')", [first, n, received])
     for at in (old, new):
-        cur.execute("INSERT INTO confidence VALUES (?, 'svc', 10, 9)", [at])
+        cur.execute("INSERT INTO confidence (at_ns, service, links) VALUES (?, 'svc', 10)", [at])
         cur.execute("INSERT INTO rda_rejected VALUES ('r', 1, 'bad', ?)", [at])
         cur.execute(
             "INSERT INTO rda_intervals (source, role, interval, received_ns) "

@@ -80,9 +80,17 @@ def _root_name(trace: dict) -> str:
     return f"{trace['processes'][root['processID']]['serviceName']} {root['operationName']}"
 
 
-def _shown_score(text: str) -> float:
-    """The number in "score -21.24 · 2 candidates" (the page writes a hyphen-minus)."""
-    return float(text.split()[1])
+def _shown_percent(text: str) -> float:
+    """The probability in "92% sure · 2 candidates" (or "—" for none)."""
+    return float(text.split("%")[0]) / 100
+
+
+def _trace_probability(trace: dict) -> float | None:
+    """The ``tacit.trace_probability`` of the trace's root."""
+    ids = {s["spanID"] for s in trace["spans"]}
+    roots = [s for s in trace["spans"] if _parent(s) not in ids]
+    found = [_tags(s)["tacit.trace_probability"] for s in roots]
+    return found[0] if found else None
 
 
 def test_page_draws_what_the_api_answers(base: str) -> None:
@@ -122,14 +130,20 @@ def test_page_draws_what_the_api_answers(base: str) -> None:
         listed = each(
             "#trace-list tbody tr[data-trace-id]",
             "r => [r.dataset.traceId, +r.dataset.spans, r.cells[0].textContent,"
-            " r.cells[4].textContent]",
+            " r.cells[5].textContent, r.dataset.probability, r.cells[4].textContent]",
         )
         assert [row[0] for row in listed] == [t["traceID"] for t in traces]
         assert page.find_element(By.ID, "result-summary").text == f"{len(traces)} traces"
         lowest_of: dict[str, float] = {}
-        for (_, n_spans, name, lowest), trace in zip(listed, traces, strict=True):
+        for (_, n_spans, name, lowest, probability, sure), trace in zip(
+            listed, traces, strict=True
+        ):
             assert n_spans == len(trace["spans"])
             assert name.startswith(_root_name(trace))
+            p = _trace_probability(trace)
+            assert p is not None  # every stored trace has its probability
+            assert float(probability) == p
+            assert _shown_percent(sure) == pytest.approx(p, abs=5e-3)
             scores = [_tags(s)["tacit.score"] for s in trace["spans"] if "tacit.score" in _tags(s)]
             if scores:
                 lowest_of[trace["traceID"]] = min(scores)
@@ -145,6 +159,27 @@ def test_page_draws_what_the_api_answers(base: str) -> None:
         wait.until(
             lambda d: each("#trace-list tbody tr", "r => r.dataset.traceId") == doubtful_first
         )
+
+        # -- a search for the traces at least 90% sure: the API's answer, only those -----------
+        sure = page.find_element(By.ID, "min-probability")
+        sure.send_keys("90")
+        page.execute_script("delete document.body.dataset.tracesDrawn")
+        page.find_element(By.ID, "find").click()
+        wait.until(lambda d: d.execute_script("return document.body.dataset.tracesDrawn"))
+        query = f"service={SERVICE}&lookback={LOOKBACK}&limit={LIMIT}&minProbability=0.9"
+        kept = get_json(base, f"/api/traces?{query}")["data"]
+        assert 0 < len(kept) < len(traces)  # the shop at its load has traces on both sides
+        assert all(_trace_probability(t) >= 0.9 for t in kept)
+        assert {t["traceID"] for t in kept} == {
+            t["traceID"] for t in traces if _trace_probability(t) >= 0.9
+        }
+        listed_sure = each("#trace-list tbody tr[data-trace-id]", "r => r.dataset.traceId")
+        assert listed_sure == [t["traceID"] for t in kept]
+        assert "minProbability=0.9" in page.current_url
+        sure.clear()
+        page.execute_script("delete document.body.dataset.tracesDrawn")
+        page.find_element(By.ID, "find").click()
+        wait.until(lambda d: d.execute_script("return document.body.dataset.tracesDrawn"))
 
         # -- a trace with a contested link: its waterfall, scores and candidates ---------------
         def contested(trace: dict) -> dict | None:
@@ -170,9 +205,12 @@ def test_page_draws_what_the_api_answers(base: str) -> None:
         detail = f'.span-detail[data-span-id="{span["spanID"]}"]'
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"{detail} tr.alternative"))
         alternatives = json.loads(_tags(span)["tacit.alternatives"])
-        assert each(f"{detail} tr.alternative", "r => [r.dataset.parentId, +r.dataset.score]") == [
-            [p, s] for p, s in alternatives
-        ]
+        shown_alternatives = each(
+            f"{detail} tr.alternative",
+            "r => [r.dataset.parentId, +r.dataset.score, +r.dataset.probability]",
+        )
+        assert shown_alternatives == alternatives
+        assert sum(p for _, _, p in alternatives) == pytest.approx(1, abs=1e-3)
         assert each(f"{detail} tr.chosen", "r => r.dataset.parentId") == [_parent(span)]
 
         # -- a trace headed by an unmapped call: the reason shows ------------------------------
@@ -274,6 +312,7 @@ def _rows(page: Any) -> list[dict]:
                   left: (bar.left - line.left) / line.width, width: bar.width / line.width,
                   px: 1 / line.width,
                   score: score ? +score.dataset.score : null,
+                  probability: score ? +score.dataset.probability : null,
                   scoreText: score ? score.textContent : null,
                   reason: unmapped ? unmapped.dataset.reason : null,
                   reasonText: unmapped ? unmapped.textContent : null};
@@ -283,7 +322,7 @@ def _rows(page: Any) -> list[dict]:
 
 def _check_waterfall(shown: list[dict], trace: dict) -> None:
     """One row per span, each under its parent at the right depth, its bar where and as long
-    as the span is in the trace's time, and each reconstructed link's score."""
+    as the span is in the trace's time, and each reconstructed link's score and probability."""
     spans = {s["spanID"]: s for s in trace["spans"]}
     assert sorted(r["id"] for r in shown) == sorted(spans)
     depths = _depths(trace)
@@ -302,7 +341,9 @@ def _check_waterfall(shown: list[dict], trace: dict) -> None:
         score = _tags(s).get("tacit.score")
         assert r["score"] == score
         if score is not None:
-            assert _shown_score(r["scoreText"]) == pytest.approx(score, abs=5e-3)
+            p = _tags(s)["tacit.probability"]
+            assert r["probability"] == p
+            assert _shown_percent(r["scoreText"]) == pytest.approx(p, abs=5e-3)
 
 
 @pytest.fixture(scope="module")

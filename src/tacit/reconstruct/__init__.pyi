@@ -8,7 +8,12 @@ from .call_names import CallNames
 from .callgraph import CallGraph, EndpointGraph, learn_callgraph
 from .hops import Hops
 from .isolated import callgraph_from_isolated, callgraph_from_test_capture, weave_isolated
-from .link_probability import link_probability, trace_probability
+from .link_probability import (
+    alternative_probability,
+    link_probability,
+    service_confidence,
+    trace_probability,
+)
 from .online import OnlineTraceWeaver, reconstruct_online, stream_chunks
 from .pipeline import (
     ALGORITHMS,
@@ -39,6 +44,7 @@ __all__ = [
     "StreamContext",
     "Support",
     "TraceWeaverParams",
+    "alternative_probability",
     "assemble",
     "callgraph_from_isolated",
     "callgraph_from_test_capture",
@@ -58,6 +64,7 @@ __all__ = [
     "reconstruct_vpath",
     "reconstruct_wap5",
     "run_algorithm",
+    "service_confidence",
     "stream_chunks",
     "stream_source",
     "trace_probability",

@@ -26,6 +26,11 @@ from tacit.model.span_details import SpanDetail
 from tacit.model.spans import SpanTable
 from tacit.model.traces import roots
 from tacit.reconstruct.alternatives import Alternatives
+from tacit.reconstruct.link_probability import (
+    alternative_probability,
+    link_probability,
+    trace_probability,
+)
 from tacit.reconstruct.result import Reconstruction, known_calls
 from tacit.runs import distinct, run_bounds, split_at
 
@@ -39,9 +44,11 @@ def new_seed() -> int:
 EVIDENCE_TAGS = (
     "tacit.algorithm",
     "tacit.score",
+    "tacit.probability",
     "tacit.alternatives",
     "tacit.unmapped",
     "tacit.link",
+    "tacit.trace_probability",
 )
 """The tags of a row's evidence that :class:`Evidence` holds as columns, in the order written
 (:data:`FALLBACK_TAG` follows them where there is one)."""
@@ -54,16 +61,18 @@ VIRTUAL = "virtual"
 
 def evidence_tags(
     algorithm: str,
-    score: float | None,
-    alternatives: str | None,
-    unmapped: str | None,
+    score: float | None = None,
+    probability: float | None = None,
+    alternatives: str | None = None,
+    unmapped: str | None = None,
     link: str | None = None,
+    trace_probability: float | None = None,
     fallback: str | None = None,
 ) -> dict[str, Any]:
     """One row's evidence as tags (see :func:`assemble`), those that are None left out."""
-    values = (algorithm, score, alternatives, unmapped, link, fallback)
+    values = (algorithm, score, probability, alternatives, unmapped, link, trace_probability)
     keys = (*EVIDENCE_TAGS, FALLBACK_TAG)
-    return {k: v for k, v in zip(keys, values, strict=True) if v is not None}
+    return {k: v for k, v in zip(keys, (*values, fallback), strict=True) if v is not None}
 
 
 @dataclass
@@ -71,18 +80,23 @@ class Evidence(Mapping[int, dict]):
     """The evidence of each row of assembled traces, by column; as a mapping, each row's tags
     (:func:`evidence_tags`), made when asked for. A writer of many rows reads the columns.
 
-    ``score``: the chosen parent's score rounded to 4 places (None: none); ``alternatives``:
-    by row, JSON ``[[parent span id, score], ...]``, best first; ``unmapped`` and ``fallback``:
-    by row, the reasons; ``given``: the rows whose parent the input gave; ``virtual``: the rows
-    drawn for a service that sent no spans."""
+    ``score``: the chosen parent's score rounded to 4 places (None: none); ``probability``:
+    that a client span's parent (or its having none) is right (:mod:`.link_probability`),
+    rounded to 4 places (None: not a client span); ``alternatives``: by row, JSON ``[[parent
+    span id, score, probability], ...]``, best first; ``unmapped`` and ``fallback``: by row,
+    the reasons;
+    ``given``: the rows whose parent the input gave; ``virtual``: the rows drawn for a service
+    that sent no spans; ``trace_probability``: by root row, that its whole trace is right."""
 
     algorithm: str
     score: list[float | None]
+    probability: list[float | None] = field(default_factory=list)
     alternatives: dict[int, str] = field(default_factory=dict)
     unmapped: dict[int, str] = field(default_factory=dict)
     fallback: dict[int, str] = field(default_factory=dict)
     given: frozenset[int] = frozenset()
     virtual: frozenset[int] = frozenset()
+    trace_probability: dict[int, float] = field(default_factory=dict)
 
     def link(self, row: int) -> str | None:
         """``tacit.link`` of ``row``: :data:`GIVEN`, :data:`VIRTUAL` or None."""
@@ -94,9 +108,11 @@ class Evidence(Mapping[int, dict]):
         return evidence_tags(
             self.algorithm,
             self.score[row],
+            self.probability[row] if self.probability else None,
             self.alternatives.get(row),
             self.unmapped.get(row),
             self.link(row),
+            self.trace_probability.get(row),
             self.fallback.get(row),
         )
 
@@ -126,13 +142,14 @@ def assemble(
     parents in other batches, named by the span id of their detail in ``beyond`` (one per row
     past the end), as their own batch writes them, or else by their fresh span ids.
 
-    Evidence, as tags: ``tacit.algorithm``; on mapped client spans ``tacit.score`` and
-    ``tacit.alternatives`` (JSON list of [parent span id, score], best first); on unmapped
-    client spans ``tacit.unmapped`` with the reason; on client spans whose parent the input gave
-    (:func:`~.result.known_calls`: kept, not inferred) ``tacit.link`` :data:`GIVEN`, and on
-    spans drawn for a service that sent none :data:`VIRTUAL`; on client spans given a parent
-    by the fallback (not by the algorithm), ``tacit.fallback`` with the
-    reason the algorithm gave.
+    Evidence, as tags: ``tacit.algorithm``; on client spans ``tacit.probability``
+    (:mod:`.link_probability`); on mapped ones ``tacit.score`` and ``tacit.alternatives`` (JSON
+    list of [parent span id, score, probability], best first); on unmapped ones
+    ``tacit.unmapped`` with the reason; on client spans whose parent the input gave
+    (:func:`~.result.known_calls`: kept, not inferred) ``tacit.link`` :data:`GIVEN` and
+    probability 1, and on spans drawn for a service that sent none :data:`VIRTUAL`; on each
+    trace's root ``tacit.trace_probability``; on client spans given a parent by the fallback
+    (not by the algorithm), ``tacit.fallback`` with the reason the algorithm gave.
     """
     out = spans.take(np.arange(len(spans)))
     out.parent[:] = rec.parent
@@ -151,25 +168,37 @@ def assemble(
     out.trace[:] = [trace_ids[r] for r in root.tolist()]
     out.span_id[:] = out.strings.codes(_span_ids(root.tolist(), spans.details, fresh))
     names = out.strings.names(out.span_id)
+    p = link_probability(spans, rec)
+    per_trace = trace_probability(p, np.searchsorted(heads, root))
+    alts = Alternatives.of(rec.alternatives)
     evidence = Evidence(
         rec.algorithm,
-        [None if math.isnan(x) else round(x, 4) for x in rec.score.tolist()],
-        _alternatives_json(Alternatives.of(rec.alternatives), names, fresh, beyond),
+        _rounded(rec.score),
+        _rounded(p),
+        _alternatives_json(alts, alternative_probability(alts), names, fresh, beyond),
         dict(rec.unmapped),
         dict(rec.fallback),
         frozenset(np.flatnonzero(known_calls(spans)).tolist()),
         frozenset(() if virtual is None else np.flatnonzero(virtual).tolist()),
+        dict(zip(heads.tolist(), [round(x, 4) for x in per_trace.tolist()], strict=True)),
     )
     return out, evidence
 
 
+def _rounded(values: np.ndarray) -> list[float | None]:
+    """``values`` rounded to 4 places, NaN as None."""
+    return [None if math.isnan(x) else round(x, 4) for x in values.tolist()]
+
+
 def _alternatives_json(
     alts: Alternatives,
+    probability: np.ndarray,
     names: list[str | None],
     fresh: list[int],
     beyond: Sequence[SpanDetail | None],
 ) -> dict[int, str]:
-    """Per call listed in ``alts``, JSON ``[[parent span id, score], ...]``, best first."""
+    """Per call listed in ``alts``, JSON ``[[parent span id, score, probability], ...]``, best
+    first."""
     if not len(alts.owner):
         return {}
     named = names + [_span_id(names, fresh, beyond, r) for r in range(len(names), len(fresh))]
@@ -177,6 +206,7 @@ def _alternatives_json(
         zip(
             map(named.__getitem__, alts.parent.tolist()),
             [round(s, 4) for s in alts.score.tolist()],
+            [round(q, 4) for q in probability.tolist()],
             strict=True,
         )
     )

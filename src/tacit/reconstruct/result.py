@@ -97,8 +97,11 @@ class Reconstruction:
 
 def instrument_next(confidence: Mapping[str, float | None]) -> str:
     """TraceWeaver §6.3.2: the services to instrument first are those of lowest confidence
-    (percent per service); one sentence that names up to three below 99 %."""
+    (percent per service; None or absent: no data); one sentence that names up to three below
+    99 %."""
     scored = sorted((c, name) for name, c in confidence.items() if c is not None)
+    if not scored:
+        return "no data: no service's calls have been reconstructed yet"
     low = [f"{name} ({conf:.1f}%)" for conf, name in scored[:3] if conf < 99.0]
     if not low:
         return "every service's confidence is 99% or more"

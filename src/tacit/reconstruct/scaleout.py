@@ -31,13 +31,9 @@ from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.callgraph import CallGraph
+from tacit.reconstruct.link_probability import link_probability, service_confidence
 from tacit.reconstruct.result import Reconstruction
-from tacit.reconstruct.traceweaver import (
-    Progress,
-    TraceWeaverParams,
-    reconstruct_traceweaver,
-    service_confidence,
-)
+from tacit.reconstruct.traceweaver import Progress, TraceWeaverParams, reconstruct_traceweaver
 from tacit.runs import contained, split_at
 
 if TYPE_CHECKING:
@@ -162,7 +158,7 @@ def merge(
             info[k] = max(info.get(k, 0), v) if k == "iterations" else info.get(k, 0) + v
     rec.alternatives = Alternatives.merged(alternatives)
     rec.service_report = dict(sorted(reports.items()))
-    rec.confidence = service_confidence(rec.service_report)
+    rec.confidence = service_confidence(spans, link_probability(spans, rec))
     rec.info = dict(info)
     return rec
 

@@ -74,6 +74,7 @@ from tacit.reconstruct.delays import (
     slot_ready,
 )
 from tacit.reconstruct.fallback import fill_unmapped
+from tacit.reconstruct.link_probability import link_probability, service_confidence
 from tacit.reconstruct.order import RANK_MIN_STD, ArrivalOrder
 from tacit.reconstruct.result import Reconstruction, mapping_problem
 from tacit.reconstruct.shared_values import SharedValues, ShareModel
@@ -215,7 +216,7 @@ def reconstruct_traceweaver(
     unmapped = len(result.unmapped)
     filled = fill_unmapped(spans, result, callgraph) if params.fallback else 0
     _report(spans, result, reports)
-    result.confidence = service_confidence(result.service_report)
+    result.confidence = service_confidence(spans, link_probability(spans, result))
     result.info = {
         "iterations": max(iterations, default=0),
         "batches": stats.batches,
@@ -227,16 +228,6 @@ def reconstruct_traceweaver(
         "given_a_fallback_parent": filled,
     }
     return result
-
-
-def service_confidence(report: dict[str, dict[str, int]]) -> dict[str, float]:
-    """Per service with incoming spans, in percent, the share of them that were mapped, and to
-    their top choice (§6.3.2), from a :attr:`.result.Reconstruction.service_report`."""
-    return {
-        svc: 100.0 * (1 - (r["unassigned"] + r["not_top_choice"]) / r["incoming"])
-        for svc, r in report.items()
-        if r["incoming"]
-    }
 
 
 def _report(spans: SpanTable, result: Reconstruction, reports: dict[str, dict[str, int]]) -> None:

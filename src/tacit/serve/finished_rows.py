@@ -24,7 +24,7 @@ from tacit.model.traces import roots
 from tacit.reconstruct.assemble import Evidence
 from tacit.reconstruct.online import Finished
 from tacit.reconstruct.pipeline import assemble_finished
-from tacit.runs import find_sorted, run_starts
+from tacit.runs import run_starts
 from tacit.serve.online_feed import Alone, Given
 
 
@@ -38,7 +38,9 @@ class Rows:
     traces: dict[str, list[Any]] = field(default_factory=lambda: _columns("traces"))
     operations: dict[str, list[Any]] = field(default_factory=lambda: _columns("trace_operations"))
     processes: dict[int, tuple[str | None, str]] = field(default_factory=dict)
-    confidence: dict[str, list[int]] = field(default_factory=dict)  # service -> [in, top]
+    confidence: dict[str, list[float]] = field(default_factory=dict)  # service -> [links, Σ p]
+    link_probability: dict[str, list[float]] = field(default_factory=dict)  # service -> p
+    trace_probability: dict[str, list[float]] = field(default_factory=dict)  # by root service
     mapped: int = 0
     given: int = 0
     drawn: int = 0
@@ -79,8 +81,8 @@ class Rows:
         if self.confidence:
             out["confidence"] = pa.Table.from_pylist(
                 [
-                    {"at_ns": now_ns, "service": s, "incoming": n, "top_choice": t}
-                    for s, (n, t) in self.confidence.items()
+                    {"at_ns": now_ns, "service": s, "links": int(n), "probability": p}
+                    for s, (n, p) in self.confidence.items()
                 ],
                 schema=_SCHEMAS["confidence"],
             )
@@ -143,18 +145,11 @@ class Rows:
             alternatives=list(map(evidence.alternatives.get, rows)),
             unmapped=list(map(evidence.unmapped.get, rows)),
             link=list(map(evidence.link, rows)),
+            probability=evidence.probability,
             **self._jaeger_parts(spans),
         )
-        self._confidence(f, spans)
-        self._traces(
-            spans,
-            seq,
-            trace_ids,
-            np.array(evidence.score, dtype=float),
-            now_ns,
-            service,
-            operation,
-        )
+        self._confidence(spans, received, evidence.probability)
+        self._traces(spans, seq, trace_ids, evidence, now_ns, service, operation)
         self.forward.append((spans, evidence))
 
     def _count(self, fate: str, n: int = 1) -> None:
@@ -185,41 +180,40 @@ class Rows:
             "process": list(map(pids.__getitem__, parts.group)),
         }
 
-    def _confidence(self, f: Finished, spans: SpanTable) -> None:
-        """TraceWeaver §6.3.2 per service: an incoming span counts as its best-scored choice
-        when each call given to it was its own best-scored parent."""
-        call, best = f.alternatives.firsts()
-        parent = spans.parent[np.searchsorted(f.position, call)]
-        # the row of each call's best-scored parent; a parent in another batch is no row here
-        best_row = find_sorted(f.position, best)
-        top = np.ones(len(spans), dtype=bool)
-        top[parent[(parent != NONE) & (best_row != parent)]] = False
-        server = (spans.kind == SERVER) & (spans.service != NONE)
-        service = spans.service[server]
-        incoming = np.bincount(service)
-        top_choice = np.bincount(service, weights=top[server], minlength=len(incoming))
-        values = spans.strings.values
-        for code in np.flatnonzero(incoming).tolist():
-            c = self.confidence.setdefault(values[code], [0, 0])
-            c[0] += int(incoming[code])
-            c[1] += int(top_choice[code])
+    def _confidence(
+        self, spans: SpanTable, received: np.ndarray, probability: list[float | None]
+    ) -> None:
+        """Per calling service, its links and their probabilities
+        (:mod:`tacit.reconstruct.link_probability`), of the calls received (``received``: not
+        drawn for a service that sent none)."""
+        calls = np.flatnonzero(received & (spans.kind == CLIENT)).tolist()
+        names = spans.strings.names(spans.service[calls])
+        for name, r in zip(names, calls, strict=True):
+            self._link(name or "?", probability[r] or 0.0)
+
+    def _link(self, service: str, p: float) -> None:
+        c = self.confidence.setdefault(service, [0, 0.0])
+        c[0] += 1
+        c[1] += p
+        self.link_probability.setdefault(service, []).append(p)
 
     def _traces(
         self,
         spans: SpanTable,
         seq: np.ndarray,
         trace_ids: list[str],
-        score: np.ndarray,
+        evidence: Evidence,
         now_ns: int,
         service: list[str | None],
         operation: list[str | None],
     ) -> None:
         """The ``traces`` and ``trace_operations`` rows of ``spans`` (numbered ``seq``, their
-        traces ``trace_ids``, their scores ``score``: NaN for none), traces in the order of
-        their first row, a trace's operations in the order of theirs; ``service`` and
+        traces ``trace_ids``, their scores and probabilities in ``evidence``), traces in the
+        order of their first row, a trace's operations in the order of theirs; ``service`` and
         ``operation``: those columns of ``spans`` as names. Grouped by sorting, not row by row:
         0.7 µs a span against 1.1 in Python loops over the rows."""
         begin, end = spans.start, spans.end
+        score = np.array(evidence.score, dtype=float)
         by_trace = np.lexsort((np.arange(len(spans)), spans.trace))
         trace_of = spans.trace[by_trace]
         cuts = run_starts(trace_of)
@@ -240,6 +234,10 @@ class Rows:
         trace_start[by_trace] = np.repeat(start, count)
         k = np.argsort(first, kind="stable")  # traces in the order of their first row
         h = head[k].tolist()
+        probability = [evidence.trace_probability.get(r) for r in h]
+        for r, p in zip(h, probability, strict=True):
+            if p is not None:
+                self.trace_probability.setdefault(service[r] or "?", []).append(p)
         _extend(
             self.traces,
             trace_id=[trace_ids[r] for r in h],
@@ -253,6 +251,7 @@ class Rows:
             doc=[None] * len(k),
             first_seq=low_seq[k].tolist(),
             last_seq=high_seq[k].tolist(),
+            probability=probability,
         )
         # operations: a trace's (service, operation) pairs, their earliest start, longest span
         rows = np.arange(len(spans))
@@ -280,6 +279,9 @@ class Rows:
         self._count("alone", len(a.reason))
         for why in a.reason:
             self.unmapped[why] = self.unmapped.get(why, 0) + 1
+        calls = np.flatnonzero(a.spans.kind == CLIENT)
+        for name in a.spans.strings.names(a.spans.service[calls]):
+            self._link(name or "?", 0.0)
         n = len(a.spans)
         self._add_spans(
             a.spans,
@@ -297,6 +299,7 @@ class Rows:
             logs=[None] * n,
             process=[None] * n,
             link=[None] * n,
+            probability=[None] * n,
         )
 
     def _add_spans(
@@ -350,6 +353,7 @@ _SCHEMAS = {
             ("logs", _S),
             ("process", _I),
             ("link", _S),
+            ("probability", _F),
         ]
     ),
     "traces": pa.schema(
@@ -365,6 +369,7 @@ _SCHEMAS = {
             ("doc", pa.binary()),
             ("first_seq", _I),
             ("last_seq", _I),
+            ("probability", _F),
         ]
     ),
     "trace_operations": pa.schema(
@@ -378,7 +383,16 @@ _SCHEMAS = {
         ]
     ),
     "processes": pa.schema([("process", _I), ("service", _S), ("tags", _S)]),
-    "confidence": pa.schema([("at_ns", _I), ("service", _S), ("incoming", _I), ("top_choice", _I)]),
+    "confidence": pa.schema(
+        [
+            ("at_ns", _I),
+            ("service", _S),
+            ("incoming", _I),
+            ("top_choice", _I),
+            ("links", _I),
+            ("probability", _F),
+        ]
+    ),
 }
 
 

@@ -7,11 +7,14 @@ the epoch (``start``, ``end``) or milliseconds (``endTs``, ``lookback`` of depen
 durations Go duration strings (``1.2ms``, ``500us``, ``2s``), as Jaeger has them; every answer
 is ``{"data": ..., "total", "limit", "offset", "errors"}``. A search by tags (``tags=``, a JSON
 object of tag names to values, as Jaeger UI and Grafana send it) keeps the traces with a span
-of the service (and operation) that has every one of them (:meth:`Store.find_traces`).
+of the service (and operation) that has every one of them (:meth:`Store.find_traces`). tacit
+adds ``minProbability=`` (0 to 1) to a search: only the traces at least that likely to be
+right (their ``tacit.trace_probability``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Mapping
@@ -100,7 +103,21 @@ def trace_query(params: Mapping[str, str]) -> TraceQuery:
         max_duration_ns=_duration(params, "maxDuration"),
         limit=min(limit, 1500),
         tags=_tags(params.get("tags")),
+        min_probability=_probability(params, "minProbability"),
     )
+
+
+def _probability(params: Mapping[str, str], name: str) -> float | None:
+    value = params.get(name)
+    if value in (None, ""):
+        return None
+    try:
+        out = float(value)
+    except ValueError:
+        out = math.nan
+    if not 0.0 <= out <= 1.0:
+        raise InputError(f"{name}: {value!r} is not a probability from 0 to 1")
+    return out
 
 
 def _tags(text: str | None) -> tuple[tuple[str, str], ...]:

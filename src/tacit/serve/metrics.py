@@ -26,6 +26,9 @@ from tacit.reconstruct.traceweaver import NO_FIT, NOT_IN_CALLGRAPH, TAKEN
 from tacit.serve.callgraph_learner import LEARNING
 from tacit.serve.online_feed import LATE, NOT_RPC
 
+PROBABILITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+"""Of link and trace probabilities: tenths, as the calibration's bins, and 0.95 and 0.99 for
+the traces sure enough to filter on."""
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 MAX_LABEL_VALUES = 100
 """Servers (Pirate) or sources (RDA) given a label value of their own."""
@@ -192,9 +195,26 @@ class ServeMetrics:
         )
         self.confidence = Gauge(
             "tacit_service_confidence_ratio",
-            "TraceWeaver §6.3.2 per-service confidence over the service's finished spans",
+            "Mean probability that a link of the service's calls is right (an unmapped call "
+            "counts 0), over its stored calls; no series for a service that made none",
             ["service"],
             registry=r,
+        )
+        self.link_probability = BatchHistogram(
+            "tacit_link_probability",
+            "Probability that a stored call's link to its parent is right (given by its sender: "
+            "1; left unmapped: 0), by the calling service",
+            "service",
+            PROBABILITY_BUCKETS,
+            r,
+        )
+        self.trace_probability = BatchHistogram(
+            "tacit_trace_probability",
+            "Probability that a stored trace is right (the product of its links'), by the "
+            "service of its root",
+            "service",
+            PROBABILITY_BUCKETS,
+            r,
         )
         self.requests = Counter(
             "tacit_service_requests",

@@ -91,9 +91,9 @@ class Reconstructor(threading.Thread):
         self.duplicates = 0  # spans received again, counted and not stored
         self.not_in_callgraph = 0  # calls since the call graph in use took effect that it lacks
         self._trace_ids = TakenIds()
-        # per service, [incoming, top choice] over everything stored, kept up to date here
-        # rather than summed again from the store after every write
-        self.confidence: dict[str, list[int]] = {}
+        # per calling service, [links, the sum of their probabilities] over everything stored,
+        # kept up to date here rather than summed again from the store after every write
+        self.confidence: dict[str, list[float]] = {}
         self._load_confidence()
 
     def stop(self) -> None:
@@ -181,11 +181,15 @@ class Reconstructor(threading.Thread):
             m.fates.labels(fate).inc(n)
         m.checked.labels("agree").inc(rows.agree)
         m.checked.labels("disagree").inc(rows.disagree)
-        for svc, (n, top) in rows.confidence.items():
-            total = self.confidence.setdefault(svc, [0, 0])
-            total[0] += n
-            total[1] += top
+        for svc, (links, p) in rows.confidence.items():
+            total = self.confidence.setdefault(svc, [0, 0.0])
+            total[0] += links
+            total[1] += p
             self._confidence_gauge(svc)
+        for svc, ps in rows.link_probability.items():
+            m.link_probability.observe(svc, ps)
+        for svc, ps in rows.trace_probability.items():
+            m.trace_probability.observe(svc, ps)
         if self.forward is not None and rows.forward:
             self.forward(rows.forward)
 
@@ -245,8 +249,8 @@ class Reconstructor(threading.Thread):
             self.metrics.confidence.remove(svc)
 
     def _confidence_gauge(self, svc: str) -> None:
-        n, top = self.confidence[svc]
-        self.metrics.confidence.labels(svc).set(top / n if n else 1.0)
+        n, p = self.confidence[svc]
+        self.metrics.confidence.labels(svc).set(p / n)
 
     def _red(self, f: Finished) -> None:
         """Rate, errors and duration of the finished incoming requests, per service."""

@@ -205,11 +205,11 @@ class Service:
             return oneway_series(self.store, params)
         if path == "/api/tacit/confidence":
             conf = dict(sorted(self.reconstructor.confidence.items()))
-            percent = {s: 100.0 * t / n if n else None for s, (n, t) in conf.items()}
+            percent = {s: 100.0 * p / n for s, (n, p) in conf.items()}
             return {
                 "data": [
-                    {"service": s, "incoming": n, "top_choice": t, "confidence": percent[s]}
-                    for s, (n, t) in conf.items()
+                    {"service": s, "links": int(n), "confidence": percent[s]}
+                    for s, (n, _) in conf.items()
                 ],
                 "advice": instrument_next(percent),
             }

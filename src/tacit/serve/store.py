@@ -14,21 +14,25 @@ Schema (``docs/serve.md`` documents it for people who query the file directly):
     Every span once its trace is final, with the parent TraceWeaver chose: ``seq``,
     ``trace_id``, ``span_id``, ``parent_span_id``, ``service``, ``instance``, ``operation``,
     ``kind``, ``start_ns``, ``duration_ns``, ``parent_service``, ``score`` (of the chosen
-    parent), ``alternatives`` (JSON ``[[span id, score], ...]``, best first), ``unmapped`` (why
-    no parent was chosen), ``link`` (``given`` where the parent is the one the sender gave,
-    kept rather than inferred), what the sender gave: ``given_trace_id``, ``given_parent_id``, and
-    the span's parts of its Jaeger document: ``tags`` and ``logs`` (JSON, as the Jaeger API
-    writes them; ``logs`` NULL for none) and ``process`` (a key of ``processes``). The tags
-    are the span's own: a document adds the reconstruction's evidence (``tacit.algorithm``,
-    ``tacit.score``, ``tacit.alternatives``, ``tacit.unmapped``, ``tacit.link``) from the
-    columns (rows an earlier version wrote hold it in their tags too, the same). Ids are the
-    ones the Jaeger API shows (lower-case hex, zero-padded to 16 and 32 digits).
+    parent), ``alternatives`` (JSON ``[[span id, score, probability], ...]``, best first),
+    ``unmapped`` (why no parent was chosen), ``link`` (``given`` where the parent is the one the
+    sender gave, kept rather than inferred), ``probability`` (of a client span: that its parent,
+    or its having none, is right), what the sender gave: ``given_trace_id``,
+    ``given_parent_id``, and the span's parts of its Jaeger document: ``tags`` and ``logs``
+    (JSON, as the Jaeger API writes them; ``logs`` NULL for none) and ``process`` (a key of
+    ``processes``). The tags are the span's own: a document adds the reconstruction's
+    evidence (``tacit.algorithm``, ``tacit.score``, ``tacit.probability``,
+    ``tacit.alternatives``, ``tacit.unmapped``, ``tacit.link``, and on the root
+    ``tacit.trace_probability``) from the columns (rows an earlier version wrote hold some of
+    it in their tags too, the same). Ids are the ones the Jaeger API shows (lower-case hex,
+    zero-padded to 16 and 32 digits).
 ``processes``
     The processes of the spans: ``process`` (the key), ``service``, ``tags`` (JSON).
 ``traces``
     One row per reconstructed trace: ``trace_id``, its root's ``service`` and ``operation``,
     ``start_ns``, ``duration_ns``, ``spans``, ``min_score``, ``finished_ns``, ``first_seq`` and
-    ``last_seq`` (the numbers of its first and last span, which find its spans), and ``doc``:
+    ``last_seq`` (the numbers of its first and last span, which find its spans),
+    ``probability`` (that the whole trace is right), and ``doc``:
     NULL, but in the rows of a file written before the spans held their documents' parts,
     where it holds the trace's Jaeger JSON, zlib-compressed or as text (:func:`unpack_doc`).
     Documents are made from the spans' parts when asked for (:meth:`Store.find_traces`).
@@ -37,8 +41,10 @@ Schema (``docs/serve.md`` documents it for people who query the file directly):
     ``duration_ns``, the earliest ``start_ns``, and the trace's ``trace_start_ns`` (searches
     are ordered by it without reading the documents).
 ``confidence``
-    Per-service confidence (TraceWeaver §6.3.2) as it evolves: ``at_ns``, ``service``,
-    ``incoming``, ``top_choice``.
+    Per-service confidence as it evolves: ``at_ns``, ``service``, ``links`` and ``probability``
+    (per calling service and round of stored traces, its calls and the sum of their links'
+    probabilities); ``incoming`` and ``top_choice``, what an earlier version counted instead,
+    are NULL since.
 ``pirate_estimates``
     Pirate's response latency (:mod:`tacit.response_latency`), one row per connection and
     closed epoch: ``source`` (``live:IF`` or the capture file), ``client``, ``server``,
@@ -123,8 +129,15 @@ CREATE TABLE IF NOT EXISTS state(key VARCHAR PRIMARY KEY, value BIGINT);
 """
 _TRACES_INDEX = "CREATE INDEX IF NOT EXISTS traces_by_id ON traces(trace_id)"
 _ADDED_COLUMNS = {
-    "spans": (("tags", "VARCHAR"), ("logs", "VARCHAR"), ("process", "BIGINT"), ("link", "VARCHAR")),
-    "traces": (("first_seq", "BIGINT"), ("last_seq", "BIGINT")),
+    "spans": (
+        ("tags", "VARCHAR"),
+        ("logs", "VARCHAR"),
+        ("process", "BIGINT"),
+        ("link", "VARCHAR"),
+        ("probability", "DOUBLE"),
+    ),
+    "traces": (("first_seq", "BIGINT"), ("last_seq", "BIGINT"), ("probability", "DOUBLE")),
+    "confidence": (("links", "BIGINT"), ("probability", "DOUBLE")),
 }
 """Columns added since the first version of the schema (:data:`_SCHEMA`), in the order
 added, by ``ALTER TABLE ... ADD COLUMN`` (:meth:`Store._upgrade`), to a new file as to one of an
@@ -166,8 +179,8 @@ FINISHED_TABLES = {
 class TraceQuery:
     """A Jaeger ``/api/traces`` search: traces with a span of ``service`` (and ``operation``)
     that started in [``start_ns``, ``end_ns``] and lasted at least ``min_duration_ns`` (at most
-    ``max_duration_ns``), and has each of ``tags`` (name, value as text); the ``limit`` that
-    started last."""
+    ``max_duration_ns``), and has each of ``tags`` (name, value as text), that are at least
+    ``min_probability`` likely to be right; the ``limit`` that started last."""
 
     service: str
     operation: str | None = None
@@ -177,6 +190,7 @@ class TraceQuery:
     max_duration_ns: int | None = None
     limit: int = 20
     tags: tuple[tuple[str, str], ...] = ()
+    min_probability: float | None = None
 
 
 @dataclass(frozen=True)
@@ -224,7 +238,8 @@ class Store:
         columns = dict(
             self._con.execute(
                 "SELECT table_name || '.' || column_name, data_type "
-                "FROM information_schema.columns WHERE table_name IN ('spans', 'traces')"
+                "FROM information_schema.columns WHERE table_name IN ?",
+                [list(_ADDED_COLUMNS)],
             ).fetchall()
         )
         alter = [
@@ -531,7 +546,7 @@ class Store:
     def find_traces(self, q: TraceQuery) -> list[str]:
         """The Jaeger documents of the traces ``q`` selects, most recent first."""
         where: list[str] = ["service = ?"]
-        args: list[str | int] = [q.service]
+        args: list[str | int | float] = [q.service]
         for clause, value in (
             ("operation = ?", q.operation),
             ("start_ns >= ?", q.start_ns),
@@ -542,6 +557,9 @@ class Store:
             if value is not None:
                 where.append(clause)
                 args.append(value)
+        if q.min_probability is not None:
+            where.append("trace_id IN (SELECT trace_id FROM traces WHERE probability >= ?)")
+            args.append(q.min_probability)
         if q.tags:
             # Traces with a span of the service (and operation) whose tags or process's tags
             # hold each tag, as their JSON writes it, or that were stored with their document
@@ -580,7 +598,7 @@ class Store:
                 break
         return found[: q.limit]
 
-    def _ids(self, query: str, args: list[str | int]) -> list[str]:
+    def _ids(self, query: str, args: list[str | int | float]) -> list[str]:
         return [r[0] for r in self._cursor().execute(query, args).fetchall()]
 
     def _docs(self, ids: list[str], keep: Callable[[dict], bool] | None = None) -> list[str]:
@@ -591,12 +609,14 @@ class Store:
         # The traces are found by the index, and their spans by their numbers (the spans
         # table is in about the order of them, so its zone maps skip most of it).
         stored = self._cursor().execute(
-            "SELECT trace_id, doc, first_seq, last_seq FROM traces WHERE trace_id IN ?", [ids]
+            "SELECT trace_id, doc, first_seq, last_seq, probability FROM traces "
+            "WHERE trace_id IN ?",
+            [ids],
         )
         docs, spans_of = {}, {}
-        for trace_id, doc, first, last in stored.fetchall():
+        for trace_id, doc, first, last, probability in stored.fetchall():
             if doc is None:
-                spans_of[trace_id] = (first, last)
+                spans_of[trace_id] = (first, last, probability)
                 continue
             text = unpack_doc(doc)  # a document stored by an earlier version
             if keep is None or keep(orjson.loads(text)):
@@ -606,11 +626,11 @@ class Store:
                 docs[trace_id] = orjson.dumps(made).decode()
         return [docs[i] for i in ids if i in docs]
 
-    def _made_docs(self, spans_of: dict[str, tuple[int, int]]) -> dict[str, dict]:
+    def _made_docs(self, spans_of: dict[str, tuple[int, int, float | None]]) -> dict[str, dict]:
         """The Jaeger documents of traces, made from their spans' parts (``spans_of``: the
-        first and last number of each trace's spans), by trace id. The root of each fragment
-        the trace absorbed (a span its sender gave another trace id and no parent) follows from
-        itself in that trace: a span link to the id its sender knows."""
+        first and last number of each trace's spans, and its probability), by trace id. The
+        root of each fragment the trace absorbed (a span its sender gave another trace id and
+        no parent) follows from itself in that trace: a span link to the id its sender knows."""
         if not spans_of:
             return {}
         cur = self._cursor()
@@ -619,11 +639,11 @@ class Store:
             "start_ns + duration_ns, tags, logs, process, seq, "
             "CASE WHEN given_trace_id <> trace_id AND given_parent_id IS NULL "
             "AND parent_span_id IS NOT NULL THEN given_trace_id END, "
-            "score, alternatives, unmapped, link "
+            "score, probability, alternatives, unmapped, link "
             "FROM spans WHERE seq BETWEEN ? AND ? AND trace_id IN ?",
             [
-                min(first for first, _ in spans_of.values()),
-                max(last for _, last in spans_of.values()),
+                min(first for first, _, _ in spans_of.values()),
+                max(last for _, last, _ in spans_of.values()),
                 list(spans_of),
             ],
         ).fetchall()
@@ -637,6 +657,7 @@ class Store:
         traces: dict[str, list[JaegerSpan]] = {}
         for row in rows:
             trace, span, parent, op, start, end, tags, logs, process, seq, fragment = row[:11]
+            score, probability, alternatives, unmapped, link = row[11:]
             traces.setdefault(trace, []).append(
                 JaegerSpan(
                     trace,
@@ -645,7 +666,18 @@ class Store:
                     op,
                     start,
                     end,
-                    with_tags(orjson.loads(tags), evidence_tags(ONLINE, *row[11:])),
+                    with_tags(
+                        orjson.loads(tags),
+                        evidence_tags(
+                            ONLINE,
+                            score,
+                            probability,
+                            alternatives,
+                            unmapped,
+                            link,
+                            trace_probability=None if parent else spans_of[trace][2],
+                        ),
+                    ),
                     orjson.loads(logs) if logs else [],
                     process,
                     seq,
@@ -678,14 +710,15 @@ class Store:
         )
         return [(a, b, int(n)) for a, b, n in rows.fetchall()]
 
-    def confidence(self, since_ns: int) -> dict[str, tuple[int, int]]:
-        """Per service, (incoming spans, given their best-scored calls) since ``since_ns``."""
+    def confidence(self, since_ns: int) -> dict[str, tuple[int, float]]:
+        """Per calling service, (links, the sum of their probabilities) since ``since_ns``
+        (rows of an earlier version, which counted otherwise, left out)."""
         rows = self._cursor().execute(
-            "SELECT service, sum(incoming), sum(top_choice) FROM confidence "
-            "WHERE at_ns >= ? GROUP BY service ORDER BY service",
+            "SELECT service, sum(links), sum(probability) FROM confidence "
+            "WHERE at_ns >= ? AND links IS NOT NULL GROUP BY service ORDER BY service",
             [since_ns],
         )
-        return {s: (int(i), int(t)) for s, i, t in rows.fetchall()}
+        return {s: (int(n), float(p)) for s, n, p in rows.fetchall()}
 
     # -- latency series ----------------------------------------------------------------------
     def restart_pirate(self, source: str) -> None:

@@ -1,18 +1,19 @@
 // The page of `tacit serve`: trace search, the waterfall of a reconstructed trace with each
-// link's score and alternatives, the service dependency graph, the per-service confidence
-// (TraceWeaver §6.3.2) and the latency charts (Pirate's response latency per server, RDA's
+// link's probability of being right and its alternatives, the service dependency graph, the
+// per-service confidence (the mean probability of its links) and the latency charts (Pirate's response latency per server, RDA's
 // one-way latency per interval). It reads only the Jaeger query API and /api/tacit/*; no build
 // step.
 //
 // Stable hooks for tests: #trace-list tr[data-trace-id], #waterfall .span-row[data-span-id]
-// (data-depth, data-parent-id), .link-score[data-score], .unmapped[data-reason],
+// (data-depth, data-parent-id), .link-score[data-score][data-probability], .unmapped[data-reason],
 // #dependencies svg .edge[data-parent][data-child][data-calls], #confidence tr[data-service],
 // #response-latency svg .point[data-server][data-epoch-ms][data-latency-ns],
 // #oneway-latency svg .point[data-source][data-role][data-interval][data-mean-ns][data-std-ns],
 // #oneway-latency svg .gap[data-status]; body[data-latency-drawn] counts the charts' refreshes
 // (every LATENCY_REFRESH_MS).
+// #trace-list tr[data-probability].
 // The search state lives in the address (?service=&operation=&lookback=&minDuration=&limit=
-// &trace=), so a search can be linked to; the mark "trace-list-drawn" (performance timeline)
+// &minProbability=&trace=), so a search can be linked to; the mark "trace-list-drawn" (performance timeline)
 // and body[data-traces-drawn] tell when a result list has been drawn.
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -76,6 +77,9 @@ function fmtStart(us) {
 }
 
 const fmtScore = (x) => (x === null || x === undefined ? "—" : x.toFixed(2));
+const fmtPercent = (p) => (p === null || p === undefined ? "—" : `${(100 * p).toFixed(p >= 0.995 && p < 1 ? 1 : 0)}%`);
+/** The class that colours a probability: sure (>= 0.9), unsure (>= 0.5) or doubtful. */
+const sureness = (p) => (p === null || p === undefined ? "" : p >= 0.9 ? "sure" : p >= 0.5 ? "unsure" : "doubtful");
 
 const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
 const serviceIndex = new Map();
@@ -104,7 +108,8 @@ function parentOf(span) {
   return ref ? ref.spanID : null;
 }
 
-/** Root name, start, duration, span count and lowest tacit.score of a trace document. */
+/** Root name, start, duration, span count, probability (tacit.trace_probability of its root)
+ * and lowest tacit.score of a trace document. */
 function summarize(trace) {
   const spans = trace.spans;
   const ids = new Set(spans.map((s) => s.spanID));
@@ -113,6 +118,7 @@ function summarize(trace) {
   let root = null;
   let minScore = null;
   let unmapped = 0;
+  let probability = null;
   for (const s of spans) {
     start = Math.min(start, s.startTime);
     end = Math.max(end, s.startTime + s.duration);
@@ -121,6 +127,7 @@ function summarize(trace) {
     for (const t of s.tags || []) {
       if (t.key === "tacit.score" && (minScore === null || t.value < minScore)) minScore = t.value;
       else if (t.key === "tacit.unmapped") unmapped += 1;
+      else if (t.key === "tacit.trace_probability" && (p === null || !ids.has(p))) probability = t.value;
     }
   }
   const proc = trace.processes[root.processID];
@@ -133,6 +140,7 @@ function summarize(trace) {
     duration: end - start,
     spans: spans.length,
     minScore,
+    probability,
     unmapped,
   };
 }
@@ -149,6 +157,8 @@ function formParams() {
   if ($("#lookback").value) q.set("lookback", $("#lookback").value);
   const minDuration = $("#min-duration").value.trim();
   if (minDuration) q.set("minDuration", minDuration);
+  const minSure = $("#min-probability").value.trim();
+  if (minSure) q.set("minProbability", String(Number(minSure) / 100));
   q.set("limit", $("#limit").value || "20");
   return q;
 }
@@ -180,7 +190,7 @@ function drawList() {
     const tr = el(
       "tr",
       {
-        dataset: { traceId: r.id, spans: r.spans, minScore: r.minScore ?? "" },
+        dataset: { traceId: r.id, spans: r.spans, minScore: r.minScore ?? "", probability: r.probability ?? "" },
         tabindex: "0",
         className: r.id === list.selected ? "selected" : null,
       },
@@ -195,6 +205,7 @@ function drawList() {
       el("td", { title: fmtStart(r.start) }, fmtStart(r.start).slice(11)),
       el("td", { className: "num" }, fmtDuration(r.duration)),
       el("td", { className: "num" }, String(r.spans)),
+      el("td", { className: `num ${sureness(r.probability)}` }, fmtPercent(r.probability)),
       el("td", { className: "num" }, fmtScore(r.minScore)),
     );
     frag.append(tr);
@@ -325,7 +336,7 @@ function drawWaterfall(trace) {
       "div",
       { className: "facts" },
       `${fmtStart(sum.start)} · ${fmtDuration(sum.duration)} · ${sum.spans} spans · ` +
-        `${services.size} services · lowest score ${fmtScore(sum.minScore)}` +
+        `${services.size} services · ${fmtPercent(sum.probability)} sure · lowest score ${fmtScore(sum.minScore)}` +
         (sum.unmapped ? ` · ${sum.unmapped} unmapped` : ""),
     ),
   );
@@ -353,17 +364,19 @@ function drawWaterfall(trace) {
       tags["span.kind"] ? el("span", { className: "badge kind" }, tags["span.kind"]) : null,
     );
     if (tags["tacit.score"] !== undefined) {
-      const names = alternatives.map(([id, score]) => `${describe(byId.get(id), serviceOf, id)}: ${fmtScore(score)}`);
+      const p = tags["tacit.probability"];
+      const names = alternatives.map(
+        ([id, score, q]) => `${describe(byId.get(id), serviceOf, id)}: ${fmtPercent(q)} (score ${fmtScore(score)})`,
+      );
       label.append(
         el(
           "span",
           {
-            className: `badge score link-score${alternatives.length > 1 ? " contested" : ""}`,
-            dataset: { score: tags["tacit.score"], alternatives: alternatives.length },
-            title: `parent chosen with score ${fmtScore(tags["tacit.score"])}; candidates, best first:\n${names.join("\n")}`,
+            className: `badge score link-score ${sureness(p)}`,
+            dataset: { score: tags["tacit.score"], probability: p ?? "", alternatives: alternatives.length },
+            title: `parent ${fmtPercent(p)} sure, chosen with score ${fmtScore(tags["tacit.score"])}; candidates, best first:\n${names.join("\n")}`,
           },
-          `score ${fmtScore(tags["tacit.score"])}` +
-            (alternatives.length > 1 ? ` · ${alternatives.length} candidates` : ""),
+          `${fmtPercent(p)} sure` + (alternatives.length > 1 ? ` · ${alternatives.length} candidates` : ""),
         ),
       );
     }
@@ -432,13 +445,14 @@ function toggleSpan(row) {
   if (tags["tacit.alternatives"]) {
     const parent = parentOf(span);
     const body = el("tbody");
-    JSON.parse(tags["tacit.alternatives"]).forEach(([id, score], i) => {
+    JSON.parse(tags["tacit.alternatives"]).forEach(([id, score, p], i) => {
       body.append(
         el(
           "tr",
-          { className: `alternative${id === parent ? " chosen" : ""}`, dataset: { parentId: id ?? "", score } },
+          { className: `alternative${id === parent ? " chosen" : ""}`, dataset: { parentId: id ?? "", score, probability: p ?? "" } },
           el("td", {}, String(i + 1)),
           el("td", {}, describe(byId.get(id), serviceOf, id)),
+          el("td", { className: sureness(p) }, fmtPercent(p)),
           el("td", {}, fmtScore(score)),
           el("td", {}, id === parent ? "chosen" : ""),
         ),
@@ -446,7 +460,12 @@ function toggleSpan(row) {
     });
     detail.append(
       el("div", {}, "Candidate parents, best first:"),
-      el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "#"), el("th", {}, "Parent"), el("th", {}, "Score"), el("th", {}))), body),
+      el(
+        "table",
+        {},
+        el("thead", {}, el("tr", {}, ...["#", "Parent", "Probability", "Score", ""].map((h) => el("th", {}, h)))),
+        body,
+      ),
     );
   }
   const other = Object.entries(tags).filter(([k]) => !k.startsWith("tacit.alternatives"));
@@ -646,8 +665,7 @@ function drawConfidence(doc) {
         "tr",
         { dataset: { service: r.service, confidence: known ? r.confidence : "" }, className: known && r.confidence < 99 ? "low" : null },
         el("td", {}, r.service),
-        el("td", { className: "num" }, String(r.incoming)),
-        el("td", { className: "num" }, String(r.top_choice)),
+        el("td", { className: "num" }, String(r.links)),
         el(
           "td",
           { className: "bar" },
@@ -872,6 +890,7 @@ function init() {
   const q = new URLSearchParams(location.search);
   if (q.get("lookback") !== null) $("#lookback").value = q.get("lookback");
   if (q.get("minDuration")) $("#min-duration").value = q.get("minDuration");
+  if (q.get("minProbability")) $("#min-probability").value = String(Math.round(Number(q.get("minProbability")) * 100));
   if (q.get("limit")) $("#limit").value = q.get("limit");
   const service = q.get("service");
   // What is drawn waits for the services: their order gives each its colour.

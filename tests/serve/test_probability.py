@@ -1,0 +1,125 @@
+"""Each link's and trace's probability of being right, as the service shows it: in the spans'
+tags, in a search (``minProbability``), in the per-service confidence and in ``/metrics``."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import serve_app
+from serve_app import running
+from serve_page import get_json, serving, shop
+from tacit.model.spans import CLIENT
+from tacit.reconstruct import CallGraph, instrument_next
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The shop app's spans with every call's context lost: each link is inferred."""
+    spans, callgraph = shop(2.0)
+    with serving(spans, callgraph, tmp_path_factory.mktemp("serve") / "tacit.duckdb") as url:
+        yield url
+
+
+def _tags(span: dict) -> dict:
+    return {t["key"]: t["value"] for t in span["tags"]}
+
+
+def _traces(base: str) -> dict[str, dict]:
+    """Every stored trace, by id: those of each service."""
+    out = {}
+    for service in get_json(base, "/api/services")["data"]:
+        for t in get_json(base, f"/api/traces?service={service}&limit=1500")["data"]:
+            out[t["traceID"]] = t
+    return out
+
+
+def test_a_link_carries_its_alternatives_share_and_a_trace_their_product(base: str) -> None:
+    for trace in _traces(base).values():
+        ids = {s["spanID"] for s in trace["spans"]}
+        product, roots = 1.0, []
+        for span in trace["spans"]:
+            tags = _tags(span)
+            if not any(r["spanID"] in ids for r in span["references"]):
+                roots.append(tags)
+            if tags.get("span.kind") != "client":
+                assert "tacit.probability" not in tags
+                continue
+            p = tags["tacit.probability"]
+            assert 0.0 <= p <= 1.0
+            product *= p
+            if "tacit.unmapped" in tags:
+                assert p == 0.0  # it has a parent, and none was found
+                continue
+            alternatives = json.loads(tags["tacit.alternatives"])
+            assert sum(q for *_, q in alternatives) == pytest.approx(1, abs=1e-3)
+            parent = span["references"][0]["spanID"]
+            assert p == next(q for a, _, q in alternatives if a == parent)
+        (root,) = roots
+        assert root["tacit.trace_probability"] == pytest.approx(product, abs=1e-3)
+
+
+def test_a_search_keeps_the_traces_at_least_that_sure(base: str) -> None:
+    every = get_json(base, "/api/traces?service=frontend&limit=1500")["data"]
+    sure = get_json(base, "/api/traces?service=frontend&limit=1500&minProbability=0.9")["data"]
+    expected = {
+        t["traceID"]
+        for t in every
+        if any(_tags(s).get("tacit.trace_probability", 0) >= 0.9 for s in t["spans"])
+    }
+    assert 0 < len(sure) < len(every)  # the shop at 100 requests/s has traces on both sides
+    assert {t["traceID"] for t in sure} == expected
+
+
+def test_confidence_is_the_mean_probability_of_a_services_calls(base: str) -> None:
+    calls: dict[str, dict[str, float]] = {}
+    for trace in _traces(base).values():
+        for span in trace["spans"]:
+            tags = _tags(span)
+            if tags.get("span.kind") == "client":
+                service = trace["processes"][span["processID"]]["serviceName"]
+                calls.setdefault(service, {})[span["spanID"]] = tags["tacit.probability"]
+    confidence = get_json(base, "/api/tacit/confidence")
+    shown = {r["service"]: (r["links"], r["confidence"]) for r in confidence["data"]}
+    assert shown == {
+        s: (len(ps), pytest.approx(100 * sum(ps.values()) / len(ps), abs=0.01))
+        for s, ps in calls.items()
+    }
+    assert confidence["advice"] == instrument_next({s: c for s, (_, c) in shown.items()})
+    with urllib.request.urlopen(base + "/metrics", timeout=30) as answer:
+        metrics = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(answer.read().decode())
+            for s in family.samples
+        }
+    for r in confidence["data"]:
+        label = (("service", r["service"]),)
+        n = metrics[("tacit_link_probability_count", label)]
+        assert n == r["links"]
+        total = metrics[("tacit_link_probability_sum", label)]
+        assert 100 * total / n == pytest.approx(r["confidence"], abs=0.01)
+        assert metrics[("tacit_service_confidence_ratio", label)] == pytest.approx(total / n)
+    traces = sum(v for (name, _), v in metrics.items() if name == "tacit_trace_probability_count")
+    assert traces == len(_traces(base))
+
+
+def test_calls_left_unmapped_make_confidence_zero_and_an_empty_store_has_no_data(
+    tmp_path: Path,
+) -> None:
+    """A call graph that names none of the calls (a deployment it predates): every call is
+    stored unmapped, and each calling service's confidence is 0, not 100 %."""
+    spans, _ = shop(0.5)
+    with running(tmp_path) as svc:
+        empty = serve_app.get_json(svc, "/api/tacit/confidence")
+        assert empty == {"data": [], "advice": instrument_next({})}
+        assert empty["advice"].startswith("no data")
+    with serving(spans, CallGraph({}), tmp_path / "stale.duckdb") as url:
+        confidence = get_json(url, "/api/tacit/confidence")["data"]
+        callers = {spans.strings[c] for c in spans.service[spans.kind == CLIENT].tolist()}
+        assert {r["service"] for r in confidence} == callers
+        assert all(r["confidence"] == 0.0 and r["links"] > 0 for r in confidence)
