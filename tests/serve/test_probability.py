@@ -12,17 +12,21 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import serve_app
-from serve_app import running
-from serve_page import get_json, serving, shop
+from serve_app import running, shop_callgraph, shop_spans
+from serve_page import get_json, serving
+from tacit.experiment.otlp_load import lost_context
 from tacit.model.spans import CLIENT
-from tacit.reconstruct import CallGraph, instrument_next
+from tacit.reconstruct import CallGraph, TraceWeaverParams, instrument_next
+
+SAMPLES = TraceWeaverParams().marginal_samples
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The shop app's spans with every call's context lost: each link is inferred."""
-    spans, callgraph = shop(2.0)
-    with serving(spans, callgraph, tmp_path_factory.mktemp("serve") / "tacit.duckdb") as url:
+    """The shop app's spans at 600 requests/s (its calls contend) with every call's context
+    lost: each link is inferred."""
+    spans = lost_context(shop_spans(1.0, rate=600))
+    with serving(spans, shop_callgraph(), tmp_path_factory.mktemp("serve") / "x.duckdb") as url:
         yield url
 
 
@@ -39,7 +43,11 @@ def _traces(base: str) -> dict[str, dict]:
     return out
 
 
-def test_a_link_carries_its_alternatives_share_and_a_trace_their_product(base: str) -> None:
+def test_a_link_carries_the_share_of_sampled_assignments_and_a_trace_their_product(
+    base: str,
+) -> None:
+    """A link's probability is the share of perturbed assignments that make it (a multiple of
+    1/SAMPLES); each alternative carries its share of the call's alternatives."""
     for trace in _traces(base).values():
         ids = {s["spanID"] for s in trace["spans"]}
         product, roots = 1.0, []
@@ -56,10 +64,11 @@ def test_a_link_carries_its_alternatives_share_and_a_trace_their_product(base: s
             if "tacit.unmapped" in tags:
                 assert p == 0.0  # it has a parent, and none was found
                 continue
+            assert p * SAMPLES == pytest.approx(round(p * SAMPLES), abs=1e-3)
             alternatives = json.loads(tags["tacit.alternatives"])
             assert sum(q for *_, q in alternatives) == pytest.approx(1, abs=1e-3)
             parent = span["references"][0]["spanID"]
-            assert p == next(q for a, _, q in alternatives if a == parent)
+            assert parent in {a for a, *_ in alternatives}
         (root,) = roots
         assert root["tacit.trace_probability"] == pytest.approx(product, abs=1e-3)
 
@@ -72,7 +81,7 @@ def test_a_search_keeps_the_traces_at_least_that_sure(base: str) -> None:
         for t in every
         if any(_tags(s).get("tacit.trace_probability", 0) >= 0.9 for s in t["spans"])
     }
-    assert 0 < len(sure) < len(every)  # the shop at 100 requests/s has traces on both sides
+    assert 0 < len(sure) < len(every)  # the shop at 600 requests/s has traces on both sides
     assert {t["traceID"] for t in sure} == expected
 
 
@@ -113,7 +122,7 @@ def test_calls_left_unmapped_make_confidence_zero_and_an_empty_store_has_no_data
 ) -> None:
     """A call graph that names none of the calls (a deployment it predates): every call is
     stored unmapped, and each calling service's confidence is 0, not 100 %."""
-    spans, _ = shop(0.5)
+    spans = lost_context(shop_spans(0.5))
     with running(tmp_path) as svc:
         empty = serve_app.get_json(svc, "/api/tacit/confidence")
         assert empty == {"data": [], "advice": instrument_next({})}

@@ -207,7 +207,7 @@ def test_page_draws_what_the_api_answers(base: str) -> None:
         alternatives = json.loads(_tags(span)["tacit.alternatives"])
         shown_alternatives = each(
             f"{detail} tr.alternative",
-            "r => [r.dataset.parentId, +r.dataset.score, +r.dataset.probability]",
+            "r => [r.dataset.parentId, +r.dataset.score, +r.dataset.share]",
         )
         assert shown_alternatives == alternatives
         assert sum(p for _, _, p in alternatives) == pytest.approx(1, abs=1e-3)

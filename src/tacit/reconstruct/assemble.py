@@ -83,7 +83,8 @@ class Evidence(Mapping[int, dict]):
     ``score``: the chosen parent's score rounded to 4 places (None: none); ``probability``:
     that a client span's parent (or its having none) is right (:mod:`.link_probability`),
     rounded to 4 places (None: not a client span); ``alternatives``: by row, JSON ``[[parent
-    span id, score, probability], ...]``, best first; ``unmapped`` and ``fallback``: by row,
+    span id, score, share], ...]``, best first (``share``: of the call's alternatives,
+    :func:`.link_probability.alternative_probability`); ``unmapped`` and ``fallback``: by row,
     the reasons;
     ``given``: the rows whose parent the input gave; ``virtual``: the rows drawn for a service
     that sent no spans; ``trace_probability``: by root row, that its whole trace is right."""
@@ -144,7 +145,7 @@ def assemble(
 
     Evidence, as tags: ``tacit.algorithm``; on client spans ``tacit.probability``
     (:mod:`.link_probability`); on mapped ones ``tacit.score`` and ``tacit.alternatives`` (JSON
-    list of [parent span id, score, probability], best first); on unmapped ones
+    list of [parent span id, score, share], best first); on unmapped ones
     ``tacit.unmapped`` with the reason; on client spans whose parent the input gave
     (:func:`~.result.known_calls`: kept, not inferred) ``tacit.link`` :data:`GIVEN` and
     probability 1, and on spans drawn for a service that sent none :data:`VIRTUAL`; on each
@@ -197,8 +198,8 @@ def _alternatives_json(
     fresh: list[int],
     beyond: Sequence[SpanDetail | None],
 ) -> dict[int, str]:
-    """Per call listed in ``alts``, JSON ``[[parent span id, score, probability], ...]``, best
-    first."""
+    """Per call listed in ``alts``, JSON ``[[parent span id, score, share], ...]``, best
+    first (``probability``: each entry's share)."""
     if not len(alts.owner):
         return {}
     named = names + [_span_id(names, fresh, beyond, r) for r in range(len(names), len(fresh))]

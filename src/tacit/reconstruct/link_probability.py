@@ -1,5 +1,9 @@
-"""How likely each reconstructed link is to be right, from the scores of its call's
-alternatives.
+"""How likely each reconstructed link is to be right.
+
+Where the algorithm measured it (:attr:`.result.Reconstruction.probability`: TraceWeaver's
+share of perturbed joint assignments that make the link, :attr:`.traceweaver.TraceWeaverParams.
+marginal_samples`), that stands. Otherwise it is read from the scores of the call's
+alternatives:
 
 TraceWeaver keeps each incoming span's top-K mappings with their log-likelihoods (§4.1) and
 reads a service's confidence from how often the chosen one is the best (§6.3.2). A call's
@@ -46,6 +50,9 @@ def link_probability(spans: SpanTable, rec: Reconstruction, temperature: float =
     share = alternative_probability(alt, temperature)
     chosen = (alt.parent == rec.parent[alt.owner]) & (rec.parent[alt.owner] != NONE)
     out[alt.owner[chosen]] = share[chosen]
+    if rec.probability is not None:  # measured by the algorithm: those stand
+        measured = ~np.isnan(rec.probability) & (rec.parent != NONE)
+        out[measured] = rec.probability[measured]
     out[known_calls(spans) & (rec.parent == spans.parent)] = 1.0
     out[[r for r, why in rec.unmapped.items() if why == ROOT_CALL and r < len(out)]] = 1.0
     return out

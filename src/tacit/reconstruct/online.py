@@ -92,6 +92,7 @@ _ROW_STATE = {
     "final": np.bool_,
     "parent": np.int64,
     "score": np.float64,
+    "probability": np.float64,
     "kind": SpanTable.COLUMNS["kind"],
     "given": np.bool_,
     "virtual": np.bool_,
@@ -132,8 +133,9 @@ class Finished:
     """Traces that no later span can change: their spans, with a parent for each.
 
     ``position[r]``: the stream position of row ``r``; ``parent[r]``: the position of its parent
-    (-1 for a root); ``score``, ``alternatives`` (calls and candidate parents by position) and
-    ``unmapped`` (position -> reason) as in :class:`~tacit.reconstruct.result.Reconstruction`.
+    (-1 for a root); ``score``, ``probability``, ``alternatives`` (calls and candidate parents
+    by position) and ``unmapped`` (position -> reason) as in
+    :class:`~tacit.reconstruct.result.Reconstruction`.
     ``named``: the details (original span ids) of the candidate parents in ``alternatives``
     that are in other batches and had them, by position, to be named as those are written.
     ``given[r]``: whether row ``r`` is a client span whose parent its sender gave (kept);
@@ -149,6 +151,7 @@ class Finished:
     named: dict[int, SpanDetail] = field(default_factory=dict)
     given: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     virtual: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    probability: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 class OnlineTraceWeaver:
@@ -258,6 +261,12 @@ class OnlineTraceWeaver:
         """Per pending span, the score of its parent link (NaN: none yet)."""
         return self._rows["score"]
 
+    @property
+    def probability(self) -> np.ndarray:
+        """Per pending span, the probability of its parent link that the algorithm measured
+        (NaN: none)."""
+        return self._rows["probability"]
+
     # -- input ------------------------------------------------------------------------------
     def name_peers(self, peers: dict[int, str]) -> None:
         """The callee service of client spans already pushed (position -> service), learned
@@ -329,6 +338,7 @@ class OnlineTraceWeaver:
             final=given,
             parent=np.where(chunk.kind == SERVER, partner, np.where(given, chunk.parent, NONE)),
             score=np.full(n, np.nan),
+            probability=np.full(n, np.nan),
             kind=chunk.kind,
             given=given,
             virtual=np.full(n, virtual),
@@ -495,6 +505,8 @@ class OnlineTraceWeaver:
         at = self.position[work]  # the stream position of each row of the work
         self.parent[work[picked]] = at[rec.parent[picked]]
         self.score[work[picked]] = rec.score[picked]
+        if rec.probability is not None:
+            self.probability[work[picked]] = rec.probability[picked]
         alternatives = Alternatives.of(rec.alternatives)
         self._alternatives = Alternatives.merged(
             [self._alternatives, alternatives.where(chosen[alternatives.owner]).renumbered(at)]
@@ -563,6 +575,7 @@ class OnlineTraceWeaver:
             named,
             self.given[rows].copy(),
             self.virtual[rows].copy(),
+            self.probability[rows].copy(),
         )
         keep = ~done
         self._spans = self.spans.take(keep)
@@ -660,6 +673,7 @@ def reconstruct_streamed(
     gather the result as one row-indexed :class:`Reconstruction`, comparable with offline."""
     order = np.argsort(spans.end, kind="stable")
     result = Reconstruction.start("traceweaver-online", spans)
+    result.probability = np.full(len(spans), np.nan)
     tw = OnlineTraceWeaver(callgraph, params, online)
     alternatives = []
     for chunk in [*stream_chunks(spans, chunk_size), None]:
@@ -669,6 +683,7 @@ def reconstruct_streamed(
             mapped = client & (f.parent != NONE)
             result.parent[rows[mapped]] = order[f.parent[mapped]]
             result.score[rows] = f.score
+            result.probability[rows] = f.probability
             alternatives.append(f.alternatives.renumbered(order))
             for p, why in f.unmapped.items():
                 result.unmapped[int(order[p])] = why

@@ -60,6 +60,9 @@ class Reconstruction:
     in rank order. ``confidence``: per service, in percent (§6.3.2), and ``service_report``
     what lowers it. ``fallback[r]``: why client span ``r`` was given its
     parent by :mod:`.fallback` rather than by the algorithm (a best-effort guess).
+    ``probability[r]``: where the algorithm measured it, how likely client span ``r``'s parent
+    is right (NaN elsewhere; None: nowhere, :mod:`.link_probability` then reads it from the
+    alternatives).
     """
 
     algorithm: str
@@ -72,6 +75,7 @@ class Reconstruction:
     service_report: dict[str, dict[str, int]] = field(default_factory=dict)
     fallback: dict[int, str] = field(default_factory=dict)
     info: dict[str, object] = field(default_factory=dict)
+    probability: np.ndarray | None = None
 
     @classmethod
     def start(cls, algorithm: str, spans: SpanTable) -> Reconstruction:

@@ -128,8 +128,9 @@ def merge(
     spans: SpanTable, parts: list[np.ndarray], results: list[Reconstruction]
 ) -> Reconstruction:
     """One reconstruction of ``spans`` from those of its ``parts`` (``results[i]`` of
-    ``spans.take(parts[i])``): rows mapped back, per-service counts added up and the confidence
-    computed from them (§6.3.2), iterations the most any part took and the other counts summed."""
+    ``spans.take(parts[i])``): rows mapped back, per-service counts added up, the confidence
+    computed from the links' probabilities, iterations the most any part took and the other
+    counts summed."""
     rec = Reconstruction.start("traceweaver", spans)
     reports: dict[str, dict[str, int]] = {}
     info: dict[str, int] = {}
@@ -139,6 +140,10 @@ def merge(
         mapped = part.parent[client]
         rec.parent[rows[client]] = np.where(mapped != NONE, rows[mapped], NONE)
         rec.score[rows] = part.score
+        if part.probability is not None:
+            if rec.probability is None:
+                rec.probability = np.full(len(spans), np.nan)
+            rec.probability[rows] = part.probability
         back = rows.tolist()
         rec.unmapped.update({back[r]: why for r, why in part.unmapped.items()})
         rec.fallback.update({back[r]: why for r, why in part.fallback.items()})

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -144,6 +144,16 @@ class TraceWeaverParams:
     often as the previous mapping showed them shared along the edge (:mod:`.shared_values`; a
     tacit extension, off reproduces the paper's timing-only scoring)."""
     seed: int = 0
+    marginal_samples: int = 20
+    """Perturbed joint assignments from which each link's probability is read: every
+    candidate mapping's log-likelihood plus standard Gumbel noise, the assignment solved again,
+    and the link's probability the share of those assignments that make it (perturb-and-MAP,
+    Papandreou and Yuille, ICCV 2011: the perturbed optimum samples the mappings about as the
+    likelihoods weigh them, with the joint assignment's constraints; a tacit extension). A
+    call whose best-scored parent was given a mapping without it keeps the parent the
+    assignment chose about as often as the constraints force it, where its share of its own
+    alternatives says it never would. 0: no samples (each link's probability is then its
+    share of its alternatives, :mod:`.link_probability`)."""
 
 
 Progress = Callable[[int], None]
@@ -183,6 +193,8 @@ def reconstruct_traceweaver(
     if not params.sibling_gaps:
         callgraph = callgraph.without_anchors()
     result = Reconstruction.start("traceweaver", spans)
+    if params.marginal_samples:
+        result.probability = np.full(len(spans), np.nan)
     stats = SolveStats()
     proc = process_key(spans)
     iterations = []
@@ -312,6 +324,11 @@ NEVER = np.iinfo(np.int64).max
 SCORE_RANGE = 1000.0
 """Log-likelihood (nats) below the instance's best candidate beyond which candidates count as
 equally unlikely in the joint assignment (:func:`_relative_weight`)."""
+
+
+def _link_keys(calls: np.ndarray, parents: np.ndarray) -> np.ndarray:
+    """One int64 per (call row, parent row) link."""
+    return (calls.astype(np.int64) << 32) | parents.astype(np.int64)
 
 
 def _relative_weight(raw: np.ndarray) -> np.ndarray:
@@ -684,22 +701,49 @@ class _Instance:
             origin.append(np.stack([np.full(len(keep), s), keep], axis=1))
         raw = np.concatenate(wts)
         n_calls = np.concatenate(counts)
-        positive = _relative_weight(raw)
-        if self.params.call_paths:
-            # Coverage first: any candidate giving one more call a cause outweighs every score
-            # difference within a batch (at most max_batch spans of weight <= 1 each).
-            w = n_calls * (self.params.max_batch + 1.0) + positive
-        else:
-            # The paper: every span assigned if possible, skips bounded by the quotas (§4.2).
-            w = positive + 1.0
         cands = Candidates(
             np.concatenate(inc),
-            w,
+            self._weights(raw, n_calls),
             np.r_[0, np.cumsum(n_calls)].astype(np.int64),
             np.concatenate(outs).astype(np.int64),
             np.concatenate(skips),
         )
         return cands, raw, np.concatenate(origin)
+
+    def _weights(self, raw: np.ndarray, n_calls: np.ndarray) -> np.ndarray:
+        """The joint assignment's weight of candidates of scores ``raw`` that give ``n_calls``
+        calls a cause."""
+        positive = _relative_weight(raw)
+        if self.params.call_paths:
+            # Coverage first: any candidate giving one more call a cause outweighs every score
+            # difference within a batch (at most max_batch spans of weight <= 1 each).
+            return n_calls * (self.params.max_batch + 1.0) + positive
+        # The paper: every span assigned if possible, skips bounded by the quotas (§4.2).
+        return positive + 1.0
+
+    def _marginals(self, result: Reconstruction, passes: list[_Pass]) -> None:
+        """Each link of ``passes``' mapping: the share of perturbed joint assignments that
+        make it too, into ``result.probability`` (:attr:`TraceWeaverParams.marginal_samples`)."""
+        samples = self.params.marginal_samples
+        # seeded by the instance (its first request's start): the same in a part as in the whole
+        rng = np.random.default_rng([self.params.seed, int(self.spans.start[self.incoming[0]])])
+        stats = SolveStats()  # the perturbed solves are not the mapping's: counted apart
+        for ps in passes:
+            if not len(ps.picked):
+                continue
+            calls, owner = ps.cands.outs_of(ps.picked)
+            links = _link_keys(calls, ps.cands.incoming[ps.picked][owner])
+            n_calls = np.diff(ps.cands.out_ptr)
+            owners = self._owners(ps.cands, ps.origin)
+            made = np.zeros(len(links))
+            for _ in range(samples):
+                noisy = ps.raw + rng.gumbel(size=len(ps.raw))
+                cands = replace(ps.cands, weight=self._weights(noisy, n_calls))
+                picked = self._assign(cands, owners, stats)
+                again, by = cands.outs_of(picked)
+                made += contained(links, _link_keys(again, cands.incoming[picked][by]))
+            assert result.probability is not None
+            result.probability[calls] = made / samples
 
     def _owners(self, cands: Candidates, origin: np.ndarray) -> np.ndarray:
         """Who each candidate excludes in the joint assignment: its incoming span (a row), or,
@@ -896,8 +940,11 @@ class _Instance:
                     [sp.model for sp in self.specs] * len(passes),
                     chosen,
                 )
-        for ps in best[1] if best else passes:
+        final = best[1] if best else passes
+        for ps in final:
             self._record(result, ps.cands, ps.raw, ps.picked)
+        if p.marginal_samples:
+            self._marginals(result, final)
         self._record_unmapped(result)
         return it
 

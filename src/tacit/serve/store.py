@@ -14,7 +14,7 @@ Schema (``docs/serve.md`` documents it for people who query the file directly):
     Every span once its trace is final, with the parent TraceWeaver chose: ``seq``,
     ``trace_id``, ``span_id``, ``parent_span_id``, ``service``, ``instance``, ``operation``,
     ``kind``, ``start_ns``, ``duration_ns``, ``parent_service``, ``score`` (of the chosen
-    parent), ``alternatives`` (JSON ``[[span id, score, probability], ...]``, best first),
+    parent), ``alternatives`` (JSON ``[[span id, score, share], ...]``, best first),
     ``unmapped`` (why no parent was chosen), ``link`` (``given`` where the parent is the one the
     sender gave, kept rather than inferred), ``probability`` (of a client span: that its parent,
     or its having none, is right), what the sender gave: ``given_trace_id``,

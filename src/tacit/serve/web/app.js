@@ -366,7 +366,7 @@ function drawWaterfall(trace) {
     if (tags["tacit.score"] !== undefined) {
       const p = tags["tacit.probability"];
       const names = alternatives.map(
-        ([id, score, q]) => `${describe(byId.get(id), serviceOf, id)}: ${fmtPercent(q)} (score ${fmtScore(score)})`,
+        ([id, score, share]) => `${describe(byId.get(id), serviceOf, id)}: score ${fmtScore(score)}, ${fmtPercent(share)} of the candidates`,
       );
       label.append(
         el(
@@ -445,14 +445,14 @@ function toggleSpan(row) {
   if (tags["tacit.alternatives"]) {
     const parent = parentOf(span);
     const body = el("tbody");
-    JSON.parse(tags["tacit.alternatives"]).forEach(([id, score, p], i) => {
+    JSON.parse(tags["tacit.alternatives"]).forEach(([id, score, share], i) => {
       body.append(
         el(
           "tr",
-          { className: `alternative${id === parent ? " chosen" : ""}`, dataset: { parentId: id ?? "", score, probability: p ?? "" } },
+          { className: `alternative${id === parent ? " chosen" : ""}`, dataset: { parentId: id ?? "", score, share: share ?? "" } },
           el("td", {}, String(i + 1)),
           el("td", {}, describe(byId.get(id), serviceOf, id)),
-          el("td", { className: sureness(p) }, fmtPercent(p)),
+          el("td", {}, fmtPercent(share)),
           el("td", {}, fmtScore(score)),
           el("td", {}, id === parent ? "chosen" : ""),
         ),
@@ -463,7 +463,7 @@ function toggleSpan(row) {
       el(
         "table",
         {},
-        el("thead", {}, el("tr", {}, ...["#", "Parent", "Probability", "Score", ""].map((h) => el("th", {}, h)))),
+        el("thead", {}, el("tr", {}, ...["#", "Parent", "Share", "Score", ""].map((h) => el("th", {}, h)))),
         body,
       ),
     );
