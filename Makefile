@@ -63,6 +63,7 @@ reproduce: install
 	$(BIN)/python bench/bench_traceweaver_dynamism.py \
 		--markdown docs/reproduction/traceweaver-dynamism.md
 	$(BIN)/python bench/bench_traceweaver_confidence.py --markdown docs/reproduction/traceweaver.md
+	$(BIN)/python bench/bench_calibration.py --markdown docs/reproduction/calibration.md
 	$(BIN)/python bench/bench_tail.py --markdown docs/reproduction/traceweaver-tail.md
 	$(BIN)/python bench/bench_abtest.py --requests 100000 \
 		--markdown docs/reproduction/traceweaver-abtest.md
@@ -70,7 +71,8 @@ reproduce: install
 	cat docs/reproduction/00-overview.md docs/reproduction/pirate.md docs/reproduction/wap5.md \
 		docs/reproduction/rda.md docs/reproduction/traceweaver-accuracy.md \
 		docs/reproduction/traceweaver-ablation.md docs/reproduction/traceweaver-dynamism.md \
-		docs/reproduction/traceweaver.md docs/reproduction/traceweaver-tail.md \
+		docs/reproduction/traceweaver.md docs/reproduction/calibration.md \
+		docs/reproduction/traceweaver-tail.md \
 		docs/reproduction/traceweaver-abtest.md docs/reproduction/ytrace.md \
 		> docs/reproduction.md
 

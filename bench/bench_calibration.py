@@ -136,8 +136,9 @@ def _report(results: list[dict]) -> str:
             f"{s['seconds'] / b['seconds']:.1f}× |"
         )
     return (
-        "# Calibration of TraceWeaver's link and trace probabilities\n\n"
-        "Written by `python bench/bench_calibration.py --markdown docs/calibration.md` on "
+        "## Calibration of TraceWeaver's link and trace probabilities\n\n"
+        "Written by `python bench/bench_calibration.py --markdown "
+        "docs/reproduction/calibration.md` on "
         f"{time.strftime('%Y-%m-%d')}. A link's probability is the share of 20 perturbed "
         "joint assignments (each mapping's log-likelihood plus Gumbel noise) that make it "
         "(`TraceWeaverParams.marginal_samples`); a trace's is the product of its links'. "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,8 @@ def runs(work: Path) -> dict[str, subprocess.CompletedProcess]:
     an environment variable, and ``--debug``, whose traceback ends the process."""
     first = {
         "evaluate": run_here(
-            "evaluate", "traces.json", "--algorithm", "traceweaver,fcfs", "--json", cwd=work
+            "evaluate", "traces.json", "--algorithm", "traceweaver,fcfs", "--json",
+            "--html", "calibration.html", cwd=work,
         ),
         "blind": run_here("blind", "traces.json", "--out", "b.jsonl", cwd=work),
         "callgraph": run_here("callgraph", "traces.json", "--out", "cg.yaml", cwd=work),
@@ -93,7 +95,7 @@ def runs(work: Path) -> dict[str, subprocess.CompletedProcess]:
     return res
 
 
-def test_evaluate_json(runs) -> None:
+def test_evaluate_json(runs, work: Path) -> None:
     run = ok(runs["evaluate"])
     res = json.loads(run.stdout)
     assert res["traces"] == REQUESTS
@@ -115,6 +117,29 @@ def test_evaluate_json(runs) -> None:
     assert links["n"] == sum(b["n"] for b in links["bins"]) > REQUESTS
     assert 0 <= links["ece"] <= 1 and 0 <= traces["ece"] <= 1 and len(links["bins"]) == 10
     assert res["results"][1]["calibration"] is None  # fcfs scores nothing
+    # the reliability diagrams: a bar per filled bin, as high as its accuracy
+    assert res["html"] == "calibration.html"
+    page = _Elements()
+    page.feed((work / "calibration.html").read_text())
+    assert [a["data-algorithm"] for a in page.found["h2"]] == ["traceweaver"]
+    diagrams = {s["data-kind"]: float(s["data-ece"]) for s in page.found["svg"]}
+    assert diagrams == pytest.approx({"links": links["ece"], "traces": traces["ece"]})
+    bars = [r for r in page.found["rect"] if r.get("class") == "bar"]
+    filled = [b for kind in (links, traces) for b in kind["bins"] if b["n"]]
+    assert [(int(r["data-n"]), float(r["data-accuracy"])) for r in bars] == [
+        (b["n"], pytest.approx(b["accuracy"])) for b in filled
+    ]
+
+
+class _Elements(HTMLParser):
+    """The attributes of every element of a page, by tag."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: dict[str, list[dict[str, str]]] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.found.setdefault(tag, []).append({k: v or "" for k, v in attrs})
 
 
 def test_blind_writes_one_line_per_observed_span(runs, work: Path) -> None:

@@ -28,7 +28,7 @@ from tacit.cli.common import (
     progress_bar,
 )
 from tacit.errors import ConfigError, InputError
-from tacit.outputs import STDIO, refuse_input_as_output
+from tacit.outputs import STDIO, refuse_input_as_output, write_bytes
 
 _REPORT_COLUMNS = {
     "unassigned": "unassigned",
@@ -123,11 +123,21 @@ def register(app: typer.Typer) -> None:
                 "their parents and only the others are reconstructed."
             ),
         ] = "",
+        html: Annotated[
+            Path | None,
+            typer.Option(
+                "--html",
+                help="Write the reliability diagrams of the link and trace probabilities.",
+            ),
+        ] = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Blind ground-truth traces, reconstruct them with each algorithm, and score them."""
         from tacit.evaluation.reconstruction import evaluate as run
         from tacit.reconstruct.result import instrument_next
+
+        if html is not None:
+            refuse_input_as_output(html, traces)
 
         algos = comma_list(algorithm)
         with progress_bar(None, "spans reconstructed", not json_out) as cb:
@@ -140,8 +150,13 @@ def register(app: typer.Typer) -> None:
                 instrumented=comma_list(instrumented),
                 progress=cb,
             )
+        if html is not None:
+            from tacit.evaluation.reliability import render_reliability
+
+            page = render_reliability(ev.results, f"Calibration: {ev.traces} traces")
+            write_bytes(html, page.encode())
         if json_out:
-            print_json(ev.as_dict())
+            print_json(ev.as_dict() | {"html": str(html) if html else None})
             return
         t = Table(title=f"{ev.traces} traces, {ev.spans} spans; call graph {ev.callgraph}")
         t.add_column("algorithm", no_wrap=True)
@@ -182,9 +197,9 @@ def register(app: typer.Typer) -> None:
                 )
             out.print(s)
             out.print(
-                "confidence (§6.3.2): share of a service's requests given their best-scored "
-                "mapping; lowered by requests left without one (unassigned) or given another "
-                "(not top)"
+                "confidence: the mean probability that a link of the service's calls is right "
+                "(a call left unmapped counts 0); unassigned and not top: its requests left "
+                "without a mapping or given another than their best"
             )
             out.print(instrument_next({k: v["confidence"] for k, v in tw["per_service"].items()}))
 
