@@ -47,6 +47,18 @@ class Candidates:
     def outs(self, c: int) -> np.ndarray:
         return self.out_rows[self.out_ptr[c] : self.out_ptr[c + 1]]
 
+    def take(self, members: np.ndarray) -> Candidates:
+        """The candidates ``members``, in that order."""
+        outs, _ = self.outs_of(members)
+        per = np.diff(self.out_ptr)[members]
+        return Candidates(
+            self.incoming[members],
+            self.weight[members],
+            np.r_[0, np.cumsum(per)].astype(np.int64),
+            outs,
+            self.skips[members],
+        )
+
     def outs_of(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The outgoing spans of all ``members`` at once, and the position in ``members`` of
         the candidate each belongs to."""

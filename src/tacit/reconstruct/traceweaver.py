@@ -319,11 +319,38 @@ class _Pass:
         return split_at(index[order].astype(np.int64), cuts)
 
 
+@dataclass
+class _Problem:
+    """A joint assignment's parts that its weights do not change (:meth:`_Instance._problem`):
+    the candidates, as the solver numbers their owners (``local``), the batches, which of them
+    continue a component, and their skip quotas."""
+
+    cands: Candidates
+    local: Candidates
+    members: Batches
+    continued: np.ndarray
+    quotas: np.ndarray
+
+
 NEVER = np.iinfo(np.int64).max
 """A time after every other (the start of a call that was not made)."""
 SCORE_RANGE = 1000.0
 """Log-likelihood (nats) below the instance's best candidate beyond which candidates count as
 equally unlikely in the joint assignment (:func:`_relative_weight`)."""
+
+
+def _contested(cands: Candidates, owners: np.ndarray) -> np.ndarray:
+    """Per candidate, whether a perturbation can leave it out: its owner has another
+    candidate, one of its calls is another candidate's too, or it skips calls (a quota)."""
+    _, at, per_owner = np.unique(owners, return_inverse=True, return_counts=True)
+    out = per_owner[at] > 1
+    _, where, per_call = np.unique(cands.out_rows, return_inverse=True, return_counts=True)
+    shared = per_call[where] > 1
+    owner_of = np.repeat(np.arange(len(owners)), np.diff(cands.out_ptr))
+    out[owner_of[shared]] = True
+    if cands.skips.shape[1]:
+        out |= cands.skips.any(axis=1)
+    return out
 
 
 def _link_keys(calls: np.ndarray, parents: np.ndarray) -> np.ndarray:
@@ -723,27 +750,39 @@ class _Instance:
 
     def _marginals(self, result: Reconstruction, passes: list[_Pass]) -> None:
         """Each link of ``passes``' mapping: the share of perturbed joint assignments that
-        make it too, into ``result.probability`` (:attr:`TraceWeaverParams.marginal_samples`)."""
+        make it too, into ``result.probability`` (:attr:`TraceWeaverParams.marginal_samples`).
+
+        A candidate that is its owner's only one, shares no call with another and skips none
+        is in every assignment, perturbed or not: its links are 1 without solving, and the
+        perturbed problems hold only the other candidates (the settled ones take no skip
+        quota, and no other candidate's batch holds them)."""
         samples = self.params.marginal_samples
         # seeded by the instance (its first request's start): the same in a part as in the whole
         rng = np.random.default_rng([self.params.seed, int(self.spans.start[self.incoming[0]])])
         stats = SolveStats()  # the perturbed solves are not the mapping's: counted apart
+        assert result.probability is not None
         for ps in passes:
             if not len(ps.picked):
                 continue
             calls, owner = ps.cands.outs_of(ps.picked)
             links = _link_keys(calls, ps.cands.incoming[ps.picked][owner])
-            n_calls = np.diff(ps.cands.out_ptr)
             owners = self._owners(ps.cands, ps.origin)
+            open_ = _contested(ps.cands, owners)
+            result.probability[calls] = 1.0
+            if not open_.any():
+                continue
+            sub = ps.cands.take(np.flatnonzero(open_))
+            problem = self._problem(sub, owners[open_])
+            n_calls = np.diff(sub.out_ptr)
+            raw = ps.raw[open_]
             made = np.zeros(len(links))
             for _ in range(samples):
-                noisy = ps.raw + rng.gumbel(size=len(ps.raw))
-                cands = replace(ps.cands, weight=self._weights(noisy, n_calls))
-                picked = self._assign(cands, owners, stats)
-                again, by = cands.outs_of(picked)
-                made += contained(links, _link_keys(again, cands.incoming[picked][by]))
-            assert result.probability is not None
-            result.probability[calls] = made / samples
+                weight = self._weights(raw + rng.gumbel(size=len(raw)), n_calls)
+                picked = self._solve(problem, weight, stats)
+                again, by = sub.outs_of(picked)
+                made += contained(links, _link_keys(again, sub.incoming[picked][by]))
+            contested = contained(owner, np.flatnonzero(open_[ps.picked]))
+            result.probability[calls[contested]] = made[contested] / samples
 
     def _owners(self, cands: Candidates, origin: np.ndarray) -> np.ndarray:
         """Who each candidate excludes in the joint assignment: its incoming span (a row), or,
@@ -758,18 +797,28 @@ class _Instance:
     def _assign(self, cands: Candidates, owner: np.ndarray, stats: SolveStats) -> np.ndarray:
         """The chosen candidates: at most one per owner (:meth:`_owners`), no outgoing span
         twice; an incoming span that won a join's trigger path keeps no other candidate."""
-        spans = self.spans
+        return self._solve(self._problem(cands, owner), cands.weight, stats)
+
+    def _problem(self, cands: Candidates, owner: np.ndarray) -> _Problem:
+        """What the joint assignment of ``cands`` is, whatever their weights: its batches and
+        their skip quotas."""
         # Owners are rows or groups; batches need a dense index, ordered by start.
         uniq, dense = np.unique(owner, return_inverse=True)
         first = np.full(len(uniq), NEVER)
-        np.minimum.at(first, dense, spans.start[cands.incoming])
+        np.minimum.at(first, dense, self.spans.start[cands.incoming])
         local = Candidates(dense, cands.weight, cands.out_ptr, cands.out_rows, cands.skips)
         parts, continued = batches(local, first, self.params.max_batch)
         by_in = np.argsort(dense, kind="stable")
         bounds = np.searchsorted(dense[by_in], np.arange(len(uniq) + 1))
         members = _gather(by_in, bounds, parts)
-        quotas = self._quotas(local, members)
-        picked = solve_all(local, members, continued, quotas, self.params.solver_time_limit, stats)
+        return _Problem(cands, local, members, continued, self._quotas(local, members))
+
+    def _solve(self, problem: _Problem, weight: np.ndarray, stats: SolveStats) -> np.ndarray:
+        """The chosen candidates of ``problem`` weighed ``weight`` (:meth:`_assign`)."""
+        cands = problem.cands
+        local = replace(problem.local, weight=weight)
+        limit = self.params.solver_time_limit
+        picked = solve_all(local, problem.members, problem.continued, problem.quotas, limit, stats)
         # Of two candidates won by one incoming span (its own, and its group's trigger path),
         # the one with the calls stands.
         n_calls = np.diff(cands.out_ptr)[picked]
