@@ -340,10 +340,13 @@ equally unlikely in the joint assignment (:func:`_relative_weight`)."""
 
 
 def _contested(cands: Candidates, owners: np.ndarray) -> np.ndarray:
-    """Per candidate, whether a perturbation can leave it out: its owner has another
-    candidate, one of its calls is another candidate's too, or it skips calls (a quota)."""
-    _, at, per_owner = np.unique(owners, return_inverse=True, return_counts=True)
-    out = per_owner[at] > 1
+    """Per candidate, whether a perturbation can leave it out: its owner or its incoming span
+    (a join's trigger path is its group's) has another candidate, one of its calls is another
+    candidate's too, or it skips calls (a quota)."""
+    out = np.zeros(len(owners), dtype=bool)
+    for key in (owners, cands.incoming):
+        _, at, per_key = np.unique(key, return_inverse=True, return_counts=True)
+        out |= per_key[at] > 1
     _, where, per_call = np.unique(cands.out_rows, return_inverse=True, return_counts=True)
     shared = per_call[where] > 1
     owner_of = np.repeat(np.arange(len(owners)), np.diff(cands.out_ptr))
