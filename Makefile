@@ -38,6 +38,10 @@ lint: install
 # test's assertions again (5 of the 12 s it takes to collect). The kernels compile
 # (tests/kernel_warmup.py, once until a kernel's module changes) on both cores; lint runs beside the unit tests,
 # which leave a core idle now and then while the service's tests wait, and prints afterwards.
+# The unit tests go out a whole file at a time, the slowest files first (tests/conftest.py):
+# the many short files that come last even out the workers' ends, and no module fixture runs
+# in two workers. Three workers on two cores: the service's tests spend much of their time
+# waiting for the servers they start.
 # The live tests run alone, collected from the files that mark them (6 s less than collecting
 # every test again).
 test: export PYTHONDONTWRITEBYTECODE :=
@@ -45,8 +49,8 @@ test: install
 	$(BIN)/python -m compileall -q -j 0 src tests
 	$(BIN)/python tests/kernel_warmup.py
 	$(MAKE) --no-print-directory lint > .lint.log 2>&1 & lint=$$!; \
-		$(BIN)/pytest -n 2 -m 'not live'; unit=$$?; wait $$lint; lint=$$?; \
-		cat .lint.log; [ $$unit = 0 ] && [ $$lint = 0 ]
+		$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder -m 'not live'; unit=$$?; \
+		wait $$lint; lint=$$?; cat .lint.log; [ $$unit = 0 ] && [ $$lint = 0 ]
 	$(BIN)/pytest -m live $$(grep -rl --include='*.py' 'mark\.live' tests)
 
 bench: install

@@ -5,11 +5,13 @@ compilation), and the tests start many processes at once: two pytest workers, an
 tests that run a dozen commands side by side. Each would compile the same kernels again, tens of
 seconds of CPU each. Run by ``make test`` before the tests, or in the controlling pytest process
 before the workers start (``conftest.py``), this compiles them in two processes, one per core,
-on small versions of the workloads that use them: reconstruction, diagnosis, WAP5, RDA, the
-load balancer and the OTLP request reader in one; captures, Pirate and the demo in the other.
+on small versions of the workloads that use them: reconstruction, diagnosis, WAP5, the load
+balancer and the OTLP request reader in one; RDA, captures, Pirate and the demo in the other.
 No kernel is compiled in both: one after the other they compile in 142 s; these halves side
-by side take 79 s, where halves that both parsed captures took 105 s. A kernel it misses is
-compiled by the first test that needs it, as before; nothing here is checked."""
+by side take 79 s, where halves that both parsed captures took 105 s. (As the reconstruction's
+kernels grew, the first half came to take 95 s alone and the second 55 s, 100-115 s side by
+side; RDA, 15 s of it, moved to the second, 2026-11-29.) A kernel it misses is compiled by the
+first test that needs it, as before; nothing here is checked."""
 
 from __future__ import annotations
 
@@ -19,15 +21,14 @@ from pathlib import Path
 
 
 def _spans() -> None:
-    """Reconstruction, diagnosis, WAP5, RDA, the load balancer and the OTLP request reader:
-    kernels no packet touches."""
+    """Reconstruction, diagnosis, WAP5, the load balancer and the OTLP request reader: kernels
+    no packet touches."""
     from tacit.causal_paths import analyze_paths
     from tacit.causal_paths.from_spans import messages_from_spans
     from tacit.diagnosis import critical_paths, tail_profile
     from tacit.evaluation import evaluate
     from tacit.experiment.loadbalancer import LoadBalancerParams, run_loadbalancer_experiment
     from tacit.model.roles import infer_roles
-    from tacit.oneway_latency import StreamParams, compare_methods, simulate_stream
     from tacit.reconstruct import ALGORITHMS, learn_callgraph
     from tacit.simulate import load_app, simulate
 
@@ -42,8 +43,6 @@ def _spans() -> None:
     critical_paths(traces)
     tail_profile(traces)
     analyze_paths(messages_from_spans(traces).messages)
-    stream = simulate_stream(StreamParams(duration_ns=20_000_000))
-    compare_methods(stream.sender, stream.receiver, 100_000)
     run_loadbalancer_experiment(LoadBalancerParams(duration_ns=2 * 10**9))
     _otlp_request()
 
@@ -66,15 +65,18 @@ def _otlp_request() -> None:
 
 
 def _packets() -> None:
-    """Captures and Pirate first; then the demo, whose reconstruction the other process has
-    compiled by then, and whose capture half needs the parsers compiled here."""
+    """RDA, captures and Pirate first; then the demo, whose reconstruction the other process
+    has compiled by then, and whose capture half needs the parsers compiled here."""
     from tacit.evaluation.demo import run_demo
     from tacit.formats.pcap import read_packets
     from tacit.formats.pcap_write import write_pcap
+    from tacit.oneway_latency import StreamParams, compare_methods, simulate_stream
     from tacit.response_latency import ALGORITHMS, estimate_response_latency, request_truth
     from tacit.simulate import load_app, simulate
     from tacit.simulate.app_packets import app_packets
 
+    stream = simulate_stream(StreamParams(duration_ns=20_000_000))
+    compare_methods(stream.sender, stream.receiver, 100_000)
     packets = app_packets(simulate(load_app(None), 100, n_requests=40, seed=2))
     with tempfile.TemporaryDirectory() as tmp:
         write_pcap(Path(tmp) / "app.pcap", packets.frames, packets.times)
@@ -82,7 +84,21 @@ def _packets() -> None:
         for algorithm in ALGORITHMS:
             estimate_response_latency(read.packets, algorithm=algorithm)
         request_truth(read)
+        _http2_tests_conversation()
         run_demo(Path(tmp), requests=60, rates=(300,))
+
+
+def _http2_tests_conversation() -> None:
+    """``formats/test_http2.py`` parses a conversation as it is imported, that is in every
+    pytest worker at once as they collect the tests: its header blocks take the Python path
+    (``_request``) whose interning of strings no capture above reaches, 3-5 s of compiling in
+    each worker. Importing it here compiles that once (the HTTP/2 parser itself is compiled
+    by then)."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "formats"))
+    importlib.import_module("test_http2")
 
 
 def compile_kernels() -> None:
