@@ -14,7 +14,15 @@ import yaml
 
 from tacit.errors import ConfigError
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
-from tacit.simulate import AppSpec, load_app, load_sweep, parse_app, scale_out, simulate
+from tacit.simulate import (
+    AppSpec,
+    SlowdownSpec,
+    load_app,
+    load_sweep,
+    parse_app,
+    scale_out,
+    simulate,
+)
 from tacit.simulate.microservices import EPOCH_NS
 
 
@@ -262,6 +270,38 @@ def test_latency_at_the_bottleneck_grows_with_load(shop: AppSpec) -> None:
     assert mean_db_latency(sweep[700.0]) > 1.2 * mean_db_latency(sweep[50.0])
 
 
+def test_a_slowdown_lengthens_the_service_times_begun_within_it(shop: AppSpec) -> None:
+    """The front end slowed fivefold from 1 to 2 s into the load: its requests that arrived
+    then take about five times as long before their first call (a compute phase), and the
+    database it calls is as fast as ever."""
+    front = shop.services["frontend"]
+    slow = dataclasses.replace(
+        shop,
+        services={
+            **shop.services,
+            "frontend": dataclasses.replace(
+                front, slowdown=SlowdownSpec(factor=5.0, from_s=1.0, until_s=2.0)
+            ),
+        },
+    )
+    t = simulate(slow, 100, duration_s=3.0, seed=2)
+    start = (t.start - EPOCH_NS) / 1e9
+    during, outside = (start >= 1.1) & (start < 1.9), (start < 0.9) | (start >= 2.1)
+    first_call = {}
+    for row, kids in children(t).items():
+        first_call[row] = min(int(t.start[k]) for k in kids)
+    front = [
+        r for r in np.flatnonzero(t.kind == SERVER) if t.service[r] == t.strings.find("frontend")
+    ]
+    think = np.array([first_call[r] - t.start[r] for r in front], dtype=np.float64)
+    front = np.array(front)
+    ratio = np.median(think[during[front]]) / np.median(think[outside[front]])
+    assert 3.5 < ratio < 6.5, ratio
+    db = (t.kind == SERVER) & (t.service == t.strings.find("db"))
+    took = t.end - t.start
+    assert np.median(took[db & during]) < 1.5 * np.median(took[db & outside])
+
+
 def test_a_seed_fixes_the_output(shop: AppSpec) -> None:
     def run(seed: int) -> tuple:
         t = simulate(shop, 400, n_requests=200, seed=seed)
@@ -398,6 +438,14 @@ GO = ["services", "front", "endpoints", "Go"]
         (
             _mutated(["services", "back", "join"], {"size": 1, "calls": []}),
             r"services\.back\.join: field 'size' must be >= 2",
+        ),
+        (
+            _mutated(["services", "back", "slowdown"], {"factor": 2, "from_s": 3, "until_s": 1}),
+            r"services\.back\.slowdown: 'from_s' must be before 'until_s'",
+        ),
+        (
+            _mutated(["services", "back", "slowdown"], {"factor": 0, "from_s": 0, "until_s": 1}),
+            r"services\.back\.slowdown: .*'factor' must be > 0",
         ),
     ],
 )

@@ -22,6 +22,10 @@ response) crosses the network in ``latency_us`` plus an exponential jitter of me
 ``jitter_us``. A caller picks the callee's instance round-robin or at random (``balance``). Call
 cycles are rejected: they could deadlock the worker pools.
 
+A service with ``slowdown: {factor: F, from_s: A, until_s: B}`` draws service times F times
+as long for the requests it begins from A to B seconds into the load, as under the CPU
+contention of a fault injection (Nezha's fault minutes).
+
 A service with ``join: {size: N, calls: [...]}`` is a join: when a request has reached it N
 times (from different callers) and the last of those N handlers has finished its own plan, that
 handler goes on to make the join's calls before it responds, on behalf of all N (Media
@@ -99,15 +103,26 @@ class JoinSpec:
 
 
 @dataclass(frozen=True)
+class SlowdownSpec:
+    """Service times ``factor`` times as long for requests begun from ``from_s`` to
+    ``until_s`` seconds into the run."""
+
+    factor: float
+    from_s: float
+    until_s: float
+
+
+@dataclass(frozen=True)
 class ServiceSpec:
     """A service: ``instances`` replicas (one host each) of ``workers`` threads each, perhaps
-    a join."""
+    a join, perhaps slowed down for a while."""
 
     name: str
     endpoints: dict[str, EndpointSpec]
     instances: int = 1
     workers: int = 1
     join: JoinSpec | None = None
+    slowdown: SlowdownSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -226,7 +241,7 @@ def _parse_root(raw: Any, where: str) -> RootSpec:
 
 
 def _parse_service(name: str, raw: Any, where: str) -> ServiceSpec:
-    data = fields(raw, where, ("instances", "workers", "endpoints", "join"))
+    data = fields(raw, where, ("instances", "workers", "endpoints", "join", "slowdown"))
     raw_endpoints = get(data, "endpoints", where)
     if not isinstance(raw_endpoints, Mapping) or not raw_endpoints:
         raise ConfigError(f"{where}: field 'endpoints' must be a non-empty mapping")
@@ -239,7 +254,22 @@ def _parse_service(name: str, raw: Any, where: str) -> ServiceSpec:
         instances=number(data, "instances", where, 1, positive=True, integer=True),
         workers=number(data, "workers", where, 1, positive=True, integer=True),
         join=_parse_join(data["join"], f"{where}.join") if "join" in data else None,
+        slowdown=(
+            _parse_slowdown(data["slowdown"], f"{where}.slowdown") if "slowdown" in data else None
+        ),
     )
+
+
+def _parse_slowdown(raw: Any, where: str) -> SlowdownSpec:
+    data = fields(raw, where, ("factor", "from_s", "until_s"))
+    spec = SlowdownSpec(
+        factor=number(data, "factor", where, positive=True),
+        from_s=number(data, "from_s", where),
+        until_s=number(data, "until_s", where),
+    )
+    if not spec.from_s < spec.until_s:
+        raise ConfigError(f"{where}: 'from_s' must be before 'until_s'")
+    return spec
 
 
 def _parse_join(raw: Any, where: str) -> JoinSpec:

@@ -98,10 +98,11 @@ def _stream(draw: Callable[[int], np.ndarray], block: int = 4096) -> Iterator[fl
 
 
 class _Service:
-    __slots__ = ("arrived", "code", "instances", "join_size", "join_steps", "turn")
+    __slots__ = ("arrived", "code", "instances", "join_size", "join_steps", "slowdown", "turn")
 
-    def __init__(self, code: int) -> None:
+    def __init__(self, code: int, slowdown: tuple[float, float, float] | None) -> None:
         self.code = code
+        self.slowdown = slowdown  # (factor, from, until): ns of simulated time
         self.instances: list[_Instance] = []
         self.turn = 0
         self.join_size = 0  # a join's size (0: not a join)
@@ -235,7 +236,11 @@ class _Simulation:
         self.services: dict[str, _Service] = {}
         endpoints: dict[tuple[str, str], _Endpoint] = {}
         for name, spec in app.services.items():
-            service = self.services[name] = _Service(code(name))
+            slow = spec.slowdown
+            service = self.services[name] = _Service(
+                code(name),
+                None if slow is None else (slow.factor, slow.from_s * 1e9, slow.until_s * 1e9),
+            )
             for i in range(spec.instances):
                 threads = range(first_thread, first_thread + spec.workers)
                 first_thread += spec.workers
@@ -319,6 +324,9 @@ class _Simulation:
         self.thread[job.span] = thread
         ep = job.endpoint
         service_time = ep.median * math.exp(ep.sigma * next(self.normal))
+        slow = ep.service.slowdown
+        if slow is not None and slow[1] <= t < slow[2]:
+            service_time *= slow[0]
         job.share = service_time / (len(ep.steps) + 1)
         self._compute(t, job)
 
