@@ -1,8 +1,9 @@
 """Benchmark: how well TraceWeaver's link and trace probabilities are calibrated.
 
 Each link's probability is the share of perturbed joint assignments that make it
-(:attr:`tacit.reconstruct.TraceWeaverParams.marginal_samples`, 20), a trace's the product of its
-links'; the baseline, in the same run, is each link's share of its call's alternatives
+(:attr:`tacit.reconstruct.TraceWeaverParams.marginal_samples`, 20), a trace's the share that
+make all its links (:func:`tacit.reconstruct.link_probability.trace_probability`); the
+baseline, in the same run, is each link's share of its call's alternatives
 (:mod:`tacit.reconstruct.link_probability`, ``marginal_samples`` 0). The call graph
 is learned from a calm file of the same application and the others are scored with it, as the
 issue (calibrated confidence) sets, on every shared file: HotelReservation and the Node.js app
@@ -136,7 +137,7 @@ def incident(seed: int) -> list[dict]:
     rec = reconstruct_traceweaver(blind, graph)
     client = obs.spans.kind == CLIENT
     trace, wrong = wrong_traces(obs.spans, rec, client)
-    probability = trace_probability(link_probability(blind, rec), trace)
+    probability = trace_probability(link_probability(blind, rec), trace, rec.samples)
     began = np.zeros(len(wrong))
     roots = np.flatnonzero(obs.spans.parent == NONE)
     began[trace[roots]] = (obs.spans.start[roots] - EPOCH_NS) / 1e9
@@ -208,7 +209,8 @@ def _report(results: list[dict], simulated: list[dict]) -> str:
         "docs/reproduction/calibration.md` on "
         f"{time.strftime('%Y-%m-%d')}. A link's probability is the share of 20 perturbed "
         "joint assignments (each mapping's log-likelihood plus Gumbel noise) that make it "
-        "(`TraceWeaverParams.marginal_samples`); a trace's is the product of its links'. "
+        "(`TraceWeaverParams.marginal_samples`); a trace's is the share of those assignments that "
+        "make all its links (across services, sampled apart, the product of their shares). "
         "Baseline, same run: each link's share of its call's alternatives (the softmax of their "
         "mappings' log-likelihoods, `marginal_samples` 0). The call graph is learned from a calm "
         "file of the same application. ECE: ten equal-width bins of predicted probability, "

@@ -3,19 +3,23 @@ probabilities TraceWeaver's alternatives give each link and trace."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
+from tacit.errors import ConfigError
 from tacit.evaluation.calibration import calibration
 from tacit.evaluation.trace_accuracy import wrong_traces
 from tacit.model.roles import infer_roles
 from tacit.model.spans import CLIENT, NONE
-from tacit.reconstruct.callgraph import learn_callgraph
-from tacit.reconstruct.link_probability import link_probability, trace_probability
+from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
+from tacit.reconstruct.link_probability import link_probability, sample_mask, trace_probability
+from tacit.reconstruct.result import NOT_SAMPLED
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
-from tacit.simulate import load_app, simulate
+from tacit.simulate import SlowdownSpec, load_app, simulate
+from tacit.simulate.microservices import EPOCH_NS
 
 
 def test_the_ece_weighs_each_bins_gap_by_its_share():
@@ -75,6 +79,55 @@ def test_a_traces_probability_is_the_product_of_its_links(shop):
     assert len(per_trace) == trace.max() + 1
 
 
+def test_a_traces_probability_is_the_share_of_samples_that_make_all_its_links():
+    """Two links of one trace made by the same 10 of 20 sampled assignments: the trace is
+    right in those 10 (0.5), not in a quarter of them as the product of their shares says. A
+    third link of another instance, sampled apart (made by 10 other samples), and a link
+    measured otherwise (0.8) multiply in; a trace without sampled links is the product."""
+    made = np.uint64(2**10 - 1)
+    other = np.uint64((2**20 - 1) ^ (2**10 - 1)) | np.uint64(1)  # 11 of 20: samples 0, 10-19
+    masks = np.r_[sample_mask(np.array([made, made, other]), 20), [NOT_SAMPLED] * 3]
+    p = np.array([0.5, 0.5, 0.55, 0.8, 0.9, np.nan])
+    trace = np.array([0, 0, 0, 0, 1, 1])
+    per_trace = trace_probability(p, trace, masks)
+    assert per_trace[0] == pytest.approx(1 / 20 * 0.8)  # only sample 0 makes all three
+    assert per_trace[1] == pytest.approx(0.9)
+    two = trace_probability(p[:2], np.zeros(2, np.int64), masks[:2])
+    assert two[0] == pytest.approx(0.5)
+    assert trace_probability(p[:2], np.zeros(2, np.int64))[0] == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="1 to 56 samples"):
+        sample_mask(np.array([made]), 57)
+
+
+def test_probabilities_fall_with_accuracy_when_a_service_slows_down():
+    """The shop's front end five times slower for the middle third of the load: its traces
+    there are right far less often, and their probabilities say so, within 0.1 of the
+    accuracy in each third. The gaps of a slowed request are all long at once and its calls
+    all late at once: counted as independent evidence, the sampled assignments agreed on it
+    and gave the slowed third 0.8-0.9 where 0.6-0.7 of it was right."""
+    app = load_app(None)
+    graph = learn_callgraph(infer_roles(simulate(app, 20, n_requests=400, seed=7)).spans)
+    third = 1500 / 600 / 3
+    front = dataclasses.replace(
+        app.services["frontend"], slowdown=SlowdownSpec(5.0, third, 2 * third)
+    )
+    slow = dataclasses.replace(app, services={**app.services, "frontend": front})
+    obs = infer_roles(simulate(slow, 600, n_requests=1500, seed=1, record_threads=False))
+    blind = obs.without_truth()
+    rec = reconstruct_traceweaver(blind, graph)
+    client = obs.spans.kind == CLIENT
+    trace, wrong = wrong_traces(obs.spans, rec, client)
+    p = trace_probability(link_probability(blind, rec), trace, rec.samples)
+    began = np.zeros(len(wrong))
+    roots = np.flatnonzero(obs.spans.parent == NONE)
+    began[trace[roots]] = (obs.spans.start[roots] - EPOCH_NS) / 1e9
+    slowed = (began >= third) & (began < 2 * third)
+    accuracy = {k: 1 - wrong[m].mean() for k, m in (("calm", ~slowed), ("slowed", slowed))}
+    assert accuracy["slowed"] < accuracy["calm"] - 0.15, accuracy
+    for k, m in (("calm", ~slowed), ("slowed", slowed)):
+        assert abs(p[m].mean() - accuracy[k]) < 0.1, (k, p[m].mean(), accuracy[k])
+
+
 def test_sampled_assignments_give_probabilities_closer_to_how_often_links_are_right():
     """Perturb-and-MAP (TraceWeaverParams.marginal_samples) against the alternatives' shares,
     on the shop app at 800 requests/s (its calls contend, 96 % of links right): the share of
@@ -105,9 +158,15 @@ def test_sampled_assignments_give_probabilities_closer_to_how_often_links_are_ri
         p = link_probability(blind, rec)
         ece[name] = (
             calibration(p[client], right[client])["ece"],
-            calibration(trace_probability(p, trace), ~bad)["ece"],
+            calibration(trace_probability(p, trace, rec.samples), ~bad)["ece"],
         )
     assert ece["sampled"][0] < ece["shares"][0] and ece["sampled"][1] < ece["shares"][1], ece
     assert ece["sampled"][0] < 0.03 and ece["sampled"][1] < 0.1, ece
     again = reconstruct_traceweaver(blind, graph, params)
     assert np.array_equal(again.probability, sampled.probability, equal_nan=True)
+
+
+def test_more_samples_than_a_mask_holds_are_refused(shop):
+    _, blind, _ = shop
+    with pytest.raises(ConfigError, match="marginal_samples: at most 56, got 57"):
+        reconstruct_traceweaver(blind, CallGraph({}), TraceWeaverParams(marginal_samples=57))

@@ -58,5 +58,5 @@ def reconstruction_calibration(
     trace, bad = wrong_traces(truth, rec, client)
     return {
         "links": calibration(p[client], (rec.parent == truth.parent)[client]),
-        "traces": calibration(trace_probability(p, trace), ~bad),
+        "traces": calibration(trace_probability(p, trace, rec.samples), ~bad),
     }

@@ -170,7 +170,7 @@ def assemble(
     out.span_id[:] = out.strings.codes(_span_ids(root.tolist(), spans.details, fresh))
     names = out.strings.names(out.span_id)
     p = link_probability(spans, rec)
-    per_trace = trace_probability(p, np.searchsorted(heads, root))
+    per_trace = trace_probability(p, np.searchsorted(heads, root), rec.samples)
     alts = Alternatives.of(rec.alternatives)
     evidence = Evidence(
         rec.algorithm,

@@ -270,15 +270,23 @@ def gap_floor(times: np.ndarray) -> float:
     return max(MIN_STD_US, q / 1000.0 / math.sqrt(6.0))
 
 
-def log_likelihood(
+def log_densities(
     values: np.ndarray, models: list[GapModel | None], window: np.ndarray
 ) -> np.ndarray:
-    """Σ over columns j of log f_j(values[:, j]) per row; NaN entries (skipped calls) and
-    columns without a model (None: too few values to fit) add nothing."""
-    total = np.zeros(len(values))
+    """log f_j(values[:, j]) per row and column; NaN for NaN entries (skipped calls) and
+    columns without a model (None: too few values to fit)."""
+    out = np.full(values.shape, np.nan)
     for j, model in enumerate(models):
         col = values[:, j]
         present = ~np.isnan(col)
         if model is not None and present.any():
-            total[present] += model.logpdf(col[present], window[present])
-    return total
+            out[present, j] = model.logpdf(col[present], window[present])
+    return out
+
+
+def log_likelihood(
+    values: np.ndarray, models: list[GapModel | None], window: np.ndarray
+) -> np.ndarray:
+    """Σ over columns j of log f_j(values[:, j]) per row (:func:`log_densities`); NaN entries
+    add nothing."""
+    return np.nansum(log_densities(values, models, window), axis=1)

@@ -13,9 +13,14 @@ read as a posterior over them, alternative ``k`` has probability
 the chosen parent has its alternative's. A link its sender gave is taken as right (probability
 1), as is a call from an instance that serves no requests being a trace's root; a call left
 unmapped otherwise, or given a parent no alternative lists (a fallback's guess), has no scored
-parent (0). A trace is right when each of its links is: its probability is their
-product. A service's confidence is the mean probability of the links of the calls it made
-(unmapped ones count 0), in percent: where it is low, the operator learns which services to
+parent (0). A trace is right when each of its links is. Where the links' probabilities are
+shares of the same sampled mappings, the trace's is the share of them that make all its links
+(the links of one request are not independent: a mapping that takes one call from it often
+takes the next too, and the product of their shares would count that twice; across
+instances, whose mappings are sampled apart, the same share estimates their product); for
+the other links, the product of their probabilities. A
+service's confidence is the mean probability of the links of the calls it made (unmapped
+ones count 0), in percent: where it is low, the operator learns which services to
 instrument first (§6.3.2); a service that made no call has none.
 """
 
@@ -25,7 +30,13 @@ import numpy as np
 
 from tacit.model.spans import CLIENT, NONE, SpanTable
 from tacit.reconstruct.alternatives import Alternatives
-from tacit.reconstruct.result import ROOT_CALL, Reconstruction, known_calls
+from tacit.reconstruct.result import (
+    NOT_SAMPLED,
+    ROOT_CALL,
+    SAMPLE_BITS,
+    Reconstruction,
+    known_calls,
+)
 
 
 def alternative_probability(alt: Alternatives, temperature: float = 1.0) -> np.ndarray:
@@ -58,13 +69,35 @@ def link_probability(spans: SpanTable, rec: Reconstruction, temperature: float =
     return out
 
 
-def trace_probability(probability: np.ndarray, trace: np.ndarray) -> np.ndarray:
-    """Per trace (``trace``: a dense trace index per row), the product of its links'
-    ``probability`` (NaN rows, which are no links, count as 1)."""
+def sample_mask(made: np.ndarray, n: int) -> np.ndarray:
+    """The masks (:attr:`.result.Reconstruction.samples`) of links whose bit ``k`` in ``made``
+    (uint64) says whether sampled mapping ``k`` of ``n`` made them."""
+    if not 0 < n <= SAMPLE_BITS:
+        raise ValueError(f"sample masks hold 1 to {SAMPLE_BITS} samples, not {n}")
+    return (made & np.uint64(2**SAMPLE_BITS - 1)) | (np.uint64(n) << np.uint64(SAMPLE_BITS))
+
+
+def trace_probability(
+    probability: np.ndarray, trace: np.ndarray, samples: np.ndarray | None = None
+) -> np.ndarray:
+    """Per trace (``trace``: a dense trace index per row), the probability that all its links
+    are right (module docstring): the share of sampled mappings that make every link with a
+    sample mask in ``samples``, times the product of the other links' ``probability`` (NaN
+    rows, which are no links, count as 1). Sampled mappings of different instances are drawn
+    apart, so the intersection of their masks estimates the product of their shares."""
+    sampled = np.zeros(len(probability), dtype=bool) if samples is None else samples != NOT_SAMPLED
     with np.errstate(divide="ignore"):
-        log_p = np.where(np.isnan(probability), 0.0, np.log(probability))
+        log_p = np.where(np.isnan(probability) | sampled, 0.0, np.log(probability))
     n = int(trace.max()) + 1 if len(trace) else 0
-    return np.exp(np.bincount(trace, weights=log_p, minlength=n))
+    out = np.exp(np.bincount(trace, weights=log_p, minlength=n))
+    if samples is not None and sampled.any():
+        joint = np.full(n, NOT_SAMPLED, dtype=np.uint64)
+        np.bitwise_and.at(joint, trace[sampled], samples[sampled])
+        has = joint != NOT_SAMPLED
+        count = (joint[has] >> np.uint64(SAMPLE_BITS)).astype(np.float64)
+        made = np.bitwise_count(joint[has] & np.uint64(2**SAMPLE_BITS - 1))
+        out[has] *= made / count
+    return out
 
 
 def service_confidence(spans: SpanTable, probability: np.ndarray) -> dict[str, float]:

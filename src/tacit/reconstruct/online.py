@@ -76,7 +76,7 @@ from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.call_names import CallNames
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.hops import Hops
-from tacit.reconstruct.result import ROOT_CALL, Reconstruction
+from tacit.reconstruct.result import NOT_SAMPLED, ROOT_CALL, Reconstruction
 from tacit.reconstruct.shared_values import SharedValues
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 from tacit.runs import contained, find_sorted
@@ -93,6 +93,7 @@ _ROW_STATE = {
     "parent": np.int64,
     "score": np.float64,
     "probability": np.float64,
+    "samples": np.uint64,
     "kind": SpanTable.COLUMNS["kind"],
     "given": np.bool_,
     "virtual": np.bool_,
@@ -133,8 +134,8 @@ class Finished:
     """Traces that no later span can change: their spans, with a parent for each.
 
     ``position[r]``: the stream position of row ``r``; ``parent[r]``: the position of its parent
-    (-1 for a root); ``score``, ``probability``, ``alternatives`` (calls and candidate parents
-    by position) and ``unmapped`` (position -> reason) as in
+    (-1 for a root); ``score``, ``probability``, ``samples``, ``alternatives`` (calls and
+    candidate parents by position) and ``unmapped`` (position -> reason) as in
     :class:`~tacit.reconstruct.result.Reconstruction`.
     ``named``: the details (original span ids) of the candidate parents in ``alternatives``
     that are in other batches and had them, by position, to be named as those are written.
@@ -152,6 +153,7 @@ class Finished:
     given: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     virtual: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     probability: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    samples: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
 
 
 class OnlineTraceWeaver:
@@ -267,6 +269,12 @@ class OnlineTraceWeaver:
         (NaN: none)."""
         return self._rows["probability"]
 
+    @property
+    def samples(self) -> np.ndarray:
+        """Per pending span, which sampled mappings made its parent link
+        (:attr:`~.result.Reconstruction.samples`)."""
+        return self._rows["samples"]
+
     # -- input ------------------------------------------------------------------------------
     def name_peers(self, peers: dict[int, str]) -> None:
         """The callee service of client spans already pushed (position -> service), learned
@@ -339,6 +347,7 @@ class OnlineTraceWeaver:
             parent=np.where(chunk.kind == SERVER, partner, np.where(given, chunk.parent, NONE)),
             score=np.full(n, np.nan),
             probability=np.full(n, np.nan),
+            samples=np.full(n, NOT_SAMPLED, dtype=np.uint64),
             kind=chunk.kind,
             given=given,
             virtual=np.full(n, virtual),
@@ -507,6 +516,8 @@ class OnlineTraceWeaver:
         self.score[work[picked]] = rec.score[picked]
         if rec.probability is not None:
             self.probability[work[picked]] = rec.probability[picked]
+        if rec.samples is not None:
+            self.samples[work[picked]] = rec.samples[picked]
         alternatives = Alternatives.of(rec.alternatives)
         self._alternatives = Alternatives.merged(
             [self._alternatives, alternatives.where(chosen[alternatives.owner]).renumbered(at)]
@@ -576,6 +587,7 @@ class OnlineTraceWeaver:
             self.given[rows].copy(),
             self.virtual[rows].copy(),
             self.probability[rows].copy(),
+            self.samples[rows].copy(),
         )
         keep = ~done
         self._spans = self.spans.take(keep)
@@ -674,6 +686,7 @@ def reconstruct_streamed(
     order = np.argsort(spans.end, kind="stable")
     result = Reconstruction.start("traceweaver-online", spans)
     result.probability = np.full(len(spans), np.nan)
+    result.samples = np.full(len(spans), NOT_SAMPLED, dtype=np.uint64)
     tw = OnlineTraceWeaver(callgraph, params, online)
     alternatives = []
     for chunk in [*stream_chunks(spans, chunk_size), None]:
@@ -684,6 +697,7 @@ def reconstruct_streamed(
             result.parent[rows[mapped]] = order[f.parent[mapped]]
             result.score[rows] = f.score
             result.probability[rows] = f.probability
+            result.samples[rows] = f.samples
             alternatives.append(f.alternatives.renumbered(order))
             for p, why in f.unmapped.items():
                 result.unmapped[int(order[p])] = why

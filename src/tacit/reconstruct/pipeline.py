@@ -212,6 +212,7 @@ def assemble_finished(f: Finished, seed: int) -> tuple[SpanTable, Evidence]:
     rec.parent[has] = parent[has]
     rec.score[:] = f.score
     rec.probability = f.probability if len(f.probability) else None
+    rec.samples = f.samples if len(f.samples) else None
     # A candidate parent in a trace already out, or still to come, is numbered past the rows.
     alts = f.alternatives
     elsewhere = alts.parents(f.position, among=False)

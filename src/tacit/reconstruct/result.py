@@ -47,6 +47,14 @@ def _known(kind: np.ndarray, parent: np.ndarray) -> np.ndarray:
     return (kind == CLIENT) & (parent != NONE)
 
 
+SAMPLE_BITS = 56
+"""Sampled mappings a sample mask can tell apart (:attr:`Reconstruction.samples`): bits 0-55
+say which made the link, bits 56-63 how many there were."""
+NOT_SAMPLED = np.uint64(2**64 - 1)
+"""The sample mask of a link no sampled mapping measured: every bit set, so that it changes
+no intersection of masks."""
+
+
 @dataclass
 class Reconstruction:
     """A parent for every span, with the evidence behind it.
@@ -62,7 +70,9 @@ class Reconstruction:
     parent by :mod:`.fallback` rather than by the algorithm (a best-effort guess).
     ``probability[r]``: where the algorithm measured it, how likely client span ``r``'s parent
     is right (NaN elsewhere; None: nowhere, :mod:`.link_probability` then reads it from the
-    alternatives).
+    alternatives). ``samples[r]``: where that probability is a share of sampled mappings,
+    which of them made the link (:func:`.link_probability.sample_mask`; :data:`NOT_SAMPLED`
+    elsewhere; None: nowhere).
     """
 
     algorithm: str
@@ -76,6 +86,7 @@ class Reconstruction:
     fallback: dict[int, str] = field(default_factory=dict)
     info: dict[str, object] = field(default_factory=dict)
     probability: np.ndarray | None = None
+    samples: np.ndarray | None = None
 
     @classmethod
     def start(cls, algorithm: str, spans: SpanTable) -> Reconstruction:

@@ -32,7 +32,7 @@ from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.link_probability import link_probability, service_confidence
-from tacit.reconstruct.result import Reconstruction
+from tacit.reconstruct.result import NOT_SAMPLED, Reconstruction
 from tacit.reconstruct.traceweaver import Progress, TraceWeaverParams, reconstruct_traceweaver
 from tacit.runs import contained, split_at
 
@@ -144,6 +144,10 @@ def merge(
             if rec.probability is None:
                 rec.probability = np.full(len(spans), np.nan)
             rec.probability[rows] = part.probability
+        if part.samples is not None:
+            if rec.samples is None:
+                rec.samples = np.full(len(spans), NOT_SAMPLED, dtype=np.uint64)
+            rec.samples[rows] = part.samples
         back = rows.tolist()
         rec.unmapped.update({back[r]: why for r, why in part.unmapped.items()})
         rec.fallback.update({back[r]: why for r, why in part.fallback.items()})

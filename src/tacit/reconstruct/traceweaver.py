@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from tacit.errors import ConfigError
 from tacit.model.messages import MISSING
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SpanTable
@@ -68,15 +69,25 @@ from tacit.reconstruct.delays import (
     candidate_gaps,
     fit_mixture,
     gap_floor,
+    log_densities,
     log_likelihood,
     moment_gaussian,
     seed_gaussian,
     slot_ready,
 )
 from tacit.reconstruct.fallback import fill_unmapped
-from tacit.reconstruct.link_probability import link_probability, service_confidence
+from tacit.reconstruct.link_probability import (
+    link_probability,
+    sample_mask,
+    service_confidence,
+)
 from tacit.reconstruct.order import RANK_MIN_STD, ArrivalOrder
-from tacit.reconstruct.result import Reconstruction, mapping_problem
+from tacit.reconstruct.result import (
+    NOT_SAMPLED,
+    SAMPLE_BITS,
+    Reconstruction,
+    mapping_problem,
+)
 from tacit.reconstruct.shared_values import SharedValues, ShareModel
 from tacit.runs import contained, distinct, run_bounds, run_heads, run_positions, split_at
 
@@ -152,8 +163,14 @@ class TraceWeaverParams:
     likelihoods weigh them, with the joint assignment's constraints; a tacit extension). A
     call whose best-scored parent was given a mapping without it keeps the parent the
     assignment chose about as often as the constraints force it, where its share of its own
-    alternatives says it never would. 0: no samples (each link's probability is then its
-    share of its alternatives, :mod:`.link_probability`)."""
+    alternatives says it never would. The perturbed likelihoods count evidence that repeats
+    itself once: a request's calls arrive early or late together, so the rank displacements of
+    its calls weigh as much as their mean; and where the gaps along a path move together (a
+    service slowed for some requests), their sum weighs as much as its effective number of
+    independent gaps (:meth:`_Instance._repeated_evidence`). Counted n times, such evidence
+    makes the samples agree more often than the mappings are right. At most
+    :data:`~.result.SAMPLE_BITS`; 0: no samples (each link's probability is then its share of
+    its alternatives, :mod:`.link_probability`)."""
 
 
 Progress = Callable[[int], None]
@@ -194,7 +211,12 @@ def reconstruct_traceweaver(
         callgraph = callgraph.without_anchors()
     result = Reconstruction.start("traceweaver", spans)
     if params.marginal_samples:
+        if params.marginal_samples > SAMPLE_BITS:
+            raise ConfigError(
+                f"marginal_samples: at most {SAMPLE_BITS}, got {params.marginal_samples}"
+            )
         result.probability = np.full(len(spans), np.nan)
+        result.samples = np.full(len(spans), NOT_SAMPLED, dtype=np.uint64)
     stats = SolveStats()
     proc = process_key(spans)
     iterations = []
@@ -304,6 +326,9 @@ class _Pass:
     raw: np.ndarray
     origin: np.ndarray
     picked: np.ndarray
+    sampled: np.ndarray
+    """``raw`` with the arrival order's evidence counted once, as the perturbed assignments
+    weigh it (:meth:`_Instance._marginals`, which takes the gaps' repeated evidence off too)."""
 
     def revoke(self, incoming: np.ndarray) -> None:
         """Drop the chosen candidates of ``incoming`` spans (to be searched again)."""
@@ -354,6 +379,30 @@ def _contested(cands: Candidates, owners: np.ndarray) -> np.ndarray:
     if cands.skips.shape[1]:
         out |= cands.skips.any(axis=1)
     return out
+
+
+def _by_origin(per_set: list[np.ndarray], origin: np.ndarray) -> np.ndarray:
+    """Per flat candidate (``origin``: its set and index there), its value in ``per_set``."""
+    if not per_set:
+        return np.zeros(len(origin))
+    start = np.r_[0, np.cumsum([len(v) for v in per_set])]
+    return np.concatenate(per_set)[start[origin[:, 0]] + origin[:, 1]]
+
+
+def _mean_correlation(values: np.ndarray, least: int = 20) -> float:
+    """The mean correlation between the columns of ``values`` over its rows without NaN, in
+    [0, 0.99]; 0 with fewer than ``least`` such rows or two columns that vary."""
+    rows = values[~np.isnan(values).any(axis=1)] if values.ndim == 2 else values[:0]
+    if len(rows) < least:
+        return 0.0
+    rows = rows[:, rows.std(axis=0) > 0]
+    k = rows.shape[1]
+    if k < 2:
+        return 0.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = np.corrcoef(rows, rowvar=False)
+    mean = (c.sum() - k) / (k * (k - 1))
+    return float(np.clip(mean, 0.0, 0.99)) if np.isfinite(mean) else 0.0
 
 
 def _link_keys(calls: np.ndarray, parents: np.ndarray) -> np.ndarray:
@@ -751,7 +800,30 @@ class _Instance:
         # The paper: every span assigned if possible, skips bounded by the quotas (§4.2).
         return positive + 1.0
 
-    def _marginals(self, result: Reconstruction, passes: list[_Pass]) -> None:
+    def _repeated_evidence(self, ps: _Pass, models: list[GapModel]) -> np.ndarray:
+        """Per candidate of ``ps``, the part of its gaps' log-likelihood that counts the same
+        evidence again: ``(1 - n_eff / n)`` of it, for its ``n`` gaps and ``n_eff = n / (1 +
+        (n - 1) ρ)`` (Kish's design effect), ρ the mean correlation between the log densities
+        of the chosen candidates' gaps along its path. Where a request's gaps are independent
+        (ρ near 0) each is evidence of its own; where they move together (a service slowed
+        for some requests and not others: all of a request's gaps are long at once), summing
+        them counts one fact ``n`` times and the perturbed assignments agree too often."""
+        out = []
+        for s, (cs, rd, pick) in enumerate(zip(ps.sets, ps.ready, ps.chosen(), strict=True)):
+            spec = self.specs[s]
+            cols = [models[m] for m in [*spec.model.tolist(), spec.response_model]]
+            window = self.window[self._index(cs.incoming)]
+            dens = log_densities(candidate_gaps(self.spans, cs, rd), cols, window)
+            dens[~np.isfinite(dens)] = np.nan  # a gap no model admits: left as it is
+            n = (~np.isnan(dens)).sum(axis=1)
+            rho = _mean_correlation(dens[pick])
+            n_eff = n / (1.0 + (n - 1) * rho)
+            out.append(np.nansum(dens, axis=1) * (1.0 - n_eff / np.maximum(n, 1)))
+        return _by_origin(out, ps.origin)
+
+    def _marginals(
+        self, result: Reconstruction, passes: list[_Pass], models: list[GapModel]
+    ) -> None:
         """Each link of ``passes``' mapping: the share of perturbed joint assignments that
         make it too, into ``result.probability`` (:attr:`TraceWeaverParams.marginal_samples`).
 
@@ -763,7 +835,7 @@ class _Instance:
         # seeded by the instance (its first request's start): the same in a part as in the whole
         rng = np.random.default_rng([self.params.seed, int(self.spans.start[self.incoming[0]])])
         stats = SolveStats()  # the perturbed solves are not the mapping's: counted apart
-        assert result.probability is not None
+        assert result.probability is not None and result.samples is not None
         for ps in passes:
             if not len(ps.picked):
                 continue
@@ -777,15 +849,17 @@ class _Instance:
             sub = ps.cands.take(np.flatnonzero(open_))
             problem = self._problem(sub, owners[open_])
             n_calls = np.diff(sub.out_ptr)
-            raw = ps.raw[open_]
-            made = np.zeros(len(links))
-            for _ in range(samples):
+            raw = (ps.sampled - self._repeated_evidence(ps, models))[open_]
+            made = np.zeros(len(links), dtype=np.uint64)
+            for k in range(samples):
                 weight = self._weights(raw + rng.gumbel(size=len(raw)), n_calls)
                 picked = self._solve(problem, weight, stats)
                 again, by = sub.outs_of(picked)
-                made += contained(links, _link_keys(again, sub.incoming[picked][by]))
-            contested = contained(owner, np.flatnonzero(open_[ps.picked]))
-            result.probability[calls[contested]] = made[contested] / samples
+                hit = contained(links, _link_keys(again, sub.incoming[picked][by]))
+                made |= hit.astype(np.uint64) << np.uint64(k)
+            won = contained(owner, np.flatnonzero(open_[ps.picked]))
+            result.samples[calls[won]] = sample_mask(made[won], samples)
+            result.probability[calls[won]] = np.bitwise_count(made[won]) / samples
 
     def _owners(self, cands: Candidates, origin: np.ndarray) -> np.ndarray:
         """Who each candidate excludes in the joint assignment: its incoming span (a row), or,
@@ -902,19 +976,23 @@ class _Instance:
             sets, scores = self._search(models, which, pools)
             ready = [slot_ready(self.spans, cs) for cs in sets]
             self._score_joins(sets, scores)
+            repeated = [np.zeros(len(sc)) for sc in scores]  # order evidence counted again
             if rank_models and order is not None:  # from the second iteration on
                 d_all = order.displacements(sets, ready)
                 for s, (cs, sc, d) in enumerate(zip(sets, scores, d_all, strict=True)):
                     if not self.in_order[self.specs[s].endpoint]:
                         continue
                     rank = [rank_models[m] for m in self.specs[s].model]
-                    sc += log_likelihood(d, rank, np.zeros(len(cs), np.int64))
+                    term = log_likelihood(d, rank, np.zeros(len(cs), np.int64))
+                    sc += term
+                    repeated[s] = term - term / np.maximum((~np.isnan(d)).sum(axis=1), 1)
             if share_model is not None:
                 for s, (cs, sc) in enumerate(zip(sets, scores, strict=True)):
                     sc += share_model.score(self.shared.shares(cs), cs.calls, self.specs[s].model)
             cands, raw, origin = self._flat(sets, scores)
             picked = self._assign(cands, self._owners(cands, origin), stats)
-            passes.append(_Pass(sets, ready, cands, raw, origin, picked))
+            sampled = raw - _by_origin(repeated, origin)
+            passes.append(_Pass(sets, ready, cands, raw, origin, picked, sampled))
             taken = cands.outs_of(picked)[0]
             if not len(taken):
                 break
@@ -958,6 +1036,7 @@ class _Instance:
             quality = (explained, sum(float(ps.raw[ps.picked].sum()) for ps in passes))
             if best is None or quality > best[0]:
                 best, since_best = (quality, passes), 0
+                best_models = list(models)
             else:
                 since_best += 1
             forced = all(
@@ -996,7 +1075,7 @@ class _Instance:
         for ps in final:
             self._record(result, ps.cands, ps.raw, ps.picked)
         if p.marginal_samples:
-            self._marginals(result, final)
+            self._marginals(result, final, best_models)
         self._record_unmapped(result)
         return it
 

@@ -210,8 +210,8 @@ class ServeMetrics:
         )
         self.trace_probability = BatchHistogram(
             "tacit_trace_probability",
-            "Probability that a stored trace is right (the product of its links'), by the "
-            "service of its root",
+            "Probability that a stored trace is right (the share of sampled assignments that "
+            "make all its links), by the service of its root",
             "service",
             PROBABILITY_BUCKETS,
             r,
