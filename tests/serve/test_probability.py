@@ -4,6 +4,9 @@ tags, in a search (``minProbability``), in the per-service confidence and in ``/
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,6 +126,67 @@ def test_confidence_is_the_mean_probability_of_a_services_calls(base: str) -> No
         assert metrics[("tacit_service_confidence_ratio", label)] == pytest.approx(total / n)
     traces = sum(v for (name, _), v in metrics.items() if name == "tacit_trace_probability_count")
     assert traces == len(_traces(base))
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="promtool (Debian's prometheus package) is not installed",
+)
+def test_promtool_reads_the_share_of_sure_traces_as_the_docs_say(base: str, tmp_path: Path) -> None:
+    """Prometheus's own tool lints the exposition, and evaluates docs/serve.md's expression
+    for the share of traces above 0.9 on the histogram the service exports: it is the share
+    of stored traces whose ``tacit.trace_probability`` is above 0.9."""
+    with urllib.request.urlopen(base + "/metrics", timeout=30) as answer:
+        text = answer.read().decode()
+    lint = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    docs = (Path(__file__).parents[2] / "docs" / "serve.md").read_text()
+    found = re.search(r"the share\s+above 0\.9 is `([^`]+)`", docs)
+    assert found, "docs/serve.md no longer gives the expression"
+    expr = " ".join(found.group(1).split())
+    series = [
+        {"series": _selector(s.name, s.labels), "values": f"{s.value:g}x2"}
+        for family in text_string_to_metric_families(text)
+        if family.name == "tacit_trace_probability"
+        for s in family.samples
+        if s.name.endswith(("_bucket", "_count"))
+    ]
+    probabilities = [
+        _tags(span).get("tacit.trace_probability")
+        for trace in _traces(base).values()
+        for span in trace["spans"]
+    ]
+    sure = [p for p in probabilities if p is not None]
+    expected = sum(p > 0.9 for p in sure) / len(sure)
+    assert 0 < expected < 1
+    test = {
+        "rule_files": [],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": expr,
+                        "eval_time": "1m",
+                        "exp_samples": [{"labels": "{}", "value": expected}],
+                    }
+                ],
+            }
+        ],
+    }
+    (tmp_path / "share.yml").write_text(json.dumps(test))
+    run = subprocess.run(
+        ["promtool", "test", "rules", "share.yml"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def _selector(name: str, labels: dict[str, str]) -> str:
+    inner = ",".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}}"
 
 
 def test_calls_left_unmapped_make_confidence_zero_and_an_empty_store_has_no_data(
