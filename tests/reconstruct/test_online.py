@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from tacit.errors import InputError
 from tacit.evaluation.trace_accuracy import score_reconstruction
 from tacit.model.roles import infer_roles
-from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
+from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable, concat
 from tacit.reconstruct import online
 from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.reconstruct.online import (
@@ -270,3 +271,26 @@ def test_a_request_that_lost_a_call_waits_for_its_window_and_the_call_is_inferre
     assert (parent[lost] == truth[lost]).mean() > 0.8
     kept = (spans.kind == CLIENT) & (spans.parent != NONE)
     assert (parent[kept] == truth[kept]).all()
+
+
+def test_a_stream_whose_clock_jumps_decades_skips_the_windows_between(stream):
+    """A span from 1970 before the traffic and one ending in 2200 after it: the stream's
+    clock jumps by decades twice, billions of windows, and the rounds pass over those in
+    which nothing is due: the stream finishes in a round per window of the traffic and two
+    more, and the traffic's traces come out as they do without the two (but for a link or so
+    that the windows' phase, set by the first span, moves)."""
+    _, blind, graph = stream
+    server = int(np.flatnonzero(blind.kind == SERVER)[0])
+    early, late = (blind.take(np.array([server])) for _ in range(2))
+    early.start[:], early.end[:] = 0, 10**6
+    late.end[:] = 230 * 365 * 86_400 * 10**9  # 2200
+    for alone in (early, late):
+        alone.link[:] = NONE
+    spans = concat([early, blind, late])
+    alone = reconstruct_streamed(blind, graph, FAST, WINDOWS)
+    jumped = reconstruct_streamed(spans, graph, FAST, WINDOWS)
+    traffic = (blind.end.max() - blind.start.min() + WINDOWS.lookahead_ns) / WINDOWS.window_ns
+    assert jumped.info["rounds"] <= math.ceil(traffic) + 3  # a round per window, and the two
+    parent = jumped.parent[1:-1]
+    changed = np.where(parent == NONE, NONE, parent - 1) != alone.parent
+    assert changed.mean() < 0.001  # the windows start from the first span: their phase moved

@@ -388,10 +388,31 @@ class OnlineTraceWeaver:
         o = self.online
         done: list[Finished] = []
         watermark = self.latest_end - o.lateness_ns
+        self._skip_idle(watermark)
         while watermark >= self.boundary + o.lookahead_ns:
             done.extend(self._round(self.boundary))
             self.boundary += o.window_ns
+            self._skip_idle(watermark)
         return done
+
+    def _skip_idle(self, watermark: float) -> None:
+        """Move the boundary over the windows whose round would find nothing to do: no
+        pending span ends by their lookahead, so none is due, none is given up and nothing new
+        can be emitted. Their number has no bound: a stream whose times jump (a first span from
+        1970, then today's; an idle night) would otherwise walk every window between, one
+        round each."""
+        o = self.online
+        assert self.boundary is not None
+        last = watermark - o.lookahead_ns  # the rounds run while the boundary is at most this
+        if not last >= self.boundary:  # no round is due (or no span has come: -inf)
+            return
+        skip = math.floor((last - self.boundary) / o.window_ns) + 1
+        if len(self._rows):  # what is joined and what is staged, without joining it
+            ends = [t.end for t in (self._spans, *self._staged) if len(t)]
+            due_from = float(min(e.min() for e in ends)) - o.lookahead_ns
+            skip = min(skip, math.ceil((due_from - self.boundary) / o.window_ns))
+        if skip > 0:
+            self.boundary += skip * o.window_ns
 
     def _given_whole(self) -> list[Finished]:
         """The traces the senders gave whole (see the module docstring), made final and
