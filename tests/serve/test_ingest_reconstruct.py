@@ -3,7 +3,10 @@ equal to the offline algorithm's on the same spans, and what the receiver uses o
 
 from __future__ import annotations
 
+import json
+import secrets
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -13,7 +16,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from serve_app import QUICK, get, get_json, running, shop_callgraph, shop_spans
+from serve_app import QUICK, get, get_json, post, running, shop_callgraph, shop_spans
 from tacit.experiment.otlp_load import (
     encoded_requests,
     lost_context,
@@ -312,3 +315,47 @@ def _collector(refuse_first: int = 0) -> Iterator[tuple[str, list[bytes]]]:
         yield f"http://127.0.0.1:{collector.server_address[1]}/v1/traces", received
     finally:
         collector.shutdown()
+
+
+def _lone_span(service: str, operation: str, start_ns: int, end_ns: int) -> bytes:
+    """One OTLP/JSON request holding one server span of its own trace."""
+    span = {
+        "traceId": secrets.token_hex(16),
+        "spanId": secrets.token_hex(8),
+        "name": operation,
+        "kind": 2,
+        "startTimeUnixNano": str(start_ns),
+        "endTimeUnixNano": str(end_ns),
+    }
+    resource = {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]}
+    doc = {"resourceSpans": [{"resource": resource, "scopeSpans": [{"spans": [span]}]}]}
+    return json.dumps(doc).encode()
+
+
+def test_spans_from_1970_and_ending_in_2200_leave_the_other_traces_as_they_were(tmp_path, spans):
+    """On a fresh store, a first span from 1970 and one that ends in 2200, then the shop's
+    traffic: the span from the future is stored alone (counted as ``future``), the one from
+    the past reconstructed as any other, and the traffic's traces are as right as without
+    them; the service stops and starts again with nothing left pending."""
+    now = time.time_ns()
+    with running(tmp_path) as svc:
+        for start, end in ((0, 10**6), (now, 230 * 365 * 86_400 * NS)):
+            body = _lone_span("frontend", "GET /product", start, end)
+            status, answer, _ = post(svc, body, "application/json")
+            assert status == 200, answer
+        log = send_spans(spans, f"http://127.0.0.1:{svc.http_port}/v1/traces")
+        assert log.acknowledged == len(spans) and svc.wait_idle(60)
+        metrics = get(svc, "/metrics")[1].decode()
+        links = _stored_links(svc)
+    unmapped = {
+        s.labels["reason"]: s.value
+        for family in text_string_to_metric_families(metrics)
+        for s in family.samples
+        if s.name == "tacit_spans_unmapped_total"
+    }
+    assert unmapped.get("future") == 1 and not unmapped.get("late"), unmapped
+    assert _served_right(spans, links) >= 0.97
+    with running(tmp_path) as again:
+        assert again.wait_idle(60)
+        status = get_json(again, "/api/tacit/status")
+    assert status["stored"]["spans"] == len(spans) + 2 and status["pending"] == 0

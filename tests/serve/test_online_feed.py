@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from serve_app import QUICK, shop_callgraph, shop_spans
 from tacit.experiment.otlp_load import BATCH, sdk_spans
 from tacit.formats.otlp import read_export_request
+from tacit.model.spans import SERVER
 from tacit.reconstruct.online import NS
-from tacit.serve.online_feed import OnlineFeed
+from tacit.serve.online_feed import FUTURE, OnlineFeed
 
 
 def _requests(seconds: float):
@@ -29,7 +32,7 @@ def test_low_water_is_the_lowest_sequence_number_still_pending():
     pending: set[int] = set()  # sequence numbers pushed and not yet released
     for spans, parent_ids in _requests(8):
         seq = np.arange(next_seq, next_seq + len(spans))
-        fed = feed.push(spans, parent_ids, seq)
+        fed = feed.push(spans, parent_ids, seq, math.inf)
         next_seq += len(spans)
         pending |= set(seq.tolist()) - {n for a in fed.alone for n in a.seq.tolist()}
         for f in fed.finished:
@@ -43,6 +46,32 @@ def test_low_water_is_the_lowest_sequence_number_still_pending():
         pending -= set(feed.release(f)[0].tolist())
     assert checked and not feed.pending and not pending
     assert feed.low_water(next_seq) == next_seq
+
+
+def test_a_span_ending_after_it_may_is_finished_alone_and_moves_no_clock():
+    """Amid the shop's requests, one whose server span ends 175 years after the request
+    came: that span is finished alone with its reason, and the stream's clock, and so every
+    span after it, is as without it: none is late, and everything finishes."""
+    requests = list(_requests(4))
+    cut = len(requests) // 2
+    received = max(int(spans.end.max()) for spans, _ in requests[:cut])  # as if sent at once
+    spans, parent_ids = requests[cut]
+    server = int(np.flatnonzero(spans.kind == SERVER)[0])
+    spans.end[server] = 230 * 365 * 86_400 * NS  # 2200
+    feed = OnlineFeed(shop_callgraph(), QUICK)
+    next_seq, alone, finished = 0, [], 0
+    for k, (spans, parent_ids) in enumerate(requests):
+        seq = np.arange(next_seq, next_seq + len(spans))
+        ends_by = (received if k == cut else int(spans.end.max())) + 600 * NS
+        fed = feed.push(spans, parent_ids, seq, ends_by)
+        next_seq += len(spans)
+        alone += [(int(n), why) for a in fed.alone for n, why in zip(a.seq, a.reason, strict=True)]
+        finished += sum(len(f.position) for f in fed.finished)
+        assert feed.tw.latest_end < 200 * 365 * 86_400 * NS
+    finished += sum(len(f.position) for f in feed.advance(feed.tw.latest_end + 10 * NS))
+    first = sum(len(s) for s, _ in requests[:cut])
+    assert alone == [(first + server, FUTURE)]
+    assert finished + len(alone) == next_seq
 
 
 def test_every_reason_a_span_is_stored_without_a_parent_has_a_short_label():

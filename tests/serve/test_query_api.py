@@ -160,10 +160,17 @@ def test_configuration_errors_name_the_field(tmp_path):
     path.write_text("database_memory_mib: 0.5\n")
     with pytest.raises(ConfigError, match="database_memory_mib"):
         load_config(path)
-    path.write_text("callgraph: cg.yaml\nidle_s: 2.5\nonline: {lateness_s: 3}\n")
+    for bad in ("max_future_s: 0\n", "max_future_s: 1e9\n"):
+        path.write_text(bad)
+        with pytest.raises(ConfigError, match="max_future_s"):
+            load_config(path)
+    path.write_text("callgraph: cg.yaml\nidle_s: 2.5\nonline: {lateness_s: 3}\nmax_future_s: 60\n")
     config = load_config(path)
     assert config.callgraph == tmp_path / "cg.yaml" and config.online.lateness_ns == 3 * 10**9
     assert config.idle_s == 2.5 and config.database_memory_mib == 1024
+    assert config.max_future_s == 60
+    path.write_text("")
+    assert load_config(path).max_future_s == 600
 
 
 def test_the_stores_memory_limit_is_duckdbs(tmp_path):

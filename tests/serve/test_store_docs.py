@@ -4,6 +4,7 @@ documents (compressed, or as text before that), is upgraded and both kinds are r
 
 from __future__ import annotations
 
+import math
 import zlib
 
 import duckdb
@@ -61,7 +62,8 @@ def _stored_traces(store: Store, seconds: float) -> list[dict]:
     for a in range(0, len(order), BATCH):
         body = encode_spans([readable[r] for r in order[a : a + BATCH]]).SerializeToString()
         batch, parent_ids = read_export_request(body, "protobuf", "test request")
-        store_(feed.push(batch, parent_ids, np.arange(next_seq, next_seq + len(batch))).finished)
+        seq = np.arange(next_seq, next_seq + len(batch))
+        store_(feed.push(batch, parent_ids, seq, math.inf).finished)
         next_seq += len(batch)
     store_(feed.advance(feed.tw.latest_end + 10 * NS))
     return expected

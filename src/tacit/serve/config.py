@@ -11,6 +11,7 @@
     max_pending_spans: 400000   # not yet reconstructed: beyond, 429 or RESOURCE_EXHAUSTED
     retry_after_s: 1            # the retry hint sent with a refusal
     idle_s: 1                   # quiet this long, the stream's clock moves on by the time passed
+    max_future_s: 600           # a span ending later after it came is stored unreconstructed
     retention_s: 259200         # what was taken in longer ago is deleted (0, the default: kept)
     online:                     # TraceWeaver §5.3 windows, in seconds
       window_s: 5
@@ -71,6 +72,8 @@ online TraceWeaver cost 52.6–56.8 µs a span, without them 36.4–39.6
 
 MAX_PORT = 65535
 MAX_PENDING_SPANS = 100_000_000
+MAX_FUTURE_S = 86_400.0
+"""The largest max_future_s taken: a day."""
 """The largest max_pending_spans taken: the queue it bounds is held in memory."""
 _FIELDS = (
     "http",
@@ -82,6 +85,7 @@ _FIELDS = (
     "max_pending_spans",
     "retry_after_s",
     "idle_s",
+    "max_future_s",
     "retention_s",
     "online",
     "json_logs",
@@ -128,6 +132,12 @@ class ServeConfig:
     """With no request for this long, the stream's clock moves on by the wall time that passed
     (so the last traces before a pause finish). A sender replaying spans faster than real time
     that pauses longer than this finds its next spans late."""
+    max_future_s: float = 600.0
+    """How far after the receiver's clock, when its request came, a span may end and still be
+    reconstructed: further, it is stored alone (counted as ``future``). The stream's clock is
+    the latest span end; one span from the far future would move it past every span to come,
+    which would all be late. Ten minutes is a clock far off; Loki and Mimir refuse samples
+    about as far ahead (their creation grace periods)."""
     retention_s: float = 0.0
     """Spans, traces and latency series taken in longer ago than this are deleted
     (:meth:`~tacit.serve.store.Store.expire`), checked every tenth of it (at most every
@@ -171,6 +181,8 @@ class ServeConfig:
             raise ConfigError(f"forward: {self.forward!r} is not an http:// or https:// URL")
         if not 0 < self.max_pending_spans <= MAX_PENDING_SPANS:
             raise ConfigError(f"max_pending_spans must be 1 to {MAX_PENDING_SPANS:,}")
+        if not 0 < self.max_future_s <= MAX_FUTURE_S:
+            raise ConfigError(f"max_future_s must be above 0 and at most {MAX_FUTURE_S:g}")
         if not 0 <= self.retention_s < math.inf:
             raise ConfigError(f"retention_s must be a finite number >= 0, got {self.retention_s}")
         for source, given in (
@@ -257,6 +269,10 @@ def load_config(path: str | Path) -> ServeConfig:
         kwargs["retry_after_s"] = number(data, "retry_after_s", where, positive=True, integer=True)
     if "idle_s" in data:
         kwargs["idle_s"] = number(data, "idle_s", where, positive=True, maximum=3600)
+    if "max_future_s" in data:
+        kwargs["max_future_s"] = number(
+            data, "max_future_s", where, positive=True, maximum=MAX_FUTURE_S
+        )
     if "retention_s" in data:
         kwargs["retention_s"] = number(data, "retention_s", where, positive=False)
     kwargs["json_logs"] = flag(data, "json_logs", where)

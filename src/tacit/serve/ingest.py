@@ -52,6 +52,8 @@ class Batch:
     first_seq: int
     count: int
     read: RequestReader
+    received_ns: int
+    """When the request was acknowledged (the receiver's clock)."""
 
     @property
     def seq(self) -> np.ndarray:
@@ -123,11 +125,11 @@ class Ingest:
                 self.metrics.refused.labels(transport, "busy").inc()
                 self.last_refusal, self._refused = time.monotonic(), n
                 raise Busy(self.retry_after_s)
-            first = self.next_seq
-            self.store.append_request(first, n, time.time_ns(), encoding, body, state)
+            first, now = self.next_seq, time.time_ns()
+            self.store.append_request(first, n, now, encoding, body, state)
             self.next_seq += n
             self._outstanding += n
-            self.queue.put(Batch(first, n, read))
+            self.queue.put(Batch(first, n, read, now))
             self.last_arrival = time.monotonic()
         self.metrics.received.labels(transport).inc(n)
         self.metrics.pending.set(self._outstanding)
@@ -138,7 +140,7 @@ class Ingest:
         returns how many spans that is."""
         done = self.store.finished_from(low_water)
         restored = 0
-        for first, encoding, body in self.store.requests_from(low_water):
+        for first, encoding, body, received_ns in self.store.requests_from(low_water):
             spans, parent_ids = read_export_request(body, encoding, f"stored request {first}")
             seq = np.arange(first, first + len(spans))
             keep = (seq >= low_water) & ~contained(seq, list(done))
@@ -147,7 +149,7 @@ class Ingest:
             rows = np.flatnonzero(keep)
             for a, b in _runs(rows):
                 part = read_already(spans.take(np.arange(a, b)), parent_ids[a:b])
-                self.queue.put(Batch(first + a, b - a, part))
+                self.queue.put(Batch(first + a, b - a, part, received_ns))
             restored += len(rows)
         self._outstanding += restored
         self.metrics.pending.set(self._outstanding)

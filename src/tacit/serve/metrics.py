@@ -24,7 +24,7 @@ from tacit.reconstruct.online import NO_CAUSE
 from tacit.reconstruct.result import ROOT_CALL
 from tacit.reconstruct.traceweaver import NO_FIT, NOT_IN_CALLGRAPH, TAKEN
 from tacit.serve.callgraph_learner import LEARNING
-from tacit.serve.online_feed import LATE, NOT_RPC
+from tacit.serve.online_feed import FUTURE, LATE, NOT_RPC
 
 PROBABILITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 """Of link and trace probabilities: tenths, as the calibration's bins, and 0.95 and 0.99 for
@@ -105,6 +105,7 @@ REASON_LABELS = {
     NO_FIT: "no_request_fits",
     NO_CAUSE: "no_request_at_instance",
     LATE: "late",
+    FUTURE: "future",
 }
 """The label of each reason a span is stored without a parent (the store keeps the sentence)."""
 

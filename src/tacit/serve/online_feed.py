@@ -13,8 +13,10 @@ The online algorithm may draw spans for a service that sent none between two tha
 was drawn from, and stored marked as drawn.
 
 Spans that cannot take part are finished alone, each with its reason: spans of other kinds
-(internal, producer, consumer, unknown), and spans that arrived later than the lateness allows
-after a span that ended later (their window may already be final). A span that came before
+(internal, producer, consumer, unknown), spans that arrived later than the lateness allows
+after a span that ended later (their window may already be final), and spans that end further
+in the future of when they were received than clocks can disagree (one span ending in 2200
+would otherwise move the stream's clock past every span to come). A span that came before
 (the same trace and span id: an exporter resent it) is counted as a duplicate and not stored
 again.
 """
@@ -33,6 +35,7 @@ from tacit.reconstruct.online import Finished, OnlineParams, OnlineTraceWeaver
 from tacit.reconstruct.stream_context import StreamContext
 
 LATE = "arrived later than the lateness allows; not reconstructed"
+FUTURE = "ends further after it was received than max_future_s allows; not reconstructed"
 NOT_RPC = "not an RPC span"
 
 
@@ -176,12 +179,25 @@ class OnlineFeed:
         lowest = self._pending.lowest_seq()
         return next_seq if lowest is None else lowest
 
-    def push(self, spans: SpanTable, parent_ids: np.ndarray, seq: np.ndarray) -> Fed:
+    def push(
+        self, spans: SpanTable, parent_ids: np.ndarray, seq: np.ndarray, ends_by: float
+    ) -> Fed:
         """Feed the spans of one request (``parent_ids``: the parent span id each named, codes
-        of ``spans.strings``; ``seq``: their sequence numbers)."""
+        of ``spans.strings``; ``seq``: their sequence numbers). A span that ends after
+        ``ends_by`` (ns: when the request came, and the clock skew allowed) is finished
+        alone: its end would move the stream's clock on, and every span after it would be
+        late."""
         given = Given.of(spans, parent_ids)
+        fed = Fed()
+        future = spans.end > ends_by
+        if future.any():
+            rows = np.flatnonzero(future)
+            reasons = [FUTURE] * len(rows)
+            fed.alone.append(Alone(spans.take(rows), seq[rows], given.take(rows), reasons))
+            keep = np.flatnonzero(~future)
+            spans, seq, given = spans.take(keep), seq[keep], given.take(keep)
         new = self.context.fresh(given.trace_id.tolist(), given.span_id.tolist(), spans.end)
-        fed = Fed(duplicates=int((~new).sum()))
+        fed.duplicates = int((~new).sum())
         if not new.all():
             keep = np.flatnonzero(new)
             spans, seq, given = spans.take(keep), seq[keep], given.take(keep)

@@ -63,6 +63,7 @@ class Reconstructor(threading.Thread):
         callgraph: CallGraph,
         online: OnlineParams,
         idle_s: float,
+        max_future_s: float,
         forward: Callable[[list[Traces]], None] | None = None,
         retention_s: float = 0.0,
         services: ServiceMap | None = None,
@@ -74,6 +75,7 @@ class Reconstructor(threading.Thread):
         self.metrics = metrics
         self.forward = forward
         self.idle_s = idle_s
+        self.max_future_ns = max_future_s * 1e9
         self.retention_s = retention_s
         self._next_expiry = time.monotonic()
         self.learner = learner
@@ -124,7 +126,8 @@ class Reconstructor(threading.Thread):
             except queue.Empty:
                 batch = None
             if batch is not None:
-                fed = self.feed.push(*batch.read(), batch.seq)
+                ends_by = batch.received_ns + self.max_future_ns
+                fed = self.feed.push(*batch.read(), batch.seq, ends_by)
                 self._arrived_end = self.feed.tw.latest_end
                 self._store(fed)
                 continue

@@ -88,6 +88,7 @@ class Service:
             callgraph,
             config.online,
             config.idle_s,
+            config.max_future_s,
             self.forwarder,
             config.retention_s,
             names,

@@ -416,19 +416,19 @@ class Store:
         traces moves into ``ingest``."""
         self._journal.append(Request(first_seq, spans, received_ns, encoding, body, state or {}))
 
-    def requests_from(self, seq: int) -> Iterator[tuple[int, str, bytes]]:
-        """(first_seq, encoding, body) of the requests holding spans numbered ``seq`` or later,
-        in order."""
+    def requests_from(self, seq: int) -> Iterator[tuple[int, str, bytes, int]]:
+        """(first_seq, encoding, body, received_ns) of the requests holding spans numbered
+        ``seq`` or later, in order."""
         self.settle()
         with self._con.cursor() as cur:
             cur.execute(
-                "SELECT first_seq, encoding, body FROM ingest WHERE first_seq + spans > ? "
-                "ORDER BY first_seq",
+                "SELECT first_seq, encoding, body, received_ns FROM ingest "
+                "WHERE first_seq + spans > ? ORDER BY first_seq",
                 [seq],
             )
             while rows := cur.fetchmany(256):
-                for first, encoding, body in rows:
-                    yield int(first), str(encoding), bytes(body)
+                for first, encoding, body, received_ns in rows:
+                    yield int(first), str(encoding), bytes(body), int(received_ns)
 
     def finished_from(self, seq: int) -> set[int]:
         """The sequence numbers from ``seq`` on of spans already in finished traces."""
