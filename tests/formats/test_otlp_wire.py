@@ -17,8 +17,13 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from tacit.errors import InputError
 from tacit.formats import otlp
-from tacit.formats.otlp import check_export_request, read_export_request, read_otlp_protobuf
-from tacit.formats.otlp_wire import scan_spans
+from tacit.formats.otlp import (
+    MAX_REQUEST_SPANS,
+    check_export_request,
+    read_export_request,
+    read_otlp_protobuf,
+)
+from tacit.formats.otlp_wire import request_shape, scan_spans
 from tacit.model.spans import SpanTable
 
 T0 = 1_700_000_000_000_000_000
@@ -313,3 +318,58 @@ def test_damaged_bytes_are_refused_at_the_check_or_read_as_the_message_classes_r
     spans, _ = read()
     assert count == len(spans)
     assert _rows(spans) == _rows(read_otlp_protobuf(bytes(body), "req"))
+
+
+def _resource_spans(spans: list[bytes], scopes: int = 1) -> bytes:
+    rs = ExportTraceServiceRequest().resource_spans.add()
+    rs.resource.attributes.extend(_attrs({"service.name": "web"}))
+    per = -(-len(spans) // scopes) if spans else 0
+    body = rs.SerializeToString()
+    for k in range(scopes):
+        body += _field(2, b"".join(_field(2, s) for s in spans[k * per : (k + 1) * per]))
+    return _field(1, body)
+
+
+def test_the_shape_of_a_request_is_what_decoding_it_builds() -> None:
+    spans = [_span(span_id=bytes([k + 1]) * 8).SerializeToString() for k in range(7)]
+    body = _resource_spans(spans[:4], scopes=2) + _resource_spans(spans[4:]) + _field(1, b"")
+    decoded = ExportTraceServiceRequest.FromString(body)
+    scopes = [ss for rs in decoded.resource_spans for ss in rs.scope_spans]
+    assert request_shape(body) == (len(decoded.resource_spans), len(scopes), 7, 0)
+    assert request_shape(_field(1, _field(2, _field(2, b"\x0a\x01")))) == (1, 1, 1, 1)
+    assert request_shape(b"\x0a\x05\x12") is None  # runs past its end: decoding says so
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b"\x0a\x00" * 1_000_000, "1,000,000 ResourceSpans and 0 ScopeSpans hold 0 spans"),
+        (_field(1, b"\x12\x00" * 100_000), "100,000 ScopeSpans hold 0 spans"),
+        (_field(1, _field(2, b"\x12\x00" * 100_000)), "100,000 of 100,000 spans are shorter"),
+        (
+            _resource_spans([_span().SerializeToString()] * (MAX_REQUEST_SPANS + 1)),
+            "100,001 spans in one request; at most 100,000",
+        ),
+    ],
+)
+def test_what_reading_would_build_is_bounded_before_it_is_built(body: bytes, words: str) -> None:
+    """Containers without spans, spans without room for their ids and more spans than a
+    request may hold are refused from the bytes' shape, not after decoding millions of
+    objects (the first body, 2 MB, gzips to 2 KB)."""
+    with pytest.raises(InputError, match=words):
+        check_export_request(body, "protobuf", "req")
+
+
+def test_a_json_request_of_too_many_spans_or_objects_is_refused_before_it_is_parsed() -> None:
+    span = b'{"traceId":"01","spanId":"02"}'
+    body = (
+        b'{"resourceSpans":[{"scopeSpans":[{"spans":['
+        + b",".join([span] * (MAX_REQUEST_SPANS + 1))
+        + b"]}]}]}"
+    )
+    parsed = mock.patch.object(otlp.orjson, "loads", side_effect=AssertionError("parsed"))
+    with parsed, pytest.raises(InputError, match="100,001 spans and 100,004 JSON objects"):
+        check_export_request(body, "json", "req")
+    empty = b'{"resourceSpans":[' + b",".join([b"{}"] * 2_000_000) + b"]}"
+    with parsed, pytest.raises(InputError, match="0 spans and 2,000,001 JSON objects"):
+        check_export_request(empty, "json", "req")

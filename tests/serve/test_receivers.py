@@ -147,6 +147,28 @@ def test_a_gzip_body_that_inflates_without_end_is_refused(tmp_path):
     assert truncated[0] == 400
 
 
+EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+
+def test_a_small_body_that_decodes_to_millions_of_objects_is_refused(tmp_path):
+    """8 KB of gzip that inflate to 8 MB of empty ResourceSpans (4 million objects to decode)
+    are refused for their shape, by HTTP and by gRPC; the service goes on."""
+    inflated = b"\x0a\x00" * 4_000_000
+    bomb = gzip.compress(inflated, compresslevel=9)
+    assert len(bomb) < 10_000
+    with running(tmp_path, online=SLOW) as svc:
+        status, body, _ = post(svc, bomb, "application/x-protobuf", **{"Content-Encoding": "gzip"})
+        with grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as channel:
+            export = channel.unary_unary(EXPORT)
+            with pytest.raises(grpc.RpcError) as refused:
+                export(inflated, timeout=30)
+        assert get(svc, "/readyz")[0] == 200
+    message = status_pb2.Status.FromString(body).message
+    assert status == 400 and "4,000,000 ResourceSpans and 0 ScopeSpans hold 0 spans" in message
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "4,000,000 ResourceSpans" in refused.value.details()
+
+
 def test_an_ingest_token_is_asked_of_senders_only(tmp_path, request_pb):
     """With ``ingest_token_file``, exports without its token are 401 / UNAUTHENTICATED and
     leave nothing behind; the SDK's exporter given the header gets through; queries stay

@@ -200,10 +200,27 @@ RequestReader = Callable[[], tuple[SpanTable, np.ndarray]]
 """Reads the spans of a checked request (:func:`check_export_request`); cannot fail."""
 
 
+MAX_REQUEST_SPANS = 100_000
+"""Spans one request may hold. The SDKs' batch span processors export 512 at a time and the
+Collector's batch processor 8,192 by default; reading 100,000 of the smallest spans takes
+about 160 MB, and a body of 32 MiB can hold a million."""
+MAX_JSON_OBJECTS = 2_000_000
+"""Objects (``{``) a JSON request may hold: a body of 32 MiB of the SDKs' spans holds about a
+million; four million empty ones take about 300 MB to parse."""
+MAX_EMPTY_CONTAINERS = 64
+"""``ResourceSpans`` and ``ScopeSpans`` a request may hold beyond two for each of its spans:
+an empty one costs as much to decode as a span, and a body of them is all cost."""
+
+
 def check_export_request(body: bytes, encoding: str, source: str) -> tuple[int, RequestReader]:
     """Check one request body as reading it does (raising its :class:`InputError`), and
     return its span count and a function that reads it as :func:`read_export_request` does,
     which cannot fail.
+
+    What reading would build is bounded before it is built (:func:`_check_size`): at most
+    :data:`MAX_REQUEST_SPANS` spans, and no body of empty containers or of spans too short
+    to hold their ids, which cost to decode what spans do and compress a thousandfold (an
+    8 KB gzip body of empty ``ResourceSpans`` decodes to millions of objects).
 
     A protobuf request of the forms encoders write is decoded, its spans found by a compiled
     pass over its bytes (:mod:`.otlp_wire`), and everything that reading it could refuse
@@ -212,6 +229,7 @@ def check_export_request(body: bytes, encoding: str, source: str) -> tuple[int, 
     which waits for each answer, heard back in 2.3 ms a request of 512 spans (median)
     against 12.6 ms when the receiver read the spans first (the shop app's stream offered at
     20,000 spans/s to ``tacit serve``). Any other request is read at once."""
+    _check_size(body, encoding, source)
     if encoding == "protobuf" and body[:1] in (b"", b"\n"):
         checked = _wire_request(body, _decode_request(body, source, ""), source)
         if checked is not None:
@@ -227,6 +245,45 @@ def check_export_request(body: bytes, encoding: str, source: str) -> tuple[int, 
         _read_export(builder, source, "", doc, 0)
     spans = builder.build()
     return len(spans), read_already(spans, builder.parent_ids())
+
+
+def _check_size(body: bytes, encoding: str, source: str) -> None:
+    """Refuse a request whose spans, or whose containers of spans, are more than reading it
+    is bounded to (:func:`check_export_request`), counted without reading it: the protobuf
+    form by a compiled walk of its bytes, the JSON form by its ``spanId`` keys and its
+    objects' opening braces (strings may hold some too: a bound, not a count)."""
+    if encoding != "protobuf":
+        spans, objects = body.count(b'"spanId"'), body.count(b"{")
+        if spans > MAX_REQUEST_SPANS or objects > MAX_JSON_OBJECTS:
+            raise InputError(
+                f"{spans:,} spans and {objects:,} JSON objects in one request; at most "
+                f"{MAX_REQUEST_SPANS:,} and {MAX_JSON_OBJECTS:,} are taken: send them in "
+                "smaller batches",
+                path=source,
+            )
+        return
+    shape = otlp_wire.request_shape(body)
+    if shape is None:
+        return  # decoding says what is wrong
+    resource_spans, scope_spans, spans, short = shape
+    if short:
+        raise InputError(
+            f"{short:,} of {spans:,} spans are shorter than {otlp_wire.MIN_SPAN_BYTES} bytes, "
+            "too short to hold a trace id and a span id",
+            path=source,
+        )
+    if spans > MAX_REQUEST_SPANS:
+        raise InputError(
+            f"{spans:,} spans in one request; at most {MAX_REQUEST_SPANS:,} are taken: send "
+            "them in smaller batches",
+            path=source,
+        )
+    if resource_spans + scope_spans > 2 * spans + MAX_EMPTY_CONTAINERS:
+        raise InputError(
+            f"{resource_spans:,} ResourceSpans and {scope_spans:,} ScopeSpans hold {spans:,} "
+            f"spans; more than {MAX_EMPTY_CONTAINERS} empty ones are not taken",
+            path=source,
+        )
 
 
 def read_already(spans: SpanTable, parent_ids: np.ndarray) -> RequestReader:

@@ -99,6 +99,62 @@ def scan_spans(body: bytes, count: int, resource_spans: int) -> WireSpans | None
     )
 
 
+MIN_SPAN_BYTES = 28
+"""The fewest bytes a span takes that holds a trace id and a span id: two tags, two lengths,
+16 and 8 bytes."""
+
+
+def request_shape(body: bytes) -> tuple[int, int, int, int] | None:
+    """How many ``ResourceSpans``, ``ScopeSpans`` and spans the ``ExportTraceServiceRequest``
+    ``body`` holds, and how many of the spans are shorter than :data:`MIN_SPAN_BYTES`,
+    counted without decoding it (a compiled walk of its bytes, as :func:`scan_spans` walks
+    them): what decoding would build, known before it is built. None for bytes the walk does
+    not take (decoding then says what is wrong)."""
+    counts = _shape(np.frombuffer(body, np.uint8))
+    return (
+        None if counts[0] < 0 else (int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3]))
+    )
+
+
+@njit(cache=True, nogil=True)
+def _shape(b: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """:func:`request_shape`'s counts; the first -1 for bytes the walk does not take."""
+    counts = np.zeros(4, np.int64)
+    end = len(b)
+    i = 0
+    while True:
+        tag, start, stop = _next(b, i, end, _RESOURCE_SPANS, _RESOURCE_SPANS)
+        if tag <= 0:
+            break
+        counts[0] += 1
+        j = start
+        while True:
+            tag2, start2, stop2 = _next(b, j, stop, _SCOPE_SPANS, _SCOPE_SPANS)
+            if tag2 <= 0:
+                break
+            counts[1] += 1
+            k = start2
+            while True:
+                tag3, start3, stop3 = _next(b, k, stop2, _SPANS, _SPANS)
+                if tag3 <= 0:
+                    break
+                counts[2] += 1
+                if stop3 - start3 < MIN_SPAN_BYTES:
+                    counts[3] += 1
+                k = stop3
+            if tag3 < 0:
+                tag2 = -1
+                break
+            j = stop2
+        if tag2 < 0:
+            tag = -1
+            break
+        i = stop
+    if tag < 0:
+        counts[0] = -1
+    return counts
+
+
 @njit(cache=True, nogil=True)
 def _varint(b: np.ndarray, i: int, end: int) -> tuple[int, int]:  # pragma: no cover - compiled
     """The varint at ``i`` as an int64 (two's complement above 2**63), and the offset after

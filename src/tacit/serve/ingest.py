@@ -34,6 +34,10 @@ from tacit.serve.store import Store
 
 MAX_BODY = 32 * 1024 * 1024
 """The largest request body taken (bytes); the OTLP SDKs send batches of 512 spans."""
+MAX_DECODING = 2
+"""Requests checked at once, however many senders: what checking one builds is bounded
+(:func:`~tacit.formats.otlp.check_export_request`), and so, with this, is what all of them
+build. Checking is mostly Python under the GIL: more at once would not go faster."""
 
 
 class Busy(TacitError):
@@ -74,6 +78,7 @@ class Ingest:
         self.next_seq = store.next_seq()
         self._outstanding = 0
         self._lock = threading.Lock()
+        self._decoding = threading.BoundedSemaphore(MAX_DECODING)
         self.last_arrival = time.monotonic()
         self.last_refusal = -math.inf
         self._refused = 0  # spans in the latest request refused for being over the limit
@@ -114,7 +119,8 @@ class Ingest:
             self.metrics.refused.labels(transport, "invalid").inc()
             raise InputError(f"request body of {len(body)} bytes exceeds {MAX_BODY}")
         try:
-            n, read = check_export_request(body, encoding, f"{transport} request")
+            with self._decoding:
+                n, read = check_export_request(body, encoding, f"{transport} request")
         except InputError:
             self.metrics.refused.labels(transport, "invalid").inc()
             raise
