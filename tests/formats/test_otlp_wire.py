@@ -373,3 +373,11 @@ def test_a_json_request_of_too_many_spans_or_objects_is_refused_before_it_is_par
     empty = b'{"resourceSpans":[' + b",".join([b"{}"] * 2_000_000) + b"]}"
     with parsed, pytest.raises(InputError, match="0 spans and 2,000,001 JSON objects"):
         check_export_request(empty, "json", "req")
+
+
+def test_a_request_body_is_one_message_not_a_file_of_them() -> None:
+    """Zero bytes are no request (field number 0 does not exist); read as a file's
+    length-prefixed messages, each four of them were an empty message, and 32 MiB of them took
+    a minute to accept as a request of no spans."""
+    with pytest.raises(InputError, match="not a protobuf OTLP ExportTraceServiceRequest"):
+        check_export_request(b"\0" * 1_000_000, "protobuf", "req")

@@ -236,7 +236,7 @@ def check_export_request(body: bytes, encoding: str, source: str) -> tuple[int, 
             return checked
     builder = SpanTableBuilder(source)
     if encoding == "protobuf":
-        _read_protobuf(builder, body, source)
+        _read_protobuf(builder, body, source, one=True)
     else:
         try:
             doc = orjson.loads(body)
@@ -506,9 +506,11 @@ def _decode_request(message: bytes, source: str, where: str) -> Any:
         ) from None
 
 
-def _read_protobuf(builder: SpanTableBuilder, data: bytes, source: str) -> None:
+def _read_protobuf(builder: SpanTableBuilder, data: bytes, source: str, one: bool = False) -> None:
+    """The spans of ``data`` into ``builder``: one message (``one``: a request body), or
+    those of a file (:func:`_messages`)."""
     record = 0
-    for where, message in _messages(data, source):
+    for where, message in [("", data)] if one else _messages(data, source):
         request = _decode_request(message, source, where)
         try:
             spans = list(_protobuf_spans(request, record))
