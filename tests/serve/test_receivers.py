@@ -7,6 +7,8 @@ import base64
 import errno
 import gzip
 import json
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -114,10 +116,47 @@ def test_grpc_export_and_resource_exhausted_with_retry_info(tmp_path, request_pb
     assert status["received"] == 512 and status["pending"] == 512
 
 
-def test_health_and_readiness(tmp_path):
+def test_health_and_readiness(tmp_path, request_pb):
+    """Ready while reconstruction turns; not ready, saying so, while one of its turns takes
+    longer than it may (a hang), and ready again once it ends."""
     with running(tmp_path) as svc:
         assert get(svc, "/healthz")[0] == 200
         assert get(svc, "/readyz")[:2] == (200, b"ready\n")
+        release, pushed = threading.Event(), threading.Event()
+        push = svc.reconstructor.feed.push
+
+        def stuck(*args):
+            pushed.set()
+            release.wait(60)
+            return push(*args)
+
+        svc.reconstructor.stall_s = 0.5
+        svc.reconstructor.feed.push = stuck
+        assert post(svc, request_pb.SerializeToString(), "application/x-protobuf")[0] == 200
+        assert pushed.wait(30)
+        time.sleep(1.0)
+        status, body, _ = get(svc, "/readyz")
+        release.set()
+        assert svc.wait_idle(30)
+        assert get(svc, "/readyz")[0] == 200
+    assert status == 503 and body.startswith(b"reconstruction has not moved on for "), body
+
+
+def test_a_stop_does_not_wait_for_ever_on_a_turn_that_does_not_end(tmp_path, request_pb, caplog):
+    release = threading.Event()
+    svc = Service(config(tmp_path), shop_callgraph()).start()
+    try:
+        push = svc.reconstructor.feed.push
+        svc.reconstructor.feed.push = lambda *args: release.wait(120) and push(*args)
+        svc.reconstructor.stop_s = 1.0
+        assert post(svc, request_pb.SerializeToString(), "application/x-protobuf")[0] == 200
+        began = time.monotonic()
+        svc.stop()
+        waited = time.monotonic() - began
+    finally:
+        release.set()
+    assert waited < 60
+    assert "reconstruction did not stop within 1 s" in caplog.text
 
 
 def test_a_failing_store_is_answered_not_dropped(tmp_path, request_pb):

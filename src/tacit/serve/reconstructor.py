@@ -43,6 +43,13 @@ log = logging.getLogger("tacit.serve")
 
 POLL_S = 0.25
 """How long the thread waits for a request before it looks at the quiet time."""
+STOP_S = 60.0
+"""How long a stop waits for the queue to be reconstructed and stored (at 20,000 spans/s, the
+400,000 pending spans of the default bound take 20 s); systemd waits 90 s before it kills."""
+STALL_S = 120.0
+"""How long one turn of the thread may take before the service says it is not ready: a round
+of the online algorithm over a window of the target rate takes seconds, and one that takes
+minutes has stopped keeping up."""
 MAX_EXPIRY_PERIOD_S = 60.0
 """Retention is applied every tenth of the retention time, and at least this often."""
 EXPIRY_SPANS = 50_000
@@ -88,6 +95,9 @@ class Reconstructor(threading.Thread):
         self.feed.context.remember(store.latest_ids(self.feed.context.horizon_ns))
         self._stop_event = threading.Event()
         self.failure: BaseException | None = None
+        self.turned = time.monotonic()  # when the thread last began a turn of its loop
+        self.stall_s = STALL_S
+        self.stop_s = STOP_S
         self._arrived_end = 0.0  # the latest span end when the last request came
         self.lag_s = 0.0
         self.duplicates = 0  # spans received again, counted and not stored
@@ -98,10 +108,14 @@ class Reconstructor(threading.Thread):
         self.confidence: dict[str, list[float]] = {}
         self._load_confidence()
 
-    def stop(self) -> None:
-        """Finish what is queued, store it, and end; pending spans stay for the restart."""
+    def stop(self) -> bool:
+        """Finish what is queued, store it, and end; pending spans stay for the restart.
+        Whether it ended within :data:`STOP_S`: a thread caught in a turn that does not end
+        is left to end with the process, and what it had not stored is in the journal, read
+        again at the next start."""
         self._stop_event.set()
-        self.join()
+        self.join(self.stop_s)
+        return not self.is_alive()
 
     def run(self) -> None:
         try:
@@ -113,6 +127,7 @@ class Reconstructor(threading.Thread):
     def _loop(self) -> None:
         q = self.ingest.queue
         while True:
+            self.turned = time.monotonic()
             if self.retention_s and time.monotonic() >= self._next_expiry:
                 self._expire()
             if self.learner is not None and time.monotonic() >= self._next_learning:
@@ -276,6 +291,12 @@ class Reconstructor(threading.Thread):
             if errors:
                 m.errors.labels(svc).inc(errors)
             m.duration.observe(svc, [sec for _, sec in mine])
+
+    def stalled_s(self) -> float | None:
+        """How long the thread has been in its current turn, when longer than
+        :attr:`stall_s` (a turn that never ends: a hang); else None."""
+        busy = time.monotonic() - self.turned
+        return busy if busy > self.stall_s else None
 
     def _lag(self) -> None:
         """How far the stream's clock is behind the wall clock while spans wait for it; 0 when

@@ -195,6 +195,9 @@ class Service:
             return f"reconstruction failed: {self.reconstructor.failure}"
         if not self.reconstructor.is_alive():
             return "reconstruction is not running"
+        stalled = self.reconstructor.stalled_s()
+        if stalled is not None:
+            return f"reconstruction has not moved on for {stalled:.0f} s"
         return None
 
     def extra(self, path: str, params: dict[str, str]) -> Any | None:
@@ -265,7 +268,8 @@ class Service:
     def stop(self) -> None:
         """Graceful: stop taking requests, reconstruct and store what was taken, send what is
         to be forwarded, close the store. Spans still waiting for their window stay in the
-        store for the next run."""
+        store for the next run. Reconstruction that does not end in its time
+        (:data:`~.reconstructor.STOP_S`) is left to end with the process."""
         if self._stopped.is_set():
             return
         self._stopped.set()
@@ -276,12 +280,19 @@ class Service:
             self.http.server_close()
         for feed in self._feeds:
             feed.stop()
-        self.reconstructor.stop()
+        stopped = self.reconstructor.stop()
+        gc.set_threshold(*self._gc_thresholds)  # as it was, for a process that goes on
+        gc.unfreeze()
+        if not stopped:  # the store stays open under the thread, which ends with the process
+            log.error(
+                "reconstruction did not stop within %.0f s; what it had not stored is read "
+                "again from the journal at the next start",
+                self.reconstructor.stop_s,
+            )
+            return
         if self.forwarder is not None:
             self.forwarder.stop()
         self.store.close()
-        gc.set_threshold(*self._gc_thresholds)  # as it was, for a process that goes on
-        gc.unfreeze()
         log.info("stopped")
 
     def run(
