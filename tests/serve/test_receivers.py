@@ -191,7 +191,9 @@ EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 def test_a_small_body_that_decodes_to_millions_of_objects_is_refused(tmp_path):
     """8 KB of gzip that inflate to 8 MB of empty ResourceSpans (4 million objects to decode)
-    are refused for their shape, by HTTP and by gRPC; the service goes on."""
+    are refused for their shape, by HTTP and by gRPC (whose requests are checked as the bytes
+    that came, not decoded by gRPC first); bytes that are no request are INVALID_ARGUMENT over
+    gRPC too. The service goes on."""
     inflated = b"\x0a\x00" * 4_000_000
     bomb = gzip.compress(inflated, compresslevel=9)
     assert len(bomb) < 10_000
@@ -201,11 +203,15 @@ def test_a_small_body_that_decodes_to_millions_of_objects_is_refused(tmp_path):
             export = channel.unary_unary(EXPORT)
             with pytest.raises(grpc.RpcError) as refused:
                 export(inflated, timeout=30)
+            with pytest.raises(grpc.RpcError) as garbage:
+                export(b"\xff\xff\xff", timeout=30)
         assert get(svc, "/readyz")[0] == 200
     message = status_pb2.Status.FromString(body).message
     assert status == 400 and "4,000,000 ResourceSpans and 0 ScopeSpans hold 0 spans" in message
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "4,000,000 ResourceSpans" in refused.value.details()
+    assert garbage.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # as over HTTP: 400
+    assert "not a protobuf OTLP ExportTraceServiceRequest" in garbage.value.details()
 
 
 def test_an_ingest_token_is_asked_of_senders_only(tmp_path, request_pb):
