@@ -19,8 +19,8 @@ from pathlib import Path
 
 from tacit.errors import ConfigError
 
-SCHEME = "Bearer "
-BASIC = "Basic "
+SCHEME = "bearer"
+BASIC = "basic"
 
 
 def read_token(path: Path, name: str = "ingest_token_file") -> str:
@@ -46,9 +46,15 @@ def authorized(header: str | None, token: str | None) -> bool:
     header when there is none to carry), compared in constant time."""
     if token is None:
         return True
-    if not header or not header.startswith(SCHEME):
-        return False
-    return _same(header[len(SCHEME) :].strip(), token)
+    credentials = _credentials(header, SCHEME)
+    return credentials is not None and _same(credentials, token)
+
+
+def _credentials(header: str | None, scheme: str) -> str | None:
+    """What follows ``scheme`` in an ``Authorization`` header's value, which names it in any
+    case (RFC 9110 §11.1: schemes are case-insensitive); None for another scheme."""
+    name, _, rest = (header or "").strip().partition(" ")
+    return rest.strip() if name.lower() == scheme and rest.strip() else None
 
 
 def may_read(header: str | None, token: str | None) -> bool:
@@ -56,10 +62,11 @@ def may_read(header: str | None, token: str | None) -> bool:
     the password of Basic authentication (any user name); any header when there is no token."""
     if token is None or authorized(header, token):
         return True
-    if not header or not header.startswith(BASIC):
+    credentials = _credentials(header, BASIC)
+    if credentials is None:
         return False
     try:
-        pair = base64.b64decode(header[len(BASIC) :].strip(), validate=True).decode("utf-8")
+        pair = base64.b64decode(credentials, validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
         return False
     _, colon, password = pair.partition(":")

@@ -4,6 +4,7 @@ process (see the package docstring for the parts)."""
 from __future__ import annotations
 
 import gc
+import ipaddress
 import logging
 import signal
 import threading
@@ -49,6 +50,32 @@ def _address(text: str) -> tuple[str, int]:
     """HOST:PORT (checked by :class:`ServeConfig`) as a socket address."""
     host, _, port = text.rpartition(":")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _loopback(text: str) -> bool:
+    """Whether HOST:PORT listens on this host only."""
+    host = _address(text)[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may name any interface
+        return False
+
+
+def open_to_others(config: ServeConfig) -> list[str]:
+    """What a configuration leaves open to whoever can reach its listeners: each listener
+    beyond loopback without the token that would guard it."""
+    listeners = [("http", config.http), *([("grpc", config.grpc)] if config.grpc else [])]
+    wide = [f"{name} {address}" for name, address in listeners if not _loopback(address)]
+    if not wide:
+        return []
+    out = []
+    if config.ingest_token_file is None:
+        out.append(f"{', '.join(wide)} take spans from anyone (no ingest_token_file)")
+    if config.query_token_file is None and not _loopback(config.http):
+        out.append(f"http {config.http} answers queries to anyone (no query_token_file)")
+    return out
 
 
 class Service:
@@ -179,6 +206,8 @@ class Service:
             self.grpc = start_grpc(self.config.grpc, self.ingest, self.token, tls=self.tls)
         for feed in self._feeds:
             feed.start()
+        for warning in open_to_others(self.config):
+            log.warning("listening beyond loopback: %s", warning)
         log.info(
             "serving: OTLP/HTTP and the query API on %s, OTLP/gRPC on %s, store %s "
             "(%d spans resumed)",
