@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import errno
 import gzip
+import http.client
 import json
 import threading
 import time
@@ -175,15 +176,38 @@ def test_a_failing_store_is_answered_not_dropped(tmp_path, request_pb):
         svc.store = type(svc.store)(tmp_path / "again.duckdb")  # for the service's own stop
 
 
-def test_a_gzip_body_that_inflates_without_end_is_refused(tmp_path):
+def test_a_gzip_body_that_inflates_without_end_is_refused(tmp_path, request_pb):
+    """As are one cut short, one with bytes after its end, and a request with two
+    Content-Length headers (which frames the body?)."""
     from tacit.serve.ingest import MAX_BODY
 
     bomb = gzip.compress(b"\0" * (MAX_BODY + 1024), compresslevel=9)
+    valid = request_pb.SerializeToString()
+    gz = {"Content-Encoding": "gzip"}
     with running(tmp_path, online=SLOW) as svc:
-        status, body, _ = post(svc, bomb, "application/x-protobuf", **{"Content-Encoding": "gzip"})
-        truncated = post(svc, bomb[:100], "application/x-protobuf", **{"Content-Encoding": "gzip"})
+        status, body, _ = post(svc, bomb, "application/x-protobuf", **gz)
+        truncated = post(svc, bomb[:100], "application/x-protobuf", **gz)
+        trailing = post(svc, gzip.compress(valid) + b"junk", "application/x-protobuf", **gz)
+        connection = http.client.HTTPConnection("127.0.0.1", svc.http_port, timeout=30)
+        connection.putrequest("POST", "/v1/traces")
+        for header, value in (
+            ("Content-Type", "application/x-protobuf"),
+            ("Content-Length", str(len(valid))),
+            ("Content-Length", str(len(valid) - 10)),
+        ):
+            connection.putheader(header, value)
+        connection.endheaders(valid)
+        twice = connection.getresponse()
+        twice_body = twice.read()
+        connection.close()
+        stored = get_json(svc, "/api/tacit/status")["received"]
     assert status == 400 and "inflates beyond" in status_pb2.Status.FromString(body).message
     assert truncated[0] == 400
+    assert trailing[0] == 400
+    assert "4 bytes after its end" in status_pb2.Status.FromString(trailing[1]).message
+    assert twice.status == 400
+    assert "2 Content-Length headers" in status_pb2.Status.FromString(twice_body).message
+    assert stored == 0
 
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"

@@ -172,8 +172,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(answer)
 
     def _body(self) -> bytes:
+        lengths = self.headers.get_all("Content-Length") or []
+        if len(lengths) > 1:  # which one frames the body? (RFC 9112 §6.3)
+            raise InputError(f"{len(lengths)} Content-Length headers; one is taken")
         try:
-            length = int(self.headers.get("Content-Length") or "")
+            length = int(lengths[0] if lengths else "")
         except ValueError:
             raise InputError("a Content-Length is required") from None
         if length < 0 or length > MAX_BODY:
@@ -189,6 +192,11 @@ class _Handler(BaseHTTPRequestHandler):
                 raise InputError(f"gzip body inflates beyond {MAX_BODY} bytes")
             if not inflate.eof:
                 raise InputError("gzip body is truncated")
+            if inflate.unused_data:
+                raise InputError(
+                    f"gzip body has {len(inflate.unused_data)} bytes after its end; one gzip "
+                    "member is taken"
+                )
         return body
 
     def _otlp_error(
