@@ -130,12 +130,23 @@ def test_dependencies_count_the_calls_between_services(svc):
         ("service=catalog&minProbability=sure", "minProbability"),
         ("service=catalog&limit=-3", "limit"),
         ("service=catalog&tags=a%3D1", "tags"),
+        ("service=catalog&minDuration=99999999999999h", "minDuration: '99999999999999h' is longer"),
+        ("service=catalog&limit=99999999999999999999", "limit: '99999999999999999999' is more"),
+        ("service=catalog&start=99999999999999999", "start: '99999999999999999' is more"),
     ],
 )
 def test_bad_searches_are_400_with_the_reason(svc, query, message):
     status, body, _ = get(svc, f"/api/traces?{query}")
     assert status == 400
     assert message in json.loads(body)["errors"][0]["msg"]
+
+
+@pytest.mark.parametrize("series", ["response", "oneway"])
+def test_a_latency_series_beyond_what_the_store_holds_is_400(svc, series):
+    for query in ("limit=99999999999999999999", "start=99999999999999999"):
+        status, body, _ = get(svc, f"/api/tacit/latency/{series}?{query}")
+        assert status == 400, body
+        assert b"is more than" in body
 
 
 def test_go_durations():

@@ -57,10 +57,17 @@ def go_duration(text: str, name: str) -> int:
         pos = m.end()
     if pos != len(text) or not text:
         raise InputError(f"{name}: {text!r} is not a duration such as 1.2ms, 500us or 2s")
+    if not total < INT64_MAX:
+        raise InputError(f"{name}: {text!r} is longer than the store can hold (292 years)")
     return round(total)
 
 
-def int_param(params: Mapping[str, str], name: str) -> int | None:
+INT64_MAX = 2**63 - 1
+"""The largest integer the store holds (BIGINT)."""
+
+
+def int_param(params: Mapping[str, str], name: str, maximum: int = INT64_MAX) -> int | None:
+    """A query parameter as a whole number from 0 to ``maximum`` (None when absent)."""
     value = params.get(name)
     if value in (None, ""):
         return None
@@ -70,6 +77,8 @@ def int_param(params: Mapping[str, str], name: str) -> int | None:
         raise InputError(f"{name}: {value!r} is not an integer") from None
     if out < 0:
         raise InputError(f"{name}: {value!r} cannot be negative")
+    if out > maximum:
+        raise InputError(f"{name}: {value!r} is more than {maximum:,}")
     return out
 
 
@@ -79,13 +88,17 @@ def envelope(data: Any) -> dict[str, Any]:
     return {"data": data, "total": total, "limit": 0, "offset": 0, "errors": None}
 
 
+MAX_US = INT64_MAX // 1000
+"""The latest time in µs (as Jaeger's API gives times) whose ns the store holds."""
+
+
 def trace_query(params: Mapping[str, str]) -> TraceQuery:
     """The search that Jaeger's ``/api/traces`` parameters ask for."""
     service = params.get("service")
     if not service:
         raise InputError("service: a service is required to search traces")
-    end_us = int_param(params, "end")
-    start_us = int_param(params, "start")
+    end_us = int_param(params, "end", MAX_US)
+    start_us = int_param(params, "start", MAX_US)
     lookback = params.get("lookback")
     if start_us is None and lookback and lookback != "custom":
         seconds = _LOOKBACK.get(lookback)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tacit.serve.jaeger_api import int_param
+from tacit.serve.jaeger_api import MAX_US, int_param
 from tacit.serve.store import Store
 
 DEFAULT_LIMIT = 10_000
@@ -28,7 +28,7 @@ _COLUMNS = ("source", "client", "server", "epoch_start_ns", "epoch_end_ns", "lat
 
 
 def _window(params: Mapping[str, str]) -> tuple[int | None, int | None, int]:
-    start, end = int_param(params, "start"), int_param(params, "end")
+    start, end = int_param(params, "start", MAX_US), int_param(params, "end", MAX_US)
     return (
         None if start is None else start * 1000,
         None if end is None else end * 1000,
