@@ -72,6 +72,9 @@ online TraceWeaver cost 52.6–56.8 µs a span, without them 36.4–39.6
 
 MAX_PORT = 65535
 MAX_PENDING_SPANS = 100_000_000
+MAX_DATABASE_MEMORY_MIB = 2**30
+"""The largest database_memory_mib taken, a pebibyte: DuckDB refuses a limit beyond 2**43 MiB
+with a parser error, and no machine holds that much."""
 MAX_FUTURE_S = 86_400.0
 """The largest max_future_s taken: a day."""
 """The largest max_pending_spans taken: the queue it bounds is held in memory."""
@@ -181,6 +184,8 @@ class ServeConfig:
             raise ConfigError(f"forward: {self.forward!r} is not an http:// or https:// URL")
         if not 0 < self.max_pending_spans <= MAX_PENDING_SPANS:
             raise ConfigError(f"max_pending_spans must be 1 to {MAX_PENDING_SPANS:,}")
+        if not 0 < self.database_memory_mib <= MAX_DATABASE_MEMORY_MIB:
+            raise ConfigError(f"database_memory_mib must be 1 to {MAX_DATABASE_MEMORY_MIB:,}")
         if not 0 < self.max_future_s <= MAX_FUTURE_S:
             raise ConfigError(f"max_future_s must be above 0 and at most {MAX_FUTURE_S:g}")
         if not 0 <= self.retention_s < math.inf:
@@ -263,7 +268,12 @@ def load_config(path: str | Path) -> ServeConfig:
         )
     if "database_memory_mib" in data:
         kwargs["database_memory_mib"] = number(
-            data, "database_memory_mib", where, positive=True, integer=True
+            data,
+            "database_memory_mib",
+            where,
+            positive=True,
+            integer=True,
+            maximum=MAX_DATABASE_MEMORY_MIB,
         )
     if "retry_after_s" in data:
         kwargs["retry_after_s"] = number(data, "retry_after_s", where, positive=True, integer=True)
