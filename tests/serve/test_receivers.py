@@ -8,10 +8,12 @@ import errno
 import gzip
 import http.client
 import json
+import socket
 import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import numpy as np
@@ -312,3 +314,19 @@ def test_a_token_file_without_one_token_is_a_configuration_error(tmp_path, field
         Service(config(tmp_path, **{field: tmp_path / "token"}), shop_callgraph())
     with pytest.raises(ConfigError, match=f"{field}: cannot read"):
         Service(config(tmp_path, **{field: tmp_path / "absent"}), shop_callgraph())
+
+
+def test_many_clients_at_once_are_all_served_and_idle_ones_let_go(tmp_path, monkeypatch):
+    """300 clients connecting at once are each answered; a connection that sends nothing for
+    the idle timeout is closed, and its thread with it (it was held for as long as the client
+    kept it)."""
+    from tacit.serve import http_server
+
+    monkeypatch.setattr(http_server._Handler, "timeout", 1)
+    with running(tmp_path, online=SLOW) as svc:
+        idle = socket.create_connection(("127.0.0.1", svc.http_port), timeout=30)
+        with ThreadPoolExecutor(300) as pool:
+            answers = list(pool.map(lambda _: get(svc, "/healthz")[0], range(300)))
+        assert answers == [200] * 300
+        assert idle.recv(1) == b""  # closed by the service, not by this side's timeout
+        idle.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import ssl
+import sys
 import zlib
 from collections.abc import Callable
 from http import HTTPStatus
@@ -47,6 +48,14 @@ _OPEN = ("/healthz", "/readyz")
 
 HANDSHAKE_TIMEOUT_S = 10
 """How long a connection may take over its TLS handshake (in its own thread)."""
+IDLE_TIMEOUT_S = 30
+"""How long a connection may wait between two reads (headers a byte at a time, a keep-alive
+connection left idle) before it is closed, with the thread that serves it. The OTLP exporters
+keep a connection between batches sent every 5 s; Go's servers close idle ones after a few
+minutes at most."""
+BACKLOG = 1024
+"""Connections the kernel queues until the server accepts them. The standard library's default
+is 5: beyond it, a burst of clients waits for SYN retries or, on a busy server, is reset."""
 
 
 class ServeHTTPServer(ThreadingHTTPServer):
@@ -55,6 +64,7 @@ class ServeHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = BACKLOG
 
     def __init__(
         self,
@@ -94,11 +104,21 @@ class ServeHTTPServer(ThreadingHTTPServer):
                 return
         super().finish_request(request, client_address)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that broke or timed out is the client's doing, logged at debug level;
+        anything else is a fault, logged with its traceback (the standard library printed a
+        traceback for every reset connection)."""
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            log.debug("connection from %s ended: %s", client_address, sys.exc_info()[1])
+        else:
+            log.exception("serving %s failed", client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: ServeHTTPServer
     protocol_version = "HTTP/1.1"
     server_version = "tacit"
+    timeout = IDLE_TIMEOUT_S
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
@@ -115,9 +135,9 @@ class _Handler(BaseHTTPRequestHandler):
         connection."""
         try:
             handle()
-        except Exception as e:
+        except Exception:
             log.exception("%s %s failed", self.command, self.path)
-            self._send(status, f"{type(e).__name__}: {e}\n".encode(), "text/plain")
+            self._send(status, b"the service failed; its log says why\n", "text/plain")
 
     # -- OTLP --------------------------------------------------------------------------------
     def _post(self) -> None:
