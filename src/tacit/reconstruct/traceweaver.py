@@ -1026,6 +1026,7 @@ class _Instance:
         share_model: ShareModel | None = None
         seen: set[bytes] = set()
         best: tuple[tuple[int, float], list[_Pass]] | None = None
+        best_models = list(models)  # the models the best mapping was chosen with
         since_best = 0
         it = 0
         for it in range(1, p.max_iterations + 1):
