@@ -18,10 +18,10 @@ shares of the same sampled mappings, the trace's is the share of them that make 
 (the links of one request are not independent: a mapping that takes one call from it often
 takes the next too, and the product of their shares would count that twice; across
 instances, whose mappings are sampled apart, the same share estimates their product); for
-the other links, the product of their probabilities. A
-service's confidence is the mean probability of the links of the calls it made (unmapped
-ones count 0), in percent: where it is low, the operator learns which services to
-instrument first (§6.3.2); a service that made no call has none.
+the other links, the product of their probabilities. A service's confidence is the mean
+probability of the links of the calls it made (unmapped ones count 0), in percent: where it
+is low, the operator learns which services to instrument first (§6.3.2); a service that made
+no call has none.
 """
 
 from __future__ import annotations
