@@ -121,3 +121,21 @@ def test_default_rules_diagnose_the_video_case_study():
         ["client_stack"],
         [],
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("SYMPTOM a\nPATHOLOGY p DEF " + "NOT " * 5000 + "a\n", "nested deeper than 100"),
+        ("SYMPTOM a\nPATHOLOGY p DEF " + "(" * 5000 + "a" + ")" * 5000, "nested deeper than 100"),
+        (
+            "SYMPTOM a\nPATHOLOGY p4999 DEF a\n"
+            + "".join(f"PATHOLOGY p{k} DEF p{k + 1}\n" for k in range(4999)),
+            "more than 100 deep",
+        ),
+    ],
+)
+def test_nesting_beyond_a_bound_is_a_syntax_error_not_a_recursion_error(text, message):
+    with pytest.raises(RuleSyntaxError, match=message):
+        parse_rules(text, "deep.rules")
+    parse_rules("SYMPTOM a\nPATHOLOGY p DEF " + "NOT " * 99 + "a\n")  # within it

@@ -172,6 +172,12 @@ class Definition:
     procedure: str | None = None
 
 
+MAX_NESTING = 100
+"""How deep NOT and parentheses may nest in an expression, and pathologies refer to
+pathologies: the parser and the checks recurse, and a file nested deeper than Python's stack
+allows ended in a RecursionError."""
+
+
 class _Parser:
     """Recursive descent over the grammar::
 
@@ -186,6 +192,7 @@ class _Parser:
         self.tokens = tokens
         self.i = 0
         self.path = path
+        self.depth = 0  # NOT and parentheses open around the current factor
 
     def error(self, message: str, tok: Token) -> RuleSyntaxError:
         return RuleSyntaxError(message, path=self.path, line=tok.line, column=tok.column)
@@ -240,16 +247,21 @@ class _Parser:
 
     def factor(self) -> Expr:
         tok = self.peek()
-        if tok.kind == "NOT":
-            self.i += 1
-            return Not(self.factor())
-        if tok.kind == "(":
-            self.i += 1
+        if tok.kind not in ("NOT", "("):
+            name = self.expect("NAME", "a symptom, a pathology, NOT or '('")
+            return Ref(name.text, name.line, name.column)
+        if self.depth >= MAX_NESTING:
+            raise self.error(f"an expression nested deeper than {MAX_NESTING} levels", tok)
+        self.i += 1
+        self.depth += 1
+        try:
+            if tok.kind == "NOT":
+                return Not(self.factor())
             e = self.expr()
             self.expect(")", "')'")
             return e
-        name = self.expect("NAME", "a symptom, a pathology, NOT or '('")
-        return Ref(name.text, name.line, name.column)
+        finally:
+            self.depth -= 1
 
 
 # --- rule sets ------------------------------------------------------------------------------
@@ -397,6 +409,11 @@ def _dependency_order(
     def visit(name: str) -> None:
         if name in done:
             return
+        if len(on_stack) >= MAX_NESTING:
+            raise fail(
+                f"pathologies refer to each other more than {MAX_NESTING} deep",
+                pathologies[name],
+            )
         on_stack.append(name)
         for ref in _refs(pathologies[name].expr):
             if ref.name not in pathologies:
