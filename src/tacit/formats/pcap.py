@@ -29,7 +29,6 @@ practice, and the timestamps are UTC.
 
 from __future__ import annotations
 
-import gzip
 import mmap
 import zlib
 from collections.abc import Iterator
@@ -40,7 +39,7 @@ import numpy as np
 from numba import njit
 
 from tacit.errors import InputError
-from tacit.formats.textio import GZIP_MAGIC, read_bytes
+from tacit.formats.textio import GZIP_MAGIC, open_input, read_bytes
 from tacit.model.captures import PacketAccounting, PacketRead
 from tacit.model.packets import (
     IDENT_HEADER,
@@ -359,13 +358,9 @@ def _open_raw(path: str) -> BinaryIO:
 
 
 def _open_in(path: str) -> BinaryIO:
-    """``path`` opened for reading, decompressed when it is gzip (by magic, not by name)."""
-    f = _open_raw(path)
-    if f.read(2) == GZIP_MAGIC:
-        f.close()
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    f.seek(0)
-    return f
+    """``path`` opened for reading, inflated within bounds when it is gzip
+    (:func:`.textio.open_input`)."""
+    return open_input(_open_raw(path), Path(path))
 
 
 def _file_array(path: str) -> np.ndarray:

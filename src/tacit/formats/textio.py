@@ -10,6 +10,7 @@ import csv
 import gzip
 import io
 import json
+import os
 import stat
 import zlib
 from collections.abc import Generator, Iterator
@@ -30,6 +31,66 @@ skips it (no capture or protobuf message starts with these bytes)."""
 
 HEAD_BYTES = 1 << 20
 """How much of a file :func:`read_head` reads: enough for any first line a detector looks at."""
+INFLATE_RATIO = 100
+"""How many times its own size a gzip input may inflate to (beyond :data:`INFLATE_FLOOR`),
+unless ``TACIT_MAX_INFLATE_RATIO`` says otherwise. The shared real exports inflate 19-27
+times; deflate can reach about 1,000 times, so that a 4 MB file of zeros became 4 GB in
+memory before any reader could say it was no input of its kind."""
+INFLATE_FLOOR = 64 << 20
+"""What any gzip input may inflate to, whatever its ratio."""
+RATIO_VARIABLE = "TACIT_MAX_INFLATE_RATIO"
+
+
+def inflate_limit(compressed: int) -> int:
+    """The most bytes a gzip input of ``compressed`` bytes may inflate to."""
+    text = os.environ.get(RATIO_VARIABLE, "")
+    try:
+        ratio = float(text) if text else INFLATE_RATIO
+    except ValueError:
+        raise InputError(f"{RATIO_VARIABLE}={text!r} is not a number") from None
+    return max(INFLATE_FLOOR, int(ratio * compressed))
+
+
+class _Bounded(io.RawIOBase):
+    """The inflated bytes of a gzip stream, refused past :func:`inflate_limit`."""
+
+    def __init__(self, raw: BinaryIO, compressed: int, path: Path) -> None:
+        self.raw, self.inner = raw, gzip.GzipFile(fileobj=raw)
+        self.limit, self.path, self.total = inflate_limit(compressed), path, 0
+        self.compressed = compressed
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        """Closes the gzip stream and the file under it, as closing a plain input would."""
+        if not self.closed:
+            self.inner.close()
+            self.raw.close()
+        super().close()
+
+    def readinto(self, buffer: Any) -> int:
+        n = self.inner.readinto(buffer)
+        self.total += n
+        if self.total > self.limit:
+            raise InputError(
+                f"inflates beyond {self.limit:,} bytes from {self.compressed:,} compressed "
+                f"(a decompression bomb?); {RATIO_VARIABLE} raises the bound, "
+                f"{INFLATE_RATIO} times by default",
+                path=str(self.path),
+            )
+        return n
+
+
+def open_input(f: BinaryIO, path: Path) -> BinaryIO:
+    """``f``, an input opened at its start, as its content: inflated within bounds when it is
+    gzip (by magic, not by name). Closing what it returns closes ``f``."""
+    gzipped = f.read(2) == GZIP_MAGIC
+    f.seek(0)
+    if not gzipped:
+        return f
+    size = os.fstat(f.fileno()).st_size
+    return cast(BinaryIO, io.BufferedReader(_Bounded(f, size, path)))
 
 
 def read_bytes(path: str | Path) -> bytes:
@@ -47,12 +108,7 @@ def read_head(path: str | Path, size: int = HEAD_BYTES) -> bytes:
 def _read(path: str | Path, size: int | None) -> bytes:
     p = Path(path)
     with _input_errors(p), p.open("rb") as f:
-        gzipped = f.read(2) == GZIP_MAGIC
-        f.seek(0)
-        if not gzipped:
-            return _without_bom(f, size)
-        with gzip.GzipFile(fileobj=f) as z:
-            return _without_bom(cast(BinaryIO, z), size)
+        return _without_bom(open_input(f, p), size)
 
 
 def _without_bom(f: BinaryIO, size: int | None) -> bytes:
@@ -61,9 +117,10 @@ def _without_bom(f: BinaryIO, size: int | None) -> bytes:
 
 
 def _skip_bom(f: BinaryIO) -> BinaryIO:
-    """``f`` (at its start) past a UTF-8 byte-order mark, if it has one."""
-    if f.read(len(UTF8_BOM)) != UTF8_BOM:
-        f.seek(0)
+    """``f`` (at its start; buffered, as files opened for reading are) past a UTF-8
+    byte-order mark, if it has one."""
+    if cast(io.BufferedReader, f).peek(len(UTF8_BOM))[: len(UTF8_BOM)] == UTF8_BOM:
+        f.read(len(UTF8_BOM))
     return f
 
 
@@ -165,13 +222,7 @@ def _open_lines(p: Path) -> Iterator[BinaryIO]:
     with _input_errors(p):
         raw = p.open("rb")
     with raw, _input_errors(p):
-        gzipped = raw.read(2) == GZIP_MAGIC
-        raw.seek(0)
-        if not gzipped:
-            yield _skip_bom(raw)
-            return
-        with gzip.GzipFile(fileobj=raw) as z:
-            yield _skip_bom(cast(BinaryIO, z))
+        yield _skip_bom(open_input(raw, p))
 
 
 def expand_inputs(paths: list[str | Path], suffixes: tuple[str, ...]) -> list[Path]:

@@ -1,0 +1,64 @@
+"""Gzip inputs inflate within a bound: a small file that inflates a thousandfold (a
+decompression bomb) is refused, naming the file and the variable that raises the bound,
+before it fills memory, by every reader (whole files, lines, CSV, captures)."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from tacit.errors import InputError
+from tacit.formats import textio
+from tacit.formats.pcap import read_packets
+from tacit.formats.textio import csv_rows, iter_json_lines, read_bytes, read_text
+
+
+@pytest.fixture
+def small_floor(monkeypatch):
+    """A floor of 1 MB, so that a bomb of a few MB shows the bound."""
+    monkeypatch.setattr(textio, "INFLATE_FLOOR", 1 << 20)
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        read_bytes,
+        read_text,
+        lambda p: list(iter_json_lines(p)),
+        lambda p: list(csv_rows(p)),
+        read_packets,
+    ],
+)
+@pytest.mark.parametrize("content", [b"\0", b" ", b"\n"])
+def test_a_file_that_inflates_a_thousandfold_is_refused(tmp_path, small_floor, read, content):
+    bomb = tmp_path / "bomb.gz"
+    bomb.write_bytes(gzip.compress(content * (8 << 20), 9))
+    assert bomb.stat().st_size < 20_000
+    with pytest.raises(InputError, match=r"inflates beyond .* TACIT_MAX_INFLATE_RATIO") as e:
+        read(bomb)
+    assert str(bomb) in str(e.value)
+
+
+def test_the_bound_is_the_ratio_to_the_compressed_size_and_can_be_raised(
+    tmp_path, small_floor, monkeypatch
+):
+    text = b'{"a": 1}\n' * 200_000  # 1.8 MB: over the floor, and compresses about 300 times
+    data = tmp_path / "lines.jsonl.gz"
+    data.write_bytes(gzip.compress(text, 9))
+    with pytest.raises(InputError, match="inflates beyond"):
+        read_bytes(data)
+    monkeypatch.setenv("TACIT_MAX_INFLATE_RATIO", "1000")
+    assert read_bytes(data) == text
+    assert len(list(iter_json_lines(data))) == 200_000
+    monkeypatch.setenv("TACIT_MAX_INFLATE_RATIO", "lots")
+    with pytest.raises(InputError, match="TACIT_MAX_INFLATE_RATIO='lots' is not a number"):
+        read_bytes(data)
+
+
+def test_a_file_within_the_bound_reads_as_before(tmp_path):
+    plain = b"\xef\xbb\xbf" + b'{"a": 1}\n' * 1000  # with a byte-order mark, skipped
+    data = tmp_path / "x.jsonl.gz"
+    data.write_bytes(gzip.compress(plain))
+    assert read_bytes(data) == plain[3:]
+    assert [n for n, _ in iter_json_lines(data)] == list(range(1, 1001))
