@@ -344,3 +344,26 @@ def test_a_line_longer_than_a_read_is_one_rejected_line(
         assert len(store.rda_intervals(str(results), None, None, 10)) == 3
     finally:
         store.close()
+
+
+def test_a_file_of_garbage_is_rejected_line_by_line_and_logged_in_a_few_lines(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every line of 20,000 lines of garbage is a stored rejection, and the log says so in a
+    few lines, not 20,000."""
+    from tacit.serve import rda_feed
+    from tacit.serve.metrics import ServeMetrics
+
+    results = tmp_path / "garbage.jsonl"
+    results.write_text("".join(f"\x00garbage {k}\n" for k in range(20_000)))
+    store = Store(tmp_path / "tacit.duckdb")
+    try:
+        follower = rda_feed.RdaFollower(results, rda_feed.RdaIngest(store, ServeMetrics()))
+        with caplog.at_level("WARNING", logger="tacit.serve"):
+            while follower.read_more():
+                pass
+        assert store.rda_rejected() == {str(results): 20_000}
+    finally:
+        store.close()
+    assert len(caplog.records) <= 5 * (rda_feed.LOGGED + 1)
+    assert "more lines are not RDA interval records" in caplog.text

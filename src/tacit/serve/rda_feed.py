@@ -6,7 +6,8 @@ from ``POST /api/tacit/latency/oneway``, stored (``rda_intervals``) and counted.
 Every line is accounted for: an interval record is stored (one repeating a source, role and
 interval replaces it: an agent resends a result after a reconnection), the agent's closing
 summary line is counted as such, a blank line as blank, and anything else is rejected with its
-reason (``rda_rejected``, and a log line naming the file and line); none stops the service.
+reason (``rda_rejected``; the log names the file and line of the first few of each read, and
+counts the rest); none stops the service.
 
 A followed file is read up to its last complete line; how far is stored with the records it
 gave, in one transaction, so a restart goes on where the last run stopped. A file that becomes
@@ -48,6 +49,9 @@ COUNTS = (
 """The count fields of a record, in the order of ``rda_intervals``; each may be null (an
 interval without reconciliation has none of the last five)."""
 ROLES = ("sender", "receiver")
+LOGGED = 3
+"""Rejected lines logged one by one per piece of input; the rest in one line (a file of
+garbage had logged a warning for each of its 117,000 lines)."""
 POLL_S = 0.2
 NS = 1e9
 
@@ -146,13 +150,20 @@ class RdaIngest:
             except InputError as e:
                 got.results["malformed"] += 1
                 got.rejected.append((source, number, str(e), now))
-                log.warning("%s:%d: not an RDA interval record: %s", source, number, e)
+                if len(got.rejected) <= LOGGED:
+                    log.warning("%s:%d: not an RDA interval record: %s", source, number, e)
                 continue
             if row is None:
                 got.results["summary"] += 1
             else:
                 got.results["stored"] += 1
                 got.records.append(row)
+        if len(got.rejected) > LOGGED:
+            log.warning(
+                "%s: %d more lines are not RDA interval records (rda_rejected has each)",
+                source,
+                len(got.rejected) - LOGGED,
+            )
         self.store.append_rda(got.records, got.rejected, state or {})
         self._count(got, source)
         return got

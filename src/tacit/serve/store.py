@@ -785,8 +785,19 @@ class Store:
                     f"INSERT OR REPLACE INTO rda_intervals VALUES ({', '.join('?' * 18)})",
                     [list(r) for r in records],
                 )
-            if rejected:
-                cur.executemany("INSERT INTO rda_rejected VALUES (?, ?, ?, ?)", list(rejected))
+            if rejected:  # as a table: executemany took 90 s for 117,000 lines of garbage
+                source, line, reason, received = zip(*rejected, strict=True)
+                rows = pa.table(
+                    {
+                        "source": pa.array(source, pa.string()),
+                        "line": pa.array(line, pa.int64()),
+                        "reason": pa.array(reason, pa.string()),
+                        "received_ns": pa.array(received, pa.int64()),
+                    }
+                )
+                cur.register("rejected_in", rows)
+                cur.execute("INSERT INTO rda_rejected SELECT * FROM rejected_in")
+                cur.unregister("rejected_in")
             for key, value in state.items():
                 cur.execute(_SET_STATE, [key, value])
 
