@@ -209,3 +209,23 @@ def test_peers_without_the_key_filling_every_place_cannot_keep_the_sender_out(pc
     assert receiver.connections == 1
     assert sum("evicted" in r for r in receiver.rejections.recent) == 1
     check_against_truth(pcaps, sender, receiver, params)
+
+
+def test_a_flood_of_refusals_is_logged_about_once_a_second(caplog, monkeypatch):
+    """Every refusal is kept and counted; the log gets one line a second at most, the next
+    saying how many went unlogged."""
+    from tacit.oneway_latency import agent_transport
+    from tacit.oneway_latency.agent_transport import RejectionLog
+
+    clock = iter([0.0, 0.1, 0.2, 0.5, 1.2, 1.3])
+    monkeypatch.setattr(agent_transport.time, "monotonic", lambda: next(clock))
+    rejections = RejectionLog(3)
+    with caplog.at_level("WARNING", logger="tacit.oneway_latency.agent"):
+        for k in range(6):
+            rejections.add(f"bad {k}")
+            rejections.warn("refused connection", f"bad {k}")
+    assert rejections.total == 6 and list(rejections.recent) == ["bad 3", "bad 4", "bad 5"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "refused connection: bad 0",
+        "refused connection: bad 4 (3 more refused since the last logged)",
+    ]

@@ -534,7 +534,7 @@ class Agent:
                 await self._dispatch(conn, frame)
         except ProtocolError as e:
             self.rejections.add(str(e))
-            log.warning("refused frame: %s", e)
+            self.rejections.warn("refused frame", str(e))
             why = str(e)
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
             why = f"{type(e).__name__}: {e}"
@@ -710,7 +710,7 @@ class Agent:
     def _refuse(self, writer: asyncio.StreamWriter, reason: str) -> None:
         """Close a connection that has not authenticated (nothing more it sends is read)."""
         self.rejections.add(reason)
-        log.warning("refused connection: %s", reason)
+        self.rejections.warn("refused connection", reason)
         writer.close()
 
     def _on_sketch(self, sketch: Sketch) -> None:

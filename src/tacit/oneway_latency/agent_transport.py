@@ -5,6 +5,9 @@ themselves, their authentication and payloads are :mod:`~tacit.oneway_latency.pr
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
+import time
 from collections import deque
 from typing import Any
 
@@ -118,6 +121,12 @@ async def handshake(
     channel.accept_config(theirs, config)
 
 
+log = logging.getLogger("tacit.oneway_latency.agent")  # the agent's own log
+LOG_EVERY_S = 1.0
+"""Refusals written to the log at most this often: a flood of connections that cannot
+authenticate had written a warning for each (167,494 lines in 25 s)."""
+
+
 class RejectionLog:
     """The last ``kept`` refused frames or connections, with their reasons, and how many were
     refused in all (an unauthenticated peer can be refused without end: the log stays small)."""
@@ -125,7 +134,20 @@ class RejectionLog:
     def __init__(self, kept: int) -> None:
         self.recent: deque[str] = deque(maxlen=kept)
         self.total = 0
+        self._logged_at = -math.inf
+        self._unlogged = 0
 
     def add(self, reason: str) -> None:
         self.recent.append(reason)
         self.total += 1
+
+    def warn(self, what: str, reason: str) -> None:
+        """Log ``what: reason`` unless a refusal was logged within :data:`LOG_EVERY_S`; the
+        next one logged says how many were not."""
+        now = time.monotonic()
+        if now - self._logged_at < LOG_EVERY_S:
+            self._unlogged += 1
+            return
+        more = f" ({self._unlogged} more refused since the last logged)" if self._unlogged else ""
+        log.warning("%s: %s%s", what, reason, more)
+        self._logged_at, self._unlogged = now, 0
