@@ -92,7 +92,8 @@ def test_loadbalancer_compares_both_runs(runs):
 @needs_capture(tool=False)
 def test_live_capture_on_loopback(tmp_path):
     """``--interface``: a request-response loop on loopback (5 ms service time) captured live;
-    the estimates are near 5 ms and every packet is accounted for."""
+    every estimate lies within the service times the server took (5 ms asked of ``sleep``,
+    more on a busy machine), and every packet is accounted for."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen()
@@ -100,10 +101,14 @@ def test_live_capture_on_loopback(tmp_path):
     args = ("latency", "response", "--interface", "lo", "--filter", f"tcp port {port}")
     proc = start(*args, "--seconds", "6", "--epoch", "500ms", "--rows", "--json", cwd=tmp_path)
 
+    took: list[float] = []  # each response's service time, as the server saw it (ns)
+
     def serve() -> None:
         conn, _ = srv.accept()
         while conn.recv(100):
+            began = time.perf_counter_ns()
             time.sleep(0.005)
+            took.append(time.perf_counter_ns() - began)
             conn.sendall(b"x" * 200)
 
     threading.Thread(target=serve, daemon=True).start()
@@ -118,7 +123,12 @@ def test_live_capture_on_loopback(tmp_path):
     assert doc["packets"] > 100 and sum(doc["packet_accounting"].values()) == doc["packets"]
     assert doc["estimates"] >= 1
     latencies = [row["latency_ns"] for row in doc["rows"]]
-    assert all(4.5e6 < v < 8e6 for v in latencies), latencies
+    slack = 1e6  # capture timestamps and the server's clock reads, apart
+    assert all(min(took) - slack < v < max(took) + slack for v in latencies), (
+        latencies,
+        min(took),
+        max(took),
+    )
 
 
 def test_responses_faster_than_the_gap_threshold_are_explained(tmp_path):

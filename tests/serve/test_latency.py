@@ -240,11 +240,15 @@ def test_a_live_source_measures_a_servers_think_time(tmp_path: Path) -> None:
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
 
+    took: list[float] = []  # each answer's delay as the server saw it (ms): more when busy
+
     def serve() -> None:
         conn, _ = listener.accept()
         with conn:
             while conn.recv(4096):
+                began = time.perf_counter()
                 time.sleep(delay_s)
+                took.append((time.perf_counter() - began) * 1e3)
                 conn.sendall(bytes(3000))
 
     server = threading.Thread(target=serve, daemon=True)
@@ -252,12 +256,14 @@ def test_a_live_source_measures_a_servers_think_time(tmp_path: Path) -> None:
     live = {"pirate_interface": "lo", "pirate_filter": f"tcp dst port {port}"}
     live |= {"pirate_server": f"127.0.0.1:{port}", "pirate": PirateParams(epoch_ns=SECOND // 4)}
     with running(tmp_path, **live) as svc:
+        began = time.perf_counter()
         with socket.create_connection(("127.0.0.1", port)) as client:
             for _ in range(requests):
                 client.sendall(bytes(200))
                 got = 0
                 while got < 3000:
                     got += len(client.recv(65536))
+        epochs = (time.perf_counter() - began) / 0.25 + 1  # at most, over the requests
         time.sleep(0.2)  # the last packets through the capture
         (source,) = get_json(svc, "/api/tacit/status")["pirate"]
         assert source["source"] == "live:lo" and source["error"] is None
@@ -272,9 +278,10 @@ def test_a_live_source_measures_a_servers_think_time(tmp_path: Path) -> None:
         store.close()
     assert {r[2] for r in rows} == {f"127.0.0.1:{port}"}
     samples = sum(r[6] for r in rows)
-    assert samples >= requests - 2  # a gap per request after the first, cut by epochs
+    assert samples >= requests - 1 - int(epochs)  # a gap a request after the first, but where
+    # an epoch's end cuts one: a busy machine spreads the requests over more epochs
     mean_ms = sum(r[5] * r[6] for r in rows) / samples / 1e6
-    assert delay_s * 1e3 <= mean_ms < delay_s * 1e3 + 5
+    assert delay_s * 1e3 <= mean_ms < max(took) + 5, (mean_ms, min(took), max(took))
     assert packets["estimator"].get("other_direction", 0) == 0  # the filter kept one direction
     assert sum(packets["estimator"].values()) == packets["capture"]["ip_packets"]
 
