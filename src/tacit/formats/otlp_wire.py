@@ -120,39 +120,43 @@ def request_shape(body: bytes) -> tuple[int, int, int, int] | None:
 def _shape(b: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     """:func:`request_shape`'s counts; the first -1 for bytes the walk does not take."""
     counts = np.zeros(4, np.int64)
-    end = len(b)
-    i = 0
+    i, end = 0, len(b)
     while True:
         tag, start, stop = _next(b, i, end, _RESOURCE_SPANS, _RESOURCE_SPANS)
-        if tag <= 0:
-            break
+        if tag == 0:
+            return counts
+        if tag < 0 or not _count_scopes(b, start, stop, counts):
+            counts[0] = -1
+            return counts
         counts[0] += 1
-        j = start
-        while True:
-            tag2, start2, stop2 = _next(b, j, stop, _SCOPE_SPANS, _SCOPE_SPANS)
-            if tag2 <= 0:
-                break
-            counts[1] += 1
-            k = start2
-            while True:
-                tag3, start3, stop3 = _next(b, k, stop2, _SPANS, _SPANS)
-                if tag3 <= 0:
-                    break
-                counts[2] += 1
-                if stop3 - start3 < MIN_SPAN_BYTES:
-                    counts[3] += 1
-                k = stop3
-            if tag3 < 0:
-                tag2 = -1
-                break
-            j = stop2
-        if tag2 < 0:
-            tag = -1
-            break
         i = stop
-    if tag < 0:
-        counts[0] = -1
-    return counts
+
+
+@njit(cache=True, nogil=True)
+def _count_scopes(b: np.ndarray, i: int, end: int, counts: np.ndarray) -> bool:  # pragma: no cover
+    """Count the ``ScopeSpans`` of one ``ResourceSpans`` (``b[i:end]``) and their spans into
+    ``counts``; False for bytes the walk does not take."""
+    while True:
+        tag, start, stop = _next(b, i, end, _SCOPE_SPANS, _SCOPE_SPANS)
+        if tag <= 0:
+            return tag == 0
+        counts[1] += 1
+        if not _count_spans(b, start, stop, counts):
+            return False
+        i = stop
+
+
+@njit(cache=True, nogil=True)
+def _count_spans(b: np.ndarray, i: int, end: int, counts: np.ndarray) -> bool:  # pragma: no cover
+    """Count the spans of one ``ScopeSpans`` (``b[i:end]``), and those shorter than
+    :data:`MIN_SPAN_BYTES`, into ``counts``; False for bytes the walk does not take."""
+    while True:
+        tag, start, stop = _next(b, i, end, _SPANS, _SPANS)
+        if tag <= 0:
+            return tag == 0
+        counts[2] += 1
+        counts[3] += stop - start < MIN_SPAN_BYTES
+        i = stop
 
 
 @njit(cache=True, nogil=True)
