@@ -29,22 +29,19 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from bench_traceweaver import DATA
 from report_part import publish
+from tacit.evaluation.calibration import trace_outcomes
 from tacit.evaluation.reconstruction import evaluate
-from tacit.evaluation.trace_accuracy import wrong_traces
 from tacit.formats.span_files import observe
 from tacit.model.roles import infer_roles
-from tacit.model.spans import CLIENT, NONE
 from tacit.reconstruct.callgraph import learn_callgraph
-from tacit.reconstruct.link_probability import link_probability, trace_probability
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
-from tacit.simulate import SlowdownSpec, load_app, simulate
+from tacit.simulate import SlowdownSpec, load_app, simulate, slow_down
 from tacit.simulate.microservices import EPOCH_NS
 
 TARGET_ECE = 0.05
@@ -126,21 +123,13 @@ def incident(seed: int) -> list[dict]:
     app = load_app(None)
     graph = learn_callgraph(infer_roles(simulate(app, 20, n_requests=400, seed=7)).spans)
     third = INCIDENT_REQUESTS / INCIDENT_RATE / 3
-    front = replace(
-        app.services["frontend"], slowdown=SlowdownSpec(INCIDENT_FACTOR, third, 2 * third)
-    )
-    slow = replace(app, services={**app.services, "frontend": front})
+    slow = slow_down(app, "frontend", SlowdownSpec(INCIDENT_FACTOR, third, 2 * third))
     obs = infer_roles(
         simulate(slow, INCIDENT_RATE, n_requests=INCIDENT_REQUESTS, seed=seed, record_threads=False)
     )
     blind = obs.without_truth()
-    rec = reconstruct_traceweaver(blind, graph)
-    client = obs.spans.kind == CLIENT
-    trace, wrong = wrong_traces(obs.spans, rec, client)
-    probability = trace_probability(link_probability(blind, rec), trace, rec.samples)
-    began = np.zeros(len(wrong))
-    roots = np.flatnonzero(obs.spans.parent == NONE)
-    began[trace[roots]] = (obs.spans.start[roots] - EPOCH_NS) / 1e9
+    traces = trace_outcomes(obs.spans, blind, reconstruct_traceweaver(blind, graph))
+    began = (traces.start - EPOCH_NS) / 1e9
     out = []
     for part, (lo, hi) in zip(
         ("calm before", "slowed", "calm after"),
@@ -148,16 +137,16 @@ def incident(seed: int) -> list[dict]:
         strict=True,
     ):
         these = (began >= lo) & (began < hi)
-        sure = these & (probability >= 0.9)
+        sure = these & (traces.probability >= 0.9)
         out.append(
             {
                 "seed": seed,
                 "part": part,
                 "traces": int(these.sum()),
-                "accuracy": round(1 - float(wrong[these].mean()), 4),
-                "mean_probability": round(float(probability[these].mean()), 4),
+                "accuracy": round(float(traces.right[these].mean()), 4),
+                "mean_probability": round(float(traces.probability[these].mean()), 4),
                 "traces_at_0.9": int(sure.sum()),
-                "right_at_0.9": round(1 - float(wrong[sure].mean()), 4) if sure.any() else None,
+                "right_at_0.9": round(float(traces.right[sure].mean()), 4) if sure.any() else None,
             }
         )
     return out

@@ -3,22 +3,24 @@ probabilities TraceWeaver's alternatives give each link and trace."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from tacit.errors import ConfigError
-from tacit.evaluation.calibration import calibration
-from tacit.evaluation.trace_accuracy import wrong_traces
+from tacit.evaluation.calibration import (
+    calibration,
+    reconstruction_calibration,
+    trace_outcomes,
+)
 from tacit.model.roles import infer_roles
 from tacit.model.spans import CLIENT, NONE
 from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
 from tacit.reconstruct.link_probability import link_probability, sample_mask, trace_probability
 from tacit.reconstruct.result import NOT_SAMPLED
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
-from tacit.simulate import SlowdownSpec, load_app, simulate
+from tacit.simulate import SlowdownSpec, load_app, simulate, slow_down
 from tacit.simulate.microservices import EPOCH_NS
 
 
@@ -108,24 +110,17 @@ def test_probabilities_fall_with_accuracy_when_a_service_slows_down():
     app = load_app(None)
     graph = learn_callgraph(infer_roles(simulate(app, 20, n_requests=400, seed=7)).spans)
     third = 1500 / 600 / 3
-    front = dataclasses.replace(
-        app.services["frontend"], slowdown=SlowdownSpec(5.0, third, 2 * third)
-    )
-    slow = dataclasses.replace(app, services={**app.services, "frontend": front})
+    slow = slow_down(app, "frontend", SlowdownSpec(5.0, third, 2 * third))
     obs = infer_roles(simulate(slow, 600, n_requests=1500, seed=1, record_threads=False))
     blind = obs.without_truth()
-    rec = reconstruct_traceweaver(blind, graph)
-    client = obs.spans.kind == CLIENT
-    trace, wrong = wrong_traces(obs.spans, rec, client)
-    p = trace_probability(link_probability(blind, rec), trace, rec.samples)
-    began = np.zeros(len(wrong))
-    roots = np.flatnonzero(obs.spans.parent == NONE)
-    began[trace[roots]] = (obs.spans.start[roots] - EPOCH_NS) / 1e9
+    traces = trace_outcomes(obs.spans, blind, reconstruct_traceweaver(blind, graph))
+    began = (traces.start - EPOCH_NS) / 1e9
     slowed = (began >= third) & (began < 2 * third)
-    accuracy = {k: 1 - wrong[m].mean() for k, m in (("calm", ~slowed), ("slowed", slowed))}
+    accuracy = {k: traces.right[m].mean() for k, m in (("calm", ~slowed), ("slowed", slowed))}
     assert accuracy["slowed"] < accuracy["calm"] - 0.15, accuracy
     for k, m in (("calm", ~slowed), ("slowed", slowed)):
-        assert abs(p[m].mean() - accuracy[k]) < 0.1, (k, p[m].mean(), accuracy[k])
+        p = traces.probability[m].mean()
+        assert abs(p - accuracy[k]) < 0.1, (k, p, accuracy[k])
 
 
 def test_sampled_assignments_give_probabilities_closer_to_how_often_links_are_right():
@@ -151,15 +146,10 @@ def test_sampled_assignments_give_probabilities_closer_to_how_often_links_are_ri
     measured = sampled.probability[mapped & ~np.isnan(sampled.probability)]
     assert np.allclose(measured * 20, np.round(measured * 20))
     assert 0.05 < np.mean(measured < 1) < 0.5  # contended links are told apart from sure ones
-    right = sampled.parent == truth.parent
-    trace, bad = wrong_traces(truth, sampled, client)
     ece = {}
     for name, rec in (("sampled", sampled), ("shares", shares)):
-        p = link_probability(blind, rec)
-        ece[name] = (
-            calibration(p[client], right[client])["ece"],
-            calibration(trace_probability(p, trace, rec.samples), ~bad)["ece"],
-        )
+        doc = reconstruction_calibration(truth, blind, rec)
+        ece[name] = (doc["links"]["ece"], doc["traces"]["ece"])
     assert ece["sampled"][0] < ece["shares"][0] and ece["sampled"][1] < ece["shares"][1], ece
     assert ece["sampled"][0] < 0.03 and ece["sampled"][1] < 0.1, ece
     again = reconstruct_traceweaver(blind, graph, params)

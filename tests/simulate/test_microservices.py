@@ -22,6 +22,7 @@ from tacit.simulate import (
     parse_app,
     scale_out,
     simulate,
+    slow_down,
 )
 from tacit.simulate.microservices import EPOCH_NS
 
@@ -274,16 +275,7 @@ def test_a_slowdown_lengthens_the_service_times_begun_within_it(shop: AppSpec) -
     """The front end slowed fivefold from 1 to 2 s into the load: its requests that arrived
     then take about five times as long before their first call (a compute phase), and the
     database it calls is as fast as ever."""
-    front = shop.services["frontend"]
-    slow = dataclasses.replace(
-        shop,
-        services={
-            **shop.services,
-            "frontend": dataclasses.replace(
-                front, slowdown=SlowdownSpec(factor=5.0, from_s=1.0, until_s=2.0)
-            ),
-        },
-    )
+    slow = slow_down(shop, "frontend", SlowdownSpec(factor=5.0, from_s=1.0, until_s=2.0))
     t = simulate(slow, 100, duration_s=3.0, seed=2)
     start = (t.start - EPOCH_NS) / 1e9
     during, outside = (start >= 1.1) & (start < 1.9), (start < 0.9) | (start >= 2.1)

@@ -9,10 +9,12 @@ calibrated predictor has an ECE near 0: of the links given 0.9, nine in ten are 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from tacit.evaluation.trace_accuracy import wrong_traces
-from tacit.model.spans import CLIENT, SpanTable
+from tacit.model.spans import CLIENT, NONE, SpanTable
 from tacit.reconstruct.link_probability import link_probability, trace_probability
 from tacit.reconstruct.result import Reconstruction
 
@@ -47,16 +49,37 @@ def calibration(probability: np.ndarray, right: np.ndarray, bins: int = BINS) ->
     return {"ece": ece, "n": len(probability), "bins": rows}
 
 
+@dataclass
+class TraceOutcomes:
+    """Per true trace of a reconstruction: the probability it was given, whether it is right
+    (as :func:`.trace_accuracy.score_reconstruction` counts it), and when its root began."""
+
+    probability: np.ndarray
+    right: np.ndarray
+    start: np.ndarray
+
+
+def trace_outcomes(truth: SpanTable, blind: SpanTable, rec: Reconstruction) -> TraceOutcomes:
+    """:class:`TraceOutcomes` of ``rec`` against ``truth`` (``blind``: what it was made
+    from)."""
+    trace, bad = wrong_traces(truth, rec, truth.kind == CLIENT)
+    start = np.zeros(len(bad), dtype=np.int64)
+    roots = np.flatnonzero(truth.parent == NONE)
+    start[trace[roots]] = truth.start[roots]
+    probability = trace_probability(link_probability(blind, rec), trace, rec.samples)
+    return TraceOutcomes(probability, ~bad, start)
+
+
 def reconstruction_calibration(
     truth: SpanTable, blind: SpanTable, rec: Reconstruction
 ) -> dict[str, dict]:
     """The calibration of ``rec``'s link probabilities (:mod:`tacit.reconstruct.
     link_probability`) over every client span of ``truth``, and of its trace probabilities
-    over every trace (right: as :func:`.trace_accuracy.score_reconstruction` counts it)."""
+    over every trace (:func:`trace_outcomes`)."""
     client = truth.kind == CLIENT
     p = link_probability(blind, rec)
-    trace, bad = wrong_traces(truth, rec, client)
+    traces = trace_outcomes(truth, blind, rec)
     return {
         "links": calibration(p[client], (rec.parent == truth.parent)[client]),
-        "traces": calibration(trace_probability(p, trace, rec.samples), ~bad),
+        "traces": calibration(traces.probability, traces.right),
     }

@@ -12,6 +12,7 @@ from .app_spec import (
     load_app,
     parse_app,
     scale_out,
+    slow_down,
 )
 from .microservices import load_sweep, simulate
 
@@ -29,4 +30,5 @@ __all__ = [
     "parse_app",
     "scale_out",
     "simulate",
+    "slow_down",
 ]

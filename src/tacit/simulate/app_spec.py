@@ -171,6 +171,15 @@ def scale_out(app: AppSpec, factor: int) -> AppSpec:
     return replace(app, services=services)
 
 
+def slow_down(app: AppSpec, service: str, slowdown: SlowdownSpec) -> AppSpec:
+    """``app`` with ``service`` slowed down as ``slowdown`` says (an incident to measure
+    through)."""
+    if service not in app.services:
+        raise ConfigError(f"slow_down: no service {service!r} in {app.name}")
+    slowed = replace(app.services[service], slowdown=slowdown)
+    return replace(app, services={**app.services, service: slowed})
+
+
 def parse_app(data: Any, source: str = "<app>") -> AppSpec:
     """Build and validate an :class:`AppSpec` from parsed YAML (nested dicts and lists).
 
