@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from tacit.errors import InputError
+from tacit.formats.jaeger import MAX_US
 from tacit.serve.store import Store, TraceQuery, tag_value_text
 
 _UNITS = {
@@ -86,10 +87,6 @@ def envelope(data: Any) -> dict[str, Any]:
     """Jaeger's answer around ``data``."""
     total = len(data) if isinstance(data, list) else 0
     return {"data": data, "total": total, "limit": 0, "offset": 0, "errors": None}
-
-
-MAX_US = INT64_MAX // 1000
-"""The latest time in µs (as Jaeger's API gives times) whose ns the store holds."""
 
 
 def trace_query(params: Mapping[str, str]) -> TraceQuery:
