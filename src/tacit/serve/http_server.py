@@ -1,311 +1,307 @@
-"""The HTTP side of ``tacit serve``: the OTLP/HTTP receiver, the Jaeger query API, the web page,
-``/metrics``, ``/healthz`` and ``/readyz``, on one address.
+"""The HTTP side of ``tacit serve``, on one address: HTTP/1.1 (parsed by h11) over asyncio,
+HTTPS with a certificate (:mod:`.tls`); what is answered is :mod:`.http_routes`' business.
 
-OTLP/HTTP (specification, "OTLP/HTTP"): ``POST /v1/traces`` with ``application/x-protobuf`` or
-``application/json``, optionally gzip-encoded; success is 200 with an (empty)
-``ExportTraceServiceResponse`` in the request's encoding; a malformed request is 400 with a
-``google.rpc.Status`` saying why; too many spans waiting is 429 with ``Retry-After``, which the
-SDK exporters honour by retrying later. With an ingest token (:mod:`.auth`), a POST without it
-is 401; with a query token, so is a GET without it, but for ``/healthz`` and ``/readyz``. With
-a certificate (:mod:`.tls`), all of it is served over HTTPS.
+A connection costs a coroutine and its buffers, not a thread, until a request has come whole:
+only then does one of :data:`WORKERS` threads answer it. With a thread per connection (the
+standard library's server), a client that kept its connection idle, or sent its headers a byte
+at a time, held a thread for as long as it liked, and 2,000 of them made 2,000 threads. The
+bounds, all fixed here:
+
+- a request's head must be whole within :data:`IDLE_TIMEOUT_S` of the connection's opening or
+  of the previous answer, and within :data:`MAX_HEAD` bytes;
+- a body may pause at most :data:`IDLE_TIMEOUT_S` between two reads, and may not exceed
+  :data:`~.ingest.MAX_BODY`; the bodies read and not yet answered hold at most
+  :data:`BUFFERED_BODIES` bytes in all (a request that waits longer for room is told to retry);
+- at most :data:`MAX_CONNECTIONS` connections are served at once; one more is answered 503 with
+  ``Retry-After`` (which the OTLP exporters honour), never reset.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
+import resource
+import socket
 import ssl
-import sys
-import zlib
-from collections.abc import Callable
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+import h11
 
-from tacit.errors import ConfigError, InputError
-from tacit.serve import jaeger_api
-from tacit.serve.auth import authorized, may_read
-from tacit.serve.ingest import MAX_BODY, Busy, Ingest
-from tacit.serve.metrics import ServeMetrics
-from tacit.serve.store import Store
+from tacit.serve.http_routes import Request, Response, Routes, text
+from tacit.serve.ingest import MAX_BODY
 from tacit.serve.tls import ServerTLS
 
 log = logging.getLogger("tacit.serve")
 
-PROTOBUF = "application/x-protobuf"
-_STATIC = {
-    "/": ("index.html", "text/html; charset=utf-8"),
-    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
-    "/style.css": ("style.css", "text/css; charset=utf-8"),
-}
-_OPEN = ("/healthz", "/readyz")
-"""What a GET may ask without the query token: the health checks of orchestrators."""
-
-
 HANDSHAKE_TIMEOUT_S = 10
-"""How long a connection may take over its TLS handshake (in its own thread)."""
+"""How long a connection may take over its TLS handshake."""
 IDLE_TIMEOUT_S = 30
-"""How long a connection may wait between two reads (headers a byte at a time, a keep-alive
-connection left idle) before it is closed, with the thread that serves it. The OTLP exporters
-keep a connection between batches sent every 5 s; Go's servers close idle ones after a few
-minutes at most."""
+"""How long a connection may take to send a request's head (from its opening or the previous
+answer), and a body may pause between two reads, before the connection is closed. The OTLP
+exporters keep a connection between batches sent every 5 s; Go's servers close idle ones after a
+few minutes at most."""
+MAX_HEAD = 64 * 1024
+"""The largest request line and headers taken (bytes); beyond, 431."""
+WORKERS = 8
+"""Threads answering requests. Checking OTLP is bounded on its own
+(:data:`~.ingest.MAX_DECODING`); the rest are queries of the store."""
+BUFFERED_BODIES = 256 * 1024 * 1024
+"""Bytes of request bodies read (or reserved by their ``Content-Length``) and not yet answered,
+in all."""
+MAX_CONNECTIONS = 4096
+"""Connections served at once."""
 BACKLOG = 1024
-"""Connections the kernel queues until the server accepts them. The standard library's default
-is 5: beyond it, a burst of clients waits for SYN retries or, on a busy server, is reset."""
+"""Connections the kernel queues until the server accepts them."""
+READ_SIZE = 64 * 1024
+FILES_BESIDE = 1024
+"""Open files the service needs beside its connections (the store, journals, captures)."""
 
 
-class ServeHTTPServer(ThreadingHTTPServer):
-    """A threading server that knows the service's parts; HTTPS with ``tls``, each connection's
-    handshake in its own thread, so that a slow client holds up no other."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = BACKLOG
+class ServeHTTPServer:
+    """Listens on ``address`` from construction (so its port is known at once); serves from
+    :meth:`serve_forever` until :meth:`shutdown`."""
 
     def __init__(
-        self,
-        address: tuple[str, int],
-        store: Store,
-        ingest: Ingest,
-        metrics: ServeMetrics,
-        ready: Callable[[], str | None],
-        extra: Callable[[str, dict[str, str]], Any | None],
-        receive: Callable[[str, dict[str, str], bytes], Any | None],
-        token: str | None = None,
-        tls: ServerTLS | None = None,
-        query_token: str | None = None,
+        self, address: tuple[str, int], routes: Routes, tls: ServerTLS | None = None
     ) -> None:
-        super().__init__(address, _Handler)
-        if tls is not None:
-            self.socket = tls.context.wrap_socket(
-                self.socket, server_side=True, do_handshake_on_connect=False
-            )
-        self.token = token
-        self.query_token = query_token
-        self.store = store
-        self.ingest = ingest
-        self.metrics = metrics
-        self.ready = ready
-        self.extra = extra
-        self.receive = receive
+        _open_files_for(MAX_CONNECTIONS + FILES_BESIDE)
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.socket = socket.create_server(address, family=family, backlog=BACKLOG)
+        self.server_address: tuple[Any, ...] = self.socket.getsockname()
+        self.routes = routes
+        self._tls = None if tls is None else tls.context
+        self._stop = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = threading.Event()
+        self._done = threading.Event()
+        self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="tacit-http")
+        self._connections: set[asyncio.Task[None]] = set()
+        self._room = _Room(BUFFERED_BODIES)
 
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        if isinstance(request, ssl.SSLSocket):
-            try:
-                request.settimeout(HANDSHAKE_TIMEOUT_S)
-                request.do_handshake()
-                request.settimeout(None)
-            except (ssl.SSLError, OSError) as e:
-                log.debug("TLS handshake with %s failed: %s", client_address, e)
+    def serve_forever(self) -> None:
+        """Serve until :meth:`shutdown`; returns once every worker has answered."""
+        try:
+            asyncio.run(self._serve())
+        finally:
+            self._done.set()
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Stop taking connections, close the open ones and wait for answers under way."""
+        if self._started.wait(timeout_s) and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+            self._done.wait(timeout_s)
+
+    def server_close(self) -> None:
+        self.socket.close()
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop.set_exception_handler(_quiet)
+        server = await asyncio.start_server(
+            self._connection,
+            sock=self.socket,
+            ssl=self._tls,
+            ssl_handshake_timeout=None if self._tls is None else HANDSHAKE_TIMEOUT_S,
+            limit=READ_SIZE,
+        )
+        self._started.set()
+        async with server:
+            await self._stop.wait()
+            server.close()
+            for task in self._connections:
+                task.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        self._workers.shutdown(wait=True)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            if len(self._connections) > MAX_CONNECTIONS:
+                answer = text(HTTPStatus.SERVICE_UNAVAILABLE, "too many connections")
+                await _Exchange(h11.Connection(h11.SERVER), reader, writer).send_busy(answer)
                 return
-        super().finish_request(request, client_address)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A connection that broke or timed out is the client's doing, logged at debug level;
-        anything else is a fault, logged with its traceback (the standard library printed a
-        traceback for every reset connection)."""
-        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            log.debug("connection from %s ended: %s", client_address, sys.exc_info()[1])
-        else:
-            log.exception("serving %s failed", client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: ServeHTTPServer
-    protocol_version = "HTTP/1.1"
-    server_version = "tacit"
-    timeout = IDLE_TIMEOUT_S
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
-
-    def do_POST(self) -> None:
-        self._guarded(self._post, HTTPStatus.SERVICE_UNAVAILABLE)
-
-    def do_GET(self) -> None:
-        self._guarded(self._get, HTTPStatus.INTERNAL_SERVER_ERROR)
-
-    def _guarded(self, handle: Callable[[], None], status: HTTPStatus) -> None:
-        """Run ``handle``; a failure of the service itself (the store, say) is logged and
-        answered ``status`` (503 for exports: OTLP senders retry it), never a dropped
-        connection."""
-        try:
-            handle()
-        except Exception:
-            log.exception("%s %s failed", self.command, self.path)
-            self._send(status, b"the service failed; its log says why\n", "text/plain")
-
-    # -- OTLP --------------------------------------------------------------------------------
-    def _post(self) -> None:
-        url = urlsplit(self.path)
-        path = url.path
-        if not authorized(self.headers.get("Authorization"), self.server.token):
-            self.server.metrics.refused.labels("http", "unauthenticated").inc()
-            self.send_response(HTTPStatus.UNAUTHORIZED)
-            self.send_header("WWW-Authenticate", 'Bearer realm="tacit"')
-            self.send_header("Content-Length", "0")
-            self.send_header("Connection", "close")  # its body, if any, is not read
-            self.end_headers()
-            self.close_connection = True
-            return
-        if path != "/v1/traces":
-            self._post_extra(path, dict(parse_qsl(url.query)))
-            return
-        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
-        encoding = "json" if ctype == "application/json" else "protobuf"
-        if ctype not in (PROTOBUF, "application/json"):
-            self._otlp_error(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, encoding, f"content type {ctype!r}")
-            return
-        try:
-            body = self._body()
-            self.server.ingest.submit(body, encoding, "http")
-        except Busy as e:
-            self._otlp_error(
-                HTTPStatus.TOO_MANY_REQUESTS,
-                encoding,
-                str(e),
-                {"Retry-After": str(e.retry_after_s)},
+            await self._serve_connection(
+                _Exchange(h11.Connection(h11.SERVER, MAX_HEAD), reader, writer)
             )
-            return
-        except InputError as e:
-            self._otlp_error(HTTPStatus.BAD_REQUEST, encoding, str(e))
-            return
-        if encoding == "json":
-            self._send(HTTPStatus.OK, b"{}", "application/json")
-        else:
-            self._send(HTTPStatus.OK, b"", PROTOBUF)
+        except (ConnectionError, TimeoutError, ssl.SSLError, h11.ProtocolError) as e:
+            log.debug("connection ended: %s", e)
+        finally:
+            self._connections.discard(task)
+            writer.close()
 
-    def _post_extra(self, path: str, params: dict[str, str]) -> None:
-        """tacit's own POST endpoints (``server.receive``); 404 for any other path."""
-        try:
-            answer = self.server.receive(path, params, self._body())
-        except (InputError, ConfigError) as e:
-            self._json({"errors": [{"code": 400, "msg": str(e)}]}, HTTPStatus.BAD_REQUEST)
-            return
-        if answer is None:
-            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
-        else:
-            self._json(answer)
-
-    def _body(self) -> bytes:
-        lengths = self.headers.get_all("Content-Length") or []
-        if len(lengths) > 1:  # which one frames the body? (RFC 9112 §6.3)
-            raise InputError(f"{len(lengths)} Content-Length headers; one is taken")
-        try:
-            length = int(lengths[0] if lengths else "")
-        except ValueError:
-            raise InputError("a Content-Length is required") from None
-        if length < 0 or length > MAX_BODY:
-            raise InputError(f"request body of {length} bytes is not accepted")
-        body = self.rfile.read(length)
-        if (self.headers.get("Content-Encoding") or "").lower() == "gzip":
-            inflate = zlib.decompressobj(wbits=31)  # gzip framing
+    async def _serve_connection(self, exchange: _Exchange) -> None:
+        """Answer the requests of one connection, one after the other, until it closes."""
+        while True:
             try:
-                body = inflate.decompress(body, MAX_BODY + 1)
-            except zlib.error as e:
-                raise InputError(f"gzip body does not decompress: {e}") from None
-            if len(body) > MAX_BODY:  # a small body that inflates without end is refused
-                raise InputError(f"gzip body inflates beyond {MAX_BODY} bytes")
-            if not inflate.eof:
-                raise InputError("gzip body is truncated")
-            if inflate.unused_data:
-                raise InputError(
-                    f"gzip body has {len(inflate.unused_data)} bytes after its end; one gzip "
-                    "member is taken"
-                )
-        return body
-
-    def _otlp_error(
-        self, status: HTTPStatus, encoding: str, message: str, headers: dict[str, str] | None = None
-    ) -> None:
-        from google.rpc.status_pb2 import Status
-
-        code = 8 if status == HTTPStatus.TOO_MANY_REQUESTS else 3  # RESOURCE_EXHAUSTED, INVALID
-        if encoding == "json":
-            body = json.dumps({"code": code, "message": message}).encode()
-            ctype = "application/json"
-        else:
-            body = Status(code=code, message=message).SerializeToString()
-            ctype = PROTOBUF
-        self._send(status, body, ctype, headers)
-
-    # -- queries, page, metrics --------------------------------------------------------------
-    def _get(self) -> None:
-        url = urlsplit(self.path)
-        path = url.path
-        params = dict(parse_qsl(url.query))
-        store = self.server.store
-        if path not in _OPEN and not may_read(
-            self.headers.get("Authorization"), self.server.query_token
-        ):
-            headers = {"WWW-Authenticate": 'Basic realm="tacit", charset="UTF-8"'}
-            self._send(
-                HTTPStatus.UNAUTHORIZED, b"a query token is required\n", "text/plain", headers
+                async with asyncio.timeout(IDLE_TIMEOUT_S):
+                    event = await exchange.next_event()
+            except h11.RemoteProtocolError as e:
+                await exchange.send(text(HTTPStatus(e.error_status_hint), f"bad request: {e}"))
+                return
+            if not isinstance(event, h11.Request):
+                return  # closed, or the head came too slowly (TimeoutError ends it above)
+            request = Request(
+                event.method.decode("ascii"),
+                event.target.decode("latin-1"),
+                [(k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers],
             )
-            return
+            length = _content_length(request)
+            early = self.routes.before_body(request, length)
+            if early is not None:
+                await exchange.send(replace(early, close=True))
+                return
+            answer = await self._answer(exchange, request, MAX_BODY if length is None else length)
+            await exchange.send(answer)
+            if answer.close or not exchange.next_cycle():
+                return
+
+    async def _answer(self, exchange: _Exchange, request: Request, room: int) -> Response:
+        """Read the request's body in ``room`` bytes reserved, and answer it on a worker."""
         try:
-            if path in _STATIC:
-                name, ctype = _STATIC[path]
-                page = resources.files("tacit.serve").joinpath("web", name).read_bytes()
-                self._send(HTTPStatus.OK, page, ctype)
-            elif path == "/metrics":
-                self._send(
-                    HTTPStatus.OK,
-                    generate_latest(self.server.metrics.registry),
-                    CONTENT_TYPE_LATEST,
-                )
-            elif path == "/healthz":
-                self._send(HTTPStatus.OK, b"ok\n", "text/plain")
-            elif path == "/readyz":
-                problem = self.server.ready()
-                status = HTTPStatus.OK if problem is None else HTTPStatus.SERVICE_UNAVAILABLE
-                self._send(status, f"{problem or 'ready'}\n".encode(), "text/plain")
-            elif path == "/api/services":
-                self._json(jaeger_api.services(store))
-            elif path.startswith("/api/services/") and path.endswith("/operations"):
-                service = unquote(path[len("/api/services/") : -len("/operations")])
-                self._json(jaeger_api.operations(store, service, with_kind=False))
-            elif path == "/api/operations":
-                self._json(jaeger_api.operations(store, params.get("service", ""), True))
-            elif path == "/api/traces":
-                docs = store.find_traces(jaeger_api.trace_query(params))
-                self._send(HTTPStatus.OK, jaeger_api.traces_json(docs), "application/json")
-            elif path.startswith("/api/traces/"):
-                doc = store.trace(unquote(path[len("/api/traces/") :]))
-                if doc is None:
-                    self._json(
-                        {"data": None, "errors": [{"code": 404, "msg": "trace not found"}]},
-                        HTTPStatus.NOT_FOUND,
-                    )
-                else:
-                    self._send(HTTPStatus.OK, jaeger_api.traces_json([doc]), "application/json")
-            elif path == "/api/dependencies":
-                self._json(jaeger_api.dependencies(store, params))
-            else:
-                answer = self.server.extra(path, params)
-                if answer is None:
-                    self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
-                else:
-                    self._json(answer)
-        except InputError as e:
-            self._json(
-                {"data": None, "errors": [{"code": 400, "msg": str(e)}]}, HTTPStatus.BAD_REQUEST
+            async with asyncio.timeout(IDLE_TIMEOUT_S):
+                await self._room.take(room)
+        except TimeoutError:
+            return text(
+                HTTPStatus.SERVICE_UNAVAILABLE, "too many requests at once", _RETRY, close=True
             )
+        try:
+            if exchange.conn.they_are_waiting_for_100_continue:
+                await exchange.send_informational()
+            body = await exchange.body()
+            if body is None:
+                return replace(self.routes.too_large(request), close=True)
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(
+                self._workers, self.routes.answer, replace(request, body=body)
+            )
+        finally:
+            self._room.give(room)
 
-    def _json(self, doc: Any, status: HTTPStatus = HTTPStatus.OK) -> None:
-        self._send(status, json.dumps(doc).encode(), "application/json")
 
-    def _send(
-        self, status: HTTPStatus, body: bytes, ctype: str, headers: dict[str, str] | None = None
+_RETRY = {"Retry-After": "1"}
+
+
+def _content_length(request: Request) -> int | None:
+    """The body's length as its head says (h11 has checked the header), or None if chunked."""
+    value = request.header("content-length")
+    if value is not None:
+        return int(value)
+    return None if request.header("transfer-encoding") else 0
+
+
+class _Exchange:
+    """One connection's bytes, through h11."""
+
+    def __init__(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(body)
+        self.conn = conn
+        self.reader = reader
+        self.writer = writer
+
+    async def next_event(self) -> Any:
+        while (event := self.conn.next_event()) is h11.NEED_DATA:
+            self.conn.receive_data(await self.reader.read(READ_SIZE))
+        return event
+
+    async def body(self) -> bytes | None:
+        """The request's body, each read within :data:`IDLE_TIMEOUT_S`; None beyond
+        :data:`~.ingest.MAX_BODY` bytes."""
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            async with asyncio.timeout(IDLE_TIMEOUT_S):
+                event = await self.next_event()
+            if isinstance(event, h11.EndOfMessage):
+                return b"".join(parts)
+            if not isinstance(event, h11.Data):
+                raise ConnectionResetError("the connection closed within a request's body")
+            size += len(event.data)
+            if size > MAX_BODY:
+                return None
+            parts.append(event.data)
+
+    async def send(self, response: Response) -> None:
+        headers = [
+            ("Server", "tacit"),
+            ("Content-Type", response.ctype),
+            ("Content-Length", str(len(response.body))),
+            *response.headers.items(),
+        ]
+        if response.close:
+            headers.append(("Connection", "close"))
+        head = h11.Response(
+            status_code=response.status, headers=headers, reason=response.status.phrase
+        )
+        try:
+            data = [self.conn.send(head)]
+        except h11.LocalProtocolError:  # the connection is past answering: it is closed
+            return
+        data += [self.conn.send(h11.Data(data=response.body)), self.conn.send(h11.EndOfMessage())]
+        self.writer.write(b"".join(d for d in data if d))
+        async with asyncio.timeout(IDLE_TIMEOUT_S):
+            await self.writer.drain()
+
+    async def send_informational(self) -> None:
+        self.writer.write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
+        await self.writer.drain()
+
+    async def send_busy(self, response: Response) -> None:
+        """Answer the first request with ``response`` without reading more than its head."""
+        async with asyncio.timeout(IDLE_TIMEOUT_S):
+            await self.next_event()
+        await self.send(replace(response, headers=_RETRY, close=True))
+
+    def next_cycle(self) -> bool:
+        """Ready the connection for its next request; False if it is to close."""
+        if self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
+            return False
+        self.conn.start_next_cycle()
+        return True
+
+
+class _Room:
+    """Bytes to be held by request bodies at once; :meth:`take` waits until they are free."""
+
+    def __init__(self, size: int) -> None:
+        self.free = size
+        self._freed = asyncio.Condition()
+
+    async def take(self, n: int) -> None:
+        async with self._freed:
+            await self._freed.wait_for(lambda: self.free >= n)
+            self.free -= n
+
+    def give(self, n: int) -> None:
+        self.free += n
+        asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        async with self._freed:
+            self._freed.notify_all()
+
+
+def _open_files_for(n: int) -> None:
+    """Raise the process's soft limit on open files towards ``n``, up to its hard limit (as Go's
+    runtime does at start): the common default of 1,024 would refuse connections long before
+    :data:`MAX_CONNECTIONS`."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = n if hard == resource.RLIM_INFINITY else min(n, hard)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+def _quiet(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """A connection that broke or timed out is the client's doing, logged at debug level;
+    anything else is a fault, logged with its traceback."""
+    error = context.get("exception")
+    if isinstance(error, (ConnectionError, TimeoutError, ssl.SSLError)):
+        log.debug("%s: %s", context.get("message"), error)
+    else:
+        loop.default_exception_handler(context)

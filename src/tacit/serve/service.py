@@ -23,6 +23,7 @@ from tacit.serve.config import ServeConfig
 from tacit.serve.envoy_feed import EnvoyFeed
 from tacit.serve.forward import Forwarder
 from tacit.serve.grpc_receiver import start_grpc
+from tacit.serve.http_routes import Routes
 from tacit.serve.http_server import ServeHTTPServer
 from tacit.serve.ingest import Ingest, warm_up
 from tacit.serve.latency_api import oneway_series, response_series
@@ -187,8 +188,7 @@ class Service:
             self.forwarder.start()
         self.reconstructor.start()
         try:
-            self.http = ServeHTTPServer(
-                _address(self.config.http),
+            routes = Routes(
                 self.store,
                 self.ingest,
                 self.metrics,
@@ -196,9 +196,9 @@ class Service:
                 self.extra,
                 self.receive,
                 self.token,
-                self.tls,
                 self.query_token,
             )
+            self.http = ServeHTTPServer(_address(self.config.http), routes, self.tls)
         except OSError as e:
             raise ConfigError(f"http: cannot listen on {self.config.http}: {e.strerror}") from None
         threading.Thread(target=self.http.serve_forever, name="tacit-http", daemon=True).start()

@@ -1,0 +1,281 @@
+"""What ``tacit serve`` answers over HTTP, apart from how the bytes travel (:mod:`.http_server`):
+the OTLP/HTTP receiver, the Jaeger query API, the web page, ``/metrics``, ``/healthz`` and
+``/readyz``.
+
+OTLP/HTTP (specification, "OTLP/HTTP"): ``POST /v1/traces`` with ``application/x-protobuf`` or
+``application/json``, optionally gzip-encoded; success is 200 with an (empty)
+``ExportTraceServiceResponse`` in the request's encoding; a malformed request is 400 with a
+``google.rpc.Status`` saying why; too many spans waiting is 429 with ``Retry-After``, which the
+SDK exporters honour by retrying later. With an ingest token (:mod:`.auth`), a POST without it
+is 401; with a query token, so is a GET without it, but for ``/healthz`` and ``/readyz``.
+
+A request is answered in two steps: :meth:`Routes.before_body` from its head alone (a POST
+that is refused is refused before its body is read), then :meth:`Routes.answer` with its body.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from tacit.errors import ConfigError, InputError
+from tacit.serve import jaeger_api
+from tacit.serve.auth import authorized, may_read
+from tacit.serve.ingest import MAX_BODY, Busy, Ingest
+from tacit.serve.metrics import ServeMetrics
+from tacit.serve.store import Store
+
+log = logging.getLogger("tacit.serve")
+
+PROTOBUF = "application/x-protobuf"
+_STATIC = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/style.css": ("style.css", "text/css; charset=utf-8"),
+}
+_OPEN = ("/healthz", "/readyz")
+"""What a GET may ask without the query token: the health checks of orchestrators."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request: its method, target (path and query) and headers (names in lower case, in
+    the order they came), and its body once read."""
+
+    method: str
+    target: str
+    headers: list[tuple[str, str]]
+    body: bytes = b""
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (lower case), or None."""
+        return next((v for k, v in self.headers if k == name), None)
+
+    @property
+    def path(self) -> str:
+        return urlsplit(self.target).path
+
+    @property
+    def params(self) -> dict[str, str]:
+        return dict(parse_qsl(urlsplit(self.target).query))
+
+
+@dataclass(frozen=True)
+class Response:
+    """An answer; ``close`` ends the connection after it (a body that was never read)."""
+
+    status: HTTPStatus
+    body: bytes
+    ctype: str
+    headers: dict[str, str] = field(default_factory=dict)
+    close: bool = False
+
+
+def text(
+    status: HTTPStatus, message: str, headers: dict[str, str] | None = None, close: bool = False
+) -> Response:
+    """A plain-text answer of one line."""
+    return Response(status, f"{message}\n".encode(), "text/plain", headers or {}, close)
+
+
+def _json(doc: Any, status: HTTPStatus = HTTPStatus.OK) -> Response:
+    return Response(status, json.dumps(doc).encode(), "application/json")
+
+
+def _otlp_error(
+    status: HTTPStatus, encoding: str, message: str, headers: dict[str, str] | None = None
+) -> Response:
+    from google.rpc.status_pb2 import Status
+
+    code = 8 if status == HTTPStatus.TOO_MANY_REQUESTS else 3  # RESOURCE_EXHAUSTED, INVALID
+    if encoding == "json":
+        body = json.dumps({"code": code, "message": message}).encode()
+        ctype = "application/json"
+    else:
+        body = Status(code=code, message=message).SerializeToString()
+        ctype = PROTOBUF
+    return Response(status, body, ctype, headers or {})
+
+
+def _encoding(request: Request) -> str:
+    ctype = (request.header("content-type") or "").split(";")[0].strip()
+    return "json" if ctype == "application/json" else "protobuf"
+
+
+def inflated(request: Request) -> bytes:
+    """The request's body, gzip-inflated if it says so; one that inflates beyond
+    :data:`~.ingest.MAX_BODY`, is cut short or has bytes after its end is an
+    :class:`InputError`."""
+    if (request.header("content-encoding") or "").lower() != "gzip":
+        return request.body
+    inflate = zlib.decompressobj(wbits=31)  # gzip framing
+    try:
+        body = inflate.decompress(request.body, MAX_BODY + 1)
+    except zlib.error as e:
+        raise InputError(f"gzip body does not decompress: {e}") from None
+    if len(body) > MAX_BODY:  # a small body that inflates without end is refused
+        raise InputError(f"gzip body inflates beyond {MAX_BODY} bytes")
+    if not inflate.eof:
+        raise InputError("gzip body is truncated")
+    if inflate.unused_data:
+        raise InputError(
+            f"gzip body has {len(inflate.unused_data)} bytes after its end; one gzip member "
+            "is taken"
+        )
+    return body
+
+
+@dataclass
+class Routes:
+    """The service's parts that answer HTTP requests."""
+
+    store: Store
+    ingest: Ingest
+    metrics: ServeMetrics
+    ready: Callable[[], str | None]
+    extra: Callable[[str, dict[str, str]], Any | None]
+    receive: Callable[[str, dict[str, str], bytes], Any | None]
+    token: str | None = None
+    query_token: str | None = None
+
+    def before_body(self, request: Request, length: int | None) -> Response | None:
+        """The answer to a request that is refused from its head (its body, of ``length``
+        bytes or chunked when None, is then never read, and the connection closes after the
+        answer), or None to read the body."""
+        if request.method not in ("GET", "POST"):
+            return text(HTTPStatus.METHOD_NOT_ALLOWED, "GET or POST", {"Allow": "GET, POST"})
+        encoding = _encoding(request)
+        if request.method == "POST":
+            if not authorized(request.header("authorization"), self.token):
+                self.metrics.refused.labels("http", "unauthenticated").inc()
+                return Response(
+                    HTTPStatus.UNAUTHORIZED,
+                    b"",
+                    "text/plain",
+                    {"WWW-Authenticate": 'Bearer realm="tacit"'},
+                )
+            ctype = (request.header("content-type") or "").split(";")[0].strip()
+            if request.path == "/v1/traces" and ctype not in (PROTOBUF, "application/json"):
+                return _otlp_error(
+                    HTTPStatus.UNSUPPORTED_MEDIA_TYPE, encoding, f"content type {ctype!r}"
+                )
+        if length is not None and length > MAX_BODY:
+            self.metrics.refused.labels("http", "invalid").inc()
+            return _otlp_error(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                encoding,
+                f"request body of {length} bytes exceeds {MAX_BODY}",
+            )
+        return None
+
+    def too_large(self, request: Request) -> Response:
+        """The answer to a body that grew beyond :data:`~.ingest.MAX_BODY` while read."""
+        self.metrics.refused.labels("http", "invalid").inc()
+        return _otlp_error(
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            _encoding(request),
+            f"request body exceeds {MAX_BODY} bytes",
+        )
+
+    def answer(self, request: Request) -> Response:
+        """The answer to a whole request. A failure of the service itself (the store, say) is
+        logged and answered 503 for a POST (OTLP senders retry it), 500 for a GET; its text
+        stays in the log."""
+        try:
+            if request.method == "POST":
+                return self._post(request)
+            return self._get(request)
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            status = (
+                HTTPStatus.SERVICE_UNAVAILABLE
+                if request.method == "POST"
+                else HTTPStatus.INTERNAL_SERVER_ERROR
+            )
+            return text(status, "the service failed; its log says why")
+
+    def _post(self, request: Request) -> Response:
+        if request.path != "/v1/traces":
+            try:
+                answer = self.receive(request.path, request.params, inflated(request))
+            except (InputError, ConfigError) as e:
+                return _json({"errors": [{"code": 400, "msg": str(e)}]}, HTTPStatus.BAD_REQUEST)
+            if answer is None:
+                return text(HTTPStatus.NOT_FOUND, "not found")
+            return _json(answer)
+        encoding = _encoding(request)
+        try:
+            self.ingest.submit(inflated(request), encoding, "http")
+        except Busy as e:
+            return _otlp_error(
+                HTTPStatus.TOO_MANY_REQUESTS,
+                encoding,
+                str(e),
+                {"Retry-After": str(e.retry_after_s)},
+            )
+        except InputError as e:
+            return _otlp_error(HTTPStatus.BAD_REQUEST, encoding, str(e))
+        if encoding == "json":
+            return Response(HTTPStatus.OK, b"{}", "application/json")
+        return Response(HTTPStatus.OK, b"", PROTOBUF)
+
+    def _get(self, request: Request) -> Response:
+        path, params = request.path, request.params
+        store = self.store
+        if path not in _OPEN and not may_read(request.header("authorization"), self.query_token):
+            return text(
+                HTTPStatus.UNAUTHORIZED,
+                "a query token is required",
+                {"WWW-Authenticate": 'Basic realm="tacit", charset="UTF-8"'},
+            )
+        try:
+            if path in _STATIC:
+                name, ctype = _STATIC[path]
+                page = resources.files("tacit.serve").joinpath("web", name).read_bytes()
+                return Response(HTTPStatus.OK, page, ctype)
+            if path == "/metrics":
+                body = generate_latest(self.metrics.registry)
+                return Response(HTTPStatus.OK, body, CONTENT_TYPE_LATEST)
+            if path == "/healthz":
+                return text(HTTPStatus.OK, "ok")
+            if path == "/readyz":
+                problem = self.ready()
+                status = HTTPStatus.OK if problem is None else HTTPStatus.SERVICE_UNAVAILABLE
+                return text(status, problem or "ready")
+            if path == "/api/services":
+                return _json(jaeger_api.services(store))
+            if path.startswith("/api/services/") and path.endswith("/operations"):
+                service = unquote(path[len("/api/services/") : -len("/operations")])
+                return _json(jaeger_api.operations(store, service, with_kind=False))
+            if path == "/api/operations":
+                return _json(jaeger_api.operations(store, params.get("service", ""), True))
+            if path == "/api/traces":
+                docs = store.find_traces(jaeger_api.trace_query(params))
+                return Response(HTTPStatus.OK, jaeger_api.traces_json(docs), "application/json")
+            if path.startswith("/api/traces/"):
+                doc = store.trace(unquote(path[len("/api/traces/") :]))
+                if doc is None:
+                    return _json(
+                        {"data": None, "errors": [{"code": 404, "msg": "trace not found"}]},
+                        HTTPStatus.NOT_FOUND,
+                    )
+                return Response(HTTPStatus.OK, jaeger_api.traces_json([doc]), "application/json")
+            if path == "/api/dependencies":
+                return _json(jaeger_api.dependencies(store, params))
+            answer = self.extra(path, params)
+            if answer is None:
+                return text(HTTPStatus.NOT_FOUND, "not found")
+            return _json(answer)
+        except InputError as e:
+            return _json(
+                {"data": None, "errors": [{"code": 400, "msg": str(e)}]}, HTTPStatus.BAD_REQUEST
+            )
