@@ -107,6 +107,7 @@ class ServeHTTPServer:
             ssl=self._tls,
             ssl_handshake_timeout=None if self._tls is None else HANDSHAKE_TIMEOUT_S,
             limit=READ_SIZE,
+            backlog=BACKLOG,  # asyncio listens again, by default with 100
         )
         self._started.set()
         async with server:
@@ -142,7 +143,8 @@ class ServeHTTPServer:
                 async with asyncio.timeout(IDLE_TIMEOUT_S):
                     event = await exchange.next_event()
             except h11.RemoteProtocolError as e:
-                await exchange.send(text(HTTPStatus(e.error_status_hint), f"bad request: {e}"))
+                if not exchange.reader.at_eof():  # else the client left halfway: no one to tell
+                    await exchange.send(text(HTTPStatus(e.error_status_hint), f"bad request: {e}"))
                 return
             if not isinstance(event, h11.Request):
                 return  # closed, or the head came too slowly (TimeoutError ends it above)
@@ -249,7 +251,9 @@ class _Exchange:
             await self.writer.drain()
 
     async def send_informational(self) -> None:
-        self.writer.write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
+        self.writer.write(
+            self.conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
+        )
         await self.writer.drain()
 
     async def send_busy(self, response: Response) -> None:
