@@ -23,6 +23,7 @@ from tacit.formats.otlp import (
     otlp_document,
     read_export_request,
     read_otlp,
+    read_otlp_protobuf,
 )
 from tacit.model.spans import CLIENT, INTERNAL, NONE, SERVER, UNKNOWN, SpanTable
 
@@ -49,6 +50,19 @@ def otlp_span(sid: str, parent: str = "", kind: object = 2, **fields) -> dict:
 
 def resource(attrs: list[dict], spans: list[dict], key: str = "scopeSpans") -> dict:
     return {"resource": {"attributes": attrs}, key: [{"scope": {"name": "x"}, "spans": spans}]}
+
+
+def with_full_ids(doc: dict) -> dict:
+    """``doc``, changed in place: its ids zero-padded to their full width, as the senders
+    that the OTLP specification binds write them (a receiver refuses shorter ones)."""
+    for resource_spans in doc["resourceSpans"]:
+        scopes = resource_spans.get("scopeSpans") or resource_spans["instrumentationLibrarySpans"]
+        for scope_spans in scopes:
+            for span in scope_spans["spans"]:
+                for key, digits in (("traceId", 32), ("spanId", 16), ("parentSpanId", 16)):
+                    if span.get(key):
+                        span[key] = span[key].rjust(digits, "0")
+    return doc
 
 
 def shop_document() -> dict:
@@ -274,7 +288,7 @@ def _rows(t: SpanTable) -> list[Any]:
 
 
 def test_a_protobuf_request_reads_as_its_json_form() -> None:
-    doc = shop_document()
+    doc = with_full_ids(shop_document())
     spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
     spans[1]["status"] = {"code": 2, "message": "boom"}
     spans[1]["events"] = [
@@ -313,6 +327,29 @@ def test_what_a_check_refuses_is_refused_in_the_same_words(attrs: list, bad: dic
     assert str(as_protobuf_body.value) == str(as_json.value) == str(checked.value)
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"spanId": "0b" * 3},
+        {"traceId": "01" * 8},
+        {"spanId": "00" * 8},
+        {"traceId": "00" * 16},
+        {"parentSpanId": "00" * 8},
+        {"parentSpanId": "0c"},
+    ],
+)
+def test_a_receiver_refuses_ids_that_otlp_holds_invalid(bad: dict) -> None:
+    """Ids not of 16 (trace) or 8 bytes (span, parent), or all zeros, are refused in a request,
+    the span named; a file of them is read as its writer made it."""
+    doc = with_full_ids({"resourceSpans": [resource(WEB, [otlp_span("e1"), otlp_span("e2")])]})
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"][1].update(bad)
+    key = next(iter(bad))
+    for body, encoding in ((orjson.dumps(doc), "json"), (as_protobuf(doc), "protobuf")):
+        with pytest.raises(InputError, match=f"req: record 2: {key} .* not an id of"):
+            check_export_request(body, encoding, "req")
+    assert len(read_otlp_protobuf(as_protobuf(doc), "file")) == 2
+
+
 def test_equal_resources_share_a_process_and_typed_values_stay_apart():
     """Each request brings its own copy of a resource; a written trace names one process for
     equal copies, and a true attribute is not taken for the integer 1 that equals it."""
@@ -324,7 +361,7 @@ def test_equal_resources_share_a_process_and_typed_values_stay_apart():
             resource([web, attr("x", intValue="1")], [otlp_span("e3")]),
         ]
     }
-    spans, _ = read_export_request(json.dumps(doc).encode(), "json", "request")
+    spans, _ = read_export_request(json.dumps(with_full_ids(doc)).encode(), "json", "request")
     (trace,) = jaeger_document(spans)["data"]
     process_of = {s["spanID"][-2:]: s["processID"] for s in trace["spans"]}
     assert process_of["e1"] == process_of["e2"] != process_of["e3"]
@@ -350,7 +387,7 @@ def test_a_value_nested_too_deep_to_write_is_refused_when_checked() -> None:
     """A receiver acknowledges a request once checked, and writes its traces later: what
     could not be written is refused at the check, and what is taken can be written."""
     deep = {**otlp_span("e1"), "attributes": [{"key": "deep", "value": _nested(65)}]}
-    doc = {"resourceSpans": [resource(WEB, [deep])]}
+    doc = with_full_ids({"resourceSpans": [resource(WEB, [deep])]})
     with pytest.raises(InputError, match="nested more than 64 levels"):
         check_export_request(json.dumps(doc).encode(), "json", "req")
     deep["attributes"][0]["value"] = _nested(64)

@@ -78,9 +78,10 @@ attributes = st.dictionaries(
 @st.composite
 def requests(draw: st.DrawFn) -> ExportTraceServiceRequest:
     """A request of 1-3 resources, each of 1-2 scopes of 0-4 spans, with every field the
-    reader keeps, and some it steps over, drawn; parents named in the same trace or not."""
+    reader keeps, and some it steps over, drawn (ids as the specification has them: full width,
+    not all zeros); parents named in the same trace or not."""
     req = ExportTraceServiceRequest()
-    traces = [draw(st.binary(min_size=16, max_size=16)) for _ in range(2)]
+    traces = [draw(st.binary(min_size=16, max_size=16).filter(any)) for _ in range(2)]
     ids: list[tuple[bytes, bytes]] = []
     for _ in range(draw(st.integers(1, 3))):
         rs = req.resource_spans.add()
@@ -92,7 +93,7 @@ def requests(draw: st.DrawFn) -> ExportTraceServiceRequest:
             scope.scope.name = "lib"
             for _ in range(draw(st.integers(0, 4))):
                 trace = draw(st.sampled_from(traces))
-                sid = draw(st.binary(min_size=8, max_size=8))
+                sid = draw(st.binary(min_size=8, max_size=8).filter(any))
                 if (trace, sid) in ids:
                     continue
                 start = T0 + draw(st.integers(0, 10**6))

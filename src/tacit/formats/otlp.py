@@ -189,11 +189,15 @@ def read_otlp_protobuf(data: bytes, source: str) -> SpanTable:
     return builder.build()
 
 
-def read_export_request(body: bytes, encoding: str, source: str) -> tuple[SpanTable, np.ndarray]:
+def read_export_request(
+    body: bytes, encoding: str, source: str, from_sender: bool = True
+) -> tuple[SpanTable, np.ndarray]:
     """The spans of one OTLP/HTTP or OTLP/gRPC request body (``encoding``: ``protobuf`` or
     ``json``), and the parent span id each named (codes of the table's strings, -1 for none),
-    found in this request or not: a receiver pairs spans across requests by these ids."""
-    return check_export_request(body, encoding, source)[1]()
+    found in this request or not: a receiver pairs spans across requests by these ids.
+    ``from_sender``: its ids are checked as :func:`check_export_request` does; else (a request
+    taken before, by a receiver that may have checked less) they are read as they are."""
+    return check_export_request(body, encoding, source, from_sender)[1]()
 
 
 RequestReader = Callable[[], tuple[SpanTable, np.ndarray]]
@@ -212,10 +216,13 @@ MAX_EMPTY_CONTAINERS = 64
 an empty one costs as much to decode as a span, and a body of them is all cost."""
 
 
-def check_export_request(body: bytes, encoding: str, source: str) -> tuple[int, RequestReader]:
+def check_export_request(
+    body: bytes, encoding: str, source: str, from_sender: bool = True
+) -> tuple[int, RequestReader]:
     """Check one request body as reading it does (raising its :class:`InputError`), and
     return its span count and a function that reads it as :func:`read_export_request` does,
-    which cannot fail.
+    which cannot fail. Its ids must be of the widths the OTLP specification gives, and not all
+    zeros (:func:`_check_received_ids`), unless not ``from_sender``.
 
     What reading would build is bounded before it is built (:func:`_check_size`): at most
     :data:`MAX_REQUEST_SPANS` spans, and no body of empty containers or of spans too short
@@ -244,7 +251,32 @@ def check_export_request(body: bytes, encoding: str, source: str) -> tuple[int, 
             raise InputError(f"not JSON: {e}", path=source) from None
         _read_export(builder, source, "", doc, 0)
     spans = builder.build()
+    if from_sender:
+        _check_received_ids(spans, builder.parent_ids(), source)
     return len(spans), read_already(spans, builder.parent_ids())
+
+
+def _check_received_ids(spans: SpanTable, parent_ids: np.ndarray, source: str) -> None:
+    """Refuse a request whose trace ids are not 16 bytes, whose span ids (and parent span ids,
+    where given) are not 8, or which are all zeros: the OTLP specification holds such ids
+    invalid (trace.proto, ``trace_id``, ``span_id``). Files are read with ids as short as their
+    writers made them; a receiver answers senders that the specification binds."""
+    names = spans.strings.values
+    for key, codes, digits in (
+        ("traceId", spans.trace, 32),
+        ("spanId", spans.span_id, 16),
+        ("parentSpanId", parent_ids, 16),
+    ):
+        for code in np.unique(codes[codes >= 0]).tolist():
+            value = names[code]
+            if len(value) != digits or not value.strip("0"):
+                row = int(np.flatnonzero(codes == code)[0])
+                raise InputError(
+                    f"{key} {value!r} is not an id of {digits} hex digits, not all zeros, as "
+                    "OTLP requires",
+                    path=source,
+                    record=int(spans.record[row]),
+                )
 
 
 def _check_size(body: bytes, encoding: str, source: str) -> None:
@@ -322,11 +354,12 @@ def _wire_request(body: bytes, request: Any, source: str) -> tuple[int, RequestR
     )
     kind = f[:, otlp_wire.KIND]
     usual = (
-        (trace_len > 0)
-        & (trace_len <= 16)
-        & (span_len > 0)
-        & (span_len <= 8)
-        & (parent_len <= 8)
+        (trace_len == 16)
+        & (span_len == 8)
+        & ((parent_len == 0) | (parent_len == 8))
+        & _nonzero(body, f[:, otlp_wire.TRACE], 16)
+        & _nonzero(body, f[:, otlp_wire.SPAN], 8)
+        & ((parent_len == 0) | _nonzero(body, f[:, otlp_wire.PARENT], 8))
         & (kind >= 0)
         & (kind < len(_KIND_ENUM))
         & contained(f[:, otlp_wire.STATUS_CODE], _STATUS_ARRAY)
@@ -468,6 +501,14 @@ def _wire_spans(
         parent=parent,
     )
     return spans, parent_codes
+
+
+def _nonzero(body: bytes, at: np.ndarray, width: int) -> np.ndarray:
+    """Whether each id of ``width`` bytes at ``at`` in ``body`` has a byte other than zero."""
+    if not len(at):
+        return np.zeros(0, bool)
+    ids = np.frombuffer(body, np.uint8).take(at[:, None] + np.arange(width), mode="clip")
+    return np.asarray(ids.any(axis=1))
 
 
 def _hex_ids(body: bytes, at: np.ndarray, length: np.ndarray, width: int) -> list[Any]:

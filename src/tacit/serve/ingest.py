@@ -147,7 +147,9 @@ class Ingest:
         done = self.store.finished_from(low_water)
         restored = 0
         for first, encoding, body, received_ns in self.store.requests_from(low_water):
-            spans, parent_ids = read_export_request(body, encoding, f"stored request {first}")
+            spans, parent_ids = read_export_request(
+                body, encoding, f"stored request {first}", from_sender=False
+            )
             seq = np.arange(first, first + len(spans))
             keep = (seq >= low_water) & ~contained(seq, list(done))
             if not keep.any():
