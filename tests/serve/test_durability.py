@@ -4,14 +4,17 @@ resumes online reconstruction where the previous run stopped."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
 from clirun import TACIT
 from serve_app import shop_callgraph, shop_spans
@@ -143,3 +146,88 @@ def _first_line_with(server: Server, word: str) -> str:
         if word in line:
             return line
     pytest.fail(f"no line with {word!r} on stderr")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A filesystem of 64 MiB of its own, to fill."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode:
+        pytest.skip(f"a small filesystem cannot be mounted here: {mounted.stderr.decode()}")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def _readiness(server: Server) -> int:
+    try:
+        with urllib.request.urlopen(server.url("/readyz"), timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def _post(server: Server, spans: list) -> int:
+    """The status of one export request of ``spans``, as the SDK's exporter encodes them."""
+    request = urllib.request.Request(
+        server.url("/v1/traces"),
+        data=encode_spans(spans).SerializeToString(),
+        headers={"Content-Type": "application/x-protobuf"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        assert e.code != 503 or e.headers["Retry-After"]
+        return e.code
+
+
+def _until(condition, timeout_s: float = 120) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def test_a_full_disk_is_answered_503_and_the_service_goes_on_once_there_is_room(small_disk):
+    """With its store on a full filesystem the service stays up: exports are answered 503
+    (the exporter retries), readiness says why; once space is freed, it takes and stores again,
+    and every span it acknowledged is stored."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    spans = shop_spans(4)
+    order = np.argsort(spans.end, kind="stable")
+    readable = sdk_spans(spans, time.time_ns() - int(spans.start.min()))
+    batches = [order[a : a + BATCH] for a in range(0, len(order), BATCH)]
+    server = Server(small_disk)
+    server.start()
+    room = os.statvfs(small_disk)
+    (small_disk / "filler").write_bytes(bytes(room.f_bavail * room.f_frsize - 256 * 1024))
+    acked: list[int] = []
+    waiting = list(batches)
+    answers = []
+    while waiting and 503 not in answers:
+        answers.append(_post(server, [readable[r] for r in waiting[0]]))
+        if answers[-1] == 200:
+            acked.extend(waiting.pop(0).tolist())
+    assert answers[-1] == 503, "the disk must have filled before the spans were all sent"
+    assert _until(lambda: _readiness(server) == 503)
+    (small_disk / "filler").unlink()
+    assert _until(lambda: _readiness(server) == 200)
+    exporter = OTLPSpanExporter(endpoint=server.url("/v1/traces"), timeout=30)
+    for rows in waiting:
+        assert exporter.export([readable[r] for r in rows]) == SpanExportResult.SUCCESS
+        acked.extend(rows.tolist())
+    status = server.wait_idle()
+    done = server.stop(signal.SIGTERM)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    n, distinct, _ = _stored(small_disk)
+    assert status["pending"] == 0
+    assert n == distinct == len(acked) == len(spans)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +34,7 @@ from tacit.serve import jaeger_api
 from tacit.serve.auth import authorized, may_read
 from tacit.serve.ingest import MAX_BODY, Busy, Ingest
 from tacit.serve.metrics import ServeMetrics
-from tacit.serve.store import Store
+from tacit.serve.store import Store, cannot_write
 
 log = logging.getLogger("tacit.serve")
 
@@ -42,6 +44,8 @@ _STATIC = {
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/style.css": ("style.css", "text/css; charset=utf-8"),
 }
+LOG_EVERY_S = 10.0
+"""A store that cannot write is logged at most this often, however many requests meet it."""
 _OPEN = ("/healthz", "/readyz")
 """What a GET may ask without the query token: the health checks of orchestrators."""
 
@@ -146,6 +150,7 @@ class Routes:
     receive: Callable[[str, dict[str, str], bytes], Any | None]
     token: str | None = None
     query_token: str | None = None
+    _told_at: float = -math.inf  # when a store that cannot write was last logged
 
     def before_body(self, request: Request, length: int | None) -> Response | None:
         """The answer to a request that is refused from its head (its body, of ``length``
@@ -194,7 +199,16 @@ class Routes:
             if request.method == "POST":
                 return self._post(request)
             return self._get(request)
-        except Exception:
+        except Exception as e:
+            if cannot_write(e):  # a full disk: the senders retry, readiness says why
+                if time.monotonic() - self._told_at >= LOG_EVERY_S:
+                    log.error("%s %s: the store cannot write: %s", request.method, request.path, e)
+                    self._told_at = time.monotonic()
+                return text(
+                    HTTPStatus.SERVICE_UNAVAILABLE,
+                    "the store cannot write; try again later",
+                    {"Retry-After": "5"},
+                )
             log.exception("%s %s failed", request.method, request.path)
             status = (
                 HTTPStatus.SERVICE_UNAVAILABLE

@@ -24,6 +24,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.common import Traces
@@ -37,11 +38,15 @@ from tacit.serve.finished_rows import Rows, TakenIds
 from tacit.serve.ingest import Batch, Ingest
 from tacit.serve.metrics import ServeMetrics, reason_label
 from tacit.serve.online_feed import Fed, OnlineFeed
-from tacit.serve.store import Store
+from tacit.serve.store import Store, cannot_write
 
 log = logging.getLogger("tacit.serve")
 
 POLL_S = 0.25
+RETRY_S = 0.5
+"""The first wait before a write the store could not make is tried again; it doubles up to
+:data:`MAX_RETRY_S`."""
+MAX_RETRY_S = 8.0
 """How long the thread waits for a request before it looks at the quiet time."""
 STOP_S = 60.0
 """How long a stop waits for the queue to be reconstructed and stored (at 20,000 spans/s, the
@@ -95,6 +100,7 @@ class Reconstructor(threading.Thread):
         self.feed.context.remember(store.latest_ids(self.feed.context.horizon_ns))
         self._stop_event = threading.Event()
         self.failure: BaseException | None = None
+        self.store_problem: str | None = None  # why the store cannot write now
         self.turned = time.monotonic()  # when the thread last began a turn of its loop
         self.stall_s = STALL_S
         self.stop_s = STOP_S
@@ -120,6 +126,11 @@ class Reconstructor(threading.Thread):
     def run(self) -> None:
         try:
             self._loop()
+        except _Unstored:
+            log.error(
+                "stopped while the store cannot write; what it had not stored is read again "
+                "from the journal at the next start"
+            )
         except BaseException as e:  # reported by readiness and the log, not lost in a thread
             self.failure = e
             log.exception("reconstruction stopped")
@@ -164,6 +175,32 @@ class Reconstructor(threading.Thread):
                 self._store(Fed(self.feed.advance(self._arrived_end + quiet_s * 1e9)))
             self._lag()
 
+    def _write(self, tables: Any, state: dict[str, int]) -> None:
+        """Store ``tables`` and ``state``, trying again while the store cannot write (a full
+        disk: :func:`~.store.cannot_write`), which readiness reports meanwhile. Spans keep
+        coming until the journal cannot take them either (503) or too many wait (429), and
+        nothing acknowledged is lost; once there is room, the service goes on where it was."""
+        wait_s = RETRY_S
+        while True:
+            try:
+                self.store.write_finished(tables, state)
+            except Exception as e:
+                if not cannot_write(e):
+                    raise
+                if self._stop_event.is_set():
+                    raise _Unstored from e
+                if self.store_problem is None:
+                    log.error("the store cannot write; trying again until it can: %s", e)
+                self.store_problem = f"the store cannot write: {e}"
+                self.turned = time.monotonic()  # waiting for room is no stall
+                self._stop_event.wait(wait_s)
+                wait_s = min(2 * wait_s, MAX_RETRY_S)
+                continue
+            if self.store_problem is not None:
+                log.warning("the store writes again")
+                self.store_problem = None
+            return
+
     def _store(self, fed: Fed) -> None:
         if fed.duplicates:
             self.duplicates += fed.duplicates
@@ -185,7 +222,7 @@ class Reconstructor(threading.Thread):
             "low_water": self.feed.low_water(self.ingest.next_seq),
             "next_position": self.feed.tw.pushed,
         }
-        self.store.write_finished(rows.tables(now), state)
+        self._write(rows.tables(now), state)
         self.ingest.finished(rows.span_count - rows.drawn)
         m = self.metrics
         m.traces.inc(rows.trace_count)
@@ -317,3 +354,7 @@ def _new_seed(store: Store) -> int:
     seed = new_seed() >> 1 or 1  # a positive BIGINT
     store.set_state("seed", seed)
     return seed
+
+
+class _Unstored(Exception):
+    """Asked to stop while the store cannot write: what was not stored stays in the journal."""

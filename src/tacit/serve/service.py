@@ -32,7 +32,7 @@ from tacit.serve.packet_feed import PacketFeed
 from tacit.serve.pirate_feed import PirateFeed
 from tacit.serve.rda_feed import RdaFollower, RdaIngest
 from tacit.serve.reconstructor import Reconstructor
-from tacit.serve.store import Store
+from tacit.serve.store import Store, cannot_write
 from tacit.serve.tls import load_tls
 
 log = logging.getLogger("tacit.serve")
@@ -224,6 +224,8 @@ class Service:
             return f"reconstruction failed: {self.reconstructor.failure}"
         if not self.reconstructor.is_alive():
             return "reconstruction is not running"
+        if self.reconstructor.store_problem is not None:
+            return self.reconstructor.store_problem
         stalled = self.reconstructor.stalled_s()
         if stalled is not None:
             return f"reconstruction has not moved on for {stalled:.0f} s"
@@ -321,7 +323,17 @@ class Service:
             return
         if self.forwarder is not None:
             self.forwarder.stop()
-        self.store.close()
+        try:
+            self.store.close()
+        except Exception as e:
+            if not cannot_write(e):
+                raise
+            log.error(
+                "the store could not write at stop (%s); what it had not stored is read again "
+                "from the journal at the next start",
+                e,
+            )
+            return
         log.info("stopped")
 
     def run(

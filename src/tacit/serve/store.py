@@ -78,7 +78,7 @@ import itertools
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,6 +202,17 @@ class Expired:
     done: bool
 
 
+def cannot_write(error: BaseException) -> bool:
+    """Whether ``error`` is the store failing to write its files (a full disk, a quota, a
+    failing device), which space or time may mend, rather than a fault of the service. DuckDB
+    names no errno: a commit whose log could not be written says so in its message."""
+    import duckdb
+
+    if isinstance(error, (OSError, duckdb.IOException)):
+        return True
+    return isinstance(error, duckdb.TransactionException) and "Could not write" in str(error)
+
+
 class Store:
     """The database file at ``path`` (created with the schema when absent)."""
 
@@ -279,13 +290,16 @@ class Store:
     def _transaction(self) -> Iterator[Any]:
         """This thread's cursor inside a transaction: committed when the block ends, rolled
         back when it raises."""
+        import duckdb
+
         cur = self._cursor()
         cur.execute("BEGIN")
         try:
             yield cur
             cur.execute("COMMIT")
         except BaseException:
-            cur.execute("ROLLBACK")
+            with suppress(duckdb.TransactionException):  # a commit that failed has ended it
+                cur.execute("ROLLBACK")
             raise
 
     @contextmanager
