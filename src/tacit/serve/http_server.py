@@ -132,6 +132,8 @@ class ServeHTTPServer:
             )
         except (ConnectionError, TimeoutError, ssl.SSLError, h11.ProtocolError) as e:
             log.debug("connection ended: %s", e)
+        except asyncio.CancelledError:  # the server stops: the connection ends here, quietly
+            pass
         finally:
             self._connections.discard(task)
             writer.close()
