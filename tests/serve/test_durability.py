@@ -20,6 +20,7 @@ from clirun import TACIT
 from serve_app import shop_callgraph, shop_spans
 from tacit.experiment.memcached import free_port
 from tacit.experiment.otlp_load import BATCH, sdk_spans
+from tacit.serve.store import Store
 
 CONFIG = """\
 http: 127.0.0.1:{port}
@@ -86,6 +87,7 @@ def _stored(tmp: Path) -> tuple[int, int, set[str]]:
 
 
 def test_kill_9_mid_stream_loses_nothing_acknowledged(tmp_path):
+    """Nor stores twice a request that was journaled but not answered, and then resent."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
 
@@ -105,6 +107,11 @@ def test_kill_9_mid_stream_loses_nothing_acknowledged(tmp_path):
         ok = exporter.export([readable[r] for r in rows]) == SpanExportResult.SUCCESS
         (acked.extend(rows.tolist()) if ok else refused.append(rows))
     assert refused, "the sender must have seen the server die"
+    # the first refused request as a kill between its journaling and its answer leaves it
+    store = Store(tmp_path / "tacit.duckdb")
+    body = encode_spans([readable[r] for r in refused[0]]).SerializeToString()
+    store.append_request(store.next_seq(), len(refused[0]), time.time_ns(), "protobuf", body)
+    store.close()
     server.start()  # same database: resumes what was acknowledged and not yet finished
     exporter = OTLPSpanExporter(endpoint=server.url("/v1/traces"), timeout=10)
     for rows in refused:  # the sender retries what was not acknowledged
@@ -116,6 +123,7 @@ def test_kill_9_mid_stream_loses_nothing_acknowledged(tmp_path):
     s = spans.strings
     sent_ids = {s[int(spans.span_id[r])] for r in acked}
     assert status["pending"] == 0
+    assert status["duplicates"] == len(refused[0])  # journaled, then resent: stored once
     assert n == distinct == len(spans)
     assert sent_ids <= ids
 
