@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tacit.errors import InputError
 from tacit.evaluation.trace_accuracy import score_reconstruction
@@ -271,6 +273,28 @@ def test_a_request_that_lost_a_call_waits_for_its_window_and_the_call_is_inferre
     assert (parent[lost] == truth[lost]).mean() > 0.8
     kept = (spans.kind == CLIENT) & (spans.parent != NONE)
     assert (parent[kept] == truth[kept]).all()
+
+
+@settings(max_examples=8, derandomize=True, deadline=None, database=None)
+@given(
+    which=st.integers(0, 10**6),
+    end=st.sampled_from([230 * 365 * 86_400 * 10**9, 2**62, 2**63 - 1]),
+)
+def test_a_span_of_a_trace_ending_decades_away_holds_its_trace_not_the_rounds(
+    stream, which: int, end: int
+) -> None:
+    """One span amid traffic that kept its context ends in 2200 (or at the end of int64),
+    pushed with the rest: its trace waits for it, the rounds do not walk the windows between;
+    every span comes out."""
+    obs, _, graph = stream
+    spans = obs.spans.take(np.arange(len(obs.spans)))
+    row = which % len(spans)
+    spans.end[row] = max(end, int(spans.start[row]))
+    jumped = reconstruct_streamed(spans, graph, FAST, WINDOWS, chunk_size=len(spans))
+    whole = obs.spans.end.max() - obs.spans.start.min() + WINDOWS.lookahead_ns
+    traffic = whole / WINDOWS.window_ns
+    assert jumped.info["rounds"] <= math.ceil(traffic) + 3
+    assert len(jumped.parent) == len(spans)
 
 
 def test_a_stream_whose_clock_jumps_decades_skips_the_windows_between(stream):

@@ -397,10 +397,11 @@ class OnlineTraceWeaver:
 
     def _skip_idle(self, watermark: float) -> None:
         """Move the boundary over the windows whose round would find nothing to do: no
-        pending span ends by their lookahead, so none is due, none is given up and nothing new
-        can be emitted. Their number has no bound: a stream whose times jump (a first span from
-        1970, then today's; an idle night) would otherwise walk every window between, one
-        round each."""
+        pending span that is not final ends by their lookahead, so none is due, none is given
+        up and nothing new can be emitted. Their number has no bound: a stream whose times
+        jump (a first span from 1970, then today's; an idle night; one span ending in 2200,
+        whose trace waits for it) would otherwise walk every window between, one round
+        each."""
         o = self.online
         assert self.boundary is not None
         last = watermark - o.lookahead_ns  # the rounds run while the boundary is at most this
@@ -408,9 +409,18 @@ class OnlineTraceWeaver:
             return
         skip = math.floor((last - self.boundary) / o.window_ns) + 1
         if len(self._rows):  # what is joined and what is staged, without joining it
-            ends = [t.end for t in (self._spans, *self._staged) if len(t)]
-            due_from = float(min(e.min() for e in ends)) - o.lookahead_ns
-            skip = min(skip, math.ceil((due_from - self.boundary) / o.window_ns))
+            ends = np.concatenate([t.end for t in (self._spans, *self._staged) if len(t)])
+            final = self.final
+            # a span not yet final is reconstructed by the round it is due in; a final one
+            # waits for nothing a round does (but the spans of its trace) until its partners
+            # are given up, once: a span ending in 2200 holds its trace, not the rounds
+            events = ends[final] + o.max_request_ns
+            events = events[events >= self.boundary - o.window_ns]
+            if (~final).any():
+                events = np.append(events, ends[~final].min() - o.lookahead_ns)
+            if len(events):
+                next_event = float(events.min())
+                skip = min(skip, math.ceil((next_event - self.boundary) / o.window_ns))
         if skip > 0:
             self.boundary += skip * o.window_ns
 

@@ -832,8 +832,10 @@ class _Instance:
         perturbed problems hold only the other candidates (the settled ones take no skip
         quota, and no other candidate's batch holds them)."""
         samples = self.params.marginal_samples
-        # seeded by the instance (its first request's start): the same in a part as in the whole
-        rng = np.random.default_rng([self.params.seed, int(self.spans.start[self.incoming[0]])])
+        # seeded by the instance (its first request's start): the same in a part as in the
+        # whole; a start before 1970 is negative, which no seed may be: its two's complement
+        first = int(self.spans.start[self.incoming[0]]) % 2**64
+        rng = np.random.default_rng([self.params.seed, first])
         stats = SolveStats()  # the perturbed solves are not the mapping's: counted apart
         assert result.probability is not None and result.samples is not None
         for ps in passes:
