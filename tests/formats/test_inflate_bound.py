@@ -62,3 +62,16 @@ def test_a_file_within_the_bound_reads_as_before(tmp_path):
     data.write_bytes(gzip.compress(plain))
     assert read_bytes(data) == plain[3:]
     assert [n for n, _ in iter_json_lines(data)] == list(range(1, 1001))
+
+
+def test_json_lines_pass_over_blank_lines_by_the_block(tmp_path):
+    """Blank lines (of spaces, tabs, carriage returns) are skipped whatever their number, the
+    lines around them numbered as they are in the file; a line longer than a block is whole."""
+    from tacit.formats.textio import _BLOCK, iter_json_lines
+
+    long = b'{"a": "' + b"x" * (3 * _BLOCK) + b'"}'
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b"\n \t\r\n" + b'{"n": 1}\n' + b"\n" * (2 * _BLOCK) + long + b"\n  \n[2]")
+    got = list(iter_json_lines(path))
+    assert [n for n, _ in got] == [3, 4 + 2 * _BLOCK, 6 + 2 * _BLOCK]
+    assert got[0][1] == {"n": 1} and len(got[1][1]["a"]) == 3 * _BLOCK and got[2][1] == [2]
