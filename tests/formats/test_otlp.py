@@ -242,6 +242,17 @@ def test_end_before_start_names_the_record(tmp_path: Path) -> None:
     assert "record 2: span ends before it starts" in error_of(tmp_path, doc)
 
 
+def test_a_start_before_1970_names_the_record_in_a_file_and_a_request(tmp_path: Path) -> None:
+    spans = [otlp_span("e1"), otlp_span("e2", startTimeUnixNano="-1000")]
+    doc = with_full_ids({"resourceSpans": [resource(WEB, spans)]})
+    assert "record 2: span starts before 1970" in error_of(tmp_path, doc)
+    with pytest.raises(InputError, match="record 2: span starts before 1970"):
+        check_export_request(orjson.dumps(doc), "json", "req")
+    spans[1]["startTimeUnixNano"] = str(2**64 - 1000)  # -1000 as protobuf's fixed64 holds it
+    with pytest.raises(InputError, match="record 2: "):
+        check_export_request(as_protobuf(doc), "protobuf", "req")
+
+
 @pytest.mark.parametrize(
     ("doc", "message"),
     [

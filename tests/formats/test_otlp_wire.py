@@ -318,7 +318,8 @@ def test_damaged_bytes_are_refused_at_the_check_or_read_as_the_message_classes_r
         return
     spans, _ = read()
     assert count == len(spans)
-    assert _rows(spans) == _rows(read_otlp_protobuf(bytes(body), "req"))
+    if body[:1] == b"\n":  # else a file reader takes it as length-prefixed messages
+        assert _rows(spans) == _rows(read_otlp_protobuf(bytes(body), "req"))
 
 
 def _resource_spans(spans: list[bytes], scopes: int = 1) -> bytes:

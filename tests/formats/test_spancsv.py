@@ -100,6 +100,7 @@ def test_empty_file(tmp_path: Path) -> None:
         ),
         (f"t1,x,root,web-1,op,{T0},", "field 'EndTimeUnixNano' must be an integer, got ''"),
         (f"t1,x,root,web-1,op,{T0},{T0 - 1}", "span ends before it starts"),
+        ("t1,x,root,web-1,op,-5,10", "span starts before 1970 (-5 ns since the epoch)"),
         (f"t1,x,root,,op,{T0},{T0}", "empty PodName"),
         (f"t1,x,root,web-1,op,{T0}", "6 fields, but the header has 7"),
     ],

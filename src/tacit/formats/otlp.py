@@ -327,9 +327,9 @@ def _wire_request(body: bytes, request: Any, source: str) -> tuple[int, RequestR
     """The span count and reader of the decoded ``request`` (``body``) when the compiled pass
     finds its spans (:func:`.otlp_wire.scan_spans`) and they pass every check that reading
     them makes, so that the reader cannot fail: those of :func:`_usual_span`, a service per
-    resource, ends not before starts, span ids unique within a trace and parent links
-    without a cycle, thread ids that an int64 holds. None otherwise: the request is read the
-    usual way, which names what is wrong, if anything.
+    resource, starts not before 1970 and ends not before starts, span ids unique within a
+    trace and parent links without a cycle, thread ids that an int64 holds. None otherwise:
+    the request is read the usual way, which names what is wrong, if anything.
 
     Only the offsets are found here, and each distinct attribute set decoded (once for the
     requests that carry it: :data:`_known_attributes`); the rest
@@ -364,6 +364,7 @@ def _wire_request(body: bytes, request: Any, source: str) -> tuple[int, RequestR
         & (kind < len(_KIND_ENUM))
         & contained(f[:, otlp_wire.STATUS_CODE], _STATUS_ARRAY)
         & (f[:, otlp_wire.END] >= f[:, otlp_wire.START])
+        & (f[:, otlp_wire.START] >= 0)
     )
     if len(processes) != len(wire.resources) or not usual.all():
         return None

@@ -156,6 +156,15 @@ def concat(tables: Sequence[SpanTable], *, into_first: bool = False) -> SpanTabl
     return SpanTable(pool, **cols, sources=sources, details=details)
 
 
+def _bad_times(start: int, end: int) -> str:
+    """Why a span of ``start`` and ``end`` (ns since the epoch) is refused: it ends before it
+    starts, or starts before 1970 (a time of a clock that was never set, or a sign error),
+    which the windows of online reconstruction and the samplers' seeds take as no time."""
+    if start < 0:
+        return f"span starts before 1970 ({start} ns since the epoch)"
+    return f"span ends before it starts ({end} < {start} ns)"
+
+
 class SpanTableBuilder:
     """Accumulates spans one by one (as parsers produce them) and builds a :class:`SpanTable`.
 
@@ -188,10 +197,8 @@ class SpanTableBuilder:
         parent_id: str | None = None,
         detail: SpanDetail | None = None,
     ) -> None:
-        if end < start:
-            raise InputError(
-                f"span ends before it starts ({end} < {start} ns)", path=self.source, record=record
-            )
+        if end < start or start < 0:
+            raise InputError(_bad_times(start, end), path=self.source, record=record)
         code = self.strings.code
         self._rows.append(
             (
@@ -398,14 +405,10 @@ def table_from_codes(
     start = np.asarray(start, dtype=np.int64)
     end = np.asarray(end, dtype=np.int64)
     record = np.asarray(record, dtype=np.int64)
-    bad = np.flatnonzero(end < start)
+    bad = np.flatnonzero((end < start) | (start < 0))
     if len(bad):
         r = int(bad[0])
-        raise InputError(
-            f"span ends before it starts ({end[r]} < {start[r]} ns)",
-            path=source,
-            record=int(record[r]),
-        )
+        raise InputError(_bad_times(int(start[r]), int(end[r])), path=source, record=int(record[r]))
     columns = {name: np.asarray(codes[name], np.int32) for name in _CODED}
     parent_id = columns.pop("parent_id")
     if parent is None:
