@@ -1,7 +1,8 @@
 """``tacit serve``: a long-running service in the observability stack.
 
-OTLP in (:mod:`.http_server`, :mod:`.grpc_receiver`, both through :mod:`.ingest`, which
-acknowledges a request only once it is durable in the store), traces reconstructed online
+OTLP in (:mod:`.http_server` answering with :mod:`.http_routes`, :mod:`.grpc_receiver`, both
+through :mod:`.ingest`, which acknowledges a request only once it is durable in the store),
+traces reconstructed online
 (:mod:`.online_feed`, :mod:`.reconstructor`: TraceWeaver §5.3), stored in an embedded DuckDB
 file (:mod:`.store`, :mod:`.finished_rows`), served through the Jaeger query API
 (:mod:`.jaeger_api`) and a web page of its own, counted at ``/metrics`` (:mod:`.metrics`) and
