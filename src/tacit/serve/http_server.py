@@ -59,6 +59,7 @@ BACKLOG = 1024
 READ_SIZE = 64 * 1024
 FILES_BESIDE = 1024
 """Open files the service needs beside its connections (the store, journals, captures)."""
+_RETRY = {"Retry-After": "1"}
 
 
 class ServeHTTPServer:
@@ -186,9 +187,6 @@ class ServeHTTPServer:
             )
         finally:
             self._room.give(room)
-
-
-_RETRY = {"Retry-After": "1"}
 
 
 def _content_length(request: Request) -> int | None:
