@@ -43,11 +43,11 @@ from tacit.serve.store import Store, cannot_write
 log = logging.getLogger("tacit.serve")
 
 POLL_S = 0.25
+"""How long the thread waits for a request before it looks at the quiet time."""
 RETRY_S = 0.5
 """The first wait before a write the store could not make is tried again; it doubles up to
 :data:`MAX_RETRY_S`."""
 MAX_RETRY_S = 8.0
-"""How long the thread waits for a request before it looks at the quiet time."""
 STOP_S = 60.0
 """How long a stop waits for the queue to be reconstructed and stored (at 20,000 spans/s, the
 400,000 pending spans of the default bound take 20 s); systemd waits 90 s before it kills."""
