@@ -150,7 +150,7 @@ class Routes:
     receive: Callable[[str, dict[str, str], bytes], Any | None]
     token: str | None = None
     query_token: str | None = None
-    _told_at: float = -math.inf  # when a store that cannot write was last logged
+    _told_at: float = field(default=-math.inf, init=False, repr=False)  # store last logged
 
     def before_body(self, request: Request, length: int | None) -> Response | None:
         """The answer to a request that is refused from its head (its body, of ``length``
