@@ -170,6 +170,17 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(disk)], check=True)
 
 
+@pytest.fixture
+def disk_server(small_disk):
+    """``tacit serve`` with its store on :func:`small_disk`, killed if a test leaves it."""
+    server = Server(small_disk)
+    server.start()
+    yield server
+    if server.proc is not None and server.proc.poll() is None:
+        server.proc.kill()
+        server.proc.wait()
+
+
 def _readiness(server: Server) -> int:
     try:
         with urllib.request.urlopen(server.url("/readyz"), timeout=10) as r:
@@ -202,7 +213,7 @@ def _until(condition, timeout_s: float = 120) -> bool:
     return True
 
 
-def test_a_full_disk_is_answered_503_and_the_service_goes_on_once_there_is_room(small_disk):
+def test_a_full_disk_is_answered_503_and_the_service_goes_on_once_there_is_room(disk_server):
     """With its store on a full filesystem the service stays up: exports are answered 503
     (the exporter retries), readiness says why; once space is freed, it takes and stores again,
     and every span it acknowledged is stored."""
@@ -213,8 +224,8 @@ def test_a_full_disk_is_answered_503_and_the_service_goes_on_once_there_is_room(
     order = np.argsort(spans.end, kind="stable")
     readable = sdk_spans(spans, time.time_ns() - int(spans.start.min()))
     batches = [order[a : a + BATCH] for a in range(0, len(order), BATCH)]
-    server = Server(small_disk)
-    server.start()
+    server = disk_server
+    small_disk = server.tmp
     room = os.statvfs(small_disk)
     (small_disk / "filler").write_bytes(bytes(room.f_bavail * room.f_frsize - 256 * 1024))
     acked: list[int] = []
