@@ -68,3 +68,14 @@ def test_replay_keeps_the_given_sender():
     assert sorted(sim.receiver.ident.tolist()) == list(range(1, 1_001))
     with pytest.raises(ConfigError):
         simulate_stream(StreamParams(loss_rate=1.5))
+
+
+def test_a_stream_beyond_the_memory_budget_is_refused_before_it_is_drawn(monkeypatch) -> None:
+    """10^7 packets hold about 1.2 GiB in a run: against a budget of 256 MiB, a one-line
+    error naming the count, before any array is made; 10^4 fit."""
+    from tacit.errors import InputError
+
+    monkeypatch.setenv("TACIT_MEMORY_BUDGET", "256M")
+    with pytest.raises(InputError, match=r"stream of 10,000,000 packets would need 1\.2 GiB"):
+        simulate_stream(StreamParams(packets=10**7))
+    assert len(simulate_stream(StreamParams(packets=10**4)).sender) == 10**4

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tacit.budget import check_allocation
 from tacit.errors import ConfigError
 from tacit.formats.pcap_write import build_frame, write_pcap
 from tacit.hashing import hash64
@@ -71,6 +72,12 @@ class SimulatedStream:
     reordered: int
 
 
+RUN_BYTES_PER_PACKET = 128
+"""What a simulated run holds per packet, about: the sender's and the receiver's streams, the
+truth and the intervals' work arrays. A stream is refused up front when that would not fit
+(:func:`~tacit.budget.check_allocation`), rather than ending the process half-way."""
+
+
 def poisson_sender(params: StreamParams) -> PacketStream:
     """Poisson arrivals over ``duration_ns`` from the first interval boundary; identifiers are
     distinct (a bijective hash of the packet's sequence number). With ``params.packets`` the
@@ -80,6 +87,7 @@ def poisson_sender(params: StreamParams) -> PacketStream:
     n = params.packets
     if n is None:
         n = int(rng.poisson(params.rate_pps * params.duration_ns / 1e9))
+    check_allocation((n, RUN_BYTES_PER_PACKET), np.uint8, f"a simulated stream of {n:,} packets")
     time = params.intervals.start_ns + np.sort(rng.integers(0, params.duration_ns, n))
     return PacketStream(hash64(np.arange(n, dtype=np.uint64), params.seed), time)
 
