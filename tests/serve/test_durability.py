@@ -86,7 +86,22 @@ def _stored(tmp: Path) -> tuple[int, int, set[str]]:
     return n, distinct, ids
 
 
-def test_kill_9_mid_stream_loses_nothing_acknowledged(tmp_path):
+def _reap(server: Server) -> None:
+    """Kill ``server``'s process if a test left it running (it failed midway)."""
+    if server.proc is not None and server.proc.poll() is None:
+        server.proc.kill()
+        server.proc.wait()
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A ``tacit serve`` to start, with its files in ``tmp_path``."""
+    made = Server(tmp_path)
+    yield made
+    _reap(made)
+
+
+def test_kill_9_mid_stream_loses_nothing_acknowledged(tmp_path, server):
     """Nor stores twice a request that was journaled but not answered, and then resent."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
@@ -95,7 +110,6 @@ def test_kill_9_mid_stream_loses_nothing_acknowledged(tmp_path):
     order = np.argsort(spans.end, kind="stable")
     readable = sdk_spans(spans, time.time_ns() - int(spans.start.min()))
     batches = [order[a : a + BATCH] for a in range(0, len(order), BATCH)]
-    server = Server(tmp_path)
     server.start()
     acked: list[int] = []
     refused: list[np.ndarray] = []
@@ -128,9 +142,8 @@ def test_kill_9_mid_stream_loses_nothing_acknowledged(tmp_path):
     assert sent_ids <= ids
 
 
-def test_sigterm_flushes_and_the_restart_resumes_pending_spans(tmp_path):
+def test_sigterm_flushes_and_the_restart_resumes_pending_spans(tmp_path, server):
     spans = shop_spans(3)
-    server = Server(tmp_path)
     server.start()
     from tacit.experiment.otlp_load import send_spans
 
@@ -173,12 +186,10 @@ def small_disk(tmp_path):
 @pytest.fixture
 def disk_server(small_disk):
     """``tacit serve`` with its store on :func:`small_disk`, killed if a test leaves it."""
-    server = Server(small_disk)
-    server.start()
-    yield server
-    if server.proc is not None and server.proc.poll() is None:
-        server.proc.kill()
-        server.proc.wait()
+    made = Server(small_disk)
+    made.start()
+    yield made
+    _reap(made)
 
 
 def _readiness(server: Server) -> int:
