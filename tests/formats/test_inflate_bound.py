@@ -75,3 +75,16 @@ def test_json_lines_pass_over_blank_lines_by_the_block(tmp_path):
     got = list(iter_json_lines(path))
     assert [n for n, _ in got] == [3, 4 + 2 * _BLOCK, 6 + 2 * _BLOCK]
     assert got[0][1] == {"n": 1} and len(got[1][1]["a"]) == 3 * _BLOCK and got[2][1] == [2]
+
+
+def test_a_file_of_zeros_is_refused_from_its_head_not_inflated_first(tmp_path, monkeypatch):
+    """Zero bytes start neither a JSON document nor the Collector's length-prefixed protobuf
+    (whose first message begins with a ``resource_spans`` tag): refused as no span format
+    from the first megabyte, without the file being read whole."""
+    from tacit.formats import span_files
+
+    path = tmp_path / "zeros.json.gz"
+    path.write_bytes(gzip.compress(bytes(64 << 20), 9))
+    monkeypatch.setattr(span_files, "read_text", lambda p: pytest.fail(f"{p} read whole"))
+    with pytest.raises(InputError, match="unknown span format"):
+        span_files.detect_format(path)

@@ -161,14 +161,15 @@ def is_json_lines(path: Path) -> bool:
 def is_protobuf(path: Path, head: bytes | None = None) -> bool:
     """Whether ``path`` holds OTLP protobuf: its name ends in a protobuf suffix, or its content
     (``head``: its first bytes after gzip, if at hand) starts as the Collector's length-prefixed
-    messages do (a zero byte: the high byte of a length under 16 MiB), or as a serialized
-    export does (0x0A, the tag of its first ``resource_spans``) and is not UTF-8 text (ids and
-    times are binary), which tells it from a text file starting with a newline."""
+    messages do (a zero byte, the high byte of a length under 16 MiB, and after the 4-byte
+    length the tag of a ``resource_spans``: a file of zeros is none), or as a serialized export
+    does (0x0A, the tag of its first ``resource_spans``) and is not UTF-8 text (ids and times
+    are binary), which tells it from a text file starting with a newline."""
     if path.name.endswith(PROTOBUF_SUFFIXES):
         return True
     head = read_head(path, 4096) if head is None else head
     if head[:1] == b"\x00":
-        return True
+        return head[4:5] == b"\n"
     if head[:1] != b"\n":
         return False
     try:

@@ -209,7 +209,9 @@ def detect_format(path: str | Path) -> str:
 
 def _detect(path: str | Path) -> tuple[str, Any]:
     """The format, and for a JSON document its parsed content (None otherwise). CSV, blind
-    spans and OTLP JSON Lines are told from the file's head, without reading it whole."""
+    spans and OTLP JSON Lines are told from the file's head, without reading it whole; so is
+    a file that is none of them and whose head does not start a JSON document (a gzip file of
+    zeros is refused from its first megabyte, not inflated to its bound first)."""
     start = read_head(path)
     if otlp.is_protobuf(Path(path), start):
         return "otlp", None
@@ -224,6 +226,8 @@ def _detect(path: str | Path) -> tuple[str, Any]:
         return "blind", None
     if isinstance(head, dict) and "resourceSpans" in head and otlp.is_json_lines(Path(path)):
         return "otlp", None
+    if start.lstrip()[:1] not in (b"", b"{", b"["):  # no JSON document: not read on
+        raise _NotSpans(_UNKNOWN, path=str(path))
     text = read_text(path)
     if text.lstrip()[:1] in ("{", "["):
         first = text.split("\n", 1)[0].strip()
@@ -234,11 +238,13 @@ def _detect(path: str | Path) -> tuple[str, Any]:
         fmt = _json_format(doc)
         if fmt is not None:
             return fmt, doc
-    raise _NotSpans(
-        "unknown span format: expected a CSV span table, blind-span JSON lines, "
-        "or a Jaeger, Zipkin v2 or OTLP JSON document",
-        path=str(path),
-    )
+    raise _NotSpans(_UNKNOWN, path=str(path))
+
+
+_UNKNOWN = (
+    "unknown span format: expected a CSV span table, blind-span JSON lines, "
+    "or a Jaeger, Zipkin v2 or OTLP JSON document"
+)
 
 
 class _NotSpans(InputError):
