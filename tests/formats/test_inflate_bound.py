@@ -88,3 +88,13 @@ def test_a_file_of_zeros_is_refused_from_its_head_not_inflated_first(tmp_path, m
     monkeypatch.setattr(span_files, "read_text", lambda p: pytest.fail(f"{p} read whole"))
     with pytest.raises(InputError, match="unknown span format"):
         span_files.detect_format(path)
+
+
+def test_a_gzip_file_that_is_no_capture_is_refused_from_its_first_bytes(tmp_path, monkeypatch):
+    from tacit.formats import pcap
+
+    path = tmp_path / "zeros.pcap.gz"
+    path.write_bytes(gzip.compress(bytes(64 << 20), 9))
+    monkeypatch.setattr(pcap, "read_bytes", lambda p: pytest.fail(f"{p} read whole"))
+    with pytest.raises(InputError, match=r"not a pcap or pcapng file \(starts with 00000000\)"):
+        pcap.read_packets(str(path))

@@ -39,7 +39,7 @@ import numpy as np
 from numba import njit
 
 from tacit.errors import InputError
-from tacit.formats.textio import GZIP_MAGIC, open_input, read_bytes
+from tacit.formats.textio import GZIP_MAGIC, open_input, read_bytes, read_head
 from tacit.model.captures import PacketAccounting, PacketRead
 from tacit.model.packets import (
     IDENT_HEADER,
@@ -369,6 +369,7 @@ def _file_array(path: str) -> np.ndarray:
     and no memory of its own)."""
     with _open_raw(path) as f:
         if f.read(2) == GZIP_MAGIC:
+            _Walk(path, read_head(path, 24))  # no capture is refused from its first bytes
             return np.frombuffer(read_bytes(path), dtype=np.uint8)
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
         try:
