@@ -21,10 +21,12 @@ from urllib.parse import urlencode
 
 import grpc
 import numpy as np
+import orjson
 from hypothesis import strategies as st
 
 from serve_app import shop_spans
 from tacit.experiment.otlp_load import sdk_spans
+from tacit.formats.otlp import otlp_document
 
 CASE_TIMEOUT_S = 30.0
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -78,13 +80,17 @@ class Case:
 
 
 def valid_bodies() -> tuple[bytes, bytes]:
-    """A request of 64 shop spans as the SDK's encoder writes it, and its OTLP/JSON form."""
-    from google.protobuf.json_format import MessageToJson
+    """A request of 64 shop spans now, as the SDK's encoder writes it, and as OTLP/JSON (hex
+    ids, which the protobuf JSON mapping would write as base64)."""
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     spans = shop_spans(1)
-    request = encode_spans(sdk_spans(spans.take(np.arange(64)), time.time_ns() - spans.start[0]))
-    return request.SerializeToString(), MessageToJson(request).encode()
+    spans = spans.take(np.arange(64))
+    shift = time.time_ns() - int(spans.start.min())
+    request = encode_spans(sdk_spans(spans, shift))
+    spans.start[:] += shift
+    spans.end[:] += shift
+    return request.SerializeToString(), orjson.dumps(otlp_document(spans))
 
 
 def _field(number: int, payload: bytes) -> bytes:
