@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from bench_serve import proc_status
 from oneway_agents import recording_proxy, sender_handshake_bytes
 from tacit.experiment.memcached import free_port
 from tacit.oneway_latency.agent import Agent, AgentParams
@@ -49,10 +50,7 @@ MB = 2**20
 
 def rss_bytes(pid: int) -> tuple[int, int]:
     """``(resident, peak resident)`` of a process, from /proc."""
-    fields = dict(
-        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-    )
-    return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+    return proc_status(pid, "VmRSS") * 1024, proc_status(pid, "VmHWM") * 1024
 
 
 def run_receiver(port: int, capture: str) -> None:

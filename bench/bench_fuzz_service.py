@@ -29,18 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fuzz"))
 
 from service_cases import Case, cases, known, ready, run_case, valid_bodies
 
+from bench_serve import proc_status
 from serve_app import shop_callgraph
 from tacit.experiment.memcached import free_port
 
 TACIT = Path(sys.executable).parent / "tacit"
 SHOWN = 10
-
-
-def _status(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {field} for process {pid}")
 
 
 def main() -> int:
@@ -90,8 +84,8 @@ def main() -> int:
                 "outcomes": dict(outcomes),
                 "failures": failures,
                 "seconds": round(time.perf_counter() - began, 1),
-                "service_peak_mib": round(_status(proc.pid, "VmHWM") / 1024, 1),
-                "service_threads_after": _status(proc.pid, "Threads"),
+                "service_peak_mib": round(proc_status(proc.pid, "VmHWM") / 1024, 1),
+                "service_threads_after": proc_status(proc.pid, "Threads"),
             }
         finally:
             proc.terminate()

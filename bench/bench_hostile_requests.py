@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -28,7 +29,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bench_serve import Server
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from bench_serve import Server, proc_status
+from protobuf_wire import delimited
 from tacit.experiment.otlp_load import encoded_requests
 from tacit.model.roles import infer_roles
 from tacit.reconstruct.callgraph import learn_callgraph
@@ -40,26 +44,19 @@ TARGET_SECONDS = 1.0
 TARGET_MIB = 500
 
 
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field."""
-    tag, n, length = bytes([number << 3 | 2]), len(payload), bytearray()
-    while True:
-        length.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return tag + bytes(length) + payload
-
-
 def cases(valid: bytes) -> dict[str, tuple[bytes, dict[str, str]]]:
     """Each case's body and headers."""
     pb = {"Content-Type": "application/x-protobuf"}
     gz = pb | {"Content-Encoding": "gzip"}
-    smallest = _field(1, b"\x01" * 16) + _field(2, b"\x02" * 8)
+    smallest = delimited(1, b"\x01" * 16) + delimited(2, b"\x02" * 8)
     return {
         "valid 512 spans (baseline)": (valid, pb),
         "empty resource spans": (gzip.compress(b"\x0a\x00" * 4_000_000, 9), gz),
-        "empty spans": (gzip.compress(_field(1, _field(2, b"\x12\x00" * 8_000_000)), 9), gz),
-        "a million smallest spans": (_field(1, _field(2, _field(2, smallest) * 1_000_000)), pb),
+        "empty spans": (gzip.compress(delimited(1, delimited(2, b"\x12\x00" * 8_000_000)), 9), gz),
+        "a million smallest spans": (
+            delimited(1, delimited(2, delimited(2, smallest) * 1_000_000)),
+            pb,
+        ),
         "zeros": (gzip.compress(b"\0" * (MAX_BODY + 1024), 9), gz),
         "JSON of empty resource spans": (
             b'{"resourceSpans":[' + b",".join([b"{}"] * 4_000_000) + b"]}",
@@ -79,17 +76,10 @@ def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, float]:
     return status, time.perf_counter() - began
 
 
-def _rss_mib(pid: int, field: str) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def run_case(server: Server, body: bytes, headers: dict[str, str]) -> dict:
     pid = server.proc.pid
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # the high-water mark starts again
-    idle = _rss_mib(pid, "VmRSS")
+    idle = proc_status(pid, "VmRSS") / 1024
     answers: list[tuple[int, float]] = []
     threads = [
         threading.Thread(
@@ -105,7 +95,7 @@ def run_case(server: Server, body: bytes, headers: dict[str, str]) -> dict:
         "bytes": len(body),
         "answers": sorted(status for status, _ in answers),
         "seconds_max": round(max(s for _, s in answers), 2),
-        "peak_above_idle_mib": round(_rss_mib(pid, "VmHWM") - idle, 1),
+        "peak_above_idle_mib": round(proc_status(pid, "VmHWM") / 1024 - idle, 1),
     }
 
 

@@ -25,8 +25,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench_hostile_requests import _rss_mib
-from bench_serve import Server
+from bench_serve import Server, proc_status
 from tacit.experiment.otlp_load import encoded_requests
 from tacit.model.roles import infer_roles
 from tacit.reconstruct.callgraph import learn_callgraph
@@ -36,13 +35,6 @@ IDLE = 2000
 SLOW = 200
 SENDERS = 500
 QUERIERS = 100
-
-
-def _threads(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Threads:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no thread count for process {pid}")
 
 
 def _ask(port: int, method: str, path: str, body: bytes | None) -> str:
@@ -82,16 +74,16 @@ def main() -> None:
         server = Server(Path(d), graph, defaults=True).start()
         pid = server.proc.pid
         try:
-            idle_threads = _threads(pid)
+            idle_threads = proc_status(pid, "Threads")
             Path(f"/proc/{pid}/clear_refs").write_text("5")
-            idle_mib = _rss_mib(pid, "VmRSS")
+            idle_mib = proc_status(pid, "VmRSS") / 1024
             began = time.perf_counter()
             idle = _held(server.port, IDLE)
             slow = _held(server.port, SLOW)
             stop = threading.Event()
             dripping = threading.Thread(target=_drip, args=(slow, stop))
             dripping.start()
-            held_threads = _threads(pid)
+            held_threads = proc_status(pid, "Threads")
             calls = [("POST", "/v1/traces", requests[i % len(requests)]) for i in range(SENDERS)]
             calls += [("GET", "/api/services", None)] * QUERIERS
             with ThreadPoolExecutor(len(calls)) as pool:
@@ -99,7 +91,7 @@ def main() -> None:
 
                 def watch() -> None:
                     while not stop.is_set():
-                        peak[0] = max(peak[0], _threads(pid))
+                        peak[0] = max(peak[0], proc_status(pid, "Threads"))
                         time.sleep(0.05)
 
                 watcher = threading.Thread(target=watch)
@@ -113,7 +105,7 @@ def main() -> None:
             for s in idle + slow:
                 s.close()
             received = server.status()["received"]
-            peak_mib = _rss_mib(pid, "VmHWM") - idle_mib
+            peak_mib = proc_status(pid, "VmHWM") / 1024 - idle_mib
         finally:
             server.stop()
     by_method = {

@@ -127,6 +127,15 @@ online: {{max_request_s: 2, lateness_s: {lateness_s}}}
 hold every span pending that the stream leaves so."""
 
 
+def proc_status(pid: int, field: str) -> int:
+    """The number ``field`` of ``/proc/PID/status`` gives: kB for ``VmRSS`` and ``VmHWM``, a
+    count for ``Threads``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} for process {pid}")
+
+
 class Server:
     """``tacit serve`` in a subprocess on core 0; ``defaults``: with the service's own bound
     on pending spans and windows, else with ``pending`` and ``lateness_s`` (:data:`TUNED`)."""
@@ -181,10 +190,7 @@ class Server:
             time.sleep(0.1)
 
     def peak_rss_mib(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
+        return proc_status(self.proc.pid, "VmHWM") / 1024
 
     def cpu_seconds(self) -> float:
         """User and system CPU the service has used so far: its work, whatever else the

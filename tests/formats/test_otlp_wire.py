@@ -15,6 +15,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from protobuf_wire import delimited, varint
 from tacit.errors import InputError
 from tacit.formats import otlp
 from tacit.formats.otlp import (
@@ -149,26 +150,12 @@ def test_the_compiled_pass_reads_a_request_as_the_message_classes_do(
     assert [spans.strings[int(c)] for c in parent_ids] == named
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append(n & 0x7F | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
 def _request(span_bytes: bytes) -> bytes:
     resource = ExportTraceServiceRequest()
     rs = resource.resource_spans.add()
     rs.resource.attributes.extend(_attrs({"service.name": "web"}))
-    rs_bytes = rs.SerializeToString() + _field(2, _field(2, span_bytes))
-    return _field(1, rs_bytes)
+    rs_bytes = rs.SerializeToString() + delimited(2, delimited(2, span_bytes))
+    return delimited(1, rs_bytes)
 
 
 def _span(**fields: Any) -> Span:
@@ -188,18 +175,18 @@ def _span(**fields: Any) -> Span:
 @pytest.mark.parametrize(
     ("form", "extra"),
     [
-        ("a name given twice: the last is kept", _field(5, b"POST /")),
+        ("a name given twice: the last is kept", delimited(5, b"POST /")),
         (
             "a status given twice: the two are merged",
-            _field(15, _varint(3 << 3) + b"\x01") + _field(15, _field(2, b"m")),
+            delimited(15, varint(3 << 3) + b"\x01") + delimited(15, delimited(2, b"m")),
         ),
         (
             "attributes apart",
-            _varint(16 << 3 | 5)
+            varint(16 << 3 | 5)
             + bytes(4)
-            + _field(9, KeyValue(key="late", value=_value(2)).SerializeToString()),
+            + delimited(9, KeyValue(key="late", value=_value(2)).SerializeToString()),
         ),
-        ("an id of the wrong wire type", _varint(2 << 3) + _varint(5)),
+        ("an id of the wrong wire type", varint(2 << 3) + varint(5)),
     ],
 )
 def test_forms_the_pass_does_not_take_are_read_by_the_message_classes(
@@ -212,7 +199,7 @@ def test_forms_the_pass_does_not_take_are_read_by_the_message_classes(
 
 
 def test_unknown_fields_are_stepped_over_as_protobuf_does() -> None:
-    unknown = _field(40, b"??") + _varint(41 << 3) + _varint(300)
+    unknown = delimited(40, b"??") + varint(41 << 3) + varint(300)
     body = _request(_span().SerializeToString() + unknown) + unknown
     assert scan_spans(body, 1, 1) is not None
     spans, _ = read_export_request(body, "protobuf", "req")
@@ -274,7 +261,7 @@ def test_text_that_is_not_utf8_is_refused_when_checked(field: int) -> None:
     """The pass does not look at the text it finds: the message classes' decoding, which the
     check does first, refuses what is not UTF-8, so that decoding it later cannot fail."""
     span = _span(name="")
-    body = _request(span.SerializeToString() + _field(field, b"\xff\xfe"))
+    body = _request(span.SerializeToString() + delimited(field, b"\xff\xfe"))
     with pytest.raises(InputError, match="not a protobuf OTLP"):
         check_export_request(body, "protobuf", "req")
 
@@ -285,8 +272,8 @@ def test_a_resource_given_twice_is_merged_as_protobuf_does() -> None:
     web, host = (ExportTraceServiceRequest().resource_spans.add() for _ in range(2))
     web.resource.attributes.extend(_attrs({"service.name": "web"}))
     host.resource.attributes.extend(_attrs({"host.name": "node-1"}))
-    span = _field(2, _field(2, _span().SerializeToString()))
-    body = _field(1, web.SerializeToString() + span + host.SerializeToString())
+    span = delimited(2, delimited(2, _span().SerializeToString()))
+    body = delimited(1, web.SerializeToString() + span + host.SerializeToString())
     assert scan_spans(body, 1, 1) is None
     spans, _ = read_export_request(body, "protobuf", "req")
     assert _rows(spans) == _rows(read_otlp_protobuf(body, "req"))
@@ -328,17 +315,17 @@ def _resource_spans(spans: list[bytes], scopes: int = 1) -> bytes:
     per = -(-len(spans) // scopes) if spans else 0
     body = rs.SerializeToString()
     for k in range(scopes):
-        body += _field(2, b"".join(_field(2, s) for s in spans[k * per : (k + 1) * per]))
-    return _field(1, body)
+        body += delimited(2, b"".join(delimited(2, s) for s in spans[k * per : (k + 1) * per]))
+    return delimited(1, body)
 
 
 def test_the_shape_of_a_request_is_what_decoding_it_builds() -> None:
     spans = [_span(span_id=bytes([k + 1]) * 8).SerializeToString() for k in range(7)]
-    body = _resource_spans(spans[:4], scopes=2) + _resource_spans(spans[4:]) + _field(1, b"")
+    body = _resource_spans(spans[:4], scopes=2) + _resource_spans(spans[4:]) + delimited(1, b"")
     decoded = ExportTraceServiceRequest.FromString(body)
     scopes = [ss for rs in decoded.resource_spans for ss in rs.scope_spans]
     assert request_shape(body) == (len(decoded.resource_spans), len(scopes), 7, 0)
-    assert request_shape(_field(1, _field(2, _field(2, b"\x0a\x01")))) == (1, 1, 1, 1)
+    assert request_shape(delimited(1, delimited(2, delimited(2, b"\x0a\x01")))) == (1, 1, 1, 1)
     assert request_shape(b"\x0a\x05\x12") is None  # runs past its end: decoding says so
 
 
@@ -346,8 +333,8 @@ def test_the_shape_of_a_request_is_what_decoding_it_builds() -> None:
     ("body", "words"),
     [
         (b"\x0a\x00" * 1_000_000, "1,000,000 ResourceSpans and 0 ScopeSpans hold 0 spans"),
-        (_field(1, b"\x12\x00" * 100_000), "100,000 ScopeSpans hold 0 spans"),
-        (_field(1, _field(2, b"\x12\x00" * 100_000)), "100,000 of 100,000 spans are shorter"),
+        (delimited(1, b"\x12\x00" * 100_000), "100,000 ScopeSpans hold 0 spans"),
+        (delimited(1, delimited(2, b"\x12\x00" * 100_000)), "100,000 of 100,000 spans are shorter"),
         (
             _resource_spans([_span().SerializeToString()] * (MAX_REQUEST_SPANS + 1)),
             "100,001 spans in one request; at most 100,000",

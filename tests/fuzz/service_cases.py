@@ -24,6 +24,7 @@ import numpy as np
 import orjson
 from hypothesis import strategies as st
 
+from protobuf_wire import delimited
 from serve_app import shop_spans
 from tacit.experiment.otlp_load import sdk_spans
 from tacit.formats.otlp import otlp_document
@@ -93,24 +94,19 @@ def valid_bodies() -> tuple[bytes, bytes]:
     return request.SerializeToString(), orjson.dumps(otlp_document(spans))
 
 
-def _field(number: int, payload: bytes) -> bytes:
-    tag, n, length = bytes([number << 3 | 2]), len(payload), bytearray()
-    while True:
-        length.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return tag + bytes(length) + payload
-
-
 def _span(trace: bytes, span: bytes, start: int, end: int) -> bytes:
     times = bytes([7 << 3 | 1]) + start.to_bytes(8, "little", signed=start < 0)
     times += bytes([8 << 3 | 1]) + end.to_bytes(8, "little", signed=end < 0)
-    return _field(1, trace) + _field(2, span) + _field(5, b"op") + bytes([6 << 3, 2]) + times
+    return (
+        delimited(1, trace) + delimited(2, span) + delimited(5, b"op") + bytes([6 << 3, 2]) + times
+    )
 
 
 def _request(*spans: bytes) -> bytes:
-    service = _field(1, _field(1, b"service.name") + _field(2, _field(1, b"web")))
-    return _field(1, _field(1, service) + _field(2, b"".join(_field(2, s) for s in spans)))
+    service = delimited(1, delimited(1, b"service.name") + delimited(2, delimited(1, b"web")))
+    return delimited(
+        1, delimited(1, service) + delimited(2, b"".join(delimited(2, s) for s in spans))
+    )
 
 
 def known() -> list[Case]:
