@@ -110,9 +110,13 @@ def _otlp_error(
     return Response(status, body, ctype, headers or {})
 
 
+def _media_type(request: Request) -> str:
+    """The request's ``Content-Type`` without its parameters."""
+    return (request.header("content-type") or "").split(";")[0].strip()
+
+
 def _encoding(request: Request) -> str:
-    ctype = (request.header("content-type") or "").split(";")[0].strip()
-    return "json" if ctype == "application/json" else "protobuf"
+    return "json" if _media_type(request) == "application/json" else "protobuf"
 
 
 def inflated(request: Request) -> bytes:
@@ -168,7 +172,7 @@ class Routes:
                     "text/plain",
                     {"WWW-Authenticate": 'Bearer realm="tacit"'},
                 )
-            ctype = (request.header("content-type") or "").split(";")[0].strip()
+            ctype = _media_type(request)
             if request.path == "/v1/traces" and ctype not in (PROTOBUF, "application/json"):
                 return _otlp_error(
                     HTTPStatus.UNSUPPORTED_MEDIA_TYPE, encoding, f"content type {ctype!r}"
