@@ -50,6 +50,44 @@ def request_pb():
     return encode_spans(sdk_spans(spans.take(np.arange(512)), 0))
 
 
+class _HeldIngest:
+    """An ingest whose every call waits until released, so that calls stay under way."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Semaphore(0)
+
+    def submit(self, body: bytes, encoding: str, transport: str) -> None:
+        self.entered.release()
+        self.release.wait(30)
+
+
+def test_grpc_one_address_is_answered_by_at_most_its_share_of_the_workers(request_pb):
+    """With 4 workers, one address has 2 calls answered at once; a third is RESOURCE_EXHAUSTED
+    with RetryInfo while the two wait, and taken once they are done."""
+    from tacit.serve.grpc_receiver import start_grpc
+
+    ingest = _HeldIngest()
+    server = start_grpc("127.0.0.1:0", ingest, workers=4)  # type: ignore[arg-type]
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{server.bound_port}") as channel:
+            stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+            held = [stub.Export.future(request_pb, timeout=30) for _ in range(2)]
+            assert all(ingest.entered.acquire(timeout=30) for _ in held)
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Export(request_pb, timeout=30)
+            ingest.release.set()
+            for call in held:
+                call.result()
+            stub.Export(request_pb, timeout=30)
+    finally:
+        server.stop(None)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "from this address" in refused.value.details()
+    info = error_details_pb2.RetryInfo()
+    assert rpc_status.from_call(refused.value).details[0].Unpack(info)
+
+
 def test_http_protobuf_json_and_gzip_are_acknowledged_and_counted(tmp_path, request_pb):
     body = request_pb.SerializeToString()
     as_json = collector_json_line(request_pb)  # a request's OTLP/JSON form
@@ -348,6 +386,36 @@ def test_many_clients_at_once_are_all_served_and_idle_ones_let_go(tmp_path, monk
             s.close()
     assert held < 20  # the test's own pool has ended; the service's workers are bounded
     assert len(ended) == len(slow)
+
+
+def test_one_address_holds_at_most_its_share_of_the_connections(tmp_path, monkeypatch):
+    """One client address may hold 1/PEER_SHARE of the connections: beyond it, that address is
+    told to retry, while another is still served, and once it lets some go it is served
+    again."""
+    from tacit.serve import http_server
+
+    monkeypatch.setattr(http_server, "MAX_CONNECTIONS", 4 * http_server.PEER_SHARE)
+    head = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with running(tmp_path, online=SLOW) as svc:
+        server = ("127.0.0.1", svc.http_port)
+        held = [socket.create_connection(server, timeout=30) for _ in range(4)]
+        one_more = _exchange(svc.http_port, head)
+        other = socket.create_connection(server, timeout=30, source_address=("127.0.0.2", 0))
+        other.sendall(head)
+        from_another = other.recv(65536)
+        other.close()
+        held.pop().close()
+        for _ in range(100):  # until the service has noticed the close
+            after = _exchange(svc.http_port, head)
+            if not after.startswith(b"HTTP/1.1 503"):
+                break
+            time.sleep(0.1)
+        for s in held:
+            s.close()
+    assert one_more.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in one_more
+    assert b"from this address" in one_more
+    assert from_another.startswith(b"HTTP/1.1 200")
+    assert after.startswith(b"HTTP/1.1 200")
 
 
 def _exchange(port: int, head: bytes, body: bytes = b"") -> bytes:

@@ -8,10 +8,18 @@ not the ``INTERNAL`` of a failed deserializer. Too many spans waiting is
 ``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` detail giving the delay, which the OTLP
 exporters honour (OTLP specification, "OTLP/gRPC Throttling"); a malformed request is
 ``INVALID_ARGUMENT``; one without the ingest token, when there is one, ``UNAUTHENTICATED``.
+
+As over HTTP (:mod:`.http_server`), one client address is answered by at most
+1/:data:`~.http_server.PEER_SHARE` of the workers at once; a call beyond its share is
+``RESOURCE_EXHAUSTED`` with ``RetryInfo``, so that no one sender keeps the others out. One
+connection carries at most :data:`MAX_STREAMS` calls at once (HTTP/2 flow control bounds what
+each holds until a worker reads it).
 """
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from concurrent import futures
 from typing import Any
 
@@ -20,28 +28,68 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from tacit.errors import ConfigError, InputError
 from tacit.serve.auth import authorized
+from tacit.serve.http_server import PEER_SHARE
 from tacit.serve.ingest import MAX_BODY, Busy, Ingest
 from tacit.serve.tls import ServerTLS
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+MAX_STREAMS = 16
+"""Calls one connection may carry at once (HTTP/2 ``SETTINGS_MAX_CONCURRENT_STREAMS``)."""
+
+
+class _Peers:
+    """Calls under way per client address, each address at most ``share`` at once."""
+
+    def __init__(self, share: int) -> None:
+        self.share = share
+        self._lock = threading.Lock()
+        self._busy: Counter[str] = Counter()
+
+    def enter(self, address: str) -> bool:
+        with self._lock:
+            if self._busy[address] >= self.share:
+                return False
+            self._busy[address] += 1
+            return True
+
+    def leave(self, address: str) -> None:
+        with self._lock:
+            self._busy[address] -= 1
+            if self._busy[address] == 0:
+                del self._busy[address]
+
+
+def _address(peer: str) -> str:
+    """The host of gRPC's ``ipv4:HOST:PORT`` or ``ipv6:[HOST]:PORT`` (a Unix socket's path as
+    it is)."""
+    scheme, _, rest = peer.partition(":")
+    return rest.rpartition(":")[0] if scheme in ("ipv4", "ipv6") else peer
 
 
 class _TraceService:
-    def __init__(self, ingest: Ingest, token: str | None) -> None:
+    def __init__(self, ingest: Ingest, token: str | None, workers: int) -> None:
         self.ingest = ingest
         self.token = token
+        self.peers = _Peers(max(1, workers // PEER_SHARE))
 
     def export(self, body: bytes, context: Any) -> Any:
         header = dict(context.invocation_metadata()).get("authorization")
         if not authorized(header, self.token):
             self.ingest.metrics.refused.labels("grpc", "unauthenticated").inc()
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "an ingest token is required")
+        address = _address(context.peer())
+        if not self.peers.enter(address):
+            context.abort_with_status(
+                _retry_status("too many requests at once from this address", 1)
+            )
         try:
             self.ingest.submit(body, "protobuf", "grpc")
         except Busy as e:
             context.abort_with_status(_retry_status(str(e), e.retry_after_s))
         except InputError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        finally:
+            self.peers.leave(address)
         return trace_service_pb2.ExportTraceServiceResponse()
 
     def handler(self) -> grpc.GenericRpcHandler:
@@ -79,9 +127,12 @@ def start_grpc(
     server."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tacit-grpc"),
-        options=[("grpc.max_receive_message_length", MAX_BODY)],
+        options=[
+            ("grpc.max_receive_message_length", MAX_BODY),
+            ("grpc.max_concurrent_streams", MAX_STREAMS),
+        ],
     )
-    server.add_generic_rpc_handlers((_TraceService(ingest, token).handler(),))
+    server.add_generic_rpc_handlers((_TraceService(ingest, token, workers).handler(),))
     try:
         if tls is None:
             port = server.add_insecure_port(address)

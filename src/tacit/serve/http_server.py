@@ -13,7 +13,12 @@ bounds, all fixed here:
   :data:`~.ingest.MAX_BODY`; the bodies read and not yet answered hold at most
   :data:`BUFFERED_BODIES` bytes in all (a request that waits longer for room is told to retry);
 - at most :data:`MAX_CONNECTIONS` connections are served at once; one more is answered 503 with
-  ``Retry-After`` (which the OTLP exporters honour), never reset.
+  ``Retry-After`` (which the OTLP exporters honour), never reset;
+- one client address holds at most 1/:data:`PEER_SHARE` of each of these (connections, bodies
+  held, workers answering), so that no one sender, however fast, keeps the others out. Its rate
+  is bounded by that share of the workers, not by a number of requests a second: a Collector
+  gateway is one address that sends for a whole cluster. Behind a proxy every client is the
+  proxy's address, and the bounds are the proxy's.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ BUFFERED_BODIES = 256 * 1024 * 1024
 in all."""
 MAX_CONNECTIONS = 4096
 """Connections served at once."""
+PEER_SHARE = 2
+"""One client address may hold 1/PEER_SHARE of the connections, the body bytes and the workers."""
 BACKLOG = 1024
 """Connections the kernel queues until the server accepts them."""
 READ_SIZE = 64 * 1024
@@ -82,6 +89,7 @@ class ServeHTTPServer:
         self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="tacit-http")
         self._connections: set[asyncio.Task[None]] = set()
         self._room = _Room(BUFFERED_BODIES)
+        self._peers: dict[str, _Peer] = {}
 
     def serve_forever(self) -> None:
         """Serve until :meth:`shutdown`; returns once every worker has answered."""
@@ -123,13 +131,18 @@ class ServeHTTPServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        address = _peer_address(writer)
+        peer = self._peers.setdefault(address, _Peer())
+        peer.connections += 1
         try:
             if len(self._connections) > MAX_CONNECTIONS:
-                answer = text(HTTPStatus.SERVICE_UNAVAILABLE, "too many connections")
-                await _Exchange(h11.Connection(h11.SERVER), reader, writer).send_busy(answer)
+                await _busy(reader, writer, "too many connections")
+                return
+            if peer.connections > MAX_CONNECTIONS // PEER_SHARE:
+                await _busy(reader, writer, "too many connections from this address")
                 return
             await self._serve_connection(
-                _Exchange(h11.Connection(h11.SERVER, MAX_HEAD), reader, writer)
+                _Exchange(h11.Connection(h11.SERVER, MAX_HEAD), reader, writer), peer
             )
         except (ConnectionError, TimeoutError, ssl.SSLError, h11.ProtocolError) as e:
             log.debug("connection ended: %s", e)
@@ -137,9 +150,12 @@ class ServeHTTPServer:
             pass
         finally:
             self._connections.discard(task)
+            peer.connections -= 1
+            if peer.connections == 0:
+                del self._peers[address]
             writer.close()
 
-    async def _serve_connection(self, exchange: _Exchange) -> None:
+    async def _serve_connection(self, exchange: _Exchange, peer: _Peer) -> None:
         """Answer the requests of one connection, one after the other, until it closes."""
         while True:
             try:
@@ -161,32 +177,59 @@ class ServeHTTPServer:
             if early is not None:
                 await exchange.send(replace(early, close=True))
                 return
-            answer = await self._answer(exchange, request, MAX_BODY if length is None else length)
+            room = MAX_BODY if length is None else length
+            answer = await self._answer(exchange, request, room, peer)
             await exchange.send(answer)
             if answer.close or not exchange.next_cycle():
                 return
 
-    async def _answer(self, exchange: _Exchange, request: Request, room: int) -> Response:
-        """Read the request's body in ``room`` bytes reserved, and answer it on a worker."""
+    async def _answer(
+        self, exchange: _Exchange, request: Request, room: int, peer: _Peer
+    ) -> Response:
+        """Read the request's body in ``room`` bytes reserved, of the peer's share and of all,
+        and answer it on a worker, of the peer's share."""
         try:
             async with asyncio.timeout(IDLE_TIMEOUT_S):
-                await self._room.take(room)
+                await peer.room.take(room)
         except TimeoutError:
-            return text(
-                HTTPStatus.SERVICE_UNAVAILABLE, "too many requests at once", _RETRY, close=True
-            )
+            return _too_many("too many requests at once from this address")
         try:
-            if exchange.conn.they_are_waiting_for_100_continue:
-                await exchange.send_informational()
-            body = await exchange.body()
-            if body is None:
-                return replace(self.routes.too_large(request), close=True)
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(
-                self._workers, self.routes.answer, replace(request, body=body)
-            )
+            try:
+                async with asyncio.timeout(IDLE_TIMEOUT_S):
+                    await self._room.take(room)
+            except TimeoutError:
+                return _too_many("too many requests at once")
+            try:
+                if exchange.conn.they_are_waiting_for_100_continue:
+                    await exchange.send_informational()
+                body = await exchange.body()
+                if body is None:
+                    return replace(self.routes.too_large(request), close=True)
+                async with peer.workers:
+                    return await asyncio.get_running_loop().run_in_executor(
+                        self._workers, self.routes.answer, replace(request, body=body)
+                    )
+            finally:
+                self._room.give(room)
         finally:
-            self._room.give(room)
+            peer.room.give(room)
+
+
+def _too_many(reason: str) -> Response:
+    return text(HTTPStatus.SERVICE_UNAVAILABLE, reason, _RETRY, close=True)
+
+
+async def _busy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reason: str) -> None:
+    """Answer a connection beyond the bounds 503 with ``Retry-After`` once its head has come."""
+    await _Exchange(h11.Connection(h11.SERVER), reader, writer).send_busy(
+        text(HTTPStatus.SERVICE_UNAVAILABLE, reason)
+    )
+
+
+def _peer_address(writer: asyncio.StreamWriter) -> str:
+    """The client's address without its port (its host, for IPv4 and IPv6 alike)."""
+    peer = writer.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) else str(peer)
 
 
 def _content_length(request: Request) -> int | None:
@@ -268,6 +311,16 @@ class _Exchange:
             return False
         self.conn.start_next_cycle()
         return True
+
+
+class _Peer:
+    """What one client address holds: its connections, and its share of body bytes and
+    workers."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.room = _Room(BUFFERED_BODIES // PEER_SHARE)
+        self.workers = asyncio.Semaphore(WORKERS // PEER_SHARE)
 
 
 class _Room:
