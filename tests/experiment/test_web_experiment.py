@@ -167,9 +167,10 @@ def test_causal_pairs_are_scored(run: WebExperimentResult):
 
 
 def test_latency_varies_over_the_run(run: WebExperimentResult):
-    """The server's latency steps (web: the service time; memcached: the value sizes, the
-    largest values answered slowest), on a grid of Unix time that a run longer than one step
-    crosses."""
+    """The server's latency steps (web: the service time; memcached: the value sizes), on a
+    grid of Unix time that a run longer than one step crosses; memcached's gets answer the
+    values of their step's size. Which of its steps is slowest is left to the machine: with
+    other work on the cores, scheduling outweighed a 200 KB value."""
     mc = MemcachedParams()
     step = ServiceTime().step_seconds if run.server == "http" else mc.step_seconds
     assert step < SECONDS
@@ -180,7 +181,10 @@ def test_latency_varies_over_the_run(run: WebExperimentResult):
     assert len(medians) >= 2 and max(medians) > 1.3 * min(medians)
     if run.server == "memcached":
         sizes = [mc.value_sizes[s % len(mc.value_sizes)] for s in seen]
-        assert sizes[int(np.argmax(medians))] == max(sizes)
+        gets = np.array([log.strings[int(t)].startswith("get") for t in log.target])
+        answered = [np.median(log.size[(steps == s) & gets]) for s in seen]
+        assert sizes[int(np.argmax(answered))] == max(sizes)
+        assert all(size <= a < 2 * size for size, a in zip(sizes, answered, strict=True))
 
 
 @needs_capture()
