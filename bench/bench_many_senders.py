@@ -2,7 +2,9 @@
 
 A ``tacit serve`` in its own process (on one core) first gets ``IDLE`` connections that send
 nothing and ``SLOW`` that send a request's head a byte a second; then ``SENDERS`` clients post
-one OTLP request each, all at once, while ``QUERIERS`` clients ask ``/api/services``. Per
+one OTLP request each, all at once, while ``QUERIERS`` clients ask ``/api/services``. Each
+group comes from an address of its own on the loopback network (:data:`FROM`), as hosts
+would: one address may hold only its share of the connections. Per
 phase: the answers by status, the connections reset or refused, the service's threads and its
 resident memory above what it held idle (its high-water mark reset through
 ``/proc/PID/clear_refs``). Targets (the issue on bounded inputs): no reset, threads and memory
@@ -35,12 +37,16 @@ IDLE = 2000
 SLOW = 200
 SENDERS = 500
 QUERIERS = 100
+FROM = {"idle": "127.0.0.2", "slow": "127.0.0.3", "POST": "127.0.0.1", "GET": "127.0.0.4"}
+"""The address each group of connections comes from."""
 
 
 def _ask(port: int, method: str, path: str, body: bytes | None) -> str:
     """The answer's status, or the name of the error that came instead."""
     try:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        connection = http.client.HTTPConnection(
+            "127.0.0.1", port, timeout=120, source_address=(FROM[method], 0)
+        )
         headers = {"Content-Type": "application/x-protobuf"} if body is not None else {}
         connection.request(method, path, body=body, headers=headers)
         status = connection.getresponse().status
@@ -50,8 +56,9 @@ def _ask(port: int, method: str, path: str, body: bytes | None) -> str:
         return type(e).__name__
 
 
-def _held(port: int, n: int) -> list[socket.socket]:
-    return [socket.create_connection(("127.0.0.1", port), timeout=120) for _ in range(n)]
+def _held(port: int, n: int, source: str) -> list[socket.socket]:
+    server = ("127.0.0.1", port)
+    return [socket.create_connection(server, 120, (source, 0)) for _ in range(n)]
 
 
 def _drip(sockets: list[socket.socket], stop: threading.Event) -> None:
@@ -78,8 +85,8 @@ def main() -> None:
             Path(f"/proc/{pid}/clear_refs").write_text("5")
             idle_mib = proc_status(pid, "VmRSS") / 1024
             began = time.perf_counter()
-            idle = _held(server.port, IDLE)
-            slow = _held(server.port, SLOW)
+            idle = _held(server.port, IDLE, FROM["idle"])
+            slow = _held(server.port, SLOW, FROM["slow"])
             stop = threading.Event()
             dripping = threading.Thread(target=_drip, args=(slow, stop))
             dripping.start()
