@@ -233,10 +233,9 @@ def check_export_request(
     A protobuf request of the forms encoders write is decoded, its spans found by a compiled
     pass over its bytes (:mod:`.otlp_wire`), and everything that reading it could refuse
     checked (:func:`_wire_request`): a receiver acknowledges the request once it is checked
-    and durable, and reads its spans on the thread that reconstructs them. One SDK exporter,
-    which waits for each answer, heard back in 2.3 ms a request of 512 spans (median)
-    against 12.6 ms when the receiver read the spans first (the shop app's stream offered at
-    20,000 spans/s to ``tacit serve``). Any other request is read at once."""
+    and durable, and reads its spans on the thread that reconstructs them, so that an exporter,
+    which waits for each answer, waits for the check and not for the reading. Any other
+    request is read at once."""
     _check_size(body, encoding, source)
     if encoding == "protobuf" and body[:1] in (b"", b"\n"):
         checked = _wire_request(body, _decode_request(body, source, ""), source)
