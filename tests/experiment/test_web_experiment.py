@@ -168,8 +168,8 @@ def test_causal_pairs_are_scored(run: WebExperimentResult):
 
 def test_latency_varies_over_the_run(run: WebExperimentResult):
     """The server's latency steps (web: the service time; memcached: the value sizes), on a
-    grid of Unix time that a run longer than one step crosses; memcached's gets answer the
-    values of their step's size. Which of its steps is slowest is left to the machine: with
+    grid of Unix time that a run longer than one step crosses; memcached's gets answer values of
+    the sizes its steps go through. Which of its steps is slowest is left to the machine: with
     other work on the cores, scheduling outweighed a 200 KB value."""
     mc = MemcachedParams()
     step = ServiceTime().step_seconds if run.server == "http" else mc.step_seconds
@@ -179,12 +179,12 @@ def test_latency_varies_over_the_run(run: WebExperimentResult):
     seen = [s for s in np.unique(steps) if (steps == s).sum() >= 50]
     medians = [np.median(log.latency[steps == s]) for s in seen]
     assert len(medians) >= 2 and max(medians) > 1.3 * min(medians)
-    if run.server == "memcached":
-        sizes = [mc.value_sizes[s % len(mc.value_sizes)] for s in seen]
+    if run.server == "memcached":  # a step's trees may run on into the next one
         gets = np.array([log.strings[int(t)].startswith("get") for t in log.target])
         answered = [np.median(log.size[(steps == s) & gets]) for s in seen]
-        assert sizes[int(np.argmax(answered))] == max(sizes)
-        assert all(size <= a < 2 * size for size, a in zip(sizes, answered, strict=True))
+        nearest = [min(mc.value_sizes, key=lambda v: abs(a - v)) for a in answered]
+        assert all(v <= a < v + 64 for v, a in zip(nearest, answered, strict=True)), answered
+        assert len(set(nearest)) >= 2, answered
 
 
 @needs_capture()
