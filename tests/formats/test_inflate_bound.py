@@ -23,26 +23,48 @@ def small_floor(monkeypatch):
     monkeypatch.setattr(textio, "INFLATE_FLOOR", 1 << 20)
 
 
+TEXT_READERS = [read_text, lambda p: list(iter_json_lines(p)), lambda p: list(csv_rows(p))]
+
+
 @pytest.mark.parametrize(
-    "read",
-    [
-        read_bytes,
-        read_text,
-        lambda p: list(iter_json_lines(p)),
-        lambda p: list(csv_rows(p)),
-        read_packets,
-    ],
+    ("read", "content"),
+    [(read_bytes, c) for c in (b"\0", b" ", b"\n")]
+    + [(read_packets, c) for c in (b"\0", b" ", b"\n")]
+    + [(read, b"1\n") for read in TEXT_READERS],
 )
-@pytest.mark.parametrize("content", [b"\0", b" ", b"\n"])
 def test_a_file_that_inflates_a_thousandfold_is_refused(tmp_path, small_floor, read, content):
-    """A capture's bomb starts as a capture does: else its first bytes refuse it (below)."""
+    """A capture's bomb starts as a capture does, a text bomb with text: else their first
+    bytes refuse them (below)."""
     bomb = tmp_path / "bomb.gz"
     head = PCAP_HEADER if read is read_packets else b""
     bomb.write_bytes(gzip.compress(head + content * (8 << 20), 9))
-    assert bomb.stat().st_size < 20_000
+    assert bomb.stat().st_size < 40_000
     with pytest.raises(InputError, match=r"inflates beyond .* TACIT_MAX_INFLATE_RATIO") as e:
         read(bomb)
     assert str(bomb) in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("read", "content"),
+    [(read_text, c) for c in (b"\0", b" ", b"\n", b" \t\r\n")]
+    + [(TEXT_READERS[1], b" \t\r\n"), (TEXT_READERS[2], b"\n")],
+)
+@pytest.mark.parametrize("compress", [gzip.compress, bytes])
+def test_a_text_input_blank_for_its_first_mib_is_refused_there(tmp_path, read, content, compress):
+    """Whitespace and zero bytes for a MiB start no text format: refused once that MiB has
+    passed, however far the file goes on (an 8 KB gzip file of them inflates to gigabytes)."""
+    blank = tmp_path / "blank.gz"
+    blank.write_bytes(compress(content * (4 << 20)))
+    with pytest.raises(InputError, match="nothing but whitespace and zero bytes") as e:
+        read(blank)
+    assert str(blank) in str(e.value)
+
+
+@pytest.mark.parametrize("read", TEXT_READERS[:2])
+def test_a_text_that_starts_within_its_first_mib_is_read(tmp_path, read):
+    late = tmp_path / "late.gz"
+    late.write_bytes(gzip.compress(b"\n" * (textio.HEAD_BYTES - 2) + b"1\n"))
+    assert read(late)
 
 
 def test_the_bound_is_the_ratio_to_the_compressed_size_and_can_be_raised(

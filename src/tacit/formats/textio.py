@@ -95,10 +95,64 @@ def open_input(f: BinaryIO, path: Path) -> BinaryIO:
     return cast(BinaryIO, io.BufferedReader(_Bounded(f, size, path)))
 
 
+_BLANK = b" \t\r\n\f\v\0"
+
+
+class _Watched(io.RawIOBase):
+    """The bytes of a text input, refused once :data:`HEAD_BYTES` of them have passed with
+    nothing but whitespace and zero bytes: that is no start of any text format tacit reads, and
+    a small gzip file can hold gigabytes of it (refused here from its first MiB, not once it
+    has inflated to its bound)."""
+
+    def __init__(self, inner: BinaryIO, path: Path) -> None:
+        self.inner, self.path, self.blank = inner, path, 0  # blank bytes so far; -1: content
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        if not self.closed:
+            self.inner.close()
+        super().close()
+
+    def readinto(self, buffer: Any) -> int:
+        n = self.inner.readinto(buffer)
+        if self.blank >= 0 and n:
+            if bytes(memoryview(buffer)[:n]).strip(_BLANK):
+                self.blank = -1
+            else:
+                self.blank += n
+                if self.blank >= HEAD_BYTES:
+                    raise InputError(
+                        f"nothing but whitespace and zero bytes in its first {HEAD_BYTES:,}: "
+                        "no text input",
+                        path=str(self.path),
+                    )
+        return n
+
+
+def open_text(f: BinaryIO, path: Path) -> BinaryIO:
+    """``f`` (an input opened at its start) as :func:`open_input` gives it, refused once its
+    first MiB has passed blank (:class:`_Watched`); for text formats."""
+    return cast(BinaryIO, io.BufferedReader(_Watched(open_input(f, path), path)))
+
+
 def read_bytes(path: str | Path) -> bytes:
     """The content of ``path``, decompressed when it is gzip (detected by magic, not by name),
     without a UTF-8 byte-order mark."""
     return _read(path, None)
+
+
+def read_text(path: str | Path) -> str:
+    """The content of ``path`` as :func:`read_bytes` gives it, as UTF-8 text, refused from its
+    first MiB if that is blank (:func:`open_text`)."""
+    p = Path(path)
+    with _input_errors(p), p.open("rb") as f:
+        data = _without_bom(open_text(f, p), None)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"not UTF-8 text (byte {e.start})", path=str(path)) from None
 
 
 def read_head(path: str | Path, size: int = HEAD_BYTES) -> bytes:
@@ -139,14 +193,6 @@ def _input_errors(p: Path) -> Iterator[None]:
         raise InputError(f"corrupt or truncated gzip stream ({e})", path=str(p)) from None
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror or e}", path=str(p)) from None
-
-
-def read_text(path: str | Path) -> str:
-    data = read_bytes(path)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"not UTF-8 text (byte {e.start})", path=str(path)) from None
 
 
 def csv_rows(path: str | Path) -> Iterator[tuple[int, list[str]]]:
@@ -246,11 +292,11 @@ def _content_lines(stream: BinaryIO) -> Iterator[tuple[int, bytes]]:
 @contextmanager
 def _open_lines(p: Path) -> Iterator[BinaryIO]:
     """``p`` opened for reading line by line, decompressed when it is gzip, past a UTF-8
-    byte-order mark."""
+    byte-order mark, refused from its first MiB if that is blank (:func:`open_text`)."""
     with _input_errors(p):
         raw = p.open("rb")
     with raw, _input_errors(p):
-        yield _skip_bom(open_input(raw, p))
+        yield _skip_bom(open_text(raw, p))
 
 
 def expand_inputs(paths: list[str | Path], suffixes: tuple[str, ...]) -> list[Path]:
