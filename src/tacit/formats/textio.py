@@ -105,7 +105,8 @@ class _Watched(io.RawIOBase):
     has inflated to its bound)."""
 
     def __init__(self, inner: BinaryIO, path: Path) -> None:
-        self.inner, self.path, self.blank = inner, path, 0  # blank bytes so far; -1: content
+        self.inner = cast(io.BufferedIOBase, inner)
+        self.path, self.blank = path, 0  # blank bytes so far; -1 once content has come
 
     def readable(self) -> bool:
         return True
