@@ -125,8 +125,8 @@ class _Watched(io.RawIOBase):
                 self.blank += n
                 if self.blank >= HEAD_BYTES:
                     raise InputError(
-                        f"nothing but whitespace and zero bytes in its first {HEAD_BYTES:,}: "
-                        "no text input",
+                        "nothing but whitespace and zero bytes in its first "
+                        f"{HEAD_BYTES:,} bytes: no text input",
                         path=str(self.path),
                     )
         return n
