@@ -23,7 +23,7 @@ def test_the_built_wheel_runs_outside_the_source_tree(tmp_path: Path) -> None:
     work.mkdir()
     pip = [sys.executable, "-m", "pip", "-q"]
     subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(ROOT)], check=True)
-    (wheel,) = wheels.glob("tacit-*.whl")
+    (wheel,) = wheels.glob("tacit_traces-*.whl")
     subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True)
     src = ROOT / "src"
     for kernel in (

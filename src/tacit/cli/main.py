@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import signal
 import sys
+from importlib.metadata import version
+from typing import Annotated
 
 import typer
 
@@ -21,6 +23,7 @@ from tacit.cli.common import (
     standard_streams,
 )
 from tacit.errors import TacitError
+from tacit.extras import DISTRIBUTION
 from tacit.kernel_cache import kernels_cached
 
 app = typer.Typer(
@@ -31,8 +34,28 @@ app = typer.Typer(
     "files that exist, --debug shows the traceback of an error.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
 )
+
+
+def _version(given: bool) -> None:
+    if given:
+        print(f"tacit {version(DISTRIBUTION)}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
+
+
 traces.register(app)
 capture.register(app)
 paths.register(app)

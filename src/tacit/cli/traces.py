@@ -28,6 +28,7 @@ from tacit.cli.common import (
     progress_bar,
 )
 from tacit.errors import ConfigError, InputError
+from tacit.extras import require_extra
 from tacit.outputs import STDIO, refuse_input_as_output, write_bytes
 
 _REPORT_COLUMNS = {
@@ -69,6 +70,7 @@ def _observe(inputs: list[Path], input_format: str, services: Path | None):
 
 
 def _serve_demo(out_dir: Path, rate: float, seconds: float | None, http: str) -> None:
+    require_extra("serve", "tacit demo --serve")
     from tacit.serve import ServeConfig
     from tacit.serve.demo import demo_service
     from tacit.serve.logs import configure_logging

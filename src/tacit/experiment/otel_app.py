@@ -166,7 +166,7 @@ def otel_app_unavailable() -> str | None:
         except ModuleNotFoundError:
             found = False
         if not found:
-            return f"{name} is not installed (pip install 'tacit[otel-app]')"
+            return f"{name} is not installed (pip install 'tacit-traces[otel-app]')"
     return None
 
 

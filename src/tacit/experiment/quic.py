@@ -88,7 +88,7 @@ class QuicParams:
 def quic_unavailable() -> str | None:
     """Why the QUIC experiment cannot run here (None when it can)."""
     if importlib.util.find_spec("aioquic") is None:
-        return "aioquic is not installed (pip install 'tacit[quic]')"
+        return "aioquic is not installed (pip install 'tacit-traces[quic]')"
     return None
 
 

@@ -68,7 +68,8 @@ def _pcapy():
         import pcapy
     except ImportError as e:  # pragma: no cover - the test environment has the extra
         raise ConfigError(
-            f"live capture and BPF filters need pcapy-ng (libpcap): pip install 'tacit[live]' ({e})"
+            "live capture and BPF filters need pcapy-ng (libpcap): "
+            f"pip install 'tacit-traces[live]' ({e})"
         ) from None
     return pcapy
 

@@ -27,6 +27,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import breadth_first_order, connected_components
 
 from tacit.errors import ConfigError
+from tacit.extras import require_extra
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 from tacit.reconstruct.alternatives import Alternatives
@@ -186,13 +187,10 @@ def reconstruct_dask(
     once.
     ``progress`` gets the span count of each part as it comes back. Dask's own settings apply
     (the connection timeout is ``distributed.comm.timeouts.connect``)."""
-    try:
-        import distributed
-        from distributed.comm.addressing import parse_address, parse_host_port
-    except ImportError:
-        raise ConfigError(
-            "reconstruction on a Dask cluster needs dask.distributed: pip install 'tacit[dask]'"
-        ) from None
+    require_extra("dask", "reconstruction on a Dask cluster")
+    import distributed
+    from distributed.comm.addressing import parse_address, parse_host_port
+
     parts = partition(spans, callgraph, params, window_ns)
     if isinstance(scheduler, str):
         try:
