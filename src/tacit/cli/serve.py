@@ -3,14 +3,16 @@ Prometheus and tacit's own web page."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from tacit.cli.common import parse_duration
+from tacit.cli.common import out, parse_duration, print_json
 from tacit.errors import ConfigError
+from tacit.extras import require_extra
 
 
 def register(app: typer.Typer) -> None:
@@ -113,6 +115,20 @@ def register(app: typer.Typer) -> None:
         tls_key_file: Annotated[
             Path | None, typer.Option(help="With --tls-cert-file: its PEM private key.")
         ] = None,
+        log_level: Annotated[
+            str | None, typer.Option(help="debug, info (the default), warning or error.")
+        ] = None,
+        check_config: Annotated[
+            bool,
+            typer.Option(
+                "--check-config",
+                help="Read and check the configuration and the files it names, print what "
+                "would start, and exit (0, or 2 with the problem) without starting.",
+            ),
+        ] = False,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="With --check-config: as a JSON object.")
+        ] = False,
     ) -> None:
         """Receive spans over OTLP, reconstruct their traces online (TraceWeaver §5.3), store
         them, and serve them: the Jaeger query API and a web page on the HTTP address,
@@ -120,14 +136,18 @@ def register(app: typer.Typer) -> None:
         captured client-to-server packets (Pirate), with --rda-results it takes the one-way
         latency of RDA agents, with --capture-* it makes spans of the request/response
         exchanges in captured packets and reconstructs them with the spans received. Runs
-        until SIGTERM or Ctrl-C, then stops gracefully."""
-        from tacit.reconstruct.callgraph import CallGraph
-        from tacit.serve import ServeConfig, Service, load_config
+        until SIGTERM or Ctrl-C, then stops gracefully. Every setting of the configuration
+        file can also be given as an environment variable, TACIT_ and its name in capitals
+        (TACIT_HTTP, TACIT_ONLINE_WINDOW_S); options override variables, which override the
+        file."""
+        require_extra("serve", "tacit serve")
+        from tacit.serve import Service, load_config
         from tacit.serve.logs import configure_logging
+        from tacit.serve.preflight import preflight
 
         epoch_ns = None if pirate_epoch is None else parse_duration(pirate_epoch)
         retention_s = None if retention is None else parse_duration(retention) / 1e9
-        cfg = load_config(config) if config is not None else ServeConfig()
+        cfg = load_config(config, os.environ)
         cfg = cfg.updated(
             callgraph=callgraph,
             http=http,
@@ -151,17 +171,18 @@ def register(app: typer.Typer) -> None:
             query_token_file=query_token_file,
             tls_cert_file=tls_cert_file,
             tls_key_file=tls_key_file,
+            log_level=log_level,
         )
-        for pcap in (cfg.pirate_pcap, cfg.capture_pcap):
-            if pcap is not None and not pcap.is_file():
-                raise ConfigError(f"{pcap}: no such capture file")
-        for logs in cfg.envoy_logs:
-            if not logs.exists():
-                raise ConfigError(f"{logs}: no such sidecar log file or directory")
-        for followed in cfg.rda_results:
-            if followed.is_dir():
-                raise ConfigError(f"{followed}: a directory, not an RDA agent's results file")
-        if cfg.callgraph is not None and not cfg.callgraph.exists():
-            raise ConfigError(f"{cfg.callgraph}: no such call graph file")
-        configure_logging(cfg.json_logs)
-        Service(cfg, CallGraph.load(cfg.callgraph) if cfg.callgraph else None).run()
+        checked = preflight(cfg)
+        if check_config:
+            if as_json:
+                print_json(checked.summary())
+            else:
+                out.print("the configuration is valid; tacit serve would start with:")
+                for key, value in checked.summary().items():
+                    out.print(f"  {key}: {value}")
+            return
+        if as_json:
+            raise ConfigError("--json goes with --check-config")
+        configure_logging(cfg.json_logs, cfg.log_level)
+        Service(cfg, checked.callgraph).run()

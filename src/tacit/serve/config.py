@@ -1,4 +1,5 @@
-"""The configuration of ``tacit serve``: a YAML file, every field optional.
+"""The configuration of ``tacit serve``: a YAML file, every field optional, each also given by
+an environment variable (:data:`ENV_PREFIX`); the command line's options override both.
 
 ::
 
@@ -18,6 +19,8 @@
       lookahead_s: 2
       max_request_s: 10
       lateness_s: 7             # the SDK's batch processor sends every 5 s
+    json_logs: false            # the log as JSON objects, one a line
+    log_level: info             # debug, info, warning or error
     pirate_interface: eth0      # Pirate: response latency from a live capture (libpcap)
     pirate_pcap: capture.pcap   # ... and/or from a capture file, read once at start
     pirate_server: 10.0.0.5:443 # the server (ADDR:PORT, ADDR or PORT; default: from handshakes)
@@ -43,10 +46,13 @@ and what the query API answers cross the network in the clear.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+import yaml
 
 from tacit.config_fields import fields, flag, get, number, read_yaml
 from tacit.errors import ConfigError
@@ -72,12 +78,17 @@ online TraceWeaver cost 52.6–56.8 µs a span, without them 36.4–39.6
 
 MAX_PORT = 65535
 MAX_PENDING_SPANS = 100_000_000
+"""The largest max_pending_spans taken: the queue it bounds is held in memory."""
 MAX_DATABASE_MEMORY_MIB = 2**30
 """The largest database_memory_mib taken, a pebibyte: DuckDB refuses a limit beyond 2**43 MiB
 with a parser error, and no machine holds that much."""
 MAX_FUTURE_S = 86_400.0
 """The largest max_future_s taken: a day."""
-"""The largest max_pending_spans taken: the queue it bounds is held in memory."""
+LOG_LEVELS = ("debug", "info", "warning", "error")
+ENV_PREFIX = "TACIT_"
+"""Every field can also be given as an environment variable: ``TACIT_`` and its name in capitals
+(``TACIT_HTTP``, ``TACIT_DATABASE_MEMORY_MIB``; the windows ``TACIT_ONLINE_WINDOW_S``), as the
+Collector and Tempo take theirs; a list as paths separated by commas."""
 _FIELDS = (
     "http",
     "grpc",
@@ -92,6 +103,7 @@ _FIELDS = (
     "retention_s",
     "online",
     "json_logs",
+    "log_level",
     "pirate_interface",
     "pirate_pcap",
     "pirate_server",
@@ -110,6 +122,30 @@ _FIELDS = (
     "tls_key_file",
 )
 _ONLINE_FIELDS = ("window_s", "lookahead_s", "max_request_s", "lateness_s")
+_STRINGS = (
+    "http",
+    "grpc",
+    "forward",
+    "log_level",
+    "pirate_interface",
+    "pirate_server",
+    "pirate_filter",
+    "capture_interface",
+    "capture_filter",
+    "capture_protocol",
+)
+_PATHS = (
+    "database",
+    "callgraph",
+    "pirate_pcap",
+    "capture_pcap",
+    "capture_services",
+    "ingest_token_file",
+    "query_token_file",
+    "tls_cert_file",
+    "tls_key_file",
+)
+_PATH_LISTS = ("rda_results", "envoy_logs")
 
 
 @dataclass(frozen=True)
@@ -147,6 +183,7 @@ class ServeConfig:
     minute); 0 keeps everything."""
     online: OnlineParams = field(default_factory=lambda: SERVE_ONLINE)
     json_logs: bool = False
+    log_level: str = "info"
     pirate_interface: str | None = None
     pirate_pcap: Path | None = None
     pirate_server: str | None = None
@@ -204,6 +241,10 @@ class ServeConfig:
                     )
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ConfigError("tls_cert_file and tls_key_file go together: give both or neither")
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(
+                f"log_level: {self.log_level!r} is not one of {', '.join(LOG_LEVELS)}"
+            )
         if self.capture_protocol not in ("auto", *PROTOCOLS):
             raise ConfigError(
                 f"capture_protocol: {self.capture_protocol!r} is not one of auto, "
@@ -215,46 +256,76 @@ class ServeConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-def load_config(path: str | Path) -> ServeConfig:
-    """The configuration in the YAML file ``path``; relative paths in it are taken from the
-    file's directory. Unknown fields and bad values are one-line errors naming the field."""
-    where = str(path)
-    data = read_yaml(path)
-    data = fields({} if data is None else data, where, _FIELDS)
-    base = Path(path).parent
+def load_config(
+    path: str | Path | None = None, environ: Mapping[str, str] | None = None
+) -> ServeConfig:
+    """The configuration in the YAML file ``path`` (None: the defaults), with what ``environ``
+    gives as ``TACIT_*`` variables (:data:`ENV_PREFIX`) over it. Relative paths in the file are
+    taken from its directory, in a variable from the working directory. Unknown fields and bad
+    values are one-line errors naming the field, or the variable."""
+    data: dict[str, Any] = {}
+    where, base = "the environment", Path()
+    if path is not None:
+        where, base = str(path), Path(path).parent
+        data = dict(fields(read_yaml(path) or {}, where, _FIELDS))
+    for variable, key, value in _environment(environ or {}):
+        _settings({key: value}, variable, Path())  # refused here, named by its variable
+        if key == "online":
+            data["online"] = {**(data.get("online") or {}), **value}
+        else:
+            data[key] = _absolute(key, value) if path is not None else value
+    return ServeConfig(**_settings(data, where, base))
+
+
+def _environment(environ: Mapping[str, str]) -> list[tuple[str, str, Any]]:
+    """(variable, field, value) of every setting ``environ`` gives (:data:`ENV_PREFIX`):
+    strings and paths as they are, lists split at commas, the rest read as YAML scalars."""
+    found = []
+    names: list[tuple[str, str, str | None]] = [(key, key, None) for key in _FIELDS]
+    names += [(f"online_{sub}", "online", sub) for sub in _ONLINE_FIELDS]
+    for name, key, sub in names:
+        variable = ENV_PREFIX + name.upper()
+        if variable not in environ:
+            continue
+        text = environ[variable]
+        value: Any
+        if key in _STRINGS or key in _PATHS:
+            value = text
+        elif key in _PATH_LISTS:
+            value = [part for part in text.split(",") if part]
+        else:
+            try:
+                value = yaml.safe_load(text)
+            except yaml.YAMLError:
+                raise ConfigError(f"{variable}: {text!r} is not a value") from None
+        found.append((variable, key, value if sub is None else {sub: value}))
+    return found
+
+
+def _absolute(key: str, value: Any) -> Any:
+    """A path of a variable, from the working directory (the file's fields are from its
+    directory)."""
+    if key in _PATHS and isinstance(value, str) and value:
+        return str(Path(value).absolute())
+    if key in _PATH_LISTS:
+        return [str(Path(v).absolute()) for v in value]
+    return value
+
+
+def _settings(data: Mapping[str, Any], where: str, base: Path) -> dict[str, Any]:
+    """The keyword arguments of :class:`ServeConfig` that ``data`` (fields as in the file)
+    gives, checked."""
     kwargs: dict[str, Any] = {}
-    strings = (
-        "http",
-        "grpc",
-        "forward",
-        "pirate_interface",
-        "pirate_server",
-        "pirate_filter",
-        "capture_interface",
-        "capture_filter",
-        "capture_protocol",
-    )
-    for key in strings:
+    for key in _STRINGS:
         if key in data:
             value = get(data, key, where)
             if not isinstance(value, str):
                 raise ConfigError(f"{where}: field '{key}' must be a string, got {value!r}")
             kwargs[key] = value
-    paths = (
-        "database",
-        "callgraph",
-        "pirate_pcap",
-        "capture_pcap",
-        "capture_services",
-        "ingest_token_file",
-        "query_token_file",
-        "tls_cert_file",
-        "tls_key_file",
-    )
-    for key in paths:
+    for key in _PATHS:
         if key in data:
             kwargs[key] = _path(data, key, where, base)
-    for key in ("rda_results", "envoy_logs"):
+    for key in _PATH_LISTS:
         if key in data:
             files = get(data, key, where)
             names = [{key: f} for f in (files if isinstance(files, list) else [files])]
@@ -285,7 +356,8 @@ def load_config(path: str | Path) -> ServeConfig:
         )
     if "retention_s" in data:
         kwargs["retention_s"] = number(data, "retention_s", where, positive=False)
-    kwargs["json_logs"] = flag(data, "json_logs", where)
+    if "json_logs" in data:
+        kwargs["json_logs"] = flag(data, "json_logs", where)
     if "online" in data:
         at = f"{where}: online"
         online = fields(data["online"], at, _ONLINE_FIELDS)
@@ -296,7 +368,7 @@ def load_config(path: str | Path) -> ServeConfig:
             max_request_ns=_ns(online, "max_request_s", at, d.max_request_ns, positive=True),
             lateness_ns=_ns(online, "lateness_s", at, d.lateness_ns, positive=False),
         )
-    return ServeConfig(**kwargs)
+    return kwargs
 
 
 def _ns(data: Any, key: str, where: str, default_ns: int, *, positive: bool) -> int:

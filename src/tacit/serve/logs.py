@@ -1,5 +1,5 @@
 """The service's log: one line per event on stderr, as text or as JSON objects (``json_logs``)
-for a log pipeline; INFO and above."""
+for a log pipeline; INFO and above unless the configuration's ``log_level`` says otherwise."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(doc)
 
 
-def configure_logging(json_logs: bool) -> None:
-    """Send ``tacit.serve``'s records to stderr (only there: not also to the command line's
-    notices)."""
+def configure_logging(json_logs: bool, level: str = "info") -> None:
+    """Send ``tacit.serve``'s records of ``level`` and above to stderr (only there: not also to
+    the command line's notices)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         _JsonFormatter()
@@ -34,5 +34,5 @@ def configure_logging(json_logs: bool) -> None:
     )
     log = logging.getLogger("tacit.serve")
     log.handlers[:] = [handler]
-    log.setLevel(logging.INFO)
+    log.setLevel(level.upper())
     log.propagate = False
