@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
+import orjson
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -86,11 +87,19 @@ def finite(x: Any) -> Any:
     return x
 
 
+_JSON = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
 def print_json(doc: Any) -> None:
-    """``doc`` as valid JSON on stdout: NaN and infinities become null. Highlighted on a
-    terminal; into a pipe or a file written as is (rich's re-parsing and highlighting take
-    seconds on a document of megabytes)."""
-    text = json.dumps(finite(doc), indent=2, ensure_ascii=False)
+    """``doc`` as valid JSON on stdout: NaN and infinities become null. Written by orjson,
+    which takes a large document (a path pattern of a hundred thousand hops) in a fraction of
+    the standard library's time and memory; an integer beyond 64 bits, which orjson refuses,
+    by the standard library. Highlighted on a terminal; into a pipe or a file written as is
+    (rich's re-parsing and highlighting take seconds on a document of megabytes)."""
+    try:
+        text = orjson.dumps(doc, option=_JSON).decode()
+    except orjson.JSONEncodeError:
+        text = json.dumps(finite(doc), indent=2, ensure_ascii=False)
     if out.is_terminal:
         out.print_json(text)
     else:
