@@ -105,7 +105,40 @@ def test_a_trace_by_id_and_an_unknown_one(svc):
     evidence = {"tacit.score", "tacit.unmapped", "tacit.link"}
     assert all(any(t["key"] in evidence for t in s["tags"]) for s in client)
     status, body, _ = get(svc, "/api/traces/" + "0" * 32)
-    assert status == 404 and json.loads(body)["errors"][0]["code"] == 404
+    assert status == 404 and json.loads(body) == {
+        "data": None,
+        "total": 0,
+        "limit": 0,
+        "offset": 0,
+        "errors": [{"code": 404, "msg": "trace not found"}],
+    }
+    status, body, _ = get(svc, "/api/traces/not-a-trace-id")
+    assert status == 400 and "traceID: 'not-a-trace-id'" in json.loads(body)["errors"][0]["msg"]
+
+
+def test_a_search_by_trace_ids_gives_those_found_and_names_the_others(svc):
+    """Jaeger UI's search by id and its trace comparison: ``traceID`` repeated, the other
+    parameters ignored; an id not stored is an error of the answer, not of the request."""
+    first, second = get_json(svc, "/api/traces?service=frontend&limit=2")["data"]
+    absent = "ab" * 16
+    ids = f"traceID={first['traceID']}&traceID={absent}&traceID={second['traceID'].upper()}"
+    found = get_json(svc, f"/api/traces?{ids}&service=nowhere")
+    assert found["data"] == [first, second] and found["total"] == 2
+    assert found["errors"] == [{"code": 404, "msg": "trace not found", "traceID": absent}]
+    status, body, _ = get(svc, "/api/traces?traceID=xyz")
+    assert status == 400 and "traceID: 'xyz'" in json.loads(body)["errors"][0]["msg"]
+
+
+def test_operations_of_one_span_kind(svc):
+    ops = _rows(
+        svc, "SELECT DISTINCT operation, kind FROM spans WHERE service='catalog' ORDER BY ALL"
+    )
+    for kind in ("server", "client"):
+        answer = get_json(svc, f"/api/operations?service=catalog&spanKind={kind}")["data"]
+        assert answer == [{"name": name, "spanKind": kind} for name, k in ops if k == kind]
+        assert answer
+    status, body, _ = get(svc, "/api/operations?service=catalog&spanKind=sideways")
+    assert status == 400 and "spanKind" in json.loads(body)["errors"][0]["msg"]
 
 
 def test_dependencies_count_the_calls_between_services(svc):
@@ -132,13 +165,16 @@ def test_dependencies_count_the_calls_between_services(svc):
         ("service=catalog&tags=a%3D1", "tags"),
         ("service=catalog&minDuration=99999999999999h", "minDuration: '99999999999999h' is longer"),
         ("service=catalog&limit=99999999999999999999", "limit: '99999999999999999999' is more"),
+        ("service=catalog&limit=10001", "limit: '10001' is more than 10,000"),
         ("service=catalog&start=99999999999999999", "start: '99999999999999999' is more"),
     ],
 )
 def test_bad_searches_are_400_with_the_reason(svc, query, message):
     status, body, _ = get(svc, f"/api/traces?{query}")
     assert status == 400
-    assert message in json.loads(body)["errors"][0]["msg"]
+    answer = json.loads(body)
+    assert message in answer["errors"][0]["msg"]
+    assert answer["data"] is None and answer["total"] == answer["limit"] == answer["offset"] == 0
 
 
 @pytest.mark.parametrize("series", ["response", "oneway"])

@@ -72,6 +72,10 @@ class Request:
     def params(self) -> dict[str, str]:
         return dict(parse_qsl(urlsplit(self.target).query))
 
+    def values(self, name: str) -> list[str]:
+        """Every value of query parameter ``name``, in order (it may repeat)."""
+        return [v for k, v in parse_qsl(urlsplit(self.target).query) if k == name]
+
 
 @dataclass(frozen=True)
 class Response:
@@ -275,18 +279,21 @@ class Routes:
                 service = unquote(path[len("/api/services/") : -len("/operations")])
                 return _json(jaeger_api.operations(store, service, with_kind=False))
             if path == "/api/operations":
-                return _json(jaeger_api.operations(store, params.get("service", ""), True))
+                kind = jaeger_api.span_kind(params.get("spanKind"))
+                return _json(jaeger_api.operations(store, params.get("service", ""), True, kind))
             if path == "/api/traces":
-                docs = store.find_traces(jaeger_api.trace_query(params))
-                return Response(HTTPStatus.OK, jaeger_api.traces_json(docs), "application/json")
+                if ids := request.values("traceID"):  # Jaeger UI's search by id, and compare
+                    docs, errors = jaeger_api.traces_by_id(store, ids)
+                else:
+                    docs, errors = store.find_traces(jaeger_api.trace_query(params)), []
+                body = jaeger_api.traces_json(docs, errors)
+                return Response(HTTPStatus.OK, body, "application/json")
             if path.startswith("/api/traces/"):
-                doc = store.trace(unquote(path[len("/api/traces/") :]))
-                if doc is None:
-                    return _json(
-                        {"data": None, "errors": [{"code": 404, "msg": "trace not found"}]},
-                        HTTPStatus.NOT_FOUND,
-                    )
-                return Response(HTTPStatus.OK, jaeger_api.traces_json([doc]), "application/json")
+                wanted = jaeger_api.trace_id(unquote(path[len("/api/traces/") :]))
+                docs, errors = jaeger_api.traces_by_id(store, [wanted])
+                if errors:
+                    return _json(jaeger_api.error(404, "trace not found"), HTTPStatus.NOT_FOUND)
+                return Response(HTTPStatus.OK, jaeger_api.traces_json(docs), "application/json")
             if path == "/api/dependencies":
                 return _json(jaeger_api.dependencies(store, params))
             answer = self.extra(path, params)
@@ -294,6 +301,4 @@ class Routes:
                 return text(HTTPStatus.NOT_FOUND, "not found")
             return _json(answer)
         except InputError as e:
-            return _json(
-                {"data": None, "errors": [{"code": 400, "msg": str(e)}]}, HTTPStatus.BAD_REQUEST
-            )
+            return _json(jaeger_api.error(400, str(e)), HTTPStatus.BAD_REQUEST)

@@ -2,10 +2,12 @@
 
 ``/api/services``, ``/api/services/{service}/operations``, ``/api/operations?service=``,
 ``/api/traces?service=&operation=&start=&end=&minDuration=&maxDuration=&limit=&lookback=``,
+``/api/traces?traceID=&traceID=`` (Jaeger UI's search by id and its trace comparison),
 ``/api/traces/{id}`` and ``/api/dependencies?endTs=&lookback=``. Times are microseconds since
 the epoch (``start``, ``end``) or milliseconds (``endTs``, ``lookback`` of dependencies), and
 durations Go duration strings (``1.2ms``, ``500us``, ``2s``), as Jaeger has them; every answer
-is ``{"data": ..., "total", "limit", "offset", "errors"}``. A search by tags (``tags=``, a JSON
+is ``{"data": ..., "total", "limit", "offset", "errors"}``, an error too (400 for a malformed
+parameter or id, 404 for a trace not found, as Jaeger answers). A search by tags (``tags=``, a JSON
 object of tag names to values, as Jaeger UI and Grafana send it) keeps the traces with a span
 of the service (and operation) that has every one of them (:meth:`Store.find_traces`). tacit
 adds ``minProbability=`` (0 to 1) to a search: only the traces at least that likely to be
@@ -83,10 +85,50 @@ def int_param(params: Mapping[str, str], name: str, maximum: int = INT64_MAX) ->
     return out
 
 
+MAX_LIMIT = 10_000
+"""The most traces one search returns; a larger ``limit`` is refused, not cut."""
+SPAN_KINDS = ("server", "client", "producer", "consumer", "internal")
+_TRACE_ID = re.compile(r"[0-9a-fA-F]{1,32}")
+
+
 def envelope(data: Any) -> dict[str, Any]:
     """Jaeger's answer around ``data``."""
     total = len(data) if isinstance(data, list) else 0
     return {"data": data, "total": total, "limit": 0, "offset": 0, "errors": None}
+
+
+def error(code: int, message: str) -> dict[str, Any]:
+    """Jaeger's answer of an error: no data, the error with its HTTP status code."""
+    return {**envelope(None), "errors": [{"code": code, "msg": message}]}
+
+
+def trace_id(text: str) -> str:
+    """A trace id as Jaeger takes one: 1 to 32 hexadecimal digits (lower case here)."""
+    if not _TRACE_ID.fullmatch(text):
+        raise InputError(f"traceID: {text!r} is not a trace id (1 to 32 hexadecimal digits)")
+    return text.lower()
+
+
+def span_kind(text: str | None) -> str | None:
+    """The ``spanKind`` of an operations query (None: every kind)."""
+    if not text:
+        return None
+    if text not in SPAN_KINDS:
+        raise InputError(f"spanKind: {text!r} is not one of {', '.join(SPAN_KINDS)}")
+    return text
+
+
+def traces_by_id(store: Store, ids: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The stored documents of the traces ``ids`` name, and an error (Jaeger's shape, with the
+    id) for each not found."""
+    docs, errors = [], []
+    for wanted in map(trace_id, ids):
+        doc = store.trace(wanted)
+        if doc is None:
+            errors.append({"code": 404, "msg": "trace not found", "traceID": wanted})
+        else:
+            docs.append(doc)
+    return docs, errors
 
 
 def trace_query(params: Mapping[str, str]) -> TraceQuery:
@@ -102,7 +144,7 @@ def trace_query(params: Mapping[str, str]) -> TraceQuery:
         if seconds is None:
             seconds = go_duration(lookback, "lookback") // 10**9
         start_us = (end_us if end_us is not None else time.time_ns() // 1000) - seconds * 10**6
-    limit = int_param(params, "limit") or 20
+    limit = int_param(params, "limit", MAX_LIMIT) or 20
     operation = params.get("operation") or None
     return TraceQuery(
         service=service,
@@ -111,7 +153,7 @@ def trace_query(params: Mapping[str, str]) -> TraceQuery:
         end_ns=None if end_us is None else end_us * 1000,
         min_duration_ns=_duration(params, "minDuration"),
         max_duration_ns=_duration(params, "maxDuration"),
-        limit=min(limit, 1500),
+        limit=limit,
         tags=_tags(params.get("tags")),
         min_probability=_probability(params, "minProbability"),
     )
@@ -153,20 +195,23 @@ def services(store: Store) -> dict[str, Any]:
     return envelope(store.services())
 
 
-def operations(store: Store, service: str, with_kind: bool) -> dict[str, Any]:
+def operations(
+    store: Store, service: str, with_kind: bool, kind: str | None = None
+) -> dict[str, Any]:
     """The operation names of ``service`` (``with_kind``: as the newer ``/api/operations``
-    answers, ``[{"name", "spanKind"}]``)."""
-    ops = store.operations(service)
+    answers, ``[{"name", "spanKind"}]``), those of spans of ``kind`` when given."""
+    ops = [(name, k) for name, k in store.operations(service) if kind is None or k == kind]
     if with_kind:
         return envelope([{"name": name, "spanKind": kind} for name, kind in ops])
     return envelope(sorted({name for name, _ in ops}))
 
 
-def traces_json(docs: list[str]) -> bytes:
+def traces_json(docs: list[str], errors: list[dict[str, Any]] | None = None) -> bytes:
     """The answer of a trace search or lookup, built from stored documents without parsing
-    them again."""
+    them again, with ``errors`` (of ids not found) when there are any."""
     body = ",".join(docs)
-    return f'{{"data":[{body}],"total":{len(docs)},"limit":0,"offset":0,"errors":null}}'.encode()
+    told = orjson.dumps(errors).decode() if errors else "null"
+    return f'{{"data":[{body}],"total":{len(docs)},"limit":0,"offset":0,"errors":{told}}}'.encode()
 
 
 def dependencies(store: Store, params: Mapping[str, str]) -> dict[str, Any]:
