@@ -12,7 +12,15 @@ DISTRIBUTION = "tacit-traces"
 is another project. The package and the command are ``tacit``."""
 
 EXTRAS = {
-    "serve": ("duckdb", "h11", "prometheus_client", "grpc_status", "opentelemetry.sdk"),
+    "serve": (
+        "duckdb",
+        "h11",
+        "zstandard",
+        "cramjam",
+        "prometheus_client",
+        "grpc_status",
+        "opentelemetry.sdk",
+    ),
     "dask": ("distributed",),
 }
 """The modules each extra brings that tacit imports (``pyproject.toml`` lists the packages)."""

@@ -19,7 +19,6 @@ import json
 import logging
 import math
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -32,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tacit.errors import ConfigError, InputError
 from tacit.serve import jaeger_api
 from tacit.serve.auth import authorized, may_read
+from tacit.serve.content_encoding import ENCODINGS, UnsupportedEncoding, decode_body
 from tacit.serve.ingest import MAX_BODY, Busy, Ingest
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.store import Store, cannot_write
@@ -95,8 +95,10 @@ def text(
     return Response(status, f"{message}\n".encode(), "text/plain", headers or {}, close)
 
 
-def _json(doc: Any, status: HTTPStatus = HTTPStatus.OK) -> Response:
-    return Response(status, json.dumps(doc).encode(), "application/json")
+def _json(
+    doc: Any, status: HTTPStatus = HTTPStatus.OK, headers: dict[str, str] | None = None
+) -> Response:
+    return Response(status, json.dumps(doc).encode(), "application/json", headers or {})
 
 
 def _otlp_error(
@@ -123,27 +125,14 @@ def _encoding(request: Request) -> str:
     return "json" if _media_type(request) == "application/json" else "protobuf"
 
 
+_ACCEPTED = {"Accept-Encoding": ", ".join((*ENCODINGS, "identity"))}
+"""What a 415 names as taken (RFC 7694)."""
+
+
 def inflated(request: Request) -> bytes:
-    """The request's body, gzip-inflated if it says so; one that inflates beyond
-    :data:`~.ingest.MAX_BODY`, is cut short or has bytes after its end is an
-    :class:`InputError`."""
-    if (request.header("content-encoding") or "").lower() != "gzip":
-        return request.body
-    inflate = zlib.decompressobj(wbits=31)  # gzip framing
-    try:
-        body = inflate.decompress(request.body, MAX_BODY + 1)
-    except zlib.error as e:
-        raise InputError(f"gzip body does not decompress: {e}") from None
-    if len(body) > MAX_BODY:  # a small body that inflates without end is refused
-        raise InputError(f"gzip body inflates beyond {MAX_BODY} bytes")
-    if not inflate.eof:
-        raise InputError("gzip body is truncated")
-    if inflate.unused_data:
-        raise InputError(
-            f"gzip body has {len(inflate.unused_data)} bytes after its end; one gzip member "
-            "is taken"
-        )
-    return body
+    """The request's body, inflated as its ``Content-Encoding`` says within
+    :data:`~.ingest.MAX_BODY` (:mod:`.content_encoding`)."""
+    return decode_body(request.body, request.header("content-encoding"), MAX_BODY)
 
 
 @dataclass
@@ -229,6 +218,12 @@ class Routes:
         if request.path != "/v1/traces":
             try:
                 answer = self.receive(request.path, request.params, inflated(request))
+            except UnsupportedEncoding as e:
+                return _json(
+                    {"errors": [{"code": 415, "msg": str(e)}]},
+                    HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                    _ACCEPTED,
+                )
             except (InputError, ConfigError) as e:
                 return _json({"errors": [{"code": 400, "msg": str(e)}]}, HTTPStatus.BAD_REQUEST)
             if answer is None:
@@ -244,6 +239,8 @@ class Routes:
                 str(e),
                 {"Retry-After": str(e.retry_after_s)},
             )
+        except UnsupportedEncoding as e:
+            return _otlp_error(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, encoding, str(e), _ACCEPTED)
         except InputError as e:
             return _otlp_error(HTTPStatus.BAD_REQUEST, encoding, str(e))
         if encoding == "json":
