@@ -45,8 +45,14 @@ def runs(work: Path) -> dict[str, subprocess.CompletedProcess]:
     an environment variable, and ``--debug``, whose traceback ends the process."""
     first = {
         "evaluate": run_here(
-            "evaluate", "traces.json", "--algorithm", "traceweaver,fcfs", "--json",
-            "--html", "calibration.html", cwd=work,
+            "evaluate",
+            "traces.json",
+            "--algorithm",
+            "traceweaver,fcfs",
+            "--json",
+            "--html",
+            "calibration.html",
+            cwd=work,
         ),
         "blind": run_here("blind", "traces.json", "--out", "b.jsonl", cwd=work),
         "callgraph": run_here("callgraph", "traces.json", "--out", "cg.yaml", cwd=work),

@@ -106,9 +106,7 @@ def test_without_context_requests_and_messages_are_paired_by_address(tmp_path, c
     assert score["requests"]["right"] >= 0.9 * score["requests"]["total"]
 
 
-def test_an_uninstrumented_service_is_drawn_between_its_caller_and_its_callees(
-    tmp_path, callgraph
-):
+def test_an_uninstrumented_service_is_drawn_between_its_caller_and_its_callees(tmp_path, callgraph):
     """The search service sends no spans and drops the context: the frontend's calls to it
     have no server span, and the geo and rate requests it makes no caller. Each such call gets
     a server span of search drawn with its times, each such request a client span of search,
