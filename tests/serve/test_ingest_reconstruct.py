@@ -174,27 +174,36 @@ def _sample(metrics: str, name: str) -> float:
     )
 
 
-def test_finished_traces_are_forwarded_as_otlp(tmp_path, spans):
-    """With ``forward``, every stored trace goes on to the collector as OTLP/HTTP JSON, which
-    reads back with the span ids and reconstructed parents that were stored."""
-    import json
-
-    from tacit.formats.otlp import read_export_request
-
-    with _collector() as (url, received), running(tmp_path, forward=url) as svc:
-        send_spans(spans, f"http://127.0.0.1:{svc.http_port}/v1/traces")
-        assert svc.wait_idle(60)
-        stored = _stored_links(svc)
-    forwarded = {}
-    for body in received:
-        table, _ = read_export_request(body, "json", "forwarded")
-        s = table.strings
-        for r in range(len(table)):
-            if table.kind[r] == CLIENT:
-                p = table.parent[r]
-                forwarded[s[int(table.span_id[r])]] = s[int(table.span_id[p])] if p >= 0 else None
+@pytest.mark.parametrize("protocol", ["http/protobuf", "http/json"])
+def test_finished_traces_are_forwarded_as_otlp(tmp_path, spans, protocol):
+    """With ``forward``, every stored trace goes on over OTLP/HTTP, gzip-compressed, with the
+    configured headers: here to a second tacit serve that asks for an ingest token, and which
+    stores them with the span ids and parents the first stored, each as its sender gave it."""
+    (tmp_path / "token").write_text("d0wnstream\n")
+    (tmp_path / "up").mkdir()
+    (tmp_path / "down").mkdir()
+    with running(tmp_path / "down", ingest_token_file=tmp_path / "token") as downstream:
+        url = f"http://127.0.0.1:{downstream.http_port}/v1/traces"
+        with running(
+            tmp_path / "up",
+            forward=url,
+            forward_protocol=protocol,
+            forward_headers=(("Authorization", "Bearer d0wnstream"),),
+        ) as svc:
+            send_spans(spans, f"http://127.0.0.1:{svc.http_port}/v1/traces")
+            assert svc.wait_idle(60)
+            stored = _stored_links(svc)
+        assert downstream.wait_idle(60)  # the first has sent what it queued before stopping
+        forwarded = _stored_links(downstream)
+        given, calls = (
+            downstream.store._cursor()
+            .execute(
+                "SELECT count(*) FILTER (link = 'given'), count(*) FROM spans WHERE kind = 'client'"
+            )
+            .fetchone()
+        )
     assert forwarded == stored
-    assert json.loads(received[0])["resourceSpans"]
+    assert given == calls == len(stored)
 
 
 def test_requests_encoded_ahead_are_the_exporters_own_and_all_stored(tmp_path, spans):

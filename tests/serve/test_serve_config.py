@@ -42,6 +42,8 @@ def test_variables_set_what_the_file_does_and_override_it(tmp_path, monkeypatch)
     assert cfg.ingest_token_file == tmp_path / "token"
     alone = load_config(None, {"TACIT_GRPC": "", "TACIT_LOG_LEVEL": "debug"})
     assert alone == ServeConfig(grpc="", log_level="debug")
+    headers = load_config(None, {"TACIT_FORWARD_HEADERS": "Authorization=Bearer a=b, X-Org=7"})
+    assert headers.forward_headers == (("Authorization", "Bearer a=b"), ("X-Org", "7"))
     assert load_config(None, {}) == ServeConfig()
 
 
@@ -54,6 +56,8 @@ def test_variables_set_what_the_file_does_and_override_it(tmp_path, monkeypatch)
         ("TACIT_RETENTION_S", "[1", r"TACIT_RETENTION_S: .\[1. is not a value"),
         ("TACIT_LOG_LEVEL", "loud", "log_level: 'loud' is not one of"),
         ("TACIT_HTTP", "nowhere", "http: 'nowhere' is not HOST:PORT"),
+        ("TACIT_FORWARD_PROTOCOL", "grpc", "forward_protocol: 'grpc' is not one of"),
+        ("TACIT_FORWARD_COMPRESSION", "zstd", "forward_compression: 'zstd' is not one of"),
     ],
 )
 def test_a_bad_variable_is_refused_naming_it(variable, value, words):

@@ -8,7 +8,10 @@ an environment variable (:data:`ENV_PREFIX`); the command line's options overrid
     database: tacit.duckdb      # the embedded store (created when absent)
     database_memory_mib: 1024   # the most memory DuckDB caches the store in
     callgraph: callgraph.json   # what `tacit callgraph` writes; none: learned from the spans
-    forward: http://collector:4318/v1/traces   # finished traces sent on as OTLP/HTTP JSON
+    forward: http://collector:4318/v1/traces   # finished traces sent on as OTLP/HTTP
+    forward_protocol: http/protobuf   # or http/json
+    forward_compression: gzip   # or none
+    forward_headers: {Authorization: Bearer abc}   # sent with each (a variable: k=v,k2=v2)
     max_pending_spans: 400000   # not yet reconstructed: beyond, 429 or RESOURCE_EXHAUSTED
     retry_after_s: 1            # the retry hint sent with a refusal
     idle_s: 1                   # quiet this long, the stream's clock moves on by the time passed
@@ -59,6 +62,7 @@ from tacit.errors import ConfigError
 from tacit.formats.exchanges import PROTOCOLS
 from tacit.reconstruct.online import NS, OnlineParams
 from tacit.response_latency import PirateParams
+from tacit.serve import forward
 
 SERVE_ONLINE = OnlineParams(
     window_ns=5 * NS, lookahead_ns=2 * NS, max_request_ns=10 * NS, lateness_ns=7 * NS
@@ -96,6 +100,9 @@ _FIELDS = (
     "database_memory_mib",
     "callgraph",
     "forward",
+    "forward_protocol",
+    "forward_compression",
+    "forward_headers",
     "max_pending_spans",
     "retry_after_s",
     "idle_s",
@@ -126,6 +133,8 @@ _STRINGS = (
     "http",
     "grpc",
     "forward",
+    "forward_protocol",
+    "forward_compression",
     "log_level",
     "pirate_interface",
     "pirate_server",
@@ -162,6 +171,9 @@ class ServeConfig:
     With the pending spans bounded too, the service's memory stays bounded however much it
     stores (``bench/bench_serve.py burst``)."""
     forward: str | None = None
+    forward_protocol: str = "http/protobuf"
+    forward_compression: str = "gzip"
+    forward_headers: tuple[tuple[str, str], ...] = ()
     max_pending_spans: int = 400_000
     """Spans acknowledged and not yet in a finished trace, at most. A steady stream keeps about
     its rate times ``window_s + lookahead_s + lateness_s`` pending (280,000 at 20,000 spans/s
@@ -219,6 +231,12 @@ class ServeConfig:
                 raise ConfigError(f"{name}: {address!r} is not HOST:PORT with a port 0 to 65535")
         if self.forward is not None and urlsplit(self.forward).scheme not in ("http", "https"):
             raise ConfigError(f"forward: {self.forward!r} is not an http:// or https:// URL")
+        for setting, chosen, allowed in (
+            ("forward_protocol", self.forward_protocol, forward.PROTOCOLS),
+            ("forward_compression", self.forward_compression, forward.COMPRESSIONS),
+        ):
+            if chosen not in allowed:
+                raise ConfigError(f"{setting}: {chosen!r} is not one of {', '.join(allowed)}")
         if not 0 < self.max_pending_spans <= MAX_PENDING_SPANS:
             raise ConfigError(f"max_pending_spans must be 1 to {MAX_PENDING_SPANS:,}")
         if not 0 < self.database_memory_mib <= MAX_DATABASE_MEMORY_MIB:
@@ -293,6 +311,9 @@ def _environment(environ: Mapping[str, str]) -> list[tuple[str, str, Any]]:
             value = text
         elif key in _PATH_LISTS:
             value = [part for part in text.split(",") if part]
+        elif key == "forward_headers":  # as OTEL_EXPORTER_OTLP_HEADERS has them
+            pairs = [part.partition("=") for part in text.split(",") if part.strip()]
+            value = {k.strip(): v.strip() for k, _, v in pairs}
         else:
             try:
                 value = yaml.safe_load(text)
@@ -358,6 +379,16 @@ def _settings(data: Mapping[str, Any], where: str, base: Path) -> dict[str, Any]
         kwargs["retention_s"] = number(data, "retention_s", where, positive=False)
     if "json_logs" in data:
         kwargs["json_logs"] = flag(data, "json_logs", where)
+    if "forward_headers" in data:
+        headers = get(data, "forward_headers", where)
+        if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and k and isinstance(v, str) for k, v in headers.items()
+        ):
+            raise ConfigError(
+                f"{where}: field 'forward_headers' must map header names to strings, "
+                f"got {headers!r}"
+            )
+        kwargs["forward_headers"] = tuple(headers.items())
     if "online" in data:
         at = f"{where}: online"
         online = fields(data["online"], at, _ONLINE_FIELDS)

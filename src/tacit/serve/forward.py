@@ -1,21 +1,34 @@
-"""Finished traces sent on over OTLP/HTTP (JSON) to a downstream collector.
+"""Finished traces sent on over OTLP/HTTP to a downstream collector or store (a Collector,
+Tempo, Jaeger, a hosted backend).
 
-A bounded queue between reconstruction and the network: a slow or absent collector never
-holds reconstruction up; what cannot be queued or sent is counted (``tacit_spans_forwarded``
-by result), and every trace stays in the store whatever happens downstream.
+As the OTLP exporters send by default: protobuf (``http/protobuf``; ``http/json`` on request),
+gzip-compressed (or not), with the headers the configuration gives (a downstream's
+authentication). A bounded queue between reconstruction and the network: a slow or absent
+downstream never holds reconstruction up; what cannot be queued or sent is counted
+(``tacit_spans_forwarded`` by result), and every trace stays in the store whatever happens
+downstream.
 """
 
 from __future__ import annotations
 
+import gzip
 import logging
 import queue
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
+
+import orjson
 
 from tacit.formats.common import Traces
 from tacit.formats.otlp import otlp_document
+from tacit.formats.otlp_encode import encode_request
 from tacit.serve.metrics import ServeMetrics
+
+PROTOBUF = "application/x-protobuf"
+PROTOCOLS = ("http/protobuf", "http/json")
+COMPRESSIONS = ("gzip", "none")
 
 log = logging.getLogger("tacit.serve")
 
@@ -26,10 +39,25 @@ QUEUE = 64
 class Forwarder(threading.Thread):
     """Posts each batch given to :meth:`__call__` to ``url``."""
 
-    def __init__(self, url: str, metrics: ServeMetrics, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        metrics: ServeMetrics,
+        protocol: str = "http/protobuf",
+        compression: str = "gzip",
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float = 5.0,
+    ) -> None:
         super().__init__(name="tacit-forward", daemon=True)
         self.url = url
         self.metrics = metrics
+        self.protocol = protocol
+        self.compression = compression
+        self.headers = {
+            "Content-Type": PROTOBUF if protocol == "http/protobuf" else "application/json",
+            **({"Content-Encoding": "gzip"} if compression == "gzip" else {}),
+            **(headers or {}),
+        }
         self.timeout_s = timeout_s
         self._queue: queue.Queue[list[Traces] | None] = queue.Queue(QUEUE)
 
@@ -50,11 +78,10 @@ class Forwarder(threading.Thread):
                 self._send(otlp_document(spans, tags), len(spans))
 
     def _send(self, doc: dict, n: int) -> None:
-        import orjson
-
-        request = urllib.request.Request(
-            self.url, data=orjson.dumps(doc), headers={"Content-Type": "application/json"}
-        )
+        body = encode_request(doc) if self.protocol == "http/protobuf" else orjson.dumps(doc)
+        if self.compression == "gzip":
+            body = gzip.compress(body, compresslevel=6)
+        request = urllib.request.Request(self.url, data=body, headers=self.headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:
                 answer.read()

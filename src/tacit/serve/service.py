@@ -102,7 +102,17 @@ class Service:
         self.ingest = Ingest(
             self.store, self.metrics, config.max_pending_spans, config.retry_after_s
         )
-        self.forwarder = Forwarder(config.forward, self.metrics) if config.forward else None
+        self.forwarder = (
+            Forwarder(
+                config.forward,
+                self.metrics,
+                config.forward_protocol,
+                config.forward_compression,
+                dict(config.forward_headers),
+            )
+            if config.forward
+            else None
+        )
         names = read_service_map(config.capture_services) if config.capture_services else None
         self.learner = CallGraphLearner(self.store) if callgraph is None else None
         if self.learner is not None:
