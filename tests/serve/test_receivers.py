@@ -432,7 +432,7 @@ def _exchange(port: int, head: bytes, body: bytes = b"") -> bytes:
 def test_bodies_chunked_too_large_or_awaiting_100_continue(tmp_path, request_pb):
     """A chunked body is taken; a Content-Length beyond the largest body is 413 before the body
     is sent; a client that waits for ``100 Continue`` (curl does, for large bodies) gets it; a
-    method other than GET and POST is 405."""
+    method other than GET and POST is 405, and so is a GET of the OTLP receiver."""
     from tacit.serve.ingest import MAX_BODY
 
     valid = request_pb.SerializeToString()
@@ -454,9 +454,11 @@ def test_bodies_chunked_too_large_or_awaiting_100_continue(tmp_path, request_pb)
         expect = b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(valid)
         continued = _exchange(svc.http_port, post_head + expect, valid)
         put = _exchange(svc.http_port, b"PUT /v1/traces HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = get(svc, "/v1/traces")
         received = get_json(svc, "/api/tacit/status")["received"]
     assert chunked == 200
     assert too_large.startswith(b"HTTP/1.1 413")
     assert continued.startswith(b"HTTP/1.1 100") and b"HTTP/1.1 200" in continued
     assert put.startswith(b"HTTP/1.1 405") and b"Allow: GET, POST" in put
+    assert got[0] == 405 and got[2]["Allow"] == "POST"
     assert received == 2 * 512

@@ -250,6 +250,8 @@ class Routes:
     def _get(self, request: Request) -> Response:
         path, params = request.path, request.params
         store = self.store
+        if path == "/v1/traces":  # the receiver takes POST only
+            return text(HTTPStatus.METHOD_NOT_ALLOWED, "POST OTLP here", {"Allow": "POST"})
         if path not in _OPEN and not may_read(request.header("authorization"), self.query_token):
             return text(
                 HTTPStatus.UNAUTHORIZED,
