@@ -67,8 +67,18 @@ def test_promtool_parses_every_query_of_the_dashboard(tmp_path):
 
 
 def test_every_metric_the_rules_and_the_dashboard_name_is_exported(tmp_path):
+    """And beside them, as exporters have them: the build's version, the process's own
+    metrics, and no ``_created`` series."""
+    from importlib.metadata import version
+
     with running(tmp_path) as svc, urllib.request.urlopen(url(svc, "/metrics")) as answer:
-        exported = {f.name for f in text_string_to_metric_families(answer.read().decode())}
+        families = list(text_string_to_metric_families(answer.read().decode()))
+    exported = {f.name for f in families}
+    samples = [s for f in families for s in f.samples]
+    build = next(s for s in samples if s.name == "tacit_build_info")
+    assert build.value == 1 and build.labels["version"] == version("tacit-traces")
+    assert {"process_resident_memory_bytes", "process_cpu_seconds", "python_info"} <= exported
+    assert not [s.name for s in samples if s.name.endswith("_created")]
     named = set()
     for expr in _rule_queries() + _dashboard_queries():
         named |= set(re.findall(r"\b(tacit_[a-z_]+)", expr))

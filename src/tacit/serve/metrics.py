@@ -7,24 +7,41 @@ duration histogram.
 The latency series label their samples by server (Pirate) and by source (RDA), not by
 connection: connections come and go without bound, servers and sources are what one watches.
 A label takes at most :data:`MAX_LABEL_VALUES` values; later ones are counted under ``other``.
+
+Beside tacit's own: ``tacit_build_info`` (the version, as exporters name theirs), the process's
+``process_*`` (CPU, memory, open files) and ``python_info``. Counters export no ``_created``
+series: Prometheus does not read them, and they doubled the families.
 """
 
 from __future__ import annotations
 
+import platform
 import threading
 from collections.abc import Iterator
+from importlib.metadata import version
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from tacit.extras import DISTRIBUTION
 from tacit.reconstruct.online import NO_CAUSE
 from tacit.reconstruct.result import ROOT_CALL
 from tacit.reconstruct.traceweaver import NO_FIT, NOT_IN_CALLGRAPH, TAKEN
 from tacit.serve.callgraph_learner import LEARNING
 from tacit.serve.online_feed import FUTURE, LATE, NOT_RPC
+
+disable_created_metrics()
 
 PROBABILITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 """Of link and trace probabilities: tenths, as the calibration's bins, and 0.95 and 0.99 for
@@ -124,6 +141,14 @@ class ServeMetrics:
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        Gauge(
+            "tacit_build_info",
+            "The running tacit's version, and Python's",
+            ["version", "python_version"],
+            registry=r,
+        ).labels(version(DISTRIBUTION), platform.python_version()).set(1)
         self.received = Counter(
             "tacit_spans_received", "Spans acknowledged to senders", ["transport"], registry=r
         )
