@@ -218,11 +218,14 @@ class Service:
             feed.start()
         for warning in open_to_others(self.config):
             log.warning("listening beyond loopback: %s", warning)
+        host = self.config.http.rpartition(":")[0]
+        grpc = f"on {self.config.grpc.rpartition(':')[0]}:{self.grpc_port}"
         log.info(
-            "serving: OTLP/HTTP and the query API on %s, OTLP/gRPC on %s, store %s "
+            "serving: OTLP/HTTP and the query API on %s:%d, OTLP/gRPC %s, store %s "
             "(%d spans resumed)",
-            self.config.http,
-            self.config.grpc or "off",
+            host,
+            self.http_port,
+            grpc if self.config.grpc else "off",
             self.config.database,
             self.restored,
         )
