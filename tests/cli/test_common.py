@@ -131,3 +131,28 @@ def test_tables_as_tab_separated_values(tmp_path: Path):
     slowest = json.loads(runs["json"].stdout)["slowest"]
     assert [line.split("\t")[0] for line in lines[1:]] == [t["trace"] for t in slowest[:3]]
     assert all(len(line.split("\t")) == 3 for line in lines)
+
+
+def test_a_pipe_gets_tables_unwrapped_and_tsv_tables_apart(monkeypatch):
+    """Into a pipe a table is as wide as its cells (not wrapped at 80 columns); with --tsv,
+    two tables are two blocks, a blank line between them."""
+    import io
+
+    from rich.table import Table
+
+    from tacit.cli.common import Results
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr("sys.stdout", io.StringIO())  # a pipe, whatever runs the test
+    table = Table("service", "why")
+    table.add_row("frontend", "a reason " * 20)
+    drawn = Results()
+    drawn.file = io.StringIO()
+    drawn.print(table)
+    assert any(("a reason " * 20).strip() in line for line in drawn.file.getvalue().splitlines())
+    tsv = Results()
+    tsv.tsv, tsv.file = True, io.StringIO()
+    tsv.print(table)
+    tsv.print(table)
+    blocks = tsv.file.getvalue().split("\n\n")
+    assert len(blocks) == 2 and blocks[0] == blocks[1].rstrip("\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shutil
 import sys
 import tempfile
@@ -26,19 +27,27 @@ console = Console(stderr=True)
 
 
 class Results(Console):
-    """The console results go to: stdout. With :attr:`tsv` (``tacit --tsv ...``), for pipes,
-    every table is written as tab-separated values (a header line, then one line per row, cells
-    whole and on one line) and everything else goes to stderr, so that stdout holds only the
-    tables' values."""
+    """The console results go to: stdout; into a pipe or a file at the width its tables need
+    (a terminal's width on a terminal; ``COLUMNS`` when set), not wrapped at 80 columns. With
+    :attr:`tsv` (``tacit --tsv ...``), for pipes, every table is written as tab-separated values
+    (a header line, then one line per row, cells whole and on one line; a blank line between
+    two tables) and everything else goes to stderr, so that stdout holds only the tables'
+    values."""
 
     tsv = False
+
+    def __init__(self) -> None:
+        piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+        super().__init__(width=PIPE_WIDTH if piped else None)
+        self._tables = 0
 
     def print(self, *objects: Any, **options: Any) -> None:  # type: ignore[override]
         if not self.tsv:
             super().print(*objects, **options)
         elif objects and all(isinstance(o, Table) for o in objects):
             for table in objects:
-                self.file.write("\n".join(_tsv_lines(table)) + "\n")
+                self.file.write("\n" * bool(self._tables) + "\n".join(_tsv_lines(table)) + "\n")
+                self._tables += 1
         else:
             console.print(*objects, **options)
 
@@ -52,6 +61,8 @@ def _tsv_lines(table: Table) -> list[str]:
     return ["\t".join(row) for row in zip(*columns, strict=True)]
 
 
+PIPE_WIDTH = 1000
+"""The width results are laid out in for a pipe or a file: tables take only what they need."""
 out = Results()
 """Results: stdout."""
 
