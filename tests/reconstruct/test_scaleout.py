@@ -166,7 +166,8 @@ def test_a_scheduler_out_of_reach_is_a_config_error(shop):
 def test_without_dask_installed_the_error_says_what_to_install(shop, monkeypatch):
     _, blind, graph, _ = shop
     monkeypatch.setitem(sys.modules, "distributed", None)
-    with pytest.raises(ConfigError, match=r"pip install 'tacit\[dask\]'"):
+    wanted = r"pip install 'tacit-traces\[dask\]' \(not installed: distributed\)"
+    with pytest.raises(ConfigError, match=wanted):
         reconstruct_dask(blind, graph, "tcp://127.0.0.1:8786")
 
 
