@@ -25,8 +25,9 @@ $(KERNELS): $(shell grep -rl --include='*.py' 'from numba import' src) | $(STAMP
 	find src -name '*.nbi' -delete -o -name '*.nbc' -delete
 	touch $@
 
+# A second run replaces demo-output/ only when asked: make demo FORCE=1.
 demo: install
-	$(BIN)/tacit demo --out demo-output
+	$(BIN)/tacit demo --out demo-output $(if $(FORCE),--force)
 
 lint: install
 	$(BIN)/ruff check src tests bench

@@ -273,6 +273,8 @@ def test_demo(tmp_path: Path) -> None:
     res = json.loads(run.stdout)
     out = tmp_path / "out"
     assert (out / "report.html").stat().st_size > 0
+    again = run_here("demo", "--requests", "60", "--out", "out", cwd=tmp_path)
+    assert one_error_line(again, "out: holds a demo's output; add --force to replace it")
     assert len(read_jaeger(out / "traces.jaeger.json")) > 0
     assert res["loads"] and res["algorithms"]
     for row in res["loads"]:

@@ -35,6 +35,8 @@ class Results(Console):
     values."""
 
     tsv = False
+    force = False
+    """``tacit --force``: outputs that exist are replaced (:func:`refuse_existing_outputs`)."""
 
     def __init__(self) -> None:
         piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ

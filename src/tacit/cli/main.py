@@ -88,7 +88,7 @@ def main() -> None:
     debug = _take_flag("--debug")
     out.tsv = _take_flag("--tsv")  # every table as tab-separated values, for pipes
     show_notices(_take_flag("--quiet"))
-    force = _take_flag("--force")
+    out.force = force = _take_flag("--force")
     signal.signal(signal.SIGTERM, terminate)
     if sys.stderr.isatty() and not kernels_cached():
         console.print("first run: compiling tacit's kernels (once; later runs reuse them)")

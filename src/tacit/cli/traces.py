@@ -515,6 +515,8 @@ def register(app: typer.Typer) -> None:
             return
         if rate is not None or seconds is not None or http is not None:
             raise ConfigError("--rate, --seconds and --http go with --serve")
+        if not out.force and (out_dir / "report.html").exists():
+            raise ConfigError(f"{out_dir}: holds a demo's output; add --force to replace it")
         from tacit.evaluation.demo import run_demo
 
         res = run_demo(out_dir, requests=requests)
@@ -533,8 +535,10 @@ def register(app: typer.Typer) -> None:
         out.print(f"traces: {res['traces']}\nreport: {res['report']}")
         cap = res["capture"]
         accuracy = ", ".join(f"{a} {percent(v)}" for a, v in cap["accuracy"].items())
-        out.print(
-            f"from packets alone ({cap['pcap']}, {cap['rate']} req/s): {accuracy}\n"
+        out.print(f"from packets alone ({cap['pcap']}, {cap['rate']} req/s): {accuracy}")
+        out.print(  # one line that pastes whole, however the terminal shows it
             f"  tacit capture {cap['pcap']} --services {cap['services']} --reconstruct "
-            f"--test-capture {cap['test_pcap']} --out traces-from-packets.json"
+            f"--test-capture {cap['test_pcap']} --out traces-from-packets.json",
+            soft_wrap=True,
+            highlight=False,
         )
