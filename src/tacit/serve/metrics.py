@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import platform
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from importlib.metadata import version
 
 import numpy as np
@@ -46,17 +46,19 @@ disable_created_metrics()
 PROBABILITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 """Of link and trace probabilities: tenths, as the calibration's bins, and 0.95 and 0.99 for
 the traces sure enough to filter on."""
-_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 MAX_LABEL_VALUES = 100
 """Servers (Pirate) or sources (RDA) given a label value of their own."""
 OTHER = "other"
 
 
 class BoundedLabel:
-    """The label value for a name: the name itself for the first :data:`MAX_LABEL_VALUES`
-    names seen, ``other`` after (a metric's series stay bounded whatever the traffic)."""
+    """The label value for a name: the name itself for the first ``limit`` names seen
+    (:data:`MAX_LABEL_VALUES` by default), ``other`` after (a metric's series stay bounded
+    whatever the traffic)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_LABEL_VALUES) -> None:
+        self.limit = limit
         self._seen: set[str] = set()
         self._lock = threading.Lock()
 
@@ -64,14 +66,14 @@ class BoundedLabel:
         with self._lock:
             if name in self._seen:
                 return name
-            if len(self._seen) < MAX_LABEL_VALUES:
+            if len(self._seen) < self.limit:
                 self._seen.add(name)
                 return name
             return OTHER
 
 
 class BatchHistogram(Collector):
-    """A histogram with one label, observed many values at a time.
+    """A histogram with labels, observed many values at a time.
 
     prometheus-client's :class:`Histogram` takes one value a call, under a lock: for the
     duration of every finished request that was a tenth of the reconstructor's time. Here a
@@ -82,19 +84,19 @@ class BatchHistogram(Collector):
         self,
         name: str,
         documentation: str,
-        label: str,
+        labels: tuple[str, ...],
         buckets: tuple[float, ...],
         registry: CollectorRegistry,
     ) -> None:
-        self.name, self.documentation, self.label = name, documentation, label
+        self.name, self.documentation, self.labels = name, documentation, labels
         self._bounds = np.array(buckets, dtype=np.float64)
-        self._counts: dict[str, np.ndarray] = {}  # per label value: per bucket, then +Inf
-        self._sums: dict[str, float] = {}
+        self._counts: dict[tuple[str, ...], np.ndarray] = {}  # per bucket, then +Inf
+        self._sums: dict[tuple[str, ...], float] = {}
         self._lock = threading.Lock()
         registry.register(self)
 
-    def observe(self, value: str, samples: list[float]) -> None:
-        """Count ``samples`` under label ``value``."""
+    def observe(self, value: tuple[str, ...], samples: Sequence[float] | np.ndarray) -> None:
+        """Count ``samples`` under the label values ``value``."""
         x = np.asarray(samples, dtype=np.float64)
         # Bucket le=b holds the samples <= b: the first bound at or above each sample.
         counts = np.bincount(np.searchsorted(self._bounds, x), minlength=len(self._bounds) + 1)
@@ -103,13 +105,13 @@ class BatchHistogram(Collector):
             self._sums[value] = self._sums.get(value, 0.0) + float(x.sum())
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=[self.label])
+        family = HistogramMetricFamily(self.name, self.documentation, labels=list(self.labels))
         les = [floatToGoString(b) for b in self._bounds] + ["+Inf"]
         with self._lock:
             for value, counts in self._counts.items():
                 cumulative = np.cumsum(counts).tolist()
                 family.add_metric(
-                    [value], list(zip(les, cumulative, strict=True)), self._sums[value]
+                    list(value), list(zip(les, cumulative, strict=True)), self._sums[value]
                 )
         yield family
 
@@ -230,7 +232,7 @@ class ServeMetrics:
             "tacit_link_probability",
             "Probability that a stored call's link to its parent is right (given by its sender: "
             "1; left unmapped: 0), by the calling service",
-            "service",
+            ("service",),
             PROBABILITY_BUCKETS,
             r,
         )
@@ -238,7 +240,7 @@ class ServeMetrics:
             "tacit_trace_probability",
             "Probability that a stored trace is right (the share of sampled assignments that "
             "make all its links), by the service of its root",
-            "service",
+            ("service",),
             PROBABILITY_BUCKETS,
             r,
         )
@@ -257,8 +259,8 @@ class ServeMetrics:
         self.duration = BatchHistogram(
             "tacit_service_request_duration_seconds",
             "Duration of incoming requests",
-            "service",
-            _DURATION_BUCKETS,
+            ("service",),
+            DURATION_BUCKETS,
             r,
         )
         self.forwarded = Counter(
@@ -279,7 +281,7 @@ class ServeMetrics:
             "tacit_pirate_estimate_seconds",
             "Pirate: every (connection, epoch) estimate of the server's response latency",
             ["server"],
-            buckets=_DURATION_BUCKETS,
+            buckets=DURATION_BUCKETS,
             registry=r,
         )
         self.pirate_packets = Counter(

@@ -26,10 +26,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.common import Traces
 from tacit.model.span_details import STATUS_ERROR
-from tacit.model.spans import SERVER
+from tacit.model.spans import NONE, SERVER
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.online import Finished, OnlineParams
 from tacit.reconstruct.traceweaver import NOT_IN_CALLGRAPH
@@ -39,6 +41,7 @@ from tacit.serve.ingest import Batch, Ingest
 from tacit.serve.metrics import ServeMetrics, reason_label
 from tacit.serve.online_feed import Fed, OnlineFeed
 from tacit.serve.store import Store, cannot_write
+from tacit.serve.trace_metrics import TraceMetrics
 
 log = logging.getLogger("tacit.serve")
 
@@ -85,6 +88,7 @@ class Reconstructor(threading.Thread):
         self.store = store
         self.ingest = ingest
         self.metrics = metrics
+        self.trace_metrics = TraceMetrics(metrics.registry)
         self.forward = forward
         self.idle_s = idle_s
         self.max_future_ns = max_future_s * 1e9
@@ -216,6 +220,7 @@ class Reconstructor(threading.Thread):
             seq, given = self.feed.release(f)
             rows.add_finished(f, seq, given, self.seed, now, self._trace_ids)
             self._red(f)
+            self.trace_metrics.observe(f.spans, _parent_rows(f))
         for a in fed.alone:
             rows.add_alone(a)
         state = {
@@ -242,9 +247,9 @@ class Reconstructor(threading.Thread):
             total[1] += p
             self._confidence_gauge(svc)
         for svc, ps in rows.link_probability.items():
-            m.link_probability.observe(svc, ps)
+            m.link_probability.observe((svc,), ps)
         for svc, ps in rows.trace_probability.items():
-            m.trace_probability.observe(svc, ps)
+            m.trace_probability.observe((svc,), ps)
         if self.forward is not None and rows.forward:
             self.forward(rows.forward)
 
@@ -327,7 +332,7 @@ class Reconstructor(threading.Thread):
             )
             if errors:
                 m.errors.labels(svc).inc(errors)
-            m.duration.observe(svc, [sec for _, sec in mine])
+            m.duration.observe((svc,), [sec for _, sec in mine])
 
     def stalled_s(self) -> float | None:
         """How long the thread has been in its current turn, when longer than
@@ -358,3 +363,12 @@ def _new_seed(store: Store) -> int:
 
 class _Unstored(Exception):
     """Asked to stop while the store cannot write: what was not stored stays in the journal."""
+
+
+def _parent_rows(f: Finished) -> np.ndarray:
+    """The row of each row's parent in ``f`` (``f.parent`` gives stream positions), NONE for a
+    root."""
+    order = np.argsort(f.position, kind="stable")
+    at = np.searchsorted(f.position[order], f.parent).clip(0, max(len(order) - 1, 0))
+    rows = order[at] if len(order) else at
+    return np.where((f.parent >= 0) & (f.position[rows] == f.parent), rows, NONE)
