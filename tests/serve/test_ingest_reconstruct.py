@@ -177,8 +177,9 @@ def _sample(metrics: str, name: str) -> float:
 @pytest.mark.parametrize("protocol", ["http/protobuf", "http/json"])
 def test_finished_traces_are_forwarded_as_otlp(tmp_path, spans, protocol):
     """With ``forward``, every stored trace goes on over OTLP/HTTP, gzip-compressed, with the
-    configured headers: here to a second tacit serve that asks for an ingest token, and which
-    stores them with the span ids and parents the first stored, each as its sender gave it."""
+    configured headers: here to a second tacit serve that asks for an ingest token, which
+    takes every span with the parent the first stored as the parent its sender gave (what the
+    second then makes of them depends on when they came, as for any sender)."""
     (tmp_path / "token").write_text("d0wnstream\n")
     (tmp_path / "up").mkdir()
     (tmp_path / "down").mkdir()
@@ -194,16 +195,11 @@ def test_finished_traces_are_forwarded_as_otlp(tmp_path, spans, protocol):
             assert svc.wait_idle(60)
             stored = _stored_links(svc)
         assert downstream.wait_idle(60)  # the first has sent what it queued before stopping
-        forwarded = _stored_links(downstream)
-        given, calls = (
-            downstream.store._cursor()
-            .execute(
-                "SELECT count(*) FILTER (link = 'given'), count(*) FROM spans WHERE kind = 'client'"
-            )
-            .fetchone()
+        rows = downstream.store._cursor().execute(
+            "SELECT span_id, given_parent_id FROM spans WHERE kind = 'client'"
         )
-    assert forwarded == stored
-    assert given == calls == len(stored)
+        forwarded = dict(rows.fetchall())
+    assert forwarded == stored and stored
 
 
 def test_requests_encoded_ahead_are_the_exporters_own_and_all_stored(tmp_path, spans):
