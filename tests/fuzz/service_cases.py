@@ -24,6 +24,7 @@ import numpy as np
 import orjson
 from hypothesis import strategies as st
 
+from content_codings import COMPRESS
 from protobuf_wire import delimited
 from serve_app import shop_spans
 from tacit.experiment.otlp_load import sdk_spans
@@ -143,7 +144,25 @@ def known() -> list[Case]:
             headers=gz,
             name="gzip with trailing bytes",
         ),
+        Case("http", COMPRESS["zstd"](bytes(256 << 20)), headers=_as("zstd"), name="zstd bomb"),
+        Case(
+            "http",
+            b"\xff\xff\xff\xff\x0f" + b"\x00" * 64,
+            headers=_as("snappy"),
+            name="snappy block claiming 4 GiB",
+        ),
+        Case(
+            "http",
+            COMPRESS["x-snappy-framed"](bytes(64 << 20)),
+            headers=_as("x-snappy-framed"),
+            name="framed snappy inflating",
+        ),
+        Case("http", _request(_span(t, s, now, now + 1)), headers=_as("br"), name="brotli"),
     ]
+
+
+def _as(encoding: str) -> dict[str, str]:
+    return {"Content-Type": PROTOBUF, "Content-Encoding": encoding}
 
 
 @st.composite
@@ -184,8 +203,10 @@ def cases(draw: st.DrawFn, protobuf: bytes, json_body: bytes) -> Case:
         return Case("grpc", body)
     headers = {"Content-Type": draw(st.sampled_from([PROTOBUF, "application/json", "text/plain"]))}
     if draw(st.booleans()):
-        headers["Content-Encoding"] = "gzip"
-        body = draw(st.one_of(st.just(gzip.compress(body)), damaged(gzip.compress(body))))
+        encoding = draw(st.sampled_from([*COMPRESS, "br"]))
+        headers["Content-Encoding"] = encoding
+        packed = COMPRESS.get(encoding, bytes)(body)
+        body = draw(st.one_of(st.just(packed), damaged(packed)))
     return Case("http", body, headers=headers)
 
 

@@ -4,16 +4,14 @@ and mislabelled ones refused within the bound; an unknown encoding 415 naming th
 
 from __future__ import annotations
 
-import gzip
 import zlib
 
-import cramjam
 import numpy as np
 import pytest
-import zstandard
 from google.rpc import status_pb2
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
+from content_codings import COMPRESS
 from serve_app import get_json, post, running, shop_spans
 from tacit.errors import InputError
 from tacit.experiment.otlp_load import sdk_spans
@@ -26,15 +24,6 @@ LIMIT = 1 << 20
 def _raw_deflate(data: bytes) -> bytes:
     c = zlib.compressobj(wbits=-15)
     return c.compress(data) + c.flush()
-
-
-COMPRESS = {
-    "gzip": gzip.compress,
-    "deflate": zlib.compress,
-    "zstd": zstandard.ZstdCompressor().compress,
-    "snappy": lambda d: bytes(cramjam.snappy.compress_raw(d)),
-    "x-snappy-framed": lambda d: bytes(cramjam.snappy.compress(d)),
-}
 
 
 @pytest.mark.parametrize("encoding", COMPRESS)
