@@ -319,3 +319,54 @@ def _subtree(spans, top: int) -> np.ndarray:
         if (more == below).all():
             return np.flatnonzero(below)
         below = more
+
+
+def _rfc3339(ns: int) -> str:
+    whole = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9))
+    return f"{whole}.{ns % 10**9:09d}Z"
+
+
+def test_api_v3_answers_as_jaegers_http_gateway(svc):
+    """Jaeger v2's /api/v3: the same services, operations, traces and dependencies as the v1
+    API, traces as OTLP JSON (read back by the OTLP reader), errors in its shape."""
+    from tacit.formats.otlp import read_export_request
+
+    assert get_json(svc, "/api/v3/services") == {"services": get_json(svc, "/api/services")["data"]}
+    v1_ops = get_json(svc, "/api/operations?service=catalog&spanKind=server")["data"]
+    v3_ops = get_json(svc, "/api/v3/operations?service=catalog&spanKind=server")["operations"]
+    assert v3_ops == v1_ops and v3_ops
+    now = time.time_ns()
+    since, until = _rfc3339(now - 7200 * 10**9), _rfc3339(now + 7200 * 10**9)
+    window = f"query.startTimeMin={since}&query.startTimeMax={until}"
+    v1 = get_json(svc, "/api/traces?service=frontend&limit=5")["data"]
+    status, body, _ = get(
+        svc,
+        f"/api/v3/traces?query.serviceName=frontend&{quote(window, safe='=&')}&query.searchDepth=5",
+    )
+    assert status == 200, body
+    spans, _ = read_export_request(json.dumps(json.loads(body)["result"]).encode(), "json", "v3")
+    ids = {spans.strings[int(x)] for x in spans.span_id}
+    assert ids == {s["spanID"] for t in v1 for s in t["spans"]}
+    one = get_json(svc, f"/api/v3/traces/{v1[0]['traceID']}")["result"]
+    spans, _ = read_export_request(json.dumps(one).encode(), "json", "v3")
+    assert {spans.strings[int(x)] for x in spans.span_id} == {s["spanID"] for s in v1[0]["spans"]}
+    status, body, _ = get(svc, "/api/v3/traces/" + "0" * 32)
+    assert status == 404 and json.loads(body) == {
+        "error": {"httpCode": 404, "message": "trace not found"}
+    }
+    status, body, _ = get(svc, "/api/v3/traces?query.serviceName=frontend")
+    assert (
+        status == 400 and "query.startTimeMin and query.startTimeMax are required" in body.decode()
+    )
+    status, body, _ = get(
+        svc,
+        f"/api/v3/traces?query.serviceName=frontend&query.startTimeMin=yesterday&query.startTimeMax={_rfc3339(now)}",
+    )
+    assert status == 400 and "malformed parameter query.startTimeMin" in body.decode()
+    deps = get_json(
+        svc,
+        f"/api/v3/dependencies?startTime={since}&endTime={until}",
+    )
+    end_ms = (now + 7200 * 10**9) // 10**6
+    v1_deps = get_json(svc, f"/api/dependencies?endTs={end_ms}&lookback={4 * 3600 * 1000}")["data"]
+    assert deps["dependencies"] == v1_deps and v1_deps

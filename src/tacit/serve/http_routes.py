@@ -29,7 +29,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tacit.errors import ConfigError, InputError
-from tacit.serve import jaeger_api
+from tacit.serve import jaeger_api, jaeger_api_v3
 from tacit.serve.auth import authorized, may_read
 from tacit.serve.content_encoding import ENCODINGS, UnsupportedEncoding, decode_body
 from tacit.serve.ingest import MAX_BODY, Busy, Ingest
@@ -247,6 +247,27 @@ class Routes:
             return Response(HTTPStatus.OK, b"{}", "application/json")
         return Response(HTTPStatus.OK, b"", PROTOBUF)
 
+    def _v3(self, path: str, params: dict[str, str]) -> Response:
+        """Jaeger v2's ``/api/v3`` (:mod:`.jaeger_api_v3`), with its errors' shape."""
+        store = self.store
+        try:
+            if path == "/api/v3/services":
+                return _json(jaeger_api_v3.services(store))
+            if path == "/api/v3/operations":
+                return _json(jaeger_api_v3.operations(store, params))
+            if path == "/api/v3/traces":
+                return _json(jaeger_api_v3.find_traces(store, params))
+            if path.startswith("/api/v3/traces/"):
+                wanted = unquote(path[len("/api/v3/traces/") :])
+                return _json(jaeger_api_v3.trace(store, wanted))
+            if path == "/api/v3/dependencies":
+                return _json(jaeger_api_v3.dependencies(store, params))
+            raise jaeger_api_v3.NotFound(f"no such endpoint: {path}")
+        except jaeger_api_v3.NotFound as e:
+            return _json(jaeger_api_v3.error(404, str(e)), HTTPStatus.NOT_FOUND)
+        except InputError as e:
+            return _json(jaeger_api_v3.error(400, str(e)), HTTPStatus.BAD_REQUEST)
+
     def _get(self, request: Request) -> Response:
         path, params = request.path, request.params
         store = self.store
@@ -295,6 +316,8 @@ class Routes:
                 return Response(HTTPStatus.OK, jaeger_api.traces_json(docs), "application/json")
             if path == "/api/dependencies":
                 return _json(jaeger_api.dependencies(store, params))
+            if path.startswith("/api/v3/"):
+                return self._v3(path, params)
             answer = self.extra(path, params)
             if answer is None:
                 return text(HTTPStatus.NOT_FOUND, "not found")
