@@ -76,9 +76,7 @@ def dependencies(store: Store, params: Mapping[str, str]) -> dict[str, Any]:
     if end_ns <= start_ns:
         raise InputError("endTime must be after startTime")
     links = store.dependencies(start_ns, end_ns)
-    return {
-        "dependencies": [{"parent": a, "child": b, "callCount": n} for a, b, n in links]
-    }
+    return {"dependencies": [{"parent": a, "child": b, "callCount": n} for a, b, n in links]}
 
 
 def trace_query(params: Mapping[str, str]) -> TraceQuery:
