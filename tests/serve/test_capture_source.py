@@ -74,6 +74,7 @@ def test_a_capture_file_is_reconstructed_as_accurately_as_offline(app) -> None:
         tmp / "one",
         capture_pcap=tmp / "prod.pcap",
         capture_services=tmp / "services.yaml",
+        idle_s=10.0,  # a reader held back by a busy machine must not move the clock on
     )
     (tmp / "one").mkdir()
     svc = Service(cfg, callgraph).start()

@@ -159,7 +159,7 @@ def test_promtool_reads_the_share_of_sure_traces_as_the_docs_say(base: str, tmp_
         for span in trace["spans"]
     ]
     sure = [p for p in probabilities if p is not None]
-    expected = sum(p > 0.9 for p in sure) / len(sure)
+    expected = 1 - sum(p <= 0.9 for p in sure) / len(sure)  # in the expression's order
     assert 0 < expected < 1
     test = {
         "rule_files": [],
