@@ -96,10 +96,11 @@ class Rows:
         seed: int,
         now_ns: int,
         taken: TakenIds | None = None,
-    ) -> None:
+    ) -> SpanTable:
         """The traces of ``f`` (spans numbered ``seq``, with what their senders gave). A trace
         keeps the id its root's sender gave, unless another trace has it already (``taken``:
-        the ids given to recent traces); else it gets a fresh one."""
+        the ids given to recent traces); else it gets a fresh one. Returns the traces as they
+        are stored, each span's parent a row."""
         spans, evidence = finished_traces(f, given, seed, taken or TakenIds())
         s = spans.strings
         trace_ids, span_ids = hex_ids(spans)
@@ -151,6 +152,7 @@ class Rows:
         self._confidence(spans, received, evidence.probability)
         self._traces(spans, seq, trace_ids, evidence, now_ns, service, operation)
         self.forward.append((spans, evidence))
+        return spans
 
     def _count(self, fate: str, n: int = 1) -> None:
         if n:

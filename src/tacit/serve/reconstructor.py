@@ -26,12 +26,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.common import Traces
 from tacit.model.span_details import STATUS_ERROR
-from tacit.model.spans import NONE, SERVER
+from tacit.model.spans import SERVER
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.online import Finished, OnlineParams
 from tacit.reconstruct.traceweaver import NOT_IN_CALLGRAPH
@@ -218,9 +216,9 @@ class Reconstructor(threading.Thread):
             if self.learner is not None:
                 self.learner.explain(f.unmapped)
             seq, given = self.feed.release(f)
-            rows.add_finished(f, seq, given, self.seed, now, self._trace_ids)
+            stored = rows.add_finished(f, seq, given, self.seed, now, self._trace_ids)
             self._red(f)
-            self.trace_metrics.observe(f.spans, _parent_rows(f))
+            self.trace_metrics.observe(stored)
         for a in fed.alone:
             rows.add_alone(a)
         state = {
@@ -364,11 +362,3 @@ def _new_seed(store: Store) -> int:
 class _Unstored(Exception):
     """Asked to stop while the store cannot write: what was not stored stays in the journal."""
 
-
-def _parent_rows(f: Finished) -> np.ndarray:
-    """The row of each row's parent in ``f`` (``f.parent`` gives stream positions), NONE for a
-    root."""
-    order = np.argsort(f.position, kind="stable")
-    at = np.searchsorted(f.position[order], f.parent).clip(0, max(len(order) - 1, 0))
-    rows = order[at] if len(order) else at
-    return np.where((f.parent >= 0) & (f.position[rows] == f.parent), rows, NONE)

@@ -80,10 +80,9 @@ class TraceMetrics:
         )
         self._span_name = BoundedLabel(MAX_SPAN_NAMES)
 
-    def observe(self, spans: SpanTable, parent: np.ndarray) -> None:
-        """Count the finished ``spans`` (whole traces), ``parent[r]`` the row of row ``r``'s
-        parent (:data:`~tacit.model.spans.NONE` for a root). Rows are grouped by their labels'
-        codes with numpy; only the groups are labelled in Python."""
+    def observe(self, spans: SpanTable) -> None:
+        """Count the finished ``spans`` (whole traces, each parent a row). Rows are grouped by
+        their labels' codes with numpy; only the groups are labelled in Python."""
         s = spans.strings
         seconds = (spans.end - spans.start) / 1e9
         details = spans.details if spans.details is not None else [None] * len(spans)
@@ -101,7 +100,7 @@ class TraceMetrics:
             self.calls.labels(*labels).inc(len(rows))
             self.duration.observe(labels, seconds[rows])
         server = np.flatnonzero(spans.kind == SERVER)
-        client = parent[server]
+        client = spans.parent[server]
         server, client = server[client != NONE], client[client != NONE]
         call = (spans.kind[client] == CLIENT) & (spans.service[client] != spans.service[server])
         server, client = server[call], client[call]
