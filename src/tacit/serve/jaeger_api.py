@@ -154,7 +154,7 @@ def trace_query(params: Mapping[str, str]) -> TraceQuery:
         min_duration_ns=_duration(params, "minDuration"),
         max_duration_ns=_duration(params, "maxDuration"),
         limit=limit,
-        tags=_tags(params.get("tags")),
+        tags=tag_filter(params.get("tags")),
         min_probability=_probability(params, "minProbability"),
     )
 
@@ -172,9 +172,9 @@ def _probability(params: Mapping[str, str], name: str) -> float | None:
     return out
 
 
-def _tags(text: str | None) -> tuple[tuple[str, str], ...]:
-    """The ``tags`` of a search: a JSON object of names to values (compared as
-    :func:`~tacit.serve.store.tag_value_text` gives them)."""
+def tag_filter(text: str | None, name: str = "tags") -> tuple[tuple[str, str], ...]:
+    """The tags a search asks for (``name``: the parameter, as its errors say): a JSON object
+    of names to values (compared as :func:`~tacit.serve.store.tag_value_text` gives them)."""
     if not text:
         return ()
     try:
@@ -182,7 +182,7 @@ def _tags(text: str | None) -> tuple[tuple[str, str], ...]:
     except orjson.JSONDecodeError:
         doc = None
     if not isinstance(doc, dict):
-        raise InputError(f'tags: {text!r} is not a JSON object such as {{"error":"true"}}')
+        raise InputError(f'{name}: {text!r} is not a JSON object such as {{"error":"true"}}')
     return tuple(sorted((k, tag_value_text(v)) for k, v in doc.items()))
 
 

@@ -22,8 +22,8 @@ import orjson
 from tacit.errors import InputError
 from tacit.formats.jaeger import read_input
 from tacit.formats.otlp import otlp_document
-from tacit.serve.jaeger_api import MAX_LIMIT, go_duration, span_kind, trace_id
-from tacit.serve.store import Store, TraceQuery, tag_value_text
+from tacit.serve.jaeger_api import MAX_LIMIT, go_duration, span_kind, tag_filter, trace_id
+from tacit.serve.store import Store, TraceQuery
 
 SEARCH_DEPTH = 100
 """Traces a search returns when ``query.searchDepth`` does not say (Jaeger's default)."""
@@ -106,7 +106,7 @@ def trace_query(params: Mapping[str, str]) -> TraceQuery:
         min_duration_ns=_duration(params, "query.durationMin", "query.duration_min"),
         max_duration_ns=_duration(params, "query.durationMax", "query.duration_max"),
         limit=int(depth) if depth else SEARCH_DEPTH,
-        tags=_attributes(params.get("query.attributes")),
+        tags=tag_filter(params.get("query.attributes"), "malformed parameter query.attributes"),
     )
 
 
@@ -140,15 +140,3 @@ def _param(params: Mapping[str, str], canonical: str, deprecated: str) -> str:
 def _duration(params: Mapping[str, str], canonical: str, deprecated: str) -> int | None:
     value = _param(params, canonical, deprecated)
     return go_duration(value, canonical) if value else None
-
-
-def _attributes(text: str | None) -> tuple[tuple[str, str], ...]:
-    if not text:
-        return ()
-    try:
-        doc = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        doc = None
-    if not isinstance(doc, dict):
-        raise InputError(f"malformed parameter query.attributes: {text!r} is not a JSON object")
-    return tuple(sorted((k, tag_value_text(v)) for k, v in doc.items()))
