@@ -361,4 +361,3 @@ def _new_seed(store: Store) -> int:
 
 class _Unstored(Exception):
     """Asked to stop while the store cannot write: what was not stored stays in the journal."""
-
