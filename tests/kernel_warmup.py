@@ -7,11 +7,9 @@ seconds of CPU each. Run by ``make test`` before the tests, or in the controllin
 before the workers start (``conftest.py``), this compiles them in two processes, one per core,
 on small versions of the workloads that use them: reconstruction, diagnosis, WAP5, the load
 balancer and the OTLP request reader in one; RDA, captures, Pirate and the demo in the other.
-No kernel is compiled in both: one after the other they compile in 142 s; these halves side
-by side take 79 s, where halves that both parsed captures took 105 s. (As the reconstruction's
-kernels grew, the first half came to take 95 s alone and the second 55 s, 100-115 s side by
-side; RDA, 15 s of it, moved to the second, 2026-11-29.) A kernel it misses is compiled by the
-first test that needs it, as before; nothing here is checked."""
+No kernel is compiled in both (each process would compile it in full), and the halves take
+about as long as each other, so that both cores finish together. A kernel it misses is
+compiled by the first test that needs it; nothing here is checked."""
 
 from __future__ import annotations
 

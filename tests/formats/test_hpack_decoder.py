@@ -82,7 +82,7 @@ def same(ref: hpack.Decoder, ours: Ours, block: bytes) -> list | None:
     return want
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(blocks, min_size=1, max_size=8))
 def test_encoded_conversations_decode_as_the_reference_does(conversation) -> None:
     enc = hpack.Encoder()

@@ -111,7 +111,7 @@ def _checked(doc: object) -> list[dict] | None:
         return None
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(DOCUMENT)
 def test_fast_reading_gives_the_checked_spans_or_leaves_the_document(doc):
     checked = _checked(doc)

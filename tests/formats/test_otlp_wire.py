@@ -282,7 +282,7 @@ def test_a_resource_given_twice_is_merged_as_protobuf_does() -> None:
     assert again.name("service", 0) == "web" and again.name("instance", 0) == "web"
 
 
-@settings(deadline=None, max_examples=300)
+@settings(deadline=None, max_examples=120)
 @given(requests(), st.data())
 def test_damaged_bytes_are_refused_at_the_check_or_read_as_the_message_classes_read_them(
     req: ExportTraceServiceRequest, data: st.DataObject

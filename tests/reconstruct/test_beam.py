@@ -294,3 +294,16 @@ def test_the_refit_measures_anchored_gaps_as_the_search_scores_them():
     start, end = spans.start[cs.calls], spans.end[cs.calls]
     assert np.allclose(gaps[:, 1], (start[:, 1] - end[:, 0]) / 1000)
     assert np.allclose(gaps[:, 2], (start[:, 2] - start[:, 1]) / 1000)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_kth_highest_score_is_numpys(seed):
+    """The selection the beam keeps its widest entries by, against ``np.partition``: ties,
+    infinities and every k."""
+    from tacit.reconstruct.beam import _kth_highest
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    values = rng.choice([-math.inf, -3.0, -1.5, 0.0, 2.0, *rng.normal(size=4)], size=n + 5)
+    for k in range(1, n + 1):
+        assert _kth_highest(values, n, k) == -np.partition(-values[:n], k - 1)[k - 1]

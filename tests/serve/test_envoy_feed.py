@@ -21,12 +21,13 @@ def _service(tmp_path: Path, logs: Path) -> Service:
 
 
 def _taken_in(svc: Service, spans: int) -> dict:
-    """The feed's status once it took in ``spans`` spans and they are in finished traces."""
+    """The feed's status once it took in ``spans`` spans and they are in finished traces: all
+    read from one status, whose ``received`` and ``pending`` come before its stored counts."""
     end = time.monotonic() + 60
     while time.monotonic() < end:
         status = get_json(svc, "/api/tacit/status")
         feed = status["envoy"][0]
-        if feed["spans"] >= spans and not feed["waiting"] and not svc.ingest.outstanding:
+        if status["received"] >= spans and not status["pending"] and not feed["waiting"]:
             return status
         time.sleep(0.1)
     raise AssertionError(f"not taken in: {feed}")

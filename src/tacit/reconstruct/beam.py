@@ -342,7 +342,7 @@ def _top(score, n, width):  # pragma: no cover - compiled
     order, in no particular order otherwise."""
     if n <= width:
         return np.arange(n)
-    cut = -np.partition(-score[:n], width - 1)[width - 1]
+    cut = _kth_highest(score, n, width)
     out = np.empty(width, np.int64)
     k = 0
     for x in range(n):
@@ -356,6 +356,35 @@ def _top(score, n, width):  # pragma: no cover - compiled
             out[k] = x
             k += 1
     return out
+
+
+@njit(cache=True)
+def _kth_highest(values, n, k):  # pragma: no cover - compiled
+    """The ``k``-th highest of ``values[:n]``, 1 <= k <= n (what
+    ``-np.partition(-values[:n], k - 1)[k - 1]`` gives), by Hoare's selection on a copy: numba's
+    ``np.partition`` is generic over its ``kth`` argument and took more time to compile than
+    the rest of the beam search."""
+    a = values[:n].copy()
+    target, lo, hi = k - 1, 0, n - 1
+    while lo < hi:
+        pivot = a[(lo + hi) // 2]
+        i, j = lo, hi
+        while i <= j:  # highest first: a[lo:i] >= pivot >= a[j + 1:hi + 1]
+            while a[i] > pivot:
+                i += 1
+            while a[j] < pivot:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if target <= j:
+            hi = j
+        elif target >= i:
+            lo = i
+        else:  # between the two parts: equal to the pivot
+            return a[target]
+    return a[target]
 
 
 @njit(cache=True, inline="always")

@@ -212,7 +212,7 @@ class StreamingEstimator:
         conns = self.registry.assign(packets)
         self._grow(self.registry.count)
         kinds = packet_kinds(packets, conns, self.registry.excluded(), self.params)
-        time = packets.time
+        time = np.ascontiguousarray(packets.time)  # one compiled signature
         rows = np.flatnonzero(kinds == USED)
         if len(rows) > 1 and np.any(np.diff(time[rows]) < 0):
             rows = rows[np.argsort(time[rows], kind="stable")]

@@ -15,7 +15,7 @@ the reason for the value chosen; the timer values are the RFCs' own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from tacit.errors import ConfigError
 
@@ -180,6 +180,11 @@ class PirateParams:
         return cls(**{"from_burst_start": True, "mode_floor_ratio": 0.5, **overrides})
 
     def __post_init__(self) -> None:
+        # The compiled estimator is typed by its arguments: a ratio given as the integer 0
+        # would compile it a second time, for seconds.
+        for f in fields(self):
+            if f.type == "float":
+                object.__setattr__(self, f.name, float(getattr(self, f.name)))
         if self.gap_threshold_ns <= 0 or self.epoch_ns <= 0 or self.idle_gap_ns <= 0:
             raise ConfigError("gap threshold, epoch and idle gap must be positive")
         if not 1 <= self.max_modes <= 255:

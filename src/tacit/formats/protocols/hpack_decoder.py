@@ -381,7 +381,8 @@ class HpackDecoder:
         decode. With ``text``, names and values are read as UTF-8 (invalid bytes replaced by
         U+FFFD): a block of ASCII is decoded once and cut, not field by field."""
         self.make_room(len(block))
-        while (n := decode_block(block, self._meta, self._ents, self._table, self._out)) < 0:
+        data = np.frombuffer(block, np.uint8).copy()  # the type the capture parser passes
+        while (n := decode_block(data, self._meta, self._ents, self._table, self._out)) < 0:
             self.resume(n)
         self.changed = self._meta[CHANGED] != 0
         return self.fields(n, text)

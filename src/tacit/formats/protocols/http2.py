@@ -591,16 +591,15 @@ def _walk_side(
                     hit = slot
             if hit >= 0:
                 nfields = 0
-            elif k == first:
-                nfields = decode_block(data[a:b], meta, ents, table, out)
-            else:
+            else:  # a copy, also of a block in one frame: decode_block compiles once
                 block = np.empty(size, np.uint8)
                 at = 0
                 for f in range(first, k + 1):
                     block[at : at + rows[f, 6] - rows[f, 5]] = data[rows[f, 5] : rows[f, 6]]
                     at += rows[f, 6] - rows[f, 5]
                 nfields = decode_block(block, meta, ents, table, out)
-                i, end = k + 1, rows[k, 1]
+                if k > first:
+                    i, end = k + 1, rows[k, 1]
             if nfields in (NEED_OUT, NEED_TABLE):
                 return _NEED_DECODER, first, nfields, pool, offs, slots
             if nfields < 0:
