@@ -48,12 +48,19 @@ def check_counts(result, least_intervals: int) -> list[dict]:
     assert {r["status"] for r in result.rows} <= {"complete", "undecodable"}, result.rows
     complete = [r for r in result.rows if r["status"] == "complete"]
     assert len(complete) >= 0.5 * len(result.rows)
-    for row in result.rows:  # the agents saw exactly the packets tcpdump saw at each end
-        assert row["packets_sender"] == row["truth_sent"]
-        if row["status"] == "complete":
+    # The agents saw exactly the packets tcpdump saw at each end, but for those their own
+    # capture says the kernel dropped (a reader held back longer than its buffer lasts).
+    dropped = {
+        side: summary["capture"]["dropped"] + summary["capture"]["if_dropped"]
+        for side, summary in (("s", result.sender_summary), ("r", result.receiver_summary))
+    }
+    for row in result.rows:
+        assert row["truth_sent"] - dropped["s"] <= row["packets_sender"] <= row["truth_sent"]
+        if row["status"] == "complete" and not any(dropped.values()):
             assert row["matched"] == row["truth_matched"]
         else:  # none at all when no bucket was clean
             assert (row["matched"] or 0) <= row["truth_matched"]
+    assert sum(r["truth_matched"] - (r["matched"] or 0) for r in complete) <= sum(dropped.values())
     assert result.receiver_summary["rejected"] == []
     assert result.receiver_summary["packets"]["after_close"] == 0
     return complete
@@ -65,11 +72,12 @@ def test_agents_measure_the_impaired_delay(impaired) -> None:
     # microsecond capture timestamps against nanosecond truth on ~5 ms delays
     assert impaired.mean_error_max < 1e-3
     # 5 ms ± 1 ms, 5 % sent at once; the relay, a Python process, adds its own scheduling
-    # delay on a loaded machine (a 200 ms interval's mean of 7.2 ms, and once 9.7 ms, seen
-    # under make test), and the agents measured it (the error bound above). The median
-    # interval tells a doubled delay apart; single intervals only that the delay was applied.
+    # delay on a loaded machine, as much as it is held back (a 200 ms interval's mean of 7.2 ms,
+    # and 9.7 ms, and more than 15 ms, seen under make test), and the agents measured it (the
+    # error bound above). The median interval tells a doubled delay apart; single intervals
+    # only that the delay was applied.
     means = [row["mean_ns"] for row in complete]
-    assert all(3e6 < m < 15e6 for m in means), means
+    assert all(m > 3e6 for m in means), means
     assert 4e6 < float(np.median(means)) < 8e6, means
     assert impaired.std_error < 0.10 and impaired.std_error_max < 0.25
 

@@ -55,7 +55,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -204,8 +204,11 @@ def _warm_up(params: AgentParams) -> None:
     ids = np.arange(1, 9, dtype=np.uint64)
     cache = IntervalCache(ids, ids.astype(np.int64))
     work = IntervalWork(0, 0, 1, cache, cache, IntervalCache.empty())
-    syn = Synopsis.build(params.rda.layout(params.rda.min_buckets_per_bank), ids, cache.ts)
+    layout = params.rda.layout(params.rda.min_buckets_per_bank)
+    syn = Synopsis.build(layout, ids, cache.ts)
     reconcile(syn.copy(), syn, work, 1)
+    layout.positions(ids)  # weighing the clean buckets of an interval that did not decode
+    cache.sampled(params.rda.sampling_rate, params.rda.seed)
     bottom_k(ids, 4, 0)
 
 
@@ -491,6 +494,7 @@ class Agent:
             "intervals_published": sum(1 for r in self.records if "interval" in r),
             "accounting": self.accounting.as_dict(),
             "packets": self.book.counts,
+            "capture": None if self.source.stats is None else asdict(self.source.stats),
             "duplicates": self.book.duplicates,
             "rejected": list(self.rejections.recent),
             "rejected_total": self.rejections.total,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tacit.formats.live import capture_file_batches, check_capture_file
+from tacit.formats.live import CaptureStats, capture_file_batches, check_capture_file
 from tacit.model.captures import PacketAccounting, PacketRead
 from tacit.model.packets import NO_TIME
 
@@ -35,6 +35,8 @@ class PcapSource:
     read the file (:func:`tacit.formats.live.capture_file_batches`)."""
 
     live = False
+    stats: CaptureStats | None = None
+    """A file has no kernel counters: what it holds is in the reads' accounting."""
 
     def __init__(
         self,
@@ -99,6 +101,9 @@ class LiveSource:
 
         self.capture = LiveCapture(interface, bpf_filter)
         self.duration_s = duration_s
+        self.stats: CaptureStats | None = None
+        """libpcap's counters once the capture has ended: the packets the kernel dropped for
+        want of buffer space never reach the agent, and are counted only here."""
 
     def stop(self) -> None:
         self.capture.stop()
@@ -110,6 +115,6 @@ class LiveSource:
                 yield Batch(read, self.capture.drained_ns)
             yield Batch(None, time.time_ns())
         finally:
-            stats = self.capture.stats()
-            log.info("capture stats: %s", stats)
+            self.stats = self.capture.stats()
+            log.info("capture stats: %s", self.stats)
             self.capture.close()
