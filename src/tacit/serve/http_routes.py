@@ -29,7 +29,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tacit.errors import ConfigError, InputError
-from tacit.serve import jaeger_api, jaeger_api_v3
+from tacit.serve import jaeger_api, jaeger_api_v3, jaeger_metrics_api
 from tacit.serve.auth import authorized, may_read
 from tacit.serve.content_encoding import ENCODINGS, UnsupportedEncoding, decode_body
 from tacit.serve.ingest import MAX_BODY, Busy, Ingest
@@ -268,6 +268,21 @@ class Routes:
         except InputError as e:
             return _json(jaeger_api_v3.error(400, str(e)), HTTPStatus.BAD_REQUEST)
 
+    def _metrics(self, path: str, request: Request) -> Response:
+        """Jaeger's metrics API (:mod:`.jaeger_metrics_api`), with Jaeger's error answers."""
+        api = jaeger_metrics_api
+        if path == "/api/metrics/minstep":
+            return _json(api.min_step())
+        kind = path[len("/api/metrics/") :]
+        if kind not in ("latencies", "calls", "errors"):
+            return _json(jaeger_api.error(404, f"no such endpoint: {path}"), HTTPStatus.NOT_FOUND)
+        params = request.params
+        quantile = api.quantile_param(params) if kind == "latencies" else 0.0
+        query = api.metrics_query(params, request.values)
+        if kind == "latencies":
+            return _json(api.latencies(self.store, query, quantile))
+        return _json((api.calls if kind == "calls" else api.errors)(self.store, query))
+
     def _get(self, request: Request) -> Response:
         path, params = request.path, request.params
         store = self.store
@@ -318,6 +333,8 @@ class Routes:
                 return _json(jaeger_api.dependencies(store, params))
             if path.startswith("/api/v3/"):
                 return self._v3(path, params)
+            if path.startswith("/api/metrics/"):
+                return self._metrics(path, request)
             answer = self.extra(path, params)
             if answer is None:
                 return text(HTTPStatus.NOT_FOUND, "not found")

@@ -83,6 +83,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 
@@ -135,6 +136,7 @@ _ADDED_COLUMNS = {
         ("process", "BIGINT"),
         ("link", "VARCHAR"),
         ("probability", "DOUBLE"),
+        ("status", "BIGINT"),
     ),
     "traces": (("first_seq", "BIGINT"), ("last_seq", "BIGINT"), ("probability", "DOUBLE")),
     "confidence": (("links", "BIGINT"), ("probability", "DOUBLE")),
@@ -713,6 +715,30 @@ class Store:
             )
             docs = self._docs([row[0] for row in joined.fetchall()])
         return docs[0] if docs else None
+
+    def span_ends(
+        self, services: list[str], kinds: list[str], after_ns: int, until_ns: int
+    ) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """(service, operation, end ns, duration ns, failed) of the stored spans of
+        ``services`` and ``kinds`` that ended after ``after_ns`` and by ``until_ns``
+        (``failed``: their status code was ERROR)."""
+        rows = (
+            self._cursor()
+            .execute(
+                "SELECT service, operation, start_ns + duration_ns AS end_ns, duration_ns, "
+                "coalesce(status, 0) = 2 AS failed FROM spans WHERE service IN ? AND kind IN ? "
+                "AND start_ns + duration_ns > ? AND start_ns + duration_ns <= ?",
+                [services, kinds, after_ns, until_ns],
+            )
+            .fetchnumpy()
+        )
+        return (
+            rows["service"].tolist(),
+            [o or "" for o in rows["operation"].tolist()],
+            np.asarray(rows["end_ns"], np.int64),
+            np.asarray(rows["duration_ns"], np.int64),
+            np.asarray(rows["failed"], bool),
+        )
 
     def dependencies(self, start_ns: int, end_ns: int) -> list[tuple[str, str, int]]:
         """(caller, callee, calls) between services over spans that started in the interval."""
