@@ -130,7 +130,7 @@ def expected_keepalive(client_traced: bool = True, server_traced: bool = True) -
 
 def assert_accounted(acc: dict[str, int]) -> None:
     skipped = sum(n for k, n in acc.items() if k.startswith("skipped: "))
-    assert acc["events"] == acc.get("events used", 0) + acc["lifecycle events"] + skipped
+    assert acc["events"] == acc.get("events_used", 0) + acc["lifecycle_events"] + skipped
 
 
 def test_keepalive_connection_reconciles_to_six_fat_messages(logs):
@@ -148,7 +148,7 @@ def test_keepalive_connection_reconciles_to_six_fat_messages(logs):
     acc = result.accounting
     assert acc["tcp connections with both ends traced"] == 1
     assert acc["tcp connections matched by time"] == 1
-    assert acc["events used"] == 3 * (1 + 3) + 3 * (1 + 2)
+    assert acc["events_used"] == 3 * (1 + 3) + 3 * (1 + 2)
     assert "unmatched sends" not in acc and "unmatched receives" not in acc
     assert_accounted(acc)
     # record: the line of the message's first write

@@ -94,7 +94,7 @@ def test_ebpf_spans_reconstruct_into_the_true_traces(runs) -> None:
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["spans"] == 6 * N and doc["traces"] == N
-    assert doc["accounting"]["RPCs paired"] == 2 * N
+    assert doc["accounting"]["rpcs_paired"] == 2 * N
     # Every call under the request that made it, at its true offset.
     assert offsets(runs["dir"] / "ebpf.json") == {
         ("frontend", "catalog", 500),
@@ -119,7 +119,7 @@ def test_sidecar_logs_reconstruct_into_the_true_traces(runs) -> None:
 def test_blind_spans_from_sidecar_logs(runs) -> None:
     r = runs["blind"]
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["accounting"]["RPCs paired"] == 2 * N
+    assert json.loads(r.stdout)["accounting"]["rpcs_paired"] == 2 * N
     spans = read_blind(runs["dir"] / "mesh.jsonl")
     assert int((spans.link >= 0).sum()) == 4 * N
     assert int((spans.kind == SERVER).sum()) == 3 * N

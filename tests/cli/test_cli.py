@@ -204,7 +204,7 @@ def test_reconstructed_traces_keep_span_ids_and_get_random_trace_ids(runs, work:
         }
 
     summary = json.loads(ok(runs["seed5.json"]).stdout)
-    made_up = summary["accounting"]["client spans synthesized for RPCs the caller did not record"]
+    made_up = summary["accounting"]["client_synthesized"]
     traces, spans = ids("traces.json")
     seeded, seeded_spans = ids("seed5.json")
     again, again_spans = ids("seed5again.json")

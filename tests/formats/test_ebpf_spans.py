@@ -51,11 +51,11 @@ def test_rpcs_pair_by_connection_and_time_as_the_truth_has_them(beyla: Path) -> 
     got = read_ebpf_spans(beyla, read_service_map(beyla.parent / "services.yaml"))
     assert found_pairs(got.spans) == true_pairs()
     assert got.accounting == {
-        "spans read": 12 * N,
+        "spans_read": 12 * N,
         INTERNAL: 6 * N,  # Beyla's "in queue" and "processing" under each server span
-        "client spans": 3 * N,
-        "server spans": 3 * N,
-        "RPCs paired": 2 * N,
+        "client_spans": 3 * N,
+        "server_spans": 3 * N,
+        "rpcs_paired": 2 * N,
         f"client spans unpaired: {NOTHING_OPPOSITE}": N,  # to Redis, which has no agent
         f"server spans unpaired: {NOTHING_OPPOSITE}": N,  # from the load generator
     }
@@ -101,7 +101,7 @@ def test_read_by_name_through_the_facade_with_the_accounting(beyla: Path) -> Non
     names = read_service_map(beyla.parent / "services.yaml")
     assert len(read_spans(beyla, format="ebpf", services=names)) == 6 * N
     observed, _ = observe([beyla], "ebpf", names)
-    assert observed.accounting["RPCs paired"] == 2 * N
+    assert observed.accounting["rpcs_paired"] == 2 * N
     assert observed.accounting["server"] == observed.accounting["client"] == 3 * N
     with pytest.raises(ConfigError, match="service map goes with the formats ebpf, envoy"):
         read_spans(beyla, format="otlp", services=names)

@@ -63,12 +63,12 @@ def test_sidecars_rpcs_pair_as_the_truth_has_them(tmp_path: Path, fmt: str) -> N
     assert found_pairs(got.spans) == true_pairs()
     own = {PROXY_LINES: 1} if fmt == "envoy" else {}
     assert got.accounting == {
-        "lines read": 6 * N + sum(own.values()),
+        "lines_read": 6 * N + sum(own.values()),
         **own,
         NO_HTTP: N,  # catalog's TCP connections to Redis
-        "client spans": 2 * N,
-        "server spans": 3 * N,
-        "RPCs paired": 2 * N,
+        "client_spans": 2 * N,
+        "server_spans": 3 * N,
+        "rpcs_paired": 2 * N,
         # from the load generator: only the frontend's own calls share their request id
         f"server spans unpaired: {NOTHING_OPPOSITE}": N,
     }
@@ -92,8 +92,8 @@ def test_without_the_tolerance_rounded_ends_lose_pairs(tmp_path: Path) -> None:
     write_sidecar_logs(tmp_path, calls, "istio-json")
     coarse = read_envoy_logs(tmp_path)
     strict = read_envoy_logs(tmp_path, params=PairingParams(0))
-    assert coarse.accounting["RPCs paired"] == 2 * N
-    assert strict.accounting["RPCs paired"] < 2 * N
+    assert coarse.accounting["rpcs_paired"] == 2 * N
+    assert strict.accounting["rpcs_paired"] < 2 * N
     assert TOLERANCE_NS == MS
 
 
@@ -102,7 +102,7 @@ def test_istio_text_line_and_direction_by_cluster(tmp_path: Path) -> None:
     (tmp_path / "httpbin.log").write_text(ISTIO_INBOUND + "\n")
     got = read_envoy_logs(tmp_path)
     s = got.spans
-    assert got.accounting["RPCs paired"] == 1
+    assert got.accounting["rpcs_paired"] == 1
     by_kind = {int(s.kind[r]): r for r in range(len(s))}
     client, server = by_kind[CLIENT], by_kind[SERVER]
     assert s.name("service", client) == "sleep" and s.name("service", server) == "httpbin"

@@ -176,7 +176,7 @@ def test_read_messages_dispatches_message_tables(tmp_path):
     for name in ("one.csv", "two.jsonl", "three.parquet"):
         assert detect_message_input(tmp_path / name) == "table"
     messages, acc = read_messages([tmp_path])
-    assert len(messages) == 9 and acc["message table rows"] == 9 and acc["files"] == 3
+    assert len(messages) == 9 and acc["message_table_rows"] == 9 and acc["files"] == 3
     unknown = tmp_path / "notes.log"
     unknown.write_text("hello\n")
     with pytest.raises(InputError, match="unknown message input"):

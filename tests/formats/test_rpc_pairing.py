@@ -54,9 +54,9 @@ def test_closest_nesting_pairs_one_to_one_and_every_span_is_accounted_for() -> N
     got = pair_rpcs(spans, [s[5] for s in SPANS], [[s[6] for s in SPANS]])
     assert pairs(spans) == {"c1": "s2", "s2": "c1", "c2": "s1", "s1": "c2", "c6": "s3", "s3": "c6"}
     assert got == {
-        "client spans": 10,
-        "server spans": 6,
-        "RPCs paired": 3,
+        "client_spans": 10,
+        "server_spans": 6,
+        "rpcs_paired": 3,
         f"client spans unpaired: {NO_KEY}": 1,
         f"client spans unpaired: {NOTHING_OPPOSITE}": 1,
         f"client spans unpaired: {NONE_WITHIN}": 4,  # c3, c8, c9, c10

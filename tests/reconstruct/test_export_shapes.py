@@ -57,9 +57,9 @@ def test_the_export_keeps_the_reconstruction_task(shaped, spans):
     calls = int((spans.kind == 1).sum())
     assert int((obs.spans.kind == 1).sum()) == calls, name
     if not SHAPES[name].get("client_spans", True):
-        assert a["client spans synthesized for RPCs the caller did not record"] > 0
+        assert a["client_synthesized"] > 0
     if SHAPES[name].get("handler_spans"):
-        assert a["internal (in-process, invisible to a collector)"] > 0
+        assert a["internal"] > 0
     # Every call keeps a true parent at its own instance (the causal ground truth).
     t = obs.spans
     client = np.flatnonzero(t.kind == 1)

@@ -111,11 +111,11 @@ def _accounting(messages: MessageTable, links: Links) -> dict[str, int]:
     spontaneous = links.best < 0
     return {
         "messages": len(messages),
-        "linked to their most likely cause": int((~spontaneous).sum()),
-        "spontaneous (most likely no cause)": int((spontaneous & has_cause).sum()),
-        "spontaneous (no possible cause)": int((spontaneous & ~has_cause).sum()),
-        "sender untraced": int((messages.send == MISSING).sum()),
-        "receiver untraced": int((messages.recv == MISSING).sum()),
+        "linked": int((~spontaneous).sum()),
+        "spontaneous_likeliest": int((spontaneous & has_cause).sum()),
+        "spontaneous_no_cause": int((spontaneous & ~has_cause).sum()),
+        "sender_untraced": int((messages.send == MISSING).sum()),
+        "receiver_untraced": int((messages.recv == MISSING).sum()),
     }
 
 

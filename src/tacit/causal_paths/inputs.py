@@ -70,6 +70,6 @@ def read_any_messages(
         return read_messages(list(paths), format=format, host=host)
     observed, _ = observe(list(paths))
     derived = messages_from_spans(observed.spans, with_truth=False)
-    accounting = {f"spans: {k}": v for k, v in observed.accounting.items()}
-    accounting["messages (a request and a response per RPC)"] = len(derived.messages)
+    accounting = {f"spans_{k}": v for k, v in observed.accounting.items()}
+    accounting["messages"] = len(derived.messages)
     return derived.messages, accounting

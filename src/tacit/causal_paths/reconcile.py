@@ -175,7 +175,7 @@ class _Reconciler:
         keys = (*_NAME_COLUMNS, "send", "recv", "size", "flow", "record")
         self._cols: dict[str, list[np.ndarray]] = {k: [] for k in keys}
         self._rows: dict[str, list[int]] = {k: [] for k in keys}
-        self.acc: dict[str, int] = {"events": len(events), "events used": 0, "lifecycle events": 0}
+        self.acc: dict[str, int] = {"events": len(events), "events_used": 0, "lifecycle_events": 0}
         self._addr_cache: dict[int, Addr | None] = {}
         self._flows: dict[object, int] = {}
         self.host_ips: dict[str, set[str]] = {}
@@ -209,7 +209,7 @@ class _Reconciler:
     def run(self) -> Reconciliation:
         ev = self.ev
         kind = ev.kind
-        self.count("lifecycle events", int(np.count_nonzero((kind != SEND) & (kind != RECV))))
+        self.count("lifecycle_events", int(np.count_nonzero((kind != SEND) & (kind != RECV))))
         socks = self._sockets()
         for s in socks:
             if s.local is not None and s.local[0] is not None and not _loopback(s.local[0]):
@@ -524,7 +524,7 @@ class _Reconciler:
         keep = ~((kind == RECV) & drop_recv[sock])
         self.count("skipped: receive on an unaligned connection", int(np.count_nonzero(~keep)))
         rows, sock, kind, nbytes, new_run = (x[keep] for x in (rows, sock, kind, nbytes, new_run))
-        self.count("events used", len(rows))
+        self.count("events_used", len(rows))
         if not len(rows):
             return
         sending = kind == SEND
@@ -634,7 +634,7 @@ class _Reconciler:
                 duplicates += 1
             else:
                 unmatched.append(r)
-        self.count("events used", len(rows) - duplicates)
+        self.count("events_used", len(rows) - duplicates)
         self.count("udp duplicated", duplicates)
         self.count("skipped: duplicate datagram receipt", duplicates)
         self.count("udp reordered", self._reordered(matched))

@@ -282,6 +282,11 @@ def print_unmapped(reasons: Mapping[str, int]) -> None:
             out.print(f"  unmapped: {n} ({reason})")
 
 
+def label(key: str) -> str:
+    """An accounting key (an identifier, as ``--json`` writes it) as a table shows it."""
+    return key.replace("_", " ")
+
+
 def percent(x: float | None) -> str:
     """A fraction as a percentage with one decimal ("–" when there is none)."""
     return "–" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"

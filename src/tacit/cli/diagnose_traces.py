@@ -17,6 +17,7 @@ from tacit.cli.common import (
     console,
     flag,
     id_column,
+    label,
     out,
     parse_duration,
     print_json,
@@ -164,7 +165,7 @@ def detect(
         )
     out.print(t)
     for name, count in {**d.accounting, **cp.warnings}.items():
-        console.print(f"{name}: {count}")
+        console.print(f"{label(name)}: {count}")
 
 
 def critical_path(
@@ -296,4 +297,4 @@ def explain(
     for name, count in counts.items():
         out.print(f"{name}: {count}")
     for name, count in {**d.accounting, **cp.warnings}.items():
-        console.print(f"{name}: {count}")
+        console.print(f"{label(name)}: {count}")

@@ -19,6 +19,7 @@ from tacit.cli.common import (
     check_packet_source,
     console,
     flag,
+    label,
     ms,
     out,
     parse_duration,
@@ -166,7 +167,7 @@ def _print(doc: dict, estimates) -> None:
     buckets = Table("packets", "count", title="what became of every packet")
     for name, count in doc["packet_accounting"].items():
         if count:
-            buckets.add_row(name.replace("_", " "), str(count))
+            buckets.add_row(label(name), str(count))
     out.print(buckets)
     if "median_relative_error" in doc:
         c = doc["causal_pairs"]

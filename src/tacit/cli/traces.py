@@ -19,6 +19,7 @@ from tacit.cli.common import (
     console,
     flag,
     input_callgraph,
+    label,
     load_callgraph,
     out,
     parse_duration,
@@ -405,7 +406,7 @@ def register(app: typer.Typer) -> None:
         else:
             out.print(f"{summary['spans']} blind spans in {out_path}")
             for k, v in observed.accounting.items():
-                out.print(f"  {k}: {v}")
+                out.print(f"  {label(k)}: {v}")
 
     @app.command(name="callgraph")
     def callgraph_cmd(

@@ -242,8 +242,8 @@ def tail_profile(
         culprits=_culprits(profile, p.min_ratio),
         accounting={
             "spans": len(spans),
-            "server spans in requests": len(server),
-            "spans outside any request (unmapped fragments)": int((~in_request).sum()),
+            "server_spans_in_requests": len(server),
+            "spans_outside_requests": int((~in_request).sum()),
             **warnings,
         },
     )
@@ -275,7 +275,7 @@ def span_tail_profile(spans: SpanTable, params: TailParams | None = None) -> Tai
         e2e={},
         profile=profile,
         culprits=_culprits(profile, p.min_ratio),
-        accounting={"spans": len(spans), "server spans": n},
+        accounting={"spans": len(spans), "server_spans": n},
     )
 
 

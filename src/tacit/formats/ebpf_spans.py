@@ -76,7 +76,7 @@ def read_ebpf_spans(
     one export per file or per line) into blind spans with their RPCs paired."""
     services = services or ServiceMap()
     tables, ends = [], _Ends()
-    accounting: dict[str, int] = {"spans read": 0}
+    accounting: dict[str, int] = {"spans_read": 0}
     for f in input_files(paths, SUFFIXES):
         tables.append(_read_file(f, services, ends, accounting))
     spans = concat(tables)
@@ -130,7 +130,7 @@ def _add_record(
 ) -> None:
     """Add one span, if it is one side of a request on the wire (else count it)."""
     span = r.obj(span, "span")
-    accounting["spans read"] += 1
+    accounting["spans_read"] += 1
     kind = kind_name(r, span)
     if kind not in ("server", "client"):
         reason = f"{kind} spans left out (not one side of a request on the wire)"

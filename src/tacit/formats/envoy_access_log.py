@@ -129,7 +129,7 @@ def read_envoy_logs(
     services = services or ServiceMap()
     tables: list[SpanTable] = []
     ends: list[tuple[str | None, str | None, str | None]] = []
-    accounting: dict[str, int] = {"lines read": 0}
+    accounting: dict[str, int] = {"lines_read": 0}
     for f in input_files(paths, SUFFIXES):
         instance, service = sidecar(f, services)
         builder = SpanTableBuilder(str(f))
@@ -202,7 +202,7 @@ def access_log_entry(
     text = line.strip()
     if not text:
         return None
-    accounting["lines read"] = accounting.get("lines read", 0) + 1
+    accounting["lines_read"] = accounting.get("lines_read", 0) + 1
     if text.startswith("{"):
         try:
             entry = parse_json(text)

@@ -135,7 +135,7 @@ def read_message_inputs(
             )
         else:
             t = messagetable.read_message_table(f)
-            acc["message table rows"] = acc.get("message table rows", 0) + len(t)
+            acc["message_table_rows"] = acc.get("message_table_rows", 0) + len(t)
             tables.append(t)
     events = concat_events(event_tables) if event_tables else None
     if events is not None:

@@ -175,9 +175,9 @@ def _accounting(
     """Spans by kind, pairs, and unpaired spans by kind and reason (``had_candidate``: per
     span, whether any span of the other side qualified)."""
     out = {
-        "client spans": int((spans.kind == CLIENT).sum()),
-        "server spans": int((spans.kind == SERVER).sum()),
-        "RPCs paired": int((link[spans.kind == CLIENT] != NONE).sum()),
+        "client_spans": int((spans.kind == CLIENT).sum()),
+        "server_spans": int((spans.kind == SERVER).sum()),
+        "rpcs_paired": int((link[spans.kind == CLIENT] != NONE).sum()),
     }
     for kind, other in ((CLIENT, SERVER), (SERVER, CLIENT)):
         rows = np.flatnonzero((spans.kind == kind) & (link == NONE))

@@ -176,8 +176,8 @@ def span_accounting(kind: np.ndarray, synthesized: int) -> dict[str, int]:
         "input": len(kind),
         "server": int((kind == SERVER).sum()),
         "client": int((kind == CLIENT).sum()),
-        "internal (in-process, invisible to a collector)": int((kind == INTERNAL).sum()),
-        "client spans synthesized for RPCs the caller did not record": synthesized,
+        "internal": int((kind == INTERNAL).sum()),
+        "client_synthesized": synthesized,
     }
 
 

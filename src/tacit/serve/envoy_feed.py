@@ -109,7 +109,7 @@ class EnvoyFeed(Follower):
         self.hold_s = hold_s
         self.sidecars: dict[Path, _Sidecar] = {}
         self.held: list[_Entry] = []
-        self.accounting: dict[str, int] = {"lines read": 0}
+        self.accounting: dict[str, int] = {"lines_read": 0}
         self.counts = {"paired": 0, "alone": 0, "refused": 0, "spans": 0}
 
     def status(self) -> dict[str, object]:
