@@ -462,11 +462,19 @@ class OnlineTraceWeaver:
 
     def _give_up_partners(self, rows: np.ndarray) -> None:
         """The RPC partners announced for ``rows`` (a mask) but not pushed were not observed;
-        nor were the given parents still to come, whose calls are inferred instead."""
+        nor were the given parents still to come, whose calls are inferred instead. So are the
+        calls whose given parent left in a trace emitted before they came (a trace that looked
+        whole while spans of it were still on their way): else they would wait for it for
+        ever."""
         never = rows & (self.link >= self.pushed)
         self.link[never] = NONE
         self.parent[never & (self.spans.kind == SERVER)] = NONE
-        lost = rows & self.given & (self.parent >= self.pushed)
+        left = (
+            (self.parent != NONE)
+            & (self.parent < self.pushed)
+            & (self._rows_of(self.parent) == NONE)
+        )
+        lost = rows & self.given & ((self.parent >= self.pushed) | left)
         self.parent[lost] = NONE
         self.given[lost] = False
         self.final[lost] = False
