@@ -184,7 +184,11 @@ class PirateParams:
         # would compile it a second time, for seconds.
         for f in fields(self):
             if f.type == "float":
-                object.__setattr__(self, f.name, float(getattr(self, f.name)))
+                value = getattr(self, f.name)
+                try:
+                    object.__setattr__(self, f.name, float(value))
+                except (TypeError, ValueError):
+                    raise ConfigError(f"{f.name} must be a number, got {value!r}") from None
         if self.gap_threshold_ns <= 0 or self.epoch_ns <= 0 or self.idle_gap_ns <= 0:
             raise ConfigError("gap threshold, epoch and idle gap must be positive")
         if not 1 <= self.max_modes <= 255:
