@@ -60,7 +60,7 @@ def test_sdk_export_is_reconstructed_as_accurately_as_offline(tmp_path, spans):
     for c in confidence:  # the gauge follows what is stored
         gauge = f'tacit_service_confidence_ratio{{service="{c["service"]}"}} '
         line = next(x for x in metrics.splitlines() if x.startswith(gauge))
-        assert float(line.split()[-1]) == pytest.approx(c["confidence"] / 100)
+        assert float(line.split()[-1]) == pytest.approx(c["confidence"])
     assert status["received"] == len(spans)
     assert status["stored"]["spans"] == len(spans)  # every acknowledged span accounted for
     _check_red(metrics, spans)

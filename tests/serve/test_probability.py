@@ -107,10 +107,10 @@ def test_confidence_is_the_mean_probability_of_a_services_calls(base: str) -> No
     confidence = get_json(base, "/api/tacit/confidence")
     shown = {r["service"]: (r["links"], r["confidence"]) for r in confidence["data"]}
     assert shown == {
-        s: (len(ps), pytest.approx(100 * sum(ps.values()) / len(ps), abs=0.01))
+        s: (len(ps), pytest.approx(sum(ps.values()) / len(ps), abs=1e-4))
         for s, ps in calls.items()
     }
-    assert confidence["advice"] == instrument_next({s: c for s, (_, c) in shown.items()})
+    assert confidence["advice"] == instrument_next({s: 100 * c for s, (_, c) in shown.items()})
     with urllib.request.urlopen(base + "/metrics", timeout=30) as answer:
         metrics = {
             (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -122,7 +122,7 @@ def test_confidence_is_the_mean_probability_of_a_services_calls(base: str) -> No
         n = metrics[("tacit_link_probability_count", label)]
         assert n == r["links"]
         total = metrics[("tacit_link_probability_sum", label)]
-        assert 100 * total / n == pytest.approx(r["confidence"], abs=0.01)
+        assert total / n == pytest.approx(r["confidence"], abs=1e-4)
         assert metrics[("tacit_service_confidence_ratio", label)] == pytest.approx(total / n)
     traces = sum(v for (name, _), v in metrics.items() if name == "tacit_trace_probability_count")
     assert traces == len(_traces(base))

@@ -253,13 +253,13 @@ class Service:
             return oneway_series(self.store, params)
         if path == "/api/tacit/confidence":
             conf = dict(sorted(self.reconstructor.confidence.items()))
-            percent = {s: 100.0 * p / n for s, (n, p) in conf.items()}
+            ratio = {s: p / n for s, (n, p) in conf.items()}  # the scale of /metrics
             return {
                 "data": [
-                    {"service": s, "links": int(n), "confidence": percent[s]}
+                    {"service": s, "links": int(n), "confidence": ratio[s]}
                     for s, (n, _) in conf.items()
                 ],
-                "advice": instrument_next(percent),
+                "advice": instrument_next({s: 100.0 * r for s, r in ratio.items()}),
             }
         if path == "/api/tacit/status":
             return {

@@ -656,21 +656,21 @@ function bezierMiddle([p0, p1, p2, p3]) {
 
 function drawConfidence(doc) {
   $("#confidence-advice").textContent = doc.advice;
-  const rows = [...doc.data].sort((a, b) => (a.confidence ?? 101) - (b.confidence ?? 101) || a.service.localeCompare(b.service));
+  const rows = [...doc.data].sort((a, b) => (a.confidence ?? 2) - (b.confidence ?? 2) || a.service.localeCompare(b.service));
   const body = el("tbody");
   for (const r of rows) {
     const known = r.confidence !== null && r.confidence !== undefined;
     body.append(
       el(
         "tr",
-        { dataset: { service: r.service, confidence: known ? r.confidence : "" }, className: known && r.confidence < 99 ? "low" : null },
+        { dataset: { service: r.service, confidence: known ? r.confidence : "" }, className: known && r.confidence < 0.99 ? "low" : null },
         el("td", {}, r.service),
         el("td", { className: "num" }, String(r.links)),
         el(
           "td",
           { className: "bar" },
-          known ? `${r.confidence.toFixed(1)}%` : "—",
-          known ? el("span", { className: "meter" }, el("span", { style: `width:${r.confidence}%` })) : null,
+          known ? `${(100 * r.confidence).toFixed(1)}%` : "—",
+          known ? el("span", { className: "meter" }, el("span", { style: `width:${100 * r.confidence}%` })) : null,
         ),
       ),
     );
