@@ -30,7 +30,7 @@ def pairs(path: Path) -> list[dict]:
 
     result = evaluate([path], ["traceweaver"]).results[0]
     return [  # the confidence is reported in percent
-        {"service": name, "confidence": s["confidence"] / 100, "accuracy": s["accuracy"]}
+        {"service": name, "confidence": s["confidence"], "accuracy": s["accuracy"]}
         for name, s in result["per_service"].items()
         if s["confidence"] is not None
     ]

@@ -107,11 +107,11 @@ def test_without_candidates_the_mapping_is_the_same(shop_run, shop_graph):
     assert bare.confidence == rec.confidence
 
 
-def test_confidence_is_a_percentage_per_calling_service(shop_run):
+def test_confidence_is_a_probability_per_calling_service(shop_run):
     _, _, rec = shop_run
     assert set(rec.confidence) == {"frontend", "catalog", "pricing", "reviews"}
     for svc, c in rec.confidence.items():
-        assert 0.0 <= c <= 100.0, (svc, c)
+        assert 0.0 <= c <= 1.0, (svc, c)
 
 
 def test_confidence_follows_accuracy_across_services_and_loads(shop_graph):
@@ -130,7 +130,7 @@ def test_confidence_follows_accuracy_across_services_and_loads(shop_graph):
         )
         per_service = score_reconstruction(obs.spans, rec).per_service
         for svc, c in rec.confidence.items():
-            conf.append(c / 100)
+            conf.append(c)
             acc.append(per_service[svc]["accuracy"])
     conf_a, acc_a = np.array(conf), np.array(acc)
     assert acc_a.min() < 0.5 < 0.95 < acc_a.max()  # the loads span easy and hopeless

@@ -107,10 +107,9 @@ def test_confidence_is_the_mean_probability_of_a_services_calls(base: str) -> No
     confidence = get_json(base, "/api/tacit/confidence")
     shown = {r["service"]: (r["links"], r["confidence"]) for r in confidence["data"]}
     assert shown == {
-        s: (len(ps), pytest.approx(sum(ps.values()) / len(ps), abs=1e-4))
-        for s, ps in calls.items()
+        s: (len(ps), pytest.approx(sum(ps.values()) / len(ps), abs=1e-4)) for s, ps in calls.items()
     }
-    assert confidence["advice"] == instrument_next({s: 100 * c for s, (_, c) in shown.items()})
+    assert confidence["advice"] == instrument_next({s: c for s, (_, c) in shown.items()})
     with urllib.request.urlopen(base + "/metrics", timeout=30) as answer:
         metrics = {
             (s.name, tuple(sorted(s.labels.items()))): s.value

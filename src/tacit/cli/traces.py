@@ -195,7 +195,7 @@ def register(app: typer.Typer) -> None:
                     name,
                     str(v["incoming"]),
                     percent(v["accuracy"]),
-                    "–" if conf is None else f"{conf:.1f}%",
+                    "–" if conf is None else percent(conf),
                     *(str(report.get(k, "–")) for k in _REPORT_COLUMNS.values()),
                 )
             out.print(s)

@@ -101,12 +101,12 @@ def trace_probability(
 
 
 def service_confidence(spans: SpanTable, probability: np.ndarray) -> dict[str, float]:
-    """Per service that made calls, the mean ``probability`` of their links, in percent
-    (module docstring)."""
+    """Per service that made calls, the mean ``probability`` of their links, 0 to 1 (module
+    docstring)."""
     client = spans.kind == CLIENT
     names = [*spans.strings.values, None]  # the last: calls of no service
     service = spans.service[client]
     service = np.where(service == NONE, len(names) - 1, service)
     calls = np.bincount(service, minlength=len(names))
     total = np.bincount(service, weights=probability[client], minlength=len(names))
-    return {names[c] or "?": 100.0 * total[c] / calls[c] for c in np.flatnonzero(calls).tolist()}
+    return {names[c] or "?": total[c] / calls[c] for c in np.flatnonzero(calls).tolist()}

@@ -65,7 +65,7 @@ class Reconstruction:
     (NaN where the algorithm has none). ``alternatives[r]``: top-K (parent row, score) for a
     client span (:class:`~.alternatives.Alternatives`, or any mapping of those lists).
     ``top_candidates[i]``: for an incoming span, the child sets of its top-K candidate mappings
-    in rank order. ``confidence``: per service, in percent (§6.3.2), and ``service_report``
+    in rank order. ``confidence``: per service, 0 to 1 (§6.3.2), and ``service_report``
     what lowers it. ``fallback[r]``: why client span ``r`` was given its
     parent by :mod:`.fallback` rather than by the algorithm (a best-effort guess).
     ``probability[r]``: where the algorithm measured it, how likely client span ``r``'s parent
@@ -112,12 +112,12 @@ class Reconstruction:
 
 def instrument_next(confidence: Mapping[str, float | None]) -> str:
     """TraceWeaver §6.3.2: the services to instrument first are those of lowest confidence
-    (percent per service; None or absent: no data); one sentence that names up to three below
+    (0 to 1 per service; None or absent: no data); one sentence that names up to three below
     99 %."""
     scored = sorted((c, name) for name, c in confidence.items() if c is not None)
     if not scored:
         return "no data: no service's calls have been reconstructed yet"
-    low = [f"{name} ({conf:.1f}%)" for conf, name in scored[:3] if conf < 99.0]
+    low = [f"{name} ({100 * conf:.1f}%)" for conf, name in scored[:3] if conf < 0.99]
     if not low:
         return "every service's confidence is 99% or more"
     return "instrument these first (lowest confidence): " + ", ".join(low)

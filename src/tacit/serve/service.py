@@ -253,13 +253,13 @@ class Service:
             return oneway_series(self.store, params)
         if path == "/api/tacit/confidence":
             conf = dict(sorted(self.reconstructor.confidence.items()))
-            ratio = {s: p / n for s, (n, p) in conf.items()}  # the scale of /metrics
+            ratio = {s: p / n for s, (n, p) in conf.items()}
             return {
                 "data": [
                     {"service": s, "links": int(n), "confidence": ratio[s]}
                     for s, (n, _) in conf.items()
                 ],
-                "advice": instrument_next({s: 100.0 * r for s, r in ratio.items()}),
+                "advice": instrument_next(ratio),
             }
         if path == "/api/tacit/status":
             return {
