@@ -69,8 +69,10 @@ def check_counts(result, least_intervals: int) -> list[dict]:
 def test_agents_measure_the_impaired_delay(impaired) -> None:
     assert impaired.impairment in ("netem", "relay")
     complete = check_counts(impaired, 9)  # 2 s of traffic in intervals of 200 ms
-    # microsecond capture timestamps against nanosecond truth on ~5 ms delays
-    assert impaired.mean_error_max < 1e-3
+    # microsecond capture timestamps against nanosecond truth on ~5 ms delays, over the
+    # intervals whose packets the agents all saw (all complete ones, unless a capture dropped)
+    exact = [r for r in complete if r["matched"] == r["truth_matched"]]
+    assert exact and max(abs(r["mean_ns"] / r["truth_mean_ns"] - 1) for r in exact) < 1e-3
     # 5 ms ± 1 ms, 5 % sent at once; the relay, a Python process, adds its own scheduling
     # delay on a loaded machine, as much as it is held back (a 200 ms interval's mean of 7.2 ms,
     # and 9.7 ms, and more than 15 ms, seen under make test), and the agents measured it (the
