@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tacit.model.span_details import STATUS_ERROR, STATUS_OK, STATUS_UNSET, SpanDetail
+from tacit.model.span_details import STATUS_ERROR, STATUS_OK, status_codes
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
 
 BATCH = 512
@@ -76,7 +76,7 @@ def sdk_spans(spans: SpanTable, shift_ns: int = 0) -> list[Any]:
     from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
     codes = {STATUS_OK: StatusCode.OK, STATUS_ERROR: StatusCode.ERROR}
-    details = spans.details if spans.details is not None else [None] * len(spans)
+    status = status_codes(spans.details, len(spans)).tolist()
 
     s = spans.strings
     kinds = {SERVER: SpanKind.SERVER, CLIENT: SpanKind.CLIENT}
@@ -111,7 +111,7 @@ def sdk_spans(spans: SpanTable, shift_ns: int = 0) -> list[Any]:
                 attributes=attributes or None,
                 start_time=int(spans.start[r]) + shift_ns,
                 end_time=int(spans.end[r]) + shift_ns,
-                status=Status(codes.get(_status(details[r]), StatusCode.UNSET)),
+                status=Status(codes.get(status[r], StatusCode.UNSET)),
             )
         )
     return out
@@ -258,10 +258,6 @@ def _in_turn(send: Callable[[int], None], senders: int, log: SendLog, began: flo
     log.failed_batches.sort()
     log.seconds = time.monotonic() - began
     return log
-
-
-def _status(detail: SpanDetail | None) -> int:
-    return STATUS_UNSET if detail is None else detail.status
 
 
 def _shift(spans: SpanTable, shift_ns: int | None) -> int:

@@ -69,6 +69,14 @@ NO_DETAIL = SpanDetail()
 """What a writer takes for a row without a detail."""
 
 
+def status_codes(details: np.ndarray | None, n: int) -> np.ndarray:
+    """The OTLP status code of each of a table's ``n`` rows, from its ``details`` column
+    (unset where a row, or the whole table, has no detail)."""
+    if details is None:
+        return np.full(n, STATUS_UNSET, np.int64)
+    return np.fromiter((STATUS_UNSET if d is None else d.status for d in details), np.int64, n)
+
+
 def detail_column(details: Sequence[SpanDetail | None]) -> np.ndarray | None:
     """``details`` as a table's object column, or None when no row has one."""
     if all(d is None for d in details):

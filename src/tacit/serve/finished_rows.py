@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from tacit.formats.common import Traces, hex_ids
 from tacit.formats.jaeger import jaeger_parts
-from tacit.model.span_details import STATUS_UNSET
+from tacit.model.span_details import status_codes
 from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SERVER, SpanTable
 from tacit.model.traces import roots
 from tacit.reconstruct.assemble import Evidence
@@ -326,7 +326,7 @@ class Rows:
             "kind": [KIND_NAMES[k] for k in spans.kind.tolist()],
             "start_ns": spans.start.tolist(),
             "duration_ns": (spans.end - spans.start).tolist(),
-            "status": _status_codes(spans),
+            "status": status_codes(spans.details, len(spans)).tolist(),
             "given_trace_id": given.trace_id.tolist(),
             "given_parent_id": given.parent_id.tolist(),
         }
@@ -454,13 +454,6 @@ def _names(spans: SpanTable) -> tuple[list[str | None], list[str | None]]:
 def _columns(table: str) -> dict[str, list[Any]]:
     """Empty columns of one of the store's tables, in its order."""
     return {name: [] for name in _SCHEMAS[table].names}
-
-
-def _status_codes(spans: SpanTable) -> list[int]:
-    """Each row's OTLP status code (``Status.StatusCode``; unset where the input had none)."""
-    if spans.details is None:
-        return [STATUS_UNSET] * len(spans)
-    return [STATUS_UNSET if d is None else d.status for d in spans.details]
 
 
 def _extend(columns: dict[str, list[Any]], **values: list[Any]) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter
 
-from tacit.model.span_details import STATUS_ERROR, STATUS_OK, STATUS_UNSET
+from tacit.model.span_details import STATUS_ERROR, STATUS_OK, status_codes
 from tacit.model.spans import CLIENT, INTERNAL, NONE, SERVER, SpanTable
 from tacit.serve.metrics import DURATION_BUCKETS, BatchHistogram, BoundedLabel
 
@@ -85,10 +85,7 @@ class TraceMetrics:
         their labels' codes with numpy; only the groups are labelled in Python."""
         s = spans.strings
         seconds = (spans.end - spans.start) / 1e9
-        details = spans.details if spans.details is not None else [None] * len(spans)
-        codes = np.fromiter(
-            (STATUS_UNSET if d is None else d.status for d in details), np.int64, len(spans)
-        )
+        codes = status_codes(spans.details, len(spans))
         keys = np.stack([spans.service, spans.endpoint, spans.kind, codes], axis=1)
         for (svc, name, kind, code), rows in _groups(keys):
             labels = (
