@@ -89,6 +89,7 @@ import pyarrow as pa
 
 from tacit.errors import ConfigError
 from tacit.formats.jaeger import JaegerSpan, trace_doc, with_tags
+from tacit.model.span_details import STATUS_ERROR
 from tacit.reconstruct.assemble import EVIDENCE_TAGS, VIRTUAL, evidence_tags
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.pipeline import ONLINE
@@ -726,9 +727,10 @@ class Store:
             self._cursor()
             .execute(
                 "SELECT service, operation, start_ns + duration_ns AS end_ns, duration_ns, "
-                "coalesce(status, 0) = 2 AS failed FROM spans WHERE service IN ? AND kind IN ? "
+                "status IS NOT DISTINCT FROM ? AS failed FROM spans "
+                "WHERE service IN ? AND kind IN ? "
                 "AND start_ns + duration_ns > ? AND start_ns + duration_ns <= ?",
-                [services, kinds, after_ns, until_ns],
+                [STATUS_ERROR, services, kinds, after_ns, until_ns],
             )
             .fetchnumpy()
         )
