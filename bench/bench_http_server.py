@@ -1,10 +1,11 @@
-"""Benchmark: tacit's HTTP server (asyncio, HTTP/1.1 parsed by h11, :mod:`tacit.serve.http_server`)
-against uvicorn (with httptools and uvloop when installed, its fastest) serving the very same
-routes (:class:`tacit.serve.http_routes.Routes`) through a small ASGI adapter, in one
+"""Benchmark: what tacit's bounds on HTTP cost. ``tacit serve``'s server (uvicorn with the
+bounds of :mod:`tacit.serve.http_bounds`, through :mod:`tacit.serve.asgi_routes`) against uvicorn
+at its fastest (httptools, uvloop) serving the very same routes
+(:class:`tacit.serve.http_routes.Routes`) through a plain ASGI adapter without bounds, in one
 ``tacit serve`` process.
 
 The service runs in its own process pinned to core 0, serving its routes on two ports, tacit's
-server on one and uvicorn on the other; the clients run here, on core 1. Per workload and
+server on one and the plain one on the other; the clients run here, on core 1. Per workload and
 server, in turn: the requests answered a second and the service's CPU time per request
 (steadier on a shared machine). Workloads:
 
@@ -48,9 +49,10 @@ GETS = {"healthz": 4000, "services": 1000}
 SECONDS_OF_SPANS = 6.0
 
 
-class AsgiRoutes:
-    """tacit's routes as an ASGI application: the head is checked before the body is read
-    (``before_body``), and the answer is made in a pool of threads as tacit's server makes it."""
+class PlainAsgiRoutes:
+    """tacit's routes as an ASGI application without bounds: the head is checked before the
+    body is read (``before_body``), and the answer is made in a pool of threads as tacit's
+    server makes it."""
 
     def __init__(self, routes: Any, workers: int = 8) -> None:
         from tacit.serve.http_routes import Request
@@ -91,7 +93,7 @@ class AsgiRoutes:
 
 
 def serve(database: str, callgraph: str, ports_file: str) -> None:
-    """The service process: ``tacit serve`` with uvicorn beside its own server."""
+    """The service process: ``tacit serve`` with a plain uvicorn beside its own server."""
     import uvicorn
 
     from tacit.reconstruct.callgraph import CallGraph
@@ -102,12 +104,12 @@ def serve(database: str, callgraph: str, ports_file: str) -> None:
     svc = Service(config, CallGraph.load(callgraph)).start()
     sock = socket.create_server(("127.0.0.1", 0))
     server = uvicorn.Server(
-        uvicorn.Config(AsgiRoutes(svc.http.routes), log_level="warning", lifespan="off")
+        uvicorn.Config(PlainAsgiRoutes(svc.http.routes), log_level="warning", lifespan="off")
     )
     threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
     while not server.started:
         time.sleep(0.05)
-    ports = {"tacit": svc.http_port, "uvicorn": sock.getsockname()[1]}
+    ports = {"tacit": svc.http_port, "plain": sock.getsockname()[1]}
     Path(ports_file).write_text(json.dumps(ports))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -171,7 +173,7 @@ def main() -> None:
     callgraph = learn_callgraph(infer_roles(simulate(app, 10, n_requests=100, seed=1)).spans)
     bodies = {
         name: encoded_requests(simulate(app, 300, duration_s=SECONDS_OF_SPANS, seed=seed))
-        for name, seed in (("tacit", 11), ("uvicorn", 12))
+        for name, seed in (("tacit", 11), ("plain", 12))
     }
     with tempfile.TemporaryDirectory() as tmp:
         callgraph.save(Path(tmp) / "callgraph.yaml")

@@ -10,6 +10,12 @@ resident memory above what it held idle (its high-water mark reset through
 ``/proc/PID/clear_refs``). Targets (the issue on bounded inputs): no reset, threads and memory
 bounded.
 
+Then, on their own, ``HALF_OPEN`` connections that each send part of a request's head and
+nothing more: how long after its opening the service closed each (its idle timeout is
+:data:`~tacit.serve.http_bounds.IDLE_TIMEOUT_S`), and how long ``/api/services`` takes to
+answer meanwhile (target: the issue on shipping it, closed within the timeout, answers under
+100 ms).
+
 ``python bench/bench_many_senders.py`` prints one JSON object.
 """
 
@@ -19,7 +25,9 @@ import contextlib
 import http.client
 import json
 import os
+import selectors
 import socket
+import statistics
 import tempfile
 import threading
 import time
@@ -31,12 +39,15 @@ from bench_serve import Server, proc_status
 from tacit.experiment.otlp_load import encoded_requests
 from tacit.model.roles import infer_roles
 from tacit.reconstruct.callgraph import learn_callgraph
+from tacit.serve.http_bounds import IDLE_TIMEOUT_S
 from tacit.simulate import load_app, simulate
 
 IDLE = 2000
 SLOW = 200
 SENDERS = 500
 QUERIERS = 100
+HALF_OPEN = 300
+QUERIES = 20
 FROM = {"idle": "127.0.0.2", "slow": "127.0.0.3", "POST": "127.0.0.1", "GET": "127.0.0.4"}
 """The address each group of connections comes from."""
 
@@ -113,6 +124,7 @@ def main() -> None:
                 s.close()
             received = server.status()["received"]
             peak_mib = proc_status(pid, "VmHWM") / 1024 - idle_mib
+            half_open = _half_open(server.port)
         finally:
             server.stop()
     by_method = {
@@ -137,10 +149,48 @@ def main() -> None:
                 },
                 "peak_above_idle_mib": round(peak_mib, 1),
                 "seconds": round(seconds, 1),
+                "half_open": half_open,
                 "cpus": len(os.sched_getaffinity(0)),
             }
         )
     )
+
+
+def _half_open(port: int) -> dict:
+    """:data:`HALF_OPEN` connections each with part of a head: when the service closed them,
+    and the query API's answer times meanwhile."""
+    opened = time.monotonic()
+    held = _held(port, HALF_OPEN, FROM["slow"])
+    for s in held:
+        s.sendall(b"GET /api/services HTTP/1.1\r\nHost: x\r\n")
+    answer_ms = []
+    for _ in range(QUERIES):
+        began = time.perf_counter()
+        status = _ask(port, "GET", "/api/services", None)
+        answer_ms.append(1000 * (time.perf_counter() - began))
+        assert status == "200", status
+    limit = IDLE_TIMEOUT_S + 10
+    closed_after = []
+    with selectors.DefaultSelector() as watch:
+        for s in held:
+            watch.register(s, selectors.EVENT_READ)
+        while len(closed_after) < len(held) and time.monotonic() - opened < limit:
+            for key, _ in watch.select(timeout=1.0):
+                if not _open(key.fileobj):  # type: ignore[arg-type]
+                    closed_after.append(time.monotonic() - opened)
+                    watch.unregister(key.fileobj)
+    for s in held:
+        s.close()
+    return {
+        "connections": HALF_OPEN,
+        "closed_by_the_service": len(closed_after),
+        "idle_timeout_s": IDLE_TIMEOUT_S,
+        "last_closed_after_s": round(max(closed_after, default=float("nan")), 1),
+        "api_answer_ms": {
+            "median": round(statistics.median(answer_ms), 1),
+            "max": round(max(answer_ms), 1),
+        },
+    }
 
 
 def _open(s: socket.socket) -> bool:

@@ -7,6 +7,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from email.message import Message
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -56,13 +57,13 @@ def url(svc: Service, path: str) -> str:
     return f"http://127.0.0.1:{svc.http_port}{path}"
 
 
-def get(svc: Service, path: str) -> tuple[int, bytes, dict[str, str]]:
-    """Status, body and headers of a GET, errors included."""
+def get(svc: Service, path: str) -> tuple[int, bytes, Message]:
+    """Status, body and headers (their names in any case) of a GET, errors included."""
     try:
         with urllib.request.urlopen(url(svc, path), timeout=30) as r:
-            return r.status, r.read(), dict(r.headers)
+            return r.status, r.read(), r.headers
     except urllib.error.HTTPError as e:
-        return e.code, e.read(), dict(e.headers)
+        return e.code, e.read(), e.headers
 
 
 def get_json(svc: Service, path: str) -> Any:
@@ -71,12 +72,12 @@ def get_json(svc: Service, path: str) -> Any:
     return json.loads(body)
 
 
-def post(svc: Service, body: bytes, ctype: str, **headers: str) -> tuple[int, bytes, dict]:
+def post(svc: Service, body: bytes, ctype: str, **headers: str) -> tuple[int, bytes, Message]:
     request = urllib.request.Request(
         url(svc, "/v1/traces"), data=body, headers={"Content-Type": ctype, **headers}
     )
     try:
         with urllib.request.urlopen(request, timeout=30) as r:
-            return r.status, r.read(), dict(r.headers)
+            return r.status, r.read(), r.headers
     except urllib.error.HTTPError as e:
-        return e.code, e.read(), dict(e.headers)
+        return e.code, e.read(), e.headers

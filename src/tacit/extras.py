@@ -14,7 +14,8 @@ is another project. The package and the command are ``tacit``."""
 EXTRAS = {
     "serve": (
         "duckdb",
-        "h11",
+        "uvicorn",
+        "httptools",
         "zstandard",
         "cramjam",
         "prometheus_client",

@@ -9,8 +9,8 @@ not the ``INTERNAL`` of a failed deserializer. Too many spans waiting is
 exporters honour (OTLP specification, "OTLP/gRPC Throttling"); a malformed request is
 ``INVALID_ARGUMENT``; one without the ingest token, when there is one, ``UNAUTHENTICATED``.
 
-As over HTTP (:mod:`.http_server`), one client address is answered by at most
-1/:data:`~.http_server.PEER_SHARE` of the workers at once; a call beyond its share is
+As over HTTP (:mod:`.http_bounds`), one client address is answered by at most
+1/:data:`~.http_bounds.PEER_SHARE` of the workers at once; a call beyond its share is
 ``RESOURCE_EXHAUSTED`` with ``RetryInfo``, so that no one sender keeps the others out. One
 connection carries at most :data:`MAX_STREAMS` calls at once (HTTP/2 flow control bounds what
 each holds until a worker reads it).
@@ -28,7 +28,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from tacit.errors import ConfigError, InputError
 from tacit.serve.auth import authorized
-from tacit.serve.http_server import PEER_SHARE
+from tacit.serve.http_bounds import PEER_SHARE
 from tacit.serve.ingest import MAX_BODY, Busy, Ingest
 from tacit.serve.tls import ServerTLS
 
