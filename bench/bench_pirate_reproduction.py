@@ -199,7 +199,7 @@ def section(setup: Setup, docs: list[dict], args) -> list[str]:
     if args.figures:
         lines += [
             "",
-            f"![CDF of per-response errors, {setup.key}](reproduction/pirate-{setup.key}-cdf.png)",
+            f"![CDF of per-response errors, {setup.key}](pirate-{setup.key}-cdf.png)",
         ]
     if setup.key == "single":
         lines += [
@@ -229,7 +229,7 @@ def load_balancer(seeds: int, figure: Path | None = None) -> list[str]:
     shown = []
     if figure is not None:
         p99_bars(rows, figure)
-        shown = ["", "![p99 with and without the controller](reproduction/pirate-lb-p99.png)"]
+        shown = ["", "![p99 with and without the controller](pirate-lb-p99.png)"]
     cells = ", ".join(f"−{d['p99_reduction']:.0%}" for d in rows)
     p50 = ", ".join(f"{-d['p50_reduction']:+.0%}" for d in rows)
     return [
@@ -441,7 +441,7 @@ def quic(seconds: float, figures: Path | None) -> list[str]:
         for s in SCENARIOS:
             lines += [
                 "",
-                f"![CDF of per-response errors, QUIC {s}](reproduction/pirate-quic-{s}-cdf.png)",
+                f"![CDF of per-response errors, QUIC {s}](pirate-quic-{s}-cdf.png)",
             ]
     return [*lines, "", QUIC_WHY]
 

@@ -90,8 +90,8 @@ def main() -> None:
             "",
             "The paper's Figs. 7–8 for k = 2 (all methods at equal memory):",
             "",
-            "![Relative error of the mean](reproduction/rda-k2-mean-error.png)",
-            "![Relative error of the standard deviation](reproduction/rda-k2-std-error.png)",
+            "![Relative error of the mean](rda-k2-mean-error.png)",
+            "![Relative error of the standard deviation](rda-k2-std-error.png)",
         ]
     lines += prototype()
     report = "\n".join(lines) + "\n"
