@@ -1,11 +1,11 @@
-# tacit — make install | demo | test | bench | reproduce | lint
+# tacit — make install | demo | test | docs | bench | reproduce | lint
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 KERNELS := $(VENV)/.kernels
 
-.PHONY: install demo test bench reproduce lint clean
+.PHONY: install demo test docs bench reproduce lint clean
 
 install: $(STAMP) $(KERNELS)
 
@@ -41,8 +41,8 @@ lint: install
 # (tests/kernel_warmup.py, once until a kernel's module changes) on both cores. Then three jobs
 # share the two cores, each printing when all are done: the live tests (collected from the files
 # that mark them), which spend much of their time waiting for the apps they run and assert
-# nothing that a loaded machine breaks; and, a little lower (nice 5), the unit tests and lint,
-# so that those apps keep their pace (at the same priority the whole took 610 s where it had
+# nothing that a loaded machine breaks; and, a little lower (nice 5), the unit tests, and lint
+# with the documentation build, so that those apps keep their pace (at the same priority the whole took 610 s where it had
 # taken 470 s). Not much lower: at nice 10, beside two busy processes of other work, the unit
 # tests starved (23% of them in 22 minutes).
 # The unit tests go out a whole file at a time, the slowest files first (tests/conftest.py):
@@ -53,13 +53,19 @@ test: export PYTHONDONTWRITEBYTECODE :=
 test: install
 	$(BIN)/python -m compileall -q -j 0 src tests
 	$(BIN)/python tests/kernel_warmup.py
-	nice -n 5 $(MAKE) --no-print-directory lint > .lint.log 2>&1 & lint=$$!; \
+	nice -n 5 $(MAKE) --no-print-directory lint docs > .lint.log 2>&1 & lint=$$!; \
 		$(BIN)/pytest -m live $$(grep -rl --include='*.py' 'mark\.live' tests) > .live.log 2>&1 & \
 		live=$$!; \
 		nice -n 5 $(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder -m 'not live'; \
 		unit=$$?; \
 		wait $$live; live=$$?; wait $$lint; lint=$$?; cat .live.log .lint.log; \
 		[ $$unit = 0 ] && [ $$live = 0 ] && [ $$lint = 0 ]
+
+# The documentation site (mkdocs.yml) into site/, with --strict: a broken link, or a docstring
+# the API reference cannot read, fails the build. The command reference is made from the
+# commands themselves (docs/hooks/cli_reference.py).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 bench: install
 	@for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
@@ -86,7 +92,7 @@ reproduce: install
 		docs/reproduction/traceweaver.md docs/reproduction/calibration.md \
 		docs/reproduction/traceweaver-tail.md \
 		docs/reproduction/traceweaver-abtest.md docs/reproduction/ytrace.md \
-		> docs/reproduction.md
+		| sed 's#](\([a-z0-9-]*\.png\))#](reproduction/\1)#' > docs/reproduction.md
 
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache .ruff_cache .lint.log
+	rm -rf $(VENV) demo-output site .pytest_cache .ruff_cache .lint.log

@@ -183,7 +183,7 @@ def report(rows: list[dict]) -> str:
             "- Media Microservices at load 100 is below the paper's figure. With its three "
             "least confident services instrumented (nginx, movie-id-service and "
             "compose-review-service, as `tacit evaluate` names them), the accuracy is 95% "
-            "(README, §6.3.2). Knowing the delay distributions would not close the gap: mapped "
+            "(§6.3.2, below). Knowing the delay distributions would not close the gap: mapped "
             "with the delay models of the file's true mapping, the accuracy is no higher (the "
             "last column of §6.2.5's table): the requests it gets wrong are told apart by "
             "nothing in their timing (the slowest tenth, §6.2.2).",

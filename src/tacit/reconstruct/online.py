@@ -5,8 +5,8 @@ late by at most ``lateness_ns``. The stream is cut into windows of ``window_ns``
 watermark (latest end seen minus the lateness) passes a window's boundary B by ``lookahead_ns``,
 every span not yet final that ended by B + ``lookahead_ns`` is reconstructed with the offline
 algorithm (the later spans, up to the lateness beyond, wait for the next round: they would be
-reconstructed again anyway, and the lookahead is the context a round's final spans get; on
-Nezha OnlineBoutique 03_55 the extra context had helped, see the README), and then
+reconstructed again anyway, and the lookahead is the context a round's final spans get), and
+then
 
 * every incoming span that ended by B is final, with the outgoing spans chosen for it: a span
   that ends later has not arrived or arrived after B, and the lookahead gives the joint
