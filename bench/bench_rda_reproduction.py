@@ -4,9 +4,9 @@ the paper's k = 2 banks and with tacit's k = 3.
 
 Runs :func:`tacit.oneway_latency.sweep.run_sweep` (a simulated Poisson sender at 10 Mpps,
 Weibull delays of shape 0.65 as §VII, 100,000 bytes per synopsis: the 5,000 buckets of the
-authors' configuration) once with the default :class:`RDAParams` (k = 2) and once, RDA only,
-with :meth:`RDAParams.tacit` (k = 3). Prints one JSON object per sweep and, with
-``--markdown PATH``, the report's RDA section. Then §IX's prototype: the two agents of
+authors' configuration) once with the paper's :meth:`RDAParams.published` (k = 2) and once,
+RDA only, with tacit's default :class:`RDAParams` (k = 3). Prints one JSON object per sweep
+and, with ``--markdown PATH``, the report's RDA section. Then §IX's prototype: the two agents of
 :mod:`tacit.oneway_latency.agent` capture live on either side of an impaired path between
 network namespaces (:func:`tacit.experiment.netns.run_netns_experiment`) in one-second
 intervals, scored against both sides' tcpdump captures; skipped, with the reason, where
@@ -40,8 +40,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
-    paper = run_sweep(SweepParams())
-    tacit = run_sweep(SweepParams(methods=("rda",), rda=RDAParams.tacit()))
+    paper = run_sweep(SweepParams(rda=RDAParams.published()))
+    tacit = run_sweep(SweepParams(methods=("rda",), rda=RDAParams()))
     print(json.dumps({"benchmark": "rda_reproduction", "k2": paper.as_dict()}))
     print(json.dumps({"benchmark": "rda_reproduction", "k3": tacit.as_dict()}))
     lines = [
@@ -79,10 +79,10 @@ def main() -> None:
         "the paper's k = 2 starts failing to decode well below the paper's ~2,000 (peeling a "
         "2-bank structure stops at a cycle among the differences, which has constant "
         "probability), while k = 3 decodes everything up to ~1,900 and fails at ~4,700. The "
-        "paper reports k = 2 as the better choice at a fixed total of buckets; it is the default "
-        "(§VIII-B), and k = 3 is `RDAParams.tacit()`. Exact means show as 0 here (the paper's "
-        "1e-14 is floating-point noise). Where decoding fails, RDA still measures on its clean "
-        "buckets and stays at or below FineComb's error.",
+        "paper reports k = 2 as the better choice at a fixed total of buckets (§VIII-B), "
+        "`RDAParams.published()`; k = 3 is tacit's default. Exact means show as 0 here (the "
+        "paper's 1e-14 is floating-point noise). Where decoding fails, RDA still measures on "
+        "its clean buckets and stays at or below FineComb's error.",
     ]
     if args.markdown:
         plot_sweep(paper, args.markdown.parent, prefix="rda-k2-")

@@ -239,10 +239,9 @@ def test_real_hotel_reservation(shared_data):
 def test_parameters_are_the_papers():
     from tacit.causal_paths.linking import LinkParams
 
-    p = LinkParams()
+    p = LinkParams.published()
     assert (p.window_ns, p.spontaneous_factor, p.delay_model) == (2 * 10**9, 4.0, "pair")  # §5.1
-    t = LinkParams.tacit()
-    assert (t.window_ns, t.spontaneous_factor, t.delay_model) == (10**9, 5.0, "triple")
+    assert LinkParams() == p  # tacit recommends the paper's
     with pytest.raises(ConfigError):
         LinkParams(delay_model="gamma")
     for window in (0, -1, 2.0, True):  # a positive integer of ns, not seconds

@@ -187,6 +187,6 @@ def test_a_corrupt_record_ends_a_capture_after_the_intervals_before_it(pcaps, tm
 
 def test_a_synopsis_larger_than_a_frame_is_refused_before_the_agent_starts() -> None:
     """It was accepted, and the receiver died of the sender's refusal to build it."""
-    with pytest.raises(ConfigError, match="buckets per bank: at most 1677720"):
+    with pytest.raises(ConfigError, match="buckets per bank: at most 1118480"):
         AgentParams(rda=RDAParams(buckets_per_bank=99_999_999_999_999))
-    AgentParams(rda=RDAParams(buckets_per_bank=1_677_720))
+    AgentParams(rda=RDAParams(buckets_per_bank=1_118_480))  # three banks in one frame

@@ -248,10 +248,10 @@ def test_sampling_measures_the_same_sample_at_both_sides_exactly():
 
 
 def test_equal_memory_sizing():
-    sized = RDAParams().with_memory(65_536)  # k = 2 banks of 65,536 // (2 · 20) buckets
+    sized = RDAParams.published().with_memory(65_536)  # k = 2 banks of 65,536 // (2 · 20)
     assert sized.buckets_per_bank == 1_638
     assert sized.layout(sized.buckets_per_bank).memory_bytes == 65_520
-    assert RDAParams.tacit().with_memory(65_536).buckets_per_bank == 1_092
+    assert RDAParams().with_memory(65_536).buckets_per_bank == 1_092  # k = 3
     assert SRDAParams().with_memory(65_536).layout().memory_bytes == 2_730 * 24
     with pytest.raises(ConfigError):
         RDAParams().with_memory(30)  # not one bucket per bank
@@ -261,7 +261,7 @@ def test_ten_thousand_differences_decode():
     """§VIII-A's scale; bench_oneway.py measures the decode time."""
     ids = random_ids(110_000, 7)
     send = np.arange(100_000) * 90
-    layout = RDAParams().layout(40_000)  # §VIII-A: twice the 20,000 differences per bank
+    layout = RDAParams.published().layout(40_000)  # §VIII-A: twice the 20,000 differences a bank
     work = work_of((ids[:100_000], send), (ids[10_000:], np.r_[send[10_000:] + 700, send[:10_000]]))
     sender = Synopsis.build(layout, work.sender.ids, work.sender.ts)
     receiver = Synopsis.build(layout, work.receiver.ids, work.receiver.ts)

@@ -37,17 +37,18 @@ available to us, so sections are not cited except §VII, the evaluation):
    (:func:`~tacit.oneway_latency.estimate.estimate_from_buckets`, with the overlap of the k
    banks accounted for).
 
-Defaults: k = 2 banks, the paper's (§VIII-B: "increasing the number k of hash functions from
-one to two increases the percentage of decoded problematic packets, while more than two
-hash functions decreases the decoding probability"; §VII uses two as well); late binding with
-twice the estimated set difference per bank, from a MinHash estimate (§VIII-A). tacit's own
-choices, where the paper gives none: a floor of 64 buckets per bank, since MinHash cannot see
-a difference much smaller than ``|A ∪ B| / k_minhash``; MinHash signatures of 1024 values (8 KiB
-per side per interval); at most three peeling rounds (one false pure bucket per interval is
-already rare below the threshold, two in a row rarer still). :meth:`RDAParams.tacit` gives
-k = 3, tacit's earlier choice: with k = 2 a cycle among the differences, which peeling cannot
-break, has constant probability, while k = 3's peeling threshold (≈ 0.82 differences per
-bucket) leaves the 2 × over-provisioning a wide margin; the reproduction report shows both.
+Defaults are tacit's; :meth:`RDAParams.published` gives the paper's. They differ in one
+setting, the number of banks: the paper's k = 2 (§VIII-B: "increasing the number k of hash
+functions from one to two increases the percentage of decoded problematic packets, while more
+than two hash functions decreases the decoding probability"; §VII uses two as well), tacit's
+k = 3: with k = 2 a cycle among the differences, which peeling cannot break, has constant
+probability, while k = 3's peeling threshold (≈ 0.82 differences per bucket) leaves the 2 ×
+over-provisioning a wide margin (the reproduction report shows both). Both size the synopsis by
+late binding, twice the estimated set difference per bank, from a MinHash estimate (§VIII-A).
+tacit's own choices, where the paper gives none: a floor of 64 buckets per bank, since MinHash
+cannot see a difference much smaller than ``|A ∪ B| / k_minhash``; MinHash signatures of 1024
+values (8 KiB per side per interval); at most three peeling rounds (one false pure bucket per
+interval is already rare below the threshold, two in a row rarer still).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class RDAParams:
     sampling to both caches (the same packets at both sides).
     """
 
-    k: int = 2
+    k: int = 3
     buckets_per_bank: int | None = None
     late_binding_factor: float = 2.0
     min_buckets_per_bank: int = 64
@@ -90,9 +91,9 @@ class RDAParams:
     seed: int = 0
 
     @classmethod
-    def tacit(cls, **overrides) -> RDAParams:
-        """tacit's earlier choice of three banks (module docstring)."""
-        return cls(**{"k": 3, **overrides})
+    def published(cls, **overrides) -> RDAParams:
+        """The paper's: two banks (§VIII-B; module docstring)."""
+        return cls(**{"k": 2, **overrides})
 
     def layout(self, buckets_per_bank: int) -> SynopsisLayout:
         return SynopsisLayout(self.k, self.k * buckets_per_bank, banked=True, seed=self.seed)

@@ -9,7 +9,7 @@ checks and deletions, selective collapse and the statistics — is RDA's
 (:func:`~tacit.oneway_latency.rda.reconcile`); only the layout differs
 (:class:`~tacit.oneway_latency.synopsis.SynopsisLayout` with ``banked=False``).
 
-Defaults: k = 3 positions (one table peels well only with three; ``RDAParams.tacit``'s k) and
+Defaults: k = 3 positions (one table peels well only with three; RDA's k by default) and
 at most three peeling rounds (as RDA), no late binding (sRDA
 has a fixed size), 3072 buckets (≈ 72 KiB; any size is a choice, the equal-memory comparison
 replaces it).

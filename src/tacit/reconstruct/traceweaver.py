@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -94,7 +95,9 @@ from tacit.runs import contained, distinct, run_bounds, run_heads, run_positions
 
 @dataclass(frozen=True)
 class TraceWeaverParams:
-    """Parameters; defaults are the paper's (the artifact's where the paper gives none)."""
+    """Parameters. The defaults are tacit's: the paper's values (the artifact's where the paper
+    gives none) with tacit's extensions on; :meth:`published` turns the extensions off, for the
+    algorithm as the paper gives it."""
 
     top_k: int = 5
     """Candidates kept per incoming span after scoring (§4.1 Table 1, K = 5)."""
@@ -171,6 +174,14 @@ class TraceWeaverParams:
     makes the samples agree more often than the mappings are right. At most
     :data:`~.result.SAMPLE_BITS`; 0: no samples (each link's probability is then its share of
     its alternatives, :mod:`.link_probability`)."""
+
+    @classmethod
+    def published(cls, **overrides: Any) -> TraceWeaverParams:
+        """The paper's algorithm: one call graph with skip spans (§4.2), gaps from the trigger,
+        timing-only scores, every service reconstructed on its own, a call left unmapped where
+        the assignment leaves it (each extension's field says what it adds)."""
+        off = ("call_paths", "fallback", "joins", "sibling_gaps", "arrival_order", "shared_values")
+        return cls(**{**dict.fromkeys(off, False), **overrides})
 
 
 Progress = Callable[[int], None]
