@@ -50,7 +50,6 @@ SERIAL = 0
 PARALLEL = 1
 REDUNDANT = 2
 ASYNC = 3
-PATTERN_NAMES = {SERIAL: "serial", PARALLEL: "parallel", REDUNDANT: "redundant", ASYNC: "async"}
 
 W_SHIFTED = "server spans moved into their caller's span (clocks not aligned)"
 W_CLAMPED = "server spans longer than their caller's span (clamped to it)"

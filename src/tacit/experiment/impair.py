@@ -45,7 +45,6 @@ from scipy.special import ndtri
 from tacit.errors import ConfigError
 
 ETH_P_ALL = 0x0003
-ETH_P_IP = 0x0800
 PACKET_HOST = 0
 PACKET_OUTGOING = 4
 SOL_PACKET = 263

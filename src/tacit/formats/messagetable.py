@@ -33,7 +33,6 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,7 @@ import orjson
 from tacit.errors import ConfigError, InputError
 from tacit.formats.socketevents import iso_to_ns, seconds_to_ns
 from tacit.formats.textio import csv_rows, iter_json_lines, read_bytes
-from tacit.model.messages import MISSING, MessageTable, concat_messages
+from tacit.model.messages import MISSING, MessageTable
 from tacit.model.spans import NONE, StringPool
 from tacit.outputs import write_bytes
 
@@ -110,11 +109,6 @@ def read_message_table(path: str | Path) -> MessageTable:
         cols, records = _csv_columns(path)
         where = "line"
     return _build(cols, records, src, where)
-
-
-def read_message_tables(paths: Sequence[str | Path]) -> MessageTable:
-    """Read and concatenate several message table files."""
-    return concat_messages([read_message_table(p) for p in paths])
 
 
 def _csv_columns(path: str | Path) -> tuple[dict[str, list], list[int]]:

@@ -263,7 +263,6 @@ class Agent:
         self._handshakes: list[_Handshake] = []  # unauthenticated, oldest first
         self._server: asyncio.base_events.Server | None = None
         self._finished = False
-        self._empty_intervals = 0
         # sender
         self._pending: dict[int, _Pending] = {}
         self._last_interval = -1

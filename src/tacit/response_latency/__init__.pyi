@@ -6,7 +6,6 @@ from .estimator import (
     ResponseEstimates,
     StreamingEstimator,
     concat_estimates,
-    estimate_batches,
     estimate_response_latency,
 )
 from .evaluate import (
@@ -46,7 +45,6 @@ __all__ = [
     "WatermarkParams",
     "concat_estimates",
     "disruption",
-    "estimate_batches",
     "estimate_response_latency",
     "request_truth",
     "rtt_samples",

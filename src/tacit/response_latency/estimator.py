@@ -393,18 +393,6 @@ def estimate_response_latency(
     return concat_estimates([est.feed(packets), est.flush()])
 
 
-def estimate_batches(
-    batches,
-    params: PirateParams | None = None,
-    server: str | None = None,
-    algorithm: str = "modes",
-) -> ResponseEstimates:
-    """Pirate's estimates over packet batches in time order (e.g. a capture read in chunks)."""
-    est = StreamingEstimator(params, server, algorithm)
-    parts = [est.feed(b) for b in batches]
-    return concat_estimates([*parts, est.flush()])
-
-
 @njit(cache=True)
 def _emit(c, e, total, n, samples, k, oc, oe, ot, on):  # pragma: no cover - compiled
     """Output row ``k`` for connection ``c``'s closed epoch ``e`` when it has gaps (``n``);
