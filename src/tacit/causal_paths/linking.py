@@ -328,7 +328,7 @@ def _find(key, table_keys, table_values, default):  # pragma: no cover - compile
 
 
 @numba.njit(cache=True)
-def _weigh(
+def _weigh(  # noqa: C901, PLR0915
     e0, e1, lo, hi, ev_msg, ev_time, ev_from, t_eff, src, dst, m, table_keys, table_mean,
     window, y, max_causes, keep, per_pair, candidates, spontaneous, best,
 ):  # pragma: no cover - compiled  # fmt: skip

@@ -218,7 +218,7 @@ def _unique(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------- step 1: pairing
 
 
-def _pair(m: MessageTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _pair(m: MessageTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: PLR0915
     """Roles, call -> return rows and unpaired reasons (step 1)."""
     n = len(m)
     role = np.full(n, UNPAIRED, dtype=np.int8)
@@ -467,7 +467,7 @@ def _roots(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return root, depth
 
 
-def _patterns(
+def _patterns(  # noqa: C901, PLR0915
     m: MessageTable, calls: np.ndarray, rets: np.ndarray, parent: np.ndarray, depth: np.ndarray
 ) -> tuple[dict[str, int], np.ndarray]:
     """Call path patterns with counts, and the pattern index of each root (local indices)."""

@@ -389,7 +389,7 @@ class _Reconciler:
         self.count("tcp connections with both ends traced", len(pairs))
         self._tcp_messages(conns)
 
-    def _pair_tcp(self, socks: list[_Sock]) -> list[tuple[_Sock, _Sock]]:
+    def _pair_tcp(self, socks: list[_Sock]) -> list[tuple[_Sock, _Sock]]:  # noqa: C901, PLR0912, PLR0915
         """Pairs of traced sockets that are the two ends of one connection."""
         pairs: list[tuple[_Sock, _Sock]] = []
         used: set[int] = set()
@@ -467,7 +467,7 @@ class _Reconciler:
             b.remote, a.local, a.host, b.host
         )
 
-    def _tcp_messages(self, conns: list[tuple[_Sock, _Sock | None]]) -> None:
+    def _tcp_messages(self, conns: list[tuple[_Sock, _Sock | None]]) -> None:  # noqa: PLR0915
         """Fat messages of every connection at once (see the module docstring).
 
         Connection ``c`` has directions ``2c`` (from end a) and ``2c + 1`` (from end b or the
@@ -581,7 +581,7 @@ class _Reconciler:
 
     # --- UDP -----------------------------------------------------------------------------------
 
-    def _udp(self, socks: list[_Sock]) -> None:
+    def _udp(self, socks: list[_Sock]) -> None:  # noqa: C901, PLR0912, PLR0915
         if not socks:
             return
         ev = self.ev

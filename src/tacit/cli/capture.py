@@ -28,9 +28,9 @@ from tacit.outputs import refuse_input_as_output
 _PROTOCOLS = "auto (by port, else by the first bytes), http, http2, redis or memcached"
 
 
-def register(app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:  # noqa: C901, PLR0915
     @app.command()
-    def capture(
+    def capture(  # noqa: C901, PLR0912
         out_path: Annotated[
             Path,
             typer.Option(

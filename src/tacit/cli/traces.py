@@ -97,7 +97,7 @@ def _serve_demo(out_dir: Path, rate: float, seconds: float | None, http: str) ->
     out.print(f"{load.sent} spans sent and acknowledged")
 
 
-def register(app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:  # noqa: C901, PLR0915
     @app.command()
     def evaluate(
         traces: Annotated[list[Path], typer.Argument(help="Trace files or directories.")],
@@ -207,7 +207,7 @@ def register(app: typer.Typer) -> None:
             out.print(instrument_next({k: v["confidence"] for k, v in tw["per_service"].items()}))
 
     @app.command()
-    def reconstruct(
+    def reconstruct(  # noqa: C901, PLR0915
         spans: Annotated[
             list[Path], typer.Argument(help="Blind spans (or traces) to reconstruct.")
         ],

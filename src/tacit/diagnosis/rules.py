@@ -347,7 +347,7 @@ def _eval(e: Expr, values: Mapping[str, bool | None]) -> bool | None:
     return True if True in vs else (None if None in vs else False)
 
 
-def parse_rules(
+def parse_rules(  # noqa: C901
     text: str, path: str = "<rules>", procedures: Mapping[str, Procedure] | None = None
 ) -> RuleSet:
     """Parse and check a rule file's ``text``; ``procedures`` add to (or override)

@@ -385,7 +385,7 @@ def _client_command(params: AsymmetricParams, address: str, log_path: Path) -> l
             *(["--browser"] if params.browser else [])]  # fmt: skip
 
 
-def run_asymmetric_experiment(
+def run_asymmetric_experiment(  # noqa: C901, PLR0912, PLR0915
     params: AsymmetricParams,
     workdir: str | Path,
     estimators: dict[str, tuple[PirateParams, str]] | None = None,

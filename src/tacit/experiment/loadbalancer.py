@@ -140,7 +140,7 @@ class LoadBalancerParams:
     latency_source: str = "pirate"
     seed: int = 0
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # noqa: C901
         if min(self.clients, self.servers, self.connections_per_client) < 1:
             raise ConfigError("need at least one client, server and connection per client")
         if self.clients > 254:

@@ -225,7 +225,7 @@ class ManagedProcess:
         self._reader.join(timeout=1)
 
 
-def run_netns_experiment(params: NetnsParams, workdir: str | Path) -> NetnsResult:
+def run_netns_experiment(params: NetnsParams, workdir: str | Path) -> NetnsResult:  # noqa: C901, PLR0912, PLR0915
     """Build the path, run the generator, both agents and both tcpdumps, and compare."""
     reason = namespaces_unavailable(params.impairment)
     if reason:

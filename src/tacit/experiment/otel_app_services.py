@@ -364,7 +364,7 @@ def _int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
-def make_app(service: Service) -> Flask:
+def make_app(service: Service) -> Flask:  # noqa: C901
     """The Flask app of ``service``'s role, its one route (profile: two)."""
     from flask import Flask, request
 

@@ -184,7 +184,7 @@ async def serve(host: str, port: int, cpu_us: float) -> None:
         server.close()
 
 
-async def _connection(
+async def _connection(  # noqa: C901
     conn: int,
     address: tuple[str, int],
     params: QuicParams,

@@ -144,7 +144,7 @@ _FIELDS = (
 )
 
 
-def _fast_fields(
+def _fast_fields(  # noqa: C901, PLR0912
     span: Any, trace: dict, processes: dict, known: dict[str, tuple[str, str, dict]]
 ) -> tuple | None:
     """The fields of a span in the common shape, or None for :func:`_checked_fields`."""

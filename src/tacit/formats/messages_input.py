@@ -42,7 +42,7 @@ def detect_message_input(path: str | Path) -> str:
     return _detect(path)
 
 
-def _detect(path: str | Path) -> str:
+def _detect(path: str | Path) -> str:  # noqa: C901
     name = Path(path).name.lower()
     if name.endswith(strace.SUFFIXES):
         return "strace"

@@ -240,7 +240,7 @@ def _codes(column: Any, pool: StringPool, fail, required: str | None = None) -> 
     return codes
 
 
-def _times(column: Any, name: str, fail) -> np.ndarray:
+def _times(column: Any, name: str, fail) -> np.ndarray:  # noqa: C901
     if not isinstance(column, list):
         import pyarrow as pa
 

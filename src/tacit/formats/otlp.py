@@ -762,7 +762,7 @@ def _read_export(builder: SpanTableBuilder, src: str, where: str, doc: Any, reco
     return _add_spans(builder, spans, record)
 
 
-def _json_spans(doc: Any, record: int) -> Iterator[tuple]:
+def _json_spans(doc: Any, record: int) -> Iterator[tuple]:  # noqa: C901
     """The spans of an OTLP/JSON document as :func:`_export_spans` reads them (numbered after
     ``record``), for the forms exporters write: ids in hex, times as integers or decimal
     strings, the kind as its number, attribute values of one scalar type, status without or
@@ -1066,7 +1066,7 @@ a deeper JSON value was taken, and failed when its trace was written, after the 
 acknowledged it."""
 
 
-def _any_value(r: RecordReader, value: Any, depth: int = 0) -> Any:
+def _any_value(r: RecordReader, value: Any, depth: int = 0) -> Any:  # noqa: C901
     """An ``AnyValue`` as a Python value (arrays as lists, key-value lists as dicts, bytes,
     base64 in JSON, as bytes), inside ``depth`` arrays and key-value lists."""
     if value is None:

@@ -258,7 +258,7 @@ def _status(b: np.ndarray, i: int, end: int, row: np.ndarray) -> bool:  # pragma
 
 
 @njit(cache=True, nogil=True)
-def _span(b: np.ndarray, i: int, end: int, row: np.ndarray) -> bool:  # pragma: no cover
+def _span(b: np.ndarray, i: int, end: int, row: np.ndarray) -> bool:  # pragma: no cover  # noqa: C901, PLR0912
     """Fill ``row`` from the ``Span`` message in ``b[i:end]``; False for a form left to the
     message classes."""
     row[ATTRIBUTES] = row[ATTRIBUTES_END] = row[EVENTS] = row[EVENTS_END] = -1
@@ -323,7 +323,7 @@ def _span(b: np.ndarray, i: int, end: int, row: np.ndarray) -> bool:  # pragma: 
 
 
 @njit(cache=True, nogil=True)
-def _scan(
+def _scan(  # noqa: C901, PLR0912
     b: np.ndarray, fields: np.ndarray, keys: np.ndarray, resources: np.ndarray
 ) -> bool:  # pragma: no cover
     """Fill ``fields``, ``keys`` and ``resources`` (sized for the spans and resource spans

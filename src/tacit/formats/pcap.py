@@ -681,7 +681,7 @@ def _interface(buf, body, bend, big, state, ifaces):
 
 
 @njit(cache=True)
-def _walk_pcapng(buf, pos, row, max_records, ifaces, state, cols, spans, tallies, key):
+def _walk_pcapng(buf, pos, row, max_records, ifaces, state, cols, spans, tallies, key):  # noqa: C901, PLR0912, PLR0915
     counts, ethertypes, linktypes, blocks = tallies
     out = np.zeros(len(cols) + 2, dtype=np.int64)
     records = 0

@@ -225,7 +225,7 @@ def content_checksum(data: bytes) -> int:
 SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
 
 
-def read_event_lines(
+def read_event_lines(  # noqa: C901, PLR0912, PLR0915
     path: str | Path, *, host: str | None = None, node_per_pid: bool = False
 ) -> SocketEvents:
     """Read one JSON-lines socket-event file (format in the module docstring).

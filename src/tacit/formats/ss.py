@@ -175,7 +175,7 @@ class _Parser:
         self.statistics(lineno, tokens[4:], row)
         self.open = row
 
-    def statistics(self, lineno: int, tokens: list[str], row: dict[str, int]) -> None:
+    def statistics(self, lineno: int, tokens: list[str], row: dict[str, int]) -> None:  # noqa: C901
         i = 0
         while i < len(tokens):
             tok = tokens[i]

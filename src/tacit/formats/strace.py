@@ -229,7 +229,7 @@ class _Parser:
             count("unfinished at end of log")
         return self.b.build()
 
-    def _line(self, line: str, lineno: int) -> None:
+    def _line(self, line: str, lineno: int) -> None:  # noqa: C901, PLR0912
         count = self.b.count
         m = _PREFIX.match(line)
         if m is None:
@@ -582,7 +582,7 @@ def _on_close(p: _Parser, name, args, ret, ret_ann, pid, t0, line0, t1, line1) -
     p._emit(t0, pid, fd, sock, CLOSE, line0)
 
 
-def _on_data(p: _Parser, name, args, ret, ret_ann, pid, t0, line0, t1, line1) -> None:
+def _on_data(p: _Parser, name, args, ret, ret_ann, pid, t0, line0, t1, line1) -> None:  # noqa: C901, PLR0912
     fd, ann, rest = p._fd(args, name)
     sock = p._socket_of(pid, fd, ann)
     if isinstance(sock, str):

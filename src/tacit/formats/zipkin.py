@@ -192,7 +192,7 @@ def _endpoint_fields(instance: str) -> dict[str, Any] | None:
     return None
 
 
-def zipkin_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | None = None) -> list:
+def zipkin_document(spans: SpanTable, tags: Mapping[int, Mapping[str, Any]] | None = None) -> list:  # noqa: C901
     """``spans`` as a Zipkin v2 span list, ordered by trace and start time.
 
     Each span has the tags and annotations its input had (its detail, resource attributes

@@ -69,7 +69,7 @@ def process_key(spans: SpanTable) -> np.ndarray:
     return (spans.service.astype(np.int64) << 32) | spans.instance.astype(np.int64)
 
 
-def infer_roles(spans: SpanTable) -> Observed:
+def infer_roles(spans: SpanTable) -> Observed:  # noqa: PLR0915
     """Decide roles, pair RPC sides and resolve causal parents; see the module docstring.
 
     Rules, in order, for a span whose kind is not recorded: a root, or a span whose parent is in

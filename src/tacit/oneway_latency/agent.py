@@ -360,7 +360,7 @@ class Agent:
 
     # ---------------------------------------------------------------- source
 
-    async def _consume(self, changed: asyncio.Event) -> None:
+    async def _consume(self, changed: asyncio.Event) -> None:  # noqa: C901
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue(maxsize=4)
         done = object()
@@ -544,7 +544,7 @@ class Agent:
         finally:
             self._drop(conn, why)
 
-    async def _dispatch(self, conn: Connection, frame: Frame) -> None:
+    async def _dispatch(self, conn: Connection, frame: Frame) -> None:  # noqa: C901
         ch, t, body = conn.channel, frame.type, frame.payload
         if self.role == Role.SENDER:
             if t == MessageType.SYNOPSIS_REQUEST:

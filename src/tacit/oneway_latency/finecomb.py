@@ -198,7 +198,7 @@ def finecomb_interval(work: IntervalWork, params: FineCombParams) -> FineCombRes
 
 
 @njit(cache=True)
-def _bruteforce(
+def _bruteforce(  # noqa: C901
     starts, bucket, sign, digest, s_count, s_digest, r_count, r_digest, max_candidates, chosen
 ):
     """Per bucket, every non-empty subset of its candidates in Gray-code order (one candidate

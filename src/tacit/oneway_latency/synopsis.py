@@ -340,7 +340,7 @@ def _member(sorted_ids, x):
 
 
 @njit(cache=True)
-def _peel(idx, count, check, seeds, modulus, banked, check_seed, max_listed, blocked, local):
+def _peel(idx, count, check, seeds, modulus, banked, check_seed, max_listed, blocked, local):  # noqa: C901
     k = seeds.size
     has_check = check.size > 0
     out_ids = np.empty(max_listed, dtype=np.uint64)

@@ -456,7 +456,7 @@ def _back(g, opt, used, out_ptr, outs, skips, left):  # pragma: no cover - compi
 
 
 @njit(cache=True)
-def _bnb(group_ptr, g0, g1, w, out_ptr, outs, used, skips, quota, node_limit):  # pragma: no cover
+def _bnb(group_ptr, g0, g1, w, out_ptr, outs, used, skips, quota, node_limit):  # pragma: no cover  # noqa: C901, PLR0912, PLR0915
     """Exact maximum-weight choice for the groups ``g0:g1`` by depth-first branch and bound:
     each group (an incoming span) takes one of its candidates, best first, or none; a branch is
     cut when its weight plus every remaining group's best weight cannot beat the incumbent,

@@ -143,7 +143,7 @@ class SearchResult:
     truncated: int
 
 
-def search(
+def search(  # noqa: PLR0915
     spans: SpanTable,
     incoming: np.ndarray,
     endpoint_of: np.ndarray,

@@ -196,7 +196,7 @@ def _learn_order(
         g.reorders = reorders(spans, requests.get(key, []), children, g)
 
 
-def _known_at_instance(
+def _known_at_instance(  # noqa: C901
     spans: SpanTable,
     incoming: np.ndarray,
     outgoing: np.ndarray,

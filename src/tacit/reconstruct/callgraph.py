@@ -350,7 +350,7 @@ def _parse_join(spec: object, where: str) -> Join | None:
     return Join(size, float(number(spec, "after_others", where, 0.5, maximum=1.0)))
 
 
-def _parse_calls(spec: dict, where: str, requests: int = 0) -> CallPath:
+def _parse_calls(spec: dict, where: str, requests: int = 0) -> CallPath:  # noqa: C901
     calls = spec.get("calls", [])
     if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
         raise ConfigError(f"{where}: 'calls' must be a list of mappings")

@@ -193,7 +193,7 @@ def _em(
 
 
 @njit(cache=True)
-def _em_kernel(x, count, k, min_var, max_iter, tol):  # pragma: no cover - compiled
+def _em_kernel(x, count, k, min_var, max_iter, tol):  # pragma: no cover - compiled  # noqa: C901
     """The loop of :func:`_em`, compiled: it runs for every gap of every iteration."""
     m = len(x)
     n = count.sum()

@@ -461,7 +461,7 @@ def _gather(values: np.ndarray, bounds: np.ndarray, parts: Batches) -> Batches:
 class _Instance:
     """The reconstruction problem of one service instance."""
 
-    def __init__(
+    def __init__(  # noqa: C901, PLR0915
         self,
         spans: SpanTable,
         rows: np.ndarray,
@@ -628,7 +628,7 @@ class _Instance:
             sc += np.where(others == MISSING, 0.0, np.where(waits, math.log(p), math.log(1 - p)))
 
     # -- distributions -------------------------------------------------------------------------
-    def _seed_models(self) -> list[GapModel]:
+    def _seed_models(self) -> list[GapModel]:  # noqa: C901, PLR0912
         """§4.1 seed: the difference of means where an edge's event series pair up one to one
         (an endpoint with one path, its callee called by no other slot of the instance);
         otherwise (§4.2) a Gaussian of the gaps of WAP5's nearest-parent mapping."""
@@ -1023,7 +1023,7 @@ class _Instance:
             pools = CallPools(self.spans, left)
         return passes
 
-    def run(
+    def run(  # noqa: C901
         self, result: Reconstruction, stats: SolveStats, delays_from: np.ndarray | None = None
     ) -> int:
         if not self.n_incoming:

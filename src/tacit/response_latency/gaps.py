@@ -106,7 +106,7 @@ def _fills_hole(c, seq, end, hole_lo, hole_hi):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
-def next_gap(
+def next_gap(  # noqa: C901
     c,
     t,
     payload,

@@ -179,7 +179,7 @@ class PirateParams:
         """The parameters for clients that pipeline requests (both changes above on)."""
         return cls(**{"from_burst_start": True, "mode_floor_ratio": 0.5, **overrides})
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # noqa: C901
         # The compiled estimator is typed by its arguments: a ratio given as the integer 0
         # would compile it a second time, for seconds.
         for f in fields(self):

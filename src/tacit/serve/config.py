@@ -221,7 +221,7 @@ class ServeConfig:
     tls_key_file: Path | None = None
     """A PEM certificate (chain) and its key: both listeners then speak TLS (:mod:`.tls`)."""
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # noqa: C901, PLR0912
         for name in ("http", "grpc"):
             address = getattr(self, name)
             if not address and name == "grpc":
@@ -333,7 +333,7 @@ def _absolute(key: str, value: Any) -> Any:
     return value
 
 
-def _settings(data: Mapping[str, Any], where: str, base: Path) -> dict[str, Any]:
+def _settings(data: Mapping[str, Any], where: str, base: Path) -> dict[str, Any]:  # noqa: C901, PLR0912
     """The keyword arguments of :class:`ServeConfig` that ``data`` (fields as in the file)
     gives, checked."""
     kwargs: dict[str, Any] = {}

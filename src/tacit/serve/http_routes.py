@@ -283,7 +283,7 @@ class Routes:
             return _json(api.latencies(self.store, query, quantile))
         return _json((api.calls if kind == "calls" else api.errors)(self.store, query))
 
-    def _get(self, request: Request) -> Response:
+    def _get(self, request: Request) -> Response:  # noqa: C901, PLR0912
         path, params = request.path, request.params
         store = self.store
         if path == "/v1/traces":  # the receiver takes POST only

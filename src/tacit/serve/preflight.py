@@ -42,7 +42,7 @@ class Preflight:
         }
 
 
-def preflight(cfg: ServeConfig) -> Preflight:
+def preflight(cfg: ServeConfig) -> Preflight:  # noqa: C901
     """Read and check what ``cfg`` names, as the service's start would; a problem is a
     :class:`~tacit.errors.ConfigError` (or the reader's :class:`~tacit.errors.InputError`)
     naming the file."""

@@ -137,7 +137,7 @@ class Reconstructor(threading.Thread):
             self.failure = e
             log.exception("reconstruction stopped")
 
-    def _loop(self) -> None:
+    def _loop(self) -> None:  # noqa: C901
         q = self.ingest.queue
         while True:
             self.turned = time.monotonic()
@@ -203,7 +203,7 @@ class Reconstructor(threading.Thread):
                 self.store_problem = None
             return
 
-    def _store(self, fed: Fed) -> None:
+    def _store(self, fed: Fed) -> None:  # noqa: C901
         if fed.duplicates:
             self.duplicates += fed.duplicates
             self.ingest.finished(fed.duplicates)

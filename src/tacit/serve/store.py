@@ -560,7 +560,7 @@ class Store:
         )
         return [(r[0], r[1]) for r in rows.fetchall()]
 
-    def find_traces(self, q: TraceQuery) -> list[str]:
+    def find_traces(self, q: TraceQuery) -> list[str]:  # noqa: C901
         """The Jaeger documents of the traces ``q`` selects, most recent first."""
         where: list[str] = ["service = ?"]
         args: list[str | int | float] = [q.service]

@@ -340,7 +340,7 @@ def simulate_widearea(params: WideAreaParams | None = None) -> WideAreaRun:
     return _Simulation(params).run()
 
 
-def _check(p: WideAreaParams) -> None:
+def _check(p: WideAreaParams) -> None:  # noqa: C901, PLR0912
     def bad(name: str, rule: str) -> ConfigError:
         return ConfigError(f"WideAreaParams.{name} must be {rule}, got {getattr(p, name)!r}")
 

@@ -157,7 +157,7 @@ def _entry(meta, ents, index):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
-def _string(block, pos, out, at):  # pragma: no cover - compiled
+def _string(block, pos, out, at):  # pragma: no cover - compiled  # noqa: C901
     """Decode the string literal at ``pos`` (§5.2) into ``out`` at ``at``: (offset after it,
     offset after the bytes written); the first is an error code of :data:`_REASONS`, or
     ``NEED_OUT`` when ``out`` has no room (nothing written)."""
@@ -242,7 +242,7 @@ def _insert(meta, ents, table, out, start, nlen, vlen):  # pragma: no cover - co
 
 
 @njit(cache=True)
-def decode_block(block, meta, ents, table, out):  # pragma: no cover - compiled
+def decode_block(block, meta, ents, table, out):  # pragma: no cover - compiled  # noqa: C901, PLR0912, PLR0915
     """Decode ``block`` into ``out``, the fields' offsets into ``meta`` from ``FIELDS`` (name,
     value, name, ..., end); returns the number of fields, or ``NEED_OUT`` or ``NEED_TABLE``
     (grow, ``meta[_NEED]`` says to what, and call again to resume at ``meta[_POS]``), or an

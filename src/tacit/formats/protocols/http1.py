@@ -49,7 +49,7 @@ def _head(s: ByteStream, pos: int, max_line: int) -> tuple[list[bytes], int]:
     return s.data[pos:end].split(b"\r\n"), end + 4
 
 
-def _body(
+def _body(  # noqa: C901, PLR0912
     s: ByteStream, lines: list[bytes], pos: int, max_line: int, fields: dict | None = None
 ) -> int | None:
     """The end of a body framed by its headers (RFC 9112 §6.3), None when it has no framing;
@@ -337,7 +337,7 @@ def _plain_requests(data, pos, max_line, piece, holes, whole):
 
 
 @njit(cache=True)
-def _plain_responses(data, pos, max_line, piece, holes, whole, plain):
+def _plain_responses(data, pos, max_line, piece, holes, whole, plain):  # noqa: C901
     """The run of plain responses from ``pos`` to the requests that ``plain`` marks as neither
     HEAD nor CONNECT: per response (first byte, end, status) with a final status other than 204
     and 304 and a Content-Length; and the offset after the run."""

@@ -166,7 +166,7 @@ def _frames(
 
 
 @njit(cache=True)
-def _walk(data, pos, max_frame, piece, holes):  # pragma: no cover - compiled
+def _walk(data, pos, max_frame, piece, holes):  # pragma: no cover - compiled  # noqa: C901, PLR0912, PLR0915
     """The frame walk of :func:`_frames`: the rows, and the code in :data:`_STOPS` of why it
     stopped where it did (0: the end of the stream).
 
@@ -536,7 +536,7 @@ class _Connection:
 
 
 @njit(cache=True)
-def _walk_side(
+def _walk_side(  # noqa: C901, PLR0912, PLR0915
     data, rows, i, client, limit_time, limit_value, times, meta, ents, table, out,
     smap, ex, kept, words, word_at, every, st, pool, offs, slots,
 ):  # fmt: skip  # pragma: no cover - compiled
@@ -723,7 +723,7 @@ def _is(out, a, b, words, word_at, w, lower):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _request_fields(out, meta, nfields, words, word_at, got):  # pragma: no cover - compiled
+def _request_fields(out, meta, nfields, words, word_at, got):  # pragma: no cover - compiled  # noqa: C901
     """Where the values are (start, end in ``got`` per word, -1 when absent) that a request
     block's fields give to its exchange, as :func:`_request_head` reads them: the last of each
     pseudo-header field, the regular fields by lower-case name. True (unusual) when that needs

@@ -22,7 +22,7 @@ _ONE_LINE = {"delete", "incr", "decr", "touch", "flush_all", "verbosity", "versi
 _META = {"mg", "ms", "md", "ma", "me"}
 
 
-def requests(s: ByteStream, max_line: int, pos: int) -> Iterator[Message]:
+def requests(s: ByteStream, max_line: int, pos: int) -> Iterator[Message]:  # noqa: C901, PLR0912
     while pos < s.end:
         line, end = read_line(s, pos, max_line)
         words = line.decode("latin-1").split()
@@ -61,7 +61,7 @@ def requests(s: ByteStream, max_line: int, pos: int) -> Iterator[Message]:
 _MC_ERRORS = (b"ERROR", b"CLIENT_ERROR", b"SERVER_ERROR")
 
 
-def responses(
+def responses(  # noqa: C901
     s: ByteStream, requests: Requests, max_line: int, conn: Skipper, pos: int
 ) -> Iterator[tuple[int, int, int]]:
     for info in requests.info:
