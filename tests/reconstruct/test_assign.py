@@ -1,4 +1,5 @@
-"""Joint assignment: water-filling of skip quotas, exact MWIS against brute force, batching."""
+"""Joint assignment: water-filling of skip quotas, exact MWIS against brute force, batch by batch
+over a round, and batching."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tacit.reconstruct.assign import (
+    Batches,
     Candidates,
     SolveStats,
     batches,
     mapping_key,
+    solve_all,
     solve_batch,
     water_fill,
 )
@@ -309,3 +312,46 @@ def test_mapping_key_is_equal_exactly_when_the_mappings_are(seed):
         assert explained == sum(len(outs) for _, outs in reference_mapping(a))
         for b in mappings:
             assert (key == mapping_key(b)[1]) == (reference_mapping(a) == reference_mapping(b))
+
+
+# -- solve_all: every batch of a round, chunks continuing a component ------------------------------
+
+
+def random_round(rng: np.random.Generator) -> tuple[Candidates, np.ndarray]:
+    """Several random components side by side (their incoming and outgoing spans apart), and a
+    start time per incoming span."""
+    parts = [random_instance(rng)[0] for _ in range(int(rng.integers(2, 6)))]
+    inc, wts, outs, skips = [], [], [], []
+    n_in = n_out = 0
+    for p in parts:
+        inc += (p.incoming + n_in).tolist()
+        wts += p.weight.tolist()
+        outs += [(p.outs(c) + n_out).tolist() for c in range(len(p.incoming))]
+        skips.append(p.skips[:, :1] if p.skips.shape[1] else np.zeros((len(p.incoming), 1)))
+        n_in += int(p.incoming.max()) + 1
+        n_out += int(p.out_rows.max(initial=0)) + 1
+    cands = make_candidates(inc, wts, outs, np.concatenate(skips).astype(np.int64))
+    return cands, rng.permutation(n_in).astype(np.int64)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_solve_all_is_the_best_choice_of_every_batch_in_turn(seed):
+    """Each batch's choice is a maximum-weight one among the candidates the batches before it
+    left free (a chunk that continues a component cannot take what earlier chunks took), as
+    brute force finds it: a greedy pick of each span's best candidate is not."""
+    rng = np.random.default_rng(1000 + seed)
+    cands, start = random_round(rng)
+    parts, continued = batches(cands, start, max_batch=3)  # incoming spans per batch
+    per_batch = [np.flatnonzero(np.isin(cands.incoming, part)) for part in parts]
+    members = Batches(np.concatenate(per_batch), np.r_[0, np.cumsum([len(b) for b in per_batch])])
+    quotas = rng.integers(0, 3, size=(len(members), 1)).astype(np.int64)
+    chosen = set(solve_all(cands, members, continued, quotas, 5.0, SolveStats()).tolist())
+    used: set[int] = set()
+    for b, batch in enumerate(members):
+        free = [int(c) for c in batch if not set(cands.outs(c).tolist()) & used]
+        picked = [int(c) for c in batch if int(c) in chosen]
+        assert set(picked) <= set(free) and feasible(cands, picked, quotas[b])
+        best = brute_force(cands, np.array(free, dtype=np.int64), quotas[b])
+        assert cands.weight[picked].sum() == pytest.approx(best, rel=1e-9, abs=1e-9)
+        used |= {int(o) for c in picked for o in cands.outs(c)}
+    assert chosen <= {int(c) for batch in members for c in batch}
