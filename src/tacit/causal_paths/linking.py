@@ -54,10 +54,10 @@ DELAY_MODELS = ("pair", "triple")
 
 @dataclass(frozen=True)
 class LinkParams:
-    """Parameters of message linking. The defaults are WAP5 §5.1's, which tacit recommends: on
-    the reproduction's DHT, per-triple delay models found almost none of the true path patterns
-    the paper's per-pair ones found, and on its CDN no more. :meth:`published` returns them too,
-    as every parameters class's does."""
+    """Parameters of message linking. The defaults are WAP5 §5.1's, which tacit recommends:
+    per-triple delay models find no more of the true path patterns than the paper's per-pair
+    ones, and on a DHT far fewer (``bench/bench_wap5_reproduction.py`` scores both).
+    :meth:`published` returns them too, as every parameters class's does."""
 
     window_ns: int = 2 * NS
     """x: how long before a send a received message can still have caused it (ns). WAP5 §5.1

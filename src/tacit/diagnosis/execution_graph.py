@@ -13,8 +13,8 @@ spans.
 
 From spans, the events are the start and end of each span: for an RPC, the client span's start
 and end are the caller's first byte out and last byte in, and the server span's start and end
-the callee's first byte in and last byte out. The two sides are on different clocks (about one
-span in ten of the HotelReservation exports is not nested in its parent), so every server span
+the callee's first byte in and last byte out. The two sides are on different clocks (in real
+exports such as HotelReservation's, many a span is not nested in its parent), so every server span
 is moved, with its process's whole subtree, by the smallest shift that nests it in its client
 span (a span longer than its caller is centred and clamped): afterwards the request edge is
 ``server.start - client.start`` and the response edge ``client.end - server.end``, both ≥ 0.

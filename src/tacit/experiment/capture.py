@@ -34,8 +34,8 @@ BUFFER_KIB = 131_072
 """tcpdump's kernel buffer (``-B``, KiB). In immediate mode libpcap gives each packet a ring
 slot as large as the snap length (up to the interface MTU, 64 KiB on loopback), so the 2 MiB
 default holds a few dozen packets and drops bursts when tcpdump is not scheduled in time. 128
-MiB holds about 2,000: the 3 s memcached run on loopback (about 80,000 packets/s on 2 cores)
-dropped packets in 2 of 4 runs with 32 MiB, and in none of 10 with 128 MiB."""
+MiB holds about 2,000, room for the bursts of the loopback experiments (smaller buffers drop
+packets when tcpdump waits for a core)."""
 
 _COUNT = re.compile(r"^(\d+) packets? (captured|received by filter|dropped by kernel)")
 

@@ -20,8 +20,7 @@ what varies over the run is the size of the values: the trees come in families w
 Larger values take longer to copy and move through the loopback, so the response latency steps
 with them, from about a hundred microseconds to a few milliseconds. The sizes alternate small
 and large: below some 100 kB, the latency on two busy cores is set by scheduling more than by
-size (medians of 0.6–1.5 ms for 1 kB, 0.9–1.4 ms for 8 and 64 kB, measured in 7 s runs), so
-only a step between a small and a large family (2.3–5.5 times the latency) is sure to show.
+size, so only a step between a small and a large family is sure to show.
 """
 
 from __future__ import annotations
@@ -207,8 +206,8 @@ class MemtierProtocol:
         object.__setattr__(self, "padding", b"v" * self.params.value_bytes[1])
 
     def root(self, rng: np.random.Generator, now: float) -> str:
-        # Uniform draws as rng.random() scaled: a third of the cost of rng.integers, which
-        # counts here (see the class docstring).
+        # Uniform draws as rng.random() scaled: cheaper than rng.integers, which counts here
+        # (see the class docstring).
         k = f"k{int(rng.random() * self.params.keys)}"
         if rng.random() < self.params.get_share:
             return f"get {k}"

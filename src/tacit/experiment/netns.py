@@ -368,7 +368,7 @@ def _start_relay(ns: dict[str, str], net: str, params: NetnsParams, stats: Path)
         "--stats", str(stats),
     ]  # fmt: skip
     # At a raised priority: the relay stands for the network, which other work on the machine
-    # should not stall (a stall of 60 ms under make test held back a whole interval's packets).
+    # should not stall (a stall of tens of ms holds back a whole interval's packets).
     return ManagedProcess(["ip", "netns", "exec", ns["m"], "nice", "-n", "-10", *cmd], name="relay")
 
 

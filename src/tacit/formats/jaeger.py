@@ -405,7 +405,7 @@ def jaeger_parts(
     """The rows of ``spans`` as Jaeger parts: tags (their attributes, what the columns say,
     then ``tags``' for the row), logs (their events) and process. The groups are found by
     the rows' keys in dicts, which Python's own loops run (a key a row made and looked up in
-    a Python loop had cost a sixth to a quarter of making a finished trace's rows)."""
+    a Python loop costs a large share of making a finished trace's rows)."""
     s = spans.strings
     n = len(spans)
     # Columns as lists: a row's values are read one by one, which numpy scalars make slow.
@@ -513,7 +513,7 @@ def trace_doc(spans: Iterable[JaegerSpan], processes: Mapping[Hashable, dict]) -
 class _Processes:
     """The Jaeger processes of spans (``strings``: their string pool), each made once however
     many copies of its resource the input held: an OTLP receiver gets one per request (32 in
-    each of the shop app's), and made the JSON of each again."""
+    each of the shop app's), and would otherwise make the JSON of each again."""
 
     def __init__(self, strings: StringPool) -> None:
         self.strings = strings

@@ -23,7 +23,7 @@ Both are read, gzip or not, as is a file holding one serialized ``ExportTraceSer
 ``opentelemetry-proto`` message classes and reads them as their OTLP/JSON form, so that both
 encodings go through one reader. A receiver's request bodies (:func:`check_export_request`)
 are decoded too, and their spans then found by a compiled pass over the bytes
-(:mod:`.otlp_wire`), in about a third of the time.
+(:mod:`.otlp_wire`), in a fraction of the time.
 
 Every span's attributes, status, events and resource attributes, and its span id, are kept in
 its :class:`~tacit.model.span_details.SpanDetail` and written back by :func:`otlp_document`.
@@ -207,11 +207,11 @@ RequestReader = Callable[[], tuple[SpanTable, np.ndarray]]
 
 MAX_REQUEST_SPANS = 100_000
 """Spans one request may hold. The SDKs' batch span processors export 512 at a time and the
-Collector's batch processor 8,192 by default; reading 100,000 of the smallest spans takes
-about 160 MB, and a body of 32 MiB can hold a million."""
+Collector's batch processor 8,192 by default; the memory reading takes grows with the span
+count, and a body of 32 MiB can hold a million of the smallest spans."""
 MAX_JSON_OBJECTS = 2_000_000
 """Objects (``{``) a JSON request may hold: a body of 32 MiB of the SDKs' spans holds about a
-million; four million empty ones take about 300 MB to parse."""
+million, and each object parsed takes memory, so a body of empty ones is bounded here."""
 MAX_EMPTY_CONTAINERS = 64
 """``ResourceSpans`` and ``ScopeSpans`` a request may hold beyond two for each of its spans:
 an empty one costs as much to decode as a span, and a body of them is all cost."""
@@ -333,10 +333,9 @@ def _wire_request(body: bytes, request: Any, source: str) -> tuple[int, RequestR
 
     Only the offsets are found here, and each distinct attribute set decoded (once for the
     requests that carry it: :data:`_known_attributes`); the rest
-    (ids as hex, names, details, the table) is left to the reader. On 40 of the shop app's
-    requests of 512 spans (best of 7, three runs), checking took 0.10-0.11 and reading
-    0.28-0.33 of the time of reading through the message classes (the decoded message's fields
-    one by one): 1.8-2.4 and 5.7-7.0 µs a span against 17.9-22.2, the machine slow then."""
+    (ids as hex, names, details, the table) is left to the reader. Checking and reading this
+    way take a fraction of the time of reading through the message classes (the decoded
+    message's fields one by one), which makes Python objects field by field."""
     count = sum(len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans)
     wire = otlp_wire.scan_spans(body, count, len(request.resource_spans))
     if wire is None:
@@ -423,7 +422,7 @@ def _read_attributes(span: bytes) -> tuple[dict[str, Any], str | None, int]:
 
 _known_process = _ReadOnce(_read_resource)
 """An exporter sends the same resources in each request (the shop app's 32 in each request of
-512 spans), and reading one took about 9 µs."""
+512 spans), and reading one costs far more than looking it up."""
 _known_attributes = _ReadOnce(_read_attributes)
 """Most spans carry one of a few attribute sets (the shop app's 512 spans a request, 7), and
 rows that share one dict share their tags when written (:func:`.jaeger.jaeger_parts`)."""
@@ -583,8 +582,8 @@ def _usual_span(span: Any) -> bool:
 
 def _protobuf_spans(request: Any, record: int) -> Iterator[tuple]:
     """The spans of a decoded ``ExportTraceServiceRequest`` as :func:`_export_spans` reads them
-    (numbered after ``record``), taken from the message directly: three times faster than
-    through its JSON form, which a receiver taking thousands of spans a second notices.
+    (numbered after ``record``), taken from the message directly: faster than through its
+    JSON form, which a receiver taking thousands of spans a second notices.
 
     Protobuf has typed the fields already; what is left to check (a service name,
     :func:`_usual_span`) raises :class:`_Unusual` when it fails, and the request is read again
@@ -664,8 +663,7 @@ def _request_doc(request: Any) -> dict:
     their default left out), which :func:`_read_export` reads and checks.
 
     Written out for the OTLP messages rather than left to protobuf's generic ``MessageToDict``,
-    which took four fifths of the time spent reading a request of 512 SDK spans: requests are
-    read at 46k spans/s this way against 29k through the generic mapping.
+    which would take most of the time spent reading a request.
     """
     return {
         "resourceSpans": [
@@ -767,9 +765,9 @@ def _json_spans(doc: Any, record: int) -> Iterator[tuple]:  # noqa: C901
     ``record``), for the forms exporters write: ids in hex, times as integers or decimal
     strings, the kind as its number, attribute values of one scalar type, status without or
     with a known code, no events. Anything else, valid or not, raises :class:`_Unusual`, and the
-    checking path reads the document. Requests of 2,048 spans of the shop app, as the capture
-    source of ``tacit serve`` makes them, are read in 8.2-8.5 µs a span this way against
-    11.1 µs through the checking path (best of 5, with the service's collector thresholds)."""
+    checking path reads the document. The forms taken here are read faster this way than
+    through the checking path, which matters for the requests the capture source of ``tacit
+    serve`` makes."""
     if not isinstance(doc, dict) or type(doc.get("resourceSpans")) is not list:
         raise _Unusual
     for rs in doc["resourceSpans"]:
@@ -965,7 +963,7 @@ def _span_row(
     """One span as :meth:`SpanTableBuilder.add` takes it, positionally (:data:`_ROW_FIELDS`),
     from what either reader (JSON or protobuf) took out of the span; ``kind``: its code. A
     tuple, not a dict of keywords: a receiver reads thousands of spans a second, and a
-    keyword call cost a microsecond more a span."""
+    keyword call costs more a span."""
     return (
         process.service,
         process.instance,

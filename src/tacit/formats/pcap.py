@@ -19,9 +19,9 @@ a timestamp beyond int64 nanoseconds) is garbage: an :class:`~tacit.errors.Input
 file, record and byte offset, raised after the records before it are delivered. A file of which
 no record decodes, or no packet has a time, is refused too, rather than read as no traffic.
 
-Why hand-written rather than dpkt: dpkt builds a Python object per header and, taken to the
-same fields, decodes 30,000 to 60,000 packets/s (bench/bench_pcap.py), while the latency
-features need at least 500,000 packets/s end to end on one core. Here one compiled loop (numba)
+Why hand-written rather than dpkt: dpkt builds a Python object per header, far too slow for
+the at least 500,000 packets/s end to end on one core that the latency features need
+(bench/bench_pcap.py measures both). Here one compiled loop (numba)
 walks the records over the file's bytes and writes straight into preallocated numpy columns; no
 Python object is made per packet. pcap's ``thiszone`` is ignored: the draft says it is 0 in
 practice, and the timestamps are UTC.
@@ -365,8 +365,8 @@ def _open_in(path: str) -> BinaryIO:
 
 def _file_array(path: str) -> np.ndarray:
     """The bytes of ``path`` as a uint8 array: decompressed when gzip, else mapped into memory
-    (read straight from the page cache: ten times faster than copying the file onto the heap,
-    and no memory of its own)."""
+    (read straight from the page cache: faster than copying the file onto the heap, and no
+    memory of its own)."""
     with _open_raw(path) as f:
         if f.read(2) == GZIP_MAGIC:
             _Walk(path, read_head(path, 24))  # no capture is refused from its first bytes
@@ -777,8 +777,8 @@ def _decode(buf, o, caplen, wire, linktype, out, counts, ethertypes, linktypes, 
     what the next layer needs; they are inlined, so the loop stays one compiled function.
 
     Compiled without numba's reference counting (``_nrt=False``): nothing here allocates and
-    every array is the caller's for the whole call, while counting the references that each
-    inlined helper takes to them more than doubled the time of a walk.
+    every array is the caller's for the whole call, so counting the references that each
+    inlined helper takes to them would only slow the walk down.
     """
     end = o + caplen
     r, ethertype, ip = _link_layer(buf, o, caplen, linktype)

@@ -34,10 +34,10 @@ HEAD_BYTES = 1 << 20
 """How much of a file :func:`read_head` reads: enough for any first line a detector looks at."""
 INFLATE_RATIO = 50
 """How many times its own size a gzip input may inflate to (beyond :data:`INFLATE_FLOOR`),
-unless ``TACIT_MAX_INFLATE_RATIO`` says otherwise: twice what the shared real inputs inflate
-(Jaeger exports and captures 19-27 times, loghub's syslogs 9-16). Deflate can reach about
-1,000 times, so that a 4 MB file of zeros became 4 GB in memory before any reader could say
-it was no input of its kind; at a hundred times, it held 400 MB before its refusal."""
+unless ``TACIT_MAX_INFLATE_RATIO`` says otherwise: about twice what real inputs inflate
+(Jaeger exports, captures, syslogs). Deflate can reach about 1,000 times, so that without a
+bound a file of megabytes of zeros fills gigabytes of memory before any reader can say it is
+no input of its kind."""
 INFLATE_FLOOR = 64 << 20
 """What any gzip input may inflate to, whatever its ratio."""
 RATIO_VARIABLE = "TACIT_MAX_INFLATE_RATIO"

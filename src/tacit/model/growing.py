@@ -1,10 +1,10 @@
 """Columns that grow by appending at the cost of what is appended, not of what they hold.
 
 A state that takes a few rows at a time and keeps many (the spans pending in online
-reconstruction: hundreds of thousands at 20,000 spans/s) pays for every held row again when each
-append is an ``np.concatenate``. These numpy arrays double their capacity when full instead, so
-that an append costs its own rows (amortized), and are read and written through views of their
-filled part.
+reconstruction: the stream's rate times its windows and lateness) pays for every held row again
+when each append is an ``np.concatenate``. These numpy arrays double their capacity when full
+instead, so that an append costs its own rows (amortized), and are read and written through
+views of their filled part.
 """
 
 from __future__ import annotations

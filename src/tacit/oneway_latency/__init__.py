@@ -18,7 +18,7 @@ ground truth; :mod:`~tacit.oneway_latency.simulate` makes packet streams to run 
 :mod:`~tacit.oneway_latency.agent_transport`, wire format in
 :mod:`~tacit.oneway_latency.protocol`).
 
-The full texts of the three papers were not available when this was written: the algorithms
+The full texts of the three papers are not available to us: the algorithms
 follow their published descriptions as we know them, section numbers are cited only where known
 (RDA §VII, the evaluation; LDA Fig. 2), and every detail we had to choose or reconstruct says
 so where it is chosen, with the reason.

@@ -124,7 +124,7 @@ async def handshake(
 log = logging.getLogger("tacit.oneway_latency.agent")  # the agent's own log
 LOG_EVERY_S = 1.0
 """Refusals written to the log at most this often: a flood of connections that cannot
-authenticate had written a warning for each (167,494 lines in 25 s)."""
+authenticate would otherwise write a warning for each, without bound."""
 
 
 class RejectionLog:

@@ -68,8 +68,8 @@ class MethodScore:
 
 
 SYNOPSES_HELD = 5
-"""Synopses' worth of memory a comparison holds at once, measured: peak resident memory grows
-by 4.8 times the synopsis size (1.2 GB more at 256 MiB, 0.3 GB at 64 MiB)."""
+"""Synopses' worth of memory a comparison holds at once, checked before it runs: its peak
+resident memory grows by up to this many times the synopsis size."""
 
 
 def compare_methods(

@@ -21,8 +21,9 @@ available to us, so sections are not cited except §VII, the evaluation):
    ``max_peel_rounds`` times; if garbage remains, or the peeling stops before the difference
    is empty, the decoding is reported failed and only verified packets are acted on. (This
    verification loop is our reading of how the caches serve the decoder; the paper's text is
-   not available to us. Without it, false purity alone made RDA fail in 3–30 % of intervals
-   at 45–80 % of the peeling threshold with mixed-sign differences, in our measurements.)
+   not available to us. Without it, a garbage identifier from one falsely pure bucket corrupts
+   the k buckets it is peeled from, and with mixed-sign differences well below the peeling
+   threshold that alone can make the decoding fail.)
 5. Deletion: a packet listed with Δ = +1 that the receiver counted in a later interval (it is
    in the receiver's cache of interval i + 1) was reordered across the boundary; it is added to
    the receiver's synopsis with its receive timestamp, so its delay counts in the interval it

@@ -320,7 +320,8 @@ def _pure(b, idx, count, check, seeds, modulus, check_seed, blocked):
     """The whole purity test: :func:`_candidate`, none of the ID xor's buckets in the other
     banks empty (RDA), and the ID xor not blocked. Run only on a bucket about to be peeled,
     whose k buckets the peeling then updates: the reads of the other banks are the ones the
-    update needs anyway (a test of every candidate read them at random, most of the cost)."""
+    update needs anyway (a test of every candidate would read them at random, most of the
+    cost)."""
     if not _candidate(b, idx, count, check, seeds, modulus, check_seed):
         return False
     x = idx[b]

@@ -82,9 +82,9 @@ def mapping_key(chosen: list[tuple[Candidates, np.ndarray]]) -> tuple[int, bytes
     spans in the same slots, whichever pass picked it.
 
     The key is, for each incoming span in order, the span, its number of outgoing spans and
-    those spans: made by array operations, where a set of per-candidate tuples took 7% of
-    online TraceWeaver's time under the profiler (hard EM compares every iteration's mapping,
-    §4.1)."""
+    those spans: made by array operations rather than a set of per-candidate tuples, since
+    hard EM compares every iteration's mapping (§4.1) and a tuple per candidate costs a Python
+    object each time."""
     parts = [
         (cands.incoming[picked], np.diff(cands.out_ptr)[picked], cands.outs_of(picked)[0])
         for cands, picked in chosen
@@ -403,8 +403,7 @@ def _solve_milp(
         "options": {"time_limit": time_limit},
     }
     # The linear relaxation first: a packing of overlapping requests' candidates is mostly
-    # solved integrally by it (50 of 58 batches that the branch and bound gave up on, on a
-    # Nezha OnlineBoutique minute), in a quarter of the integer program's time; an integral
+    # solved integrally by it, in a fraction of the integer program's time; an integral
     # optimum of the relaxation is an optimum of the integer program.
     relaxed = milp(integrality=np.zeros(n), **problem)
     if relaxed.x is not None and np.all(np.abs(relaxed.x - np.round(relaxed.x)) < INTEGRAL_TOL):

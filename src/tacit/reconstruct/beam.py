@@ -362,8 +362,8 @@ def _top(score, n, width):  # pragma: no cover - compiled
 def _kth_highest(values, n, k):  # pragma: no cover - compiled
     """The ``k``-th highest of ``values[:n]``, 1 <= k <= n (what
     ``-np.partition(-values[:n], k - 1)[k - 1]`` gives), by Hoare's selection on a copy: numba's
-    ``np.partition`` is generic over its ``kth`` argument, and compiling it was the largest part
-    of compiling the beam search."""
+    ``np.partition`` is generic over its ``kth`` argument, and compiling it would be the largest
+    part of compiling the beam search."""
     a = values[:n].copy()
     target, lo, hi = k - 1, 0, n - 1
     while lo < hi:

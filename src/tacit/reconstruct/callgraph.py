@@ -435,8 +435,8 @@ def _learn_joins(
     A service is a join when one request reaches an instance of it several times and, in at
     least :data:`JOIN_AGREEMENT` of such groups of the test requests, exactly one of them makes
     calls. Media Microservices' compose-review-service receives five calls per request and calls
-    onward from one of them (in the test traces, the last to finish storing its part: the last
-    to arrive only in about half of them), so the trigger is learned as a role, not a rule.
+    onward from one of them (the last to finish storing its part, not always the last to
+    arrive), so the trigger is learned as a role, not a rule.
     """
     groups: dict[tuple[int, int, int], list[int]] = {}
     for r in servers.tolist():
@@ -514,9 +514,9 @@ def reorders(
 
     A pair of calls to one backend from one instance could have swapped when the second
     call's trigger came before the first call started. An event loop keeps such pairs in
-    order (the Node.js app: 99-100% of them); a thread pool or an asynchronous client does
-    not (HotelReservation's front end 64%, Media Microservices' services 42-82%, Nezha
-    OnlineBoutique's 34-91%). The endpoint reorders when fewer than :data:`ORDER_AGREEMENT`
+    order (the Node.js app); a thread pool or an asynchronous client does not
+    (HotelReservation's front end, Media Microservices' services, Nezha OnlineBoutique's).
+    The endpoint reorders when fewer than :data:`ORDER_AGREEMENT`
     of at least :data:`ORDER_MIN_PAIRS` such pairs kept order; with fewer pairs there is no
     evidence that it does.
     """
@@ -649,18 +649,18 @@ def _anchors(
     TraceWeaver measures every gap from the call's trigger: the end of its predecessors, or the
     request's arrival. Calls that run in parallel are often launched together (an asynchronous
     fan-out) after work of varying length: Media Microservices' compose-review-service calls
-    three services at once, 1 to 17 ms after the request that completes its join arrived. Then
-    the gap from a sibling's start (the same predecessors, placed earlier) varies far less
-    than the gap from the trigger (an interquartile range of 0.5-0.8 ms against 3-3.5 ms), and
-    it is what tells one request's fan-out from another's. A call may also begin just before a
-    sibling's span closes, so that no order is learned between them although one follows the
-    other: Nezha OnlineBoutique's product catalogue opens ``sql.rows`` 2-20 µs before its
-    ``sql.conn.query`` span ends, whose length varies by a millisecond under load. Then the gap
-    from the sibling's end varies least. A slot takes the earlier sibling, and the event of
-    its call (start or end), whose gap has the smallest interquartile range over the test
-    requests that made both, when that is smaller than its trigger gap's; on ties the start,
-    and the earliest placed. ``start``/``end`` hold one row per request and one column per slot
-    of ``path`` (which has no anchors yet), relative to the request's arrival (NaN: not made).
+    three services at once, a varying time after the request that completes its join arrived.
+    Then the gap from a sibling's start (the same predecessors, placed earlier) varies far less
+    than the gap from the trigger, and it is what tells one request's fan-out from another's. A
+    call may also begin just before a sibling's span closes, so that no order is learned between
+    them although one follows the other: Nezha OnlineBoutique's product catalogue opens
+    ``sql.rows`` just before its ``sql.conn.query`` span ends, whose length varies under load.
+    Then the gap from the sibling's end varies least. A slot takes the earlier sibling, and the
+    event of its call (start or end), whose gap has the smallest interquartile range over the
+    test requests that made both, when that is smaller than its trigger gap's; on ties the
+    start, and the earliest placed. ``start``/``end`` hold one row per request and one column per
+    slot of ``path`` (which has no anchors yet), relative to the request's arrival (NaN: not
+    made).
     """
     preds, n = path.preds, len(path.slots)
     ready = np.zeros_like(start)

@@ -5,9 +5,8 @@ request followed a path the test traces never showed) leaves its whole trace wro
 one request of its instance could have made it (its endpoint calls that backend, it still owes
 such a call, and the call lies inside it within the learned tolerances), the call goes to that
 request, marked as a fallback with the reason the algorithm gave. Where several could have, a
-guess would as often break a second trace as mend the first (measured on the shared files: any
-guess lowered end-to-end accuracy), so the call stays unmapped. A tacit extension;
-``TraceWeaverParams.fallback`` off leaves every such call unmapped, as the paper does.
+guess would as often break a second trace as mend the first, so the call stays unmapped. A tacit
+extension; ``TraceWeaverParams.fallback`` off leaves every such call unmapped, as the paper does.
 """
 
 from __future__ import annotations

@@ -211,8 +211,8 @@ class OnlineTraceWeaver:
     def spans(self) -> SpanTable:
         """The pending spans, in stream order. The chunks pushed since this was last read are
         joined on here, once a round rather than at every push: a join copies every pending
-        span, and at 19,000 spans/s with ``tacit serve``'s 7 s lateness 270,000 were pending,
-        so joining at each push of 512 spans had cost 10-11.6 µs a span (1.1-1.6 now)."""
+        span, and with ``tacit serve``'s lateness hundreds of thousands are pending, so a join
+        at every push would copy them all again for each small chunk."""
         if self._staged:
             # The pool is extended, not rebuilt, but for a compaction once it holds far more
             # strings than the pending rows use: each string is interned about once.

@@ -115,9 +115,7 @@ class TraceWeaverParams:
     patience: int = 1
     """Rounds without a better mapping (more calls explained, then a higher likelihood under
     the models it was chosen with) after which the loop stops; the best mapping is kept. One,
-    as hard EM stops once its objective stops improving: over the 23 shared real files, waiting
-    a second round ended 0.5 points better on one, 0.2 and 1.4 points worse on two, the same on
-    the rest, and took twice as long where the front end was under CPU contention."""
+    as hard EM stops once its objective stops improving."""
     beam_width: int = 16
     """Partial mappings kept per slot by the candidate search (:mod:`.beam`; tacit's bound on
     the paper's exhaustive enumeration)."""
@@ -210,7 +208,7 @@ def reconstruct_traceweaver(
 
     ``candidates``: whether to keep every incoming span's candidates in rank order
     (:attr:`.result.Reconstruction.top_candidates`, from which top-K accuracy is measured);
-    the online mode, which has no use for them, saves a tenth of its time without them.
+    the online mode, which has no use for them, saves time without them.
 
     ``delays_from``: an analysis, not a mode of use. A mapping (a parent row per row, such as
     the ground truth) whose gaps the delay models are fitted on before the first round, in
@@ -426,11 +424,11 @@ def _relative_weight(raw: np.ndarray) -> np.ndarray:
     floor :data:`SCORE_RANGE` below the instance's best candidate, scaled to that range.
 
     Within the range, weights are the paper's log-likelihoods (Appendix A) up to a constant and
-    a scale. Scaling by the scores' whole range instead let one hopeless candidate set the
-    scale: on a Nezha OnlineBoutique minute the front end's scores span 2.4e7 nats, so every
-    difference between competing candidates shrank below the solvers' tolerances and the
-    choice among the mappings of most coverage depended on which solver ran. With the floor, a
-    difference of 0.01 nat still counts.
+    a scale. Scaling by the scores' whole range would let one hopeless candidate set the
+    scale: a front end's scores (Nezha OnlineBoutique's) can span far more than the differences
+    between competing candidates, which would shrink below the solvers' tolerances, and the
+    choice among the mappings of most coverage would depend on which solver ran. With the floor,
+    a difference of 0.01 nat still counts.
     """
     if not len(raw):
         return raw
@@ -1108,10 +1106,10 @@ class _Instance:
         not given their top choice.
 
         A request's candidates rank as the joint assignment weighs them: with ``call_paths``,
-        by the calls they give a cause first and by score second. Ranking by score alone made
-        every request whose longest path scored below a shorter one count as not given its top
-        choice, though the assignment never prefers the shorter one: on the simulated shop the
-        front end's confidence was 75-84 % where its accuracy was 98-100 %.
+        by the calls they give a cause first and by score second. Ranking by score alone would
+        count every request whose longest path scored below a shorter one as not given its top
+        choice, though the assignment never prefers the shorter one, and a service's confidence
+        would then fall far below its accuracy.
         """
         k = self.params.top_k
         if not len(raw):

@@ -11,7 +11,7 @@ heuristics) give one estimate per connection per epoch:
   modes (:mod:`~.mode_sum`); the estimate is the proportional mode sum up to the inter-batch
   gap, the largest mode that is not a timer mode (:mod:`~.timers`) and, with the second §3.4
   heuristic, holds a gap after a non-MTU packet.
-- ``algorithm="centres"`` (tacit's variant, written before the paper's text was at hand): the
+- ``algorithm="centres"`` (tacit's own variant, not the paper's): the
   candidate gaps go into a histogram of centre-tracking modes (:mod:`~.modes`); the estimate is
   the mean of the epoch's gaps in the modes centred at or above the floor that are not timer
   modes. The floor is δ, or (``PirateParams.mode_floor_ratio``) adaptive per connection; each

@@ -11,18 +11,18 @@ with ``mode_epsilon_ratio`` 0); by default tacit widens it to a ratio of the mod
 ``ε = max(mode_epsilon_ns, mode_epsilon_ratio · max)``. With a fixed ε of 100 µs the gaps
 that end batches, spread over a few ms by service-time noise, split into several modes; the
 largest of them, often a single gap, is then taken for the IBG and the estimate is the
-epoch's whole time over one (14× too high on tacit's request simulator, measured). A relative
+epoch's whole time over one, far too high. A relative
 ε keeps one mode per phenomenon at any scale; the reproduction report shows both. For the
 same reason tacit lets a mode be the IBG only when it holds at least ``ibg_min_share`` of the
 epoch's gaps (a mode of the distribution rather than a lone outlier, such as one response
 delayed by a CPU-throttled period in the §5.1 experiment); 0 gives the paper's rule. And the
 IBG need not be one mode: when a connection's response latency varies within the epoch, its
 batch-ending gaps fill several modes, and counting only the largest divides the epoch's time by
-too few batches (5× too high on a tenth of the epochs of the §5.1 experiment, measured). The
-modes within a factor ``1 / ibg_spread_ratio`` below the IBG also count as inter-batch gaps.
-Where the latencies spread further (a CPU-throttled server answering one request in flight
-per connection in 1–2.4 ms, and a few in 3–5 ms), the slow tail still passes ``ibg_min_share``
-and the estimate divides the epoch by its few gaps; so the inter-batch gaps must also hold
+too few batches, so the estimate is too high. The modes within a factor ``1 / ibg_spread_ratio``
+below the IBG also count as inter-batch gaps. Where the latencies spread further (a
+CPU-throttled server answering one request in flight per connection, most quickly and a few
+several times slower), the slow tail still passes ``ibg_min_share`` and the estimate divides the
+epoch by its few gaps; so the inter-batch gaps must also hold
 ``ibg_min_time_share`` of the time summed (the estimate at most that many times their mean),
 else the next mode down is the IBG.
 

@@ -1,6 +1,6 @@
 """tacit's centre-tracking histogram of inter-packet-gap modes (``algorithm="centres"``), a
-variant of Pirate's Algorithm 2 (§3.3–3.4) written before the paper's text was at hand; the
-algorithm as published is :mod:`~tacit.response_latency.mode_sum`.
+variant of Pirate's Algorithm 2 (§3.3–3.4) of tacit's own; the algorithm as published is
+:mod:`~tacit.response_latency.mode_sum`.
 
 Each connection keeps at most ``N`` modes; a mode has a centre (ns), a count of the gaps it
 absorbed (aged: halved at every epoch end, so that stale modes give way), and the number and sum
@@ -109,9 +109,8 @@ def close_epoch(
     Response modes are centred at or above the floor and not at a timer value. With ``ratio``
     0 the floor is the fixed δ ``floor`` (Algorithm 2 as published). Otherwise it is adaptive,
     ``ratio`` times the centre of the *dominant* mode: the non-timer mode that holds the most
-    of the epoch's time (the sum of its gaps in the epoch; measured against the aged count ×
-    centre, this follows a step in latency within the epoch and did better on the live
-    memcached runs, a little worse on the live web runs, the same on the simulator). A client
+    of the epoch's time (the sum of its gaps in the epoch, not the aged count × centre, so that
+    it follows a step in latency within the epoch). A client
     spends its time waiting for responses, so the causal pairs' mode dominates whatever the
     scale (µs on loopback, 100 ms across a continent), while the gaps inside bursts are many
     but short, and the gaps that a pipelining client's later requests end are spread thinly

@@ -63,17 +63,13 @@ class PirateParams:
       is the IBG. Equivalently, the estimate is at most ``1 / ibg_min_time_share`` times the
       inter-batch gaps' mean: a batch spends no more than three times its closing wait in the
       gaps inside it. Without it, when one request is in flight and a throttled server spreads
-      the latencies beyond the factor of ``ibg_spread_ratio``, a slow tail holding 5 % of the
-      gaps (and 10–15 % of the time) became the IBG, the other responses counted as gaps inside
-      batches and the epoch was estimated at 5–20 times its latency
-      (:mod:`~tacit.response_latency.mode_sum`). 0 gives the paper's rule. Chosen: 0.25,
-      measured on the same captures against 0 (count alone), 0.2, 0.33 and 0.5: memcached
-      with one request in flight (12 runs of 5 s: median error per response 12.7–58.4 % by
-      count, 12.1–42.5 % with 0.25, the per-epoch mean oracle 12.1–36.3 %), §5.3's single
-      connection, the web workload with either CFS period, loss and reordering: each as good or
-      better up to 0.33; HTTP/3 with 16 streams, where a batch's own gaps hold more of its
-      time, worse from 0.33 (+8.9 % → +11.9 %, +71 % at 0.5), unchanged at 0.25; the simulator
-      and the load balancer unchanged.
+      the latencies beyond the factor of ``ibg_spread_ratio``, a slow tail holding a small share
+      of the gaps can become the IBG, the other responses then count as gaps inside batches, and
+      the epoch is estimated at many times its latency (:mod:`~tacit.response_latency.mode_sum`).
+      0 gives the paper's rule. Chosen: 0.25, high enough to keep such a tail from being the IBG
+      and low enough for batches of many requests in flight (HTTP/3 with many streams), whose
+      own gaps hold more of their time; ``bench/bench_pirate_reproduction.py`` scores the
+      workloads with the count alone beside it.
     - ``merge_epsilon``: ε of tacit's centre-tracking histogram (``algorithm="centres"``),
       *relative* to a mode's centre so that one value serves µs and s scales. Chosen: 0.25.
     - ``epoch_ns``: one estimate per connection per epoch of this length (epochs are aligned to
@@ -94,8 +90,8 @@ class PirateParams:
       trusted once it reaches ``min_full_payload`` (1200 bytes: QUIC's minimum datagram size,
       RFC 9000 §14, and below the 1220-byte TCP MSS of the IPv6 minimum MTU, RFC 8200 §5).
 
-    Pipelining clients, for tacit's centre-tracking histogram (``algorithm="centres"``, written
-    before the paper's text was at hand; Algorithm 2's proportional mode sum answers the same
+    Pipelining clients, for tacit's centre-tracking histogram (``algorithm="centres"``, tacit's
+    own, not the paper's; Algorithm 2's proportional mode sum answers the same
     problem by adding the gaps inside a batch to the inter-batch gap): a client with several
     requests in flight sends the requests one response lets go back to back, and the next gap
     ends when the response to the *first* of them arrives; the gap after the last packet is
@@ -111,14 +107,14 @@ class PirateParams:
       causal-pair mode at any scale (sub-ms on loopback); the connection's δ for bursts follows
       it from its first closed epoch on. 0: the fixed δ. Chosen: 0.5, a factor-2 valley below
       the dominant mode: the latency of a connection moves by less than that within an epoch,
-      and the short gaps of a pipeline, spread thinly below the mode, stay out. Measured on the
-      simulator and the live experiment (bench/bench_response.py, bench_web_experiment.py).
+      and the short gaps of a pipeline, spread thinly below the mode, stay out
+      (bench/bench_response.py and bench_web_experiment.py score it).
 
     Why off by default: on pipelining clients (the simulator, the live web experiment) they cut
-    the median error 3-4×, but where clients pause to think between requests the pauses can
-    hold more of an epoch's time than the waits for responses, the floor then rises above the
-    responses, and the estimates of the load-balancer simulation went from 21 % to 141 % high
-    (bench/bench_loadbalancer.py). A workload decides.
+    the error, but where clients pause to think between requests the pauses can hold more of an
+    epoch's time than the waits for responses, the floor then rises above the responses, and
+    the estimates come out far too high (bench/bench_loadbalancer.py shows it on the
+    load-balancer simulation). A workload decides.
 
     Timers (gaps that match them are not response latencies):
 

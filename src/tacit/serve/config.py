@@ -73,12 +73,10 @@ so the lateness is 7 s; requests are taken to last at most 10 s.
 
 The window is the longest of TraceWeaver §5.3's examples (1–5 s). A span in the lookahead is
 reconstructed again in the next round, and each round refits the delay models, so CPU per span
-falls as the window grows against the lookahead: 81 µs against 93 µs with a 2 s window on
-30 s of the shop app's spans (``bench/bench_serve.py sustained``), at the same link accuracy
-(99.2%), for traces that finish up to 3 s later and about 10% more memory. A round takes
-the spans up to its lookahead only, not those the lateness lets in beyond it: with them,
-online TraceWeaver cost 52.6–56.8 µs a span, without them 36.4–39.6
-(``bench/bench_serve_stages.py --lateness 7``, two runs of each alternated)."""
+falls as the window grows against the lookahead, for traces that finish later and a little more
+memory (``bench/bench_serve.py sustained`` measures both). A round takes the spans up to its
+lookahead only, not those the lateness lets in beyond it, which the next round reconstructs
+anyway (``bench/bench_serve_stages.py --lateness 7`` measures the cost a span)."""
 
 MAX_PORT = 65535
 MAX_PENDING_SPANS = 100_000_000
@@ -176,8 +174,8 @@ class ServeConfig:
     forward_headers: tuple[tuple[str, str], ...] = ()
     max_pending_spans: int = 400_000
     """Spans acknowledged and not yet in a finished trace, at most. A steady stream keeps about
-    its rate times ``window_s + lookahead_s + lateness_s`` pending (280,000 at 20,000 spans/s
-    with :data:`SERVE_ONLINE`); about 1 GB of memory at 400,000."""
+    its rate times ``window_s + lookahead_s + lateness_s`` pending (14 s of its spans with
+    :data:`SERVE_ONLINE`), each held in memory."""
     retry_after_s: int = 1
     idle_s: float = 1.0
     """With no request for this long, the stream's clock moves on by the wall time that passed

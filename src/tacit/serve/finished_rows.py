@@ -2,9 +2,9 @@
 document (tags, logs, process), from which the store makes trace documents when they are asked
 for (:meth:`.store.Store.find_traces`).
 
-Documents are not made here: making every trace's Jaeger document as it finished (and
-compressing it) was half of what storing a trace cost, 8.7 of 17.4 µs a span of the shop app's
-(``bench/bench_serve.py sustained``), for documents few of which are ever read."""
+Documents are not made here: making every trace's Jaeger document as it finishes (and
+compressing it) would cost as much as the rest of storing it (``bench/bench_serve.py
+sustained`` measures storing), for documents few of which are ever read."""
 
 from __future__ import annotations
 
@@ -175,7 +175,7 @@ class Rows:
                     orjson.dumps(process["tags"]).decode(),
                 )
             pids.append(pid)
-        # As text: the bytes orjson returns keep its 4 KB buffer (96 MiB for 24,642 spans).
+        # As text: the bytes orjson returns keep its 4 KB buffer, one per tag set held.
         texts = [orjson.dumps(t).decode() for t in parts.tags]
         return {
             "tags": list(map(texts.__getitem__, parts.group)),
@@ -213,8 +213,8 @@ class Rows:
         """The ``traces`` and ``trace_operations`` rows of ``spans`` (numbered ``seq``, their
         traces ``trace_ids``, their scores and probabilities in ``evidence``), traces in the
         order of their first row, a trace's operations in the order of theirs; ``service`` and
-        ``operation``: those columns of ``spans`` as names. Grouped by sorting, not row by row:
-        0.7 µs a span against 1.1 in Python loops over the rows."""
+        ``operation``: those columns of ``spans`` as names. Grouped by sorting, not by Python
+        loops over the rows, which cost more a span."""
         begin, end = spans.start, spans.end
         score = np.array(evidence.score, dtype=float)
         by_trace = np.lexsort((np.arange(len(spans)), spans.trace))

@@ -167,8 +167,8 @@ class Ingest:
 def warm_up() -> None:
     """Read one small protobuf request as a sender's would be read, so that the compiled
     parser (:mod:`tacit.formats.otlp_wire`) is compiled or loaded from its cache before the
-    service says it is ready: on a first start after an install that took about 4 s, in which
-    the first senders' spans waited and came late behind later requests."""
+    service says it is ready: on a first start after an install that takes seconds, in which
+    the first senders' spans would wait and come late behind later requests."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )

@@ -10,7 +10,7 @@ A label takes at most :data:`MAX_LABEL_VALUES` values; later ones are counted un
 
 Beside tacit's own: ``tacit_build_info`` (the version, as exporters name theirs), the process's
 ``process_*`` (CPU, memory, open files) and ``python_info``. Counters export no ``_created``
-series: Prometheus does not read them, and they doubled the families.
+series: Prometheus does not read them, and they would double the families.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ class BoundedLabel:
 class BatchHistogram(Collector):
     """A histogram with labels, observed many values at a time.
 
-    prometheus-client's :class:`Histogram` takes one value a call, under a lock: for the
-    duration of every finished request that was a tenth of the reconstructor's time. Here a
+    prometheus-client's :class:`Histogram` takes one value a call, under a lock, too costly for
+    the duration of every finished request. Here a
     batch is counted into the buckets at once (numpy) and the registry reads the totals.
     """
 

@@ -84,7 +84,8 @@ class _Pending:
     """The sequence number and given ids of each stream position from :attr:`base` on, as
     columns, and whether the position is still in the online algorithm. Positions come in
     order and leave in finished batches; the columns grow by doubling, dropping the positions
-    below the lowest one still here (a dict entry per span had cost 1-2 µs a span)."""
+    below the lowest one still here (a dict entry per span costs more than the column entries
+    it replaces)."""
 
     def __init__(self, base: int) -> None:
         self.base = base
@@ -174,8 +175,8 @@ class OnlineFeed:
         """The lowest sequence number not yet in a finished trace (``next_seq`` when none).
 
         Positions are given in the order of sequence numbers, so it is that of the lowest
-        position still here: found by a cursor that only moves up (a minimum over every
-        pending span, at each store, cost 2 µs a span with 100,000 of them pending)."""
+        position still here: found by a cursor that only moves up, not by a minimum over every
+        pending span at each store."""
         lowest = self._pending.lowest_seq()
         return next_seq if lowest is None else lowest
 
@@ -227,8 +228,8 @@ class OnlineFeed:
             return fed
         chunk = spans.take(rows)
         # Blind, as TraceWeaver is: what the sender said is in :attr:`given`. Without their ids,
-        # the pending spans' pool takes a few strings a request, not two new ones a span
-        # (interning those had been a tenth of the online algorithm's time).
+        # the pending spans' pool takes a few strings a request, not two new ones a span to
+        # intern.
         chunk.trace[:] = NONE
         chunk.span_id[:] = NONE
         chunk.link = context.link[rows]

@@ -51,7 +51,7 @@ interval without reconciliation has none of the last five)."""
 ROLES = ("sender", "receiver")
 LOGGED = 3
 """Rejected lines logged one by one per piece of input; the rest in one line (a file of
-garbage had logged a warning for each of its 117,000 lines)."""
+garbage would otherwise log a warning for each of its lines)."""
 POLL_S = 0.2
 NS = 1e9
 

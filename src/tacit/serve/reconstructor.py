@@ -50,8 +50,9 @@ RETRY_S = 0.5
 :data:`MAX_RETRY_S`."""
 MAX_RETRY_S = 8.0
 STOP_S = 60.0
-"""How long a stop waits for the queue to be reconstructed and stored (at 20,000 spans/s, the
-400,000 pending spans of the default bound take 20 s); systemd waits 90 s before it kills."""
+"""How long a stop waits for the queue to be reconstructed and stored (the default bound of
+pending spans is 20 s of a stream at the target rate, 20,000 spans/s); systemd waits 90 s before
+it kills."""
 STALL_S = 120.0
 """How long one turn of the thread may take before the service says it is not ready: a round
 of the online algorithm over a window of the target rate takes seconds, and one that takes
@@ -60,9 +61,8 @@ MAX_EXPIRY_PERIOD_S = 60.0
 """Retention is applied every tenth of the retention time, and at least this often."""
 EXPIRY_SPANS = 50_000
 """Spans one retention transaction deletes at most: a pass over more goes on between the
-writes of finished traces instead of holding them up. Deleting half of a million stored spans
-in one transaction took 0.5 s, and 15 s when its commit set off a checkpoint of the file; in
-passes of this size the longest took 0.2 s."""
+writes of finished traces instead of holding them up, since a delete, and the checkpoint of the
+file its commit may set off, holds the writes back for a time that grows with its size."""
 
 
 class Reconstructor(threading.Thread):

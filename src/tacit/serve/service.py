@@ -42,9 +42,8 @@ GC_THRESHOLDS = (100_000, 50, 100)
 Ingest makes and drops a few objects per span, almost none in cycles (reference counting
 frees them), yet at the default every 700 allocations start a collection and every 70,000 a
 full one over every object the service holds, which grows with the spans waiting for their
-window. Measured with ``bench/bench_serve.py`` on one machine, the service's CPU per span fell
-from 114 to 92 µs for the SDK exporter's spans (``sustained``) and from 251 to 170 µs for spans
-from a capture file (``capture``), with the same peak memory (688 and 691 MiB) and accuracy."""
+window. Fewer collections cost the service less CPU per span for the same memory and accuracy
+(``bench/bench_serve.py`` measures it, ``sustained`` and ``capture``)."""
 
 
 def _address(text: str) -> tuple[str, int]:

@@ -150,15 +150,14 @@ earlier version: after the first version's columns."""
 CHECKPOINT_THRESHOLD = "256MB"
 """How much write-ahead log DuckDB gathers before the commit that crosses it checkpoints the
 file (its default is 16 MB). A checkpoint blocks the committing thread for a time that grows
-with the file, so small ones, made often, held reconstruction back: measured with
-``bench/bench_serve.py sustained`` on 435,500 spans, 4,500 spans/s at 16 MB against 6,100 at
-256 MB, with a lower peak memory (940 against 1,130 MiB). Commits stay durable either way (the
-log is synced at each); the cost is a longer log to replay when a killed service restarts."""
+with the file, so small ones, made often, hold reconstruction back; larger ones take some
+more memory (``bench/bench_serve.py sustained`` measures both). Commits stay durable either way
+(the log is synced at each); the cost is a longer log to replay when a killed service restarts."""
 _SET_STATE = "INSERT OR REPLACE INTO state VALUES (?, ?)"
 TAG_PAGE = 500
 """A search by tags makes the documents of the most recent traces that may match (see
 :meth:`Store.find_traces`) ``limit`` at a time, or this many if fewer, until it has found
-``limit``: most that may match do, and a document takes about 0.2 ms to make."""
+``limit``: most that may match do, and each document is costly to make."""
 
 
 def unpack_doc(stored: bytes) -> str:
@@ -827,7 +826,7 @@ class Store:
                     f"INSERT OR REPLACE INTO rda_intervals VALUES ({', '.join('?' * 18)})",
                     [list(r) for r in records],
                 )
-            if rejected:  # as a table: executemany took 90 s for 117,000 lines of garbage
+            if rejected:  # as a table: executemany makes a statement a line, too slow for floods
                 source, line, reason, received = zip(*rejected, strict=True)
                 rows = pa.table(
                     {
@@ -890,7 +889,7 @@ class Store:
     def counts(self) -> dict[str, int]:
         """Rows per table, for readiness and the page (``spans``: the spans received, stored;
         ``drawn_spans``: those drawn for services that sent none); in one statement, since each
-        costs DuckDB about a millisecond of CPU whatever it does, and status is polled."""
+        costs DuckDB much the same CPU whatever it does, and status is polled."""
         tables = ("spans", "traces", "pirate_estimates", "rda_intervals")
         counts = ", ".join(f"(SELECT count(*) FROM {t})" for t in tables)
         drawn = f"(SELECT count(*) FROM spans WHERE link = '{VIRTUAL}')"

@@ -92,7 +92,8 @@ def load_sweep(
 
 
 def _stream(draw: Callable[[int], np.ndarray], block: int = 4096) -> Iterator[float]:
-    """Endless variates from ``draw``, fetched in blocks: a scalar numpy draw costs ~1 µs."""
+    """Endless variates from ``draw``, fetched in blocks: a scalar numpy draw costs far more
+    than its share of a block."""
     while True:
         yield from draw(block).tolist()
 
