@@ -1,14 +1,17 @@
 """Binary OTLP requests read through the compiled pass over their bytes (``otlp_wire``) as the
-message classes read them: generated requests of every field the reader keeps, forms the pass
-leaves to the message classes, and refusals made at the check, before a receiver
-acknowledges, in the words reading gives them."""
+message classes read them, and every decoding path as the checking one: generated requests of
+every field the reader keeps, forms the pass leaves to the message classes, and refusals made
+at the check, before a receiver acknowledges, in the words reading gives them."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 from unittest import mock
 
+import orjson
 import pytest
+from google.protobuf.json_format import MessageToDict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -25,7 +28,7 @@ from tacit.formats.otlp import (
     read_otlp_protobuf,
 )
 from tacit.formats.otlp_wire import request_shape, scan_spans
-from tacit.model.spans import SpanTable
+from tacit.model.spans import SpanTable, SpanTableBuilder
 
 T0 = 1_700_000_000_000_000_000
 
@@ -370,3 +373,45 @@ def test_a_request_body_is_one_message_not_a_file_of_them() -> None:
     a minute to accept as a request of no spans."""
     with pytest.raises(InputError, match="not a protobuf OTLP ExportTraceServiceRequest"):
         check_export_request(b"\0" * 1_000_000, "protobuf", "req")
+
+
+def _json_form(req: ExportTraceServiceRequest) -> dict:
+    """A request's OTLP/JSON form, made by protobuf's own JSON mapping with the ids turned from
+    its base64 into OTLP/JSON's hex: a reference none of tacit's readers made."""
+    doc = MessageToDict(req)
+    for rs in doc.get("resourceSpans", []):
+        for scope in rs.get("scopeSpans", []):
+            for span in scope.get("spans", []):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    return doc
+
+
+@settings(deadline=None, max_examples=60)
+@given(requests())
+def test_every_decoding_path_reads_a_request_as_the_checking_path_does(
+    req: ExportTraceServiceRequest,
+) -> None:
+    """One request, read five ways: the compiled pass over its bytes, the message classes, the
+    message classes through the JSON form they make, and its JSON form the fast way; each gives
+    what the checking path (every field checked, the JSON form) gives."""
+    body, doc = req.SerializeToString(), _json_form(req)
+    checking = SpanTableBuilder("req")
+    for row in otlp._export_spans("req", "", doc, 0):
+        checking.add(*row)
+    expected = _rows(checking.build())
+    classes = SpanTableBuilder("req")
+    for row in otlp._export_spans("req", "", otlp._request_doc(req), 0):
+        classes.add(*row)
+    with mock.patch.object(otlp, "_json_spans", side_effect=otlp._Unusual):
+        checked_json = _rows(read_export_request(orjson.dumps(doc), "json", "req")[0])
+    paths = {
+        "compiled pass": _rows(read_export_request(body, "protobuf", "req")[0]),
+        "message classes": _rows(read_otlp_protobuf(body, "req")),
+        "message classes, JSON form": _rows(classes.build()),
+        "JSON, fast": _rows(read_export_request(orjson.dumps(doc), "json", "req")[0]),
+        "JSON, checking reader of a request": checked_json,
+    }
+    for path, rows in paths.items():
+        assert rows == expected, path
