@@ -18,10 +18,15 @@ ground truth; :mod:`~tacit.oneway_latency.simulate` makes packet streams to run 
 :mod:`~tacit.oneway_latency.agent_transport`, wire format in
 :mod:`~tacit.oneway_latency.protocol`).
 
-The full texts of the three papers are not available to us: the algorithms
-follow their published descriptions as we know them, section numbers are cited only where known
-(RDA §VII, the evaluation; LDA Fig. 2), and every detail we had to choose or reconstruct says
-so where it is chosen, with the reason.
+The RDA paper's text is in ``/work/shared/papers/rda-every-timestamp-counts.txt``, and the
+modules cite its sections and algorithms: §IV sRDA, §V-A the synopsis, §V-B decoding
+(Algorithm 1), §V-C aggregation (Algorithms 2–3), §VI Theorem 2 and Lemma 1, §VII the
+simulation, §VIII-A late binding and §VIII-B the parameters. Where tacit departs from it, or
+chooses what it leaves open, the module says so where it is chosen. The texts of LDA's paper
+(Kompella et al., SIGCOMM '09, the RDA paper's ref. [19]) and FineComb's (Lee et al.,
+SIGMETRICS '11, ref. [22]) are not in ``/work/shared/papers``: those two follow the RDA paper's
+descriptions of them (§II-C, §III-C, §VII) and what else is known of them, and say where a
+detail is tacit's choice.
 """
 
 import lazy_loader

@@ -1,33 +1,48 @@
 """FineComb: LDA buckets with order-agnostic digests, repaired with a stash of boundary packets.
 
-Lee, Goldberg, Kompella and Varghese, "FineComb: Measuring Microscopic Latency and Loss in the
-Presence of Reordering" (IEEE/ACM ToN; the task names a CoNEXT '11 version, "FineComb:
-Measuring Microsecond Latencies and Jitter", which we could not confirm, and neither text was
-available to us). The RDA paper compares against it. LDA cannot tell a bucket that lost one
-packet and gained a reordered one from an intact bucket: the counts match, the delay sum is
-wrong. FineComb adds to each bucket a digest of the identifiers of its packets (the XOR of a
-32-bit hash of each, order-agnostic), and a bucket is usable iff count *and* digest match.
+Lee, Goldberg, Kompella and Varghese, "Fine-grained latency and loss measurements in the
+presence of reordering", SIGMETRICS '11 (the RDA paper's ref. [22]; an IEEE/ACM ToN version is
+titled "FineComb: Measuring Microscopic Latency and Loss in the Presence of Reordering"; a
+CoNEXT '11 title, "FineComb: Measuring Microsecond Latencies and Jitter", once given for it
+could not be confirmed). Neither FineComb text is in ``/work/shared/papers``: this follows the
+RDA paper's description (§III-C-2, §V-B, §VII), which compares against it, and says where a
+detail is tacit's choice.
+
+LDA cannot tell a bucket that lost one packet and gained a reordered one from an intact bucket:
+the counts match, the delay sum is wrong (RDA §III-C-1, Fig. 2). FineComb adds to each bucket a
+parity string, and a bucket is usable iff count *and* parity match (RDA §III-C-2: "If two
+buckets have some different packets ... their parity strings will differ from each other, and
+they will be discarded as useless"). RDA describes the parity string as "the XOR value of entire
+packets"; tacit departs: its digest is the XOR of a 32-bit hash of each packet's identifier,
+order-agnostic like the parity string.
 
 Reordering at interval boundaries would still spoil many buckets, so the receiver keeps a
-*stash*: the first packets it receives after each boundary, with their timestamps, the ones
-most likely to have been sent in the previous interval. A mismatched bucket of interval i is
-repaired by trying subsets of its candidates — stashed packets of the start of interval i (to
-remove: sent in i − 1) and of the start of interval i + 1 (to add: sent in i) — until count and
-digest match the sender's (stash recovery). Every mismatched bucket with candidates is tried:
-those whose counts match but whose content differs (a loss or late packet offset by a foreign
-one), and those that only lack a late packet or hold an extra foreign one. The search is
-exhaustive over the ``2^c`` subsets of a bucket's ``c`` candidates, the smallest matching
-subset wins, and its cost (subsets tried, seconds) is reported. Buckets with more than
-``max_candidates`` candidates are left as they are.
-"Ideal repair" is the comparison variant in which an oracle (the sender's packet set) names the
-right subset outright: same stash, no search — an upper bound on stash recovery.
+*stash* (RDA §III-C-2: "a stash of packets that are likely to be reordered at the receiver"):
+here the first packets it receives after each boundary, with their timestamps, the ones most
+likely to have been sent in the previous interval. A mismatched bucket of interval i is repaired
+by trying subsets of its candidates — stashed packets of the start of interval i (to remove:
+sent in i − 1) and of the start of interval i + 1 (to add: sent in i) — until count and digest
+match the sender's (stash recovery). Every mismatched bucket with candidates is tried: those
+whose counts match but whose content differs (a loss or late packet offset by a foreign one),
+and those that only lack a late packet or hold an extra foreign one. Lost packets are not
+repaired (RDA §III-C-2: "if a bucket contains some lost packets, FineComb will be unable to
+repair this bucket"). The search is exhaustive over the ``2^c`` subsets of a bucket's ``c``
+candidates, the smallest matching subset wins, and its cost (subsets tried, seconds) is
+reported. Buckets with more than ``max_candidates`` candidates are left as they are. tacit
+departs from the brute force RDA describes ("each possible combination of packets in the
+stash", O(m · 2^|stash|), §V-B): a bucket's candidates are only the stashed packets whose
+identifier hashes to it, since no other stashed packet can be in it, so the cost grows with
+``2^c`` per bucket, not with ``2^|stash|``. "Ideal repair" is the variant RDA uses for its Figs. 7–8
+(§VII-B-1): an oracle (the sender's packet set) names the right subset outright; same stash, no
+search — an upper bound on stash recovery.
 
-Parameters: the paper's stash size and window are not available to us. Chosen: a stash of 256
+Parameters. The RDA paper gives FineComb's stash size: "a stash of elements that is of the same
+size as the number of buckets as recommended in [22]" (§VII-A). tacit departs: a stash of 256
 entries (16 bytes each, identifier and timestamp, counted in FineComb's memory: per interval the
-receiver keeps one stash), filled with the first packets received within 100 µs of a boundary
-(about 17 times the median delay simulated: a packet late by its own delay arrives inside
-the window with probability ≈ 99 %), at most 16 candidates per bucket (65,535 subsets), and
-LDA's banks.
+receiver keeps one stash). tacit's choices, where the paper gives none: the stash is filled with
+the first packets received within 100 µs of a boundary (about 17 times the median delay
+simulated: a packet late by its own delay arrives inside the window with probability ≈ 99 %),
+at most 16 candidates per bucket (65,535 subsets), and LDA's banks.
 """
 
 from __future__ import annotations

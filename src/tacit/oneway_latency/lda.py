@@ -2,25 +2,33 @@
 Microsecond Counts: Tracking Fine-Grain Latencies with a Lossy Difference Aggregator",
 SIGCOMM '09).
 
+LDA's own paper is not in ``/work/shared/papers``; this follows the RDA paper's description of
+it (§II-C, §III-C-1; the RDA paper's ref. [19]) and says where a detail is tacit's choice.
+
 Sender and receiver each keep, per interval, banks of buckets holding a timestamp sum and a
-packet count (LDA Fig. 2). A packet is hashed — identically at both sides — to a bank
-(flow-hash sampling with that bank's rate) and to a bucket within it. At the end of the
-interval the sender ships its LDA; a bucket is *usable* iff the two counts match (no packet of
-that bucket was lost), and the mean delay is the sum over usable buckets of (receiver sum −
-sender sum) over their total count. The standard deviation comes from the same
-collapsed bucket pairs (:mod:`tacit.oneway_latency.estimate`).
+packet count (RDA §II-C: "A bucket consists of a timestamp accumulator and a counter"; LDA's
+Fig. 2). A packet is hashed — identically at both sides — to a bank (flow-hash sampling with
+that bank's rate; RDA §III-C-1: "LDA selectively samples packets from the packet stream") and
+to a bucket within it. At the end of the interval the sender ships its LDA; a bucket is
+*usable* iff the two counts match (RDA §II-C: "A pair of buckets is useful if the value of their
+counters is the same in both LDAs"), and the mean delay is the sum over usable buckets of
+(receiver sum − sender sum) over their total count. The standard deviation comes from the same
+bucket pairs by tacit's estimator, not from LDA's collapse of adjacent buckets (RDA §II-C,
+Eq. 1–3): tacit departs there, as :mod:`tacit.oneway_latency.estimate` explains.
 
 Banks (LDA's answer to an unknown loss rate): a single sampling rate is only right for one loss
-rate, so LDA keeps banks with different rates. The paper's text, and so its exact bank
-configuration, is not available to us; here each packet is sampled into at most one bank
-(disjoint sampling), with rates halving from 1/2 to 1/128 and the remainder in the last bank
-(rates summing to 1). At no loss every packet is then usable; at a loss rate L the banks whose
-expected losses per bucket are below one keep most of their buckets usable, so some bank suits
-every L from 10^-5 to 10^-1 at the sizes used here. Disjoint banks also make the usable
-packets of all banks distinct, so their estimates combine without double counting.
+rate, so LDA keeps banks with different rates. The RDA paper does not give LDA's bank
+configuration (§VII-B: "We use the recommended parameters for LDA [19]"), so it is tacit's:
+each packet is sampled into at most one bank (disjoint sampling), with rates halving from 1/2
+to 1/128 and the remainder in the last bank (rates summing to 1). At no loss every packet is
+then usable; at a loss rate L the banks whose expected losses per bucket are below one keep
+most of their buckets usable, so some bank suits every L from 10^-5 to 10^-1 at the sizes used
+here. Disjoint banks also make the usable packets of all banks distinct, so their estimates
+combine without double counting.
 
-Fields: timestamp sum 8 bytes (modulo 2^64, differences only), count 4 bytes: 12 bytes per
-bucket. The aggregator here also serves FineComb, which adds a 4-byte digest per bucket.
+Fields (tacit's widths; the RDA paper gives none for LDA): timestamp sum 8 bytes (modulo 2^64,
+differences only), count 4 bytes: 12 bytes per bucket. The aggregator here also serves
+FineComb, which adds a 4-byte digest per bucket.
 """
 
 from __future__ import annotations
@@ -132,7 +140,8 @@ class Aggregator:
 
 
 def usable_buckets(sender: Aggregator, receiver: Aggregator) -> np.ndarray:
-    """Buckets whose counts (and digests, when kept) match and are not empty (LDA Fig. 2)."""
+    """Buckets whose counts (and digests, when kept) match and are not empty (RDA §II-C; LDA
+    Fig. 2)."""
     usable = (sender.count == receiver.count) & (sender.count > 0)
     if sender.layout.digest:
         usable &= sender.digest == receiver.digest

@@ -1,8 +1,13 @@
 """MinHash (bottom-k) estimate of the set difference of two interval caches.
 
-RDA binds the size of its synopsis late (late binding): at the end of an interval both
-sides exchange a small MinHash signature of their caches, estimate how many packets differ, and
-only then build synopses with ``2 × estimate`` buckets per bank. The signature used here is the
+RDA binds the size of its synopsis late (the RDA paper's §VIII-A, "Late-binding RDA
+Maintenance"): after the interval ends, "we estimate the size of the set difference via the
+MinHash estimator [9], [10] based on a pair of caches at two measurement points", then build
+synopses with twice that estimate of buckets per bank (§IX: "the Min-wise Estimator [9]";
+[9] is Broder, Charikar, Frieze and Mitzenmacher, "Min-wise independent permutations", JCSS
+2000, [10] Eppstein et al., "What's the Difference?", SIGCOMM '11). The paper names neither the
+MinHash variant nor the signature size, nor how the caches are compared; tacit's choices: the
+sides exchange a small signature of their caches, not the caches, and the signature is the
 bottom-k sketch (Broder, "On the resemblance and containment of documents", SEQUENCES '97;
 Cohen and Kaplan, "Summarizing data using bottom-k sketches", PODC '07): the k smallest hash
 values of a set. The k smallest of ``A ∪ B`` are among the union of the two sketches, and the
@@ -12,7 +17,8 @@ fraction of those present in both sketches is an unbiased estimate of the Jaccar
 Each side knows its own set size exactly, so the symmetric difference follows from J alone:
 ``|A ∩ B| = J (|A| + |B|) / (1 + J)`` and ``|A Δ B| = (|A| + |B|) (1 − J) / (1 + J)``.
 The relative error of that estimate grows as the difference shrinks relative to the sets
-(about ``sqrt(J / (k (1 − J)))``), which is why RDA keeps a floor on the bucket count.
+(about ``sqrt(J / (k (1 − J)))``), which is why tacit's RDA keeps a floor on the bucket count
+(:mod:`~tacit.oneway_latency.rda`).
 """
 
 from __future__ import annotations

@@ -1,55 +1,76 @@
 """RDA: reconcile the two synopses of an interval, then measure on every packet seen at both.
 
-"Every Timestamp Counts: Accurate Tracking of Network Latencies using Reconcilable Difference
-Aggregator" (RDA). Per interval and side (RDA's design as we reconstruct it; its text is not
-available to us, so sections are not cited except §VII, the evaluation):
+Fu, Barlet-Ros and Li, "Every Timestamp Counts: Accurate Tracking of Network Latencies using
+Reconcilable Difference Aggregator" (RDA; text in ``/work/shared/papers``). Per interval and
+side:
 
 1. Each side caches its packets (identifier → timestamp) for the interval
-   (:class:`~tacit.oneway_latency.intervals.IntervalCache`).
-2. Late binding: at the end of the interval the sides exchange MinHash signatures of their
-   caches and size the synopsis at ``2 ×`` the estimated set difference buckets per bank
-   (:func:`late_binding_buckets`); or a fixed size is given (equal-memory comparisons).
-3. Each side builds its synopsis (k banks of m buckets: ID xor, TS sum, Δ); the sender ships
-   its synopsis, the receiver subtracts its own from it.
-4. Algorithm 1 (:func:`~tacit.oneway_latency.synopsis.peel`) lists the packets seen at one side
-   only. Each listed packet is looked up in the cache of the side its sign names — the lookup
-   step 5 needs anyway: the receiver looks up Δ = −1 packets in its own cache and sends the
-   Δ = +1 list to the sender, which looks them up in its cache. The bank-hash purity test
-   passes an impure bucket whose count happens to be ±1 (e.g. two lost packets and one
-   foreign one) with probability 1/m, and the identifier it then lists is garbage — found in
-   no cache. Such identifiers are blocked and the difference is peeled again, up to
-   ``max_peel_rounds`` times; if garbage remains, or the peeling stops before the difference
-   is empty, the decoding is reported failed and only verified packets are acted on. (This
-   verification loop is our reading of how the caches serve the decoder; the paper's text is
-   not available to us. Without it, a garbage identifier from one falsely pure bucket corrupts
-   the k buckets it is peeled from, and with mixed-sign differences well below the peeling
-   threshold that alone can make the decoding fail.)
-5. Deletion: a packet listed with Δ = +1 that the receiver counted in a later interval (it is
-   in the receiver's cache of interval i + 1) was reordered across the boundary; it is added to
-   the receiver's synopsis with its receive timestamp, so its delay counts in the interval it
-   was sent in. Other Δ = +1 packets were lost and are deleted from the sender's synopsis with
-   their send timestamps from the sender's cache. Δ = −1 packets were sent in another interval
-   and are deleted from the receiver's synopsis.
-6. Algorithm 2 (:func:`selective_collapse`): the buckets that now hold only packets seen at
-   both sides (Δ = 0 and ID xor = 0 after the deletions) are selected, and each is collapsed
-   with its twin into (delay sum, count). When decoding succeeded that is every bucket, and the
-   mean delay is exact; when it failed RDA still measures on the clean buckets, as LDA would.
-7. Algorithm 3: mean and standard deviation from the collapsed pairs
-   (:func:`~tacit.oneway_latency.estimate.estimate_from_buckets`, with the overlap of the k
-   banks accounted for).
+   (:class:`~tacit.oneway_latency.intervals.IntervalCache`): §IV-A ("each measurement point has
+   to keep a local cache of packets"), §VIII-A (an in-memory hash table, never transmitted).
+2. Late binding (§VIII-A): at the end of the interval the sides estimate the set difference
+   from MinHash signatures of their caches and size the synopsis at ``2 ×`` that estimate
+   buckets per bank (:func:`late_binding_buckets`), the m = 2d of Theorem 2 (§VI); or a fixed
+   size is given, as in §VII-B ("otherwise, we allocate a static number of buckets per bank")
+   and in equal-memory comparisons.
+3. Each side builds its synopsis (§V-A: k banks of m buckets in one array, ID xor, TS sum, Δ;
+   :mod:`~tacit.oneway_latency.synopsis`), and one is subtracted from the other (§V-B (i)).
+   §VIII-A has the receiver ship its RDA to the sender, which decodes and asks the receiver for
+   the timestamps of the reordered packets. Here the roles are swapped: the sender ships, the
+   receiver subtracts and decodes, and asks the sender for the timestamps it lacks (as the
+   agent does; :mod:`~tacit.oneway_latency.agent` gives its reason). The same packets are
+   listed and the same timestamps fetched; only the direction of the messages differs.
+4. Algorithm 1 (§V-B (ii); :func:`~tacit.oneway_latency.synopsis.peel`) lists the packets seen
+   at one side only. Each listed packet is looked up in the cache of the side its sign names —
+   the lookup step 5 needs anyway. §V-B argues that an impure bucket's ID xor hashes "to a
+   different index in this bank"; it does so only with probability 1 − 1/m, so an impure
+   bucket whose count happens to be ±1 (e.g. two lost packets and one foreign one) passes the
+   bank-hash test with probability 1/m, and the identifier it lists is garbage, found in no
+   cache. tacit adds a verification loop that Algorithm 1 does not have: such identifiers are
+   blocked and the difference is peeled again, up to ``max_peel_rounds`` times; if garbage
+   remains, or the peeling stops before the difference is empty, the decoding is reported
+   failed and only verified packets are acted on. Without it, a garbage identifier from one
+   falsely pure bucket corrupts the k buckets it is peeled from, and with mixed-sign
+   differences well below the peeling threshold that alone can make the decoding fail.
+5. Deletion (§VIII-A, "Latency Aggregation"): the lost packets (Δ = +1 here) are deleted from
+   the sender's synopsis with their send timestamps from the sender's cache, and the reordered
+   ones (Δ = −1: received in this interval, sent in another) from the receiver's synopsis.
+   tacit departs for a packet sent in this interval and received in a later one (it is in the
+   receiver's cache of interval i + 1). §III-B treats it as lost in interval i and reordered in
+   i + 1, so the paper deletes it from both. tacit re-homes it instead: it is added to the
+   receiver's synopsis of interval i with its receive timestamp, so its delay counts in the
+   interval it was sent in, as in tacit's ground truth (:mod:`~tacit.oneway_latency.truth`).
+6. Selection (Algorithm 2, lines 5–7; :func:`selective_collapse`): the buckets that now hold
+   only packets seen at both sides (Δ = 0 and ID xor = 0 in the difference) are selected. The
+   mean is the sum of their delay sums over the sum of their counts, over every bank, so a
+   packet counts once per selected bucket (§V-C, "Average Latency"). When decoding succeeded
+   every bucket is selected and the mean is exact; when it failed RDA still measures on the
+   selected buckets, and a packet is lost to the measurement only when none of its k buckets is
+   selected (Lemma 1, §VI). tacit departs from Algorithm 2 after the selection: it does not pair
+   selected buckets (lines 8–18) but keeps each as one (delay sum, count) pair.
+7. Standard deviation: tacit departs from Algorithm 3 (§V-C); the estimator is
+   :func:`~tacit.oneway_latency.estimate.estimate_from_buckets`, with the overlap of the k banks
+   accounted for (see :mod:`~tacit.oneway_latency.estimate` for both estimators).
 
-Defaults are tacit's; :meth:`RDAParams.published` gives the paper's. They differ in one
-setting, the number of banks: the paper's k = 2 (§VIII-B: "increasing the number k of hash
-functions from one to two increases the percentage of decoded problematic packets, while more
-than two hash functions decreases the decoding probability"; §VII uses two as well), tacit's
-k = 3: with k = 2 a cycle among the differences, which peeling cannot break, has constant
-probability, while k = 3's peeling threshold (≈ 0.82 differences per bucket) leaves the 2 ×
-over-provisioning a wide margin (the reproduction report shows both). Both size the synopsis by
-late binding, twice the estimated set difference per bank, from a MinHash estimate (§VIII-A).
-tacit's own choices, where the paper gives none: a floor of 64 buckets per bank, since MinHash
-cannot see a difference much smaller than ``|A ∪ B| / k_minhash``; MinHash signatures of 1024
-values (8 KiB per side per interval); at most three peeling rounds (one false pure bucket per
-interval is already rare below the threshold, two in a row rarer still).
+Defaults are tacit's; :meth:`RDAParams.published` gives the paper's number of banks. That is
+the one setting in which they differ: the paper's k = 2 (§VIII-B: "increasing the number k of
+hash functions from one to two increases the percentage of decoded problematic packets, while
+more than two hash functions decreases the decoding probability"; §VII-B and §IX use two as
+well), tacit's k = 3. Theorem 2 bounds the failure at O(d^−k) with m = 2d per bank; with k = 2,
+however, a cycle among the differences, which peeling cannot break, has a probability that
+does not vanish as d grows, while k = 3's peeling threshold (≈ 0.82 differences per bucket)
+leaves the 2 × over-provisioning a wide margin (the reproduction report shows both). Both size
+the synopsis by late binding, twice the estimated set difference per bank (§VIII-A).
+tacit's own choices, where the paper gives none: the MinHash variant and size (bottom-k, 1024
+values: 8 KiB per side per interval; :mod:`~tacit.oneway_latency.minhash`); a floor of 64
+buckets per bank, since MinHash cannot see a difference much smaller than
+``|A ∪ B| / k_minhash``; at most three peeling rounds (one false pure bucket per interval is
+already rare below the threshold, two in a row rarer still).
+
+Other departures, not parameters: a bucket is 20 bytes, not §VIII-B's 192 bits (Δ is 4 bytes
+here, a 64-bit integer there), which gives RDA more buckets at equal memory; sampling
+(``sampling_rate`` below 1) hashes each packet's identifier, where §VIII-B ("Cache Size")
+samples "based on a flow identifier" (the same packets at both sides either way; §IX caches all
+packets, as the default rate 1 does).
 """
 
 from __future__ import annotations
@@ -93,7 +114,8 @@ class RDAParams:
 
     @classmethod
     def published(cls, **overrides) -> RDAParams:
-        """The paper's: two banks (§VIII-B; module docstring)."""
+        """The paper's number of banks, two (§VII-B, §VIII-B, §IX; module docstring). The
+        departures that are not parameters (bucket width, re-homing, Algorithms 2–3) remain."""
         return cls(**{"k": 2, **overrides})
 
     def layout(self, buckets_per_bank: int) -> SynopsisLayout:
@@ -126,7 +148,7 @@ class ReconcileResult:
     """Received in this interval, sent in another: deleted from the receiver's synopsis."""
     memory_bytes: int
     decode_seconds: float
-    """Subtraction, Algorithm 1, cache checks and deletions, Algorithms 2 and 3."""
+    """Subtraction, Algorithm 1, cache checks and deletions, selection and statistics."""
 
 
 def late_binding_buckets(sender: IntervalCache, receiver: IntervalCache, params: RDAParams) -> int:
@@ -210,9 +232,14 @@ def reconcile(
 def selective_collapse(
     sender: Synopsis, receiver: Synopsis
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """RDA Algorithm 2, as reconstructed here (the paper's text is not available to us): after
-    the deletions, select the buckets whose difference is clean (only packets seen at both
-    sides remain) and collapse each with its twin into (delay sum, count).
+    """The selection of RDA Algorithm 2 (§V-C, lines 5–7): after the deletions, select the
+    buckets whose difference is clean (only packets seen at both sides remain) and collapse each
+    with its twin at the other side into (delay sum, count).
+
+    Algorithm 2 selects a bucket when the two ID fields are equal and Δ > 0; here Δ must be
+    equal as well, and empty buckets are dropped later, by the estimator. tacit departs from
+    lines 8–18: selected buckets are not paired within a bank into signed differences
+    (``TS[p] − TS[q]``); each stays one pair of its own.
 
     Returns ``(delay_sums, counts, clean)``: per bucket the receiver-minus-sender timestamp sum
     and the packet count, zero where not selected, and the selection mask.
@@ -227,8 +254,9 @@ def selective_collapse(
 def collapsed_statistics(
     sender: Synopsis, receiver: Synopsis, present: np.ndarray
 ) -> LatencyEstimate | None:
-    """RDA Algorithm 3 (reconstructed; see :mod:`~tacit.oneway_latency.estimate`): mean and
-    standard deviation from the selected bucket pairs of Algorithm 2.
+    """Mean (§V-C, "Average Latency") and standard deviation from the buckets selected as in
+    Algorithm 2. tacit departs from Algorithm 3 for the standard deviation: the estimator is
+    :mod:`~tacit.oneway_latency.estimate`'s, which says how the two differ.
 
     ``present`` are the packets now in the receiver's synopsis. Each is weighted by how many
     of its k buckets were selected (all k when the whole difference was decoded), which gives

@@ -1,21 +1,29 @@
 """Packet streams between two capture points, with loss, reordering and ground truth.
 
-As in the RDA paper's evaluation (§VII, as far as its text is available to us: Weibull one-way
-delays of shape 0.6–0.7, random loss, reordering across interval boundaries): the sender's
-stream is synthetic (Poisson arrivals at ``rate_pps``) or replayed from given arrays; every
-packet draws a one-way delay from a Weibull distribution (shape ``delay_shape``, scale
-``delay_scale_ns``), is lost with probability ``loss_rate``, and — if it was sent within
-``reorder_window_ns`` of the end of its interval — is held past the next boundary with
-probability ``reorder_rate`` (it then arrives at that boundary plus its own delay, overtaken by
-packets sent after it, and the receiver counts it in the next interval). Packets also cross
-boundaries on their own when their delay carries them over.
+The models of the RDA paper's simulation (§VII-A): Weibull one-way delays ("the same with that
+used in LDA and FineComb", shape 0.6–0.7), random loss, and reordering at interval boundaries
+("the problematic reordered packets occurred at the beginning and the ending period of the
+measurement interval", FineComb's models). The sender's stream is synthetic (Poisson arrivals
+at ``rate_pps``) or replayed from given arrays; every packet draws a one-way delay from a
+Weibull distribution (shape ``delay_shape``, scale ``delay_scale_ns``), is lost with
+probability ``loss_rate``, and — if it was sent within ``reorder_window_ns`` of the end of its
+interval — is held past the next boundary with probability ``reorder_rate`` (it then arrives
+at that boundary plus its own delay, overtaken by packets sent after it, and the receiver
+counts it in the next interval). Packets also cross boundaries on their own when their delay
+carries them over.
 
-Defaults (the paper's values are not available to us): 1 Mpps for 0.1 s (10 intervals of
-10 ms), shape 0.65 (the middle of the paper's range), scale 10 µs (median delay ≈ 5.7 µs,
-mean ≈ 14 µs: a data-centre path), loss 10^-3, and 10 % of the packets sent in the last
-100 µs of an interval reordered past the boundary (≈ 10 per interval). (The RDA authors'
-released code, yongquanf/RDA ``config/RDA.cfg``, replays its traces with Weibull shape 0.7,
-scale 6.647 × 10 time units, and drop and reorder probabilities of 0.1 each.)
+Where tacit departs or chooses. §VII replays two real traces (DC and Univ, Table I); the
+synthetic Poisson sender is tacit's, and a capture can be replayed instead
+(:mod:`~tacit.oneway_latency.replay`). §VII-A calls α the shape and gives it 0.6–0.7, though
+its formula ``1 − exp((−x/α)^β)`` puts α where a scale goes; tacit takes 0.6–0.7 as the shape
+(the RDA authors' released configuration below has shape 0.7). §VII gives no delay scale,
+packet rate, interval length, or loss and reordering rate (it varies the set difference
+instead, :mod:`~tacit.oneway_latency.sweep`), so these defaults are tacit's: 1 Mpps for 0.1 s
+(10 intervals of 10 ms), shape 0.65 (the middle of the paper's range), scale 10 µs (median
+delay ≈ 5.7 µs, mean ≈ 14 µs: a data-centre path), loss 10^-3, and 10 % of the packets sent in
+the last 100 µs of an interval reordered past the boundary (≈ 10 per interval). (The RDA
+authors' released code, yongquanf/RDA ``config/RDA.cfg``, replays its traces with Weibull shape
+0.7, scale 6.647 × 10 time units, and drop and reorder probabilities of 0.1 each.)
 """
 
 from __future__ import annotations

@@ -1,17 +1,20 @@
-"""Error against set difference: the RDA paper's §VII comparison (its Figs. 7–8).
+"""Error against set difference: the RDA paper's §VII comparison (its Figs. 6–8).
 
 "Every Timestamp Counts: Accurate Tracking of Network Latencies using Reconcilable Difference
-Aggregator" (RDA, §VII) compares RDA, LDA and FineComb at equal memory as the set difference
-between the sender's and the receiver's packets of an interval grows from 0 to 10,000: the
-relative error of the mean and of the standard deviation of latency, and the time RDA's
-decoding takes against FineComb's brute-force stash repair. This module runs that experiment
-on a sender stream — a replayed capture (:mod:`~tacit.oneway_latency.replay`) or the Poisson
-stream of :mod:`~tacit.oneway_latency.simulate` — and draws the figures; :func:`run_once` is
-the single run behind ``tacit latency oneway simulate`` (one path, given loss and reordering).
+Aggregator" (RDA, §VII-B) compares RDA, LDA and FineComb as the set difference between the
+sender's and the receiver's packets of an interval grows from 0 to 10,000: the relative error
+``|f_g − f_e| / f_g`` (§VII-A, "Metrics") of the mean and of the standard deviation of latency
+(Figs. 7–8), and the time RDA's decoding takes against FineComb's brute-force stash repair
+(Fig. 6). This module runs that experiment on a sender stream — a replayed capture
+(:mod:`~tacit.oneway_latency.replay`) or the Poisson stream of
+:mod:`~tacit.oneway_latency.simulate` — and draws the figures; :func:`run_once` is the single
+run behind ``tacit latency oneway simulate`` (one path, given loss and reordering).
 
-How a set difference is made (our construction; the paper's exact procedure is not available
-to us). For a target difference D per interval, with the interval's packets P and the packets
-P_w sent in the reordering window (``reorder_span_ns`` before the guard):
+How a set difference is made. §VII-A gives the loss and reordering models (random loss,
+reordering at interval boundaries) and §VII-B sets "the loss rate and the reordering rate to be
+identical with each other", but the text gives no procedure for reaching a given difference;
+this one is tacit's. For a target difference D per interval, with the interval's packets P and
+the packets P_w sent in the reordering window (``reorder_span_ns`` before the guard):
 
 * the sender's packets of the last ``guard_ns`` of every interval are left out (counted in
   ``guard_removed``), so that a packet crosses a boundary only when reordered on purpose —
@@ -22,19 +25,39 @@ P_w sent in the reordering window (``reorder_span_ns`` before the guard):
   packet counts once in the interval it was sent in (sender only) and once in the next
   (receiver only), so D / 4 of them per boundary add D / 2 to every interval.
 
-The difference actually obtained is measured per interval (:func:`set_differences`) and
-reported beside the target. Every method gets ``memory_bytes`` per synopsis
-(:func:`~tacit.oneway_latency.comparison.compare_methods`); FineComb is also run with its ideal
-repair, and RDA with late binding (its memory then follows the difference).
+Loss and reordering thus contribute equal shares of the difference; their rates, as
+probabilities per packet, are not equal (tacit departs from §VII-B there). The difference
+actually obtained is measured per interval (:func:`set_differences`) and reported beside the
+target. Every method gets ``memory_bytes`` per synopsis
+(:func:`~tacit.oneway_latency.comparison.compare_methods`; §VII-A: "we set the same storage
+size for these synopses"). FineComb is also run with its ideal repair, the variant §VII-B-1
+uses for Figs. 7–8 ("an 'ideal' repairing procedure for FineComb, given that we know the
+actual set of lost and reordered packets"), and RDA with late binding (its memory then follows
+the difference). sRDA (§IV) is run beside them; §VII does not include it.
 
 Defaults. Set differences 0, 10, 100, 1,000, 2,000, 5,000 and 10,000 (the paper's range);
-100,000 bytes per synopsis, the memory of the RDA authors' released configuration (5,000
-buckets, ``RDA.RDAEntries`` in yongquanf/RDA's ``config/RDA.cfg``, at RDA's 20 bytes per bucket;
-the paper's text is not available to us); three seeds; five 10 ms intervals at 10 Mpps
-(10^5 packets per interval, enough for 10,000 differences); a guard of 0.3 ms (a Weibull delay
-of shape 0.65 and scale 10 µs exceeds it with probability 10^-4) and a reordering window of
-0.5 ms before it (5,000 candidates per boundary at 10 Mpps, twice the 2,500 that D = 10,000
-needs).
+100,000 bytes per synopsis: §VII-B-2's 5,000 RDA buckets ("the number of buckets of RDA to
+5,000", which is also ``RDA.RDAEntries`` in the authors' yongquanf/RDA ``config/RDA.cfg``) at
+tacit's 20 bytes per bucket; five 10 ms intervals at 10 Mpps (10^5 packets per interval, enough
+for 10,000 differences); a guard of 0.3 ms (a Weibull delay of shape 0.65 and scale 10 µs
+exceeds it with probability 10^-4) and a reordering window of 0.5 ms before it (5,000
+candidates per boundary at 10 Mpps, twice the 2,500 that D = 10,000 needs).
+
+Where these defaults depart from §VII:
+
+* RDA runs with ``RDAParams()``, tacit's k = 3; §VII-B-2 sets "the number k of hash functions
+  to two" (``RDAParams.published()``).
+* At the paper's bucket width (§VIII-B, 192 bits) 5,000 buckets are 120,000 bytes, not 100,000,
+  and the other methods' budget follows.
+* Three seeds; §VII-A: "All experiments are repeated in ten times. We report both the mean value
+  and the 95-th confidence interval". Here only the mean over seeds is reported.
+* FineComb's stash is its own default (:mod:`~tacit.oneway_latency.finecomb`); §VII-A: "a stash
+  of elements that is of the same size as the number of buckets".
+* Decoding time is measured at the same memory as the errors; §VII-B-1 uses k = 2 and 4,000
+  buckets.
+* ``decoded_fraction`` is the share of intervals whose whole difference was decoded; the
+  paper's "decoding success probability" (§VII-A) is "the ratio between the number of packets
+  decoded by RDA and the size of the set difference".
 """
 
 from __future__ import annotations
@@ -68,7 +91,8 @@ from tacit.runs import contained, distinct
 
 DIFFERENCES = (0, 10, 100, 1_000, 2_000, 5_000, 10_000)
 PAPER_MEMORY_BYTES = 100_000
-"""5,000 RDA buckets of 20 bytes: yongquanf/RDA ``config/RDA.cfg`` (see the module docstring)."""
+"""5,000 RDA buckets (§VII-B-2; yongquanf/RDA ``config/RDA.cfg``) of tacit's 20 bytes (see the
+module docstring)."""
 
 
 @dataclass(frozen=True)

@@ -2,32 +2,47 @@
 
 "Every Timestamp Counts: Accurate Tracking of Network Latencies using Reconcilable Difference
 Aggregator" (RDA) replaces LDA's (timestamp sum, count) buckets by buckets that can be
-*reconciled*: each holds the XOR of the identifiers of its packets, the sum of their timestamps
-and a count Δ, and every packet updates k buckets. Subtracting the receiver's synopsis from the
-sender's cancels every packet seen at both sides from the ID xor and Δ fields — leaving
-only its delay in the TS field — while a packet seen at one side only remains with Δ = +1 (sent,
-not received in this interval) or Δ = −1 (received, not sent in this interval). Such packets are
-listed by peeling (RDA Algorithm 1, the decoder of invertible Bloom lookup tables, Goodrich and
-Mitzenmacher, Allerton '11): a *pure* bucket holds exactly one of them, whose identifier is then
-its ID xor; removing it from its k buckets may make others pure.
+*reconciled* (§IV, §V): each holds the XOR of the identifiers of its packets, the sum of their
+timestamps and a count Δ, and every packet updates k buckets (§V-A: "(a) ID = ID ⊕ packet's
+identifier; (b) TS = TS + packet's timestamp ...; (c) Δ = Δ + 1"). Subtracting one side's
+synopsis from the other's (§V-B (i)) cancels every packet seen at both sides from the ID xor
+and Δ fields — leaving only its delay in the TS field — while a packet seen at one side only
+remains with Δ = ±1. Such packets are listed by peeling (Algorithm 1, §V-B (ii); the paper
+builds on set reconciliation, its ref. [10], Eppstein et al., SIGCOMM '11, whose structure is
+the invertible Bloom lookup table of Goodrich and Mitzenmacher, Allerton '11): a *pure* bucket
+holds exactly one of them, whose identifier is then its ID xor; removing it from its k buckets
+may make others pure.
 
-Two layouts, as compared in the RDA paper:
+Sign convention. The paper's conventions disagree: §IV-C subtracts sender from receiver and
+calls Δ = 1 reordered, while Algorithm 1 lists Δ = 1 as lost. Here the receiver's synopsis is
+subtracted from the sender's, so Δ = +1 is a packet seen only by the sender (lost, or late) and
+Δ = −1 one seen only by the receiver (sent in another interval), as Algorithm 1 labels them.
+Only the names of the signs change, not what is listed.
 
-* RDA: k banks of m buckets, one bucket per bank per packet. A bucket is pure iff Δ = ±1 and
-  its ID xor hashes, with that bank's hash, to this very bucket (the bank-hash purity test), so
-  no check field is needed: 20 bytes per bucket (8 ID xor, 8 TS sum, 4 Δ).
-* sRDA: one table, k distinct positions per packet anywhere in it (a packet twice in one bucket
-  would cancel itself there and let a mixed bucket pass as pure with the wrong sign, so a
-  position taken by an earlier hash moves to the next bucket); purity is tested with a field,
-  IDSH, the XOR of a 32-bit hash of each identifier (pure iff Δ = ±1 and IDSH equals the hash of
-  the ID xor): 24 bytes per bucket. The paper's IDSH width is not available to us; 32 bits is the
-  usual IBLT checksum and the narrowest that keeps false purity negligible, which favours sRDA
-  at equal memory.
+Two layouts, as the paper describes them:
 
-Timestamp sums are kept modulo 2^64 (uint64 arithmetic wraps); only differences of sums are
-ever read, and they are exact while the true sum of delays in a bucket is below 2^63 ns.
-Insertion and peeling are numba kernels: a packet is k scattered updates, which numpy cannot
-express without materializing k·n positions.
+* RDA (§V-A): k banks of m buckets in one array, bank j holding buckets ``[j·m, (j+1)·m)``,
+  one bucket per bank per packet, picked by that bank's hash. A bucket is pure iff Δ = ±1 and
+  its ID xor hashes, with that bank's hash, to this very bucket (§V-B, Algorithm 1 lines 5 and
+  22: the bank-hash purity test), so no check field is needed. tacit departs from §VIII-B's
+  bucket width of 64 · 3 = 192 bits: here 20 bytes (8 ID xor, 8 TS sum, 4 Δ; Δ is a 64-bit
+  integer in the paper), which gives RDA more buckets at equal memory than the paper's width.
+* sRDA (§IV-B): one table, k hashes per packet anywhere in it; purity is tested with a field,
+  IDSH, the XOR of a hash H of each identifier (§IV-C: pure iff Δ = ±1 and H(ID) = IDSH).
+  tacit departs twice. (1) §IV-B hashes a packet to "at most k different buckets" and updates
+  each of these unique buckets once, so a packet whose hashes collide sits in fewer than k;
+  here a position taken by an earlier hash moves to the next bucket, so that every packet sits
+  in exactly k distinct buckets (either way no packet updates a bucket twice, which would
+  cancel it there and let a mixed bucket pass as pure with the wrong sign). (2) §IV-D:
+  "Removing this redundant field saves 25% space", i.e. IDSH is as wide as each of the other
+  three fields; here IDSH is 32 bits (the usual IBLT check width), 24 bytes per bucket against
+  the paper's 256 bits, which favours sRDA at equal memory.
+
+Hashes are tacit's seeded splitmix64 (:mod:`~tacit.oneway_latency.identifiers`), not the Bob
+hash of §VIII-A. Timestamp sums are kept modulo 2^64 (uint64 arithmetic wraps; §VIII-B uses a
+64-bit fixed-point timestamp); only differences of sums are ever read, and they are exact while
+the true sum of delays in a bucket is below 2^63 ns. Insertion and peeling are numba kernels: a
+packet is k scattered updates, which numpy cannot express without materializing k·n positions.
 """
 
 from __future__ import annotations
@@ -173,7 +188,8 @@ class Synopsis:
         )
 
     def subtract(self, other: Synopsis) -> Synopsis:
-        """``self − other``, bucket by bucket (ID xor and IDSH by XOR)."""
+        """``self − other``, bucket by bucket (ID xor and IDSH by XOR): the subtraction of
+        §IV-C and §V-B (i)."""
         if other.layout != self.layout:
             raise ConfigError("cannot subtract synopses of different layouts")
         return Synopsis(
@@ -200,7 +216,8 @@ class Synopsis:
 @dataclass(frozen=True)
 class PeelResult:
     """What Algorithm 1 listed: distinct identifiers with Δ = +1 (sender only) or −1 (receiver
-    only), and those it listed more than once."""
+    only; the module docstring gives the sign convention), and those it listed more than
+    once."""
 
     ids: np.ndarray
     signs: np.ndarray
@@ -216,7 +233,10 @@ class PeelResult:
 def peel(
     difference: Synopsis, blocked: np.ndarray | None = None, local: np.ndarray | None = None
 ) -> PeelResult:
-    """RDA Algorithm 1: list the packets of a subtracted synopsis by peeling pure buckets.
+    """RDA Algorithm 1 (§V-B): list the packets of a subtracted synopsis by peeling pure
+    buckets. Algorithm 1 lines 7–23: take a pure bucket, list its ID xor with its sign, remove
+    it from its k buckets, and queue those that become pure; a queued bucket is tested again
+    when taken, which covers line 9's check for a bucket emptied in the meantime.
 
     Works on a copy. At most one identifier per bucket can be listed, so a difference larger
     than that (or one the peeling cannot finish, its 2-core non-empty) ends incomplete; the
@@ -227,8 +247,9 @@ def peel(
     interval (the receiver's cache: RDA's receiver subtracts and decodes). A packet listed
     with Δ = −1 was seen by the receiver, so it must be among them; one with Δ = +1 was not.
     Checking this while peeling, rather than after, keeps a false pure bucket from listing
-    garbage that would corrupt k other buckets (our addition, as is the empty-bucket check of
-    the bank-hash test: a true difference packet is in all its k buckets, none empty).
+    garbage that would corrupt k other buckets. Neither check is in Algorithm 1, nor is the
+    empty-bucket check of the bank-hash test (a true difference packet is in all its k buckets,
+    none empty): tacit adds all three, see :mod:`~tacit.oneway_latency.rda` step 4.
     """
     residual = difference.copy()
     layout = difference.layout
@@ -303,8 +324,9 @@ def _update(ids, ts, sign, seeds, modulus, banked, check_seed, idx, tsum, count,
 
 @njit(cache=True, inline="always")
 def _candidate(b, idx, count, check, seeds, modulus, check_seed):
-    """The cheap part of the purity test: Δ = ±1 and RDA's bank-hash test (the ID xor hashes
-    to this bucket in this bank), or sRDA's IDSH test when the layout has the field."""
+    """The cheap part of the purity test: Δ = ±1 and RDA's bank-hash test (Algorithm 1 lines
+    5 and 22: the ID xor hashes to this bucket in this bank), or sRDA's IDSH test (§IV-C) when
+    the layout has the field."""
     c = count[b]
     if c != 1 and c != -1:
         return False
@@ -318,10 +340,10 @@ def _candidate(b, idx, count, check, seeds, modulus, check_seed):
 @njit(cache=True, inline="always")
 def _pure(b, idx, count, check, seeds, modulus, check_seed, blocked):
     """The whole purity test: :func:`_candidate`, none of the ID xor's buckets in the other
-    banks empty (RDA), and the ID xor not blocked. Run only on a bucket about to be peeled,
-    whose k buckets the peeling then updates: the reads of the other banks are the ones the
-    update needs anyway (a test of every candidate would read them at random, most of the
-    cost)."""
+    banks empty (RDA), and the ID xor not blocked (the last two are tacit's). Run only on a
+    bucket about to be peeled, whose k buckets the peeling then updates: the reads of the other
+    banks are the ones the update needs anyway (a test of every candidate would read them at
+    random, most of the cost)."""
     if not _candidate(b, idx, count, check, seeds, modulus, check_seed):
         return False
     x = idx[b]

@@ -1,10 +1,13 @@
 """The watermark controller of Pirate's latency-aware layer-4 load balancer.
 
 Follows Vannarth Shobhana et al., "Measuring (Round-Trip) Response Latencies Under Asymmetric
-Routing" (Pirate), arXiv 2505.14358, §4: once per control interval the load balancer compares
-each server's response latency, as Pirate infers it from client → server packets, with the mean
-over the servers and adjusts the server's Maglev weight (:mod:`tacit.response_latency.maglev`),
-so that new connections avoid slow servers. The rules, in the order they are checked:
+Routing" (Pirate), arXiv 2505.14358, §4 ("Use Case: DSR Layer-4 Load Balancer"; §5.6 evaluates
+it, two clients and four servers behind a Katran load balancer, on 99th-percentile response
+latency): once per control interval the load balancer compares each server's response latency,
+as Pirate infers it from client → server packets, with the other servers' and adjusts the
+server's Maglev weight (:mod:`tacit.response_latency.maglev`), so that new connections avoid
+slow servers. §4 rests on three ideas: watermarks, freshness, and regression to the mean. The
+rules here, in the order they are checked:
 
 1. Freshness. Only a server whose estimate rests on at least ``freshness`` latency samples per
    active connection in the interval (and that had an active connection) is *fresh*; the mean
@@ -17,7 +20,8 @@ so that new connections avoid slow servers. The rules, in the order they are che
    its estimate stays fresh.
 3. Low watermark. A fresh server with ``L < alpha_low * m`` whose weight is below its configured
    weight gets it back, by at most ``max_increase`` times the configured weight per interval
-   (so that a server that has just recovered is not flooded with new connections at once), and
+   (so that a server that has just recovered is not flooded with new connections at once: §4's
+   "cap on the per-server increment in weight, to avoid the thundering herd problem"), and
    never above the configured weight. Between the watermarks the weight is kept (hysteresis).
 4. Regression to the mean. A server on which neither latency rule has acted for
    ``regress_after`` consecutive intervals (because its latency sits between the watermarks or
@@ -29,9 +33,28 @@ Weights never exceed their configured values (default 1 for every server): they 
 relative to each other (Maglev gives entries in proportion to them), so taking weight from a
 slow server is what moves its share of new connections to the others.
 
-Where the paper's text is not available to us (the exact size of the cut, the cap, the freshness
-threshold, the floor) the choices above and the defaults of :class:`WatermarkParams` are ours and
-say so.
+Where tacit departs from §4:
+
+* The watermarks. §4: "αhigh (respectively, αlow) times the latency of the server with the
+  smallest average latency". Here they are multiples of the mean latency over fresh servers.
+* The weight moved. §4 takes weight from servers above the high watermark and places it on
+  servers below the low one: "the weight shifted from a high-latency server is proportional to
+  its latency", and each eligible server "receives an equal share of the total weight that is
+  shifted away from the high-latency servers, subject to a cap". Here a slow server's weight is
+  multiplied by ``m / L``; nothing is handed to other servers, which only win back their own
+  configured weight, in capped steps (rule 3).
+* Freshness. §4 defines it as "the ratio of the total number of requests received in the last
+  measurement interval to the number of concurrent active connections at the end of that
+  interval", and uses it only to choose the servers that may take weight: "We only consider a
+  low-latency server eligible to take on additional weight if its freshness is at least as high
+  as any high-latency server". Here it counts latency samples per active connection, is tested
+  against a fixed threshold, and gates both latency rules and the mean.
+* Regression to the mean. §4: "if latencies have not changed in the recent k measurement
+  intervals, the weights are slowly equalized across servers (we use k = 3)". Here the
+  condition is that no latency rule acted for k intervals, and "slowly" is the capped step.
+
+§4 gives no value for the cap and no floor: ``max_increase`` and ``min_weight`` are tacit's
+(:class:`WatermarkParams`).
 """
 
 from __future__ import annotations
@@ -51,17 +74,19 @@ ACTION_NAMES = ("hold", "decrease", "increase", "regress")
 class WatermarkParams:
     """Controller parameters (module docstring).
 
-    - ``alpha_high`` = 1.5, ``alpha_low`` = 1.2: the watermarks, multiples of the mean latency
-      over fresh servers (Pirate §4).
+    - ``alpha_high`` = 1.5, ``alpha_low`` = 1.2: the watermarks (Pirate §4's values), here
+      multiples of the mean latency over fresh servers, there of the smallest server latency.
     - ``regress_after`` = 3: intervals without a latency-driven change before a weight regresses
       to the mean (Pirate §4, ``k = 3``).
     - ``freshness`` = 1.0: latency samples per active connection in the interval for an
-      estimate to count as fresh (our default: Pirate §4 gates on requests per active
-      connection, we ask for one sample per connection on average).
+      estimate to count as fresh (tacit's threshold: Pirate §4 measures requests per active
+      connection and compares servers with each other, not with a threshold; here one sample
+      per connection on average is asked for).
     - ``max_increase`` = 0.1: the largest increase of a weight in one interval, as a fraction
-      of its configured weight (ours: a server at the floor is back in ten intervals).
+      of its configured weight (tacit's value for §4's unquantified cap: a server at the floor
+      is back in ten intervals).
     - ``min_weight`` = 0.05: the floor of a weight, as a fraction of its configured weight
-      (ours).
+      (tacit's; §4 has no floor).
     """
 
     alpha_high: float = 1.5
