@@ -8,6 +8,7 @@ import base64
 import copy
 import gzip
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -404,3 +405,29 @@ def test_a_value_nested_too_deep_to_write_is_refused_when_checked() -> None:
     deep["attributes"][0]["value"] = _nested(64)
     spans, _ = read_export_request(json.dumps(doc).encode(), "json", "req")
     assert orjson.dumps(jaeger_document(spans)) and orjson.dumps(otlp_document(spans))
+
+
+def test_a_double_that_is_not_finite_is_read_and_written_as_protobufs_json_mapping_has_it(
+    tmp_path: Path,
+) -> None:
+    """JSON has no infinity or NaN: the mapping writes them as strings, which readers take,
+    and so a string that is a number; any other string is refused."""
+    doc = with_full_ids(shop_document())
+    span = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span["attributes"] = [
+        attr("up", doubleValue="Infinity"),
+        attr("down", doubleValue="-Infinity"),
+        attr("half", doubleValue="0.5"),
+    ]
+    table = read_otlp(write(tmp_path, doc))
+    attrs = next(d.attributes for r in range(len(table)) if (d := table.detail(r)).attributes)
+    assert attrs == {"up": math.inf, "down": -math.inf, "half": 0.5}
+    written = otlp_document(table)["resourceSpans"]
+    values = [
+        kv["value"] for rs in written for s in rs["scopeSpans"] for sp in s["spans"]
+        for kv in sp["attributes"] if kv["key"] in ("up", "down")
+    ]  # fmt: skip
+    assert values == [{"doubleValue": "Infinity"}, {"doubleValue": "-Infinity"}]
+    span["attributes"] = [attr("bad", doubleValue="fast")]
+    with pytest.raises(InputError, match="doubleValue 'fast' is not a number"):
+        read_otlp(write(tmp_path, doc))

@@ -1,5 +1,5 @@
 """The fast reading of OTLP/JSON documents (``_json_spans``) against the checking one
-(``_export_spans``): on any document, the same spans, or it leaves the document to the checking
+(``export_spans``): on any document, the same spans, or it leaves the document to the checking
 path; and the forms exporters write are read the fast way."""
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tacit.errors import InputError
-from tacit.formats.otlp import _export_spans, _json_spans, _Unusual, otlp_document
+from tacit.formats.otlp import otlp_document
+from tacit.formats.otlp_json import _json_spans, export_spans
+from tacit.formats.otlp_rows import Unusual
 from tacit.model.roles import infer_roles
 from tacit.simulate import load_app, simulate
 
@@ -106,7 +108,7 @@ DOCUMENT = mostly(
 def _checked(doc: object) -> list[dict] | None:
     """The spans the checking path reads, None where it refuses the document."""
     try:
-        return list(_export_spans("doc.json", "", doc, 3))
+        return list(export_spans("doc.json", "", doc, 3))
     except InputError:
         return None
 
@@ -117,7 +119,7 @@ def test_fast_reading_gives_the_checked_spans_or_leaves_the_document(doc):
     checked = _checked(doc)
     try:
         fast = list(_json_spans(doc, 3))
-    except _Unusual:
+    except Unusual:
         return  # the checking path reads it (and names what is wrong, if anything)
     assert checked is not None, "a document the checking path refuses was read"
     assert fast == checked
@@ -182,6 +184,6 @@ def test_each_value_made_odd_is_read_as_the_checking_path_reads_it_or_left_to_it
             checked = _checked(doc)
             try:
                 fast = list(_json_spans(doc, 3))
-            except _Unusual:
+            except Unusual:
                 continue
             assert checked is not None and fast == checked, (path, value)

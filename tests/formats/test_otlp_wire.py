@@ -20,7 +20,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from protobuf_wire import delimited, varint
 from tacit.errors import InputError
-from tacit.formats import otlp
+from tacit.formats import otlp_json, otlp_protobuf, otlp_request, otlp_rows
 from tacit.formats.otlp import (
     MAX_REQUEST_SPANS,
     check_export_request,
@@ -141,7 +141,8 @@ def test_the_compiled_pass_reads_a_request_as_the_message_classes_do(
     body = req.SerializeToString()
     count = sum(len(s.spans) for rs in req.resource_spans for s in rs.scope_spans)
     assert scan_spans(body, count, len(req.resource_spans)) is not None
-    with mock.patch.object(otlp, "_read_protobuf", side_effect=AssertionError("not the pass")):
+    not_the_pass = AssertionError("not the pass")
+    with mock.patch.object(otlp_request, "read_protobuf", side_effect=not_the_pass):
         spans, parent_ids = read_export_request(body, "protobuf", "req")
     assert _rows(spans) == _rows(read_otlp_protobuf(body, "req"))
     named = [
@@ -359,7 +360,7 @@ def test_a_json_request_of_too_many_spans_or_objects_is_refused_before_it_is_par
         + b",".join([span] * (MAX_REQUEST_SPANS + 1))
         + b"]}]}]}"
     )
-    parsed = mock.patch.object(otlp.orjson, "loads", side_effect=AssertionError("parsed"))
+    parsed = mock.patch.object(otlp_request.orjson, "loads", side_effect=AssertionError("parsed"))
     with parsed, pytest.raises(InputError, match="100,001 spans and 100,004 JSON objects"):
         check_export_request(body, "json", "req")
     empty = b'{"resourceSpans":[' + b",".join([b"{}"] * 2_000_000) + b"]}"
@@ -398,13 +399,13 @@ def test_every_decoding_path_reads_a_request_as_the_checking_path_does(
     what the checking path (every field checked, the JSON form) gives."""
     body, doc = req.SerializeToString(), _json_form(req)
     checking = SpanTableBuilder("req")
-    for row in otlp._export_spans("req", "", doc, 0):
+    for row in otlp_json.export_spans("req", "", doc, 0):
         checking.add(*row)
     expected = _rows(checking.build())
     classes = SpanTableBuilder("req")
-    for row in otlp._export_spans("req", "", otlp._request_doc(req), 0):
+    for row in otlp_json.export_spans("req", "", otlp_protobuf._request_doc(req), 0):
         classes.add(*row)
-    with mock.patch.object(otlp, "_json_spans", side_effect=otlp._Unusual):
+    with mock.patch.object(otlp_json, "_json_spans", side_effect=otlp_rows.Unusual):
         checked_json = _rows(read_export_request(orjson.dumps(doc), "json", "req")[0])
     paths = {
         "compiled pass": _rows(read_export_request(body, "protobuf", "req")[0]),

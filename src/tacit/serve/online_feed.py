@@ -281,7 +281,7 @@ class OnlineFeed:
 class _Addresses:
     """The server end and the target a span names in its attributes (None: none), by row, read
     once per attribute set: the spans of a request share one object for each set they carry
-    (:data:`tacit.formats.otlp._known_attributes`), most spans one of a few."""
+    (:data:`tacit.formats.otlp_request._known_attributes`), most spans one of a few."""
 
     def __init__(self, spans: SpanTable, services: ServiceMap | None) -> None:
         self._kind = spans.kind
