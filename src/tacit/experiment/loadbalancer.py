@@ -112,11 +112,12 @@ class CpuEpisode:
 
 @dataclass(frozen=True)
 class LoadBalancerParams:
-    """Simulation parameters (module docstring). Pirate's experiment has 2 clients, 4 servers
-    and one server whose CPU share drops for a while; the rest of its setup was not available
-    to us, so the sizes here are ours: server 0 at a quarter of a core from 10 s to 30 s of a
-    40 s run, 2 ms of CPU per request, 8 connections per client, and a control interval
-    (``interval_ns``) of 1 s, the estimator's default epoch, which the estimator is given."""
+    """Simulation parameters (module docstring). Pirate §5.6's experiment has 2 clients and 4
+    servers behind a Katran load balancer on Cloudlab machines, at varying loads; the paper
+    gives neither the servers' work nor what slows one, so the sizes here are tacit's: server 0
+    at a quarter of a core from 10 s to 30 s of a 40 s run, 2 ms of CPU per request, 8
+    connections per client, and a control interval (``interval_ns``) of 1 s, the estimator's
+    default epoch, which the estimator is given."""
 
     clients: int = 2
     servers: int = 4
