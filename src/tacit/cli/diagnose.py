@@ -6,10 +6,10 @@ import typer
 
 from tacit.cli import diagnose_rules, diagnose_subsets, diagnose_syslog, diagnose_traces
 
-diagnose_app = typer.Typer(help="Diagnose slow requests: detect, localize, explain (YTrace).")
-
 
 def register(app: typer.Typer) -> None:
-    for group in (diagnose_traces, diagnose_subsets, diagnose_syslog, diagnose_rules):
-        group.register(diagnose_app)
-    app.add_typer(diagnose_app, name="diagnose")
+    """Add the ``diagnose`` group and its commands."""
+    group = typer.Typer(help="Diagnose slow requests: detect, localize, explain (YTrace).")
+    for commands in (diagnose_traces, diagnose_subsets, diagnose_syslog, diagnose_rules):
+        commands.register(group)
+    app.add_typer(group, name="diagnose")

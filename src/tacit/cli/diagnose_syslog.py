@@ -15,7 +15,6 @@ from tacit.errors import ConfigError
 if TYPE_CHECKING:
     from tacit.formats.syslog import LineFormat, SyslogRead
 
-syslog_app = typer.Typer(help="Network diagnosis from device syslogs (YTrace §4).")
 
 FilesArg = Annotated[list[Path], typer.Argument(help="Syslog files or directories.")]
 FormatOpt = Annotated[
@@ -68,7 +67,11 @@ HorizonOpt = Annotated[str, typer.Option("--horizon", help="How soon an effect f
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the ``diagnose`` group."""
-    app.add_typer(syslog_app, name="syslog")
+    group = typer.Typer(help="Network diagnosis from device syslogs (YTrace §4).")
+    group.command()(templates)
+    group.command()(mine)
+    group.command()(problems)
+    app.add_typer(group, name="syslog")
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,6 @@ def _mine(files: list[Path], how: _Reading, topology: Path, window: str, horizon
     return read, topo, params, mine_syslog_rules(read.records, topo.links(), params=params)
 
 
-@syslog_app.command()
 def templates(
     files: FilesArg,
     fmt: FormatOpt = "auto",
@@ -170,7 +172,6 @@ def templates(
         out.print(f"grouping accuracy: {accuracy:.3f}")
 
 
-@syslog_app.command()
 def mine(
     files: FilesArg,
     topology: TopologyOpt,
@@ -208,7 +209,6 @@ def mine(
     out.print(t)
 
 
-@syslog_app.command()
 def problems(
     files: FilesArg,
     topology: TopologyOpt,

@@ -28,9 +28,6 @@ from tacit.cli.common import (
 )
 from tacit.errors import ConfigError
 
-experiment_app = typer.Typer(help="Experiments that measure tacit against ground truth.")
-
-
 RUN_SECONDS = bounded(0, 3600, lo_open=True)
 """How long an experiment runs: up to an hour."""
 CONNECTIONS = bounded(1, 256)
@@ -40,7 +37,15 @@ NETEM_MS = bounded(0, 60_000)
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(experiment_app, name="experiment")
+    """Add the ``experiment`` group and its commands."""
+    group = typer.Typer(help="Experiments that measure tacit against ground truth.")
+    group.command()(web)
+    group.command()(asymmetric)
+    group.command()(loadbalancer)
+    group.command()(netns)
+    group.command("traced-app")(traced_app)
+    group.command("otel-app")(otel_app)
+    app.add_typer(group, name="experiment")
 
 
 def _table(title: str, rows: dict) -> Table:
@@ -52,7 +57,6 @@ def _table(title: str, rows: dict) -> Table:
     return t
 
 
-@experiment_app.command()
 def web(
     seconds: Annotated[
         float, typer.Option(callback=RUN_SECONDS, help="How long the clients run (s).")
@@ -87,7 +91,6 @@ def web(
     out.print(_table(f"live {server} experiment, {seconds:g} s", flat))
 
 
-@experiment_app.command()
 def asymmetric(
     seconds: Annotated[
         float, typer.Option(callback=RUN_SECONDS, help="How long the clients run (s).")
@@ -187,7 +190,6 @@ def asymmetric(
     out.print(f"server packets seen at the vantage point: {doc['server_packets_at_vantage']}")
 
 
-@experiment_app.command()
 def loadbalancer(
     seed: Annotated[int, typer.Option(callback=SEED, help="Seed of the simulation.")] = 0,
     source: Annotated[
@@ -215,7 +217,6 @@ def loadbalancer(
     out.print(f"p99 reduction: {doc['p99_reduction']:.1%}")
 
 
-@experiment_app.command()
 def netns(
     seconds: Annotated[
         float, typer.Option(callback=RUN_SECONDS, help="How long the generator sends (s).")
@@ -264,7 +265,6 @@ def netns(
     out.print(_table(f"one-way latency across namespaces ({result.impairment})", rows))
 
 
-@experiment_app.command("traced-app")
 def traced_app(
     out_dir: Annotated[
         Path, typer.Option("--out", help="Directory for app.pcap, services.yaml, truth.jsonl.")
@@ -327,7 +327,6 @@ def traced_app(
         )
 
 
-@experiment_app.command("otel-app")
 def otel_app(
     out_dir: Annotated[
         Path, typer.Option("--out", help="Directory for spans.jsonl, truth.jsonl, summary.json.")

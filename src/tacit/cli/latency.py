@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import typer
 
-from tacit.cli import oneway, oneway_agent, response
-
-latency_app = typer.Typer(help="Latencies measured passively from packets.")
+from tacit.cli import oneway, response
 
 
 def register(app: typer.Typer) -> None:
-    response.register(latency_app)
-    latency_app.add_typer(oneway.oneway_app, name="oneway")
-    oneway_agent.register(oneway.oneway_app)
-    app.add_typer(latency_app, name="latency")
+    """Add the ``latency`` group and its commands."""
+    group = typer.Typer(help="Latencies measured passively from packets.")
+    response.register(group)
+    oneway.register(group)
+    app.add_typer(group, name="latency")

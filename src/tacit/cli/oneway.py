@@ -11,6 +11,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
+from tacit.cli import oneway_agent
 from tacit.cli.common import (
     FRACTION,
     SEED,
@@ -23,8 +24,6 @@ from tacit.cli.common import (
     progress_bar,
 )
 from tacit.errors import ConfigError
-
-oneway_app = typer.Typer(help="One-way latency between two capture points (RDA, LDA, FineComb).")
 
 SIMULATED_RATE = 1e6
 """Packets per second of a simulated single run (the simulator's default)."""
@@ -42,7 +41,14 @@ MAX_MEMORY = 2**30
 once (:data:`tacit.oneway_latency.comparison.SYNOPSES_HELD`), 5 GiB at this size."""
 
 
-@oneway_app.command()
+def register(app: typer.Typer) -> None:
+    """Add the ``oneway`` group and its commands."""
+    group = typer.Typer(help="One-way latency between two capture points (RDA, LDA, FineComb).")
+    group.command()(simulate)
+    oneway_agent.register(group)
+    app.add_typer(group, name="oneway")
+
+
 def simulate(
     pcap: Annotated[
         Path | None,

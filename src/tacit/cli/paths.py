@@ -21,14 +21,15 @@ from tacit.cli.common import (
     working,
 )
 
-paths_app = typer.Typer(help="Causal path patterns from black-box message traces (WAP5).")
-
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(paths_app, name="paths")
+    """Add the ``paths`` group and its commands."""
+    group = typer.Typer(help="Causal path patterns from black-box message traces (WAP5).")
+    group.command()(link)
+    group.command()(evaluate)
+    app.add_typer(group, name="paths")
 
 
-@paths_app.command()
 def link(
     inputs: Annotated[
         list[Path],
@@ -107,7 +108,6 @@ def link(
         console.print(f"timelines: {', '.join(drawn)}")
 
 
-@paths_app.command()
 def evaluate(
     traces: Annotated[list[Path], typer.Argument(help="Trace files or directories.")],
     clock_offset_max: Annotated[
