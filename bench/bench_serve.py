@@ -53,11 +53,13 @@ is at 300 requests/s.
   in the service's bounded passes (the total and the longest pass, which is how long
   reconstruction waits at most) and the searches are timed again.
 
-Prints one JSON object.
+Prints one JSON object; ``python bench/bench_serve.py [PART ...] --markdown
+docs/serve-performance.md`` also writes the performance page.
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import os
@@ -74,6 +76,7 @@ from pathlib import Path
 
 import numpy as np
 
+from report_part import publish
 from tacit.evaluation.capture_accuracy import call_accuracy, label_capture, stored_parents
 from tacit.experiment.memcached import free_port
 from tacit.experiment.otlp_load import (
@@ -523,7 +526,7 @@ def query(callgraph, tmp: Path, target_spans: int = 1_000_000) -> dict:
         for a in range(0, len(order), BATCH):
             body = encode_spans([readable[r] for r in order[a : a + BATCH]]).SerializeToString()
             table, parents = read_export_request(body, "protobuf", "bench")
-            fed = feed.push(table, parents, np.arange(seq, seq + len(table)))
+            fed = feed.push(table, parents, np.arange(seq, seq + len(table)), np.inf)
             seq += len(table)
             _store(store, feed, fed, seq)
         _store(store, feed, Fed(feed.advance(feed.tw.latest_end + 10 * NS)), seq)
@@ -594,8 +597,37 @@ def _load(seed: int, seconds: float, scale: int = 1):
     return simulate(app, RATE * scale, duration_s=seconds, seed=seed, record_threads=False)
 
 
+def markdown(results: dict[str, dict], command: str) -> str:
+    """The performance page: the date and the command, then one table per part of what it
+    measured (nested figures named by their path)."""
+    lines = [
+        "# `tacit serve`: performance",
+        "",
+        f"Written by `{command}` on {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores: "
+        "`tacit serve` in its own process pinned to one core, the senders on the other "
+        "(`bench/bench_serve.py` says what each part does). Absolute rates follow the "
+        "machine's speed that hour; the service's CPU time per span is the steadier figure.",
+    ]
+    for part, figures in results.items():
+        lines += ["", f"## {part}", "", "| measure | value |", "|---|---|"]
+        lines += [f"| {name} | {value} |" for name, value in _flat(figures)]
+    return "\n".join(lines) + "\n"
+
+
+def _flat(doc: dict, prefix: str = "") -> list[tuple[str, object]]:
+    out: list[tuple[str, object]] = []
+    for key, value in doc.items():
+        name = f"{prefix}{key}"
+        out += _flat(value, f"{name}.") if isinstance(value, dict) else [(name, value)]
+    return out
+
+
 def main() -> None:
-    only = sys.argv[1:]  # names of the parts to run; all by default
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("parts", nargs="*", help="the parts to run (all by default)")
+    parser.add_argument("--markdown", type=Path, help="also write the performance page here")
+    args = parser.parse_args()
+    only = args.parts
     os.sched_setaffinity(0, {1})
     callgraph = learn_callgraph(simulate(load_app(), 5, n_requests=200, seed=1))
     results = {}
@@ -623,6 +655,9 @@ def main() -> None:
             results[name] = run(d)
             print(name, json.dumps(results[name]), file=sys.stderr)
     print(json.dumps({"serve": results}, indent=1))
+    if args.markdown:
+        command = " ".join(["python bench/bench_serve.py", *only, "--markdown", str(args.markdown)])
+        publish(markdown(results, command), args.markdown, echo=False)
 
 
 if __name__ == "__main__":
