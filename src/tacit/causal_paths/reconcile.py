@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -467,39 +468,36 @@ class _Reconciler:
             b.remote, a.local, a.host, b.host
         )
 
-    def _tcp_messages(self, conns: list[tuple[_Sock, _Sock | None]]) -> None:  # noqa: PLR0915
-        """Fat messages of every connection at once (see the module docstring).
-
-        Connection ``c`` has directions ``2c`` (from end a) and ``2c + 1`` (from end b or the
-        untraced peer). Every send and receive gets its direction and its byte range in that
-        direction's stream; message boundaries are the starts of runs on either end; a
-        message's send time is that of the write holding its first byte, its receive time that
-        of the read completing its last byte.
-        """
+    def _directions(self, conns: list[tuple[_Sock, _Sock | None]]) -> _Directions:
+        """Per socket, its connection, its end and the bases of its byte offsets; per direction,
+        the names of its ends, its flow and its kind (a connection whose ends could not be
+        aligned has its receives dropped)."""
         ev = self.ev
         nsock = int(ev.sock.max()) + 1 if len(ev) else 0
-        conn_of = np.full(nsock, -1, dtype=np.int64)
-        end_of = np.zeros(nsock, dtype=np.int64)
-        base_send = np.zeros(nsock, dtype=np.int64)
-        base_recv = np.zeros(nsock, dtype=np.int64)
-        drop_recv = np.zeros(nsock, dtype=bool)
         ndir = 2 * len(conns)
-        dir_names = np.full((ndir, 6), NONE, dtype=np.int32)
-        dir_flow = np.zeros(ndir, dtype=np.int64)
-        dir_kind = np.zeros(ndir, dtype=np.int8)  # _BOTH, _TO_UNTRACED, ...
+        d = _Directions(
+            np.full(nsock, -1, dtype=np.int64),
+            np.zeros(nsock, dtype=np.int64),
+            np.zeros(nsock, dtype=np.int64),
+            np.zeros(nsock, dtype=np.int64),
+            np.zeros(nsock, dtype=bool),
+            np.full((ndir, 6), NONE, dtype=np.int32),
+            np.zeros(ndir, dtype=np.int64),
+            np.zeros(ndir, dtype=np.int8),  # _BOTH, _TO_UNTRACED, ...
+        )
         code = self.strings.code
         for c, (a, b) in enumerate(conns):
-            conn_of[a.id] = c
-            dir_flow[2 * c : 2 * c + 2] = self.flow(("tcp", a.id))
+            d.conn_of[a.id] = c
+            d.flow[2 * c : 2 * c + 2] = self.flow(("tcp", a.id))
             if b is None:
                 server = True if a.role == CONNECT else False if a.role == ACCEPT else None
                 node, host = self.peer(a.remote, server, a.local)
                 mine = (a.node, a.host, self.endpoint(a.local, None, a.host))
                 theirs = (node, host, _known_endpoint(a.remote))
-                dir_kind[2 * c : 2 * c + 2] = (_TO_UNTRACED, _FROM_UNTRACED)
+                d.kind[2 * c : 2 * c + 2] = (_TO_UNTRACED, _FROM_UNTRACED)
             else:
-                conn_of[b.id] = c
-                end_of[b.id] = 1
+                d.conn_of[b.id] = c
+                d.end_of[b.id] = 1
                 mine = (a.node, a.host, self.endpoint(a.local, b.remote, a.host))
                 theirs = (b.node, b.host, self.endpoint(b.local, a.remote, b.host))
                 if a.open_time is None or b.open_time is None:
@@ -509,13 +507,28 @@ class _Reconciler:
                     )
                     if bases is None:
                         self.count("tcp connections not aligned")
-                        drop_recv[[a.id, b.id]] = True
-                        dir_kind[2 * c : 2 * c + 2] = _UNALIGNED
+                        d.drop_recv[[a.id, b.id]] = True
+                        d.kind[2 * c : 2 * c + 2] = _UNALIGNED
                     else:
-                        base_recv[b.id], base_send[b.id] = bases
-            dir_names[2 * c] = [code(x) for x in (*mine, *theirs)]
-            dir_names[2 * c + 1] = [code(x) for x in (*theirs, *mine)]
+                        d.base_recv[b.id], d.base_send[b.id] = bases
+            d.names[2 * c] = [code(x) for x in (*mine, *theirs)]
+            d.names[2 * c + 1] = [code(x) for x in (*theirs, *mine)]
+        return d
 
+    def _tcp_messages(self, conns: list[tuple[_Sock, _Sock | None]]) -> None:
+        """Fat messages of every connection at once (see the module docstring).
+
+        Connection ``c`` has directions ``2c`` (from end a) and ``2c + 1`` (from end b or the
+        untraced peer). Every send and receive gets its direction and its byte range in that
+        direction's stream; message boundaries are the starts of runs on either end; a
+        message's send time is that of the write holding its first byte, its receive time that
+        of the read completing its last byte.
+        """
+        ev = self.ev
+        d = self._directions(conns)
+        conn_of, end_of, drop_recv = d.conn_of, d.end_of, d.drop_recv
+        base_send, base_recv, ndir = d.base_send, d.base_recv, 2 * len(conns)
+        dir_names, dir_flow, dir_kind = d.names, d.flow, d.kind
         rows = self.order[self.is_data]
         rows = rows[conn_of[ev.sock[rows]] >= 0]
         sock, kind, nbytes = ev.sock[rows], ev.kind[rows], ev.bytes[rows]
@@ -838,6 +851,19 @@ def _stream_offsets(sock: np.ndarray, kind: np.ndarray, nbytes: np.ndarray) -> n
     out = np.empty_like(cum)
     out[order] = cum - before[np.cumsum(first) - 1]
     return out
+
+
+class _Directions(NamedTuple):
+    """The two directions of every TCP connection (:meth:`_Reconciler._directions`)."""
+
+    conn_of: np.ndarray
+    end_of: np.ndarray
+    base_send: np.ndarray
+    base_recv: np.ndarray
+    drop_recv: np.ndarray
+    names: np.ndarray
+    flow: np.ndarray
+    kind: np.ndarray
 
 
 @dataclass

@@ -143,7 +143,7 @@ class SearchResult:
     truncated: int
 
 
-def search(  # noqa: PLR0915
+def search(
     spans: SpanTable,
     incoming: np.ndarray,
     endpoint_of: np.ndarray,
@@ -167,7 +167,61 @@ def search(  # noqa: PLR0915
     n_ep = int(max(endpoint_of.max(initial=-1), ep_ids.max(initial=-1))) + 1
     order = np.argsort(ep_ids, kind="stable")
     ep_ptr = np.searchsorted(ep_ids[order], np.arange(n_ep + 1)).astype(np.int64)
-    # Slots of every path in topological order.
+    slot_ptr, slot_cols, dep_cols, need_cols = _slot_layout(paths)
+    pool_ptr = [0]
+    pool_call = []
+    for k in pool_keys:
+        pool_call.extend(pools.pools.get(k, np.empty(0, np.int64)).tolist())
+        pool_ptr.append(len(pool_call))
+    call_rows = np.array(pool_call, dtype=np.int64)
+    # No partial mapping can branch more often than the largest pool has calls.
+    max_branch = max(1, min(max_branch, int(np.diff(pool_ptr).max(initial=0))))
+    i64, f64 = np.int64, np.float64
+    # The kernel's arguments, grouped as it reads them (:func:`_beam`).
+    in_cols = (
+        spans.start[incoming],
+        spans.end[incoming],
+        window,
+        endpoint_of,
+        spans.thread[incoming],
+        incoming,
+    )
+    path_cols = (
+        ep_ptr,
+        order.astype(i64),
+        slot_ptr,
+        np.array([p.response_model for p in paths], dtype=i64),
+        np.array([p.log_prior for p in paths], dtype=f64),
+        np.array([p.same_thread for p in paths], dtype=np.bool_),
+    )
+    call_owner = np.full(len(call_rows), -1, i64) if owner is None else owner[call_rows]
+    call_cols = (spans.start[call_rows], spans.end[call_rows], spans.thread[call_rows], call_owner)
+    out = _beam(
+        tuple(a.astype(i64) for a in in_cols),
+        path_cols,
+        slot_cols,
+        dep_cols,
+        need_cols,
+        (np.array(pool_ptr, dtype=i64), *(a.astype(i64) for a in call_cols)),
+        (models.arrays(), models.peak),
+        (beam_width, max_branch, keep, max(max_slots, 1)),
+    )
+    out_in, out_path, out_calls, out_score, truncated = out
+    sets, scores = [], []
+    for pi, p in enumerate(paths):
+        m = out_path == pi
+        n_slots = len(p.path.slots)
+        local = out_calls[m, :n_slots]
+        calls = np.where(local >= 0, call_rows[np.maximum(local, 0)], local)
+        sets.append(CandidateSet(p.path, incoming[out_in[m]], calls.astype(np.int64)))
+        scores.append(out_score[m])
+    return SearchResult(sets, scores, int(truncated))
+
+
+def _slot_layout(paths: list[PathSpec]) -> tuple[np.ndarray, tuple, tuple, tuple]:
+    """The slots of every path in topological order, as the kernel reads them (:func:`_beam`):
+    their pointers per path, their columns, their dependencies (predecessors, and the earlier
+    slots calling the same backend) and the calls each path cannot do without."""
     slot_ptr = [0]
     slot_index, slot_pool, slot_model, slot_early, slot_late = [], [], [], [], []
     slot_anchor: list[int] = []
@@ -215,32 +269,7 @@ def search(  # noqa: PLR0915
             twin_ptr.append(len(twins))
             bisect.insort(placed[sl.callee], (sl.occurrence, j))
         slot_ptr.append(len(slot_index))
-    pool_ptr = [0]
-    pool_call = []
-    for k in pool_keys:
-        pool_call.extend(pools.pools.get(k, np.empty(0, np.int64)).tolist())
-        pool_ptr.append(len(pool_call))
-    call_rows = np.array(pool_call, dtype=np.int64)
-    # No partial mapping can branch more often than the largest pool has calls.
-    max_branch = max(1, min(max_branch, int(np.diff(pool_ptr).max(initial=0))))
     i64, f64 = np.int64, np.float64
-    # The kernel's arguments, grouped as it reads them (:func:`_beam`).
-    in_cols = (
-        spans.start[incoming],
-        spans.end[incoming],
-        window,
-        endpoint_of,
-        spans.thread[incoming],
-        incoming,
-    )
-    path_cols = (
-        ep_ptr,
-        order.astype(i64),
-        np.array(slot_ptr, dtype=i64),
-        np.array([p.response_model for p in paths], dtype=i64),
-        np.array([p.log_prior for p in paths], dtype=f64),
-        np.array([p.same_thread for p in paths], dtype=np.bool_),
-    )
     slot_ints = (slot_index, slot_pool, slot_model, slot_early, slot_late, slot_anchor)
     slot_cols = (
         *(np.array(a, dtype=i64) for a in slot_ints),
@@ -253,28 +282,8 @@ def search(  # noqa: PLR0915
         np.array(twin_after, dtype=np.bool_),
     )
     need_cols = (need_ptr, need_pool, need_count, need_early, need_late)
-    call_owner = np.full(len(call_rows), -1, i64) if owner is None else owner[call_rows]
-    call_cols = (spans.start[call_rows], spans.end[call_rows], spans.thread[call_rows], call_owner)
-    out = _beam(
-        tuple(a.astype(i64) for a in in_cols),
-        path_cols,
-        slot_cols,
-        dep_cols,
-        tuple(np.array(a, dtype=i64) for a in need_cols),
-        (np.array(pool_ptr, dtype=i64), *(a.astype(i64) for a in call_cols)),
-        (models.arrays(), models.peak),
-        (beam_width, max_branch, keep, max(max_slots, 1)),
-    )
-    out_in, out_path, out_calls, out_score, truncated = out
-    sets, scores = [], []
-    for pi, p in enumerate(paths):
-        m = out_path == pi
-        n_slots = len(p.path.slots)
-        local = out_calls[m, :n_slots]
-        calls = np.where(local >= 0, call_rows[np.maximum(local, 0)], local)
-        sets.append(CandidateSet(p.path, incoming[out_in[m]], calls.astype(np.int64)))
-        scores.append(out_score[m])
-    return SearchResult(sets, scores, int(truncated))
+    need_arrays = tuple(np.array(a, dtype=i64) for a in need_cols)
+    return np.array(slot_ptr, dtype=i64), slot_cols, dep_cols, need_arrays
 
 
 @njit(cache=True, inline="always")

@@ -62,7 +62,7 @@ from tacit.reconstruct.assign import (
 )
 from tacit.reconstruct.baselines import wap5_parents
 from tacit.reconstruct.beam import PathSpec, model_table, search
-from tacit.reconstruct.callgraph import CallGraph, CallPath
+from tacit.reconstruct.callgraph import CallGraph, CallPath, EndpointGraph
 from tacit.reconstruct.candidates import CallPools, CandidateSet, call_keys
 from tacit.reconstruct.delays import (
     GapModel,
@@ -459,7 +459,7 @@ def _gather(values: np.ndarray, bounds: np.ndarray, parts: Batches) -> Batches:
 class _Instance:
     """The reconstruction problem of one service instance."""
 
-    def __init__(  # noqa: C901, PLR0915
+    def __init__(
         self,
         spans: SpanTable,
         rows: np.ndarray,
@@ -473,7 +473,6 @@ class _Instance:
         self.params = params
         self.candidates = candidates  # keep each incoming span's ranked candidates
         self.callgraph = callgraph
-        s = spans.strings
         incoming, self.outgoing = mapping_problem(spans, rows)
         self.serves = len(incoming) > 0
         self.min_std = gap_floor(np.concatenate([spans.start[rows], spans.end[rows]]))
@@ -482,27 +481,56 @@ class _Instance:
         self.owner = spans.parent  # a call's given parent (known_calls), the one that may take it
         if self.shared:
             self.shared.given(self._given_calls())
-        svc = s[int(spans.service[rows[0]])] or ""
         self.truncated = 0
         self.not_top = 0  # requests assigned a candidate other than their best-scored one
         self.assigned: set[int] = set()
         self.in_candidates: set[int] = set()
         self.alternatives: list[Alternatives] = []  # per pass recorded, in order
-        # Endpoints with calls to map, their incoming spans (by start) and their paths.
-        graphs, self.requests = [], []
-        for ep in distinct(spans.endpoint[incoming]):
-            g = callgraph.get(svc, s[int(ep)] or "")
-            if g is not None and any(p.slots for p in g.call_paths()):
-                reqs = incoming[spans.endpoint[incoming] == ep]
-                graphs.append(g)
-                self.requests.append(reqs[np.argsort(spans.start[reqs], kind="stable")])
+        graphs = self._endpoints(incoming, spans.strings[int(spans.service[rows[0]])] or "")
         self.n_incoming = sum(len(r) for r in self.requests)
         paths = [(e, g.call_paths() if params.call_paths else [g]) for e, g in enumerate(graphs)]
         self.pool_keys = sorted(
             {self.pools.key(*sl.callee) for _, ps in paths for p in ps for sl in p.slots}
         )
-        pool_id = {k: i for i, k in enumerate(self.pool_keys)}
-        # Dynamism (§4.2): calls the union graphs expect versus calls observed.
+        expected, observed = self._skip_budget(graphs)
+        self.specs: list[PathSpec] = []
+        self.slot_keys: list[list[int]] = []
+        self.edges: list[tuple] = []  # model index -> edge key
+        self._path_specs(paths, graphs, expected, observed)
+        # Every incoming span, its endpoint and its seed window (its rank in time // window).
+        self.incoming = np.concatenate(self.requests) if self.requests else np.empty(0, np.int64)
+        self.endpoint_of = np.repeat(
+            np.arange(len(self.requests)), [len(r) for r in self.requests]
+        ).astype(np.int64)
+        self.window = np.concatenate(
+            [np.arange(len(r)) // params.seed_window for r in self.requests]
+            or [np.empty(0, np.int64)]
+        ).astype(np.int64)
+        self.by_row = np.argsort(self.incoming, kind="stable")
+        self.group = self._join_groups(graphs, mapped)
+        self.joins = [g.join for g in graphs]
+        self.others_end = self._others_end()
+        self.in_order = np.array([not g.reorders for g in graphs], dtype=bool)
+        self.trigger = np.array([sp.path.role == "trigger" for sp in self.specs], dtype=bool)
+
+    def _endpoints(self, incoming: np.ndarray, service: str) -> list[EndpointGraph]:
+        """The call graphs of the endpoints with calls to map; sets :attr:`requests`, their
+        incoming spans by start, in the same order."""
+        spans, s = self.spans, self.spans.strings
+        graphs: list[EndpointGraph] = []
+        self.requests: list[np.ndarray] = []
+        for ep in distinct(spans.endpoint[incoming]):
+            g = self.callgraph.get(service, s[int(ep)] or "")
+            if g is not None and any(p.slots for p in g.call_paths()):
+                reqs = incoming[spans.endpoint[incoming] == ep]
+                graphs.append(g)
+                self.requests.append(reqs[np.argsort(spans.start[reqs], kind="stable")])
+        return graphs
+
+    def _skip_budget(self, graphs: list[EndpointGraph]) -> tuple[dict[int, int], dict[int, int]]:
+        """Dynamism (§4.2): the calls the union graphs expect and those observed, per callee
+        key; sets :attr:`budget`, the calls each key may be skipped (none with call paths, which
+        say which calls each request makes), and :attr:`skip_keys`."""
         expected: dict[int, int] = {}
         for g, reqs in zip(graphs, self.requests, strict=True):
             for sl in g.slots:
@@ -511,14 +539,25 @@ class _Instance:
         observed = {k: len(self.pools.pools.get(k, ())) for k in self.pool_keys}
         self.budget = (
             {}
-            if params.call_paths
+            if self.params.call_paths
             else {k: expected[k] - observed[k] for k in expected if expected[k] > observed[k]}
         )
         self.skip_keys = sorted(self.budget)
-        self.specs: list[PathSpec] = []
-        self.slot_keys: list[list[int]] = []
+        return expected, observed
+
+    def _path_specs(
+        self,
+        paths: list[tuple[int, list[Any]]],
+        graphs: list[EndpointGraph],
+        expected: dict[int, int],
+        observed: dict[int, int],
+    ) -> None:
+        """Each path's search spec (:class:`.beam.PathSpec`): its callees' pools, the gap model
+        of each slot and of the response (shared along equal edges, :func:`_edge_key`), the
+        §4.2 scores of optional calls, and its prior; appended to :attr:`specs`,
+        :attr:`slot_keys` and :attr:`edges`."""
+        pool_id = {k: i for i, k in enumerate(self.pool_keys)}
         edges: dict[tuple, int] = {}
-        self.edges: list[tuple] = []  # model index -> edge key
         for e, ps in paths:
             total = sum(p.requests for p in ps) or len(ps)
             for p in ps:
@@ -538,7 +577,7 @@ class _Instance:
                         prob = min(max(prob, 1e-3), 1 - 1e-3)
                         made[j] = math.log(prob)
                         skip[j] = math.log(1 - prob)
-                prior = (p.requests or 1) / total if params.call_paths else 1.0
+                prior = (p.requests or 1) / total if self.params.call_paths else 1.0
                 self.specs.append(
                     PathSpec(
                         e,
@@ -553,21 +592,6 @@ class _Instance:
                     )
                 )
                 self.slot_keys.append(keys)
-        # Every incoming span, its endpoint and its seed window (its rank in time // window).
-        self.incoming = np.concatenate(self.requests) if self.requests else np.empty(0, np.int64)
-        self.endpoint_of = np.repeat(
-            np.arange(len(self.requests)), [len(r) for r in self.requests]
-        ).astype(np.int64)
-        self.window = np.concatenate(
-            [np.arange(len(r)) // params.seed_window for r in self.requests]
-            or [np.empty(0, np.int64)]
-        ).astype(np.int64)
-        self.by_row = np.argsort(self.incoming, kind="stable")
-        self.group = self._join_groups(graphs, mapped)
-        self.joins = [g.join for g in graphs]
-        self.others_end = self._others_end()
-        self.in_order = np.array([not g.reorders for g in graphs], dtype=bool)
-        self.trigger = np.array([sp.path.role == "trigger" for sp in self.specs], dtype=bool)
 
     def _index(self, rows: np.ndarray) -> np.ndarray:
         """The position in ``self.incoming`` of each of these incoming span rows."""
