@@ -284,6 +284,7 @@ def reconstruct(  # noqa: C901, PLR0915
     from tacit.model.spans import CLIENT
     from tacit.reconstruct.pipeline import (
         ONLINE,
+        STREAM_READ_FORMATS,
         StreamTotals,
         check_algorithm,
         reconstruct_blind,
@@ -312,7 +313,7 @@ def reconstruct(  # noqa: C901, PLR0915
         and not keep_context
         and callgraph not in LEARNED
         and output_format in STREAM_WRITE_FORMATS
-        and input_format in ("auto", "blind", "otlp", "csv")
+        and input_format in ("auto", *STREAM_READ_FORMATS)
     ):
         stream = stream_source(list(spans), input_format)
     summary: dict | None = None

@@ -106,6 +106,10 @@ def reconstruct_blind(
     return traces, tags, rec
 
 
+STREAM_READ_FORMATS = ("blind", "csv", "otlp")
+"""The input formats :func:`stream_source` can stream (the others are read whole)."""
+
+
 def stream_source(
     paths: list[Path], format: str = "auto", online: OnlineParams | None = None
 ) -> SpanStream | None:
@@ -127,7 +131,7 @@ def stream_source(
         detected = detect_format(path)
     except InputError:
         return None
-    if format not in ("auto", detected):
+    if format not in ("auto", detected) or detected not in STREAM_READ_FORMATS:
         return None
     if detected == "blind":
         return _blind_stream(path) if in_stream_order(path) else None
