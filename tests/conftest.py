@@ -1,10 +1,17 @@
-"""Shared fixtures: the real data in ../shared/data, skipped with a reason when absent."""
+"""Shared fixtures (the real data in ../shared/data, skipped with a reason when absent) and the
+settings of every property test."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Hypothesis fails an example that takes over 200 ms by default: on a loaded machine that is a
+# slow example, not a wrong one, so no property test has a deadline.
+settings.register_profile("tacit", deadline=None)
+settings.load_profile("tacit")
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
