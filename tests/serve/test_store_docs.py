@@ -22,7 +22,7 @@ from tacit.formats.otlp import read_export_request
 from tacit.reconstruct.assemble import evidence_tags
 from tacit.reconstruct.online import NS
 from tacit.reconstruct.pipeline import ONLINE
-from tacit.serve import store as store_module
+from tacit.serve import store_traces
 from tacit.serve.finished_rows import _SCHEMAS, Rows, TakenIds, finished_traces
 from tacit.serve.online_feed import OnlineFeed
 from tacit.serve.store import Store, TraceQuery
@@ -152,7 +152,7 @@ def test_a_file_of_stored_documents_is_upgraded_and_they_are_read(tmp_path):
 
 
 def test_a_search_by_tags_finds_every_match_however_old(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "TAG_PAGE", 7)  # many pages, none of them enough
+    monkeypatch.setattr(store_traces, "TAG_PAGE", 7)  # many pages, none of them enough
     store = Store(tmp_path / "t.duckdb")
     docs = _stored_traces(store, 4)
     for tags in (
@@ -162,7 +162,7 @@ def test_a_search_by_tags_finds_every_match_however_old(tmp_path, monkeypatch):
         (("tacit.algorithm", ONLINE),),
     ):
         q = TraceQuery(service="catalog", limit=10**6, tags=tags)
-        expected = {d["traceID"] for d in docs if store_module._has_tags(d, q)}
+        expected = {d["traceID"] for d in docs if store_traces._has_tags(d, q)}
         found = [orjson.loads(d)["traceID"] for d in store.find_traces(q)]
         assert 20 < len(expected) == len(found)
         assert set(found) == expected
@@ -209,8 +209,8 @@ def test_tag_patterns_match_every_list_of_tags_with_the_tag(key, value, others):
     """The patterns a search by tags filters spans with keep every span the search wants
     (they may keep a few more, which the documents then tell), and no span without the tag's
     key, or whose one tag has another value."""
-    wanted = store_module.tag_value_text(value)
-    patterns = store_module._tag_patterns(key, wanted)
+    wanted = store_traces.tag_value_text(value)
+    patterns = store_traces._tag_patterns(key, wanted)
     con = duckdb.connect()
 
     def matches(tags: list[dict]) -> bool:
