@@ -28,6 +28,7 @@ SLOWEST_FIRST = [
     "serve/test_ingest_reconstruct.py",
     "fuzz/test_fuzz_commands.py",
     "realdata/test_traceweaver_real.py",
+    "test_docs_commands.py",
     "serve/test_durability.py",
     "serve/test_web_page.py",
     "serve/test_query_api.py",

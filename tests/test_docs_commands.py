@@ -2,7 +2,8 @@
 ``tacit demo`` (with fewer requests), in a new directory for each document: each exits 0.
 ``tacit serve`` runs until it has started serving (on a free port: the variables ``TACIT_HTTP``
 and ``TACIT_GRPC`` apply where the command gives no address), then stops on SIGTERM, cleanly; a
-live demo runs for a few seconds, on a free port. The README is at most 150 lines."""
+live demo runs for a few seconds, on a free port; installing completion is not run. The README is
+at most 150 lines."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def commands(block: str) -> list[list[str]]:
     """The ``tacit`` commands of a shell block, continuation lines joined, comments dropped."""
     joined = block.replace("\\\n", " ")
     words = [shlex.split(line, comments=True) for line in joined.splitlines()]
-    return [w for w in words if w and w[0] == "tacit"]
+    return [w for w in words if w and w[0] == "tacit" and not SETUP & set(w)]
 
 
 def try_it(markdown: str) -> str:
@@ -39,8 +40,13 @@ def try_it(markdown: str) -> str:
     return part[1].split("\n## ", 1)[0] if len(part) == 2 else ""
 
 
+SETUP = {"--install-completion"}
+"""Options of commands shown as setup, not run: installing completion changes the user's shell
+start-up files."""
+
+
 def shown() -> dict[str, list[list[str]]]:
-    """Each document's commands, in order."""
+    """Each document's commands, in order (but setup's)."""
     readme = (ROOT / "README.md").read_text()
     found = {"README.md": [c for b in shell_blocks(readme) for c in commands(b)]}
     for tutorial in TUTORIALS:
@@ -107,4 +113,5 @@ def _env(where: Path) -> dict[str, str]:
         "TACIT_HTTP": "127.0.0.1:0",
         "TACIT_GRPC": "",
         "TACIT_DATABASE": str(where / "serve.duckdb"),
+        "HOME": str(where),  # no command shown may touch the user's own files
     }
