@@ -1,9 +1,9 @@
 """The commands the README and the tutorials' "Try it" sections show run as shown, after
-``tacit demo`` (with fewer requests), in a new directory for each document: each exits 0.
+``tacit demo`` (with fewer requests), in a new directory: each exits 0.
 ``tacit serve`` runs until it has started serving (on a free port: the variables ``TACIT_HTTP``
-and ``TACIT_GRPC`` apply where the command gives no address), then stops on SIGTERM, cleanly; a
-live demo runs for a few seconds, on a free port; installing completion is not run. The README is
-at most 150 lines."""
+and ``TACIT_GRPC`` apply where the command gives no address), then stops on SIGTERM, cleanly;
+``tacit demo --serve`` is left to the test of it (``tests/serve/test_query_api.py``), and
+installing completion is not run. The README is at most 150 lines."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = sorted((ROOT / "docs" / "tutorials").glob("*.md"))
@@ -62,23 +60,20 @@ def test_the_readme_is_short_and_every_tutorial_has_something_to_try():
         assert commands("".join(shell_blocks(try_it(tutorial.read_text())))), tutorial.name
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> Path:
-    where = tmp_path_factory.mktemp("docs")
-    _run(["tacit", "demo", "--out", "demo-output", "--requests", "50"], where)
-    return where
-
-
-@pytest.mark.parametrize("document", shown())
-def test_the_commands_a_document_shows_run(document, demo, tmp_path):
-    (tmp_path / "demo-output").symlink_to(demo / "demo-output")
-    for command in shown()[document]:
+def test_the_commands_the_docs_show_run(tmp_path):
+    """The README's, then each tutorial's, in one directory after the demo; a command shown in
+    two places is run once (the tutorials repeat the README's, on the same files)."""
+    _run(["tacit", "demo", "--out", "demo-output", "--requests", "30"], tmp_path)
+    done: set[tuple[str, ...]] = set()
+    for command in (c for cs in shown().values() for c in cs):
+        if tuple(command) in done:
+            continue
+        done.add(tuple(command))
         if command[:2] == ["tacit", "serve"]:
             _serve(command, tmp_path)
-            continue
-        if command[:2] == ["tacit", "demo"] and "--serve" in command:
-            command = [*command, "--seconds", "3", "--http", "127.0.0.1:0"]
-        _run(command, tmp_path)
+        elif command[:2] != ["tacit", "demo"] or "--serve" not in command:
+            _run(command, tmp_path)
+        # else: tacit demo --serve, which tests/serve/test_query_api.py runs and checks
 
 
 def _run(command: list[str], where: Path) -> None:
