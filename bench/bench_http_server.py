@@ -50,27 +50,21 @@ SECONDS_OF_SPANS = 6.0
 
 
 class PlainAsgiRoutes:
-    """tacit's routes as an ASGI application without bounds: the head is checked before the
-    body is read (``before_body``), and the answer is made in a pool of threads as tacit's
-    server makes it."""
+    """tacit's routes as an ASGI application without bounds: the head is read as tacit's server
+    reads it and checked before the body is read (``before_body``), and the answer is made in a
+    pool of threads as tacit's server makes it."""
 
     def __init__(self, routes: Any, workers: int = 8) -> None:
-        from tacit.serve.http_routes import Request
-
         self.routes = routes
-        self.request = Request
         self.pool = ThreadPoolExecutor(workers)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        from tacit.serve.asgi_routes import content_length, request_of
+
         if scope["type"] != "http":
             return
-        target = scope["raw_path"].decode()
-        if scope["query_string"]:
-            target += "?" + scope["query_string"].decode()
-        headers = [(k.decode().lower(), v.decode("latin-1")) for k, v in scope["headers"]]
-        head = self.request(scope["method"], target, headers)
-        length = head.header("content-length")
-        answer = self.routes.before_body(head, None if length is None else int(length))
+        head = request_of(scope)
+        answer = self.routes.before_body(head, content_length(head))
         if answer is None:
             body, more = bytearray(), True
             while more:

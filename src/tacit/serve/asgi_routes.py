@@ -49,8 +49,8 @@ class AsgiRoutes:
     async def _answer(self, scope: dict[str, Any], receive: Receive, link: Link) -> Response:
         if link.busy is not None:
             return _busy(link.busy)
-        request = _request(scope)
-        length = _content_length(request)
+        request = request_of(scope)
+        length = content_length(request)
         early = self.routes.before_body(request, length)
         if early is not None:
             return replace(early, close=True)
@@ -128,7 +128,8 @@ def _busy(reason: str) -> Response:
     return text(HTTPStatus.SERVICE_UNAVAILABLE, reason, _RETRY, close=True)
 
 
-def _request(scope: dict[str, Any]) -> Request:
+def request_of(scope: dict[str, Any]) -> Request:
+    """The request an ASGI scope is the head of (its body not yet read)."""
     target = scope["raw_path"].decode("latin-1")
     if scope["query_string"]:
         target += "?" + scope["query_string"].decode("latin-1")
@@ -136,7 +137,7 @@ def _request(scope: dict[str, Any]) -> Request:
     return Request(scope["method"], target, headers)
 
 
-def _content_length(request: Request) -> int | None:
+def content_length(request: Request) -> int | None:
     """The body's length as its head says (the parser has checked the header), or None if
     chunked."""
     value = request.header("content-length")
