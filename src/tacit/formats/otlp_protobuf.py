@@ -163,71 +163,18 @@ def _messages(data: bytes, source: str) -> Iterator[tuple[str, bytes]]:
 
 
 def _request_doc(request: Any) -> dict:
-    """A decoded ``ExportTraceServiceRequest`` as its OTLP/JSON form (ids in hex, fields at
-    their default left out), which :func:`read_export` reads and checks.
+    """A decoded ``ExportTraceServiceRequest`` in its OTLP/JSON form, which :func:`read_export`
+    reads and checks: protobuf's own JSON mapping, with the ids in hex, as OTLP/JSON writes
+    them, where the mapping writes bytes in base64."""
+    from google.protobuf.json_format import MessageToDict
 
-    Written out for the OTLP messages rather than left to protobuf's generic ``MessageToDict``,
-    which would take most of the time spent reading a request.
-    """
-    return {
-        "resourceSpans": [
-            {
-                "resource": {"attributes": _key_values_doc(rs.resource.attributes)},
-                "scopeSpans": [
-                    {"spans": [_span_doc(span) for span in scope.spans]} for scope in rs.scope_spans
-                ],
-            }
-            for rs in request.resource_spans
-        ]
-    }
-
-
-def _span_doc(span: Any) -> dict:
-    doc: dict[str, Any] = {
-        "traceId": span.trace_id.hex(),
-        "spanId": span.span_id.hex(),
-        "name": span.name,
-        "startTimeUnixNano": span.start_time_unix_nano,
-        "endTimeUnixNano": span.end_time_unix_nano,
-    }
-    if span.parent_span_id:
-        doc["parentSpanId"] = span.parent_span_id.hex()
-    if span.kind:
-        doc["kind"] = span.kind
-    if span.attributes:
-        doc["attributes"] = _key_values_doc(span.attributes)
-    if span.status.code or span.status.message:
-        doc["status"] = {"code": span.status.code, "message": span.status.message}
-    if span.events:
-        doc["events"] = [
-            {
-                "timeUnixNano": e.time_unix_nano,
-                "name": e.name,
-                "attributes": _key_values_doc(e.attributes),
-            }
-            for e in span.events
-        ]
+    doc = MessageToDict(request)
+    for rs in doc.get("resourceSpans", ()):
+        for scope in rs.get("scopeSpans", ()):
+            for span in scope.get("spans", ()):
+                for key in _ID_KEYS.intersection(span):
+                    span[key] = base64.b64decode(span[key]).hex()
     return doc
 
 
-def _key_values_doc(kvs: Any) -> list[dict[str, Any]]:
-    return [{"key": kv.key, "value": _any_value_doc(kv.value)} for kv in kvs]
-
-
-def _any_value_doc(value: Any) -> dict[str, Any]:
-    which = value.WhichOneof("value")
-    if which == "string_value":
-        return {"stringValue": value.string_value}
-    if which == "int_value":
-        return {"intValue": value.int_value}
-    if which == "double_value":
-        return {"doubleValue": value.double_value}
-    if which == "bool_value":
-        return {"boolValue": value.bool_value}
-    if which == "array_value":
-        return {"arrayValue": {"values": [_any_value_doc(v) for v in value.array_value.values]}}
-    if which == "kvlist_value":
-        return {"kvlistValue": {"values": _key_values_doc(value.kvlist_value.values)}}
-    if which == "bytes_value":
-        return {"bytesValue": base64.b64encode(value.bytes_value).decode()}
-    return {}
+_ID_KEYS = frozenset(("traceId", "spanId", "parentSpanId"))
