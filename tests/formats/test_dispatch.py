@@ -307,3 +307,18 @@ def test_a_directory_file_that_holds_no_spans_is_counted_not_fatal(
     (alone / "fault_list.json").write_text("[1, 2]")
     with pytest.raises(InputError, match="no span files"):
         observe([alone])
+
+
+def test_format_names_are_the_registry():
+    """The names commands list without importing the readers are those the readers and
+    writers are registered under."""
+    from tacit.formats import format_names, span_files
+    from tacit.reconstruct import pipeline
+
+    assert set(format_names.DETECTED) == {*span_files._INPUT_READERS, "blind"}
+    assert tuple(span_files._AGENT_READERS) == format_names.AGENT
+    assert tuple(span_files._WRITERS) == format_names.WRITE
+    assert tuple(span_files._STREAM_WRITERS) == format_names.STREAM_WRITE
+    assert set(format_names.STREAM_READ) <= set(format_names.DETECTED)
+    assert pipeline.STREAM_READ_FORMATS == format_names.STREAM_READ
+    assert format_names.listed(("a", "b", "c")) == "a, b or c"

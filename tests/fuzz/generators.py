@@ -38,6 +38,7 @@ from clirun import run_here
 from ss_sample import SS
 from tacit.causal_paths.from_spans import messages_from_spans
 from tacit.formats.blind import write_blind
+from tacit.formats.format_names import WRITE
 from tacit.formats.jaeger import write_jaeger
 from tacit.formats.messagetable import write_message_table
 from tacit.formats.otlp import write_otlp
@@ -428,7 +429,7 @@ COMMANDS = [
         ("reconstruct", "{blind}", "--callgraph", "{callgraph}", "--out", "{out}/t.json"),
         {
             "--algorithm": ("traceweaver", "wap5", "fcfs", "vpath", "nope"),
-            "--format": ("jaeger", "otlp", "zipkin"),
+            "--format": WRITE,
         },
     ),
     Command("reconstruct-learn", ("reconstruct", "{traces}", "--out", "{out}/t.json")),
@@ -450,7 +451,7 @@ COMMANDS = [
             "--out",
             "{out}/t.json",
         ),
-        {"--algorithm": ("traceweaver", "fcfs", "nope"), "--format": ("jaeger", "otlp", "nope")},
+        {"--algorithm": ("traceweaver", "fcfs", "nope"), "--format": (*WRITE, "nope")},
     ),
     Command(
         "paths link",

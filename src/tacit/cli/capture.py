@@ -23,6 +23,7 @@ from tacit.cli.common import (
     working,
 )
 from tacit.errors import ConfigError
+from tacit.formats.format_names import WRITE, listed
 from tacit.outputs import refuse_input_as_output
 
 _PROTOCOLS = "auto (by port, else by the first bytes), http, http2, redis or memcached"
@@ -80,7 +81,7 @@ def capture(  # noqa: C901, PLR0912
         str, typer.Option(help="With --reconstruct: traceweaver, wap5, fcfs or vpath.")
     ] = "traceweaver",
     output_format: Annotated[
-        str, typer.Option("--format", help="With --reconstruct: jaeger, otlp or zipkin.")
+        str, typer.Option("--format", help=f"With --reconstruct: {listed(WRITE)}.")
     ] = "jaeger",
     json_out: JsonOpt = False,
 ) -> None:

@@ -23,14 +23,13 @@ from tacit.cli.common import (
     print_json,
 )
 from tacit.errors import ConfigError
+from tacit.formats.format_names import READ, listed
 from tacit.outputs import refuse_input_as_output, write_bytes
 
 TracesArg = Annotated[list[Path], typer.Argument(help="Trace files or directories.")]
 FormatOpt = Annotated[
     str,
-    typer.Option(
-        "--format", help="Input format: auto, jaeger, zipkin, otlp, csv, blind, ebpf or envoy."
-    ),
+    typer.Option("--format", help=f"Input format: {listed(READ)}."),
 ]
 
 

@@ -30,6 +30,7 @@ from tacit.cli.common import (
 )
 from tacit.errors import ConfigError, InputError
 from tacit.extras import require_extra
+from tacit.formats.format_names import WRITE, listed
 from tacit.outputs import STDIO, refuse_input_as_output, write_bytes
 
 _REPORT_COLUMNS = {
@@ -226,9 +227,7 @@ def reconstruct(  # noqa: C901, PLR0915
     algorithm: Annotated[
         str, typer.Option(help="traceweaver, wap5, fcfs, vpath or traceweaver-online.")
     ] = ("traceweaver"),
-    output_format: Annotated[
-        str, typer.Option("--format", help="jaeger, otlp or zipkin.")
-    ] = "jaeger",
+    output_format: Annotated[str, typer.Option("--format", help=f"{listed(WRITE)}.")] = "jaeger",
     input_format: InputFormatOpt = "auto",
     services: ServicesOpt = None,
     seed: Annotated[

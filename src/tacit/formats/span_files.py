@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tacit.errors import ConfigError, InputError
-from tacit.formats import jaeger, otlp, spancsv, zipkin
+from tacit.formats import format_names, jaeger, otlp, spancsv, zipkin
 from tacit.formats.address_pairing import ADDRESS_PAIRS, pair_by_address
 from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.common import Paths, Traces, input_files
@@ -60,12 +60,12 @@ _AGENT_READERS: dict[str, Callable[[Paths, ServiceMap | None], AgentSpans]] = {
     "ebpf": read_ebpf_spans,
     "envoy": read_envoy_logs,
 }
-AGENT_FORMATS = tuple(_AGENT_READERS)
+AGENT_FORMATS = format_names.AGENT
 """Spans from per-service agents: OTLP JSON from eBPF agents (:mod:`.ebpf_spans`) and sidecar
 access logs (:mod:`.envoy_access_log`); never detected, always named."""
-READ_FORMATS = ("auto", *_INPUT_READERS, "blind", *AGENT_FORMATS)
-WRITE_FORMATS = tuple(_WRITERS)
-STREAM_WRITE_FORMATS = tuple(_STREAM_WRITERS)
+READ_FORMATS = format_names.READ
+WRITE_FORMATS = format_names.WRITE
+STREAM_WRITE_FORMATS = format_names.STREAM_WRITE
 
 
 def read_spans(

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tacit.errors import ConfigError, InputError
-from tacit.formats import detect_format
+from tacit.formats import detect_format, format_names
 from tacit.formats.blind import in_stream_order, read_blind_chunks
 from tacit.formats.otlp import is_json_lines, is_protobuf, iter_json_lines_spans
 from tacit.formats.spancsv import iter_span_rows
@@ -106,7 +106,7 @@ def reconstruct_blind(
     return traces, tags, rec
 
 
-STREAM_READ_FORMATS = ("blind", "csv", "otlp")
+STREAM_READ_FORMATS = format_names.STREAM_READ
 """The input formats :func:`stream_source` can stream (the others are read whole)."""
 
 
