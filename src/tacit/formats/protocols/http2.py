@@ -571,35 +571,16 @@ def _walk_side(  # noqa: C901, PLR0912, PLR0915
                 continue
             ex[e, _REQUEST_BYTES if client else _RESPONSE_BYTES] += a
         elif kind in (_HEADERS, _PUSH):
-            size, k = b - a, first
-            while not rows[k, 3] & _END_HEADERS:  # CONTINUATION frames follow it (§6.10)
-                k += 1
-                if k == n:
-                    return _STOPPED, pos, _RAN_OUT, pool, offs, slots
-                if rows[k, 2] != _CONTINUATION or rows[k, 4] != sid:
-                    return _STOPPED, pos, _INTERRUPTED, pool, offs, slots
-                size += rows[k, 6] - rows[k, 5]
-            if len(meta) < FIELDS + 2 * size + 1:
-                return _NEED_META, first, size, pool, offs, slots
-            while st[_CUR] < len(limit_time) and limit_time[st[_CUR]] <= times[first]:
-                meta[LIMIT] = limit_value[st[_CUR]]
-                st[_CUR] += 1
-            slot = hit = -1
-            if not client and kind == _HEADERS and k == first:
-                slot = np.int64(_hash(data, a, b) & np.uint64(_MEMO - 1))
-                if _same(data, memo[slot, 0], memo[slot, 1], data, a, b):
-                    hit = slot
-            if hit >= 0:
-                nfields = 0
-            else:  # a copy, also of a block in one frame: decode_block compiles once
-                block = np.empty(size, np.uint8)
-                at = 0
-                for f in range(first, k + 1):
-                    block[at : at + rows[f, 6] - rows[f, 5]] = data[rows[f, 5] : rows[f, 6]]
-                    at += rows[f, 6] - rows[f, 5]
-                nfields = decode_block(block, meta, ents, table, out)
-                if k > first:
-                    i, end = k + 1, rows[k, 1]
+            what, nfields, k, slot, hit = _field_block(
+                data, rows, first, client, limit_time, limit_value, times, meta, ents, table,
+                out, memo, st,
+            )  # fmt: skip
+            if what == _STOPPED:
+                return _STOPPED, pos, nfields, pool, offs, slots
+            if what == _NEED_META:
+                return _NEED_META, first, nfields, pool, offs, slots
+            if k > first:
+                i, end = k + 1, rows[k, 1]
             if nfields in (NEED_OUT, NEED_TABLE):
                 return _NEED_DECODER, first, nfields, pool, offs, slots
             if nfields < 0:
@@ -618,19 +599,9 @@ def _walk_side(  # noqa: C901, PLR0912, PLR0915
                 if unusual:
                     st[_LAST_FIELDS] = nfields
                 else:
-                    pool, offs, slots = _room(
-                        pool, offs, slots, st, meta[FIELDS + 2 * nfields], len(word_at)
+                    pool, offs, slots = _store_request(
+                        e, out, meta, nfields, got, word_at, ex, kept, st, pool, offs, slots
                     )
-                    for w in range(len(word_at) - 1):
-                        if w in (_WORD_STATUS, _WORD_GRPC_STATUS) or got[2 * w] < 0:
-                            continue
-                        code = _intern(out, got[2 * w], got[2 * w + 1], pool, offs, slots, st)
-                        if w < _PSEUDO:
-                            ex[e, _METHOD + w] = code
-                        elif w == _WORD_CONTENT_TYPE:
-                            ex[e, _CONTENT_TYPE] = code
-                        else:
-                            kept[e, w - _KEPT] = code
                 if flags & _END_STREAM and ex[e, _REQUEST_END] < 0:
                     ex[e, _REQUEST_END] = end
                 if unusual:
@@ -643,24 +614,12 @@ def _walk_side(  # noqa: C901, PLR0912, PLR0915
                 if hit >= 0:
                     status, grpc_status, ct_code = memo[hit, 2], memo[hit, 3], memo[hit, 4]
                 else:
-                    status, grpc_status, ct, ct_end = _response_fields(
-                        out, meta, nfields, words, word_at
+                    status, grpc_status, ct_code, pool, offs, slots = _read_response(
+                        out, meta, nfields, words, word_at, st, pool, offs, slots
                     )
-                    ct_code = -1
-                    if ct >= 0:
-                        pool, offs, slots = _room(pool, offs, slots, st, ct_end - ct, 1)
-                        ct_code = _intern(out, ct, ct_end, pool, offs, slots, st)
                     if slot >= 0 and not meta[CHANGED]:
                         memo[slot] = a, b, status, grpc_status, ct_code
-                if ex[e, _RESPONSE_START] < 0:
-                    ex[e, _RESPONSE_START] = pos
-                if ex[e, _STATUS] < 0:
-                    ex[e, _STATUS] = status
-                if grpc_status >= 0:
-                    ex[e, _GRPC_STATUS] = grpc_status
-                code = ex[e, _CONTENT_TYPE]
-                if ct_code >= 0 and (code < 0 or offs[code + 1] == offs[code]):
-                    ex[e, _CONTENT_TYPE] = ct_code
+                _store_response(ex, e, pos, status, grpc_status, ct_code, offs)
         elif kind == _RST:
             if e < 0:
                 _pass_over(st, sid, end - pos, first)
@@ -675,6 +634,96 @@ def _walk_side(  # noqa: C901, PLR0912, PLR0915
         if flags & _END_STREAM:
             _end(ex, e, client, end)
     return _DONE, i, 0, pool, offs, slots
+
+
+@njit(cache=True, inline="always")
+def _field_block(
+    data, rows, first, client, limit_time, limit_value, times, meta, ents, table, out, memo, st
+):  # fmt: skip  # pragma: no cover - compiled
+    """Decode the field block of the HEADERS or PUSH_PROMISE frame ``rows[first]`` and the
+    CONTINUATION frames that follow it (§6.10) into ``out``, the SETTINGS limit raised first
+    (:func:`_limits`), a response block in one frame looked up in ``memo`` first.
+
+    Answers (what, value, last frame, memo slot, memo hit): ``_DONE`` with the fields decoded
+    (0 on a hit, or :func:`decode_block`'s answer); ``_STOPPED`` with the reason; or
+    ``_NEED_META`` with the block's size."""
+    n = len(rows)
+    kind, sid, a, b = rows[first, 2], rows[first, 4], rows[first, 5], rows[first, 6]
+    size, k = b - a, first
+    while not rows[k, 3] & _END_HEADERS:
+        k += 1
+        if k == n:
+            return _STOPPED, _RAN_OUT, k, -1, -1
+        if rows[k, 2] != _CONTINUATION or rows[k, 4] != sid:
+            return _STOPPED, _INTERRUPTED, k, -1, -1
+        size += rows[k, 6] - rows[k, 5]
+    if len(meta) < FIELDS + 2 * size + 1:
+        return _NEED_META, size, k, -1, -1
+    while st[_CUR] < len(limit_time) and limit_time[st[_CUR]] <= times[first]:
+        meta[LIMIT] = limit_value[st[_CUR]]
+        st[_CUR] += 1
+    slot = -1
+    if not client and kind == _HEADERS and k == first:
+        slot = np.int64(_hash(data, a, b) & np.uint64(_MEMO - 1))
+        if _same(data, memo[slot, 0], memo[slot, 1], data, a, b):
+            return _DONE, 0, k, slot, slot
+    block = np.empty(size, np.uint8)  # a copy, also of one frame's: decode_block compiles once
+    at = 0
+    for f in range(first, k + 1):
+        block[at : at + rows[f, 6] - rows[f, 5]] = data[rows[f, 5] : rows[f, 6]]
+        at += rows[f, 6] - rows[f, 5]
+    return _DONE, decode_block(block, meta, ents, table, out), k, slot, -1
+
+
+@njit(cache=True, inline="always")
+def _store_request(
+    e, out, meta, nfields, got, word_at, ex, kept, st, pool, offs, slots
+):  # fmt: skip  # pragma: no cover - compiled
+    """Intern the request fields :func:`_request_fields` found (at ``got``) into exchange
+    ``e``: the pseudo-header fields, the content type and the kept fields; answers the string
+    buffers, grown."""
+    pool, offs, slots = _room(pool, offs, slots, st, meta[FIELDS + 2 * nfields], len(word_at))
+    for w in range(len(word_at) - 1):
+        if w in (_WORD_STATUS, _WORD_GRPC_STATUS) or got[2 * w] < 0:
+            continue
+        code = _intern(out, got[2 * w], got[2 * w + 1], pool, offs, slots, st)
+        if w < _PSEUDO:
+            ex[e, _METHOD + w] = code
+        elif w == _WORD_CONTENT_TYPE:
+            ex[e, _CONTENT_TYPE] = code
+        else:
+            kept[e, w - _KEPT] = code
+    return pool, offs, slots
+
+
+@njit(cache=True, inline="always")
+def _read_response(
+    out, meta, nfields, words, word_at, st, pool, offs, slots
+):  # fmt: skip  # pragma: no cover - compiled
+    """A response block's status, grpc-status and content type (interned, or -1), and the
+    string buffers, grown."""
+    status, grpc_status, ct, ct_end = _response_fields(out, meta, nfields, words, word_at)
+    ct_code = -1
+    if ct >= 0:
+        pool, offs, slots = _room(pool, offs, slots, st, ct_end - ct, 1)
+        ct_code = _intern(out, ct, ct_end, pool, offs, slots, st)
+    return status, grpc_status, ct_code, pool, offs, slots
+
+
+@njit(cache=True, inline="always")
+def _store_response(ex, e, pos, status, grpc_status, ct_code, offs):  # pragma: no cover
+    """A response block's fields into exchange ``e``: the first block's start and status
+    count; a later block (trailers) gives the grpc-status, and a content type where the
+    request gave none or an empty one."""
+    if ex[e, _RESPONSE_START] < 0:
+        ex[e, _RESPONSE_START] = pos
+    if ex[e, _STATUS] < 0:
+        ex[e, _STATUS] = status
+    if grpc_status >= 0:
+        ex[e, _GRPC_STATUS] = grpc_status
+    code = ex[e, _CONTENT_TYPE]
+    if ct_code >= 0 and (code < 0 or offs[code + 1] == offs[code]):
+        ex[e, _CONTENT_TYPE] = ct_code
 
 
 @njit(cache=True, inline="always")
