@@ -3,6 +3,7 @@ on a simulated shop and on an app with a join; the parts run on a local Dask clu
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 
@@ -14,6 +15,7 @@ from tacit.errors import ConfigError
 from tacit.evaluation.trace_accuracy import score_reconstruction
 from tacit.experiment.memcached import free_port
 from tacit.model.roles import infer_roles, process_key
+from tacit.model.span_details import SpanDetail, detail_column
 from tacit.model.spans import SERVER
 from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.reconstruct.pipeline import run_algorithm
@@ -150,7 +152,31 @@ def test_the_parts_on_a_dask_cluster_give_the_one_run_result(shop, reviews, clus
         assert client.status == "running"  # a client given is left open
 
 
+def test_on_dask_a_call_sees_the_values_below_it_in_other_parts(cluster):
+    """Transaction fields (:mod:`.shared_values`) pass from a request to its calls' callees,
+    which are other instances, so other parts: on the cluster the values still tell apart
+    what timing cannot, and the result is the one run's."""
+    app = load_app(None)
+    graph = learn_callgraph(infer_roles(simulate(app, 20, n_requests=300, seed=7)).spans)
+    obs = infer_roles(simulate(app, 1000, n_requests=100, seed=3, record_threads=False))
+    order = obs.spans.trace
+    details = detail_column(
+        [SpanDetail(attributes={"http.target": f"/op?order={1000 + int(order[r])}"})
+         for r in range(len(obs.spans))]
+    )  # fmt: skip
+    blind = dataclasses.replace(obs.without_truth(), details=details)
+    whole = reconstruct_traceweaver(blind, graph, FAST)
+    on_dask = reconstruct_dask(blind, graph, cluster.scheduler_address, FAST)
+    assert_same(on_dask, whole)
+    timing = reconstruct_traceweaver(blind, graph, dataclasses.replace(FAST, shared_values=False))
+    truth = dataclasses.replace(obs.spans, details=details)
+    assert (
+        score_reconstruction(truth, on_dask).accuracy > score_reconstruction(truth, timing).accuracy
+    )
+
+
 def test_a_scheduler_out_of_reach_is_a_config_error(shop):
+    pytest.importorskip("distributed")  # which adds its settings to dask's configuration
     dask = pytest.importorskip("dask")
     _, blind, graph, _ = shop
     with (

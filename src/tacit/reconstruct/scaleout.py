@@ -19,6 +19,7 @@ is split.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,7 @@ from tacit.reconstruct.alternatives import Alternatives
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.link_probability import link_probability, service_confidence
 from tacit.reconstruct.result import NOT_SAMPLED, Reconstruction
+from tacit.reconstruct.shared_values import SharedValues
 from tacit.reconstruct.traceweaver import Progress, TraceWeaverParams, reconstruct_traceweaver
 from tacit.runs import contained, split_at
 
@@ -208,30 +210,91 @@ def reconstruct_dask(
     else:
         client = scheduler
     try:
-        # The table and the call graph go to each worker once, and each task names its rows:
-        # a table of its own per part would carry the whole string pool each time. The details
-        # (what a tracer recorded beyond the columns) stay here.
-        table = client.scatter(replace(spans, details=None), broadcast=True)
-        graph = client.scatter(callgraph, broadcast=True)
-        futures = client.map(_reconstruct_part, parts, spans=table, callgraph=graph, params=params)
-        index = {f.key: i for i, f in enumerate(futures)}
-        results: dict[int, Reconstruction] = {}
-        for future, result in distributed.as_completed(futures, client.loop, with_results=True):
-            i = index[future.key]
-            results[i] = result
-            if progress is not None:
-                progress(len(parts[i]))
+        return solve_parts(client, spans, callgraph, params, parts=parts, progress=progress)
     finally:
         if client is not scheduler:
             client.close()
+
+
+def solve_parts(
+    client: distributed.Client,
+    spans: SpanTable,
+    callgraph: CallGraph,
+    params: TraceWeaverParams | None = None,
+    *,
+    scattered: distributed.Future | None = None,
+    parts: list[np.ndarray] | None = None,
+    candidates: bool = True,
+    below: Mapping[int, set[str]] | None = None,
+    progress: Progress | None = None,
+) -> Reconstruction:
+    """:func:`.traceweaver.reconstruct_traceweaver` of ``spans`` (with ``candidates`` and
+    ``below`` as it takes them), the instances of :func:`partition` (or ``parts``) solved on
+    the cluster of ``client`` and merged: the same result.
+
+    The table goes to each worker once, and each task names its rows: a table of its own per
+    part would carry the whole string pool each time. A part's calls reach into other parts
+    for the values of their transaction fields (:mod:`.shared_values`: the spans below a call
+    are the callee's), so those are found here, over the whole table, and sent with each part;
+    the details of the spans go with the table only where they name such values.
+    ``scattered``: the call graph, already on the cluster."""
+    import distributed
+
+    if parts is None:
+        parts = partition(spans, callgraph, params)
+    belows = _values_below(spans, parts, params, below)
+    keep = belows is not None
+    table = client.scatter(spans if keep else replace(spans, details=None), broadcast=True)
+    graph = scattered if scattered is not None else client.scatter(callgraph, broadcast=True)
+    futures = client.map(
+        _reconstruct_part,
+        parts,
+        belows if keep else [None] * len(parts),
+        spans=table,
+        callgraph=graph,
+        params=params,
+        candidates=candidates,
+        pure=False,
+    )
+    index = {f.key: i for i, f in enumerate(futures)}
+    results: dict[int, Reconstruction] = {}
+    for future, result in distributed.as_completed(futures, client.loop, with_results=True):
+        i = index[future.key]
+        results[i] = result
+        if progress is not None:
+            progress(len(parts[i]))
     return merge(spans, parts, [results[i] for i in range(len(parts))])
+
+
+def _values_below(
+    spans: SpanTable,
+    parts: list[np.ndarray],
+    params: TraceWeaverParams | None,
+    below: Mapping[int, set[str]] | None,
+) -> list[dict[int, set[str]]] | None:
+    """Per part, by its own row, the values below each of its calls (what
+    :class:`.shared_values.SharedValues` finds over the whole table, ``below`` included);
+    None when no span names a value, or shared values are off."""
+    if not (params or TraceWeaverParams()).shared_values or spans.details is None:
+        return None
+    values = SharedValues(spans, np.arange(len(spans)), below)
+    if not values:
+        return None
+    client = spans.kind == CLIENT
+    return [
+        {i: values.below(r) for i, r in enumerate(rows.tolist()) if client[r]} for rows in parts
+    ]
 
 
 def _reconstruct_part(
     rows: np.ndarray,
+    below: dict[int, set[str]] | None,
     spans: SpanTable,
     callgraph: CallGraph,
     params: TraceWeaverParams | None,
+    candidates: bool,
 ) -> Reconstruction:
     """One part of :func:`partition`, reconstructed on a worker."""
-    return reconstruct_traceweaver(spans.take(rows), callgraph, params)
+    return reconstruct_traceweaver(
+        spans.take(rows), callgraph, params, candidates=candidates, below=below
+    )
