@@ -245,11 +245,12 @@ def solve_parts(
     belows = _values_below(spans, parts, params, below)
     keep = belows is not None
     table = client.scatter(spans if keep else replace(spans, details=None), broadcast=True)
+    belows = belows if belows is not None else [None] * len(parts)
     graph = scattered if scattered is not None else client.scatter(callgraph, broadcast=True)
     futures = client.map(
         _reconstruct_part,
         parts,
-        belows if keep else [None] * len(parts),
+        belows,
         spans=table,
         callgraph=graph,
         params=params,
@@ -271,7 +272,7 @@ def _values_below(
     parts: list[np.ndarray],
     params: TraceWeaverParams | None,
     below: Mapping[int, set[str]] | None,
-) -> list[dict[int, set[str]]] | None:
+) -> list[dict[int, set[str]] | None] | None:
     """Per part, by its own row, the values below each of its calls (what
     :class:`.shared_values.SharedValues` finds over the whole table, ``below`` included);
     None when no span names a value, or shared values are off."""
