@@ -18,9 +18,10 @@ from tacit.model.roles import infer_roles, process_key
 from tacit.model.span_details import SpanDetail, detail_column
 from tacit.model.spans import SERVER
 from tacit.reconstruct.callgraph import learn_callgraph
+from tacit.reconstruct.online import OnlineParams, reconstruct_streamed
 from tacit.reconstruct.pipeline import run_algorithm
 from tacit.reconstruct.result import Reconstruction
-from tacit.reconstruct.scaleout import merge, partition, reconstruct_dask
+from tacit.reconstruct.scaleout import DaskRounds, merge, partition, reconstruct_dask
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 from tacit.simulate import load_app, simulate
 
@@ -152,10 +153,10 @@ def test_the_parts_on_a_dask_cluster_give_the_one_run_result(shop, reviews, clus
         assert client.status == "running"  # a client given is left open
 
 
-def test_on_dask_a_call_sees_the_values_below_it_in_other_parts(cluster):
-    """Transaction fields (:mod:`.shared_values`) pass from a request to its calls' callees,
-    which are other instances, so other parts: on the cluster the values still tell apart
-    what timing cannot, and the result is the one run's."""
+@pytest.fixture(scope="module")
+def passed_on():
+    """The shop under a load timing alone maps badly, each span's target naming its request's
+    order id: values passed on from a request to its calls (:mod:`.shared_values`)."""
     app = load_app(None)
     graph = learn_callgraph(infer_roles(simulate(app, 20, n_requests=300, seed=7)).spans)
     obs = infer_roles(simulate(app, 1000, n_requests=100, seed=3, record_threads=False))
@@ -164,15 +165,39 @@ def test_on_dask_a_call_sees_the_values_below_it_in_other_parts(cluster):
         [SpanDetail(attributes={"http.target": f"/op?order={1000 + int(order[r])}"})
          for r in range(len(obs.spans))]
     )  # fmt: skip
-    blind = dataclasses.replace(obs.without_truth(), details=details)
+    truth = dataclasses.replace(obs.spans, details=details)
+    return truth, dataclasses.replace(obs.without_truth(), details=details), graph
+
+
+def test_on_dask_a_call_sees_the_values_below_it_in_other_parts(passed_on, cluster):
+    """Transaction fields pass from a request to its calls' callees, which are other
+    instances, so other parts: on the cluster the values still tell apart what timing cannot,
+    and the result is the one run's."""
+    truth, blind, graph = passed_on
     whole = reconstruct_traceweaver(blind, graph, FAST)
     on_dask = reconstruct_dask(blind, graph, cluster.scheduler_address, FAST)
     assert_same(on_dask, whole)
     timing = reconstruct_traceweaver(blind, graph, dataclasses.replace(FAST, shared_values=False))
-    truth = dataclasses.replace(obs.spans, details=details)
     assert (
         score_reconstruction(truth, on_dask).accuracy > score_reconstruction(truth, timing).accuracy
     )
+
+
+def test_online_rounds_on_dask_give_the_rounds_here(reviews, passed_on, cluster):
+    """The service's rounds (online TraceWeaver, §5.3) with their offline step on the
+    cluster: the same parents, scores, probabilities and alternatives, round by round."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.Client(cluster, set_as_default=False) as client:
+        for blind, graph in (reviews[:2], passed_on[1:]):
+            length = int(blind.end.max() - blind.start.min())  # a few rounds over the stream
+            online = OnlineParams(
+                window_ns=length // 4, lookahead_ns=length // 8, lateness_ns=length // 16
+            )
+            here = reconstruct_streamed(blind, graph, FAST, online)
+            there = reconstruct_streamed(blind, graph, FAST, online, solve=DaskRounds(client))
+            assert here.info["rounds"] >= 3
+            assert_same(there, here)
+            assert np.array_equal(there.probability, here.probability, equal_nan=True)
 
 
 def test_a_scheduler_out_of_reach_is_a_config_error(shop):

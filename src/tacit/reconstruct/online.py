@@ -60,7 +60,7 @@ so that the last traces before a pause finish without waiting for the next span.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -156,8 +156,29 @@ class Finished:
     samples: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
 
 
+RoundSolver = Callable[
+    [SpanTable, CallGraph, TraceWeaverParams | None, Mapping[int, set[str]] | None],
+    Reconstruction,
+]
+"""The offline step of a round: the round's spans, the call graph, the parameters and the
+values below calls outside the round (:mod:`.shared_values`) to their reconstruction."""
+
+
+def solve_here(
+    spans: SpanTable,
+    callgraph: CallGraph,
+    params: TraceWeaverParams | None,
+    below: Mapping[int, set[str]] | None,
+) -> Reconstruction:
+    """A round's offline step in this process (without the ranked candidates, which a round
+    has no use for)."""
+    return reconstruct_traceweaver(spans, callgraph, params, candidates=False, below=below)
+
+
 class OnlineTraceWeaver:
-    """Feed chunks with :meth:`push`, then :meth:`close`; both return the finished traces."""
+    """Feed chunks with :meth:`push`, then :meth:`close`; both return the finished traces.
+    ``solve`` is each round's offline step (:func:`solve_here`, or on a Dask cluster
+    :class:`.scaleout.DaskRounds`, which gives the same result)."""
 
     def __init__(
         self,
@@ -166,8 +187,10 @@ class OnlineTraceWeaver:
         online: OnlineParams | None = None,
         first_position: int = 0,
         draw_hops: bool = False,
+        solve: RoundSolver | None = None,
     ) -> None:
         self._drawing = draw_hops
+        self.solve = solve or solve_here
         self._hops: Hops | None = None
         self.set_callgraph(callgraph)
         self.drawn: list[tuple[int, int]] = []
@@ -538,9 +561,7 @@ class OnlineTraceWeaver:
         given = self.given[work]
         spans.parent[given] = find_sorted(self.position[work], self.parent[work[given]])
         self._call_names.name(spans)
-        rec = reconstruct_traceweaver(
-            spans, self.callgraph, self.params, candidates=False, below=self._values_below(work)
-        )
+        rec = self.solve(spans, self.callgraph, self.params, self._values_below(work))
         kind = spans.kind
         final_in = (kind == SERVER) & (spans.end <= boundary)
         chosen = (kind == CLIENT) & (rec.parent != NONE) & ~given
@@ -719,14 +740,16 @@ def reconstruct_streamed(
     params: TraceWeaverParams | None = None,
     online: OnlineParams | None = None,
     chunk_size: int = CHUNK_SIZE,
+    solve: RoundSolver | None = None,
 ) -> Reconstruction:
     """Reconstruct a table by streaming it (in order of span end) through the online mode, and
-    gather the result as one row-indexed :class:`Reconstruction`, comparable with offline."""
+    gather the result as one row-indexed :class:`Reconstruction`, comparable with offline
+    (``solve``: each round's offline step, as :class:`OnlineTraceWeaver` takes it)."""
     order = np.argsort(spans.end, kind="stable")
     result = Reconstruction.start("traceweaver-online", spans)
     result.probability = np.full(len(spans), np.nan)
     result.samples = np.full(len(spans), NOT_SAMPLED, dtype=np.uint64)
-    tw = OnlineTraceWeaver(callgraph, params, online)
+    tw = OnlineTraceWeaver(callgraph, params, online, solve=solve)
     alternatives = []
     for chunk in [*stream_chunks(spans, chunk_size), None]:
         for f in tw.push(chunk) if chunk is not None else tw.close():

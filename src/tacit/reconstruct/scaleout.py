@@ -267,6 +267,36 @@ def solve_parts(
     return merge(spans, parts, [results[i] for i in range(len(parts))])
 
 
+class DaskRounds:
+    """The offline step of each round of online TraceWeaver (:data:`.online.RoundSolver`) on
+    the Dask cluster of ``client``, by instance (:func:`solve_parts`): the rounds stay in
+    order, one after another, and each round's instances run at once on the workers. The call
+    graph goes to the workers once, and again when it is replaced."""
+
+    def __init__(self, client: distributed.Client) -> None:
+        self.client = client
+        self._graph: tuple[CallGraph, distributed.Future] | None = None
+
+    def __call__(
+        self,
+        spans: SpanTable,
+        callgraph: CallGraph,
+        params: TraceWeaverParams | None,
+        below: Mapping[int, set[str]] | None,
+    ) -> Reconstruction:
+        if self._graph is None or self._graph[0] is not callgraph:
+            self._graph = callgraph, self.client.scatter(callgraph, broadcast=True)
+        return solve_parts(
+            self.client,
+            spans,
+            callgraph,
+            params,
+            scattered=self._graph[1],
+            candidates=False,
+            below=below,
+        )
+
+
 def _values_below(
     spans: SpanTable,
     parts: list[np.ndarray],
