@@ -62,14 +62,20 @@ from tacit.reconstruct.callgraph import (
     THREAD_AGREEMENT,
     TOLERANCE_MARGIN,
     CallGraph,
+    CallPath,
     learn_callgraph,
     reorders,
 )
+from tacit.reconstruct.link_probability import link_probability
 from tacit.reconstruct.traceweaver import reconstruct_traceweaver
 from tacit.runs import run_bounds
 
 ALONE = "alone"
 GIVEN = "given"
+EXPLAINED = "explained"
+EXPLAINED_PROBABILITY = 0.9
+"""Link probability (:mod:`.link_probability`) from which a first reconstruction's mapping
+of a request's calls explains that request (:func:`_explain_rest`)."""
 _MIN, _MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 THREAD_MIN_CALLS = 20
 """Fewest calls of an instance from which it is seen to serve a request per thread."""
@@ -83,9 +89,19 @@ class Support:
     seen: dict[tuple[str, str], int] = field(default_factory=dict)
     alone: dict[tuple[str, str], int] = field(default_factory=dict)
     given: dict[tuple[str, str], int] = field(default_factory=dict)
+    explained: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Known once the requests around them were explained (:func:`_explain_rest`)."""
 
     def known(self, key: tuple[str, str]) -> int:
-        return self.alone.get(key, 0) + self.given.get(key, 0)
+        return sum(self.counts(key).values())
+
+    def counts(self, key: tuple[str, str]) -> dict[str, int]:
+        """The requests of ``key`` the call graph rests on, by how they are known."""
+        return {
+            ALONE: self.alone.get(key, 0),
+            GIVEN: self.given.get(key, 0),
+            EXPLAINED: self.explained.get(key, 0),
+        }
 
     def left_out(self) -> dict[tuple[str, str], int]:
         """The endpoints no known request showed, with the requests seen of each."""
@@ -95,11 +111,7 @@ class Support:
         """JSON: per ``service endpoint``, seen, alone and given; and the endpoints left out."""
         return {
             "endpoints": {
-                f"{svc} {ep}": {
-                    "seen": n,
-                    ALONE: self.alone.get((svc, ep), 0),
-                    GIVEN: self.given.get((svc, ep), 0),
-                }
+                f"{svc} {ep}": {"seen": n, **self.counts((svc, ep))}
                 for (svc, ep), n in sorted(self.seen.items())
             },
             "left_out": {f"{svc} {ep}": n for (svc, ep), n in self.left_out().items()},
@@ -119,6 +131,8 @@ def learn_blind(spans: SpanTable, mapping: np.ndarray | None = None) -> tuple[Ca
         _known_at_instance(spans, rows[kind == SERVER], rows[kind == CLIENT], calls, how)
     requests = _requests(spans)
     graph, support = _learn(spans, requests, calls, how)
+    if _explain_rest(spans, graph, calls, how):
+        graph, support = _learn(spans, requests, calls, how)
     if mapping is None:
         mapping = reconstruct_traceweaver(spans, graph, candidates=False).parent
     _learn_order(spans, graph, requests, np.where(spans.parent != NONE, spans.parent, mapping))
@@ -298,7 +312,7 @@ def _learn(
     support = Support(seen={key: len(rows) for key, rows in seen.items()})
     for p, kind in how.items():
         key = (s[int(spans.service[p])] or "?", s[int(spans.endpoint[p])] or "?")
-        counts = support.alone if kind == ALONE else support.given
+        counts = {ALONE: support.alone, GIVEN: support.given, EXPLAINED: support.explained}[kind]
         counts[key] = counts.get(key, 0) + 1
     requests = np.array(sorted(calls), dtype=np.int64)
     children = [np.array(calls[p], dtype=np.int64) for p in requests.tolist()]
@@ -315,8 +329,7 @@ def _learn(
     graph = learn_callgraph(table)
     _widen_tolerances(spans, graph)
     for key, g in graph.endpoints.items():
-        g.support = {"seen": support.seen[key], ALONE: support.alone.get(key, 0),
-                     GIVEN: support.given.get(key, 0)}  # fmt: skip
+        g.support = {"seen": support.seen[key], **support.counts(key)}
     return graph, support
 
 
@@ -372,3 +385,87 @@ def _widen_tolerances(spans: SpanTable, graph: CallGraph) -> None:
                 for x in path.slots
                 for e, la in [widest.get((svc, x.service, x.endpoint), (0, 0))]
             ]
+
+
+def _explain_rest(
+    spans: SpanTable, graph: CallGraph, calls: dict[int, list[int]], how: dict[int, str]
+) -> bool:
+    """Add to ``calls`` and ``how`` the requests known once the others are explained (see the
+    module docstring); whether there were any.
+
+    A first reconstruction with ``graph`` explains a request when its calls there make one of
+    its endpoint's learned paths, each call's link at least :data:`EXPLAINED_PROBABILITY`
+    likely. Those calls are taken as the explained requests' own. The request that is the only
+    unexplained one every other call it overlaps could belong to has, as a lone request has
+    (§5.2.1), no competing candidate: those calls are its own.
+    """
+    first = reconstruct_traceweaver(spans, graph, candidates=False)
+    parent = np.where(spans.parent != NONE, spans.parent, first.parent)
+    sure = link_probability(spans, first) >= EXPLAINED_PROBABILITY
+    explained = _explained(spans, graph, parent, sure, calls)
+    found = False
+    for rows in _groups(_units(spans), spans.start):
+        incoming = rows[(spans.kind[rows] == SERVER) & ~explained[rows]]
+        outgoing = rows[spans.kind[rows] == CLIENT]
+        settled = sure[outgoing] & (parent[outgoing] >= 0)
+        settled[settled] = explained[parent[outgoing[settled]]]
+        for p, made in _sole_candidates(spans, incoming, outgoing[~settled]).items():
+            calls[p], how[p] = made, EXPLAINED
+            found = True
+    return found
+
+
+def _explained(
+    spans: SpanTable,
+    graph: CallGraph,
+    parent: np.ndarray,
+    sure: np.ndarray,
+    calls: dict[int, list[int]],
+) -> np.ndarray:
+    """Per row, whether it is an incoming span explained by ``parent`` (:func:`_explain_rest`),
+    or known already (``calls``)."""
+    s = spans.strings
+    clients = np.flatnonzero((spans.kind == CLIENT) & (parent >= 0))
+    made: dict[int, list[int]] = defaultdict(list)
+    for c, p in zip(clients.tolist(), parent[clients].tolist(), strict=True):
+        made[p].append(c)
+    learned = {key: {_signature(p) for p in g.call_paths()} for key, g in graph.endpoints.items()}
+    out = np.zeros(len(spans), dtype=bool)
+    for r in np.flatnonzero(spans.kind == SERVER).tolist():
+        kids = made.get(r, [])
+        key = (s[int(spans.service[r])] or "?", s[int(spans.endpoint[r])] or "?")
+        callees = [(s[int(spans.peer[c])] or "?", s[int(spans.endpoint[c])] or "?") for c in kids]
+        out[r] = r in calls or (
+            bool(sure[kids].all()) and tuple(sorted(callees)) in learned.get(key, ())
+        )
+    return out
+
+
+def _signature(path: CallPath) -> tuple[tuple[str, str], ...]:
+    """The callees of a path's calls, sorted: which backends it calls, how often each."""
+    return tuple(sorted(x.callee for x in path.slots))
+
+
+def _sole_candidates(
+    spans: SpanTable, incoming: np.ndarray, outgoing: np.ndarray
+) -> dict[int, list[int]]:
+    """The calls of each incoming span (``incoming``, sorted by start) that some of ``outgoing``
+    overlap and none that overlaps it overlaps another of ``incoming``: the calls that overlap
+    it."""
+    if not len(incoming) or not len(outgoing):
+        return {}
+    start, end = spans.start[incoming], spans.end[incoming]
+    c_start, c_end = spans.start[outgoing], spans.end[outgoing]
+    begun = np.searchsorted(start, c_end, "left")  # started before the call ended
+    ended = np.searchsorted(np.sort(end), c_start, "right")  # ended by its start
+    overlaps = begun - ended
+    shared = overlaps >= 2
+    s_start, s_end = np.sort(c_start[shared]), np.sort(c_end[shared])
+    crowded = np.searchsorted(s_start, end, "left") - np.searchsorted(s_end, start, "right")
+    owner = _latest(end)[np.maximum(begun - 1, 0)]
+    out: dict[int, list[int]] = {}
+    for i in np.flatnonzero(crowded == 0).tolist():
+        made = outgoing[(overlaps == 1) & (owner == i)]
+        if len(made):
+            out[int(incoming[i])] = made.tolist()
+    return out
