@@ -113,7 +113,7 @@ def test_a_call_graph_learned_blind_from_a_captures_spans(runs) -> None:
     doc = json.loads(done.stdout)
     front = doc["callgraph"]["front"]["GET /hotels"]
     assert [(c["service"], c["endpoint"]) for c in front["calls"]] == [("geo", "GET /near")]
-    assert front["support"] == {"seen": 3, "alone": 3, "given": 0}
+    assert front["support"] == {"seen": 3, "alone": 3, "given": 0, "explained": 0}
     assert doc["support"]["left_out"] == {}
     # In one command: the capture's spans, the call graph learned from them, their traces.
     one = run_here("capture", "test.pcap", "--services", "services.yaml", "--reconstruct",

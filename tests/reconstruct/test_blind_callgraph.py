@@ -39,7 +39,8 @@ def test_blind_spans_at_a_moderate_load_teach_the_call_graph_their_truth_would(s
     assert not support.left_out()
     assert set(graph.endpoints) == set(learn_callgraph(obs.spans).endpoints)
     for key, g in graph.endpoints.items():
-        assert g.support == {"seen": support.seen[key], "alone": g.requests, "given": 0}
+        assert g.support == {"seen": support.seen[key], **support.counts(key)}
+        assert g.requests == support.known(key)
         assert 0 < g.requests <= support.seen[key]
     assert _accuracy(obs, graph) >= _accuracy(obs, learn_callgraph(obs.spans)) - 0.01
 
@@ -201,3 +202,18 @@ def test_a_call_started_soon_after_its_request_ended_is_its_continuation():
     graph, support = learn_blind(_instance(rows), np.full(len(rows), NONE))
     assert support.alone[("a", "E")] == 3
     assert [(x.endpoint, x.late_ns) for x in graph.get("a", "E").slots] == [("X", 100)]
+
+
+def test_a_request_never_alone_is_known_once_the_requests_around_it_are_explained():
+    """a.F runs long and never alone: an a.E request, whose path five lone ones teach, runs
+    inside it, and that request's call overlaps both. The first reconstruction explains the
+    a.E request by its one call; F's call to Y is then left to F alone, and F's path is its
+    truth."""
+    rows = [("E", SERVER, 1000 * i, 1000 * i + 100, NONE) for i in range(5)]
+    rows += [("X", CLIENT, 1000 * i + 10, 1000 * i + 20, NONE) for i in range(5)]
+    rows += [("F", SERVER, 9000, 9400, NONE), ("Y", CLIENT, 9300, 9350, NONE)]
+    rows += [("E", SERVER, 9100, 9200, NONE), ("X", CLIENT, 9110, 9120, NONE)]
+    graph, support = learn_blind(_instance(rows), np.full(len(rows), NONE))
+    assert support.alone[("a", "E")] == 5 and support.explained == {("a", "F"): 1}
+    assert [[x.callee for x in p.slots] for p in graph.get("a", "F").paths] == [[("b", "Y")]]
+    assert graph.get("a", "F").support == {"seen": 1, "alone": 0, "given": 0, "explained": 1}

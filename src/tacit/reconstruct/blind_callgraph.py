@@ -20,17 +20,25 @@ into the next cluster. An incoming span is *known* when
 * no outgoing span of the instance starts while it is served: it made none (*alone*); or
 * every outgoing span of the instance that starts while it is served carries the parent its
   sender gave: its calls are those that name it (*given*; no call whose context was lost can be
-  one of them).
+  one of them); or
+* the requests around it are *explained* (:func:`_explain_rest`): a first reconstruction with
+  the call graph the others gave maps their calls onto one of their endpoint's paths, each
+  link likely; and no other call that overlaps it overlaps another request not explained. With
+  its competitors set aside, it has no competing candidate, as a lone request has (§5.2.1):
+  the calls left that overlap it are its own. Where traffic is heavy, long requests and those
+  of rare paths (a checkout among page views) never run alone, so their paths would be missing,
+  and TraceWeaver maps a request only onto a path it knows (§5.2.2).
 
 The call graph, dependency orders, paths and their frequencies are learned from the known
 requests alone (:func:`.callgraph.learn_callgraph`, §5.2.2); :class:`Support` says how many
-requests of each endpoint were seen and how many it rests on (each endpoint's ``support`` in the
-YAML), and which endpoints no known request showed (left out, so a reconstruction leaves their
-calls unmapped, with that reason). A call that reaches into the next cluster makes the cluster
-not known, rather than learned without that call. Joins (several requests of one end-to-end
-request at one service, only one calling onward: :class:`.callgraph.Join`) are learned from the
-known requests whose known links reach one top span (:func:`_tops`): the trace the test traces
-would give them. A join's requests arrive together, so they are known as a cluster, not alone.
+requests of each endpoint were seen and how many it rests on, by how they are known (each
+endpoint's ``support`` in the YAML), and which endpoints no known request showed (left out, so
+a reconstruction leaves their calls unmapped, with that reason). A call that reaches into the
+next cluster makes the cluster not known, rather than learned without that call. Joins (several
+requests of one end-to-end request at one service, only one calling onward:
+:class:`.callgraph.Join`) are learned from the known requests whose known links reach one top
+span (:func:`_tops`): the trace the test traces would give them. A join's requests arrive
+together, so they are known as a cluster, not alone.
 
 How early a call may start before its request and how late end after it (each slot's
 tolerances) is read from every call, known or not, as a bound (:func:`_widen_tolerances`).
@@ -84,7 +92,8 @@ THREAD_MIN_CALLS = 20
 @dataclass
 class Support:
     """Per (service, endpoint): requests ``seen`` in the input, and of them those the call graph
-    was learned from, known ``alone`` or by their ``given`` context."""
+    was learned from, known ``alone``, by their ``given`` context, or once the requests around
+    them were ``explained``."""
 
     seen: dict[tuple[str, str], int] = field(default_factory=dict)
     alone: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -397,12 +406,14 @@ def _explain_rest(
     its endpoint's learned paths, each call's link at least :data:`EXPLAINED_PROBABILITY`
     likely. Those calls are taken as the explained requests' own. The request that is the only
     unexplained one every other call it overlaps could belong to has, as a lone request has
-    (§5.2.1), no competing candidate: those calls are its own.
+    (§5.2.1), no competing candidate: those calls are its own. A join's requests are left to
+    the clusters (:func:`_at_join`).
     """
     first = reconstruct_traceweaver(spans, graph, candidates=False)
     parent = np.where(spans.parent != NONE, spans.parent, first.parent)
     sure = link_probability(spans, first) >= EXPLAINED_PROBABILITY
     explained = _explained(spans, graph, parent, sure, calls)
+    joined = _at_join(spans, graph)
     found = False
     for rows in _groups(_units(spans), spans.start):
         incoming = rows[(spans.kind[rows] == SERVER) & ~explained[rows]]
@@ -410,9 +421,22 @@ def _explain_rest(
         settled = sure[outgoing] & (parent[outgoing] >= 0)
         settled[settled] = explained[parent[outgoing[settled]]]
         for p, made in _sole_candidates(spans, incoming, outgoing[~settled]).items():
-            calls[p], how[p] = made, EXPLAINED
-            found = True
+            if not joined[p]:
+                calls[p], how[p] = made, EXPLAINED
+                found = True
     return found
+
+
+def _at_join(spans: SpanTable, graph: CallGraph) -> np.ndarray:
+    """Per row, whether it is an incoming span of an endpoint ``graph`` learned as a join's
+    (:class:`.callgraph.Join`): its requests are known together, as a group whose trigger
+    calls on behalf of all, never one at a time."""
+    s = spans.strings
+    out = np.zeros(len(spans), dtype=bool)
+    for r in np.flatnonzero(spans.kind == SERVER).tolist():
+        g = graph.get(s[int(spans.service[r])] or "?", s[int(spans.endpoint[r])] or "?")
+        out[r] = g is not None and g.join is not None
+    return out
 
 
 def _explained(
