@@ -113,6 +113,13 @@ def serve(
     tls_key_file: Annotated[
         Path | None, typer.Option(help="With --tls-cert-file: its PEM private key.")
     ] = None,
+    dask: Annotated[
+        str | None,
+        typer.Option(
+            help="Reconstruct each round's instances on the Dask cluster of this "
+            "scheduler address (tcp://HOST:PORT)."
+        ),
+    ] = None,
     log_level: Annotated[
         str | None, typer.Option(help="debug, info (the default), warning or error.")
     ] = None,
@@ -169,6 +176,7 @@ def serve(
         query_token_file=query_token_file,
         tls_cert_file=tls_cert_file,
         tls_key_file=tls_key_file,
+        dask=dask,
         log_level=log_level,
     )
     checked = preflight(cfg)

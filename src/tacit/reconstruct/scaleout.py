@@ -189,31 +189,35 @@ def reconstruct_dask(
     once.
     ``progress`` gets the span count of each part as it comes back. Dask's own settings apply
     (the connection timeout is ``distributed.comm.timeouts.connect``)."""
-    require_extra("dask", "reconstruction on a Dask cluster")
-    import distributed
-    from distributed.comm.addressing import parse_address, parse_host_port
-
     parts = partition(spans, callgraph, params, window_ns)
-    if isinstance(scheduler, str):
-        try:
-            scheme, location = parse_address(scheduler, strict=False)
-            if scheme == "tcp":
-                parse_host_port(location)
-            elif scheme != "inproc":
-                raise ValueError(f"{scheme}:// is not tcp:// (nor inproc:// of this process)")
-        except ValueError as e:
-            raise ConfigError(f"bad Dask scheduler address {scheduler!r}: {e}") from None
-        try:
-            client = distributed.Client(scheduler, set_as_default=False)
-        except OSError as e:
-            raise ConfigError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
-    else:
-        client = scheduler
+    client = connect(scheduler) if isinstance(scheduler, str) else scheduler
     try:
         return solve_parts(client, spans, callgraph, params, parts=parts, progress=progress)
     finally:
         if client is not scheduler:
             client.close()
+
+
+def connect(scheduler: str) -> distributed.Client:
+    """A client of the Dask scheduler at ``scheduler`` (``tcp://HOST:PORT``, or ``inproc://``
+    of this process); a bad address or one out of reach is a :class:`ConfigError`. Dask's own
+    settings apply (the connection timeout is ``distributed.comm.timeouts.connect``)."""
+    require_extra("dask", "reconstruction on a Dask cluster")
+    import distributed
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(scheduler, strict=False)
+        if scheme == "tcp":
+            parse_host_port(location)
+        elif scheme != "inproc":
+            raise ValueError(f"{scheme}:// is not tcp:// (nor inproc:// of this process)")
+    except ValueError as e:
+        raise ConfigError(f"bad Dask scheduler address {scheduler!r}: {e}") from None
+    try:
+        return distributed.Client(scheduler, set_as_default=False)
+    except OSError as e:
+        raise ConfigError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
 
 
 def solve_parts(
@@ -244,7 +248,9 @@ def solve_parts(
         parts = partition(spans, callgraph, params)
     belows = _values_below(spans, parts, params, below)
     keep = belows is not None
-    table = client.scatter(spans if keep else replace(spans, details=None), broadcast=True)
+    table = client.scatter(
+        spans if keep else replace(spans, details=None), broadcast=True, hash=False
+    )
     belows = belows if belows is not None else [None] * len(parts)
     graph = scattered if scattered is not None else client.scatter(callgraph, broadcast=True)
     futures = client.map(

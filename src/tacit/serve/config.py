@@ -22,6 +22,7 @@ an environment variable (:data:`ENV_PREFIX`); the command line's options overrid
       lookahead_s: 2
       max_request_s: 10
       lateness_s: 7             # the SDK's batch processor sends every 5 s
+    dask: tcp://scheduler:8786  # each round's instances reconstructed on this Dask cluster
     json_logs: false            # the log as JSON objects, one a line
     log_level: info             # debug, info, warning or error
     pirate_interface: eth0      # Pirate: response latency from a live capture (libpcap)
@@ -107,6 +108,7 @@ _FIELDS = (
     "max_future_s",
     "retention_s",
     "online",
+    "dask",
     "json_logs",
     "log_level",
     "pirate_interface",
@@ -130,6 +132,7 @@ _ONLINE_FIELDS = ("window_s", "lookahead_s", "max_request_s", "lateness_s")
 _STRINGS = (
     "http",
     "grpc",
+    "dask",
     "forward",
     "forward_protocol",
     "forward_compression",
@@ -192,6 +195,9 @@ class ServeConfig:
     (:meth:`~tacit.serve.store.Store.expire`), checked every tenth of it (at most every
     minute); 0 keeps everything."""
     online: OnlineParams = field(default_factory=lambda: SERVE_ONLINE)
+    dask: str | None = None
+    """The address of a Dask scheduler: each round's offline step runs there, by instance
+    (:class:`tacit.reconstruct.scaleout.DaskRounds`), with the same result as here."""
     json_logs: bool = False
     log_level: str = "info"
     pirate_interface: str | None = None

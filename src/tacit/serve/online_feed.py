@@ -31,7 +31,7 @@ from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.rpc_endpoints import QUEUE, rpc_endpoint, rpc_target
 from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SERVER, SpanTable
 from tacit.reconstruct.callgraph import CallGraph
-from tacit.reconstruct.online import Finished, OnlineParams, OnlineTraceWeaver
+from tacit.reconstruct.online import Finished, OnlineParams, OnlineTraceWeaver, RoundSolver
 from tacit.reconstruct.stream_context import StreamContext
 
 LATE = "arrived later than the lateness allows; not reconstructed"
@@ -157,9 +157,12 @@ class OnlineFeed:
         online: OnlineParams,
         first_position: int = 0,
         services: ServiceMap | None = None,
+        solve: RoundSolver | None = None,
     ) -> None:
         self.online = online
-        self.tw = OnlineTraceWeaver(callgraph, None, online, first_position, draw_hops=True)
+        self.tw = OnlineTraceWeaver(
+            callgraph, None, online, first_position, draw_hops=True, solve=solve
+        )
         self._pending = _Pending(first_position)
         self.context = StreamContext(online.max_request_ns + online.lateness_ns)
         self.services = services

@@ -31,7 +31,7 @@ from tacit.formats.common import Traces
 from tacit.model.span_details import STATUS_ERROR
 from tacit.model.spans import SERVER
 from tacit.reconstruct.callgraph import CallGraph
-from tacit.reconstruct.online import Finished, OnlineParams
+from tacit.reconstruct.online import Finished, OnlineParams, RoundSolver
 from tacit.reconstruct.traceweaver import NOT_IN_CALLGRAPH
 from tacit.serve.callgraph_learner import LEARN_EVERY_S, CallGraphLearner
 from tacit.serve.finished_rows import Rows, TakenIds
@@ -81,6 +81,7 @@ class Reconstructor(threading.Thread):
         retention_s: float = 0.0,
         services: ServiceMap | None = None,
         learner: CallGraphLearner | None = None,
+        solve: RoundSolver | None = None,
     ) -> None:
         super().__init__(name="tacit-reconstruct", daemon=True)
         self.store = store
@@ -98,7 +99,7 @@ class Reconstructor(threading.Thread):
         self.learn_every_s = LEARN_EVERY_S
         self._next_learning = 0.0  # at once, then every learn_every_s
         self.seed = store.state("seed", 0) or _new_seed(store)
-        self.feed = OnlineFeed(callgraph, online, store.state("next_position", 0), services)
+        self.feed = OnlineFeed(callgraph, online, store.state("next_position", 0), services, solve)
         self.feed.context.remember(store.latest_ids(self.feed.context.horizon_ns))
         self._stop_event = threading.Event()
         self.failure: BaseException | None = None

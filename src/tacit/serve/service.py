@@ -16,6 +16,7 @@ from tacit.errors import ConfigError
 from tacit.formats.capture_spans import read_service_map
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.result import instrument_next
+from tacit.reconstruct.scaleout import DaskRounds, connect
 from tacit.serve.auth import read_token
 from tacit.serve.callgraph_learner import CallGraphLearner
 from tacit.serve.capture_feed import CaptureFeed
@@ -118,6 +119,7 @@ class Service:
             callgraph = self.learner.callgraph
         assert callgraph is not None
         self.metrics.callgraph_endpoints.set(len(callgraph.endpoints))
+        self.dask = connect(config.dask) if config.dask else None
         self.reconstructor = Reconstructor(
             self.store,
             self.ingest,
@@ -130,6 +132,7 @@ class Service:
             config.retention_s,
             names,
             self.learner,
+            DaskRounds(self.dask) if self.dask is not None else None,
         )
         sources = [config.pirate_pcap, config.pirate_interface]
         self.pirate = [
@@ -335,6 +338,8 @@ class Service:
             return
         if self.forwarder is not None:
             self.forwarder.stop()
+        if self.dask is not None:
+            self.dask.close()
         try:
             self.store.close()
         except Exception as e:
