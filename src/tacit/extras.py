@@ -23,6 +23,7 @@ EXTRAS = {
         "opentelemetry.sdk",
     ),
     "dask": ("distributed",),
+    "cluster": ("nats",),
 }
 """The modules each extra brings that tacit imports (``pyproject.toml`` lists the packages)."""
 

@@ -113,6 +113,17 @@ def serve(
     tls_key_file: Annotated[
         Path | None, typer.Option(help="With --tls-cert-file: its PEM private key.")
     ] = None,
+    role: Annotated[
+        str | None,
+        typer.Option(
+            help="all (one process), ingest (a replica taking spans into --log) or "
+            "reconstruct (the process reading --log); see docs/scale-out.md."
+        ),
+    ] = None,
+    span_log: Annotated[
+        str | None,
+        typer.Option("--log", help="The NATS server (nats://HOST:PORT) of the shared log."),
+    ] = None,
     dask: Annotated[
         str | None,
         typer.Option(
@@ -177,6 +188,8 @@ def serve(
         tls_cert_file=tls_cert_file,
         tls_key_file=tls_key_file,
         dask=dask,
+        role=role,
+        log=span_log,
         log_level=log_level,
     )
     checked = preflight(cfg)
@@ -191,4 +204,9 @@ def serve(
     if as_json:
         raise ConfigError("--json goes with --check-config")
     configure_logging(cfg.json_logs, cfg.log_level)
-    Service(cfg, checked.callgraph).run()
+    if cfg.role == "ingest":
+        from tacit.serve.ingest_replica import IngestReplica
+
+        IngestReplica(cfg).run()
+    else:
+        Service(cfg, checked.callgraph).run()

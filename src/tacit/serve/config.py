@@ -23,6 +23,10 @@ an environment variable (:data:`ENV_PREFIX`); the command line's options overrid
       max_request_s: 10
       lateness_s: 7             # the SDK's batch processor sends every 5 s
     dask: tcp://scheduler:8786  # each round's instances reconstructed on this Dask cluster
+    role: all                   # all (one process), ingest or reconstruct: see docs/scale-out.md
+    log: nats://nats:4222       # the shared log of the ingest and reconstruct roles (JetStream)
+    log_stream: tacit           # its stream's name
+    log_max_bytes: 8589934592   # its bound: beyond, the ingest replicas hold senders back
     json_logs: false            # the log as JSON objects, one a line
     log_level: info             # debug, info, warning or error
     pirate_interface: eth0      # Pirate: response latency from a live capture (libpcap)
@@ -50,6 +54,7 @@ and what the query API answers cross the network in the clear.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -109,6 +114,10 @@ _FIELDS = (
     "retention_s",
     "online",
     "dask",
+    "role",
+    "log",
+    "log_stream",
+    "log_max_bytes",
     "json_logs",
     "log_level",
     "pirate_interface",
@@ -133,6 +142,9 @@ _STRINGS = (
     "http",
     "grpc",
     "dask",
+    "role",
+    "log",
+    "log_stream",
     "forward",
     "forward_protocol",
     "forward_compression",
@@ -156,6 +168,8 @@ _PATHS = (
     "tls_key_file",
 )
 _PATH_LISTS = ("rda_results", "envoy_logs")
+ROLES = ("all", "ingest", "reconstruct")
+_STREAM_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
 @dataclass(frozen=True)
@@ -198,6 +212,14 @@ class ServeConfig:
     dask: str | None = None
     """The address of a Dask scheduler: each round's offline step runs there, by instance
     (:class:`tacit.reconstruct.scaleout.DaskRounds`), with the same result as here."""
+    role: str = "all"
+    """``all``: one process takes, reconstructs, stores and serves; ``ingest``: a replica
+    that takes spans into the shared log (:mod:`.log_ingest`); ``reconstruct``: the one
+    process that reads the log and reconstructs, stores and serves (:mod:`.log_feed`)."""
+    log: str | None = None
+    """The NATS server (``nats://HOST:PORT``) whose JetStream holds the shared log."""
+    log_stream: str = "tacit"
+    log_max_bytes: int = 8 * 1024**3
     json_logs: bool = False
     log_level: str = "info"
     pirate_interface: str | None = None
@@ -263,6 +285,14 @@ class ServeConfig:
                     )
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ConfigError("tls_cert_file and tls_key_file go together: give both or neither")
+        if self.role not in ROLES:
+            raise ConfigError(f"role: {self.role!r} is not one of {', '.join(ROLES)}")
+        if (self.role != "all") != (self.log is not None):
+            raise ConfigError(
+                "log goes with role ingest or reconstruct: both read and write the shared log"
+            )
+        if not _STREAM_NAME.fullmatch(self.log_stream):
+            raise ConfigError(f"log_stream: {self.log_stream!r} is not letters, digits, - and _")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(
                 f"log_level: {self.log_level!r} is not one of {', '.join(LOG_LEVELS)}"
@@ -371,6 +401,8 @@ def _settings(data: Mapping[str, Any], where: str, base: Path) -> dict[str, Any]
             integer=True,
             maximum=MAX_DATABASE_MEMORY_MIB,
         )
+    if "log_max_bytes" in data:
+        kwargs["log_max_bytes"] = number(data, "log_max_bytes", where, positive=True, integer=True)
     if "retry_after_s" in data:
         kwargs["retry_after_s"] = number(data, "retry_after_s", where, positive=True, integer=True)
     if "idle_s" in data:

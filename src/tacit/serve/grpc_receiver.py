@@ -30,6 +30,7 @@ from tacit.errors import ConfigError, InputError
 from tacit.serve.auth import authorized
 from tacit.serve.http_bounds import PEER_SHARE
 from tacit.serve.ingest import MAX_BODY, Busy, Ingest
+from tacit.serve.log_ingest import LogIngest
 from tacit.serve.tls import ServerTLS
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
@@ -67,7 +68,7 @@ def _address(peer: str) -> str:
 
 
 class _TraceService:
-    def __init__(self, ingest: Ingest, token: str | None, workers: int) -> None:
+    def __init__(self, ingest: Ingest | LogIngest, token: str | None, workers: int) -> None:
         self.ingest = ingest
         self.token = token
         self.peers = _Peers(max(1, workers // PEER_SHARE))
@@ -117,7 +118,7 @@ def _retry_status(message: str, retry_after_s: int) -> Any:
 
 def start_grpc(
     address: str,
-    ingest: Ingest,
+    ingest: Ingest | LogIngest,
     token: str | None = None,
     workers: int = 4,
     tls: ServerTLS | None = None,

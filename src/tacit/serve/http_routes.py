@@ -33,6 +33,7 @@ from tacit.serve import jaeger_api, jaeger_api_v3, jaeger_metrics_api
 from tacit.serve.auth import authorized, may_read
 from tacit.serve.content_encoding import ENCODINGS, UnsupportedEncoding, decode_body
 from tacit.serve.ingest import MAX_BODY, Busy, Ingest
+from tacit.serve.log_ingest import LogIngest
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.store import Store, cannot_write
 
@@ -139,8 +140,10 @@ def inflated(request: Request) -> bytes:
 class Routes:
     """The service's parts that answer HTTP requests."""
 
-    store: Store
-    ingest: Ingest
+    store: Store | None
+    """None: an ingest replica's, which answers no queries."""
+    ingest: Ingest | LogIngest | None
+    """None: the reconstruct role's, which takes spans from the shared log only."""
     metrics: ServeMetrics
     ready: Callable[[], str | None]
     extra: Callable[[str, dict[str, str]], Any | None]
@@ -230,6 +233,11 @@ class Routes:
                 return text(HTTPStatus.NOT_FOUND, "not found")
             return _json(answer)
         encoding = _encoding(request)
+        if self.ingest is None:
+            return _otlp_error(
+                HTTPStatus.NOT_FOUND, encoding, "this process reads the shared log: send spans "
+                "to an ingest replica"
+            )  # fmt: skip
         try:
             self.ingest.submit(inflated(request), encoding, "http")
         except Busy as e:
@@ -247,9 +255,8 @@ class Routes:
             return Response(HTTPStatus.OK, b"{}", "application/json")
         return Response(HTTPStatus.OK, b"", PROTOBUF)
 
-    def _v3(self, path: str, params: dict[str, str]) -> Response:
+    def _v3(self, store: Store, path: str, params: dict[str, str]) -> Response:
         """Jaeger v2's ``/api/v3`` (:mod:`.jaeger_api_v3`), with its errors' shape."""
-        store = self.store
         try:
             if path == "/api/v3/services":
                 return _json(jaeger_api_v3.services(store))
@@ -268,7 +275,7 @@ class Routes:
         except InputError as e:
             return _json(jaeger_api_v3.error(400, str(e)), HTTPStatus.BAD_REQUEST)
 
-    def _metrics(self, path: str, request: Request) -> Response:
+    def _metrics(self, store: Store, path: str, request: Request) -> Response:
         """Jaeger's metrics API (:mod:`.jaeger_metrics_api`), with Jaeger's error answers."""
         api = jaeger_metrics_api
         if path == "/api/metrics/minstep":
@@ -280,8 +287,8 @@ class Routes:
         quantile = api.quantile_param(params) if kind == "latencies" else 0.0
         query = api.metrics_query(params, request.values)
         if kind == "latencies":
-            return _json(api.latencies(self.store, query, quantile))
-        return _json((api.calls if kind == "calls" else api.errors)(self.store, query))
+            return _json(api.latencies(store, query, quantile))
+        return _json((api.calls if kind == "calls" else api.errors)(store, query))
 
     def _get(self, request: Request) -> Response:  # noqa: C901, PLR0912
         path, params = request.path, request.params
@@ -294,20 +301,22 @@ class Routes:
                 "a query token is required",
                 {"WWW-Authenticate": 'Basic realm="tacit", charset="UTF-8"'},
             )
+        if path == "/metrics":
+            body = generate_latest(self.metrics.registry)
+            return Response(HTTPStatus.OK, body, CONTENT_TYPE_LATEST)
+        if path == "/healthz":
+            return text(HTTPStatus.OK, "ok")
+        if path == "/readyz":
+            problem = self.ready()
+            status = HTTPStatus.OK if problem is None else HTTPStatus.SERVICE_UNAVAILABLE
+            return text(status, problem or "ready")
+        if store is None:
+            return text(HTTPStatus.NOT_FOUND, "an ingest replica answers no queries")
         try:
             if path in _STATIC:
                 name, ctype = _STATIC[path]
                 page = resources.files("tacit.serve").joinpath("web", name).read_bytes()
                 return Response(HTTPStatus.OK, page, ctype)
-            if path == "/metrics":
-                body = generate_latest(self.metrics.registry)
-                return Response(HTTPStatus.OK, body, CONTENT_TYPE_LATEST)
-            if path == "/healthz":
-                return text(HTTPStatus.OK, "ok")
-            if path == "/readyz":
-                problem = self.ready()
-                status = HTTPStatus.OK if problem is None else HTTPStatus.SERVICE_UNAVAILABLE
-                return text(status, problem or "ready")
             if path == "/api/services":
                 return _json(jaeger_api.services(store))
             if path.startswith("/api/services/") and path.endswith("/operations"):
@@ -332,9 +341,9 @@ class Routes:
             if path == "/api/dependencies":
                 return _json(jaeger_api.dependencies(store, params))
             if path.startswith("/api/v3/"):
-                return self._v3(path, params)
+                return self._v3(store, path, params)
             if path.startswith("/api/metrics/"):
-                return self._metrics(path, request)
+                return self._metrics(store, path, request)
             answer = self.extra(path, params)
             if answer is None:
                 return text(HTTPStatus.NOT_FOUND, "not found")

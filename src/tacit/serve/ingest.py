@@ -41,11 +41,14 @@ build. Checking is mostly Python under the GIL: more at once would not go faster
 
 
 class Busy(TacitError):
-    """Too many spans are waiting for reconstruction: retry after ``retry_after_s``."""
+    """No room for the request now (``why``: by default, too many spans are waiting for
+    reconstruction): retry after ``retry_after_s``."""
 
-    def __init__(self, retry_after_s: int) -> None:
+    def __init__(
+        self, retry_after_s: int, why: str = "too many spans waiting for reconstruction"
+    ) -> None:
         self.retry_after_s = retry_after_s
-        super().__init__(f"too many spans waiting for reconstruction; retry in {retry_after_s} s")
+        super().__init__(f"{why}; retry in {retry_after_s} s")
 
 
 @dataclass
@@ -78,7 +81,6 @@ class Ingest:
         self.next_seq = store.next_seq()
         self._outstanding = 0
         self._lock = threading.Lock()
-        self._decoding = threading.BoundedSemaphore(MAX_DECODING)
         self.last_arrival = time.monotonic()
         self.last_refusal = -math.inf
         self._refused = 0  # spans in the latest request refused for being over the limit
@@ -110,20 +112,18 @@ class Ingest:
         self.metrics.pending.set(self._outstanding)
 
     def submit(
-        self, body: bytes, encoding: str, transport: str, state: dict[str, int] | None = None
+        self,
+        body: bytes,
+        encoding: str,
+        transport: str,
+        state: dict[str, int] | None = None,
+        received_ns: int | None = None,
     ) -> int:
         """Check, admit and commit one request (with the store's ``state`` values that go with
-        it: a source's progress); returns its span count. Raises :class:`InputError` for a
-        malformed request, :class:`Busy` when over the limit."""
-        if len(body) > MAX_BODY:
-            self.metrics.refused.labels(transport, "invalid").inc()
-            raise InputError(f"request body of {len(body)} bytes exceeds {MAX_BODY}")
-        try:
-            with self._decoding:
-                n, read = check_export_request(body, encoding, f"{transport} request")
-        except InputError:
-            self.metrics.refused.labels(transport, "invalid").inc()
-            raise
+        it: a source's progress; ``received_ns``: when it was received, if not now); returns
+        its span count. Raises :class:`InputError` for a malformed request, :class:`Busy` when
+        over the limit."""
+        n, read = checked(body, encoding, transport, self.metrics)
         if n == 0:
             return 0
         with self._lock:
@@ -131,7 +131,7 @@ class Ingest:
                 self.metrics.refused.labels(transport, "busy").inc()
                 self.last_refusal, self._refused = time.monotonic(), n
                 raise Busy(self.retry_after_s)
-            first, now = self.next_seq, time.time_ns()
+            first, now = self.next_seq, received_ns or time.time_ns()
             self.store.append_request(first, n, now, encoding, body, state)
             self.next_seq += n
             self._outstanding += n
@@ -162,6 +162,25 @@ class Ingest:
         self._outstanding += restored
         self.metrics.pending.set(self._outstanding)
         return restored
+
+
+_DECODING = threading.BoundedSemaphore(MAX_DECODING)
+
+
+def checked(
+    body: bytes, encoding: str, transport: str, metrics: ServeMetrics
+) -> tuple[int, RequestReader]:
+    """A request's span count and what reads them, once checked (at most
+    :data:`MAX_DECODING` at once); a refusal is counted and raised as :class:`InputError`."""
+    if len(body) > MAX_BODY:
+        metrics.refused.labels(transport, "invalid").inc()
+        raise InputError(f"request body of {len(body)} bytes exceeds {MAX_BODY}")
+    try:
+        with _DECODING:
+            return check_export_request(body, encoding, f"{transport} request")
+    except InputError:
+        metrics.refused.labels(transport, "invalid").inc()
+        raise
 
 
 def warm_up() -> None:

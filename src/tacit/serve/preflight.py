@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tacit.errors import ConfigError
+from tacit.extras import require_extra
 from tacit.formats.capture_spans import read_service_map
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.serve.auth import read_token
@@ -38,14 +39,26 @@ class Preflight:
             "ingest_token": cfg.ingest_token_file is not None,
             "query_token": cfg.query_token_file is not None,
             "forward": cfg.forward,
+            "role": cfg.role,
+            "log": cfg.log,
+            "dask": cfg.dask,
             "log_level": cfg.log_level,
         }
+
+
+def _extras(cfg: ServeConfig) -> None:
+    """Check that the extras the roles and the Dask cluster need are installed."""
+    if cfg.role != "all":
+        require_extra("cluster", f"tacit serve --role {cfg.role}")
+    if cfg.dask is not None:
+        require_extra("dask", "tacit serve --dask")
 
 
 def preflight(cfg: ServeConfig) -> Preflight:  # noqa: C901
     """Read and check what ``cfg`` names, as the service's start would; a problem is a
     :class:`~tacit.errors.ConfigError` (or the reader's :class:`~tacit.errors.InputError`)
     naming the file."""
+    _extras(cfg)
     for pcap in (cfg.pirate_pcap, cfg.capture_pcap):
         if pcap is not None and not pcap.is_file():
             raise ConfigError(f"{pcap}: no such capture file")

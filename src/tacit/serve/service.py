@@ -28,11 +28,13 @@ from tacit.serve.http_routes import Routes
 from tacit.serve.http_server import ServeHTTPServer
 from tacit.serve.ingest import Ingest, warm_up
 from tacit.serve.latency_api import oneway_series, response_series
+from tacit.serve.log_feed import LogFeed
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.packet_feed import PacketFeed
 from tacit.serve.pirate_feed import PirateFeed
 from tacit.serve.rda_feed import RdaFollower, RdaIngest
 from tacit.serve.reconstructor import Reconstructor
+from tacit.serve.span_log import SpanLog
 from tacit.serve.store import Store, cannot_write
 from tacit.serve.tls import load_tls
 
@@ -47,7 +49,7 @@ window. Fewer collections cost the service less CPU per span for the same memory
 (``bench/bench_serve.py`` measures it, ``sustained`` and ``capture``)."""
 
 
-def _address(text: str) -> tuple[str, int]:
+def socket_address(text: str) -> tuple[str, int]:
     """HOST:PORT (checked by :class:`ServeConfig`) as a socket address."""
     host, _, port = text.rpartition(":")
     return host.strip("[]") or "127.0.0.1", int(port)
@@ -55,7 +57,7 @@ def _address(text: str) -> tuple[str, int]:
 
 def _loopback(text: str) -> bool:
     """Whether HOST:PORT listens on this host only."""
-    host = _address(text)[0]
+    host = socket_address(text)[0]
     if host == "localhost":
         return True
     try:
@@ -159,11 +161,18 @@ class Service:
             if config.envoy_logs
             else []
         )
-        self._feeds: list[PacketFeed | RdaFollower | EnvoyFeed] = [
+        self.span_log = (
+            SpanLog(config.log, config.log_stream, config.log_max_bytes)
+            if config.role == "reconstruct" and config.log
+            else None
+        )
+        self.log_feed = LogFeed(self.ingest, self.span_log) if self.span_log else None
+        self._feeds: list[PacketFeed | RdaFollower | EnvoyFeed | LogFeed] = [
             *self.pirate,
             *self.rda_files,
             *self.captures,
             *self.envoy,
+            *([self.log_feed] if self.log_feed else []),
         ]
         self.restored = 0
         self._gc_thresholds = gc.get_threshold()
@@ -199,10 +208,12 @@ class Service:
         if self.forwarder is not None:
             self.forwarder.start()
         self.reconstructor.start()
+        if self.span_log is not None:
+            self.span_log.open()
         try:
             routes = Routes(
                 self.store,
-                self.ingest,
+                self.ingest if self.log_feed is None else None,
                 self.metrics,
                 self.problem,
                 self.extra,
@@ -210,11 +221,11 @@ class Service:
                 self.token,
                 self.query_token,
             )
-            self.http = ServeHTTPServer(_address(self.config.http), routes, self.tls)
+            self.http = ServeHTTPServer(socket_address(self.config.http), routes, self.tls)
         except OSError as e:
             raise ConfigError(f"http: cannot listen on {self.config.http}: {e.strerror}") from None
         threading.Thread(target=self.http.serve_forever, name="tacit-http", daemon=True).start()
-        if self.config.grpc:
+        if self.config.grpc and self.log_feed is None:
             self.grpc = start_grpc(self.config.grpc, self.ingest, self.token, tls=self.tls)
         for feed in self._feeds:
             feed.start()
@@ -235,6 +246,8 @@ class Service:
 
     def problem(self) -> str | None:
         """Why the service is not ready, or None."""
+        if self.log_feed is not None and self.log_feed.failure is not None:
+            return f"the log could not be read: {self.log_feed.failure}"
         if self.reconstructor.failure is not None:
             return f"reconstruction failed: {self.reconstructor.failure}"
         if not self.reconstructor.is_alive():
@@ -284,6 +297,7 @@ class Service:
                 "rda": [follower.status() for follower in self.rda_files],
                 "capture": [feed.status() for feed in self.captures],
                 "envoy": [feed.status() for feed in self.envoy],
+                "log": self.log_feed.status() if self.log_feed else None,
             }
         return None
 
@@ -336,10 +350,7 @@ class Service:
                 self.reconstructor.stop_s,
             )
             return
-        if self.forwarder is not None:
-            self.forwarder.stop()
-        if self.dask is not None:
-            self.dask.close()
+        self._close_clients()
         try:
             self.store.close()
         except Exception as e:
@@ -352,6 +363,15 @@ class Service:
             )
             return
         log.info("stopped")
+
+    def _close_clients(self) -> None:
+        """Send on what is to be forwarded, and leave the Dask cluster and the log."""
+        if self.forwarder is not None:
+            self.forwarder.stop()
+        if self.dask is not None:
+            self.dask.close()
+        if self.span_log is not None:
+            self.span_log.close()
 
     def run(
         self, seconds: float | None = None, before_stop: Callable[[], None] | None = None

@@ -1,0 +1,83 @@
+"""The reconstruct role's source (``role: reconstruct``): the shared log (:mod:`.span_log`)
+read in its one order into the service's own ingest, as if its receivers had taken each
+request.
+
+Each request goes into the journal with the log position after it, in the same record
+(:meth:`~.ingest.Ingest.submit`'s state), so a restart reads on from the first request not
+yet taken in and restores the ones taken and not yet reconstructed from the journal: every
+request is taken once, whatever moment the process was killed at. What the journal holds, the
+log need not: the messages below the position are purged, every :data:`PURGE_EVERY` of them.
+A full service holds the reading back (the log keeps the requests meanwhile, and its bound
+then holds the senders back at the ingest replicas).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from tacit.errors import InputError
+from tacit.serve.ingest import Busy, Ingest
+from tacit.serve.span_log import LogUnavailable, SpanLog
+
+log = logging.getLogger("tacit.serve")
+
+TRANSPORT = "log"
+PURGE_EVERY = 100
+"""Requests taken between two purges of the log below the position."""
+
+
+class LogFeed(threading.Thread):
+    """Reads ``span_log`` into ``ingest`` until :meth:`stop`."""
+
+    def __init__(self, ingest: Ingest, span_log: SpanLog) -> None:
+        super().__init__(name="tacit-log-feed", daemon=True)
+        self.ingest = ingest
+        self.log = span_log
+        self.key = f"log:{span_log.stream}"
+        self.position = ingest.store.state(self.key, 0) or 1
+        """The sequence number of the next request to take."""
+        self.taken = 0
+        self.refused = 0
+        self._stop_event = threading.Event()
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for logged in self.log.read(self.position, self._stop_event):
+                self._take(logged.seq, logged.body, logged.encoding, logged.received_ns)
+                if self.taken % PURGE_EVERY == 0:
+                    self.log.purge_below(self.position)
+        except LogUnavailable as e:
+            self.failure = e
+            log.error("the log could not be read: %s", e)
+
+    def _take(self, seq: int, body: bytes, encoding: str, received_ns: int) -> None:
+        state = {self.key: seq + 1}
+        while not self._stop_event.is_set():
+            try:
+                self.ingest.submit(body, encoding, TRANSPORT, state, received_ns or None)
+            except Busy as e:
+                self._stop_event.wait(e.retry_after_s)
+                continue
+            except InputError as e:  # checked by the replica that took it: not expected
+                self.refused += 1
+                log.warning("log request %d refused: %s", seq, e)
+                self.ingest.store.set_state(self.key, seq + 1)
+            self.position = seq + 1
+            self.taken += 1
+            return
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "log": self.log.url,
+            "stream": self.log.stream,
+            "position": self.position,
+            "taken": self.taken,
+            "refused": self.refused,
+        }
