@@ -1,8 +1,9 @@
-"""``tacit experiment web|asymmetric|loadbalancer|netns|traced-app|otel-app``: Pirate's live
-experiments on this machine (loopback, and §5.1's namespaces with asymmetric routing), its
-load-balancer simulation, RDA's agents across namespaces, a small multi-service app captured
-with its own call logs as the truth of its traces, and one instrumented with the OpenTelemetry
-SDK, its trace context broken as deployments break it."""
+"""``tacit experiment web|asymmetric|loadbalancer|netns|traced-app|otel-app|scale-out``:
+Pirate's live experiments on this machine (loopback, and §5.1's namespaces with asymmetric
+routing), its load-balancer simulation, RDA's agents across namespaces, a small multi-service
+app captured with its own call logs as the truth of its traces, one instrumented with the
+OpenTelemetry SDK, its trace context broken as deployments break it, and ``tacit serve`` run
+as roles, with processes killed, against one process."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from tacit.cli.common import (
     print_json,
 )
 from tacit.errors import ConfigError
+from tacit.extras import require_extra
 
 RUN_SECONDS = bounded(0, 3600, lo_open=True)
 """How long an experiment runs: up to an hour."""
@@ -45,6 +47,7 @@ def register(app: typer.Typer) -> None:
     group.command()(netns)
     group.command("traced-app")(traced_app)
     group.command("otel-app")(otel_app)
+    group.command("scale-out")(scale_out)
     app.add_typer(group, name="experiment")
 
 
@@ -409,3 +412,47 @@ def otel_app(
     ports = ", ".join(f"{r} :{s['port']}" for r, s in doc["services"].items())
     out.print(f"services: {ports}; spans exported to {doc['otlp']['endpoint']}")
     out.print(f"written to {out_dir}: " + ", ".join(Path(f).name for f in doc["files"].values()))
+
+
+def scale_out(
+    out_dir: Annotated[
+        Path,
+        typer.Option("--out", help="Directory for the stores, the log and each process's log."),
+    ],
+    seconds: Annotated[
+        float, typer.Option(callback=RUN_SECONDS, help="Length of the simulated stream (s).")
+    ] = 10.0,
+    rate: Annotated[
+        float,
+        typer.Option(callback=bounded(0, 2000, lo_open=True), help="Requests per second."),
+    ] = 100.0,
+    kill: Annotated[
+        str,
+        typer.Option(
+            help="What to kill -9 mid-stream, comma-separated: replica, worker, reconstruct "
+            "(the last started again); empty for nothing."
+        ),
+    ] = "replica,worker",
+    seed: Annotated[int, typer.Option(callback=SEED, help="Seed of the simulated stream.")] = 2,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run tacit serve as roles, each a process (NATS JetStream, a Dask scheduler and two
+    workers, two ingest replicas, the reconstruct role), send a simulated stream over both
+    replicas with processes killed mid-stream, and compare what is stored with what one
+    process stores given the same requests."""
+    require_extra("serve", "tacit experiment scale-out")
+    require_extra("dask", "tacit experiment scale-out")
+    require_extra("cluster", "tacit experiment scale-out")
+    from tacit.experiment.scale_out import ScaleOutParams, run_scale_out
+
+    params = ScaleOutParams(
+        seconds=seconds,
+        rate=rate,
+        seed=seed,
+        kill=tuple(k.strip() for k in kill.split(",") if k.strip()),
+    )
+    run = run_scale_out(out_dir, params, tell=lambda line: typer.echo(line, err=True))
+    if json_out:
+        print_json(run.summary())
+        return
+    out.print(_table("tacit serve as roles against one process", run.summary()))

@@ -1,0 +1,321 @@
+"""``tacit serve`` as roles on one machine, each a process of its own as a deployment runs
+them: a NATS server with JetStream (the shared log), a Dask scheduler and two workers, two
+ingest replicas and the reconstruct role. A simulated stream of the shop app goes to the
+replicas in turn, as a load balancer spreads it, with processes killed (``kill -9``) at set
+points of the stream; the sender goes on to the other replica when one does not answer. Then
+one process (``role: all``) is given the same requests in the log's order, and the two
+stores are compared (docs/scale-out.md).
+
+What is reported: the spans ``sent``, ``acknowledged`` and ``stored``; whether the spans
+stored, with their parents, scores, probabilities and alternatives, are
+``identical_to_single_process``; and ``windows_stored_twice``: traces stored more than once.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tacit.errors import ConfigError
+from tacit.experiment.capture import stop_process
+from tacit.experiment.memcached import free_port
+from tacit.experiment.nats_server import start_nats
+from tacit.experiment.otlp_load import encoded_requests
+from tacit.model.roles import infer_roles
+from tacit.reconstruct.callgraph import learn_callgraph
+from tacit.simulate import load_app, simulate
+
+KILLS = ("replica", "worker", "reconstruct")
+"""What may be killed mid-stream."""
+SPAN_COLUMNS = "span_id, parent_span_id, score, probability, alternatives, unmapped, link"
+"""What two stores are compared on."""
+READY_S = 90.0
+SETTLE_S = 180.0
+"""How long to wait for a process to be ready, and for the stream to be reconstructed."""
+_CONFIG = "online: {window_s: 1, lookahead_s: 1, max_request_s: 2, lateness_s: 0.1}\nidle_s: 2\n"
+"""The service's settings for a stream of seconds: windows short enough that it finishes in
+seconds of its end."""
+
+
+@dataclass
+class ScaleOutParams:
+    seconds: float = 10.0
+    """Length of the simulated stream."""
+    rate: float = 100.0
+    """Requests per second of the shop app."""
+    seed: int = 2
+    kill: tuple[str, ...] = ("replica", "worker")
+    """What to kill mid-stream (:data:`KILLS`): the first ingest replica at a quarter of the
+    stream, a worker at a third, the reconstruct role at half (started again at once)."""
+    pause_s: float = 0.05
+    """Between two requests sent."""
+
+
+@dataclass
+class ScaleOutRun:
+    sent: int = 0
+    acknowledged: int = 0
+    stored: int = 0
+    identical_to_single_process: bool = False
+    windows_stored_twice: int = 0
+    requests: int = 0
+    requests_taken: int = 0
+    """Requests in the reconstruct role's journal: each once, however often it was sent."""
+    killed: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "sent": self.sent,
+            "acknowledged": self.acknowledged,
+            "stored": self.stored,
+            "identical_to_single_process": self.identical_to_single_process,
+            "windows_stored_twice": self.windows_stored_twice,
+            "requests": self.requests,
+            "requests_taken": self.requests_taken,
+            "killed": self.killed,
+        }
+
+
+class _Processes:
+    """The processes started, each with the command it runs; all stopped on exit."""
+
+    def __init__(self, out: Path, tell: Callable[[str], None]) -> None:
+        self.out = out
+        self.tell = tell
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.commands: dict[str, list[str]] = {}
+
+    def start(self, name: str, command: list[str]) -> None:
+        self.tell(f"{name}: {' '.join(command)}")
+        self.commands[name] = command
+        with (self.out / f"{name}.log").open("ab") as log:
+            self.procs[name] = subprocess.Popen(
+                command, stdout=log, stderr=log, start_new_session=True
+            )
+
+    def kill(self, name: str) -> None:
+        self.tell(f"kill -9 {name}")
+        self.procs[name].send_signal(signal.SIGKILL)
+        self.procs[name].wait()
+
+    def stop(self, name: str) -> None:
+        stop_process(self.procs.pop(name))
+
+    def __enter__(self) -> _Processes:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for proc in self.procs.values():
+            stop_process(proc, signal.SIGKILL)
+
+
+def run_scale_out(
+    out: Path, params: ScaleOutParams | None = None, tell: Callable[[str], None] = print
+) -> ScaleOutRun:
+    """Run the roles and the stream (module docstring) with everything under ``out``: the
+    JetStream store, the stores, each process's log (``NAME.log``)."""
+    params = params or ScaleOutParams()
+    unknown = set(params.kill) - set(KILLS)
+    if unknown:
+        raise ConfigError(f"kill: {', '.join(sorted(unknown))} is not one of {', '.join(KILLS)}")
+    _clear(out)
+    app = load_app(None)
+    learn_callgraph(infer_roles(simulate(app, 5, n_requests=200, seed=1)).spans).save(
+        out / "callgraph.yaml"
+    )
+    (out / "serve.yaml").write_text(_CONFIG)
+    spans = simulate(app, params.rate, duration_s=params.seconds, seed=params.seed,
+                     record_threads=False)  # fmt: skip
+    encoded = encoded_requests(spans)
+    run = ScaleOutRun(sent=sum(n for n, _ in encoded), requests=len(encoded))
+    bin_dir = Path(sys.executable).parent
+    nats_port = free_port()
+    nats = start_nats(nats_port, out / "jetstream")
+    try:
+        with _Processes(out, tell) as procs:
+            ports = _start_roles(procs, bin_dir, out, f"nats://127.0.0.1:{nats_port}")
+            run.acknowledged = _send(procs, encoded, ports, params, run)
+            _settle(ports[2], len(encoded))
+            procs.stop("reconstruct")
+        driver_rows, bodies = _read_store(out / "tacit.duckdb")
+        run.stored = len({row[0] for row in driver_rows})
+        run.requests_taken = len(bodies)
+        run.windows_stored_twice = _stored_twice(out / "tacit.duckdb")
+        one_rows = _one_process(out, bin_dir, bodies, tell)
+        run.identical_to_single_process = driver_rows == one_rows
+    finally:
+        stop_process(nats)
+    return run
+
+
+def _clear(out: Path) -> None:
+    """``out`` made, without what an earlier run left in it: the log's store would hold that
+    run's requests, and the stores its spans."""
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out / "jetstream", ignore_errors=True)
+    for pattern in ("tacit.duckdb*", "one-process.duckdb*", "*.log"):
+        for path in out.glob(pattern):
+            path.unlink()
+
+
+def _start_roles(procs: _Processes, bin_dir: Path, out: Path, log_url: str) -> list[int]:
+    """Start the scheduler, two workers, two replicas and the reconstruct role; the HTTP ports
+    of the replicas and of the reconstruct role, once each answers."""
+    dask, tacit = str(bin_dir / "dask"), str(bin_dir / "tacit")
+    scheduler_port = free_port()
+    scheduler = f"tcp://127.0.0.1:{scheduler_port}"
+    procs.start("scheduler", [dask, "scheduler", "--host", "127.0.0.1", "--port",
+                              str(scheduler_port), "--no-dashboard"])  # fmt: skip
+    for w in range(2):
+        procs.start(f"worker{w}", [dask, "worker", scheduler, "--nthreads", "1",
+                                   "--no-dashboard"])  # fmt: skip
+    ports = [free_port() for _ in range(3)]
+    common = [tacit, "serve", "--config", str(out / "serve.yaml"), "--grpc", "", "--log", log_url]
+    for i in range(2):
+        procs.start(f"replica{i}", [*common, "--role", "ingest", "--http",
+                                    f"127.0.0.1:{ports[i]}"])  # fmt: skip
+    procs.start("reconstruct", [*common, "--role", "reconstruct", "--http",
+                                f"127.0.0.1:{ports[2]}", "--dask", scheduler, "--callgraph",
+                                str(out / "callgraph.yaml"), "--database",
+                                str(out / "tacit.duckdb")])  # fmt: skip
+    for port in ports:
+        _wait_ready(port)
+    return ports
+
+
+def _send(
+    procs: _Processes,
+    encoded: list[tuple[int, bytes]],
+    ports: list[int],
+    params: ScaleOutParams,
+    run: ScaleOutRun,
+) -> int:
+    """Send each request to the replicas in turn, one that does not answer passed over, with
+    the kills at their points; the spans acknowledged."""
+    alive = ports[:2]
+    acknowledged = 0
+    n = len(encoded)
+    kills = {n // 4: ("replica", "replica0"), n // 3: ("worker", "worker0"),
+             n // 2: ("reconstruct", "reconstruct")}  # fmt: skip
+    for k, (count, body) in enumerate(encoded):
+        what, name = kills.get(k, ("", ""))
+        if what in params.kill:
+            procs.kill(name)
+            run.killed.append(name)
+            if what == "reconstruct":
+                procs.start(name, procs.commands[name])
+        for attempt in range(len(alive) * 3):
+            port = alive[(k + attempt) % len(alive)]
+            if _post(port, body):
+                acknowledged += count
+                break
+            time.sleep(0.2)
+        alive = [p for p in alive if _answers(p)] or alive
+        time.sleep(params.pause_s)
+    return acknowledged
+
+
+def _post(port: int, body: bytes) -> bool:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/traces",
+        data=body,
+        headers={"Content-Type": "application/x-protobuf"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _wait_ready(port: int) -> None:
+    end = time.monotonic() + READY_S
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2):
+                return
+        except (OSError, urllib.error.HTTPError):
+            time.sleep(0.2)
+    raise ConfigError(f"nothing ready on port {port} within {READY_S:.0f} s")
+
+
+def _status(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/tacit/status", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _settle(port: int, requests: int) -> None:
+    """Wait until the reconstruct role has read every request of the log and reconstructed
+    every span it took."""
+    _wait_ready(port)
+    end = time.monotonic() + SETTLE_S
+    while time.monotonic() < end:
+        status = _status(port)
+        if status["log"]["position"] > requests and status["pending"] == 0:
+            return
+        time.sleep(0.5)
+    raise ConfigError(f"the stream was not reconstructed within {SETTLE_S:.0f} s")
+
+
+def _read_store(path: Path) -> tuple[list[tuple], list[tuple[str, bytes]]]:
+    """The spans of a store (:data:`SPAN_COLUMNS`, by span id) and its requests in order."""
+    import duckdb
+
+    with duckdb.connect(str(path), read_only=True) as db:
+        rows = db.execute(f"SELECT {SPAN_COLUMNS} FROM spans ORDER BY span_id").fetchall()
+        bodies = db.execute("SELECT encoding, body FROM ingest ORDER BY first_seq").fetchall()
+    return rows, [(e, bytes(b)) for e, b in bodies]
+
+
+def _stored_twice(path: Path) -> int:
+    """Traces stored more than once: a span id in two rows, or a trace id in two."""
+    import duckdb
+
+    with duckdb.connect(str(path), read_only=True) as db:
+        spans = db.execute("SELECT count(*) - count(DISTINCT span_id) FROM spans").fetchone()
+        traces = db.execute("SELECT count(*) - count(DISTINCT trace_id) FROM traces").fetchone()
+    assert spans is not None and traces is not None
+    return int(spans[0]) + int(traces[0])
+
+
+def _one_process(
+    out: Path, bin_dir: Path, bodies: list[tuple[str, bytes]], tell: Callable[[str], None]
+) -> list[tuple]:
+    """The spans one process (``role: all``) stores when given ``bodies`` in their order."""
+    port = free_port()
+    with _Processes(out, tell) as procs:
+        procs.start("one-process", [str(bin_dir / "tacit"), "serve", "--config",
+                                    str(out / "serve.yaml"), "--grpc", "", "--http",
+                                    f"127.0.0.1:{port}", "--callgraph",
+                                    str(out / "callgraph.yaml"), "--database",
+                                    str(out / "one-process.duckdb")])  # fmt: skip
+        _wait_ready(port)
+        for encoding, body in bodies:
+            assert encoding == "protobuf"
+            if not _post(port, body):
+                raise ConfigError("the one process refused a request the log held")
+        end = time.monotonic() + SETTLE_S
+        while _status(port)["pending"]:
+            if time.monotonic() > end:
+                raise ConfigError(f"the one process did not finish within {SETTLE_S:.0f} s")
+            time.sleep(0.5)
+        procs.stop("one-process")
+    return _read_store(out / "one-process.duckdb")[0]
