@@ -72,6 +72,9 @@ class ScaleOutRun:
     requests_taken: int = 0
     """Requests in the reconstruct role's journal: each once, however often it was sent."""
     killed: list[str] = field(default_factory=list)
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    """In a run without kills: CPU seconds (user and system) of each process, by name, and of
+    ``one-process``, from when every process was ready (its start-up not counted)."""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -83,6 +86,7 @@ class ScaleOutRun:
             "requests": self.requests,
             "requests_taken": self.requests_taken,
             "killed": self.killed,
+            "cpu_s": self.cpu_s,
         }
 
 
@@ -103,13 +107,28 @@ class _Processes:
                 command, stdout=log, stderr=log, start_new_session=True
             )
 
+    def adopt(self, name: str, proc: subprocess.Popen) -> None:
+        """Count ``proc``, started elsewhere, among the processes."""
+        self.procs[name] = proc
+
     def kill(self, name: str) -> None:
         self.tell(f"kill -9 {name}")
-        self.procs[name].send_signal(signal.SIGKILL)
-        self.procs[name].wait()
+        proc = self.procs.pop(name)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
 
     def stop(self, name: str) -> None:
         stop_process(self.procs.pop(name))
+
+    def cpu_s(self) -> dict[str, float]:
+        """CPU seconds each process still running has taken, by name."""
+        import psutil
+
+        out = {}
+        for name, proc in self.procs.items():
+            times = psutil.Process(proc.pid).cpu_times()
+            out[name] = times.user + times.system
+        return out
 
     def __enter__(self) -> _Processes:
         return self
@@ -140,21 +159,23 @@ def run_scale_out(
     run = ScaleOutRun(sent=sum(n for n, _ in encoded), requests=len(encoded))
     bin_dir = Path(sys.executable).parent
     nats_port = free_port()
-    nats = start_nats(nats_port, out / "jetstream")
-    try:
-        with _Processes(out, tell) as procs:
-            ports = _start_roles(procs, bin_dir, out, f"nats://127.0.0.1:{nats_port}")
-            run.acknowledged = _send(procs, encoded, ports, params, run)
-            _settle(ports[2], len(encoded))
-            procs.stop("reconstruct")
-        driver_rows, bodies = _read_store(out / "tacit.duckdb")
-        run.stored = len({row[0] for row in driver_rows})
-        run.requests_taken = len(bodies)
-        run.windows_stored_twice = _stored_twice(out / "tacit.duckdb")
-        one_rows = _one_process(out, bin_dir, bodies, tell)
-        run.identical_to_single_process = driver_rows == one_rows
-    finally:
-        stop_process(nats)
+    with _Processes(out, tell) as procs:
+        procs.adopt("nats", start_nats(nats_port, out / "jetstream"))
+        ports = _start_roles(procs, bin_dir, out, f"nats://127.0.0.1:{nats_port}")
+        ready = procs.cpu_s()
+        run.acknowledged = _send(procs, encoded, ports, params, run)
+        _settle(ports[2], len(encoded))
+        if not run.killed:  # a process started again has no start to count from
+            run.cpu_s = {k: v - ready[k] for k, v in procs.cpu_s().items()}
+        procs.stop("reconstruct")
+    driver_rows, bodies = _read_store(out / "tacit.duckdb")
+    run.stored = len({row[0] for row in driver_rows})
+    run.requests_taken = len(bodies)
+    run.windows_stored_twice = _stored_twice(out / "tacit.duckdb")
+    one_rows, one_cpu_s = _one_process(out, bin_dir, bodies, tell)
+    if run.cpu_s:
+        run.cpu_s["one-process"] = one_cpu_s
+    run.identical_to_single_process = driver_rows == one_rows
     return run
 
 
@@ -298,8 +319,9 @@ def _stored_twice(path: Path) -> int:
 
 def _one_process(
     out: Path, bin_dir: Path, bodies: list[tuple[str, bytes]], tell: Callable[[str], None]
-) -> list[tuple]:
-    """The spans one process (``role: all``) stores when given ``bodies`` in their order."""
+) -> tuple[list[tuple], float]:
+    """The spans one process (``role: all``) stores when given ``bodies`` in their order, and
+    the CPU seconds it took."""
     port = free_port()
     with _Processes(out, tell) as procs:
         procs.start("one-process", [str(bin_dir / "tacit"), "serve", "--config",
@@ -308,6 +330,7 @@ def _one_process(
                                     str(out / "callgraph.yaml"), "--database",
                                     str(out / "one-process.duckdb")])  # fmt: skip
         _wait_ready(port)
+        ready = procs.cpu_s()["one-process"]
         for encoding, body in bodies:
             assert encoding == "protobuf"
             if not _post(port, body):
@@ -317,5 +340,6 @@ def _one_process(
             if time.monotonic() > end:
                 raise ConfigError(f"the one process did not finish within {SETTLE_S:.0f} s")
             time.sleep(0.5)
+        cpu_s = procs.cpu_s()["one-process"] - ready
         procs.stop("one-process")
-    return _read_store(out / "one-process.duckdb")[0]
+    return _read_store(out / "one-process.duckdb")[0], cpu_s
