@@ -9,13 +9,14 @@ import time
 
 import pytest
 
-from serve_app import config, running, shop_spans
+from serve_app import config, get, post, running, shop_spans
 from tacit.experiment.capture import stop_process
 from tacit.experiment.memcached import free_port
 from tacit.experiment.nats_server import nats_unavailable, start_nats
 from tacit.experiment.otlp_load import encoded_requests, post_requests
 from tacit.experiment.scale_out import KILLS, ScaleOutParams, run_scale_out
 from tacit.serve import Service
+from tacit.serve.http_routes import PROTOBUF
 from tacit.serve.ingest_replica import IngestReplica
 
 _COLUMNS = "span_id, parent_span_id, score, probability, alternatives, unmapped, link"
@@ -121,3 +122,27 @@ def test_kill_9_of_a_replica_a_worker_and_the_reconstruct_role_loses_nothing(tmp
     assert run.requests_taken == run.requests
     assert run.windows_stored_twice == 0
     assert run.identical_to_single_process, logs
+
+
+def test_an_ingest_replica_checks_logs_and_holds_senders_back(tmp_path, nats_url):
+    """A malformed request is refused with the reason and not logged; a valid one is logged
+    before its answer; a full log holds the sender back (429 with a retry delay), as a full
+    service does; queries go elsewhere."""
+    requests = encoded_requests(shop_spans(1))
+    small = requests[0][1]
+    changes = {"role": "ingest", "log": nats_url, "log_stream": "small",
+               "log_max_bytes": len(small) + 1000}  # fmt: skip
+    replica = IngestReplica(config(tmp_path, **changes)).start()
+    try:
+        assert post(replica, b"\x0a\xff", PROTOBUF)[0] == 400
+        assert post(replica, small, PROTOBUF)[0] == 200
+        assert post(replica, small, PROTOBUF)[0] == 200  # the same request: logged once
+        assert replica.log.messages() == 1
+        status, body, headers = post(replica, requests[1][1], PROTOBUF)
+        assert (status, headers["Retry-After"]) == (429, "1"), body
+        assert b"the log is full" in body
+        assert replica.log.messages() == 1
+        assert get(replica, "/api/services")[0] == 404
+        assert get(replica, "/readyz")[0] == 200
+    finally:
+        replica.stop()

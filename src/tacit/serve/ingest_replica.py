@@ -1,7 +1,8 @@
 """``tacit serve`` with ``role: ingest``: a replica of the receivers alone, any number of them
 behind a load balancer, as the Collector's gateways and Tempo's distributors run. Each takes
 OTLP over HTTP and gRPC, checks a request and appends it to the shared log before it answers
-(:mod:`.log_ingest`); it answers ``/metrics``, ``/healthz`` and ``/readyz``, and no queries.
+(:mod:`.log_ingest`); it answers ``/metrics``, ``/healthz`` and ``/readyz`` (not ready while
+the log is out of reach), and no queries.
 It holds nothing of its own, so a replica killed loses nothing it acknowledged, and one started
 anew takes up at once."""
 
@@ -56,7 +57,7 @@ class IngestReplica:
         warm_up()
         self.log.open()
         routes = Routes(
-            None, self.ingest, self.metrics, lambda: None, lambda *_: None, lambda *_: None,
+            None, self.ingest, self.metrics, self.log.problem, lambda *_: None, lambda *_: None,
             self.token,
         )  # fmt: skip
         try:

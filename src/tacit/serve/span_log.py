@@ -177,14 +177,20 @@ class SpanLog:
         finally:
             self._run(sub.unsubscribe(), TIMEOUT_S)
 
+    def problem(self) -> str | None:
+        """Why requests cannot be appended now, or None."""
+        if self._nc is None or not self._nc.is_connected:
+            return f"the log at {self.url} is out of reach"
+        return None
+
     def purge_below(self, seq: int) -> None:
         """Drop the messages below ``seq``: the reader has made them its own."""
         self._run(self._js.purge_stream(self.stream, seq=seq), TIMEOUT_S)
 
-    def first_seq(self) -> int:
-        """The sequence number of the oldest message the stream holds."""
+    def messages(self) -> int:
+        """The messages the stream holds."""
         info = self._run(self._js.stream_info(self.stream), TIMEOUT_S)
-        return int(info.state.first_seq)
+        return int(info.state.messages)
 
     def close(self) -> None:
         """Disconnect, and end the client's loop with nothing of it left pending."""
