@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from serve_app import config, get, post, running, shop_spans
+from serve_app import config, get, get_json, post, running, shop_spans, url
 from tacit.experiment.capture import stop_process
 from tacit.experiment.memcached import free_port
 from tacit.experiment.nats_server import nats_unavailable, start_nats
@@ -17,7 +17,8 @@ from tacit.experiment.otlp_load import encoded_requests, post_requests
 from tacit.experiment.scale_out import KILLS, ScaleOutParams, run_scale_out
 from tacit.serve import Service
 from tacit.serve.http_routes import PROTOBUF
-from tacit.serve.ingest_replica import IngestReplica
+from tacit.serve.replicas import IngestReplica, QueryReplica
+from tacit.serve.store_blocks import PENDING, STATE_KEY
 
 _COLUMNS = "span_id, parent_span_id, score, probability, alternatives, unmapped, link"
 
@@ -122,6 +123,7 @@ def test_kill_9_of_a_replica_a_worker_and_the_reconstruct_role_loses_nothing(tmp
     assert run.requests_taken == run.requests
     assert run.windows_stored_twice == 0
     assert run.identical_to_single_process, logs
+    assert run.query_replica_agrees
 
 
 def test_an_ingest_replica_checks_logs_and_holds_senders_back(tmp_path, nats_url):
@@ -146,3 +148,56 @@ def test_an_ingest_replica_checks_logs_and_holds_senders_back(tmp_path, nats_url
         assert get(replica, "/readyz")[0] == 200
     finally:
         replica.stop()
+
+
+def test_a_query_replica_answers_from_the_blocks_as_the_store_does(tmp_path):
+    """The process storing traces writes each round as a block; a query replica reading the
+    blocks gives the same answers as the store (services, searches, traces by id, counts),
+    and a block written later shows at once."""
+    requests = encoded_requests(shop_spans(3))
+    blocks = tmp_path / "blocks"
+    with running(tmp_path, blocks=blocks) as svc:
+        replica = QueryReplica(config(tmp_path, role="query", blocks=blocks)).start()
+        try:
+            assert get_json(replica, "/api/tacit/status")["stored"]["spans"] == 0
+            post_requests(requests[:3], url(svc, "/v1/traces"), connections=1)
+            assert svc.wait_idle(60)
+            early = get_json(replica, "/api/tacit/status")["stored"]["spans"]
+            post_requests(requests[3:], url(svc, "/v1/traces"), connections=1)
+            assert svc.wait_idle(60)
+            paths = ["/api/services", "/api/services/frontend/operations",
+                     "/api/traces?service=frontend&limit=50", "/api/dependencies?endTs=" +
+                     str(2**62 // 10**6) + "&lookback=" + str(2**62 // 10**6)]  # fmt: skip
+            ids = [t["traceID"] for t in get_json(svc, paths[2])["data"]]
+            paths += [f"/api/traces/{i}" for i in ids[:5]]
+            for path in paths:
+                assert get_json(replica, path) == get_json(svc, path), path
+            stored = svc.store.counts()
+            assert get_json(replica, "/api/tacit/status")["stored"] == stored
+        finally:
+            replica.stop()
+    assert 0 < early < stored["spans"] == sum(n for n, _ in requests)
+
+
+def test_a_block_is_in_place_exactly_when_its_round_is_stored(tmp_path):
+    """Killed between writing a block and committing its round, or between the commit and
+    moving it into place: a restart deletes the first (the round is done again) and moves the
+    second in."""
+    with running(tmp_path, blocks=tmp_path / "blocks") as svc:
+        post_requests(encoded_requests(shop_spans(1)), url(svc, "/v1/traces"), connections=1)
+        assert svc.wait_idle(60)
+        committed = svc.store.state(STATE_KEY, 0)
+    blocks = tmp_path / "blocks"
+    assert committed > 0 and not list((blocks / PENDING).iterdir())
+    spans = sorted((blocks / "spans").glob("0*.parquet"))
+    # the last block as if its move had not happened, and one more never committed
+    last = blocks / PENDING / spans[-1].stem
+    last.mkdir()
+    spans[-1].rename(last / "spans.parquet")
+    ghost = blocks / PENDING / f"{committed:012d}"
+    ghost.mkdir()
+    (ghost / "spans.parquet").write_bytes((last / "spans.parquet").read_bytes())
+    with running(tmp_path, blocks=blocks):
+        pass
+    assert sorted((blocks / "spans").glob("0*.parquet")) == spans
+    assert not list((blocks / PENDING).iterdir())

@@ -124,6 +124,13 @@ def serve(
         str | None,
         typer.Option("--log", help="The NATS server (nats://HOST:PORT) of the shared log."),
     ] = None,
+    blocks: Annotated[
+        Path | None,
+        typer.Option(
+            help="A shared directory of finished traces as Parquet blocks: written "
+            "where traces are stored, read by --role query."
+        ),
+    ] = None,
     dask: Annotated[
         str | None,
         typer.Option(
@@ -188,6 +195,7 @@ def serve(
         tls_cert_file=tls_cert_file,
         tls_key_file=tls_key_file,
         dask=dask,
+        blocks=blocks,
         role=role,
         log=span_log,
         log_level=log_level,
@@ -204,9 +212,9 @@ def serve(
     if as_json:
         raise ConfigError("--json goes with --check-config")
     configure_logging(cfg.json_logs, cfg.log_level)
-    if cfg.role == "ingest":
-        from tacit.serve.ingest_replica import IngestReplica
+    if cfg.role in ("ingest", "query"):
+        from tacit.serve.replicas import REPLICAS
 
-        IngestReplica(cfg).run()
+        REPLICAS[cfg.role](cfg).run()
     else:
         Service(cfg, checked.callgraph).run()

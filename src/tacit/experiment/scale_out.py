@@ -1,14 +1,15 @@
 """``tacit serve`` as roles on one machine, each a process of its own as a deployment runs
 them: a NATS server with JetStream (the shared log), a Dask scheduler and two workers, two
-ingest replicas and the reconstruct role. A simulated stream of the shop app goes to the
-replicas in turn, as a load balancer spreads it, with processes killed (``kill -9``) at set
-points of the stream; the sender goes on to the other replica when one does not answer. Then
-one process (``role: all``) is given the same requests in the log's order, and the two
-stores are compared (docs/scale-out.md).
+ingest replicas, the reconstruct role and a query replica reading its blocks. A simulated
+stream of the shop app goes to the replicas in turn, as a load balancer spreads it, with
+processes killed (``kill -9``) at set points of the stream; the sender goes on to the other
+replica when one does not answer. Then one process (``role: all``) is given the same requests
+in the log's order, and the two stores are compared (docs/scale-out.md).
 
 What is reported: the spans ``sent``, ``acknowledged`` and ``stored``; whether the spans
 stored, with their parents, scores, probabilities and alternatives, are
-``identical_to_single_process``; and ``windows_stored_twice``: traces stored more than once.
+``identical_to_single_process``; ``windows_stored_twice``: traces stored more than once; and
+whether the query replica counts what was stored.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class ScaleOutRun:
     requests: int = 0
     requests_taken: int = 0
     """Requests in the reconstruct role's journal: each once, however often it was sent."""
+    query_replica_agrees: bool = False
+    """Whether a query replica, reading the blocks, counts what the reconstruct role stored."""
     killed: list[str] = field(default_factory=list)
     cpu_s: dict[str, float] = field(default_factory=dict)
     """In a run without kills: CPU seconds (user and system) of each process, by name, and of
@@ -85,6 +88,7 @@ class ScaleOutRun:
             "windows_stored_twice": self.windows_stored_twice,
             "requests": self.requests,
             "requests_taken": self.requests_taken,
+            "query_replica_agrees": self.query_replica_agrees,
             "killed": self.killed,
             "cpu_s": self.cpu_s,
         }
@@ -165,6 +169,7 @@ def run_scale_out(
         ready = procs.cpu_s()
         run.acknowledged = _send(procs, encoded, ports, params, run)
         _settle(ports[2], len(encoded))
+        run.query_replica_agrees = _status(ports[3])["stored"] == _status(ports[2])["stored"]
         if not run.killed:  # a process started again has no start to count from
             run.cpu_s = {k: v - ready[k] for k, v in procs.cpu_s().items()}
         procs.stop("reconstruct")
@@ -184,6 +189,7 @@ def _clear(out: Path) -> None:
     run's requests, and the stores its spans."""
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "jetstream", ignore_errors=True)
+    shutil.rmtree(out / "blocks", ignore_errors=True)
     for pattern in ("tacit.duckdb*", "one-process.duckdb*", "*.log"):
         for path in out.glob(pattern):
             path.unlink()
@@ -208,9 +214,14 @@ def _start_roles(procs: _Processes, bin_dir: Path, out: Path, log_url: str) -> l
     procs.start("reconstruct", [*common, "--role", "reconstruct", "--http",
                                 f"127.0.0.1:{ports[2]}", "--dask", scheduler, "--callgraph",
                                 str(out / "callgraph.yaml"), "--database",
-                                str(out / "tacit.duckdb")])  # fmt: skip
+                                str(out / "tacit.duckdb"), "--blocks",
+                                str(out / "blocks")])  # fmt: skip
     for port in ports:
         _wait_ready(port)
+    ports.append(free_port())  # blocks are there once the reconstruct role has started
+    procs.start("query", [tacit, "serve", "--role", "query", "--grpc", "", "--http",
+                          f"127.0.0.1:{ports[3]}", "--blocks", str(out / "blocks")])  # fmt: skip
+    _wait_ready(ports[3])
     return ports
 
 

@@ -23,10 +23,11 @@ an environment variable (:data:`ENV_PREFIX`); the command line's options overrid
       max_request_s: 10
       lateness_s: 7             # the SDK's batch processor sends every 5 s
     dask: tcp://scheduler:8786  # each round's instances reconstructed on this Dask cluster
-    role: all                   # all (one process), ingest or reconstruct: see docs/scale-out.md
+    role: all                   # all (one process), ingest, reconstruct or query: docs/scale-out.md
     log: nats://nats:4222       # the shared log of the ingest and reconstruct roles (JetStream)
     log_stream: tacit           # its stream's name
     log_max_bytes: 8589934592   # its bound: beyond, the ingest replicas hold senders back
+    blocks: /shared/tacit-blocks    # finished traces as Parquet blocks, which query replicas read
     json_logs: false            # the log as JSON objects, one a line
     log_level: info             # debug, info, warning or error
     pirate_interface: eth0      # Pirate: response latency from a live capture (libpcap)
@@ -118,6 +119,7 @@ _FIELDS = (
     "log",
     "log_stream",
     "log_max_bytes",
+    "blocks",
     "json_logs",
     "log_level",
     "pirate_interface",
@@ -158,6 +160,7 @@ _STRINGS = (
 )
 _PATHS = (
     "database",
+    "blocks",
     "callgraph",
     "pirate_pcap",
     "capture_pcap",
@@ -168,7 +171,7 @@ _PATHS = (
     "tls_key_file",
 )
 _PATH_LISTS = ("rda_results", "envoy_logs")
-ROLES = ("all", "ingest", "reconstruct")
+ROLES = ("all", "ingest", "reconstruct", "query")
 _STREAM_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -215,11 +218,15 @@ class ServeConfig:
     role: str = "all"
     """``all``: one process takes, reconstructs, stores and serves; ``ingest``: a replica
     that takes spans into the shared log (:mod:`.log_ingest`); ``reconstruct``: the one
-    process that reads the log and reconstructs, stores and serves (:mod:`.log_feed`)."""
+    process that reads the log and reconstructs, stores and serves (:mod:`.log_feed`);
+    ``query``: a replica answering queries from the ``blocks`` (:mod:`.store_blocks`)."""
     log: str | None = None
     """The NATS server (``nats://HOST:PORT``) whose JetStream holds the shared log."""
     log_stream: str = "tacit"
     log_max_bytes: int = 8 * 1024**3
+    blocks: Path | None = None
+    """A directory (on a filesystem the replicas share) that the process storing traces
+    writes them to as Parquet blocks, and query replicas read."""
     json_logs: bool = False
     log_level: str = "info"
     pirate_interface: str | None = None
@@ -287,10 +294,12 @@ class ServeConfig:
             raise ConfigError("tls_cert_file and tls_key_file go together: give both or neither")
         if self.role not in ROLES:
             raise ConfigError(f"role: {self.role!r} is not one of {', '.join(ROLES)}")
-        if (self.role != "all") != (self.log is not None):
+        if (self.role in ("ingest", "reconstruct")) != (self.log is not None):
             raise ConfigError(
                 "log goes with role ingest or reconstruct: both read and write the shared log"
             )
+        if self.role == "query" and self.blocks is None:
+            raise ConfigError("role query reads the blocks: give blocks (--blocks DIR)")
         if not _STREAM_NAME.fullmatch(self.log_stream):
             raise ConfigError(f"log_stream: {self.log_stream!r} is not letters, digits, - and _")
         if self.log_level not in LOG_LEVELS:

@@ -42,13 +42,14 @@ class Preflight:
             "role": cfg.role,
             "log": cfg.log,
             "dask": cfg.dask,
+            "blocks": None if cfg.blocks is None else str(cfg.blocks),
             "log_level": cfg.log_level,
         }
 
 
 def _extras(cfg: ServeConfig) -> None:
     """Check that the extras the roles and the Dask cluster need are installed."""
-    if cfg.role != "all":
+    if cfg.role in ("ingest", "reconstruct"):
         require_extra("cluster", f"tacit serve --role {cfg.role}")
     if cfg.dask is not None:
         require_extra("dask", "tacit serve --dask")

@@ -39,6 +39,7 @@ from tacit.serve.ingest import Batch, Ingest
 from tacit.serve.metrics import ServeMetrics, reason_label
 from tacit.serve.online_feed import Fed, OnlineFeed
 from tacit.serve.store import Store, cannot_write
+from tacit.serve.store_blocks import BlockWriter
 from tacit.serve.trace_metrics import TraceMetrics
 
 log = logging.getLogger("tacit.serve")
@@ -82,6 +83,7 @@ class Reconstructor(threading.Thread):
         services: ServiceMap | None = None,
         learner: CallGraphLearner | None = None,
         solve: RoundSolver | None = None,
+        blocks: BlockWriter | None = None,
     ) -> None:
         super().__init__(name="tacit-reconstruct", daemon=True)
         self.store = store
@@ -94,6 +96,7 @@ class Reconstructor(threading.Thread):
         self.retention_s = retention_s
         self._next_expiry = time.monotonic()
         self.learner = learner
+        self.blocks = blocks
         self._replacement: CallGraph | None = None  # a call graph to map with from now on
         self._replacement_lock = threading.Lock()
         self.learn_every_s = LEARN_EVERY_S
@@ -184,8 +187,12 @@ class Reconstructor(threading.Thread):
         coming until the journal cannot take them either (503) or too many wait (429), and
         nothing acknowledged is lost; once there is room, the service goes on where it was."""
         wait_s = RETRY_S
+        staged = False
         while True:
             try:
+                if self.blocks is not None and not staged:
+                    state = {**state, **self.blocks.stage(tables)}
+                    staged = True
                 self.store.write_finished(tables, state)
             except Exception as e:
                 if not cannot_write(e):
@@ -202,7 +209,18 @@ class Reconstructor(threading.Thread):
             if self.store_problem is not None:
                 log.warning("the store writes again")
                 self.store_problem = None
+            self._publish()
             return
+
+    def _publish(self) -> None:
+        """Move the block of the round just stored into place; one that cannot be is moved in
+        at the next start (:class:`.store_blocks.BlockWriter`)."""
+        if self.blocks is None:
+            return
+        try:
+            self.blocks.publish()
+        except OSError as e:
+            log.error("a block of stored traces could not be moved into place: %s", e)
 
     def _store(self, fed: Fed) -> None:  # noqa: C901
         if fed.duplicates:

@@ -36,6 +36,7 @@ from tacit.serve.rda_feed import RdaFollower, RdaIngest
 from tacit.serve.reconstructor import Reconstructor
 from tacit.serve.span_log import SpanLog
 from tacit.serve.store import Store, cannot_write
+from tacit.serve.store_blocks import BlockWriter
 from tacit.serve.tls import load_tls
 
 log = logging.getLogger("tacit.serve")
@@ -135,6 +136,7 @@ class Service:
             names,
             self.learner,
             DaskRounds(self.dask) if self.dask is not None else None,
+            BlockWriter(config.blocks, self.store) if config.blocks else None,
         )
         sources = [config.pirate_pcap, config.pirate_interface]
         self.pirate = [

@@ -1,0 +1,161 @@
+"""``tacit serve`` as replicas that hold nothing of their own, any number of each behind a load
+balancer, as the Collector's gateways and Tempo's distributors and queriers run:
+
+- ``role: ingest`` (:class:`IngestReplica`): the receivers alone. Each takes OTLP over HTTP
+  and gRPC, checks a request and appends it to the shared log before it answers
+  (:mod:`.log_ingest`). A replica killed loses nothing it acknowledged.
+- ``role: query`` (:class:`QueryReplica`): the query side alone (the Jaeger APIs, the page),
+  over the blocks of finished traces the reconstruct role writes (:mod:`.store_blocks`).
+
+Each answers ``/metrics``, ``/healthz`` and ``/readyz``; a replica started anew takes up at
+once."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from tacit.errors import ConfigError
+from tacit.serve.auth import read_token
+from tacit.serve.config import ServeConfig
+from tacit.serve.grpc_receiver import start_grpc
+from tacit.serve.http_routes import Routes
+from tacit.serve.http_server import ServeHTTPServer
+from tacit.serve.ingest import warm_up
+from tacit.serve.log_ingest import LogIngest
+from tacit.serve.metrics import ServeMetrics
+from tacit.serve.service import socket_address
+from tacit.serve.span_log import SpanLog
+from tacit.serve.store_blocks import BlockStore
+from tacit.serve.tls import load_tls
+
+log = logging.getLogger("tacit.serve")
+
+
+class Replica:
+    """What a replica shares: the metrics, the tokens, TLS and the HTTP listener, started with
+    :meth:`listen`, stopped with :meth:`stop` (or :meth:`run` until a signal)."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.metrics = ServeMetrics()
+        self.token = read_token(config.ingest_token_file) if config.ingest_token_file else None
+        self.query_token = (
+            read_token(config.query_token_file, "query_token_file")
+            if config.query_token_file
+            else None
+        )
+        self.tls = (
+            load_tls(config.tls_cert_file, config.tls_key_file)
+            if config.tls_cert_file and config.tls_key_file
+            else None
+        )
+        self.http: ServeHTTPServer | None = None
+
+    @property
+    def http_port(self) -> int:
+        assert self.http is not None
+        return int(self.http.server_address[1])
+
+    def listen(self, routes: Routes) -> None:
+        try:
+            self.http = ServeHTTPServer(socket_address(self.config.http), routes, self.tls)
+        except OSError as e:
+            raise ConfigError(f"http: cannot listen on {self.config.http}: {e.strerror}") from None
+        threading.Thread(target=self.http.serve_forever, name="tacit-http", daemon=True).start()
+
+    def start(self) -> Replica:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        if self.http is not None:
+            self.http.shutdown()
+            self.http.server_close()
+
+    def run(self) -> None:
+        """Serve until SIGTERM or SIGINT, then stop."""
+        done = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: done.set())
+        if self.http is None:
+            self.start()
+        done.wait()
+        self.stop()
+        log.info("stopped")
+
+
+def _none(*_: Any) -> None:
+    return None
+
+
+class IngestReplica(Replica):
+    """``role: ingest``: takes spans into the shared log."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        assert config.log is not None
+        super().__init__(config)
+        self.log = SpanLog(config.log, config.log_stream, config.log_max_bytes)
+        self.ingest = LogIngest(self.log, self.metrics)
+        self.grpc: Any = None
+
+    def start(self) -> IngestReplica:
+        """Connect to the log (not ready while it is out of reach), then listen."""
+        warm_up()
+        self.log.open()
+        routes = Routes(None, self.ingest, self.metrics, self.log.problem, _none, _none,
+                        self.token)  # fmt: skip
+        try:
+            self.listen(routes)
+        except ConfigError:
+            self.log.close()
+            raise
+        if self.config.grpc:
+            self.grpc = start_grpc(self.config.grpc, self.ingest, self.token, tls=self.tls)
+        log.info("ingest replica: OTLP/HTTP on port %d, OTLP/gRPC %s, into %s stream %s",
+                 self.http_port, self.config.grpc or "off", self.config.log,
+                 self.config.log_stream)  # fmt: skip
+        return self
+
+    def stop(self) -> None:
+        """Stop taking requests (each one taken is in the log), then disconnect."""
+        if self.grpc is not None:
+            self.grpc.stop(grace=2).wait()
+        super().stop()
+        self.log.close()
+
+
+class QueryReplica(Replica):
+    """``role: query``: answers queries from the blocks."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        assert config.blocks is not None
+        super().__init__(config)
+        self.store = BlockStore(config.blocks)
+
+    def start(self) -> QueryReplica:
+        routes = Routes(self.store, None, self.metrics, _none, self.extra, _none, self.token,
+                        self.query_token)  # fmt: skip
+        self.listen(routes)
+        log.info("query replica: the query API on port %d, from the blocks in %s",
+                 self.http_port, self.config.blocks)  # fmt: skip
+        return self
+
+    def extra(self, path: str, params: dict[str, str]) -> Any | None:
+        """tacit's own status: what the blocks hold."""
+        if path == "/api/tacit/status":
+            return {"stored": self.store.counts(), "blocks": str(self.config.blocks)}
+        return None
+
+    def stop(self) -> None:
+        super().stop()
+        self.store.close()
+
+
+REPLICAS: dict[str, Callable[[ServeConfig], Replica]] = {
+    "ingest": IngestReplica,
+    "query": QueryReplica,
+}
+"""The roles served by a replica, rather than by :class:`.service.Service`."""

@@ -1,0 +1,147 @@
+"""The finished traces as Parquet blocks on a shared filesystem, which query replicas read
+(``role: query``), as Tempo's queriers read its blocks: DuckDB has one writer and no reader
+beside it, and a block is a file written once.
+
+The reconstruct role writes each round of finished traces (the rows one
+:meth:`~.store_traces.TraceStore.write_finished` adds) as one block: a Parquet file per table,
+``DIR/<table>/<n>.parquet``. So that a block is there exactly when its round is in the store,
+whatever moment the process is killed at, the files are written first under
+``DIR/.pending/<n>/``, the store's transaction commits the round with ``block_seq`` = n + 1,
+and then the files are moved into place (a rename each). A restart moves in the pending blocks
+below the committed ``block_seq`` and deletes the others: a round not committed is done again,
+as a new block.
+
+A query replica (:class:`BlockStore`) opens an in-memory database whose tables of finished
+traces are views over the blocks (read again at each query, so new blocks show at once), and
+the rest of the schema empty; the store's own queries (:mod:`.store_traces`) run on it as they
+do on the file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+from tacit.errors import ConfigError
+from tacit.serve.store import Store
+from tacit.serve.store_db import Database
+from tacit.serve.store_schema import SCHEMA
+from tacit.serve.store_traces import FINISHED_TABLES
+
+PENDING = ".pending"
+STATE_KEY = "block_seq"
+SCHEMA_BLOCK = "schema.parquet"
+"""An empty block of each table, written first, so that a view has a file to read and the
+columns before any round is stored."""
+_KEYED = {"processes": "process"}
+"""Tables whose rows a later block may repeat (stored once, the first time): the key."""
+
+
+class BlockWriter:
+    """Writes the rounds of ``store`` as blocks under ``root`` (module docstring)."""
+
+    def __init__(self, root: Path, store: Database) -> None:
+        self.root = root
+        self.store = store
+        try:
+            (root / PENDING).mkdir(parents=True, exist_ok=True)
+            for table in FINISHED_TABLES:
+                (root / table).mkdir(exist_ok=True)
+                self._write_schema(table)
+        except OSError as e:
+            raise ConfigError(f"blocks: cannot write to {root}: {e.strerror}") from None
+        self.next = store.state(STATE_KEY, 0)
+        self._recover()
+
+    def _write_schema(self, table: str) -> None:
+        import pyarrow.parquet as pq
+
+        path = self.root / table / SCHEMA_BLOCK
+        if not path.exists():
+            empty = self.store._cursor().sql(f"SELECT * FROM {table} LIMIT 0").to_arrow_table()
+            _write(pq, empty, path)
+
+    def _recover(self) -> None:
+        """Move in the pending blocks the store committed; delete the others."""
+        for pending in sorted((self.root / PENDING).iterdir()):
+            if pending.name.isdigit() and int(pending.name) < self.next:
+                self._publish(pending)
+            else:
+                shutil.rmtree(pending)
+
+    def stage(self, tables: dict[str, Any]) -> dict[str, int]:
+        """Write a round's ``tables`` (as :meth:`.store_traces.TraceStore.write_finished`
+        takes them) as a pending block; the state that commits it with the round."""
+        import pyarrow.parquet as pq
+
+        pending = self.root / PENDING / f"{self.next:012d}"
+        pending.mkdir(exist_ok=True)
+        for table, rows in tables.items():
+            names = self._columns(table)
+            _write(pq, rows.rename_columns(names[: rows.num_columns]), pending / f"{table}.parquet")
+        self.next += 1
+        return {STATE_KEY: self.next}
+
+    def publish(self) -> None:
+        """Move the block the last commit stored into place."""
+        self._publish(self.root / PENDING / f"{self.next - 1:012d}")
+
+    def _publish(self, pending: Path) -> None:
+        for path in sorted(pending.glob("*.parquet")):
+            os.replace(path, self.root / path.stem / f"{pending.name}.parquet")
+        pending.rmdir()
+
+    def _columns(self, table: str) -> list[str]:
+        rows = self.store._cursor().execute(f"SELECT * FROM {table} LIMIT 0")
+        return [d[0] for d in rows.description]
+
+
+def _write(pq: Any, rows: Any, path: Path) -> None:
+    """``rows`` as the Parquet file ``path``, whole or not at all, and on the disk."""
+    part = path.with_suffix(".part")
+    pq.write_table(rows, part)
+    with part.open("rb") as f:
+        os.fsync(f.fileno())
+    os.replace(part, path)
+
+
+class BlockStore(Store):
+    """The finished traces of the blocks under ``root``, read as the store reads its file; the
+    latency series, which the blocks do not hold, empty. Only for reading: it has no file,
+    journal or transactions of its own (the store's :meth:`~.store_db.Database.__init__`,
+    which opens them, is not run)."""
+
+    def __init__(self, root: Path) -> None:
+        import duckdb
+
+        if not all((root / table / SCHEMA_BLOCK).exists() for table in FINISHED_TABLES):
+            raise ConfigError(f"blocks: {root} holds no blocks a reconstruct role wrote")
+        self.path = root
+        self._con = duckdb.connect(":memory:")
+        self._con.execute(SCHEMA)
+        self._upgrade()
+        for table in FINISHED_TABLES:
+            self._con.execute(f"DROP TABLE {table}")
+            self._con.execute(f"CREATE VIEW {table} AS {_blocks_of(root, table)}")
+        self._local = threading.local()
+        self._cursors: list[Any] = []
+        self._lock = threading.Lock()
+        self.torn: list[tuple[Path, int]] = []
+
+    def close(self) -> None:
+        with self._lock:
+            for cur in self._cursors:
+                cur.close()
+            self._cursors.clear()
+        self._con.close()
+
+
+def _blocks_of(root: Path, table: str) -> str:
+    """The query of a view over every block of ``table``."""
+    files = str(root / table / "*.parquet").replace("'", "''")
+    rows = f"SELECT * FROM read_parquet('{files}', union_by_name = true)"
+    key = _KEYED.get(table)
+    return f"{rows} QUALIFY row_number() OVER (PARTITION BY {key}) = 1" if key else rows
