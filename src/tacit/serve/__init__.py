@@ -10,6 +10,12 @@ optionally sent on to a collector (:mod:`.forward`). Beside traces, two latency 
 Pirate's response latency from captured packets (:mod:`.pirate_feed`) and RDA agents' one-way
 latency records (:mod:`.rda_feed`), both stored and served (:mod:`.latency_api`). Nothing of
 the inference lives here: it calls the same library functions the commands call.
+
+Beyond one process (``role``, docs/scale-out.md): ingest replicas append to a shared log on
+NATS JetStream (:mod:`.replicas`, :mod:`.log_ingest`, :mod:`.span_log`), the reconstruct role
+reads it (:mod:`.log_feed`), each round's offline step may run on a Dask cluster
+(:class:`tacit.reconstruct.scaleout.DaskRounds`), and query replicas read the finished traces
+as Parquet blocks (:mod:`.store_blocks`).
 """
 
 import lazy_loader
