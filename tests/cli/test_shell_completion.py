@@ -24,4 +24,5 @@ def _complete(words: str) -> list[str]:
 def test_commands_and_options_complete():
     assert _complete("tacit ser") == ["serve"]
     assert _complete("tacit serve --log") == ["--log-level"]
+    assert _complete("tacit serve --nat") == ["--nats"]
     assert "link" in _complete("tacit paths l")

@@ -71,7 +71,7 @@ def test_two_ingest_replicas_and_rounds_on_dask_store_what_one_process_stores(tm
     requests = encoded_requests(shop_spans(3))
     total = sum(n for n, _ in requests)
     replicas = [
-        IngestReplica(config(tmp_path / f"r{i}", role="ingest", log=nats_url)).start()
+        IngestReplica(config(tmp_path / f"r{i}", role="ingest", nats=nats_url)).start()
         for i in range(2)
     ]
     try:
@@ -84,7 +84,7 @@ def test_two_ingest_replicas_and_rounds_on_dask_store_what_one_process_stores(tm
     with distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster:
-        changes = {"role": "reconstruct", "log": nats_url, "dask": cluster.scheduler_address}
+        changes = {"role": "reconstruct", "nats": nats_url, "dask": cluster.scheduler_address}
         with running(tmp_path / "driver", **changes) as driver:
             _wait_taken(driver, total)
             there = _spans(driver)
@@ -132,8 +132,8 @@ def test_an_ingest_replica_checks_logs_and_holds_senders_back(tmp_path, nats_url
     service does; queries go elsewhere."""
     requests = encoded_requests(shop_spans(1))
     small = requests[0][1]
-    changes = {"role": "ingest", "log": nats_url, "log_stream": "small",
-               "log_max_bytes": len(small) + 1000}  # fmt: skip
+    changes = {"role": "ingest", "nats": nats_url, "nats_stream": "small",
+               "nats_max_bytes": len(small) + 1000}  # fmt: skip
     replica = IngestReplica(config(tmp_path, **changes)).start()
     try:
         assert post(replica, b"\x0a\xff", PROTOBUF)[0] == 400
@@ -201,3 +201,43 @@ def test_a_block_is_in_place_exactly_when_its_round_is_stored(tmp_path):
         pass
     assert sorted((blocks / "spans").glob("0*.parquet")) == spans
     assert not list((blocks / PENDING).iterdir())
+
+
+@pytest.mark.live
+def test_the_reconstruct_role_reads_on_once_the_log_is_back(tmp_path):
+    """The NATS server killed (``kill -9``) and started again on its store: what it had
+    acknowledged is still there, and the reconstruct role, not ready meanwhile, reads on
+    from its position."""
+    reason = nats_unavailable()
+    if reason:
+        pytest.skip(reason)
+    port = free_port()
+    nats_url = f"nats://127.0.0.1:{port}"
+    requests = encoded_requests(shop_spans(2))
+    half = len(requests) // 2
+    nats = start_nats(port, tmp_path / "jetstream")
+    try:
+        replica = IngestReplica(config(tmp_path, role="ingest", nats=nats_url)).start()
+        try:
+            post_requests(requests[:half], url(replica, "/v1/traces"), connections=1)
+        finally:
+            replica.stop()
+        (tmp_path / "driver").mkdir()
+        with running(tmp_path / "driver", role="reconstruct", nats=nats_url) as driver:
+            _wait_taken(driver, sum(n for n, _ in requests[:half]))
+            nats.kill()
+            nats.wait()
+            end = time.monotonic() + 30
+            while driver.problem() is None and time.monotonic() < end:
+                time.sleep(0.2)
+            assert "the log cannot be read" in (driver.problem() or "")
+            nats = start_nats(port, tmp_path / "jetstream")
+            replica = IngestReplica(config(tmp_path, role="ingest", nats=nats_url)).start()
+            try:
+                post_requests(requests[half:], url(replica, "/v1/traces"), connections=1)
+            finally:
+                replica.stop()
+            _wait_taken(driver, sum(n for n, _ in requests))
+            assert driver.problem() is None
+    finally:
+        stop_process(nats)

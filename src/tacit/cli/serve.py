@@ -116,13 +116,16 @@ def serve(
     role: Annotated[
         str | None,
         typer.Option(
-            help="all (one process), ingest (a replica taking spans into --log) or "
-            "reconstruct (the process reading --log); see docs/scale-out.md."
+            help="all (one process), ingest (a replica taking spans into --nats), "
+            "reconstruct (the process reading --nats) or query (a replica reading --blocks); "
+            "see docs/scale-out.md."
         ),
     ] = None,
-    span_log: Annotated[
+    nats: Annotated[
         str | None,
-        typer.Option("--log", help="The NATS server (nats://HOST:PORT) of the shared log."),
+        typer.Option(
+            help="The NATS server (nats://HOST:PORT) whose JetStream holds the shared log."
+        ),
     ] = None,
     blocks: Annotated[
         Path | None,
@@ -197,7 +200,7 @@ def serve(
         dask=dask,
         blocks=blocks,
         role=role,
-        log=span_log,
+        nats=nats,
         log_level=log_level,
     )
     checked = preflight(cfg)

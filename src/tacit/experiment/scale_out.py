@@ -207,7 +207,7 @@ def _start_roles(procs: _Processes, bin_dir: Path, out: Path, log_url: str) -> l
         procs.start(f"worker{w}", [dask, "worker", scheduler, "--nthreads", "1",
                                    "--no-dashboard"])  # fmt: skip
     ports = [free_port() for _ in range(3)]
-    common = [tacit, "serve", "--config", str(out / "serve.yaml"), "--grpc", "", "--log", log_url]
+    common = [tacit, "serve", "--config", str(out / "serve.yaml"), "--grpc", "", "--nats", log_url]
     for i in range(2):
         procs.start(f"replica{i}", [*common, "--role", "ingest", "--http",
                                     f"127.0.0.1:{ports[i]}"])  # fmt: skip

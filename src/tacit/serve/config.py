@@ -24,9 +24,9 @@ an environment variable (:data:`ENV_PREFIX`); the command line's options overrid
       lateness_s: 7             # the SDK's batch processor sends every 5 s
     dask: tcp://scheduler:8786  # each round's instances reconstructed on this Dask cluster
     role: all                   # all (one process), ingest, reconstruct or query: docs/scale-out.md
-    log: nats://nats:4222       # the shared log of the ingest and reconstruct roles (JetStream)
-    log_stream: tacit           # its stream's name
-    log_max_bytes: 8589934592   # its bound: beyond, the ingest replicas hold senders back
+    nats: nats://nats:4222      # the shared log of the ingest and reconstruct roles (JetStream)
+    nats_stream: tacit          # its stream's name
+    nats_max_bytes: 8589934592  # its bound: beyond, the ingest replicas hold senders back
     blocks: /shared/tacit-blocks    # finished traces as Parquet blocks, which query replicas read
     json_logs: false            # the log as JSON objects, one a line
     log_level: info             # debug, info, warning or error
@@ -116,9 +116,9 @@ _FIELDS = (
     "online",
     "dask",
     "role",
-    "log",
-    "log_stream",
-    "log_max_bytes",
+    "nats",
+    "nats_stream",
+    "nats_max_bytes",
     "blocks",
     "json_logs",
     "log_level",
@@ -145,8 +145,8 @@ _STRINGS = (
     "grpc",
     "dask",
     "role",
-    "log",
-    "log_stream",
+    "nats",
+    "nats_stream",
     "forward",
     "forward_protocol",
     "forward_compression",
@@ -217,13 +217,13 @@ class ServeConfig:
     (:class:`tacit.reconstruct.scaleout.DaskRounds`), with the same result as here."""
     role: str = "all"
     """``all``: one process takes, reconstructs, stores and serves; ``ingest``: a replica
-    that takes spans into the shared log (:mod:`.log_ingest`); ``reconstruct``: the one
-    process that reads the log and reconstructs, stores and serves (:mod:`.log_feed`);
+    that takes spans into the shared log on ``nats`` (:mod:`.log_ingest`); ``reconstruct``:
+    the one process that reads the log and reconstructs, stores and serves (:mod:`.log_feed`);
     ``query``: a replica answering queries from the ``blocks`` (:mod:`.store_blocks`)."""
-    log: str | None = None
+    nats: str | None = None
     """The NATS server (``nats://HOST:PORT``) whose JetStream holds the shared log."""
-    log_stream: str = "tacit"
-    log_max_bytes: int = 8 * 1024**3
+    nats_stream: str = "tacit"
+    nats_max_bytes: int = 8 * 1024**3
     blocks: Path | None = None
     """A directory (on a filesystem the replicas share) that the process storing traces
     writes them to as Parquet blocks, and query replicas read."""
@@ -294,14 +294,14 @@ class ServeConfig:
             raise ConfigError("tls_cert_file and tls_key_file go together: give both or neither")
         if self.role not in ROLES:
             raise ConfigError(f"role: {self.role!r} is not one of {', '.join(ROLES)}")
-        if (self.role in ("ingest", "reconstruct")) != (self.log is not None):
+        if (self.role in ("ingest", "reconstruct")) != (self.nats is not None):
             raise ConfigError(
-                "log goes with role ingest or reconstruct: both read and write the shared log"
+                "nats goes with role ingest or reconstruct: both write or read the shared log there"
             )
         if self.role == "query" and self.blocks is None:
             raise ConfigError("role query reads the blocks: give blocks (--blocks DIR)")
-        if not _STREAM_NAME.fullmatch(self.log_stream):
-            raise ConfigError(f"log_stream: {self.log_stream!r} is not letters, digits, - and _")
+        if not _STREAM_NAME.fullmatch(self.nats_stream):
+            raise ConfigError(f"nats_stream: {self.nats_stream!r} is not letters, digits, - and _")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(
                 f"log_level: {self.log_level!r} is not one of {', '.join(LOG_LEVELS)}"
@@ -410,8 +410,10 @@ def _settings(data: Mapping[str, Any], where: str, base: Path) -> dict[str, Any]
             integer=True,
             maximum=MAX_DATABASE_MEMORY_MIB,
         )
-    if "log_max_bytes" in data:
-        kwargs["log_max_bytes"] = number(data, "log_max_bytes", where, positive=True, integer=True)
+    if "nats_max_bytes" in data:
+        kwargs["nats_max_bytes"] = number(
+            data, "nats_max_bytes", where, positive=True, integer=True
+        )
     if "retry_after_s" in data:
         kwargs["retry_after_s"] = number(data, "retry_after_s", where, positive=True, integer=True)
     if "idle_s" in data:

@@ -8,7 +8,8 @@ yet taken in and restores the ones taken and not yet reconstructed from the jour
 request is taken once, whatever moment the process was killed at. What the journal holds, the
 log need not: the messages below the position are purged, every :data:`PURGE_EVERY` of them.
 A full service holds the reading back (the log keeps the requests meanwhile, and its bound
-then holds the senders back at the ingest replicas).
+then holds the senders back at the ingest replicas); a log out of reach is read again from the
+position once it answers, and readiness says why meanwhile.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from tacit.errors import InputError
 from tacit.serve.ingest import Busy, Ingest
-from tacit.serve.span_log import LogUnavailable, SpanLog
+from tacit.serve.span_log import RETRY_S, LogUnavailable, SpanLog
 
 log = logging.getLogger("tacit.serve")
 
@@ -44,14 +45,18 @@ class LogFeed(threading.Thread):
         self.failure: BaseException | None = None
 
     def run(self) -> None:
-        try:
-            for logged in self.log.read(self.position, self._stop_event):
-                self._take(logged.seq, logged.body, logged.encoding, logged.received_ns)
-                if self.taken % PURGE_EVERY == 0:
-                    self.log.purge_below(self.position)
-        except LogUnavailable as e:
-            self.failure = e
-            log.error("the log could not be read: %s", e)
+        while not self._stop_event.is_set():
+            try:
+                for logged in self.log.read(self.position, self._stop_event):
+                    self.failure = None
+                    self._take(logged.seq, logged.body, logged.encoding, logged.received_ns)
+                    if self.taken % PURGE_EVERY == 0:
+                        self.log.purge_below(self.position)
+            except LogUnavailable as e:  # read on from the position once it answers
+                if self.failure is None:
+                    log.error("the log could not be read; trying again: %s", e)
+                self.failure = e
+                self._stop_event.wait(RETRY_S)
 
     def _take(self, seq: int, body: bytes, encoding: str, received_ns: int) -> None:
         state = {self.key: seq + 1}

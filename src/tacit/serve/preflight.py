@@ -40,7 +40,7 @@ class Preflight:
             "query_token": cfg.query_token_file is not None,
             "forward": cfg.forward,
             "role": cfg.role,
-            "log": cfg.log,
+            "nats": cfg.nats,
             "dask": cfg.dask,
             "blocks": None if cfg.blocks is None else str(cfg.blocks),
             "log_level": cfg.log_level,

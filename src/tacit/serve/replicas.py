@@ -95,9 +95,9 @@ class IngestReplica(Replica):
     """``role: ingest``: takes spans into the shared log."""
 
     def __init__(self, config: ServeConfig) -> None:
-        assert config.log is not None
+        assert config.nats is not None
         super().__init__(config)
-        self.log = SpanLog(config.log, config.log_stream, config.log_max_bytes)
+        self.log = SpanLog(config.nats, config.nats_stream, config.nats_max_bytes)
         self.ingest = LogIngest(self.log, self.metrics)
         self.grpc: Any = None
 
@@ -115,8 +115,8 @@ class IngestReplica(Replica):
         if self.config.grpc:
             self.grpc = start_grpc(self.config.grpc, self.ingest, self.token, tls=self.tls)
         log.info("ingest replica: OTLP/HTTP on port %d, OTLP/gRPC %s, into %s stream %s",
-                 self.http_port, self.config.grpc or "off", self.config.log,
-                 self.config.log_stream)  # fmt: skip
+                 self.http_port, self.config.grpc or "off", self.config.nats,
+                 self.config.nats_stream)  # fmt: skip
         return self
 
     def stop(self) -> None:

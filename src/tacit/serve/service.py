@@ -164,8 +164,8 @@ class Service:
             else []
         )
         self.span_log = (
-            SpanLog(config.log, config.log_stream, config.log_max_bytes)
-            if config.role == "reconstruct" and config.log
+            SpanLog(config.nats, config.nats_stream, config.nats_max_bytes)
+            if config.role == "reconstruct" and config.nats
             else None
         )
         self.log_feed = LogFeed(self.ingest, self.span_log) if self.span_log else None
@@ -249,7 +249,9 @@ class Service:
     def problem(self) -> str | None:
         """Why the service is not ready, or None."""
         if self.log_feed is not None and self.log_feed.failure is not None:
-            return f"the log could not be read: {self.log_feed.failure}"
+            return f"the log cannot be read: {self.log_feed.failure}"
+        if self.span_log is not None and (problem := self.span_log.problem()):
+            return f"the log cannot be read: {problem}"
         if self.reconstructor.failure is not None:
             return f"reconstruction failed: {self.reconstructor.failure}"
         if not self.reconstructor.is_alive():

@@ -82,6 +82,7 @@ class SpanLog:
         )
         self._nc: Any = None
         self._js: Any = None
+        self._away = False  # disconnected, and said so
 
     def open(self) -> SpanLog:
         """Connect, and make the stream if it is not there (or bound it as configured)."""
@@ -124,13 +125,16 @@ class SpanLog:
             await self._js.update_stream(config)
 
     async def _told(self, error: Exception) -> None:
-        log.warning("log %s: %s", self.url, error or type(error).__name__)
+        if not self._away:  # once an outage, not at every attempt to reconnect
+            log.warning("log %s: %s", self.url, error or type(error).__name__)
 
     async def _gone(self) -> None:
         log.warning("log %s: disconnected; reconnecting", self.url)
+        self._away = True
 
     async def _back(self) -> None:
         log.info("log %s: reconnected", self.url)
+        self._away = False
 
     def publish(self, body: bytes, encoding: str, received_ns: int) -> int:
         """Append one request; its sequence number once the server has it on disk. Raises
@@ -210,5 +214,7 @@ class SpanLog:
         try:
             return future.result(timeout_s)
         except TimeoutError:
+            if future.done():  # the call's own timeout (asyncio's is the built-in one)
+                raise
             future.cancel()
             raise LogUnavailable(f"the NATS server at {self.url} did not answer in time") from None
