@@ -29,11 +29,14 @@ SLOWEST_FIRST = [
     "fuzz/test_fuzz_commands.py",
     "realdata/test_traceweaver_real.py",
     "test_docs_commands.py",
+    "serve/test_scale_out.py",
     "serve/test_durability.py",
     "serve/test_web_page.py",
     "serve/test_query_api.py",
     "formats/test_capture_stream.py",
     "reconstruct/test_online.py",
+    "reconstruct/test_scaleout.py",
+    "serve/test_dask_rounds.py",
     "cli/test_terminal.py",
     "serve/test_callgraph_learning.py",
     "formats/test_roundtrip.py",
@@ -64,7 +67,6 @@ SLOWEST_FIRST = [
     "serve/test_receivers.py",
     "cli/test_common.py",
     "reconstruct/test_assign.py",
-    "reconstruct/test_scaleout.py",
     "cli/test_diagnose_traces_cli.py",
     "cli/test_reconstruct_dask_cli.py",
     "cli/test_diagnose_subsets_cli.py",
@@ -80,7 +82,7 @@ SLOWEST_FIRST = [
     "cli/test_paths_cli.py",
 ]
 """The test files that take longest, longest first (8–45 s down to 5 s of one worker's time
-under ``make test``, measured 2026-11-29; the other ~100 files take under 5 s each)."""
+under ``make test``, measured 2026-11-29 and, for the scale-out files, 2026-11-30; the other ~100 files take under 5 s each)."""
 
 
 @pytest.hookimpl(tryfirst=True)
