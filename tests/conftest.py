@@ -82,7 +82,8 @@ SLOWEST_FIRST = [
     "cli/test_paths_cli.py",
 ]
 """The test files that take longest, longest first (8–45 s down to 5 s of one worker's time
-under ``make test``, measured 2026-11-29 and, for the scale-out files, 2026-11-30; the other ~100 files take under 5 s each)."""
+under ``make test``, measured 2026-11-29, and the scale-out files 2026-11-30; the other ~100
+files take under 5 s each)."""
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -4,6 +4,7 @@ requests in the log's order."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -18,7 +19,8 @@ from tacit.experiment.scale_out import KILLS, ScaleOutParams, run_scale_out
 from tacit.serve import Service
 from tacit.serve.http_routes import PROTOBUF
 from tacit.serve.replicas import IngestReplica, QueryReplica
-from tacit.serve.store_blocks import PENDING, STATE_KEY
+from tacit.serve.store_blocks import PENDING, SCHEMA_BLOCK, STATE_KEY
+from tacit.serve.store_traces import FINISHED_TABLES
 
 _COLUMNS = "span_id, parent_span_id, score, probability, alternatives, unmapped, link"
 
@@ -241,3 +243,22 @@ def test_the_reconstruct_role_reads_on_once_the_log_is_back(tmp_path):
             assert driver.problem() is None
     finally:
         stop_process(nats)
+
+
+def test_blocks_go_with_the_retention_time(tmp_path):
+    """A block written before the retention cut is deleted; the newer ones and the schema
+    blocks stay."""
+    blocks = tmp_path / "blocks"
+    with running(tmp_path, blocks=blocks) as svc:
+        post_requests(encoded_requests(shop_spans(1)), url(svc, "/v1/traces"), connections=1)
+        assert svc.wait_idle(60)
+        writer = svc.reconstructor.blocks
+        assert writer is not None
+        written = sorted(blocks.glob("*/0*.parquet"))
+        old, new = written[: len(written) // 2], written[len(written) // 2 :]
+        hour_ago = time.time_ns() - 3600 * 10**9
+        for path in old:
+            os.utime(path, ns=(hour_ago, hour_ago))
+        assert writer.expire(time.time_ns() - 60 * 10**9) == len(old)
+    assert sorted(blocks.glob("*/0*.parquet")) == new
+    assert len(list(blocks.glob(f"*/{SCHEMA_BLOCK}"))) == len(FINISHED_TABLES)

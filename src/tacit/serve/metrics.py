@@ -202,7 +202,8 @@ class ServeMetrics:
         self.traces = Counter("tacit_traces_finished", "Traces finished and stored", registry=r)
         self.expired = Counter(
             "tacit_rows_expired",
-            "Rows deleted from the store for being older than the retention time, by table",
+            "Rows deleted from the store for being older than the retention time, by table "
+            '(table="blocks": Parquet block files deleted)',
             ["table"],
             registry=r,
         )

@@ -311,6 +311,11 @@ class Reconstructor(threading.Thread):
             done = expired.done
             for table, n in expired.rows.items():
                 self.metrics.expired.labels(table).inc(n)
+        if self.blocks is not None:
+            try:
+                self.metrics.expired.labels("blocks").inc(self.blocks.expire(before_ns))
+            except OSError as e:
+                log.warning("blocks could not be expired, to be tried again: %s", e)
         self._load_confidence()
         wait = 0.0 if not done else min(self.retention_s / 10, MAX_EXPIRY_PERIOD_S)
         self._next_expiry = time.monotonic() + wait

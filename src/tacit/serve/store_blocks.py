@@ -1,6 +1,7 @@
 """The finished traces as Parquet blocks on a shared filesystem, which query replicas read
 (``role: query``), as Tempo's queriers read its blocks: DuckDB has one writer and no reader
-beside it, and a block is a file written once.
+beside it, and a block is a file written once. With a retention time, blocks go as the
+store's rows do (:meth:`BlockWriter.expire`).
 
 The reconstruct role writes each round of finished traces (the rows one
 :meth:`~.store_traces.TraceStore.write_finished` adds) as one block: a Parquet file per table,
@@ -93,6 +94,20 @@ class BlockWriter:
         for path in sorted(pending.glob("*.parquet")):
             os.replace(path, self.root / path.stem / f"{pending.name}.parquet")
         pending.rmdir()
+
+    def expire(self, before_ns: int) -> int:
+        """Delete the blocks written before ``before_ns``; how many files. A block holds
+        traces finished by when it was written, and a trace is taken in before it finishes,
+        so such a block holds only what the store's retention deletes too
+        (:meth:`.store_traces.TraceStore.expire`); a trace taken in before the cut and
+        finished after it goes with its block, a window or so later."""
+        gone = 0
+        for table in FINISHED_TABLES:
+            for path in (self.root / table).glob("0*.parquet"):
+                if path.stat().st_mtime_ns < before_ns:
+                    path.unlink(missing_ok=True)
+                    gone += 1
+        return gone
 
     def _columns(self, table: str) -> list[str]:
         rows = self.store._cursor().execute(f"SELECT * FROM {table} LIMIT 0")
