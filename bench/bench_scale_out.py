@@ -4,7 +4,10 @@ each role costs per span, what the shared log carries, and the processes a given
 Runs the shop app's simulated stream through a NATS JetStream server, a Dask scheduler and two
 workers, two ingest replicas and the reconstruct role, without faults, ``--runs`` times; then
 once with an ingest replica, a worker and the reconstruct role each killed mid-stream. Each run
-also gives the same requests to one process (``role: all``) and compares the stores.
+also gives the same requests to one process (``role: all``) and compares the stores. Last, the
+check of the model: the stream put in the log first, then one reconstruct process started,
+pinned to one core and not, to take it all (``run_ceiling``): the rate it reaches, against
+the rate its own cost per span predicts on one core.
 
 CPU is each process's user and system time from when all were ready to when the stream was
 reconstructed (start-up not counted), per span acknowledged: the median over the runs. The log
@@ -27,7 +30,7 @@ from pathlib import Path
 
 from tacit.experiment.nats_server import nats_unavailable
 from tacit.experiment.otlp_load import encoded_requests
-from tacit.experiment.scale_out import KILLS, ScaleOutParams, run_scale_out
+from tacit.experiment.scale_out import KILLS, ScaleOutParams, run_ceiling, run_scale_out
 from tacit.simulate import load_app, simulate
 
 ROLES = {
@@ -52,13 +55,20 @@ def main() -> None:
     if reason:
         print(json.dumps({"skipped": reason}))
         return
-    runs, fault = [], None
+    runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
             params = ScaleOutParams(seconds=args.seconds, rate=args.rate, kill=())
             runs.append(run_scale_out(Path(tmp) / f"run{i}", params, tell=_err))
         params = ScaleOutParams(seconds=args.seconds, rate=args.rate, kill=KILLS)
         fault = run_scale_out(Path(tmp) / "faults", params, tell=_err)
+        params = ScaleOutParams(seconds=args.seconds, rate=args.rate)
+        ceiling = [
+            run_ceiling(Path(tmp) / f"ceiling-{cores}", params, cores, tell=_err).summary()
+            for cores in ("0", None)
+        ]
+    for c in ceiling:
+        c["predicted_spans_per_s_on_one_core"] = round(1e6 / c["cpu_us_per_span"])
     spans = simulate(load_app(None), args.rate, duration_s=args.seconds, seed=2,
                      record_threads=False)  # fmt: skip
     log_bytes = sum(len(body) for _, body in encoded_requests(spans)) / len(spans)
@@ -79,6 +89,7 @@ def main() -> None:
         },
         "reconstruct_role_ceiling_spans_per_s": round(1e6 / cost["reconstruct role"]),
         "log_mb_per_s": {str(rate): round(log_bytes * rate / 1e6, 1) for rate in RATES},
+        "reconstruct_ceiling": ceiling,
     }
     print(json.dumps(result, indent=2))
     if args.markdown:
@@ -110,6 +121,19 @@ def _markdown(result: dict, command: str) -> str:
         f"bodies): {result['log_mb_per_s']['100000']} MB/s at 100,000 spans/s, "
         f"{result['log_mb_per_s']['1000000']} MB/s at 1,000,000. One reconstruct role takes "
         f"at most about {result['reconstruct_role_ceiling_spans_per_s']:,} spans/s on one core.",
+        "",
+        "The check of that ceiling: the stream put in the log first, then one reconstruct "
+        "process (its rounds in its own process) started to take it all, pinned to one core "
+        "(`taskset -c 0`) and not:",
+        "",
+        "| cores | spans | seconds | spans/s reached | CPU µs per span | spans/s that cost "
+        "predicts on one core |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {c['cores']} | {c['spans']} | {c['wall_s']} | {c['spans_per_s']:,} | "
+            f"{c['cpu_us_per_span']} | {c['predicted_spans_per_s_on_one_core']:,} |"
+            for c in result["reconstruct_ceiling"]
+        ),
         "",
         "| run | sent | acknowledged | stored | identical to one process | stored twice |",
         "|---|---|---|---|---|---|",

@@ -151,15 +151,7 @@ def run_scale_out(
     unknown = set(params.kill) - set(KILLS)
     if unknown:
         raise ConfigError(f"kill: {', '.join(sorted(unknown))} is not one of {', '.join(KILLS)}")
-    _clear(out)
-    app = load_app(None)
-    learn_callgraph(infer_roles(simulate(app, 5, n_requests=200, seed=1)).spans).save(
-        out / "callgraph.yaml"
-    )
-    (out / "serve.yaml").write_text(_CONFIG)
-    spans = simulate(app, params.rate, duration_s=params.seconds, seed=params.seed,
-                     record_threads=False)  # fmt: skip
-    encoded = encoded_requests(spans)
+    encoded = _prepare(out, params)
     run = ScaleOutRun(sent=sum(n for n, _ in encoded), requests=len(encoded))
     bin_dir = Path(sys.executable).parent
     nats_port = free_port()
@@ -182,6 +174,78 @@ def run_scale_out(
         run.cpu_s["one-process"] = one_cpu_s
     run.identical_to_single_process = driver_rows == one_rows
     return run
+
+
+def _prepare(out: Path, params: ScaleOutParams) -> list[tuple[int, bytes]]:
+    """``out`` cleared, with the call graph and the service's settings in it; the stream's
+    requests (span count, body)."""
+    _clear(out)
+    app = load_app(None)
+    learn_callgraph(infer_roles(simulate(app, 5, n_requests=200, seed=1)).spans).save(
+        out / "callgraph.yaml"
+    )
+    (out / "serve.yaml").write_text(_CONFIG)
+    spans = simulate(app, params.rate, duration_s=params.seconds, seed=params.seed,
+                     record_threads=False)  # fmt: skip
+    return encoded_requests(spans)
+
+
+@dataclass
+class CeilingRun:
+    """How fast one reconstruct process takes a backlog: ``spans`` waiting in the log when
+    it starts, the ``wall_s`` and ``cpu_s`` from ready to all stored, on ``cores``."""
+
+    cores: str
+    spans: int
+    wall_s: float
+    cpu_s: float
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "cores": self.cores,
+            "spans": self.spans,
+            "wall_s": round(self.wall_s, 2),
+            "cpu_s": round(self.cpu_s, 2),
+            "spans_per_s": round(self.spans / self.wall_s),
+            "cpu_us_per_span": round(self.cpu_s / self.spans * 1e6, 1),
+        }
+
+
+def run_ceiling(
+    out: Path,
+    params: ScaleOutParams | None = None,
+    cores: str | None = None,
+    tell: Callable[[str], None] = print,
+) -> CeilingRun:
+    """The stream appended to the log by one ingest replica first, then the reconstruct role
+    started (on the CPUs ``cores`` names, as ``taskset -c`` takes them; None: any) to take
+    it all: the rate one process reaches when nothing else holds it back, to check a rate
+    the cost per span predicts."""
+    params = params or ScaleOutParams()
+    encoded = _prepare(out, params)
+    bin_dir = Path(sys.executable).parent
+    tacit = str(bin_dir / "tacit")
+    nats_port, replica_port, port = free_port(), free_port(), free_port()
+    nats = f"nats://127.0.0.1:{nats_port}"
+    with _Processes(out, tell) as procs:
+        procs.adopt("nats", start_nats(nats_port, out / "jetstream"))
+        procs.start("replica0", [tacit, "serve", "--role", "ingest", "--grpc", "", "--nats",
+                                 nats, "--http", f"127.0.0.1:{replica_port}"])  # fmt: skip
+        _wait_ready(replica_port)
+        for _, body in encoded:
+            if not _post(replica_port, body):
+                raise ConfigError("the ingest replica refused a request")
+        pinned = ["taskset", "-c", cores] if cores else []
+        procs.start("reconstruct", [*pinned, tacit, "serve", "--config", str(out / "serve.yaml"),
+                                    "--grpc", "", "--nats", nats, "--role", "reconstruct",
+                                    "--http", f"127.0.0.1:{port}", "--callgraph",
+                                    str(out / "callgraph.yaml"), "--database",
+                                    str(out / "tacit.duckdb")])  # fmt: skip
+        _wait_ready(port)
+        t0, cpu0 = time.monotonic(), procs.cpu_s()["reconstruct"]
+        _settle(port, len(encoded), poll_s=0.05)
+        wall_s, cpu_s = time.monotonic() - t0, procs.cpu_s()["reconstruct"] - cpu0
+    return CeilingRun(cores or "any", sum(n for n, _ in encoded), wall_s, cpu_s)
 
 
 def _clear(out: Path) -> None:
@@ -294,16 +358,16 @@ def _status(port: int) -> dict[str, Any]:
         return json.loads(r.read())
 
 
-def _settle(port: int, requests: int) -> None:
+def _settle(port: int, requests: int, poll_s: float = 0.5) -> None:
     """Wait until the reconstruct role has read every request of the log and reconstructed
-    every span it took."""
+    every span it took (looking every ``poll_s``)."""
     _wait_ready(port)
     end = time.monotonic() + SETTLE_S
     while time.monotonic() < end:
         status = _status(port)
         if status["log"]["position"] > requests and status["pending"] == 0:
             return
-        time.sleep(0.5)
+        time.sleep(poll_s)
     raise ConfigError(f"the stream was not reconstructed within {SETTLE_S:.0f} s")
 
 
