@@ -8,6 +8,7 @@ import os
 import threading
 import time
 
+import duckdb
 import pytest
 
 from serve_app import config, get, get_json, post, running, shop_spans, url
@@ -15,7 +16,7 @@ from tacit.experiment.capture import stop_process
 from tacit.experiment.memcached import free_port
 from tacit.experiment.nats_server import nats_unavailable, start_nats
 from tacit.experiment.otlp_load import encoded_requests, post_requests
-from tacit.experiment.scale_out import KILLS, ScaleOutParams, run_scale_out
+from tacit.experiment.scale_out import KILLS, ScaleOutParams, run_ceiling, run_scale_out
 from tacit.serve import Service
 from tacit.serve.http_routes import PROTOBUF
 from tacit.serve.replicas import IngestReplica, QueryReplica
@@ -262,3 +263,17 @@ def test_blocks_go_with_the_retention_time(tmp_path):
         assert writer.expire(time.time_ns() - 60 * 10**9) == len(old)
     assert sorted(blocks.glob("*/0*.parquet")) == new
     assert len(list(blocks.glob(f"*/{SCHEMA_BLOCK}"))) == len(FINISHED_TABLES)
+
+
+@pytest.mark.live
+def test_one_reconstruct_process_takes_a_backlog_from_the_log(tmp_path):
+    """The stream put in the log first, one reconstruct process pinned to one core then takes
+    all of it: the run that checks the capacity model's ceiling (bench_scale_out.py)."""
+    if nats_unavailable():
+        pytest.skip(nats_unavailable())
+    run = run_ceiling(tmp_path, ScaleOutParams(seconds=2), cores="0", tell=lambda _: None)
+    assert run.spans == sum(n for n, _ in encoded_requests(shop_spans(2)))
+    assert run.cpu_s > 0 and run.wall_s > 0
+    with duckdb.connect(str(tmp_path / "tacit.duckdb"), read_only=True) as db:
+        stored = db.execute("SELECT count(DISTINCT span_id) FROM spans").fetchone()
+    assert stored == (run.spans,)
