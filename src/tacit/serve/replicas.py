@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +36,7 @@ from tacit.serve.tls import load_tls
 log = logging.getLogger("tacit.serve")
 
 
-class Replica:
+class Replica(ABC):
     """What a replica shares: the metrics, the tokens, TLS and the HTTP listener, started with
     :meth:`listen`, stopped with :meth:`stop` (or :meth:`run` until a signal)."""
 
@@ -67,8 +68,9 @@ class Replica:
             raise ConfigError(f"http: cannot listen on {self.config.http}: {e.strerror}") from None
         threading.Thread(target=self.http.serve_forever, name="tacit-http", daemon=True).start()
 
+    @abstractmethod
     def start(self) -> Replica:
-        raise NotImplementedError
+        """Take up the role, then listen (:meth:`listen`)."""
 
     def stop(self) -> None:
         if self.http is not None:
