@@ -12,6 +12,7 @@ import duckdb
 import pytest
 
 from serve_app import config, get, get_json, post, running, shop_spans, url
+from tacit.errors import ConfigError
 from tacit.experiment.capture import stop_process
 from tacit.experiment.memcached import free_port
 from tacit.experiment.nats_server import nats_unavailable, start_nats
@@ -277,3 +278,9 @@ def test_one_reconstruct_process_takes_a_backlog_from_the_log(tmp_path):
     with duckdb.connect(str(tmp_path / "tacit.duckdb"), read_only=True) as db:
         stored = db.execute("SELECT count(DISTINCT span_id) FROM spans").fetchone()
     assert stored == (run.spans,)
+
+
+def test_a_stream_the_server_refuses_is_a_one_line_error(tmp_path, nats_url):
+    changes = {"role": "ingest", "nats": nats_url, "nats_max_bytes": 2**50}
+    with pytest.raises(ConfigError, match="refused the stream 'tacit': insufficient storage"):
+        IngestReplica(config(tmp_path, **changes)).start()

@@ -86,12 +86,20 @@ class SpanLog:
 
     def open(self) -> SpanLog:
         """Connect, and make the stream if it is not there (or bound it as configured)."""
+        from nats.js.errors import APIError
+
         self._thread.start()
         try:
             self._run(self._open(), TIMEOUT_S * 2)
         except (OSError, TimeoutError, LogUnavailable) as e:
             self.close()
-            raise ConfigError(f"log: cannot reach the NATS server at {self.url}: {e}") from None
+            raise ConfigError(f"nats: cannot reach the NATS server at {self.url}: {e}") from None
+        except APIError as e:  # such as a bound beyond the server's storage
+            self.close()
+            raise ConfigError(
+                f"nats: the server at {self.url} refused the stream {self.stream!r}: "
+                f"{e.description}"
+            ) from None
         return self
 
     async def _open(self) -> None:
