@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -67,6 +68,29 @@ def stop_process(
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     return proc.wait()
+
+
+def start_listening(
+    command: list[str], host: str, port: int, name: str, timeout_s: float
+) -> subprocess.Popen:
+    """Start ``command`` (a server that will listen on ``host:port``) in its own process group
+    and wait until it accepts connections; a server that exits or does not listen within
+    ``timeout_s`` is stopped and a :class:`ConfigError` gives what it said. Stop it with
+    :func:`stop_process`."""
+    proc = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop_process(proc)
+                said = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+                raise ConfigError(f"{name} did not start on {host}:{port}: {said}") from None
+            time.sleep(0.02)
 
 
 class Capture:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tacit.errors import ConfigError
-from tacit.experiment.capture import STOP_TIMEOUT, stop_process
+from tacit.experiment.capture import STOP_TIMEOUT, start_listening
 from tacit.experiment.web_server import Site, SiteParams, generate_site
 
 MEMCACHED = "/usr/bin/memcached"
@@ -79,23 +79,9 @@ def start_memcached(port: int, memory_mb: int, host: str = "127.0.0.1") -> subpr
     reason = memcached_unavailable()
     if reason:
         raise ConfigError(reason)
-    proc = subprocess.Popen(
-        memcached_command(host, port, memory_mb),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
+    return start_listening(
+        memcached_command(host, port, memory_mb), host, port, "memcached", START_TIMEOUT
     )
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return proc
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                stop_process(proc)
-                said = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
-                raise ConfigError(f"memcached did not start on {host}:{port}: {said}") from None
-            time.sleep(0.02)
 
 
 def key(family: int, obj: int) -> str:

@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 from tacit.errors import ConfigError
-from tacit.experiment.capture import stop_process
+from tacit.experiment.capture import start_listening
 
 START_TIMEOUT_S = 10.0
 
@@ -30,20 +28,5 @@ def start_nats(port: int, store_dir: Path, host: str = "127.0.0.1") -> subproces
     reason = nats_unavailable()
     if reason:
         raise ConfigError(reason)
-    proc = subprocess.Popen(
-        ["nats-server", "-a", host, "-p", str(port), "-js", "-sd", str(store_dir)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return proc
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                stop_process(proc)
-                said = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
-                raise ConfigError(f"nats-server did not start on {host}:{port}: {said}") from None
-            time.sleep(0.02)
+    command = ["nats-server", "-a", host, "-p", str(port), "-js", "-sd", str(store_dir)]
+    return start_listening(command, host, port, "nats-server", START_TIMEOUT_S)
