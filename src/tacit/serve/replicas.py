@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 from tacit.errors import ConfigError
-from tacit.serve.auth import read_token
 from tacit.serve.config import ServeConfig
 from tacit.serve.grpc_receiver import start_grpc
 from tacit.serve.http_routes import Routes
@@ -28,10 +27,9 @@ from tacit.serve.http_server import ServeHTTPServer
 from tacit.serve.ingest import warm_up
 from tacit.serve.log_ingest import LogIngest
 from tacit.serve.metrics import ServeMetrics
-from tacit.serve.service import socket_address
+from tacit.serve.service import guards, socket_address
 from tacit.serve.span_log import SpanLog
 from tacit.serve.store_blocks import BlockStore
-from tacit.serve.tls import load_tls
 
 log = logging.getLogger("tacit.serve")
 
@@ -43,17 +41,7 @@ class Replica(ABC):
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
         self.metrics = ServeMetrics()
-        self.token = read_token(config.ingest_token_file) if config.ingest_token_file else None
-        self.query_token = (
-            read_token(config.query_token_file, "query_token_file")
-            if config.query_token_file
-            else None
-        )
-        self.tls = (
-            load_tls(config.tls_cert_file, config.tls_key_file)
-            if config.tls_cert_file and config.tls_key_file
-            else None
-        )
+        self.token, self.query_token, self.tls = guards(config)
         self.http: ServeHTTPServer | None = None
 
     @property

@@ -37,7 +37,7 @@ from tacit.serve.reconstructor import Reconstructor
 from tacit.serve.span_log import SpanLog
 from tacit.serve.store import Store, cannot_write
 from tacit.serve.store_blocks import BlockWriter
-from tacit.serve.tls import load_tls
+from tacit.serve.tls import ServerTLS, load_tls
 
 log = logging.getLogger("tacit.serve")
 
@@ -82,6 +82,23 @@ def open_to_others(config: ServeConfig) -> list[str]:
     return out
 
 
+def guards(config: ServeConfig) -> tuple[str | None, str | None, ServerTLS | None]:
+    """What guards the listeners ``config`` names: the ingest token, the query token and the
+    TLS certificate with its key (each None when not given)."""
+    token = read_token(config.ingest_token_file) if config.ingest_token_file else None
+    query_token = (
+        read_token(config.query_token_file, "query_token_file")
+        if config.query_token_file
+        else None
+    )
+    tls = (
+        load_tls(config.tls_cert_file, config.tls_key_file)
+        if config.tls_cert_file and config.tls_key_file
+        else None
+    )
+    return token, query_token, tls
+
+
 class Service:
     """A running ``tacit serve``: :meth:`start`, then :meth:`stop` (or :meth:`run` until a
     signal). ``http_port``/``grpc_port`` are the bound ports (useful with port 0)."""
@@ -90,17 +107,7 @@ class Service:
         """``callgraph`` None: learned from the spans stored (:mod:`.callgraph_learner`)."""
         self.config = config
         self.metrics = ServeMetrics()
-        self.token = read_token(config.ingest_token_file) if config.ingest_token_file else None
-        self.query_token = (
-            read_token(config.query_token_file, "query_token_file")
-            if config.query_token_file
-            else None
-        )
-        self.tls = (
-            load_tls(config.tls_cert_file, config.tls_key_file)
-            if config.tls_cert_file and config.tls_key_file
-            else None
-        )
+        self.token, self.query_token, self.tls = guards(config)
         self.store = Store(config.database, config.database_memory_mib)
         self.ingest = Ingest(
             self.store, self.metrics, config.max_pending_spans, config.retry_after_s
