@@ -247,16 +247,14 @@ def solve_parts(
     if parts is None:
         parts = partition(spans, callgraph, params)
     belows = _values_below(spans, parts, params, below)
-    keep = belows is not None
     table = client.scatter(
-        spans if keep else replace(spans, details=None), broadcast=True, hash=False
+        spans if belows else replace(spans, details=None), broadcast=True, hash=False
     )
-    belows = belows if belows is not None else [None] * len(parts)
     graph = scattered if scattered is not None else client.scatter(callgraph, broadcast=True)
     futures = client.map(
         _reconstruct_part,
         parts,
-        belows,
+        belows or [None] * len(parts),
         spans=table,
         callgraph=graph,
         params=params,

@@ -45,25 +45,23 @@ class BlockWriter:
     """Writes the rounds of ``store`` as blocks under ``root`` (module docstring)."""
 
     def __init__(self, root: Path, store: Database) -> None:
+        import pyarrow.parquet as pq
+
         self.root = root
-        self.store = store
+        cur = store._cursor()
+        empty = {t: cur.sql(f"SELECT * FROM {t} LIMIT 0").to_arrow_table() for t in FINISHED_TABLES}
+        self._names = {table: rows.column_names for table, rows in empty.items()}
+        """The store's columns of each table, which a round's rows are written under."""
         try:
             (root / PENDING).mkdir(parents=True, exist_ok=True)
-            for table in FINISHED_TABLES:
+            for table, rows in empty.items():
                 (root / table).mkdir(exist_ok=True)
-                self._write_schema(table)
+                if not (root / table / SCHEMA_BLOCK).exists():
+                    _write(pq, rows, root / table / SCHEMA_BLOCK)
         except OSError as e:
             raise ConfigError(f"blocks: cannot write to {root}: {e.strerror}") from None
         self.next = store.state(STATE_KEY, 0)
         self._recover()
-
-    def _write_schema(self, table: str) -> None:
-        import pyarrow.parquet as pq
-
-        path = self.root / table / SCHEMA_BLOCK
-        if not path.exists():
-            empty = self.store._cursor().sql(f"SELECT * FROM {table} LIMIT 0").to_arrow_table()
-            _write(pq, empty, path)
 
     def _recover(self) -> None:
         """Move in the pending blocks the store committed; delete the others."""
@@ -81,8 +79,8 @@ class BlockWriter:
         pending = self.root / PENDING / f"{self.next:012d}"
         pending.mkdir(exist_ok=True)
         for table, rows in tables.items():
-            names = self._columns(table)
-            _write(pq, rows.rename_columns(names[: rows.num_columns]), pending / f"{table}.parquet")
+            names = self._names[table][: rows.num_columns]
+            _write(pq, rows.rename_columns(names), pending / f"{table}.parquet")
         self.next += 1
         return {STATE_KEY: self.next}
 
@@ -108,10 +106,6 @@ class BlockWriter:
                     path.unlink(missing_ok=True)
                     gone += 1
         return gone
-
-    def _columns(self, table: str) -> list[str]:
-        rows = self.store._cursor().execute(f"SELECT * FROM {table} LIMIT 0")
-        return [d[0] for d in rows.description]
 
 
 def _write(pq: Any, rows: Any, path: Path) -> None:
