@@ -92,7 +92,7 @@ def one_run(
             t = timed("append", t)
             spans, parent_ids = read()
             t = timed("read", t)
-            fed = feed.push(spans, parent_ids, np.arange(seq, seq + len(spans)))
+            fed = feed.push(spans, parent_ids, np.arange(seq, seq + len(spans)), np.inf)
             seq += len(spans)
             t = timed("push", t)
             if fed.finished or fed.alone:
