@@ -2,18 +2,25 @@
 each role costs per span, what the shared log carries, and the processes a given rate needs.
 
 Runs the shop app's simulated stream through a NATS JetStream server, a Dask scheduler and two
-workers, two ingest replicas and the reconstruct role, without faults, ``--runs`` times; then
-once with an ingest replica, a worker and the reconstruct role each killed mid-stream. Each run
-also gives the same requests to one process (``role: all``) and compares the stores. Last, the
-check of the model: the stream put in the log first, then one reconstruct process started,
-pinned to one core and not, to take it all (``run_ceiling``): the rate it reaches, against
-the rate its own cost per span predicts on one core.
+workers, two ingest replicas and the reconstruct role, without faults; then once with an ingest
+replica, a worker and the reconstruct role each killed mid-stream. Each run also gives the same
+requests to one process (``role: all``) and compares the stores. Every run reconstructs with
+the service's own windows, lookahead and lateness, as operators run it.
 
 CPU is each process's user and system time from when all were ready to when the stream was
-reconstructed (start-up not counted), per span acknowledged: the median over the runs. The log
-carries each request's body: its bytes per span. The projection is cores per role for 100,000
-and 1,000,000 spans/s at the measured cost; the reconstruct role is one process today, so the
-rate one core of it takes is its ceiling (docs/scale-out.md).
+reconstructed. A role's cost per span is marginal: the CPU of a stream of ``2 × --seconds``
+less that of one of ``--seconds``, over the spans between, so that what does not grow with
+the stream (start-up, loading and compiling on first use, the last windows' wait) is left
+out; the median over ``--runs`` pairs. The log carries each request's body: its bytes per
+span. The projection is cores per role for 100,000 and 1,000,000 spans/s at that cost; the
+reconstruct role is one process today, so the rate one core of it takes is its ceiling
+(docs/scale-out.md).
+
+Last, the check of the model (``run_ceiling``): the stream put in the log first, then one
+reconstruct process (its rounds in its own process) started to take it all, on one core
+(``taskset -c 0``), on half and a quarter of it (a cgroup CPU quota, as ``--cpus`` or a
+Kubernetes CPU limit sets) and on both cores; the marginal rate it reaches from the same two
+lengths, against the rate the one-core run's cost per span predicts for the CPU given.
 
 Prints one JSON object; ``--markdown FILE`` also writes the tables with the date and command.
 """
@@ -28,9 +35,17 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tacit.experiment.cpu_quota import cpu_quota_unavailable
 from tacit.experiment.nats_server import nats_unavailable
 from tacit.experiment.otlp_load import encoded_requests
-from tacit.experiment.scale_out import KILLS, ScaleOutParams, run_ceiling, run_scale_out
+from tacit.experiment.scale_out import (
+    KILLS,
+    CeilingRun,
+    ScaleOutParams,
+    ScaleOutRun,
+    run_ceiling,
+    run_scale_out,
+)
 from tacit.simulate import load_app, simulate
 
 ROLES = {
@@ -44,42 +59,54 @@ ROLES = {
 RATES = (100_000, 1_000_000)
 
 
+CEILINGS = (("0", None), ("0", 0.5), ("0", 0.25), (None, None))
+"""The CPU the ceiling runs get: ``taskset`` CPUs (None: any) and a quota in cores."""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=20.0, help="length of the stream")
+    ap.add_argument("--seconds", type=float, default=40.0, help="the shorter stream's length")
     ap.add_argument("--rate", type=float, default=100.0, help="requests/s of the shop app")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=2, help="pairs of streams")
     ap.add_argument("--markdown", type=Path)
     args = ap.parse_args()
     reason = nats_unavailable()
     if reason:
         print(json.dumps({"skipped": reason}))
         return
-    runs = []
+    lengths = (args.seconds, 2 * args.seconds)
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.runs):
-            params = ScaleOutParams(seconds=args.seconds, rate=args.rate, kill=())
-            runs.append(run_scale_out(Path(tmp) / f"run{i}", params, tell=_err))
-        params = ScaleOutParams(seconds=args.seconds, rate=args.rate, kill=KILLS)
-        fault = run_scale_out(Path(tmp) / "faults", params, tell=_err)
-        params = ScaleOutParams(seconds=args.seconds, rate=args.rate)
-        ceiling = [
-            run_ceiling(Path(tmp) / f"ceiling-{cores}", params, cores, tell=_err).summary()
-            for cores in ("0", None)
-        ]
-    for c in ceiling:
-        c["predicted_spans_per_s_on_one_core"] = round(1e6 / c["cpu_us_per_span"])
+        pairs = [
+            [run_scale_out(Path(tmp) / f"run{i}-{s:g}", _params(args, s, ()), tell=_err)
+             for s in lengths]
+            for i in range(args.runs)
+        ]  # fmt: skip
+        fault = run_scale_out(Path(tmp) / "faults", _params(args, args.seconds, KILLS), tell=_err)
+        ceilings, quota_skipped = [], cpu_quota_unavailable()
+        for cores, quota in CEILINGS:
+            if quota and quota_skipped:
+                continue
+            short, long = (
+                run_ceiling(Path(tmp) / f"ceiling-{cores}-{quota}-{s:g}", _params(args, s, ()),
+                            cores, quota, tell=_err)
+                for s in lengths
+            )  # fmt: skip
+            ceilings.append(_ceiling(short, long))
+    one_core = ceilings[0]["cpu_us_per_span"]
+    for c in ceilings:
+        given = min(c["quota"] or 1.0, 1.0)  # one thread of Python: at most one core
+        c["predicted_spans_per_s"] = round(given * 1e6 / one_core)
+        c["own_cost_spans_per_s"] = round(given * 1e6 / c["cpu_us_per_span"])
     spans = simulate(load_app(None), args.rate, duration_s=args.seconds, seed=2,
                      record_threads=False)  # fmt: skip
     log_bytes = sum(len(body) for _, body in encoded_requests(spans)) / len(spans)
     cost = {
-        role: statistics.median(sum(r.cpu_s[n] for n in names) / r.acknowledged * 1e6
-                                for r in runs)
+        role: statistics.median(_marginal_us(short, long, names) for short, long in pairs)
         for role, names in ROLES.items()
-    }  # fmt: skip
+    }
     result = {
-        "spans": runs[0].sent,
-        "runs": [r.summary() for r in runs],
+        "spans": [r.sent for r in pairs[0]],
+        "runs": [r.summary() for pair in pairs for r in pair],
         "with_faults": fault.summary(),
         "cpu_us_per_span": {k: round(v, 1) for k, v in cost.items()},
         "log_bytes_per_span": round(log_bytes, 1),
@@ -89,11 +116,36 @@ def main() -> None:
         },
         "reconstruct_role_ceiling_spans_per_s": round(1e6 / cost["reconstruct role"]),
         "log_mb_per_s": {str(rate): round(log_bytes * rate / 1e6, 1) for rate in RATES},
-        "reconstruct_ceiling": ceiling,
+        "reconstruct_ceiling": ceilings,
+        "quota_skipped": quota_skipped,
     }
     print(json.dumps(result, indent=2))
     if args.markdown:
         args.markdown.write_text(_markdown(result, " ".join(sys.argv)))
+
+
+def _params(args: argparse.Namespace, seconds: float, kill: tuple[str, ...]) -> ScaleOutParams:
+    return ScaleOutParams(seconds=seconds, rate=args.rate, kill=kill, service_windows=True)
+
+
+def _marginal_us(short: ScaleOutRun, long: ScaleOutRun, names: tuple[str, ...]) -> float:
+    """CPU µs of the processes ``names`` per span the longer stream acknowledged beyond the
+    shorter one's."""
+    cpu = sum(long.cpu_s[n] - short.cpu_s[n] for n in names)
+    return cpu / (long.acknowledged - short.acknowledged) * 1e6
+
+
+def _ceiling(short: CeilingRun, long: CeilingRun) -> dict:
+    """The rate and CPU per span of the spans the longer backlog held beyond the shorter's."""
+    spans = long.spans - short.spans
+    return {
+        "cores": long.cores,
+        "quota": long.quota,
+        "spans": [short.spans, long.spans],
+        "wall_s": [round(short.wall_s, 2), round(long.wall_s, 2)],
+        "spans_per_s": round(spans / (long.wall_s - short.wall_s)),
+        "cpu_us_per_span": round((long.cpu_s - short.cpu_s) / spans * 1e6, 1),
+    }
 
 
 def _err(line: str) -> None:
@@ -102,11 +154,14 @@ def _err(line: str) -> None:
 
 def _markdown(result: dict, command: str) -> str:
     today = datetime.date.today().isoformat()
+    short, long = result["spans"]
     lines = [
         "# tacit serve as roles: cost per role and capacity",
         "",
-        f"Written by `python {command}` on {today}: {result['spans']:,} spans of the shop "
-        "app, each role a process on this 2-core machine (bench docstring: what is measured).",
+        f"Written by `python {command}` on {today}: streams of {short:,} and {long:,} spans "
+        "of the shop app, each role a process on this 2-core machine, with the service's "
+        "own windows; a cost per span is the longer stream's CPU less the shorter's, over "
+        "the spans between (bench docstring: what is measured).",
         "",
         "| role | CPU µs per span | cores for 100,000 spans/s | cores for 1,000,000 spans/s |",
         "|---|---|---|---|",
@@ -114,7 +169,6 @@ def _markdown(result: dict, command: str) -> str:
     for role, us in result["cpu_us_per_span"].items():
         need = result["cores_needed"][role]
         lines.append(f"| {role} | {us} | {need['100000']} | {need['1000000']} |")
-    fault = result["with_faults"]
     lines += [
         "",
         f"The shared log carries {result['log_bytes_per_span']} bytes a span (OTLP protobuf "
@@ -122,22 +176,31 @@ def _markdown(result: dict, command: str) -> str:
         f"{result['log_mb_per_s']['1000000']} MB/s at 1,000,000. One reconstruct role takes "
         f"at most about {result['reconstruct_role_ceiling_spans_per_s']:,} spans/s on one core.",
         "",
-        "The check of that ceiling: the stream put in the log first, then one reconstruct "
-        "process (its rounds in its own process) started to take it all, pinned to one core "
-        "(`taskset -c 0`) and not:",
+        "The check of the model: the stream put in the log first, then one reconstruct "
+        "process (its rounds in its own process) started to take it all, on one core "
+        "(`taskset -c 0`), on a fraction of it (a cgroup CPU quota) and on both; the rate "
+        "and cost are those of the spans the longer backlog held beyond the shorter's. "
+        "Predicted: the CPU given (at most one core: the process is one thread of Python) "
+        "over the run's own cost per span, and over the one-core run's:",
         "",
-        "| cores | spans | seconds | spans/s reached | CPU µs per span | spans/s that cost "
-        "predicts on one core |",
+        "| CPU given | seconds (two backlogs) | spans/s reached | CPU µs per span | "
+        "spans/s predicted by its own cost | by the one-core run's |",
         "|---|---|---|---|---|---|",
         *(
-            f"| {c['cores']} | {c['spans']} | {c['wall_s']} | {c['spans_per_s']:,} | "
-            f"{c['cpu_us_per_span']} | {c['predicted_spans_per_s_on_one_core']:,} |"
+            f"| {_given(c)} | {c['wall_s'][0]} / {c['wall_s'][1]} | {c['spans_per_s']:,} | "
+            f"{c['cpu_us_per_span']} | {c['own_cost_spans_per_s']:,} | "
+            f"{c['predicted_spans_per_s']:,} |"
             for c in result["reconstruct_ceiling"]
         ),
+    ]
+    if result["quota_skipped"]:
+        lines += ["", f"Fractions of a core not measured: {result['quota_skipped']}."]
+    lines += [
         "",
         "| run | sent | acknowledged | stored | identical to one process | stored twice |",
         "|---|---|---|---|---|---|",
     ]
+    fault = result["with_faults"]
     for name, r in [*((f"{i + 1}", r) for i, r in enumerate(result["runs"])),
                     (f"killed: {', '.join(fault['killed'])}", fault)]:  # fmt: skip
         lines.append(
@@ -145,6 +208,12 @@ def _markdown(result: dict, command: str) -> str:
             f"{r['identical_to_single_process']} | {r['windows_stored_twice']} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _given(ceiling: dict) -> str:
+    if ceiling["quota"]:
+        return f"{ceiling['quota']:g} of core 0 (quota)"
+    return "core 0" if ceiling["cores"] == "0" else "both cores"
 
 
 if __name__ == "__main__":

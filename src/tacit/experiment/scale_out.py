@@ -23,12 +23,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tacit.errors import ConfigError
 from tacit.experiment.capture import stop_process
+from tacit.experiment.cpu_quota import cpu_quota
 from tacit.experiment.memcached import free_port
 from tacit.experiment.nats_server import start_nats
 from tacit.experiment.otlp_load import encoded_requests
@@ -43,7 +45,12 @@ SPAN_COLUMNS = "span_id, parent_span_id, score, probability, alternatives, unmap
 READY_S = 90.0
 SETTLE_S = 180.0
 """How long to wait for a process to be ready, and for the stream to be reconstructed."""
-_CONFIG = "online: {window_s: 1, lookahead_s: 1, max_request_s: 2, lateness_s: 0.1}\nidle_s: 2\n"
+CEILING_POLL_S = 1.0
+"""How often :func:`run_ceiling` asks whether the backlog is done: each answer costs the
+process a few ms of CPU (it counts the store's rows), a share of a quarter core that polling
+more often would distort. The time it took is read from the store instead (the last trace's
+``finished_ns``)."""
+_SHORT_WINDOWS = "online: {window_s: 1, lookahead_s: 1, max_request_s: 2, lateness_s: 0.1}\n"
 """The service's settings for a stream of seconds: windows short enough that it finishes in
 seconds of its end."""
 
@@ -60,6 +67,10 @@ class ScaleOutParams:
     stream, a worker at a third, the reconstruct role at half (started again at once)."""
     pause_s: float = 0.05
     """Between two requests sent."""
+    service_windows: bool = False
+    """Reconstruct with the service's own windows, lookahead and lateness, as operators run
+    it, instead of the second-long ones that let a test finish in seconds of the stream's end:
+    a round's fixed costs (a task, a write) are spread over five times the spans."""
 
 
 @dataclass
@@ -114,6 +125,9 @@ class _Processes:
     def adopt(self, name: str, proc: subprocess.Popen) -> None:
         """Count ``proc``, started elsewhere, among the processes."""
         self.procs[name] = proc
+
+    def pid(self, name: str) -> int:
+        return self.procs[name].pid
 
     def kill(self, name: str) -> None:
         self.tell(f"kill -9 {name}")
@@ -184,7 +198,8 @@ def _prepare(out: Path, params: ScaleOutParams) -> list[tuple[int, bytes]]:
     learn_callgraph(infer_roles(simulate(app, 5, n_requests=200, seed=1)).spans).save(
         out / "callgraph.yaml"
     )
-    (out / "serve.yaml").write_text(_CONFIG)
+    windows = "" if params.service_windows else _SHORT_WINDOWS
+    (out / "serve.yaml").write_text(f"{windows}idle_s: 2\n")
     spans = simulate(app, params.rate, duration_s=params.seconds, seed=params.seed,
                      record_threads=False)  # fmt: skip
     return encoded_requests(spans)
@@ -193,9 +208,11 @@ def _prepare(out: Path, params: ScaleOutParams) -> list[tuple[int, bytes]]:
 @dataclass
 class CeilingRun:
     """How fast one reconstruct process takes a backlog: ``spans`` waiting in the log when
-    it starts, the ``wall_s`` and ``cpu_s`` from ready to all stored, on ``cores``."""
+    it starts, the ``wall_s`` and ``cpu_s`` from ready to all stored, on the CPUs ``cores``
+    names (``any``: no pinning) with at most ``quota`` cores of CPU time (None: no limit)."""
 
     cores: str
+    quota: float | None
     spans: int
     wall_s: float
     cpu_s: float
@@ -203,6 +220,7 @@ class CeilingRun:
     def summary(self) -> dict[str, Any]:
         return {
             "cores": self.cores,
+            "quota": self.quota,
             "spans": self.spans,
             "wall_s": round(self.wall_s, 2),
             "cpu_s": round(self.cpu_s, 2),
@@ -215,12 +233,13 @@ def run_ceiling(
     out: Path,
     params: ScaleOutParams | None = None,
     cores: str | None = None,
+    quota: float | None = None,
     tell: Callable[[str], None] = print,
 ) -> CeilingRun:
     """The stream appended to the log by one ingest replica first, then the reconstruct role
-    started (on the CPUs ``cores`` names, as ``taskset -c`` takes them; None: any) to take
-    it all: the rate one process reaches when nothing else holds it back, to check a rate
-    the cost per span predicts."""
+    started (on the CPUs ``cores`` names, as ``taskset -c`` takes them; None: any; held to
+    ``quota`` cores of CPU time by :func:`.cpu_quota`) to take it all: the rate one process
+    reaches when nothing else holds it back, to check a rate the cost per span predicts."""
     params = params or ScaleOutParams()
     encoded = _prepare(out, params)
     bin_dir = Path(sys.executable).parent
@@ -235,17 +254,32 @@ def run_ceiling(
         for _, body in encoded:
             if not _post(replica_port, body):
                 raise ConfigError("the ingest replica refused a request")
+        procs.stop("replica0")
         pinned = ["taskset", "-c", cores] if cores else []
         procs.start("reconstruct", [*pinned, tacit, "serve", "--config", str(out / "serve.yaml"),
                                     "--grpc", "", "--nats", nats, "--role", "reconstruct",
                                     "--http", f"127.0.0.1:{port}", "--callgraph",
                                     str(out / "callgraph.yaml"), "--database",
                                     str(out / "tacit.duckdb")])  # fmt: skip
-        _wait_ready(port)
-        t0, cpu0 = time.monotonic(), procs.cpu_s()["reconstruct"]
-        _settle(port, len(encoded), poll_s=0.05)
-        wall_s, cpu_s = time.monotonic() - t0, procs.cpu_s()["reconstruct"] - cpu0
-    return CeilingRun(cores or "any", sum(n for n, _ in encoded), wall_s, cpu_s)
+        limit = cpu_quota(procs.pid("reconstruct"), quota) if quota else nullcontext()
+        with limit:
+            _wait_ready(port)
+            t0_ns, cpu0 = time.time_ns(), procs.cpu_s()["reconstruct"]
+            _settle(port, len(encoded), poll_s=CEILING_POLL_S)
+            cpu_s = procs.cpu_s()["reconstruct"] - cpu0
+        procs.stop("reconstruct")
+    wall_s = (_last_stored_ns(out / "tacit.duckdb") - t0_ns) / 1e9
+    return CeilingRun(cores or "any", quota, sum(n for n, _ in encoded), wall_s, cpu_s)
+
+
+def _last_stored_ns(path: Path) -> int:
+    """When the last trace of a store was stored (the service's wall clock)."""
+    import duckdb
+
+    with duckdb.connect(str(path), read_only=True) as db:
+        row = db.execute("SELECT max(finished_ns) FROM traces").fetchone()
+    assert row is not None and row[0] is not None
+    return int(row[0])
 
 
 def _clear(out: Path) -> None:
