@@ -19,9 +19,10 @@ from tacit.experiment.nats_server import nats_unavailable, start_nats
 from tacit.experiment.otlp_load import encoded_requests, post_requests
 from tacit.experiment.scale_out import KILLS, ScaleOutParams, run_ceiling, run_scale_out
 from tacit.serve import Service
+from tacit.serve.block_files import SCHEMA_BLOCK, TableFiles
 from tacit.serve.http_routes import PROTOBUF
 from tacit.serve.replicas import IngestReplica, QueryReplica
-from tacit.serve.store_blocks import PENDING, SCHEMA_BLOCK, STATE_KEY
+from tacit.serve.store_blocks import PENDING, STATE_KEY
 from tacit.serve.store_traces import FINISHED_TABLES
 
 _COLUMNS = "span_id, parent_span_id, score, probability, alternatives, unmapped, link"
@@ -207,6 +208,98 @@ def test_a_block_is_in_place_exactly_when_its_round_is_stored(tmp_path):
     assert not list((blocks / PENDING).iterdir())
 
 
+def _answers(svc) -> list:
+    """What a query API says of the shop app's traces: services, a search, some traces by id,
+    and the counts."""
+    found = get_json(svc, "/api/traces?service=frontend&limit=20")
+    ids = sorted(t["traceID"] for t in found["data"])[:5]
+    return [get_json(svc, "/api/services"), get_json(svc, "/api/tacit/status")["stored"],
+            *(get_json(svc, f"/api/traces/{i}") for i in ids)]  # fmt: skip
+
+
+def test_blocks_merged_during_the_stream_answer_as_the_store_does(tmp_path):
+    """With a compaction every two rounds, the rounds' blocks are merged while the stream
+    goes on; a query replica then gives the store's answers, reading merged blocks."""
+    blocks = tmp_path / "blocks"
+    with running(tmp_path, blocks=blocks) as svc:
+        assert svc.reconstructor.blocks is not None
+        svc.reconstructor.blocks.compact_rounds = 2
+        post_requests(encoded_requests(shop_spans(3)), url(svc, "/v1/traces"), connections=1)
+        assert svc.wait_idle(60)
+        replica = QueryReplica(config(tmp_path, role="query", blocks=blocks)).start()
+        try:
+            assert _answers(replica) == _answers(svc)
+        finally:
+            replica.stop()
+    for table in FINISHED_TABLES:
+        assert TableFiles.of(blocks / table).merged, table
+
+
+def test_a_compaction_keeps_the_answers_and_its_rounds_go_later(tmp_path):
+    """Merged, the rounds' own files stay until the next compaction (a reader may have listed
+    them), and the answers are the same throughout. A restart finishes what a compaction
+    killed midway left: a merge not moved in is deleted, and so are the rounds a merged block
+    holds."""
+    blocks = tmp_path / "blocks"
+    with running(tmp_path, blocks=blocks) as svc:
+        writer = svc.reconstructor.blocks
+        assert writer is not None
+        post_requests(encoded_requests(shop_spans(3)), url(svc, "/v1/traces"), connections=1)
+        assert svc.wait_idle(60)
+        replica = QueryReplica(config(tmp_path, role="query", blocks=blocks)).start()
+        try:
+            before = _answers(replica)
+            rounds = sorted(TableFiles.of(blocks / "spans").rounds.values())
+            assert len(rounds) >= 2
+            assert writer.compact() == len(rounds)
+            files = TableFiles.of(blocks / "spans")
+            assert len(files.merged) == 1 and files.covered() == rounds
+            assert _answers(replica) == before
+            more = encoded_requests(shop_spans(2, seed=5))
+            post_requests(more, url(svc, "/v1/traces"), connections=1)
+            assert svc.wait_idle(60)
+            after = _answers(replica)
+            assert writer.compact() > 0
+            files = TableFiles.of(blocks / "spans")  # the first merge's rounds are gone
+            assert len(files.merged) == 2 and not set(rounds) & set(files.rounds.values())
+            assert files.covered() == sorted(files.rounds.values())
+            assert _answers(replica) == after == _answers(svc)
+            # as if killed midway through a third: a merge written aside, a round merged
+            # and still in place
+            aside = blocks / PENDING / "merge-000000000000-000000000001"
+            aside.mkdir()
+            (aside / "spans.parquet").write_bytes(b"PAR1")
+            kept = next(iter(files.merged.values()))
+            ghost = blocks / "spans" / f"{min(files.merged)[0]:012d}.parquet"
+            ghost.write_bytes(kept.read_bytes())
+        finally:
+            replica.stop()
+    with running(tmp_path, blocks=blocks) as svc:
+        assert not ghost.exists() and not list((blocks / PENDING).iterdir())
+        replica = QueryReplica(config(tmp_path, role="query", blocks=blocks)).start()
+        try:
+            assert _answers(replica) == after
+        finally:
+            replica.stop()
+
+
+def test_a_merge_that_fails_leaves_the_rounds_and_the_service_goes_on(tmp_path, caplog):
+    """A round the compaction cannot read (a torn file): the merge is given up, logged, and
+    tried again at the next; the rounds stay as they are and every span is stored."""
+    blocks = tmp_path / "blocks"
+    requests = encoded_requests(shop_spans(2))
+    with running(tmp_path, blocks=blocks) as svc:
+        assert svc.reconstructor.blocks is not None
+        svc.reconstructor.blocks.compact_rounds = 1
+        (blocks / "spans" / f"{10**11:012d}.parquet").write_bytes(b"torn")
+        post_requests(requests, url(svc, "/v1/traces"), connections=1)
+        assert svc.wait_idle(60)
+        assert svc.store.counts()["spans"] == sum(n for n, _ in requests)
+    assert "blocks could not be merged" in caplog.text
+    assert not TableFiles.of(blocks / "spans").merged
+    assert not list((blocks / PENDING).iterdir())
+
+
 @pytest.mark.live
 def test_the_reconstruct_role_reads_on_once_the_log_is_back(tmp_path):
     """The NATS server killed (``kill -9``) and started again on its store: what it had
@@ -264,6 +357,8 @@ def test_blocks_go_with_the_retention_time(tmp_path):
         assert writer.expire(time.time_ns() - 60 * 10**9) == len(old)
     assert sorted(blocks.glob("*/0*.parquet")) == new
     assert len(list(blocks.glob(f"*/{SCHEMA_BLOCK}"))) == len(FINISHED_TABLES)
+    merged = TableFiles.of(blocks / "spans")
+    assert not merged.merged
 
 
 @pytest.mark.live

@@ -12,14 +12,23 @@ and then the files are moved into place (a rename each). A restart moves in the 
 below the committed ``block_seq`` and deletes the others: a round not committed is done again,
 as a new block.
 
+Every :data:`COMPACT_ROUNDS` rounds the blocks of the rounds no merged block holds yet are
+merged, a file per table, as Tempo's compactor merges its blocks: a query reads a file per
+merged block rather than one per round (:mod:`.block_files` names them). The merged file is
+written aside and moved into place, and from then on readers take those rounds from it; their
+own files are deleted at the next compaction (or the next start), by when a reader that listed
+them just before is done. A merged file is dated as its newest round's, so retention treats it
+as that round.
+
 A query replica (:class:`BlockStore`) opens an in-memory database whose tables of finished
-traces are views over the blocks (read again at each query, so new blocks show at once), and
-the rest of the schema empty; the store's own queries (:mod:`.store_traces`) run on it as they
-do on the file.
+traces are views over the blocks, and the rest of the schema empty; the store's own queries
+(:mod:`.store_traces`) run on it as they do on the file. The views are made again whenever a
+table's files changed, checked at each query, so new blocks show at once.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import threading
@@ -27,16 +36,19 @@ from pathlib import Path
 from typing import Any
 
 from tacit.errors import ConfigError
+from tacit.serve.block_files import SCHEMA_BLOCK, TableFiles, merged_name
 from tacit.serve.store import Store
 from tacit.serve.store_db import Database
 from tacit.serve.store_schema import SCHEMA
 from tacit.serve.store_traces import FINISHED_TABLES
 
+log = logging.getLogger("tacit.serve")
+
 PENDING = ".pending"
 STATE_KEY = "block_seq"
-SCHEMA_BLOCK = "schema.parquet"
-"""An empty block of each table, written first, so that a view has a file to read and the
-columns before any round is stored."""
+COMPACT_ROUNDS = 100
+"""Rounds between two compactions: at the service's 5 s windows, about every eight minutes,
+and a merged block per table holds that many rounds."""
 _KEYED = {"processes": "process"}
 """Tables whose rows a later block may repeat (stored once, the first time): the key."""
 
@@ -44,10 +56,13 @@ _KEYED = {"processes": "process"}
 class BlockWriter:
     """Writes the rounds of ``store`` as blocks under ``root`` (module docstring)."""
 
-    def __init__(self, root: Path, store: Database) -> None:
+    def __init__(self, root: Path, store: Database, compact_rounds: int = COMPACT_ROUNDS) -> None:
         import pyarrow.parquet as pq
 
         self.root = root
+        self.compact_rounds = compact_rounds
+        self._published = 0
+        """Rounds moved into place since the last compaction."""
         cur = store._cursor()
         empty = {t: cur.sql(f"SELECT * FROM {t} LIMIT 0").to_arrow_table() for t in FINISHED_TABLES}
         self._names = {table: rows.column_names for table, rows in empty.items()}
@@ -64,12 +79,16 @@ class BlockWriter:
         self._recover()
 
     def _recover(self) -> None:
-        """Move in the pending blocks the store committed; delete the others."""
+        """Move in the pending blocks the store committed; delete the others, and a merge
+        that was not moved into place, and the rounds a merged block holds."""
         for pending in sorted((self.root / PENDING).iterdir()):
             if pending.name.isdigit() and int(pending.name) < self.next:
                 self._publish(pending)
             else:
                 shutil.rmtree(pending)
+        for table in FINISHED_TABLES:
+            for path in TableFiles.of(self.root / table).covered():
+                path.unlink(missing_ok=True)
 
     def stage(self, tables: dict[str, Any]) -> dict[str, int]:
         """Write a round's ``tables`` (as :meth:`.store_traces.TraceStore.write_finished`
@@ -85,8 +104,45 @@ class BlockWriter:
         return {STATE_KEY: self.next}
 
     def publish(self) -> None:
-        """Move the block the last commit stored into place."""
+        """Move the block the last commit stored into place; every :attr:`compact_rounds`
+        rounds, :meth:`compact`."""
         self._publish(self.root / PENDING / f"{self.next - 1:012d}")
+        self._published += 1
+        if self._published >= self.compact_rounds:
+            import pyarrow as pa
+
+            try:
+                self.compact()
+            except (OSError, pa.ArrowException) as e:  # the rounds stay, read as they are
+                log.warning("blocks could not be merged, to be tried again: %s", e)
+
+    def compact(self) -> int:
+        """Delete the rounds an earlier merge holds, and merge those no merged block holds,
+        per table (module docstring); how many rounds were merged."""
+        import pyarrow.parquet as pq
+
+        self._published = 0
+        merged = 0
+        for table in FINISHED_TABLES:
+            files = TableFiles.of(self.root / table)
+            for path in files.covered():
+                path.unlink(missing_ok=True)
+            rounds = files.uncovered()
+            if len(rounds) < 2:
+                continue
+            first, last = rounds[0][0], rounds[-1][0]
+            aside = self.root / PENDING / f"merge-{first:012d}-{last:012d}"
+            aside.mkdir(exist_ok=True)
+            part = aside / f"{table}.parquet"
+            try:
+                _merge(pq, [path for _, path in rounds], part)
+                newest = max(path.stat().st_mtime_ns for _, path in rounds)
+                os.utime(part, ns=(newest, newest))
+                os.replace(part, self.root / table / merged_name(first, last))
+            finally:
+                shutil.rmtree(aside, ignore_errors=True)
+            merged = max(merged, len(rounds))
+        return merged
 
     def _publish(self, pending: Path) -> None:
         for path in sorted(pending.glob("*.parquet")):
@@ -106,6 +162,24 @@ class BlockWriter:
                     path.unlink(missing_ok=True)
                     gone += 1
         return gone
+
+
+def _merge(pq: Any, paths: list[Path], path: Path) -> None:
+    """The rows of the Parquet files ``paths``, one after another, as the file ``path`` (on
+    the disk), read and written a file at a time; a file without a column the first has gives
+    it as null."""
+    import pyarrow as pa
+
+    schema = pq.read_schema(paths[0])
+    with pq.ParquetWriter(path, schema) as out:
+        for p in paths:
+            rows = pq.read_table(p)
+            for name in schema.names:
+                if name not in rows.column_names:
+                    rows = rows.append_column(name, pa.nulls(len(rows), schema.field(name).type))
+            out.write_table(rows.select(schema.names).cast(schema))
+    with path.open("rb") as f:
+        os.fsync(f.fileno())
 
 
 def _write(pq: Any, rows: Any, path: Path) -> None:
@@ -134,11 +208,26 @@ class BlockStore(Store):
         self._upgrade()
         for table in FINISHED_TABLES:
             self._con.execute(f"DROP TABLE {table}")
-            self._con.execute(f"CREATE VIEW {table} AS {_blocks_of(root, table)}")
+        self._files: dict[str, list[Path]] = {}
+        self._views = threading.Lock()
+        self._refresh()
         self._local = threading.local()
         self._cursors: list[Any] = []
         self._lock = threading.Lock()
         self.torn: list[tuple[Path, int]] = []
+
+    def _cursor(self) -> Any:
+        self._refresh()
+        return super()._cursor()
+
+    def _refresh(self) -> None:
+        """Make again the view of each table whose files changed since it was made."""
+        with self._views:
+            for table in FINISHED_TABLES:
+                files = TableFiles.of(self.path / table).read()
+                if files != self._files.get(table):
+                    self._con.execute(f"CREATE OR REPLACE VIEW {table} AS {_view(table, files)}")
+                    self._files[table] = files
 
     def close(self) -> None:
         with self._lock:
@@ -148,9 +237,9 @@ class BlockStore(Store):
         self._con.close()
 
 
-def _blocks_of(root: Path, table: str) -> str:
-    """The query of a view over every block of ``table``."""
-    files = str(root / table / "*.parquet").replace("'", "''")
-    rows = f"SELECT * FROM read_parquet('{files}', union_by_name = true)"
+def _view(table: str, files: list[Path]) -> str:
+    """The query of a view over the blocks ``files`` of ``table``."""
+    listed = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+    rows = f"SELECT * FROM read_parquet([{listed}], union_by_name = true)"
     key = _KEYED.get(table)
     return f"{rows} QUALIFY row_number() OVER (PARTITION BY {key}) = 1" if key else rows
