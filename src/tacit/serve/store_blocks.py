@@ -47,8 +47,8 @@ log = logging.getLogger("tacit.serve")
 PENDING = ".pending"
 STATE_KEY = "block_seq"
 COMPACT_ROUNDS = 100
-"""Rounds between two compactions: at the service's 5 s windows, about every eight minutes,
-and a merged block per table holds that many rounds."""
+"""Rounds (writes of finished traces) between two compactions: a merged block per table holds
+that many, so a query reads a hundredth of the files, and a merge reads one at a time."""
 _KEYED = {"processes": "process"}
 """Tables whose rows a later block may repeat (stored once, the first time): the key."""
 
