@@ -152,13 +152,18 @@ def test_the_container_builds_runs_as_its_user_and_answers_its_health_check():
 @pytest.mark.skipif(
     shutil.which("systemd-analyze") is None, reason="systemd-analyze (systemd) is not installed"
 )
-def test_systemd_verifies_the_unit(tmp_path):
+@pytest.mark.parametrize(
+    ("unit", "instance"),
+    [("tacit.service", "tacit.service"), ("tacit@.service", "tacit@ingest.service")],
+)
+def test_systemd_verifies_the_unit(tmp_path, unit, instance):
+    """The single process's unit, and the roles' template (an instance of it)."""
     from clirun import TACIT
 
-    unit = (DEPLOY / "systemd" / "tacit.service").read_text()
-    (tmp_path / "tacit.service").write_text(unit.replace("/opt/tacit/bin/tacit", str(TACIT)))
+    text = (DEPLOY / "systemd" / unit).read_text()
+    (tmp_path / unit).write_text(text.replace("/opt/tacit/bin/tacit", str(TACIT)))
     done = subprocess.run(
-        ["systemd-analyze", "verify", str(tmp_path / "tacit.service")],
+        ["systemd-analyze", "verify", str(tmp_path / instance)],
         capture_output=True,
         text=True,
     )

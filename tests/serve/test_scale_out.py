@@ -4,12 +4,14 @@ requests in the log's order."""
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
 
 import duckdb
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from serve_app import config, get, get_json, post, running, shop_spans, url
 from tacit.errors import ConfigError
@@ -61,6 +63,17 @@ def _send_split(requests, ports: list[int]) -> int:
     for t in threads:
         t.join()
     return sum(acknowledged)
+
+
+def _log_metrics(svc: Service) -> dict[str, float]:
+    """The reconstruct role's place in the log, as ``/metrics`` gives it."""
+    families = text_string_to_metric_families(get(svc, "/metrics")[1].decode())
+    return {
+        s.name: s.value
+        for f in families
+        for s in f.samples
+        if s.name.startswith("tacit_log_") and s.labels == {"stream": "tacit"}
+    }
 
 
 def _wait_taken(svc: Service, spans: int, timeout_s: float = 60) -> None:
@@ -283,16 +296,44 @@ def test_a_compaction_keeps_the_answers_and_its_rounds_go_later(tmp_path):
             replica.stop()
 
 
+def test_a_round_not_yet_in_place_is_never_inside_a_merged_block(tmp_path):
+    """A round stored but not moved into place (moved in at the next start) bounds what is
+    merged: merged past it, it would be taken for merged and deleted once moved in."""
+    blocks = tmp_path / "blocks"
+    with running(tmp_path, blocks=blocks) as svc:
+        writer = svc.reconstructor.blocks
+        assert writer is not None
+        post_requests(encoded_requests(shop_spans(3)), url(svc, "/v1/traces"), connections=1)
+        assert svc.wait_idle(60)
+        rounds = sorted(TableFiles.of(blocks / "spans").rounds)
+        held = rounds[len(rounds) // 2]
+        (blocks / PENDING / f"{held:012d}").mkdir()
+        (blocks / "spans" / f"{held:012d}.parquet").rename(
+            blocks / PENDING / f"{held:012d}" / "spans.parquet"
+        )
+        writer.compact()
+        assert [b for _, b in TableFiles.of(blocks / "spans").merged] == [
+            max(n for n in rounds if n < held)
+        ]
+    with running(tmp_path, blocks=blocks) as svc:
+        pass
+    files = TableFiles.of(blocks / "spans")
+    assert held in files.rounds and files.rounds[held] not in files.covered()
+
+
 def test_a_merge_that_fails_leaves_the_rounds_and_the_service_goes_on(tmp_path, caplog):
     """A round the compaction cannot read (a torn file): the merge is given up, logged, and
     tried again at the next; the rounds stay as they are and every span is stored."""
     blocks = tmp_path / "blocks"
-    requests = encoded_requests(shop_spans(2))
+    requests = encoded_requests(shop_spans(3))
+    half = len(requests) // 2
     with running(tmp_path, blocks=blocks) as svc:
         assert svc.reconstructor.blocks is not None
+        post_requests(requests[:half], url(svc, "/v1/traces"), connections=1)
+        assert svc.wait_idle(60)
+        min(TableFiles.of(blocks / "spans").rounds.values()).write_bytes(b"torn")
         svc.reconstructor.blocks.compact_rounds = 1
-        (blocks / "spans" / f"{10**11:012d}.parquet").write_bytes(b"torn")
-        post_requests(requests, url(svc, "/v1/traces"), connections=1)
+        post_requests(requests[half:], url(svc, "/v1/traces"), connections=1)
         assert svc.wait_idle(60)
         assert svc.store.counts()["spans"] == sum(n for n, _ in requests)
     assert "blocks could not be merged" in caplog.text
@@ -328,6 +369,7 @@ def test_the_reconstruct_role_reads_on_once_the_log_is_back(tmp_path):
             while driver.problem() is None and time.monotonic() < end:
                 time.sleep(0.2)
             assert "the log cannot be read" in (driver.problem() or "")
+            assert math.isnan(_log_metrics(driver)["tacit_log_backlog_requests"])
             nats = start_nats(port, tmp_path / "jetstream")
             replica = IngestReplica(config(tmp_path, role="ingest", nats=nats_url)).start()
             try:
@@ -336,6 +378,10 @@ def test_the_reconstruct_role_reads_on_once_the_log_is_back(tmp_path):
                 replica.stop()
             _wait_taken(driver, sum(n for n, _ in requests))
             assert driver.problem() is None
+            assert _log_metrics(driver) == {
+                "tacit_log_position": len(requests) + 1,
+                "tacit_log_backlog_requests": 0,
+            }
     finally:
         stop_process(nats)
 

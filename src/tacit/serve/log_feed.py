@@ -15,6 +15,7 @@ position once it answers, and readiness says why meanwhile.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from typing import Any
 
@@ -27,6 +28,8 @@ log = logging.getLogger("tacit.serve")
 TRANSPORT = "log"
 PURGE_EVERY = 100
 """Requests taken between two purges of the log below the position."""
+SCRAPE_S = 1.0
+"""How long a scrape of ``/metrics`` waits for the log to say how much it holds."""
 
 
 class LogFeed(threading.Thread):
@@ -43,6 +46,9 @@ class LogFeed(threading.Thread):
         self.refused = 0
         self._stop_event = threading.Event()
         self.failure: BaseException | None = None
+        metrics = ingest.metrics
+        metrics.log_position.labels(span_log.stream).set_function(lambda: self.position)
+        metrics.log_backlog.labels(span_log.stream).set_function(self.backlog)
 
     def run(self) -> None:
         while not self._stop_event.is_set():
@@ -73,6 +79,16 @@ class LogFeed(threading.Thread):
             self.position = seq + 1
             self.taken += 1
             return
+
+    def backlog(self) -> float:
+        """The requests in the log not taken yet; NaN when the log does not answer within
+        :data:`SCRAPE_S` (a scrape is not held up by a log out of reach)."""
+        from nats.errors import Error as NatsError
+
+        try:
+            return float(max(0, self.log.last_seq(SCRAPE_S) + 1 - self.position))
+        except (LogUnavailable, NatsError, TimeoutError):
+            return math.nan
 
     def stop(self) -> None:
         self._stop_event.set()

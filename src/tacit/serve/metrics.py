@@ -207,6 +207,33 @@ class ServeMetrics:
             ["table"],
             registry=r,
         )
+        self.blocks_written = Counter(
+            "tacit_blocks_written",
+            "Rounds of finished traces moved into place as Parquet blocks (blocks: the "
+            "reconstruct role's output for query replicas)",
+            registry=r,
+        )
+        self.block_merges = Counter(
+            "tacit_block_merges",
+            "Compactions of the blocks, by result (merged; failed: the rounds stay as they are "
+            "and the merge is tried again)",
+            ["result"],
+            registry=r,
+        )
+        self.log_position = Gauge(
+            "tacit_log_position",
+            "The sequence number of the next request the reconstruct role takes from the "
+            "shared log",
+            ["stream"],
+            registry=r,
+        )
+        self.log_backlog = Gauge(
+            "tacit_log_backlog_requests",
+            "Requests in the shared log that the reconstruct role has not taken yet (read from "
+            "the log at each scrape; NaN while it is out of reach)",
+            ["stream"],
+            registry=r,
+        )
         self.callgraph_endpoints = Gauge(
             "tacit_callgraph_endpoints",
             "Endpoints of the call graph in use (learned from the stored spans when none was "

@@ -218,9 +218,13 @@ class Reconstructor(threading.Thread):
         if self.blocks is None:
             return
         try:
-            self.blocks.publish()
+            merge = self.blocks.publish()
         except OSError as e:
             log.error("a block of stored traces could not be moved into place: %s", e)
+            return
+        self.metrics.blocks_written.inc()
+        if merge is not None:
+            self.metrics.block_merges.labels(merge).inc()
 
     def _store(self, fed: Fed) -> None:  # noqa: C901
         if fed.duplicates:

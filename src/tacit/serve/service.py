@@ -87,9 +87,7 @@ def guards(config: ServeConfig) -> tuple[str | None, str | None, ServerTLS | Non
     TLS certificate with its key (each None when not given)."""
     token = read_token(config.ingest_token_file) if config.ingest_token_file else None
     query_token = (
-        read_token(config.query_token_file, "query_token_file")
-        if config.query_token_file
-        else None
+        read_token(config.query_token_file, "query_token_file") if config.query_token_file else None
     )
     tls = (
         load_tls(config.tls_cert_file, config.tls_key_file)

@@ -204,6 +204,11 @@ class SpanLog:
         info = self._run(self._js.stream_info(self.stream), TIMEOUT_S)
         return int(info.state.messages)
 
+    def last_seq(self, timeout_s: float = TIMEOUT_S) -> int:
+        """The sequence number of the newest message (0: none yet)."""
+        info = self._run(self._js.stream_info(self.stream), timeout_s)
+        return int(info.state.last_seq)
+
     def close(self) -> None:
         """Disconnect, and end the client's loop with nothing of it left pending."""
         if not self._thread.is_alive():

@@ -103,18 +103,22 @@ class BlockWriter:
         self.next += 1
         return {STATE_KEY: self.next}
 
-    def publish(self) -> None:
+    def publish(self) -> str | None:
         """Move the block the last commit stored into place; every :attr:`compact_rounds`
-        rounds, :meth:`compact`."""
+        rounds, :meth:`compact`: ``"merged"``, or ``"failed"`` (logged; the rounds stay, read
+        as they are, and the merge is tried again at the next); None when none was due."""
         self._publish(self.root / PENDING / f"{self.next - 1:012d}")
         self._published += 1
-        if self._published >= self.compact_rounds:
-            import pyarrow as pa
+        if self._published < self.compact_rounds:
+            return None
+        import pyarrow as pa
 
-            try:
-                self.compact()
-            except (OSError, pa.ArrowException) as e:  # the rounds stay, read as they are
-                log.warning("blocks could not be merged, to be tried again: %s", e)
+        try:
+            self.compact()
+        except (OSError, pa.ArrowException) as e:
+            log.warning("blocks could not be merged, to be tried again: %s", e)
+            return "failed"
+        return "merged"
 
     def compact(self) -> int:
         """Delete the rounds an earlier merge holds, and merge those no merged block holds,
@@ -123,11 +127,15 @@ class BlockWriter:
 
         self._published = 0
         merged = 0
+        # A merged block holds every round of its range: none may be left to come into it,
+        # as a round stored but not moved into place would at the next start.
+        waiting = [int(p.name) for p in (self.root / PENDING).iterdir() if p.name.isdigit()]
+        below = min(waiting, default=self.next)
         for table in FINISHED_TABLES:
             files = TableFiles.of(self.root / table)
             for path in files.covered():
                 path.unlink(missing_ok=True)
-            rounds = files.uncovered()
+            rounds = [(n, path) for n, path in files.uncovered() if n < below]
             if len(rounds) < 2:
                 continue
             first, last = rounds[0][0], rounds[-1][0]
