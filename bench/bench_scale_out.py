@@ -20,7 +20,9 @@ Last, the check of the model (``run_ceiling``): the stream put in the log first,
 reconstruct process (its rounds in its own process) started to take it all, on one core
 (``taskset -c 0``), on half and a quarter of it (a cgroup CPU quota, as ``--cpus`` or a
 Kubernetes CPU limit sets) and on both cores; the marginal rate it reaches from the same two
-lengths, against the rate the one-core run's cost per span predicts for the CPU given.
+lengths, against the rate its own cost per span, and the one-core run's, predict for the CPU
+given. Once more on both cores with its rounds on two Dask workers: what sending the rounds
+costs the process, against solving them itself.
 
 Prints one JSON object; ``--markdown FILE`` also writes the tables with the date and command.
 """
@@ -59,8 +61,10 @@ ROLES = {
 RATES = (100_000, 1_000_000)
 
 
-CEILINGS = (("0", None), ("0", 0.5), ("0", 0.25), (None, None))
-"""The CPU the ceiling runs get: ``taskset`` CPUs (None: any) and a quota in cores."""
+CEILINGS = (("0", None, False), ("0", 0.5, False), ("0", 0.25, False), (None, None, False),
+            (None, None, True))  # fmt: skip
+"""The CPU the ceiling runs get: ``taskset`` CPUs (None: any) and a quota in cores; and
+whether the rounds' offline step goes to two Dask workers."""
 
 
 def main() -> None:
@@ -83,12 +87,12 @@ def main() -> None:
         ]  # fmt: skip
         fault = run_scale_out(Path(tmp) / "faults", _params(args, args.seconds, KILLS), tell=_err)
         ceilings, quota_skipped = [], cpu_quota_unavailable()
-        for cores, quota in CEILINGS:
+        for cores, quota, dask in CEILINGS:
             if quota and quota_skipped:
                 continue
             short, long = (
-                run_ceiling(Path(tmp) / f"ceiling-{cores}-{quota}-{s:g}", _params(args, s, ()),
-                            cores, quota, tell=_err)
+                run_ceiling(Path(tmp) / f"ceiling-{cores}-{quota}-{dask}-{s:g}",
+                            _params(args, s, ()), cores, quota, tell=_err, dask=dask)
                 for s in lengths
             )  # fmt: skip
             ceilings.append(_ceiling(short, long))
@@ -141,6 +145,7 @@ def _ceiling(short: CeilingRun, long: CeilingRun) -> dict:
     return {
         "cores": long.cores,
         "quota": long.quota,
+        "dask": long.dask,
         "spans": [short.spans, long.spans],
         "wall_s": [round(short.wall_s, 2), round(long.wall_s, 2)],
         "spans_per_s": round(spans / (long.wall_s - short.wall_s)),
@@ -177,8 +182,9 @@ def _markdown(result: dict, command: str) -> str:
         f"at most about {result['reconstruct_role_ceiling_spans_per_s']:,} spans/s on one core.",
         "",
         "The check of the model: the stream put in the log first, then one reconstruct "
-        "process (its rounds in its own process) started to take it all, on one core "
-        "(`taskset -c 0`), on a fraction of it (a cgroup CPU quota) and on both; the rate "
+        "process started to take it all, its rounds in its own process, on one core "
+        "(`taskset -c 0`), on a fraction of it (a cgroup CPU quota) and on both; and on both "
+        "with its rounds on two Dask workers (their CPU not counted); the rate "
         "and cost are those of the spans the longer backlog held beyond the shorter's. "
         "Predicted: the CPU given (at most one core: the process is one thread of Python) "
         "over the run's own cost per span, and over the one-core run's:",
@@ -212,8 +218,10 @@ def _markdown(result: dict, command: str) -> str:
 
 def _given(ceiling: dict) -> str:
     if ceiling["quota"]:
-        return f"{ceiling['quota']:g} of core 0 (quota)"
-    return "core 0" if ceiling["cores"] == "0" else "both cores"
+        given = f"{ceiling['quota']:g} of core 0 (quota)"
+    else:
+        given = "core 0" if ceiling["cores"] == "0" else "both cores"
+    return f"{given}, rounds on two Dask workers" if ceiling["dask"] else given
 
 
 if __name__ == "__main__":

@@ -209,10 +209,12 @@ def _prepare(out: Path, params: ScaleOutParams) -> list[tuple[int, bytes]]:
 class CeilingRun:
     """How fast one reconstruct process takes a backlog: ``spans`` waiting in the log when
     it starts, the ``wall_s`` and ``cpu_s`` from ready to all stored, on the CPUs ``cores``
-    names (``any``: no pinning) with at most ``quota`` cores of CPU time (None: no limit)."""
+    names (``any``: no pinning) with at most ``quota`` cores of CPU time (None: no limit), its
+    rounds on ``dask`` workers or in its own process."""
 
     cores: str
     quota: float | None
+    dask: bool
     spans: int
     wall_s: float
     cpu_s: float
@@ -221,6 +223,7 @@ class CeilingRun:
         return {
             "cores": self.cores,
             "quota": self.quota,
+            "dask": self.dask,
             "spans": self.spans,
             "wall_s": round(self.wall_s, 2),
             "cpu_s": round(self.cpu_s, 2),
@@ -235,10 +238,12 @@ def run_ceiling(
     cores: str | None = None,
     quota: float | None = None,
     tell: Callable[[str], None] = print,
+    dask: bool = False,
 ) -> CeilingRun:
     """The stream appended to the log by one ingest replica first, then the reconstruct role
     started (on the CPUs ``cores`` names, as ``taskset -c`` takes them; None: any; held to
-    ``quota`` cores of CPU time by :func:`.cpu_quota`) to take it all: the rate one process
+    ``quota`` cores of CPU time by :func:`.cpu_quota`; with ``dask``, its rounds' offline
+    step on a scheduler and two workers, unpinned) to take it all: the rate one process
     reaches when nothing else holds it back, to check a rate the cost per span predicts."""
     params = params or ScaleOutParams()
     encoded = _prepare(out, params)
@@ -256,11 +261,12 @@ def run_ceiling(
                 raise ConfigError("the ingest replica refused a request")
         procs.stop("replica0")
         pinned = ["taskset", "-c", cores] if cores else []
+        rounds = ["--dask", _start_dask(procs, bin_dir)] if dask else []
         procs.start("reconstruct", [*pinned, tacit, "serve", "--config", str(out / "serve.yaml"),
                                     "--grpc", "", "--nats", nats, "--role", "reconstruct",
                                     "--http", f"127.0.0.1:{port}", "--callgraph",
                                     str(out / "callgraph.yaml"), "--database",
-                                    str(out / "tacit.duckdb")])  # fmt: skip
+                                    str(out / "tacit.duckdb"), *rounds])  # fmt: skip
         limit = cpu_quota(procs.pid("reconstruct"), quota) if quota else nullcontext()
         with limit:
             _wait_ready(port)
@@ -269,7 +275,7 @@ def run_ceiling(
             cpu_s = procs.cpu_s()["reconstruct"] - cpu0
         procs.stop("reconstruct")
     wall_s = (_last_stored_ns(out / "tacit.duckdb") - t0_ns) / 1e9
-    return CeilingRun(cores or "any", quota, sum(n for n, _ in encoded), wall_s, cpu_s)
+    return CeilingRun(cores or "any", quota, dask, sum(n for n, _ in encoded), wall_s, cpu_s)
 
 
 def _last_stored_ns(path: Path) -> int:
@@ -293,17 +299,24 @@ def _clear(out: Path) -> None:
             path.unlink()
 
 
-def _start_roles(procs: _Processes, bin_dir: Path, out: Path, log_url: str) -> list[int]:
-    """Start the scheduler, two workers, two replicas and the reconstruct role; the HTTP ports
-    of the replicas and of the reconstruct role, once each answers."""
-    dask, tacit = str(bin_dir / "dask"), str(bin_dir / "tacit")
-    scheduler_port = free_port()
-    scheduler = f"tcp://127.0.0.1:{scheduler_port}"
-    procs.start("scheduler", [dask, "scheduler", "--host", "127.0.0.1", "--port",
-                              str(scheduler_port), "--no-dashboard"])  # fmt: skip
+def _start_dask(procs: _Processes, bin_dir: Path) -> str:
+    """Start a Dask scheduler and two workers of a thread each; the scheduler's address."""
+    dask = str(bin_dir / "dask")
+    port = free_port()
+    scheduler = f"tcp://127.0.0.1:{port}"
+    procs.start("scheduler", [dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                              "--no-dashboard"])  # fmt: skip
     for w in range(2):
         procs.start(f"worker{w}", [dask, "worker", scheduler, "--nthreads", "1",
                                    "--no-dashboard"])  # fmt: skip
+    return scheduler
+
+
+def _start_roles(procs: _Processes, bin_dir: Path, out: Path, log_url: str) -> list[int]:
+    """Start the scheduler, two workers, two replicas and the reconstruct role; the HTTP ports
+    of the replicas and of the reconstruct role, once each answers."""
+    tacit = str(bin_dir / "tacit")
+    scheduler = _start_dask(procs, bin_dir)
     ports = [free_port() for _ in range(3)]
     common = [tacit, "serve", "--config", str(out / "serve.yaml"), "--grpc", "", "--nats", log_url]
     for i in range(2):
