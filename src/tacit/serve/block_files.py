@@ -9,6 +9,7 @@ before, and then deleted. Numbers are zero-padded to 12 digits, so names sort by
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,12 +49,16 @@ class TableFiles:
         return files
 
     def covered(self) -> list[Path]:
-        """The files of rounds a merged block holds."""
-        return [
-            path
-            for n, path in sorted(self.rounds.items())
-            if any(a <= n <= b for a, b in self.merged)
-        ]
+        """The files of rounds a merged block holds (merged ranges do not overlap: a merge
+        takes only rounds no merged block holds)."""
+        ranges = sorted(self.merged)
+        firsts = [a for a, _ in ranges]
+        out = []
+        for n, path in sorted(self.rounds.items()):
+            i = bisect.bisect_right(firsts, n) - 1
+            if i >= 0 and n <= ranges[i][1]:
+                out.append(path)
+        return out
 
     def uncovered(self) -> list[tuple[int, Path]]:
         """The rounds no merged block holds, in order, with their files."""

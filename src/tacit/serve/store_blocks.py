@@ -174,11 +174,11 @@ class BlockWriter:
 
 def _merge(pq: Any, paths: list[Path], path: Path) -> None:
     """The rows of the Parquet files ``paths``, one after another, as the file ``path`` (on
-    the disk), read and written a file at a time; a file without a column the first has gives
-    it as null."""
+    the disk), read and written a file at a time, under the columns of them all: a file
+    without one gives it as null."""
     import pyarrow as pa
 
-    schema = pq.read_schema(paths[0])
+    schema = pa.unify_schemas([pq.read_schema(p) for p in paths])
     with pq.ParquetWriter(path, schema) as out:
         for p in paths:
             rows = pq.read_table(p)
