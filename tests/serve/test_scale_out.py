@@ -403,8 +403,6 @@ def test_blocks_go_with_the_retention_time(tmp_path):
         assert writer.expire(time.time_ns() - 60 * 10**9) == len(old)
     assert sorted(blocks.glob("*/0*.parquet")) == new
     assert len(list(blocks.glob(f"*/{SCHEMA_BLOCK}"))) == len(FINISHED_TABLES)
-    merged = TableFiles.of(blocks / "spans")
-    assert not merged.merged
 
 
 @pytest.mark.live
