@@ -267,6 +267,8 @@ def test_a_compaction_keeps_the_answers_and_its_rounds_go_later(tmp_path):
             assert writer.compact() == len(rounds)
             files = TableFiles.of(blocks / "spans")
             assert len(files.merged) == 1 and files.covered() == rounds
+            newest = max(path.stat().st_mtime_ns for path in rounds)  # retention's date of it
+            assert next(iter(files.merged.values())).stat().st_mtime_ns == newest
             assert _answers(replica) == before
             more = encoded_requests(shop_spans(2, seed=5))
             post_requests(more, url(svc, "/v1/traces"), connections=1)
