@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,18 +91,7 @@ class ScaleOutRun:
     ``one-process``, from when every process was ready (its start-up not counted)."""
 
     def summary(self) -> dict[str, Any]:
-        return {
-            "sent": self.sent,
-            "acknowledged": self.acknowledged,
-            "stored": self.stored,
-            "identical_to_single_process": self.identical_to_single_process,
-            "windows_stored_twice": self.windows_stored_twice,
-            "requests": self.requests,
-            "requests_taken": self.requests_taken,
-            "query_replica_agrees": self.query_replica_agrees,
-            "killed": self.killed,
-            "cpu_s": self.cpu_s,
-        }
+        return asdict(self)
 
 
 class _Processes:

@@ -201,13 +201,15 @@ class SpanLog:
 
     def messages(self) -> int:
         """The messages the stream holds."""
-        info = self._run(self._js.stream_info(self.stream), TIMEOUT_S)
-        return int(info.state.messages)
+        return int(self._state(TIMEOUT_S).messages)
 
     def last_seq(self, timeout_s: float = TIMEOUT_S) -> int:
         """The sequence number of the newest message (0: none yet)."""
-        info = self._run(self._js.stream_info(self.stream), timeout_s)
-        return int(info.state.last_seq)
+        return int(self._state(timeout_s).last_seq)
+
+    def _state(self, timeout_s: float) -> Any:
+        """The stream's state as the server gives it (JetStream's ``StreamState``)."""
+        return self._run(self._js.stream_info(self.stream), timeout_s).state
 
     def close(self) -> None:
         """Disconnect, and end the client's loop with nothing of it left pending."""
