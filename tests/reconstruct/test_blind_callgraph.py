@@ -217,3 +217,29 @@ def test_a_request_never_alone_is_known_once_the_requests_around_it_are_explaine
     assert support.alone[("a", "E")] == 5 and support.explained == {("a", "F"): 1}
     assert [[x.callee for x in p.slots] for p in graph.get("a", "F").paths] == [[("b", "Y")]]
     assert graph.get("a", "F").support == {"seen": 1, "alone": 0, "given": 0, "explained": 1}
+
+
+def test_path_frequencies_are_counted_over_every_request_not_only_those_alone():
+    """a.E answers 4 requests from a cache (no call) and 8 by calling b.X, which takes long:
+    the 4 and 2 of the 8 run alone, the other 6 in overlapping pairs whose calls overlap both.
+    Known alone, the cache hit would be two paths in three; counted over the mapping of every
+    request (here their truth), it is one in three."""
+    rows: list[tuple] = []
+    truth: list[int] = []
+    for i in range(6):  # 4 cache hits, then 2 calls, each alone
+        t = 1000 * i
+        rows.append(("E", SERVER, t, t + (500 if i >= 4 else 50), NONE))
+        truth.append(NONE)
+        if i >= 4:
+            rows.append(("X", CLIENT, t + 200, t + 250, NONE))
+            truth.append(len(rows) - 2)
+    for i in range(3):  # pairs: each call overlaps both requests of its pair
+        t = 10_000 + 1000 * i
+        rows += [("E", SERVER, t, t + 500, NONE), ("E", SERVER, t + 100, t + 600, NONE)]
+        rows += [("X", CLIENT, t + 200, t + 250, NONE), ("X", CLIENT, t + 300, t + 350, NONE)]
+        n = len(rows)
+        truth += [NONE, NONE, n - 4, n - 3]
+    graph, support = learn_blind(_instance(rows), np.array(truth, dtype=np.int64))
+    assert support.alone[("a", "E")] == 6 and support.seen[("a", "E")] == 12
+    paths = {tuple(x.callee for x in p.slots): p.requests for p in graph.get("a", "E").paths}
+    assert paths == {(): 4, (("b", "X"),): 8}

@@ -29,12 +29,14 @@ into the next cluster. An incoming span is *known* when
   of rare paths (a checkout among page views) never run alone, so their paths would be missing,
   and TraceWeaver maps a request only onto a path it knows (§5.2.2).
 
-The call graph, dependency orders, paths and their frequencies are learned from the known
-requests alone (:func:`.callgraph.learn_callgraph`, §5.2.2); :class:`Support` says how many
-requests of each endpoint were seen and how many it rests on, by how they are known (each
-endpoint's ``support`` in the YAML), and which endpoints no known request showed (left out, so
-a reconstruction leaves their calls unmapped, with that reason). A call that reaches into the
-next cluster makes the cluster not known, rather than learned without that call. Joins (several
+The call graph, dependency orders and paths are learned from the known requests alone
+(:func:`.callgraph.learn_callgraph`, §5.2.2), the paths' frequencies from every request
+(:func:`_learn_frequencies`: requests run alone the more often the shorter they are);
+:class:`Support` says how many requests of each endpoint were seen and how many it rests on,
+by how they are known (each endpoint's ``support`` in the YAML), and which endpoints no known
+request showed (left out, so a reconstruction leaves their calls unmapped, with that reason). A
+call that reaches into the next cluster makes the cluster not known, rather than learned without
+that call. Joins (several
 requests of one end-to-end request at one service, only one calling onward:
 :class:`.callgraph.Join`) are learned from the known requests whose known links reach one top
 span (:func:`_tops`): the trace the test traces would give them. A join's requests arrive
@@ -144,7 +146,9 @@ def learn_blind(spans: SpanTable, mapping: np.ndarray | None = None) -> tuple[Ca
         graph, support = _learn(spans, requests, calls, how)
     if mapping is None:
         mapping = reconstruct_traceweaver(spans, graph, candidates=False).parent
-    _learn_order(spans, graph, requests, np.where(spans.parent != NONE, spans.parent, mapping))
+    parent = np.where(spans.parent != NONE, spans.parent, mapping)
+    _learn_order(spans, graph, requests, parent)
+    _learn_frequencies(spans, graph, requests, parent)
     return graph, support
 
 
@@ -217,6 +221,39 @@ def _learn_order(
         children[p].append(c)
     for key, g in graph.endpoints.items():
         g.reorders = reorders(spans, requests.get(key, []), children, g)
+
+
+def _learn_frequencies(
+    spans: SpanTable,
+    graph: CallGraph,
+    requests: dict[tuple[str, str], list[int]],
+    parent: np.ndarray,
+) -> None:
+    """Count each endpoint's paths over all its ``requests``, by the calls ``parent`` gives
+    them, where it has more than one.
+
+    Requests run alone the more often the shorter they are (each a share of about exp(-2λd)),
+    so the known ones overstate the short paths: the path that makes no call, a cache hit. A
+    path's frequency is its prior (§5.2.2), so it is read from every request whose mapped calls
+    make one of the learned paths; those that make none (a call lost, or a path never known)
+    count for none."""
+    s = spans.strings
+    clients = np.flatnonzero((spans.kind == CLIENT) & (parent >= 0))
+    made: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    for c, p in zip(clients.tolist(), parent[clients].tolist(), strict=True):
+        made[p].append((s[int(spans.peer[c])] or "?", s[int(spans.endpoint[c])] or "?"))
+    for key, g in graph.endpoints.items():
+        if len(g.paths) < 2:
+            continue
+        index = {_signature(p): i for i, p in enumerate(g.paths)}
+        counts = np.zeros(len(g.paths), dtype=np.int64)
+        for r in requests.get(key, []):
+            i = index.get(tuple(sorted(made.get(r, []))))
+            if i is not None:
+                counts[i] += 1
+        if counts.sum():
+            for p, n in zip(g.paths, counts.tolist(), strict=True):
+                p.requests = n
 
 
 def _known_at_instance(  # noqa: C901
