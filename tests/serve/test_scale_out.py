@@ -20,7 +20,7 @@ from tacit.experiment.memcached import free_port
 from tacit.experiment.nats_server import nats_unavailable, start_nats
 from tacit.experiment.otlp_load import encoded_requests, post_requests
 from tacit.experiment.scale_out import KILLS, ScaleOutParams, run_ceiling, run_scale_out
-from tacit.serve import Service
+from tacit.serve import Service, reconstructor
 from tacit.serve.block_files import SCHEMA_BLOCK, TableFiles
 from tacit.serve.http_routes import PROTOBUF
 from tacit.serve.replicas import IngestReplica, QueryReplica
@@ -298,9 +298,10 @@ def test_a_compaction_keeps_the_answers_and_its_rounds_go_later(tmp_path):
             replica.stop()
 
 
-def test_a_round_not_yet_in_place_is_never_inside_a_merged_block(tmp_path):
+def test_a_round_not_yet_in_place_is_never_inside_a_merged_block(tmp_path, monkeypatch):
     """A round stored but not moved into place (moved in at the next start) bounds what is
     merged: merged past it, it would be taken for merged and deleted once moved in."""
+    monkeypatch.setattr(reconstructor, "GROUP_S", 0.0)  # a write per request: many rounds
     blocks = tmp_path / "blocks"
     with running(tmp_path, blocks=blocks) as svc:
         writer = svc.reconstructor.blocks

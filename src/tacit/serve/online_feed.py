@@ -73,11 +73,17 @@ class Alone:
 
 @dataclass
 class Fed:
-    """What one push made final: traces from the online algorithm, and spans alone."""
+    """What pushes made final: traces from the online algorithm, and spans alone."""
 
     finished: list[Finished] = field(default_factory=list)
     alone: list[Alone] = field(default_factory=list)
     duplicates: int = 0
+
+    def add(self, other: Fed) -> None:
+        """Take in what another push made final."""
+        self.finished += other.finished
+        self.alone += other.alone
+        self.duplicates += other.duplicates
 
 
 class _Pending:

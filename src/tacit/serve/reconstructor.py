@@ -50,6 +50,11 @@ RETRY_S = 0.5
 """The first wait before a write the store could not make is tried again; it doubles up to
 :data:`MAX_RETRY_S`."""
 MAX_RETRY_S = 8.0
+GROUP_S = 0.2
+"""How long the thread goes on pushing requests already queued before it stores what they
+made final, in one write (a group commit): a write costs much the same whatever it holds (a
+DuckDB transaction, a block's files), so behind a backlog one write per request would cost more
+than reconstructing it. A request that finds the queue empty is stored at once."""
 STOP_S = 60.0
 """How long a stop waits for the queue to be reconstructed and stored (the default bound of
 pending spans is 20 s of a stream at the target rate, 20,000 spans/s); systemd waits 90 s before
@@ -158,10 +163,7 @@ class Reconstructor(threading.Thread):
             except queue.Empty:
                 batch = None
             if batch is not None:
-                ends_by = batch.received_ns + self.max_future_ns
-                fed = self.feed.push(*batch.read(), batch.seq, ends_by)
-                self._arrived_end = self.feed.tw.latest_end
-                self._store(fed)
+                self._store(self._push_queued(batch))
                 continue
             if self._stop_event.is_set():
                 return
@@ -180,6 +182,22 @@ class Reconstructor(threading.Thread):
             if quiet_s >= self.idle_s:
                 self._store(Fed(self.feed.advance(self._arrived_end + quiet_s * 1e9)))
             self._lag()
+
+    def _push_queued(self, batch: Batch) -> Fed:
+        """Push ``batch``, and those queued behind it for up to :data:`GROUP_S`: what they
+        made final, to be stored in one write."""
+        fed = Fed()
+        until = time.monotonic() + GROUP_S
+        while True:
+            ends_by = batch.received_ns + self.max_future_ns
+            fed.add(self.feed.push(*batch.read(), batch.seq, ends_by))
+            self._arrived_end = self.feed.tw.latest_end
+            if time.monotonic() >= until:
+                return fed
+            try:
+                batch = self.ingest.queue.get_nowait()
+            except queue.Empty:
+                return fed
 
     def _write(self, tables: Any, state: dict[str, int]) -> None:
         """Store ``tables`` and ``state``, trying again while the store cannot write (a full
