@@ -20,10 +20,11 @@ from tacit.experiment.memcached import free_port
 from tacit.experiment.nats_server import nats_unavailable, start_nats
 from tacit.experiment.otlp_load import encoded_requests, post_requests
 from tacit.experiment.scale_out import KILLS, ScaleOutParams, run_ceiling, run_scale_out
-from tacit.serve import Service, reconstructor
+from tacit.serve import Service, log_feed, reconstructor
 from tacit.serve.block_files import SCHEMA_BLOCK, TableFiles
 from tacit.serve.http_routes import PROTOBUF
 from tacit.serve.replicas import IngestReplica, QueryReplica
+from tacit.serve.span_log import SpanLog
 from tacit.serve.store_blocks import PENDING, STATE_KEY
 from tacit.serve.store_traces import FINISHED_TABLES
 
@@ -122,6 +123,49 @@ def test_two_ingest_replicas_and_rounds_on_dask_store_what_one_process_stores(tm
         here = _spans(one)
     assert len(there) == total
     assert there == here
+
+
+def test_a_purge_drops_exactly_the_messages_below_its_sequence(nats_url):
+    """JetStream takes a purge to 1 for the whole stream: the log asks none there."""
+    log = SpanLog(nats_url, "purged", 1 << 20).open()
+    try:
+        for i in range(5):
+            log.publish(b"request %d" % i, "protobuf", i)
+        log.purge_below(1)
+        assert log.messages() == 5
+        log.purge_below(3)
+        assert log.messages() == 3
+    finally:
+        log.close()
+
+
+def test_the_log_is_purged_only_below_what_the_store_holds(tmp_path, nats_url, monkeypatch):
+    """The reconstruct role's journal is not synced request by request: the log keeps every
+    request until the store has it, so each purge reaches only below the requests the store's
+    ``ingest`` table holds."""
+    monkeypatch.setattr(log_feed, "PURGE_EVERY", 3)
+    requests = encoded_requests(shop_spans(3))
+    replica = IngestReplica(config(tmp_path / "r", role="ingest", nats=nats_url)).start()
+    try:
+        post_requests(requests, f"http://127.0.0.1:{replica.http_port}/v1/traces", connections=1)
+    finally:
+        replica.stop()
+    purges: list[tuple[int, int]] = []
+    with running(tmp_path, role="reconstruct", nats=nats_url) as driver:
+        assert driver.log_feed is not None
+        purge, cursor = driver.log_feed.log.purge_below, driver.store._cursor
+
+        def checked_purge(seq: int) -> None:
+            ((held,),) = cursor().execute("SELECT count(*) FROM ingest").fetchall()
+            purges.append((seq, held))
+            purge(seq)
+
+        monkeypatch.setattr(driver.log_feed.log, "purge_below", checked_purge)
+        _wait_taken(driver, sum(n for n, _ in requests))
+        left = driver.log_feed.log.messages()
+    assert len(purges) == len(requests) // 3
+    assert all(seq - 1 <= held for seq, held in purges), purges
+    assert left == len(requests) - max(1, purges[-1][0]) + 1
 
 
 @pytest.mark.live

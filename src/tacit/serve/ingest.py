@@ -118,11 +118,12 @@ class Ingest:
         transport: str,
         state: dict[str, int] | None = None,
         received_ns: int | None = None,
+        sync: bool = True,
     ) -> int:
         """Check, admit and commit one request (with the store's ``state`` values that go with
-        it: a source's progress; ``received_ns``: when it was received, if not now); returns
-        its span count. Raises :class:`InputError` for a malformed request, :class:`Busy` when
-        over the limit."""
+        it: a source's progress; ``received_ns``: when it was received, if not now; ``sync``:
+        :meth:`.store.Store.append_request`'s); returns its span count. Raises
+        :class:`InputError` for a malformed request, :class:`Busy` when over the limit."""
         n, read = checked(body, encoding, transport, self.metrics)
         if n == 0:
             return 0
@@ -132,7 +133,7 @@ class Ingest:
                 self.last_refusal, self._refused = time.monotonic(), n
                 raise Busy(self.retry_after_s)
             first, now = self.next_seq, received_ns or time.time_ns()
-            self.store.append_request(first, n, now, encoding, body, state)
+            self.store.append_request(first, n, now, encoding, body, state, sync)
             self.next_seq += n
             self._outstanding += n
             self.queue.put(Batch(first, n, read, now))

@@ -102,17 +102,18 @@ class Journal:
                 found.append((int(suffix), p))
         return sorted(found)
 
-    def append(self, request: Request) -> None:
-        """Write ``request`` and wait until it is on disk. A write or sync that fails (a full
-        disk) takes the segment back to its length before, so that the records written after
-        are not hidden behind a broken one."""
+    def append(self, request: Request, sync: bool = True) -> None:
+        """Write ``request`` and, with ``sync``, wait until it is on disk. A write or sync
+        that fails (a full disk) takes the segment back to its length before, so that the
+        records written after are not hidden behind a broken one."""
         record = memoryview(request.record())
         with self._lock:
             try:
                 written = 0
                 while written < len(record):
                     written += os.write(self._fd, record[written:])
-                os.fdatasync(self._fd)
+                if sync:
+                    os.fdatasync(self._fd)
             except BaseException:
                 os.ftruncate(self._fd, self._size)
                 raise

@@ -5,8 +5,11 @@ request.
 Each request goes into the journal with the log position after it, in the same record
 (:meth:`~.ingest.Ingest.submit`'s state), so a restart reads on from the first request not
 yet taken in and restores the ones taken and not yet reconstructed from the journal: every
-request is taken once, whatever moment the process was killed at. What the journal holds, the
-log need not: the messages below the position are purged, every :data:`PURGE_EVERY` of them.
+request is taken once, whatever moment the process was killed at. What the store holds, the
+log need not: every :data:`PURGE_EVERY` requests, the messages below the position the store
+has committed (the journal is moved into it with each write of finished traces) are purged.
+So the journal is not synced request by request, as it is for a sender waiting for its
+answer: a record the machine's loss tears is read again from the log.
 A full service holds the reading back (the log keeps the requests meanwhile, and its bound
 then holds the senders back at the ingest replicas); a log out of reach is read again from the
 position once it answers, and readiness says why meanwhile.
@@ -57,7 +60,7 @@ class LogFeed(threading.Thread):
                     self.failure = None
                     self._take(logged.seq, logged.body, logged.encoding, logged.received_ns)
                     if self.taken % PURGE_EVERY == 0:
-                        self.log.purge_below(self.position)
+                        self.log.purge_below(self.ingest.store.state(self.key, 1))
             except LogUnavailable as e:  # read on from the position once it answers
                 if self.failure is None:
                     log.error("the log could not be read; trying again: %s", e)
@@ -68,7 +71,9 @@ class LogFeed(threading.Thread):
         state = {self.key: seq + 1}
         while not self._stop_event.is_set():
             try:
-                self.ingest.submit(body, encoding, TRANSPORT, state, received_ns or None)
+                self.ingest.submit(
+                    body, encoding, TRANSPORT, state, received_ns or None, sync=False
+                )
             except Busy as e:
                 self._stop_event.wait(e.retry_after_s)
                 continue

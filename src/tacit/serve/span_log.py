@@ -196,8 +196,10 @@ class SpanLog:
         return None
 
     def purge_below(self, seq: int) -> None:
-        """Drop the messages below ``seq``: the reader has made them its own."""
-        self._run(self._js.purge_stream(self.stream, seq=seq), TIMEOUT_S)
+        """Drop the messages below ``seq``: the reader has made them its own. Below 2 there
+        are none, and nothing is asked: JetStream takes a purge to 1 for the whole stream."""
+        if seq > 1:
+            self._run(self._js.purge_stream(self.stream, seq=seq), TIMEOUT_S)
 
     def messages(self) -> int:
         """The messages the stream holds."""

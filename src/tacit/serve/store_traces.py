@@ -138,11 +138,15 @@ class TraceStore(Database):
         encoding: str,
         body: bytes,
         state: dict[str, int] | None = None,
+        sync: bool = True,
     ) -> None:
         """Make a request durable, with the ``state`` values that go with it, before it is
         acknowledged: in the journal (:mod:`.journal`), which the next round of finished
-        traces moves into ``ingest``."""
-        self._journal.append(Request(first_seq, spans, received_ns, encoding, body, state or {}))
+        traces moves into ``ingest``. Without ``sync`` it is written and not waited for: it
+        survives the loss of the process but not of the machine, for a source that keeps the
+        request until it is in the store (the shared log)."""
+        request = Request(first_seq, spans, received_ns, encoding, body, state or {})
+        self._journal.append(request, sync)
 
     def requests_from(self, seq: int) -> Iterator[tuple[int, str, bytes, int]]:
         """(first_seq, encoding, body, received_ns) of the requests holding spans numbered
