@@ -345,7 +345,7 @@ def test_a_compaction_keeps_the_answers_and_its_rounds_go_later(tmp_path):
 def test_a_round_not_yet_in_place_is_never_inside_a_merged_block(tmp_path, monkeypatch):
     """A round stored but not moved into place (moved in at the next start) bounds what is
     merged: merged past it, it would be taken for merged and deleted once moved in."""
-    monkeypatch.setattr(reconstructor, "GROUP_S", 0.0)  # a write per request: many rounds
+    monkeypatch.setattr(reconstructor, "GROUP_SPANS", 0)  # a write per request: many rounds
     blocks = tmp_path / "blocks"
     with running(tmp_path, blocks=blocks) as svc:
         writer = svc.reconstructor.blocks

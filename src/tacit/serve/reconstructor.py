@@ -50,11 +50,12 @@ RETRY_S = 0.5
 """The first wait before a write the store could not make is tried again; it doubles up to
 :data:`MAX_RETRY_S`."""
 MAX_RETRY_S = 8.0
-GROUP_S = 0.2
-"""How long the thread goes on pushing requests already queued before it stores what they
-made final, in one write (a group commit): a write costs much the same whatever it holds (a
+GROUP_SPANS = 10_000
+"""Spans the thread goes on pushing, of requests already queued, before it stores what they
+made final in one write (a group commit): a write costs much the same whatever it holds (a
 DuckDB transaction, a block's files), so behind a backlog one write per request would cost more
-than reconstructing it. A request that finds the queue empty is stored at once."""
+than reconstructing it. A request that finds the queue empty is stored at once. A count, not a
+time, so that the cost of a span does not grow where the process gets less CPU."""
 STOP_S = 60.0
 """How long a stop waits for the queue to be reconstructed and stored (the default bound of
 pending spans is 20 s of a stream at the target rate, 20,000 spans/s); systemd waits 90 s before
@@ -184,15 +185,16 @@ class Reconstructor(threading.Thread):
             self._lag()
 
     def _push_queued(self, batch: Batch) -> Fed:
-        """Push ``batch``, and those queued behind it for up to :data:`GROUP_S`: what they
-        made final, to be stored in one write."""
+        """Push ``batch``, and those queued behind it up to :data:`GROUP_SPANS` spans: what
+        they made final, to be stored in one write."""
         fed = Fed()
-        until = time.monotonic() + GROUP_S
+        pushed = 0
         while True:
             ends_by = batch.received_ns + self.max_future_ns
             fed.add(self.feed.push(*batch.read(), batch.seq, ends_by))
             self._arrived_end = self.feed.tw.latest_end
-            if time.monotonic() >= until:
+            pushed += batch.count
+            if pushed >= GROUP_SPANS:
                 return fed
             try:
                 batch = self.ingest.queue.get_nowait()
