@@ -292,6 +292,27 @@ def test_blocks_merged_during_the_stream_answer_as_the_store_does(tmp_path):
         assert TableFiles.of(blocks / table).merged, table
 
 
+def test_merged_blocks_merged_again_answer_as_the_store_does(tmp_path, monkeypatch):
+    """Rounds merged two at a time and those merged again three at a time: a query replica
+    reads the outer blocks and gives the store's answers."""
+    monkeypatch.setattr(reconstructor, "GROUP_SPANS", 0)  # a write per request: many rounds
+    blocks = tmp_path / "blocks"
+    with running(tmp_path, blocks=blocks) as svc:
+        writer = svc.reconstructor.blocks
+        assert writer is not None
+        writer.compact_rounds, writer.merge_again = 1, 3
+        post_requests(encoded_requests(shop_spans(3)), url(svc, "/v1/traces"), connections=1)
+        assert svc.wait_idle(60)
+        replica = QueryReplica(config(tmp_path, role="query", blocks=blocks)).start()
+        try:
+            assert _answers(replica) == _answers(svc)
+        finally:
+            replica.stop()
+    for table in FINISHED_TABLES:
+        outer = TableFiles.of(blocks / table).outer()
+        assert max(b - a + 1 for a, b in outer) >= 6, (table, outer)
+
+
 def test_a_compaction_keeps_the_answers_and_its_rounds_go_later(tmp_path):
     """Merged, the rounds' own files stay until the next compaction (a reader may have listed
     them), and the answers are the same throughout. A restart finishes what a compaction

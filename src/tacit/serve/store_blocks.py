@@ -14,11 +14,15 @@ as a new block.
 
 Every :data:`COMPACT_ROUNDS` rounds the blocks of the rounds no merged block holds yet are
 merged, a file per table, as Tempo's compactor merges its blocks: a query reads a file per
-merged block rather than one per round (:mod:`.block_files` names them). The merged file is
-written aside and moved into place, and from then on readers take those rounds from it; their
-own files are deleted at the next compaction (or the next start), by when a reader that listed
-them just before is done. A merged file is dated as its newest round's, so retention treats it
-as that round.
+merged block rather than one per round (:mod:`.block_files` names them). Merged blocks are
+merged again :data:`MERGE_AGAIN` at a time, once that many of fewer than ``MERGE_AGAIN``
+compactions' rounds each lie side by side (as Tempo's compactor takes blocks of one level
+together), so that a long-running store is read from a file per thousand rounds; no further,
+so that a file does not outlive the retention time by much. The merged file is written aside
+and moved into place, and from then on readers take those rounds from it; the files it holds
+are deleted at the next compaction (or the next start), by when a reader that listed them just
+before is done. A merged file is dated as its newest round's, so retention treats it as that
+round.
 
 A query replica (:class:`BlockStore`) opens an in-memory database whose tables of finished
 traces are views over the blocks, and the rest of the schema empty; the store's own queries
@@ -49,6 +53,8 @@ STATE_KEY = "block_seq"
 COMPACT_ROUNDS = 100
 """Rounds (writes of finished traces) between two compactions: a merged block per table holds
 that many, so a query reads a hundredth of the files, and a merge reads one at a time."""
+MERGE_AGAIN = 10
+"""Merged blocks merged again into one, each of fewer than this many compactions' rounds."""
 _KEYED = {"processes": "process"}
 """Tables whose rows a later block may repeat (stored once, the first time): the key."""
 
@@ -61,6 +67,7 @@ class BlockWriter:
 
         self.root = root
         self.compact_rounds = compact_rounds
+        self.merge_again = MERGE_AGAIN
         self._published = 0
         """Rounds moved into place since the last compaction."""
         cur = store._cursor()
@@ -121,10 +128,9 @@ class BlockWriter:
         return "merged"
 
     def compact(self) -> int:
-        """Delete the rounds an earlier merge holds, and merge those no merged block holds,
-        per table (module docstring); how many rounds were merged."""
-        import pyarrow.parquet as pq
-
+        """Delete the files an earlier merge holds, merge the rounds no merged block holds,
+        and merged blocks again where they are due, per table (module docstring); how many
+        rounds were merged."""
         self._published = 0
         merged = 0
         # A merged block holds every round of its range: none may be left to come into it,
@@ -136,21 +142,30 @@ class BlockWriter:
             for path in files.covered():
                 path.unlink(missing_ok=True)
             rounds = [(n, path) for n, path in files.uncovered() if n < below]
-            if len(rounds) < 2:
-                continue
-            first, last = rounds[0][0], rounds[-1][0]
-            aside = self.root / PENDING / f"merge-{first:012d}-{last:012d}"
-            aside.mkdir(exist_ok=True)
-            part = aside / f"{table}.parquet"
-            try:
-                _merge(pq, [path for _, path in rounds], part)
-                newest = max(path.stat().st_mtime_ns for _, path in rounds)
-                os.utime(part, ns=(newest, newest))
-                os.replace(part, self.root / table / merged_name(first, last))
-            finally:
-                shutil.rmtree(aside, ignore_errors=True)
-            merged = max(merged, len(rounds))
+            if len(rounds) >= 2:
+                self._merge(table, rounds[0][0], rounds[-1][0], [p for _, p in rounds])
+                merged = max(merged, len(rounds))
+            files = TableFiles.of(self.root / table)
+            again = files.mergeable(self.compact_rounds * self.merge_again, self.merge_again)
+            if again:
+                self._merge(table, again[0][0], again[-1][1], [files.merged[r] for r in again])
         return merged
+
+    def _merge(self, table: str, first: int, last: int, paths: list[Path]) -> None:
+        """The blocks ``paths`` of ``table`` merged into the block of rounds ``first`` to
+        ``last``, written aside and moved into place, dated as the newest of them."""
+        import pyarrow.parquet as pq
+
+        aside = self.root / PENDING / f"merge-{first:012d}-{last:012d}"
+        aside.mkdir(exist_ok=True)
+        part = aside / f"{table}.parquet"
+        try:
+            _merge(pq, paths, part)
+            newest = max(path.stat().st_mtime_ns for path in paths)
+            os.utime(part, ns=(newest, newest))
+            os.replace(part, self.root / table / merged_name(first, last))
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
 
     def _publish(self, pending: Path) -> None:
         for path in sorted(pending.glob("*.parquet")):
