@@ -241,6 +241,37 @@ def test_a_query_replica_answers_from_the_blocks_as_the_store_does(tmp_path):
     assert 0 < early < stored["spans"] == sum(n for n, _ in requests)
 
 
+def test_a_query_replica_reads_the_blocks_of_a_reconstruct_role_per_application(tmp_path):
+    """Two stores, as two reconstruct roles of two applications write them, each its blocks
+    in a directory of its own: a query replica given the directory above both answers for
+    both, the second from once its blocks are there."""
+    blocks = tmp_path / "blocks"
+    for app in ("a", "b"):
+        (tmp_path / app).mkdir()
+    with running(tmp_path / "a", blocks=blocks / "a") as a:
+        post_requests(encoded_requests(shop_spans(1, seed=3)), url(a, "/v1/traces"))
+        assert a.wait_idle(60)
+        replica = QueryReplica(config(tmp_path, role="query", blocks=blocks)).start()
+        try:
+            assert get_json(replica, "/api/tacit/status")["stored"] == a.store.counts()
+            with running(tmp_path / "b", blocks=blocks / "b") as b:
+                post_requests(encoded_requests(shop_spans(1, seed=4)), url(b, "/v1/traces"))
+                assert b.wait_idle(60)
+                both = {k: a.store.counts()[k] + b.store.counts()[k] for k in ("spans", "traces")}
+                status = get_json(replica, "/api/tacit/status")
+                assert {k: status["stored"][k] for k in both} == both
+                assert status["blocks"] == [str(blocks / "a"), str(blocks / "b")]
+                for svc in (a, b):
+                    found = get_json(svc, "/api/traces?service=frontend&limit=3")["data"]
+                    for trace in found:
+                        path = f"/api/traces/{trace['traceID']}"
+                        assert get_json(replica, path) == get_json(svc, path)
+        finally:
+            replica.stop()
+    with pytest.raises(ConfigError, match="holds no blocks"):
+        QueryReplica(config(tmp_path, role="query", blocks=tmp_path / "a"))
+
+
 def test_a_block_is_in_place_exactly_when_its_round_is_stored(tmp_path):
     """Killed between writing a block and committing its round, or between the commit and
     moving it into place: a restart deletes the first (the round is done again) and moves the

@@ -131,7 +131,8 @@ def serve(
         Path | None,
         typer.Option(
             help="A shared directory of finished traces as Parquet blocks: written "
-            "where traces are stored, read by --role query."
+            "where traces are stored, read by --role query (with those of every role "
+            "writing in a directory of its own under it)."
         ),
     ] = None,
     dask: Annotated[

@@ -226,7 +226,8 @@ class ServeConfig:
     nats_max_bytes: int = 8 * 1024**3
     blocks: Path | None = None
     """A directory (on a filesystem the replicas share) that the process storing traces
-    writes them to as Parquet blocks, and query replicas read."""
+    writes them to as Parquet blocks, and query replicas read (with those of every
+    reconstruct role writing in a directory of its own under it: one per application)."""
     json_logs: bool = False
     log_level: str = "info"
     pirate_interface: str | None = None

@@ -130,13 +130,13 @@ class QueryReplica(Replica):
                         self.query_token)  # fmt: skip
         self.listen(routes)
         log.info("query replica: the query API on port %d, from the blocks in %s",
-                 self.http_port, self.config.blocks)  # fmt: skip
+                 self.http_port, ", ".join(map(str, self.store.roots)))  # fmt: skip
         return self
 
     def extra(self, path: str, params: dict[str, str]) -> Any | None:
         """tacit's own status: what the blocks hold."""
         if path == "/api/tacit/status":
-            return {"stored": self.store.counts(), "blocks": str(self.config.blocks)}
+            return {"stored": self.store.counts(), "blocks": [str(r) for r in self.store.roots]}
         return None
 
     def stop(self) -> None:

@@ -27,7 +27,10 @@ round.
 A query replica (:class:`BlockStore`) opens an in-memory database whose tables of finished
 traces are views over the blocks, and the rest of the schema empty; the store's own queries
 (:mod:`.store_traces`) run on it as they do on the file. The views are made again whenever a
-table's files changed, checked at each query, so new blocks show at once.
+table's files changed, checked at each query, so new blocks show at once. It reads one
+reconstruct role's blocks, or those of several, each in a directory of its own under the one
+it is given (one per application, each application's spans reconstructed by a role of its
+own): trace ids do not collide, as each store draws the seed of its own.
 """
 
 from __future__ import annotations
@@ -223,8 +226,12 @@ class BlockStore(Store):
     def __init__(self, root: Path) -> None:
         import duckdb
 
-        if not all((root / table / SCHEMA_BLOCK).exists() for table in FINISHED_TABLES):
-            raise ConfigError(f"blocks: {root} holds no blocks a reconstruct role wrote")
+        self.roots = block_roots(root)
+        if not self.roots:
+            raise ConfigError(
+                f"blocks: {root} holds no blocks a reconstruct role wrote, in itself or in a "
+                "directory of its own"
+            )
         self.path = root
         self._con = duckdb.connect(":memory:")
         self._con.execute(SCHEMA)
@@ -246,8 +253,11 @@ class BlockStore(Store):
     def _refresh(self) -> None:
         """Make again the view of each table whose files changed since it was made."""
         with self._views:
+            self.roots = block_roots(self.path) or self.roots
             for table in FINISHED_TABLES:
-                files = TableFiles.of(self.path / table).read()
+                files = [self.roots[0] / table / SCHEMA_BLOCK]
+                for root in self.roots:
+                    files += TableFiles.of(root / table).read()[1:]
                 if files != self._files.get(table):
                     self._con.execute(f"CREATE OR REPLACE VIEW {table} AS {_view(table, files)}")
                     self._files[table] = files
@@ -258,6 +268,21 @@ class BlockStore(Store):
                 cur.close()
             self._cursors.clear()
         self._con.close()
+
+
+def block_roots(root: Path) -> list[Path]:
+    """The directories of blocks a query replica given ``root`` reads: ``root`` itself where a
+    reconstruct role writes there, else each directory in it where one does (looked for at
+    each query, so a role started later shows once it has written its first)."""
+
+    def written(path: Path) -> bool:
+        return all((path / table / SCHEMA_BLOCK).exists() for table in FINISHED_TABLES)
+
+    if written(root):
+        return [root]
+    if not root.is_dir():
+        return []
+    return [path for path in sorted(root.iterdir()) if path.is_dir() and written(path)]
 
 
 def _view(table: str, files: list[Path]) -> str:
