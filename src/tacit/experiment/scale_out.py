@@ -230,10 +230,11 @@ def run_ceiling(
     dask: bool = False,
 ) -> CeilingRun:
     """The stream appended to the log by one ingest replica first, then the reconstruct role
-    started (on the CPUs ``cores`` names, as ``taskset -c`` takes them; None: any; held to
-    ``quota`` cores of CPU time by :func:`.cpu_quota`; with ``dask``, its rounds' offline
-    step on a scheduler and two workers, unpinned) to take it all: the rate one process
-    reaches when nothing else holds it back, to check a rate the cost per span predicts."""
+    started (writing blocks, as it does for query replicas; on the CPUs ``cores`` names, as
+    ``taskset -c`` takes them; None: any; held to ``quota`` cores of CPU time by
+    :func:`.cpu_quota`; with ``dask``, its rounds' offline step on a scheduler and two
+    workers, unpinned) to take it all: the rate one process reaches when nothing else holds
+    it back, to check a rate the cost per span predicts."""
     params = params or ScaleOutParams()
     encoded = _prepare(out, params)
     bin_dir = Path(sys.executable).parent
@@ -255,7 +256,8 @@ def run_ceiling(
                                     "--grpc", "", "--nats", nats, "--role", "reconstruct",
                                     "--http", f"127.0.0.1:{port}", "--callgraph",
                                     str(out / "callgraph.yaml"), "--database",
-                                    str(out / "tacit.duckdb"), *rounds])  # fmt: skip
+                                    str(out / "tacit.duckdb"), "--blocks",
+                                    str(out / "blocks"), *rounds])  # fmt: skip
         limit = cpu_quota(procs.pid("reconstruct"), quota) if quota else nullcontext()
         with limit:
             _wait_ready(port)
