@@ -36,11 +36,10 @@ The call graph, dependency orders and paths are learned from the known requests 
 by how they are known (each endpoint's ``support`` in the YAML), and which endpoints no known
 request showed (left out, so a reconstruction leaves their calls unmapped, with that reason). A
 call that reaches into the next cluster makes the cluster not known, rather than learned without
-that call. Joins (several
-requests of one end-to-end request at one service, only one calling onward:
-:class:`.callgraph.Join`) are learned from the known requests whose known links reach one top
-span (:func:`_tops`): the trace the test traces would give them. A join's requests arrive
-together, so they are known as a cluster, not alone.
+that call. Joins (several requests of one end-to-end request at one service, only one calling
+onward: :class:`.callgraph.Join`) are learned from the known requests whose known links reach
+one top span (:func:`_tops`): the trace the test traces would give them. A join's requests
+arrive together, so they are known as a cluster, not alone.
 
 How early a call may start before its request and how late end after it (each slot's
 tolerances) is read from every call, known or not, as a bound (:func:`_widen_tolerances`).
