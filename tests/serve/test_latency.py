@@ -24,7 +24,8 @@ from serve_latency import PIRATE, SIM, json_lines, pirate_capture, rda_records
 from tacit.errors import ConfigError, InputError
 from tacit.formats.pcap import read_packets
 from tacit.response_latency import PirateParams, estimate_response_latency, score_estimates
-from tacit.serve import Service, Store, load_config
+from tacit.serve import Service, Store, load_config, reconstructor
+from tacit.serve.replicas import QueryReplica
 
 WAIT_S = 30
 SECOND = 10**9
@@ -215,6 +216,33 @@ def test_rda_records_round_trip_through_a_followed_file_and_a_post(
         again = get_json(svc, f"/api/tacit/latency/oneway?source={source}")
     assert again["data"] == got["data"]  # the same rows, not received again
     assert again["rejected"] == {source: len(MALFORMED) + 1}
+
+
+def test_a_query_replica_answers_the_latency_series_as_the_store_does(
+    tmp_path: Path, capture: Any, agents: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With blocks, the series are copied to them as they change: a query replica gives the
+    store's answers, Pirate's from a capture file and RDA's posted, and their counts."""
+    monkeypatch.setattr(reconstructor, "LATENCY_EXPORT_S", 0.1)
+    path, _ = capture
+    blocks = tmp_path / "blocks"
+    paths = ["/api/tacit/latency/response", "/api/tacit/latency/oneway"]
+    with running(tmp_path, pirate_pcap=path, pirate=PIRATE, blocks=blocks) as svc:
+        _until(svc.pirate[0].finished.is_set, "the capture to be read")
+        replica = QueryReplica(config(tmp_path, role="query", blocks=blocks)).start()
+        try:
+            request = urllib.request.Request(
+                url(svc, "/api/tacit/latency/oneway?source=path-a"),
+                data=json_lines(agents[1]).encode(),
+            )
+            urllib.request.urlopen(request, timeout=30).close()
+            want = [get_json(svc, p) for p in paths]
+            assert want[0]["data"] and want[1]["data"]
+            _until(lambda: [get_json(replica, p) for p in paths] == want, "the replica's copy")
+            stored = get_json(replica, "/api/tacit/status")["stored"]
+            assert stored == svc.store.counts()
+        finally:
+            replica.stop()
 
 
 def test_a_post_of_malformed_lines_is_answered_line_by_line(tmp_path: Path) -> None:

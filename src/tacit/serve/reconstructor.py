@@ -39,7 +39,8 @@ from tacit.serve.ingest import Batch, Ingest
 from tacit.serve.metrics import ServeMetrics, reason_label
 from tacit.serve.online_feed import Fed, OnlineFeed
 from tacit.serve.store import Store, cannot_write
-from tacit.serve.store_blocks import BlockWriter
+from tacit.serve.store_blocks import LATENCY_EXPORT_S, BlockWriter
+from tacit.serve.store_latency import LATENCY_TABLES
 from tacit.serve.trace_metrics import TraceMetrics
 
 log = logging.getLogger("tacit.serve")
@@ -103,6 +104,7 @@ class Reconstructor(threading.Thread):
         self._next_expiry = time.monotonic()
         self.learner = learner
         self.blocks = blocks
+        self._next_export = time.monotonic()
         self._replacement: CallGraph | None = None  # a call graph to map with from now on
         self._replacement_lock = threading.Lock()
         self.learn_every_s = LEARN_EVERY_S
@@ -155,6 +157,8 @@ class Reconstructor(threading.Thread):
                 self._expire()
             if self.learner is not None and time.monotonic() >= self._next_learning:
                 self._learn()
+            if self.blocks is not None and time.monotonic() >= self._next_export:
+                self._export_latency()
             with self._replacement_lock:
                 graph, self._replacement = self._replacement, None
             if graph is not None:
@@ -246,6 +250,22 @@ class Reconstructor(threading.Thread):
         if merge is not None:
             self.metrics.block_merges.labels(merge).inc()
 
+    def _export_latency(self) -> None:
+        """Copy the latency series to the blocks if they changed since the last copy
+        (:meth:`.store_blocks.BlockWriter.export_latency`); one that fails is logged and
+        tried again."""
+        assert self.blocks is not None
+        self._next_export = time.monotonic() + LATENCY_EXPORT_S
+        changed = self.store.latency_changed
+        if not changed.is_set():
+            return
+        changed.clear()
+        try:
+            self.blocks.export_latency(self.store)
+        except OSError as e:
+            changed.set()
+            log.error("the latency series could not be copied to the blocks: %s", e)
+
     def _store(self, fed: Fed) -> None:  # noqa: C901
         if fed.duplicates:
             self.duplicates += fed.duplicates
@@ -335,6 +355,8 @@ class Reconstructor(threading.Thread):
             done = expired.done
             for table, n in expired.rows.items():
                 self.metrics.expired.labels(table).inc(n)
+            if any(expired.rows.get(table) for table in LATENCY_TABLES):
+                self.store.latency_changed.set()
         if self.blocks is not None:
             try:
                 self.metrics.expired.labels("blocks").inc(self.blocks.expire(before_ns))

@@ -4,8 +4,9 @@ balancer, as the Collector's gateways and Tempo's distributors and queriers run:
 - ``role: ingest`` (:class:`IngestReplica`): the receivers alone. Each takes OTLP over HTTP
   and gRPC, checks a request and appends it to the shared log before it answers
   (:mod:`.log_ingest`). A replica killed loses nothing it acknowledged.
-- ``role: query`` (:class:`QueryReplica`): the query side alone (the Jaeger APIs, the page),
-  over the blocks of finished traces the reconstruct role writes (:mod:`.store_blocks`).
+- ``role: query`` (:class:`QueryReplica`): the query side alone (the Jaeger APIs, the page,
+  the latency series), over the blocks of finished traces and the copies of the latency series
+  the reconstruct role writes (:mod:`.store_blocks`).
 
 Each answers ``/metrics``, ``/healthz`` and ``/readyz``; a replica started anew takes up at
 once."""
@@ -25,6 +26,7 @@ from tacit.serve.grpc_receiver import start_grpc
 from tacit.serve.http_routes import Routes
 from tacit.serve.http_server import ServeHTTPServer
 from tacit.serve.ingest import warm_up
+from tacit.serve.latency_api import oneway_series, response_series
 from tacit.serve.log_ingest import LogIngest
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.service import guards, socket_address
@@ -134,7 +136,12 @@ class QueryReplica(Replica):
         return self
 
     def extra(self, path: str, params: dict[str, str]) -> Any | None:
-        """tacit's own status: what the blocks hold."""
+        """tacit's own status (what the blocks hold) and the latency series
+        (:mod:`.latency_api`)."""
+        if path == "/api/tacit/latency/response":
+            return response_series(self.store, params)
+        if path == "/api/tacit/latency/oneway":
+            return oneway_series(self.store, params)
         if path == "/api/tacit/status":
             return {"stored": self.store.counts(), "blocks": [str(r) for r in self.store.roots]}
         return None

@@ -24,13 +24,20 @@ are deleted at the next compaction (or the next start), by when a reader that li
 before is done. A merged file is dated as its newest round's, so retention treats it as that
 round.
 
+The latency series (Pirate's and RDA's tables) are not append-only (a running total, a capture
+file read again), so they are copied whole instead, a file per table under ``DIR/latency/``,
+each time they changed, at most every :data:`LATENCY_EXPORT_S`
+(:meth:`BlockWriter.export_latency`): a query replica answers them as the store answered a
+few seconds before.
+
 A query replica (:class:`BlockStore`) opens an in-memory database whose tables of finished
-traces are views over the blocks, and the rest of the schema empty; the store's own queries
-(:mod:`.store_traces`) run on it as they do on the file. The views are made again whenever a
-table's files changed, checked at each query, so new blocks show at once. It reads one
-reconstruct role's blocks, or those of several, each in a directory of its own under the one
-it is given (one per application, each application's spans reconstructed by a role of its
-own): trace ids do not collide, as each store draws the seed of its own.
+traces and latency series are views over the blocks, and the rest of the schema empty; the
+store's own queries (:mod:`.store_traces`, :mod:`.store_latency`) run on it as they do on the
+file. The views are made again whenever a table's files changed, checked at each query, so new
+blocks show at once. It reads one reconstruct role's blocks, or those of several, each in a
+directory of its own under the one it is given (one per application, each application's spans
+reconstructed by a role of its own): trace ids do not collide, as each store draws the seed of
+its own.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from tacit.errors import ConfigError
 from tacit.serve.block_files import SCHEMA_BLOCK, TableFiles, merged_name
 from tacit.serve.store import Store
 from tacit.serve.store_db import Database
+from tacit.serve.store_latency import LATENCY_TABLES
 from tacit.serve.store_schema import SCHEMA
 from tacit.serve.store_traces import FINISHED_TABLES
 
@@ -58,6 +66,9 @@ COMPACT_ROUNDS = 100
 that many, so a query reads a hundredth of the files, and a merge reads one at a time."""
 MERGE_AGAIN = 10
 """Merged blocks merged again into one, each of fewer than this many compactions' rounds."""
+LATENCY = "latency"
+LATENCY_EXPORT_S = 5.0
+"""The longest the latency series of the blocks are behind the store's, while they change."""
 _KEYED = {"processes": "process"}
 """Tables whose rows a later block may repeat (stored once, the first time): the key."""
 
@@ -170,6 +181,17 @@ class BlockWriter:
         finally:
             shutil.rmtree(aside, ignore_errors=True)
 
+    def export_latency(self, store: Database) -> None:
+        """Copy the latency series of ``store`` whole, a file per table under ``latency/``,
+        each written aside and moved into place (module docstring)."""
+        import pyarrow.parquet as pq
+
+        (self.root / LATENCY).mkdir(exist_ok=True)
+        cur = store._cursor()
+        for table in LATENCY_TABLES:
+            _write(pq, cur.sql(f"SELECT * FROM {table}").to_arrow_table(),
+                   self.root / LATENCY / f"{table}.parquet")  # fmt: skip
+
     def _publish(self, pending: Path) -> None:
         for path in sorted(pending.glob("*.parquet")):
             os.replace(path, self.root / path.stem / f"{pending.name}.parquet")
@@ -218,10 +240,10 @@ def _write(pq: Any, rows: Any, path: Path) -> None:
 
 
 class BlockStore(Store):
-    """The finished traces of the blocks under ``root``, read as the store reads its file; the
-    latency series, which the blocks do not hold, empty. Only for reading: it has no file,
-    journal or transactions of its own (the store's :meth:`~.store_db.Database.__init__`,
-    which opens them, is not run)."""
+    """The finished traces and latency series of the blocks under ``root``, read as the store
+    reads its file (the latency series empty until a role has copied them). Only for reading:
+    it has no file, journal or transactions of its own (the store's
+    :meth:`~.store_db.Database.__init__`, which opens them, is not run)."""
 
     def __init__(self, root: Path) -> None:
         import duckdb
@@ -259,6 +281,13 @@ class BlockStore(Store):
                 for root in self.roots:
                     files += TableFiles.of(root / table).read()[1:]
                 if files != self._files.get(table):
+                    self._con.execute(f"CREATE OR REPLACE VIEW {table} AS {_view(table, files)}")
+                    self._files[table] = files
+            for table in LATENCY_TABLES:
+                files = [p for r in self.roots if (p := r / LATENCY / f"{table}.parquet").exists()]
+                if files and files != self._files.get(table):
+                    if table not in self._files:  # the empty table of the schema, until now
+                        self._con.execute(f"DROP TABLE {table}")
                     self._con.execute(f"CREATE OR REPLACE VIEW {table} AS {_view(table, files)}")
                     self._files[table] = files
 

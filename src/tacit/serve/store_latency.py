@@ -6,6 +6,7 @@ and retention (:meth:`.store_traces.TraceStore.expire`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,16 +14,28 @@ import pyarrow as pa
 
 from tacit.serve.store_db import SET_STATE, Database
 
+LATENCY_TABLES = ("pirate_estimates", "pirate_packets", "rda_intervals", "rda_rejected")
+
 
 class LatencyStore(Database):
     """The latency series of the store: Pirate's response latency and RDA's one-way
     latency."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.latency_changed = threading.Event()
+        """Set once each write of the latency series (and each retention pass) has committed,
+        for whoever copies them elsewhere (:meth:`.store_blocks.BlockWriter.export_latency`)
+        to clear before it reads them: a write it may have missed sets it again. Set from the
+        start."""
+        self.latency_changed.set()
+        super().__init__(*args, **kwargs)
 
     def restart_pirate(self, source: str) -> None:
         """Forget what ``source`` gave (a capture file read again from its start)."""
         with self._transaction() as cur:
             for table in ("pirate_estimates", "pirate_packets"):
                 cur.execute(f"DELETE FROM {table} WHERE source = ?", [source])
+        self.latency_changed.set()
 
     def append_pirate(
         self,
@@ -45,6 +58,7 @@ class LatencyStore(Database):
                     "SET packets = packets + excluded.packets",
                     [(source, *p) for p in packets],
                 )
+        self.latency_changed.set()
 
     def pirate_estimates(
         self, server: str | None, start_ns: int | None, end_ns: int | None, limit: int
@@ -97,6 +111,7 @@ class LatencyStore(Database):
                 cur.unregister("rejected_in")
             for key, value in state.items():
                 cur.execute(SET_STATE, [key, value])
+        self.latency_changed.set()
 
     def rda_intervals(
         self, source: str | None, start_ns: int | None, end_ns: int | None, limit: int
