@@ -12,7 +12,7 @@ from spanrows import table
 from tacit.evaluation.trace_accuracy import score_reconstruction
 from tacit.model.roles import infer_roles
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
-from tacit.reconstruct.blind_callgraph import learn_blind
+from tacit.reconstruct.blind_callgraph import _keeps_order, learn_blind
 from tacit.reconstruct.callgraph import CallGraph, learn_callgraph
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 from tacit.simulate import load_app, simulate
@@ -243,3 +243,20 @@ def test_path_frequencies_are_counted_over_every_request_not_only_those_alone():
     assert support.alone[("a", "E")] == 6 and support.seen[("a", "E")] == 12
     paths = {tuple(x.callee for x in p.slots): p.requests for p in graph.get("a", "E").paths}
     assert paths == {(): 4, (("b", "X"),): 8}
+
+
+def test_calls_that_break_the_order_lone_requests_keep_do_not_explain_a_request():
+    """a.E calls b.X, then b.Y once X has answered, in each of its 5 lone requests. A request
+    whose calls would be X and Y at once is not taken as known (its calls are likely another
+    request's); one whose calls keep the order is, and so is one of a path not known yet."""
+    rows = [("E", SERVER, 1000 * i, 1000 * i + 100, NONE) for i in range(5)]
+    rows += [("X", CLIENT, 1000 * i + 10, 1000 * i + 20, NONE) for i in range(5)]
+    rows += [("Y", CLIENT, 1000 * i + 30, 1000 * i + 40, NONE) for i in range(5)]
+    rows += [("E", SERVER, 9000, 9100, NONE), ("X", CLIENT, 9010, 9050, NONE)]
+    rows += [("Y", CLIENT, 9020, 9060, NONE), ("Y", CLIENT, 9070, 9080, NONE)]
+    spans = _instance(rows)
+    graph, _ = learn_blind(spans.take(np.arange(15)), np.full(15, NONE))
+    request, x, y_at_once, y_after = 15, 16, 17, 18
+    assert not _keeps_order(spans, graph, request, [x, y_at_once])
+    assert _keeps_order(spans, graph, request, [x, y_after])
+    assert _keeps_order(spans, graph, request, [x, y_at_once, y_after])  # a path not known

@@ -25,9 +25,11 @@ into the next cluster. An incoming span is *known* when
   the call graph the others gave maps their calls onto one of their endpoint's paths, each
   link likely; and no other call that overlaps it overlaps another request not explained. With
   its competitors set aside, it has no competing candidate, as a lone request has (§5.2.1):
-  the calls left that overlap it are its own. Where traffic is heavy, long requests and those
-  of rare paths (a checkout among page views) never run alone, so their paths would be missing,
-  and TraceWeaver maps a request only onto a path it knows (§5.2.2).
+  the calls left that overlap it are its own, unless they break the dependency order of the
+  path its endpoint's lone requests showed with the same calls (:func:`_keeps_order`: then they
+  are likely another's). Where traffic is heavy, long requests and those of rare paths (a
+  checkout among page views) never run alone, so their paths would be missing, and TraceWeaver
+  maps a request only onto a path it knows (§5.2.2).
 
 The call graph, dependency orders and paths are learned from the known requests alone
 (:func:`.callgraph.learn_callgraph`, §5.2.2), the paths' frequencies from every request
@@ -457,10 +459,34 @@ def _explain_rest(
         settled = sure[outgoing] & (parent[outgoing] >= 0)
         settled[settled] = explained[parent[outgoing[settled]]]
         for p, made in _sole_candidates(spans, incoming, outgoing[~settled]).items():
-            if not joined[p]:
+            if not joined[p] and _keeps_order(spans, graph, p, made):
                 calls[p], how[p] = made, EXPLAINED
                 found = True
     return found
+
+
+def _keeps_order(spans: SpanTable, graph: CallGraph, request: int, made: list[int]) -> bool:
+    """Whether the calls ``made`` keep the dependency order of the path of ``request``'s
+    endpoint that makes the same calls, where the requests known so far showed one: calls
+    another request made, taken for its own, would break an order its lone requests keep."""
+    s = spans.strings
+    g = graph.get(s[int(spans.service[request])] or "?", s[int(spans.endpoint[request])] or "?")
+    callees = [(s[int(spans.peer[c])] or "?", s[int(spans.endpoint[c])] or "?") for c in made]
+    signature = tuple(sorted(callees))
+    path = next((q for q in g.call_paths() if _signature(q) == signature), None) if g else None
+    if path is None:
+        return True
+    slot = {(x.service, x.endpoint, x.occurrence): j for j, x in enumerate(path.slots)}
+    call = {}
+    seen: dict[tuple[str, str], int] = defaultdict(int)
+    for c, callee in sorted(zip(made, callees, strict=True), key=lambda m: spans.start[m[0]]):
+        call[slot[(*callee, seen[callee])]] = c
+        seen[callee] += 1
+    return all(
+        spans.end[call[a]] <= spans.start[call[b]]
+        for b, before in enumerate(path.preds)
+        for a in before
+    )
 
 
 def _at_join(spans: SpanTable, graph: CallGraph) -> np.ndarray:
