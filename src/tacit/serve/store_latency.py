@@ -23,10 +23,10 @@ class LatencyStore(Database):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.latency_changed = threading.Event()
-        """Set once each write of the latency series (and each retention pass) has committed,
-        for whoever copies them elsewhere (:meth:`.store_blocks.BlockWriter.export_latency`)
-        to clear before it reads them: a write it may have missed sets it again. Set from the
-        start."""
+        """Set once each write of the latency series has committed (and by the retention
+        pass that deleted some), for whoever copies them elsewhere
+        (:meth:`.store_blocks.BlockWriter.export_latency`) to clear before it reads them: a
+        write it may have missed sets it again. Set from the start."""
         self.latency_changed.set()
         super().__init__(*args, **kwargs)
 
