@@ -120,3 +120,24 @@ def test_version(tmp_path: Path):
 
     done = run_here("--version", cwd=tmp_path)
     assert done.returncode == 0 and done.stdout == f"tacit {version('tacit-traces')}\n"
+
+
+def test_settings_that_go_together_may_come_from_the_file_and_the_command_line(tmp_path):
+    """A file naming the log of a role the command line chooses, a role chosen by a variable:
+    checked once every layer is in, as a start would take them."""
+    (tmp_path / "serve.yaml").write_text("nats: nats://127.0.0.1:4222\nnats_stream: shop\n")
+    cfg = load_config(tmp_path / "serve.yaml", {}, {"role": "ingest", "http": None})
+    assert (cfg.role, cfg.nats, cfg.nats_stream) == ("ingest", "nats://127.0.0.1:4222", "shop")
+    cfg = load_config(tmp_path / "serve.yaml", {"TACIT_ROLE": "reconstruct"})
+    assert cfg.role == "reconstruct"
+    with pytest.raises(ConfigError, match="nats goes with role ingest or reconstruct"):
+        load_config(tmp_path / "serve.yaml", {})
+    (tmp_path / "pirate.yaml").write_text("pirate_epoch_s: 2\npirate_pcap: a.pcap\n")
+    cfg = load_config(tmp_path / "pirate.yaml", {}, {"pirate_epoch_ns": 10**8})
+    assert cfg.pirate.epoch_ns == 10**8 and cfg.pirate_pcap == tmp_path / "a.pcap"
+    checked = run_here(
+        "serve", "--config", "serve.yaml", "--role", "ingest", "--check-config", "--json",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["role"] == "ingest"

@@ -4,7 +4,6 @@ Prometheus and tacit's own web page."""
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -174,8 +173,7 @@ def serve(
 
     epoch_ns = None if pirate_epoch is None else parse_duration(pirate_epoch)
     retention_s = None if retention is None else parse_duration(retention) / 1e9
-    cfg = load_config(config, os.environ)
-    cfg = cfg.updated(
+    given = dict(
         callgraph=callgraph,
         http=http,
         grpc=grpc,
@@ -185,7 +183,7 @@ def serve(
         pirate_pcap=pirate_pcap,
         pirate_server=pirate_server,
         pirate_filter=pirate_filter,
-        pirate=None if epoch_ns is None else replace(cfg.pirate, epoch_ns=epoch_ns),
+        pirate_epoch_ns=epoch_ns,
         rda_results=tuple(rda_results) if rda_results else None,
         envoy_logs=tuple(envoy_logs) if envoy_logs else None,
         retention_s=retention_s,
@@ -204,6 +202,7 @@ def serve(
         nats=nats,
         log_level=log_level,
     )
+    cfg = load_config(config, os.environ, given)
     checked = preflight(cfg)
     if check_config:
         if as_json:

@@ -319,12 +319,18 @@ class ServeConfig:
 
 
 def load_config(
-    path: str | Path | None = None, environ: Mapping[str, str] | None = None
+    path: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    given: Mapping[str, Any] | None = None,
 ) -> ServeConfig:
     """The configuration in the YAML file ``path`` (None: the defaults), with what ``environ``
-    gives as ``TACIT_*`` variables (:data:`ENV_PREFIX`) over it. Relative paths in the file are
-    taken from its directory, in a variable from the working directory. Unknown fields and bad
-    values are one-line errors naming the field, or the variable."""
+    gives as ``TACIT_*`` variables (:data:`ENV_PREFIX`) over it, and the fields ``given`` (the
+    command line's; None values left out) over both; a ``pirate_epoch_ns`` in ``given`` sets
+    the epoch of the Pirate parameters. Relative paths in the file are taken from its
+    directory, in a variable from the working directory. Unknown fields and bad values are
+    one-line errors naming the field, or the variable. Settings that go together (a role and
+    its log, a certificate and its key) are checked once all three are in, so that each may
+    come from any of them."""
     data: dict[str, Any] = {}
     where, base = "the environment", Path()
     if path is not None:
@@ -336,7 +342,12 @@ def load_config(
             data["online"] = {**(data.get("online") or {}), **value}
         else:
             data[key] = _absolute(key, value) if path is not None else value
-    return ServeConfig(**_settings(data, where, base))
+    settings = _settings(data, where, base)
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    if "pirate_epoch_ns" in given:
+        pirate = settings.get("pirate", PirateParams())
+        settings["pirate"] = replace(pirate, epoch_ns=given.pop("pirate_epoch_ns"))
+    return ServeConfig(**{**settings, **given})
 
 
 def _environment(environ: Mapping[str, str]) -> list[tuple[str, str, Any]]:
