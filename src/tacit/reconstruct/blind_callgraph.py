@@ -147,9 +147,9 @@ def learn_blind(spans: SpanTable, mapping: np.ndarray | None = None) -> tuple[Ca
         graph, support = _learn(spans, requests, calls, how)
     if mapping is None:
         mapping = reconstruct_traceweaver(spans, graph, candidates=False).parent
-    parent = np.where(spans.parent != NONE, spans.parent, mapping)
-    _learn_order(spans, graph, requests, parent)
-    _learn_frequencies(spans, graph, requests, parent)
+    children = _children(spans, np.where(spans.parent != NONE, spans.parent, mapping))
+    _learn_order(spans, graph, requests, children)
+    _learn_frequencies(spans, graph, requests, children)
     return graph, support
 
 
@@ -208,18 +208,30 @@ def _thread_per_request(spans: SpanTable, rows: np.ndarray) -> bool:
     return served >= THREAD_AGREEMENT * outgoing.sum()
 
 
-def _learn_order(
-    spans: SpanTable,
-    graph: CallGraph,
-    requests: dict[tuple[str, str], list[int]],
-    parent: np.ndarray,
-) -> None:
-    """Set each endpoint's ``reorders`` from the calls ``parent`` gives its ``requests``."""
+def _children(spans: SpanTable, parent: np.ndarray) -> dict[int, list[int]]:
+    """The calls ``parent`` gives each request, in the order they start (then end)."""
     clients = np.flatnonzero((spans.kind == CLIENT) & (parent >= 0))
     clients = clients[np.lexsort((spans.end[clients], spans.start[clients]))]
     children: dict[int, list[int]] = defaultdict(list)
     for c, p in zip(clients.tolist(), parent[clients].tolist(), strict=True):
         children[p].append(c)
+    return children
+
+
+def _callees(spans: SpanTable, calls: list[int]) -> list[tuple[str, str]]:
+    """The (service, endpoint) each of ``calls`` reached."""
+    s = spans.strings
+    return [(s[int(spans.peer[c])] or "?", s[int(spans.endpoint[c])] or "?") for c in calls]
+
+
+def _learn_order(
+    spans: SpanTable,
+    graph: CallGraph,
+    requests: dict[tuple[str, str], list[int]],
+    children: dict[int, list[int]],
+) -> None:
+    """Set each endpoint's ``reorders`` from the calls its ``requests`` made
+    (``children``)."""
     for key, g in graph.endpoints.items():
         g.reorders = reorders(spans, requests.get(key, []), children, g)
 
@@ -228,28 +240,23 @@ def _learn_frequencies(
     spans: SpanTable,
     graph: CallGraph,
     requests: dict[tuple[str, str], list[int]],
-    parent: np.ndarray,
+    children: dict[int, list[int]],
 ) -> None:
-    """Count each endpoint's paths over all its ``requests``, by the calls ``parent`` gives
-    them, where it has more than one.
+    """Count each endpoint's paths over all its ``requests``, by the calls they made
+    (``children``), where it has more than one.
 
     Requests run alone the more often the shorter they are (each a share of about exp(-2λd)),
     so the known ones overstate the short paths: the path that makes no call, a cache hit. A
     path's frequency is its prior (§5.2.2), so it is read from every request whose mapped calls
     make one of the learned paths; those that make none (a call lost, or a path never known)
     count for none."""
-    s = spans.strings
-    clients = np.flatnonzero((spans.kind == CLIENT) & (parent >= 0))
-    made: dict[int, list[tuple[str, str]]] = defaultdict(list)
-    for c, p in zip(clients.tolist(), parent[clients].tolist(), strict=True):
-        made[p].append((s[int(spans.peer[c])] or "?", s[int(spans.endpoint[c])] or "?"))
     for key, g in graph.endpoints.items():
         if len(g.paths) < 2:
             continue
         index = {_signature(p): i for i, p in enumerate(g.paths)}
         counts = np.zeros(len(g.paths), dtype=np.int64)
         for r in requests.get(key, []):
-            i = index.get(tuple(sorted(made.get(r, []))))
+            i = index.get(tuple(sorted(_callees(spans, children.get(r, [])))))
             if i is not None:
                 counts[i] += 1
         if counts.sum():
@@ -471,7 +478,7 @@ def _keeps_order(spans: SpanTable, graph: CallGraph, request: int, made: list[in
     another request made, taken for its own, would break an order its lone requests keep."""
     s = spans.strings
     g = graph.get(s[int(spans.service[request])] or "?", s[int(spans.endpoint[request])] or "?")
-    callees = [(s[int(spans.peer[c])] or "?", s[int(spans.endpoint[c])] or "?") for c in made]
+    callees = _callees(spans, made)
     signature = tuple(sorted(callees))
     path = next((q for q in g.call_paths() if _signature(q) == signature), None) if g else None
     if path is None:
@@ -511,18 +518,14 @@ def _explained(
     """Per row, whether it is an incoming span explained by ``parent`` (:func:`_explain_rest`),
     or known already (``calls``)."""
     s = spans.strings
-    clients = np.flatnonzero((spans.kind == CLIENT) & (parent >= 0))
-    made: dict[int, list[int]] = defaultdict(list)
-    for c, p in zip(clients.tolist(), parent[clients].tolist(), strict=True):
-        made[p].append(c)
+    made = _children(spans, parent)
     learned = {key: {_signature(p) for p in g.call_paths()} for key, g in graph.endpoints.items()}
     out = np.zeros(len(spans), dtype=bool)
     for r in np.flatnonzero(spans.kind == SERVER).tolist():
         kids = made.get(r, [])
         key = (s[int(spans.service[r])] or "?", s[int(spans.endpoint[r])] or "?")
-        callees = [(s[int(spans.peer[c])] or "?", s[int(spans.endpoint[c])] or "?") for c in kids]
         out[r] = r in calls or (
-            bool(sure[kids].all()) and tuple(sorted(callees)) in learned.get(key, ())
+            bool(sure[kids].all()) and tuple(sorted(_callees(spans, kids))) in learned.get(key, ())
         )
     return out
 
