@@ -25,7 +25,7 @@ from tacit.serve.block_files import SCHEMA_BLOCK, TableFiles
 from tacit.serve.http_routes import PROTOBUF
 from tacit.serve.replicas import IngestReplica, QueryReplica
 from tacit.serve.span_log import SpanLog
-from tacit.serve.store_blocks import PENDING, STATE_KEY
+from tacit.serve.store_blocks import MERGE_AGAIN, PENDING, STATE_KEY
 from tacit.serve.store_traces import FINISHED_TABLES
 
 _COLUMNS = "span_id, parent_span_id, score, probability, alternatives, unmapped, link"
@@ -305,13 +305,15 @@ def _answers(svc) -> list:
             *(get_json(svc, f"/api/traces/{i}") for i in ids)]  # fmt: skip
 
 
-def test_blocks_merged_during_the_stream_answer_as_the_store_does(tmp_path):
-    """With a compaction every two rounds, the rounds' blocks are merged while the stream
-    goes on; a query replica then gives the store's answers, reading merged blocks."""
+def _merged_while_streaming(tmp_path, compact_rounds: int, merge_again: int = MERGE_AGAIN):
+    """The blocks of the shop app's stream, compacted every ``compact_rounds`` rounds (merged
+    blocks merged again ``merge_again`` at a time), once a query replica reading them gave
+    the store's answers."""
     blocks = tmp_path / "blocks"
     with running(tmp_path, blocks=blocks) as svc:
-        assert svc.reconstructor.blocks is not None
-        svc.reconstructor.blocks.compact_rounds = 2
+        writer = svc.reconstructor.blocks
+        assert writer is not None
+        writer.compact_rounds, writer.merge_again = compact_rounds, merge_again
         post_requests(encoded_requests(shop_spans(3)), url(svc, "/v1/traces"), connections=1)
         assert svc.wait_idle(60)
         replica = QueryReplica(config(tmp_path, role="query", blocks=blocks)).start()
@@ -319,6 +321,13 @@ def test_blocks_merged_during_the_stream_answer_as_the_store_does(tmp_path):
             assert _answers(replica) == _answers(svc)
         finally:
             replica.stop()
+    return blocks
+
+
+def test_blocks_merged_during_the_stream_answer_as_the_store_does(tmp_path):
+    """With a compaction every two rounds, the rounds' blocks are merged while the stream
+    goes on; a query replica then gives the store's answers, reading merged blocks."""
+    blocks = _merged_while_streaming(tmp_path, compact_rounds=2)
     for table in FINISHED_TABLES:
         assert TableFiles.of(blocks / table).merged, table
 
@@ -327,18 +336,7 @@ def test_merged_blocks_merged_again_answer_as_the_store_does(tmp_path, monkeypat
     """Rounds merged two at a time and those merged again three at a time: a query replica
     reads the outer blocks and gives the store's answers."""
     monkeypatch.setattr(reconstructor, "GROUP_SPANS", 0)  # a write per request: many rounds
-    blocks = tmp_path / "blocks"
-    with running(tmp_path, blocks=blocks) as svc:
-        writer = svc.reconstructor.blocks
-        assert writer is not None
-        writer.compact_rounds, writer.merge_again = 1, 3
-        post_requests(encoded_requests(shop_spans(3)), url(svc, "/v1/traces"), connections=1)
-        assert svc.wait_idle(60)
-        replica = QueryReplica(config(tmp_path, role="query", blocks=blocks)).start()
-        try:
-            assert _answers(replica) == _answers(svc)
-        finally:
-            replica.stop()
+    blocks = _merged_while_streaming(tmp_path, compact_rounds=1, merge_again=3)
     for table in FINISHED_TABLES:
         outer = TableFiles.of(blocks / table).outer()
         assert max(b - a + 1 for a, b in outer) >= 6, (table, outer)
