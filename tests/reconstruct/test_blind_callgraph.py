@@ -260,3 +260,32 @@ def test_calls_that_break_the_order_lone_requests_keep_do_not_explain_a_request(
     assert not _keeps_order(spans, graph, request, [x, y_at_once])
     assert _keeps_order(spans, graph, request, [x, y_after])
     assert _keeps_order(spans, graph, request, [x, y_at_once, y_after])  # a path not known
+
+
+def test_requests_of_new_paths_that_overlap_each_other_are_known_in_rounds(monkeypatch):
+    """Lone a.E requests make no call or call b.Y. An a.F request never runs alone; the first
+    round learns its path (Z, then W) once the a.E request inside it is explained. Later an
+    a.F and an a.E request overlap, each on a path no lone request showed (the E one calls X
+    three times, and F's call to Z lasts through it). The next round maps the F request onto
+    its path, and the X calls are then the E request's alone. Mapped onto no call, that E
+    request is not taken as making none while its X calls are left unmapped."""
+    rows = [("E", SERVER, 1000 * i, 1000 * i + 100, NONE) for i in range(4)]
+    rows += [("Y", CLIENT, 1000 * i + 10, 1000 * i + 20, NONE) for i in (2, 3)]
+    rows += [("F", SERVER, 9000, 9400, NONE), ("E", SERVER, 9100, 9200, NONE)]
+    rows += [("Y", CLIENT, 9110, 9120, NONE), ("Z", CLIENT, 9250, 9300, NONE)]
+    rows += [("W", CLIENT, 9320, 9350, NONE)]
+    rows += [("F", SERVER, 20_000, 21_000, NONE), ("Z", CLIENT, 20_050, 20_900, NONE)]
+    rows += [("W", CLIENT, 20_950, 20_980, NONE), ("E", SERVER, 20_100, 20_600, NONE)]
+    rows += [("X", CLIENT, 20_100 + 100 * i, 20_150 + 100 * i, NONE) for i in (1, 2, 3)]
+    spans = _instance(rows)
+
+    def paths(graph: CallGraph, endpoint: str) -> set[tuple[str, ...]]:
+        return {tuple(x.endpoint for x in p.slots) for p in graph.get("a", endpoint).paths}
+
+    graph, support = learn_blind(spans, np.full(len(rows), NONE))
+    assert paths(graph, "F") == {("Z", "W")}
+    assert paths(graph, "E") == {(), ("Y",), ("X", "X", "X")}
+    assert support.explained == {("a", "F"): 1, ("a", "E"): 1}
+    monkeypatch.setattr("tacit.reconstruct.blind_callgraph.EXPLAIN_ROUNDS", 1)
+    graph, support = learn_blind(spans, np.full(len(rows), NONE))
+    assert paths(graph, "E") == {(), ("Y",)} and support.explained == {("a", "F"): 1}

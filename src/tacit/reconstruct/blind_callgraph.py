@@ -29,7 +29,9 @@ into the next cluster. An incoming span is *known* when
   path its endpoint's lone requests showed with the same calls (:func:`_keeps_order`: then they
   are likely another's). Where traffic is heavy, long requests and those of rare paths (a
   checkout among page views) never run alone, so their paths would be missing, and TraceWeaver
-  maps a request only onto a path it knows (§5.2.2).
+  maps a request only onto a path it knows (§5.2.2). This is done in rounds
+  (:data:`EXPLAIN_ROUNDS`): the paths one round adds explain requests around the next (two
+  requests of new paths that overlap each other are known one after the other).
 
 The call graph, dependency orders and paths are learned from the known requests alone
 (:func:`.callgraph.learn_callgraph`, §5.2.2), the paths' frequencies from every request
@@ -87,6 +89,9 @@ EXPLAINED = "explained"
 EXPLAINED_PROBABILITY = 0.9
 """Link probability (:mod:`.link_probability`) from which a first reconstruction's mapping
 of a request's calls explains that request (:func:`_explain_rest`)."""
+EXPLAIN_ROUNDS = 3
+"""Most rounds of :func:`_explain_rest`, each a reconstruction with the call graph the requests
+known so far gave: the paths a round adds explain requests the round before could not."""
 _MIN, _MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 THREAD_MIN_CALLS = 20
 """Fewest calls of an instance from which it is seen to serve a request per thread."""
@@ -143,7 +148,9 @@ def learn_blind(spans: SpanTable, mapping: np.ndarray | None = None) -> tuple[Ca
         _known_at_instance(spans, rows[kind == SERVER], rows[kind == CLIENT], calls, how)
     requests = _requests(spans)
     graph, support = _learn(spans, requests, calls, how)
-    if _explain_rest(spans, graph, calls, how):
+    for _ in range(EXPLAIN_ROUNDS):
+        if not _explain_rest(spans, graph, calls, how):
+            break
         graph, support = _learn(spans, requests, calls, how)
     if mapping is None:
         mapping = reconstruct_traceweaver(spans, graph, candidates=False).parent
@@ -516,17 +523,37 @@ def _explained(
     calls: dict[int, list[int]],
 ) -> np.ndarray:
     """Per row, whether it is an incoming span explained by ``parent`` (:func:`_explain_rest`),
-    or known already (``calls``)."""
+    or known already (``calls``). A request given no call is not explained while a call left
+    unmapped overlaps it: that call may be its own, on a path not learned yet (TraceWeaver maps
+    a request only onto a known path, §5.2.2), and set aside as explained it could never be
+    known."""
     s = spans.strings
     made = _children(spans, parent)
     learned = {key: {_signature(p) for p in g.call_paths()} for key, g in graph.endpoints.items()}
+    unmapped = _overlapped(spans, (spans.kind == CLIENT) & (parent < 0))
     out = np.zeros(len(spans), dtype=bool)
     for r in np.flatnonzero(spans.kind == SERVER).tolist():
         kids = made.get(r, [])
         key = (s[int(spans.service[r])] or "?", s[int(spans.endpoint[r])] or "?")
         out[r] = r in calls or (
-            bool(sure[kids].all()) and tuple(sorted(_callees(spans, kids))) in learned.get(key, ())
+            bool(sure[kids].all())
+            and (bool(kids) or not unmapped[r])
+            and tuple(sorted(_callees(spans, kids))) in learned.get(key, ())
         )
+    return out
+
+
+def _overlapped(spans: SpanTable, chosen: np.ndarray) -> np.ndarray:
+    """Per row, whether one of the ``chosen`` rows of its unit (:func:`_units`) overlaps it."""
+    out = np.zeros(len(spans), dtype=bool)
+    for rows in _groups(_units(spans), spans.start):
+        picked = rows[chosen[rows]]
+        if not len(picked):
+            continue
+        starts, ends = np.sort(spans.start[picked]), np.sort(spans.end[picked])
+        begun = np.searchsorted(starts, spans.end[rows], "left")
+        ended = np.searchsorted(ends, spans.start[rows], "right")
+        out[rows] = begun > ended
     return out
 
 
