@@ -25,7 +25,10 @@ does) started to take it all, on one core
 Kubernetes CPU limit sets) and on both cores; the marginal rate it reaches from the same two
 lengths, against the rate its own cost per span, and the one-core run's, predict for the CPU
 given. Once more on both cores with its rounds on two Dask workers: what sending the rounds
-costs the process, against solving them itself.
+costs the process, against solving them itself. The streams keep the senders' context, so that
+most traces are whole on arrival; the last three ceiling runs take the same stream with every
+call's context lost (the stream tacit is for, each round with every call to infer): on one
+core, on both, and on both with the rounds on the Dask workers.
 
 Prints one JSON object; ``--markdown FILE`` also writes the tables with the date and command.
 """
@@ -38,6 +41,7 @@ import json
 import statistics
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from tacit.experiment.cpu_quota import cpu_quota_unavailable
@@ -63,12 +67,21 @@ ROLES = {
 }
 RATES = (100_000, 1_000_000)
 LOADED = "reconstruct role, under load (the one-core ceiling run)"
+LOADED_LOST = "reconstruct role, under load, every call's context lost"
+_LOST_LONGER = 3
+"""How many times longer the ceiling runs' streams are with the context lost: their last
+windows close only after a quiet time, which a backlog of the default lengths does not
+outlast."""
 
 
-CEILINGS = (("0", None, False), ("0", 0.5, False), ("0", 0.25, False), (None, None, False),
-            (None, None, True))  # fmt: skip
-"""The CPU the ceiling runs get: ``taskset`` CPUs (None: any) and a quota in cores; and
-whether the rounds' offline step goes to two Dask workers."""
+CEILINGS = (
+    ("0", None, False, False), ("0", 0.5, False, False), ("0", 0.25, False, False),
+    (None, None, False, False), (None, None, True, False),
+    ("0", None, False, True), (None, None, False, True), (None, None, True, True),
+)  # fmt: skip
+"""The CPU the ceiling runs get: ``taskset`` CPUs (None: any) and a quota in cores; whether
+the rounds' offline step goes to two Dask workers; and whether every call's context was lost
+(the stream tacit is for: each round has every call to infer)."""
 
 
 def main() -> None:
@@ -91,19 +104,23 @@ def main() -> None:
         ]  # fmt: skip
         fault = run_scale_out(Path(tmp) / "faults", _params(args, args.seconds, KILLS), tell=_err)
         ceilings, quota_skipped = [], cpu_quota_unavailable()
-        for cores, quota, dask in CEILINGS:
+        for cores, quota, dask, lost in CEILINGS:
             if quota and quota_skipped:
                 continue
+            sizes = [_LOST_LONGER * s for s in lengths] if lost else lengths
             short, long = (
-                run_ceiling(Path(tmp) / f"ceiling-{cores}-{quota}-{dask}-{s:g}",
-                            _params(args, s, ()), cores, quota, tell=_err, dask=dask)
-                for s in lengths
+                run_ceiling(Path(tmp) / f"ceiling-{cores}-{quota}-{dask}-{lost}-{s:g}",
+                            replace(_params(args, s, ()), lost=lost), cores, quota, tell=_err,
+                            dask=dask)
+                for s in sizes
             )  # fmt: skip
-            ceilings.append(_ceiling(short, long))
-    one_core = ceilings[0]["cpu_us_per_span"]
+            ceilings.append({**_ceiling(short, long), "lost": lost})
+    one_core = {
+        c["lost"]: c["cpu_us_per_span"] for c in ceilings if c["cores"] == "0" and not c["quota"]
+    }
     for c in ceilings:
         given = min(c["quota"] or 1.0, 1.0)  # one thread of Python: at most one core
-        c["predicted_spans_per_s"] = round(given * 1e6 / one_core)
+        c["predicted_spans_per_s"] = round(given * 1e6 / one_core[c["lost"]])
         c["own_cost_spans_per_s"] = round(given * 1e6 / c["cpu_us_per_span"])
     spans = simulate(load_app(None), args.rate, duration_s=args.seconds, seed=2,
                      record_threads=False)  # fmt: skip
@@ -113,7 +130,8 @@ def main() -> None:
         for role, names in ROLES.items()
     ]
     at = [role for role, _ in marginal].index("reconstruct role") + 1
-    cost = dict([*marginal[:at], (LOADED, one_core), *marginal[at:]])
+    cost = dict([*marginal[:at], (LOADED, one_core[False]), (LOADED_LOST, one_core[True]),
+                 *marginal[at:]])  # fmt: skip
     result = {
         "spans": [r.sent for r in pairs[0]],
         "runs": [r.summary() for pair in pairs for r in pair],
@@ -166,6 +184,7 @@ def _err(line: str) -> None:
 def _markdown(result: dict, command: str) -> str:
     today = datetime.date.today().isoformat()
     short, long = result["spans"]
+    lost = next(c for c in result["reconstruct_ceiling"] if c["lost"])
     lines = [
         "# tacit serve as roles: cost per role and capacity",
         "",
@@ -195,13 +214,19 @@ def _markdown(result: dict, command: str) -> str:
         "with its rounds on two Dask workers (their CPU not counted); the rate "
         "and cost are those of the spans the longer backlog held beyond the shorter's. "
         "Predicted: the CPU given (at most one core: the process is one thread of Python) "
-        "over the run's own cost per span, and over the one-core run's:",
+        "over the run's own cost per span, and over the one-core run's of the same stream. "
+        "The streams keep their senders' context, so that most traces are whole on arrival; "
+        "the last runs take the same app's stream with every call's context lost (each round "
+        "with every call to infer), "
+        f"{' and '.join(f'{n:,}' for n in lost['spans'])} spans long (their last windows "
+        "close only after a quiet time, which shorter backlogs do not outlast):",
         "",
-        "| CPU given | seconds (two backlogs) | spans/s reached | CPU µs per span | "
+        "| stream | CPU given | seconds (two backlogs) | spans/s reached | CPU µs per span | "
         "spans/s predicted by its own cost | by the one-core run's |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
         *(
-            f"| {_given(c)} | {c['wall_s'][0]} / {c['wall_s'][1]} | {c['spans_per_s']:,} | "
+            f"| {'context lost' if c['lost'] else 'context kept'} | {_given(c)} | "
+            f"{c['wall_s'][0]} / {c['wall_s'][1]} | {c['spans_per_s']:,} | "
             f"{c['cpu_us_per_span']} | {c['own_cost_spans_per_s']:,} | "
             f"{c['predicted_spans_per_s']:,} |"
             for c in result["reconstruct_ceiling"]

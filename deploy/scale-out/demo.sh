@@ -2,7 +2,8 @@
 # tacit serve beyond one process, on this machine, in a minute or two: a NATS server with
 # JetStream (the shared log), a Dask scheduler and two workers, two ingest replicas and the
 # reconstruct role, each a process of its own (the command each runs is printed as it starts).
-# A simulated stream goes to both replicas in turn; one replica and one worker are killed
+# A simulated stream, every call's trace context lost (so that each round has every call to
+# infer, on the workers), goes to both replicas in turn; one replica and one worker are killed
 # (kill -9) mid-stream; then one process is given the same requests and the two stores are
 # compared. Prints one JSON line:
 #   {"sent": ..., "acknowledged": ..., "stored": ..., "identical_to_single_process": ...,
@@ -17,7 +18,7 @@ if ! command -v nats-server >/dev/null; then
   exit 2
 fi
 make --no-print-directory install >&2
-.venv/bin/tacit experiment scale-out --out "$out" --seconds 20 --kill replica,worker --json |
+.venv/bin/tacit experiment scale-out --out "$out" --seconds 20 --kill replica,worker --lost-context --json |
   .venv/bin/python -c '
 import json, sys
 run = json.load(sys.stdin)

@@ -18,7 +18,7 @@ from tacit.errors import ConfigError
 from tacit.experiment.capture import stop_process
 from tacit.experiment.memcached import free_port
 from tacit.experiment.nats_server import nats_unavailable, start_nats
-from tacit.experiment.otlp_load import encoded_requests, post_requests
+from tacit.experiment.otlp_load import encoded_requests, lost_context, post_requests
 from tacit.experiment.scale_out import KILLS, ScaleOutParams, run_ceiling, run_scale_out
 from tacit.serve import Service, log_feed, reconstructor
 from tacit.serve.block_files import SCHEMA_BLOCK, TableFiles
@@ -86,8 +86,9 @@ def _wait_taken(svc: Service, spans: int, timeout_s: float = 60) -> None:
 
 
 def test_two_ingest_replicas_and_rounds_on_dask_store_what_one_process_stores(tmp_path, nats_url):
+    """Every call's context lost, so that the rounds on the workers infer every call."""
     distributed = pytest.importorskip("distributed")
-    requests = encoded_requests(shop_spans(3))
+    requests = encoded_requests(lost_context(shop_spans(3)))
     total = sum(n for n, _ in requests)
     replicas = [
         IngestReplica(config(tmp_path / f"r{i}", role="ingest", nats=nats_url)).start()
@@ -175,9 +176,10 @@ def test_kill_9_of_a_replica_a_worker_and_the_reconstruct_role_loses_nothing(tmp
     without answering is logged once), a Dask worker (its tasks run again elsewhere) and the
     reconstruct role (started again, it reads on from its position and restores from its
     journal what it had not reconstructed). Every span sent is acknowledged and stored once,
-    every request taken once, and the store is what one process stores given the log's order."""
+    every request taken once, and the store is what one process stores given the log's order.
+    Every call's context is lost, so that the rounds on the workers infer every call."""
     pytest.importorskip("distributed")
-    params = ScaleOutParams(seconds=8, kill=KILLS)
+    params = ScaleOutParams(seconds=8, kill=KILLS, lost=True)
     run = run_scale_out(tmp_path / "run", params, tell=lambda _: None)
     logs = "".join(p.read_text()[-1500:] for p in (tmp_path / "run").glob("*.log"))
     assert run.killed == ["replica0", "worker0", "reconstruct"]

@@ -434,6 +434,14 @@ def scale_out(
         ),
     ] = "replica,worker",
     seed: Annotated[int, typer.Option(callback=SEED, help="Seed of the simulated stream.")] = 2,
+    lost_context: Annotated[
+        bool,
+        typer.Option(
+            "--lost-context",
+            help="Every call's trace context lost, as from a thread pool that does not carry "
+            "it: each round then has every call to infer, on the Dask workers.",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Run tacit serve as roles, each a process (NATS JetStream, a Dask scheduler and two
@@ -450,6 +458,7 @@ def scale_out(
         rate=rate,
         seed=seed,
         kill=tuple(k.strip() for k in kill.split(",") if k.strip()),
+        lost=lost_context,
     )
     run = run_scale_out(out_dir, params, tell=lambda line: typer.echo(line, err=True))
     if json_out:

@@ -33,7 +33,7 @@ from tacit.experiment.capture import stop_process
 from tacit.experiment.cpu_quota import cpu_quota
 from tacit.experiment.memcached import free_port
 from tacit.experiment.nats_server import start_nats
-from tacit.experiment.otlp_load import encoded_requests
+from tacit.experiment.otlp_load import encoded_requests, lost_context
 from tacit.model.roles import infer_roles
 from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.simulate import load_app, simulate
@@ -67,6 +67,10 @@ class ScaleOutParams:
     stream, a worker at a third, the reconstruct role at half (started again at once)."""
     pause_s: float = 0.05
     """Between two requests sent."""
+    lost: bool = False
+    """Every call's context lost, as from a thread pool that does not carry it
+    (:func:`.otlp_load.lost_context`): each round has every call to infer, as where tacit is
+    needed, rather than traces whole on arrival."""
     service_windows: bool = False
     """Reconstruct with the service's own windows, lookahead and lateness, as operators run
     it, instead of the second-long ones that let a test finish in seconds of the stream's end:
@@ -191,7 +195,7 @@ def _prepare(out: Path, params: ScaleOutParams) -> list[tuple[int, bytes]]:
     (out / "serve.yaml").write_text(f"{windows}idle_s: 2\n")
     spans = simulate(app, params.rate, duration_s=params.seconds, seed=params.seed,
                      record_threads=False)  # fmt: skip
-    return encoded_requests(spans)
+    return encoded_requests(lost_context(spans) if params.lost else spans)
 
 
 @dataclass
