@@ -4,6 +4,8 @@ reconstructs with it from then on."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.request
 
 import numpy as np
@@ -185,3 +187,29 @@ def test_a_call_graph_learned_again_is_new_where_its_paths_or_their_shares_moved
     fewer = copy.deepcopy(old)
     fewer.get("frontend", "GET /product").paths.pop()
     assert _differs(fewer, old)
+
+
+def test_learning_the_call_graph_does_not_hold_the_reconstruction_back(tmp_path):
+    """A learning pass reads back and reconstructs up to ``MAX_SPANS`` stored spans, seconds of
+    work: it runs beside the reconstruction, which stores what comes meanwhile."""
+    svc = Service(config(tmp_path))
+    passes, release = [], threading.Event()
+    learn = svc.learner.learn
+
+    def held():
+        passes.append(time.monotonic())
+        release.wait(60)
+        return learn()
+
+    svc.learner.learn = held
+    svc.start()
+    try:
+        _wait(lambda: passes)
+        spans = lost_context(shop_spans(2, rate=20))
+        _send(svc, spans)
+        assert svc.wait_idle(30)
+        (stored,) = svc.store._cursor().execute("SELECT count(*) FROM spans").fetchone()
+        assert stored == len(spans) and len(passes) == 1
+    finally:
+        release.set()
+        svc.stop()

@@ -108,7 +108,11 @@ class Reconstructor(threading.Thread):
         self._replacement: CallGraph | None = None  # a call graph to map with from now on
         self._replacement_lock = threading.Lock()
         self.learn_every_s = LEARN_EVERY_S
-        self._next_learning = 0.0  # at once, then every learn_every_s
+        self._learning = (
+            threading.Thread(target=self._learn_loop, name="tacit-learn", daemon=True)
+            if learner is not None
+            else None
+        )
         self.seed = store.state("seed", 0) or _new_seed(store)
         self.feed = OnlineFeed(callgraph, online, store.state("next_position", 0), services, solve)
         self.feed.context.remember(store.latest_ids(self.feed.context.horizon_ns))
@@ -135,9 +139,13 @@ class Reconstructor(threading.Thread):
         again at the next start."""
         self._stop_event.set()
         self.join(self.stop_s)
+        if self._learning is not None and self._learning.is_alive():
+            self._learning.join(self.stop_s)
         return not self.is_alive()
 
     def run(self) -> None:
+        if self._learning is not None:
+            self._learning.start()
         try:
             self._loop()
         except _Unstored:
@@ -155,8 +163,6 @@ class Reconstructor(threading.Thread):
             self.turned = time.monotonic()
             if self.retention_s and time.monotonic() >= self._next_expiry:
                 self._expire()
-            if self.learner is not None and time.monotonic() >= self._next_learning:
-                self._learn()
             if self.blocks is not None and time.monotonic() >= self._next_export:
                 self._export_latency()
             with self._replacement_lock:
@@ -314,15 +320,27 @@ class Reconstructor(threading.Thread):
         if self.forward is not None and rows.forward:
             self.forward(rows.forward)
 
-    def _learn(self) -> None:
-        """Learn the call graph from what is stored; map with it from the next round if it
-        changed (:mod:`.callgraph_learner`)."""
+    def _learn_loop(self) -> None:
+        """Learn the call graph from what is stored at once, then every
+        :attr:`learn_every_s`, and map with it from the next round where it changed
+        (:mod:`.callgraph_learner`), until :meth:`stop`. On a thread of its own: a pass reads
+        back and reconstructs up to :data:`~.callgraph_learner.MAX_SPANS` spans, seconds of
+        work that in a turn of the reconstruction would hold every request back. A pass that
+        fails is logged and made again at the next time."""
         assert self.learner is not None
-        self._next_learning = time.monotonic() + self.learn_every_s
-        graph = self.learner.learn()
-        if graph is not None:
-            log.info("call graph learned: %d endpoints", len(graph.endpoints))
-            self._use(graph)
+        due = 0.0
+        while not self._stop_event.is_set():
+            if time.monotonic() >= due:
+                due = time.monotonic() + self.learn_every_s
+                try:
+                    graph = self.learner.learn()
+                except Exception:
+                    log.exception("the call graph could not be learned; trying again later")
+                else:
+                    if graph is not None:
+                        log.info("call graph learned: %d endpoints", len(graph.endpoints))
+                        self.replace_callgraph(graph)
+            self._stop_event.wait(POLL_S)
 
     def replace_callgraph(self, graph: CallGraph) -> None:
         """Map with ``graph`` from the next round on (from any thread), and keep it in the
