@@ -80,7 +80,7 @@ from tacit.reconstruct.callgraph import (
     reorders,
 )
 from tacit.reconstruct.link_probability import link_probability
-from tacit.reconstruct.traceweaver import reconstruct_traceweaver
+from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 from tacit.runs import run_bounds
 
 ALONE = "alone"
@@ -93,6 +93,7 @@ EXPLAIN_ROUNDS = 3
 """Most rounds of :func:`_explain_rest`, each a reconstruction with the call graph the requests
 known so far gave: the paths a round adds explain requests the round before could not."""
 _MIN, _MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+_MAP_ONLY = TraceWeaverParams(marginal_samples=0)
 THREAD_MIN_CALLS = 20
 """Fewest calls of an instance from which it is seen to serve a request per thread."""
 
@@ -152,8 +153,8 @@ def learn_blind(spans: SpanTable, mapping: np.ndarray | None = None) -> tuple[Ca
         if not _explain_rest(spans, graph, calls, how):
             break
         graph, support = _learn(spans, requests, calls, how)
-    if mapping is None:
-        mapping = reconstruct_traceweaver(spans, graph, candidates=False).parent
+    if mapping is None:  # only the parents: no link probabilities
+        mapping = reconstruct_traceweaver(spans, graph, _MAP_ONLY, candidates=False).parent
     children = _children(spans, np.where(spans.parent != NONE, spans.parent, mapping))
     _learn_order(spans, graph, requests, children)
     _learn_frequencies(spans, graph, requests, children)
