@@ -198,7 +198,8 @@ def test_a_real_grpc_channel_is_read_on_from_batch_to_batch() -> None:
     server.stop(None)
     parts += rows(stream.flush().spans)
     whole = join_reads(reads, "live:lo")
-    assert len(reads) > 5 and peak < len(whole.packets) / 4  # cut between the calls
+    why = f"{len(whole.packets)} packets, {stream.accounting.unparsed or 'none'} unparsed"
+    assert len(reads) > 5 and peak < len(whole.packets) / 4, why  # cut between the calls
     assert stream.accounting.exchanges.paired == calls and stream.accounting.unparsed == {}
     assert sorted(parts) == rows(spans_from_read(whole).spans)
 
