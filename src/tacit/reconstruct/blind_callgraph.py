@@ -551,11 +551,17 @@ def _overlapped(spans: SpanTable, chosen: np.ndarray) -> np.ndarray:
         picked = rows[chosen[rows]]
         if not len(picked):
             continue
-        starts, ends = np.sort(spans.start[picked]), np.sort(spans.end[picked])
-        begun = np.searchsorted(starts, spans.end[rows], "left")
-        ended = np.searchsorted(ends, spans.start[rows], "right")
-        out[rows] = begun > ended
+        out[rows] = _overlapping(spans.start[picked], spans.end[picked], spans, rows) > 0
     return out
+
+
+def _overlapping(
+    starts: np.ndarray, ends: np.ndarray, spans: SpanTable, rows: np.ndarray
+) -> np.ndarray:
+    """Per row of ``rows``, how many of the intervals (``starts``, ``ends``) overlap it: begun
+    before it ends, not ended by its start."""
+    begun = np.searchsorted(np.sort(starts), spans.end[rows], "left")
+    return begun - np.searchsorted(np.sort(ends), spans.start[rows], "right")
 
 
 def _signature(path: CallPath) -> tuple[tuple[str, str], ...]:
@@ -577,8 +583,7 @@ def _sole_candidates(
     ended = np.searchsorted(np.sort(end), c_start, "right")  # ended by its start
     overlaps = begun - ended
     shared = overlaps >= 2
-    s_start, s_end = np.sort(c_start[shared]), np.sort(c_end[shared])
-    crowded = np.searchsorted(s_start, end, "left") - np.searchsorted(s_end, start, "right")
+    crowded = _overlapping(c_start[shared], c_end[shared], spans, incoming)
     owner = _latest(end)[np.maximum(begun - 1, 0)]
     out: dict[int, list[int]] = {}
     for i in np.flatnonzero(crowded == 0).tolist():
