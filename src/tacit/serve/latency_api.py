@@ -74,3 +74,13 @@ def oneway_series(store: Store, params: Mapping[str, str]) -> dict[str, Any]:
         "data": store.rda_intervals(params.get("source") or None, start, end, limit),
         "rejected": store.rda_rejected(),
     }
+
+
+def latency_series(store: Store, path: str, params: Mapping[str, str]) -> Any | None:
+    """The answer of the latency series at ``path`` (module docstring); None for another
+    path."""
+    if path == "/api/tacit/latency/response":
+        return response_series(store, params)
+    if path == "/api/tacit/latency/oneway":
+        return oneway_series(store, params)
+    return None

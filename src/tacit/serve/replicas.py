@@ -26,7 +26,7 @@ from tacit.serve.grpc_receiver import start_grpc
 from tacit.serve.http_routes import Routes
 from tacit.serve.http_server import ServeHTTPServer
 from tacit.serve.ingest import warm_up
-from tacit.serve.latency_api import oneway_series, response_series
+from tacit.serve.latency_api import latency_series
 from tacit.serve.log_ingest import LogIngest
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.service import guards, socket_address
@@ -138,10 +138,9 @@ class QueryReplica(Replica):
     def extra(self, path: str, params: dict[str, str]) -> Any | None:
         """tacit's own status (what the blocks hold) and the latency series
         (:mod:`.latency_api`)."""
-        if path == "/api/tacit/latency/response":
-            return response_series(self.store, params)
-        if path == "/api/tacit/latency/oneway":
-            return oneway_series(self.store, params)
+        series = latency_series(self.store, path, params)
+        if series is not None:
+            return series
         if path == "/api/tacit/status":
             return {"stored": self.store.counts(), "blocks": [str(r) for r in self.store.roots]}
         return None

@@ -27,7 +27,7 @@ from tacit.serve.grpc_receiver import start_grpc
 from tacit.serve.http_routes import Routes
 from tacit.serve.http_server import ServeHTTPServer
 from tacit.serve.ingest import Ingest, warm_up
-from tacit.serve.latency_api import oneway_series, response_series
+from tacit.serve.latency_api import latency_series
 from tacit.serve.log_feed import LogFeed
 from tacit.serve.metrics import ServeMetrics
 from tacit.serve.packet_feed import PacketFeed
@@ -271,10 +271,9 @@ class Service:
     def extra(self, path: str, params: dict[str, str]) -> Any | None:
         """tacit's own API beside Jaeger's: status, per-service confidence and the latency
         series (:mod:`.latency_api`)."""
-        if path == "/api/tacit/latency/response":
-            return response_series(self.store, params)
-        if path == "/api/tacit/latency/oneway":
-            return oneway_series(self.store, params)
+        series = latency_series(self.store, path, params)
+        if series is not None:
+            return series
         if path == "/api/tacit/confidence":
             conf = dict(sorted(self.reconstructor.confidence.items()))
             ratio = {s: p / n for s, (n, p) in conf.items()}
