@@ -24,7 +24,7 @@ from serve_latency import PIRATE, SIM, json_lines, pirate_capture, rda_records
 from tacit.errors import ConfigError, InputError
 from tacit.formats.pcap import read_packets
 from tacit.response_latency import PirateParams, estimate_response_latency, score_estimates
-from tacit.serve import Service, Store, load_config, reconstructor
+from tacit.serve import Service, Store, load_config, trace_writer
 from tacit.serve.replicas import QueryReplica
 
 WAIT_S = 30
@@ -223,7 +223,7 @@ def test_a_query_replica_answers_the_latency_series_as_the_store_does(
 ) -> None:
     """With blocks, the series are copied to them as they change: a query replica gives the
     store's answers, Pirate's from a capture file and RDA's posted, and their counts."""
-    monkeypatch.setattr(reconstructor, "LATENCY_EXPORT_S", 0.1)
+    monkeypatch.setattr(trace_writer, "LATENCY_EXPORT_S", 0.1)
     path, _ = capture
     blocks = tmp_path / "blocks"
     paths = ["/api/tacit/latency/response", "/api/tacit/latency/oneway"]

@@ -313,7 +313,7 @@ def _merged_while_streaming(tmp_path, compact_rounds: int, merge_again: int = ME
     the store's answers."""
     blocks = tmp_path / "blocks"
     with running(tmp_path, blocks=blocks) as svc:
-        writer = svc.reconstructor.blocks
+        writer = svc.reconstructor.writer.blocks
         assert writer is not None
         writer.compact_rounds, writer.merge_again = compact_rounds, merge_again
         post_requests(encoded_requests(shop_spans(3)), url(svc, "/v1/traces"), connections=1)
@@ -354,7 +354,7 @@ def test_a_compaction_keeps_the_answers_and_its_rounds_go_later(tmp_path, monkey
     monkeypatch.setattr(reconstructor, "GROUP_SPANS", 0)
     blocks = tmp_path / "blocks"
     with running(tmp_path, blocks=blocks) as svc:
-        writer = svc.reconstructor.blocks
+        writer = svc.reconstructor.writer.blocks
         assert writer is not None
         post_requests(encoded_requests(shop_spans(3)), url(svc, "/v1/traces"), connections=1)
         assert svc.wait_idle(60)
@@ -403,7 +403,7 @@ def test_a_round_not_yet_in_place_is_never_inside_a_merged_block(tmp_path, monke
     monkeypatch.setattr(reconstructor, "GROUP_SPANS", 0)  # a write per request: many rounds
     blocks = tmp_path / "blocks"
     with running(tmp_path, blocks=blocks) as svc:
-        writer = svc.reconstructor.blocks
+        writer = svc.reconstructor.writer.blocks
         assert writer is not None
         post_requests(encoded_requests(shop_spans(3)), url(svc, "/v1/traces"), connections=1)
         assert svc.wait_idle(60)
@@ -430,11 +430,11 @@ def test_a_merge_that_fails_leaves_the_rounds_and_the_service_goes_on(tmp_path, 
     requests = encoded_requests(shop_spans(3))
     half = len(requests) // 2
     with running(tmp_path, blocks=blocks) as svc:
-        assert svc.reconstructor.blocks is not None
+        assert svc.reconstructor.writer.blocks is not None
         post_requests(requests[:half], url(svc, "/v1/traces"), connections=1)
         assert svc.wait_idle(60)
         min(TableFiles.of(blocks / "spans").rounds.values()).write_bytes(b"torn")
-        svc.reconstructor.blocks.compact_rounds = 1
+        svc.reconstructor.writer.blocks.compact_rounds = 1
         post_requests(requests[half:], url(svc, "/v1/traces"), connections=1)
         assert svc.wait_idle(60)
         assert svc.store.counts()["spans"] == sum(n for n, _ in requests)
@@ -495,7 +495,7 @@ def test_blocks_go_with_the_retention_time(tmp_path):
     with running(tmp_path, blocks=blocks) as svc:
         post_requests(encoded_requests(shop_spans(1)), url(svc, "/v1/traces"), connections=1)
         assert svc.wait_idle(60)
-        writer = svc.reconstructor.blocks
+        writer = svc.reconstructor.writer.blocks
         assert writer is not None
         written = sorted(blocks.glob("*/0*.parquet"))
         old, new = written[: len(written) // 2], written[len(written) // 2 :]

@@ -1,9 +1,11 @@
-"""The thread that reconstructs acknowledged spans online and stores the finished traces.
+"""The thread that reconstructs acknowledged spans online and hands the finished traces to be
+stored.
 
 Spans are fed in the order they were acknowledged (:mod:`.online_feed`); whatever a push or a
 quiet spell makes final (TraceWeaver §5.3: a trace is final when no later span can change it)
-is written to the store in one transaction together with the low-water mark, the sequence
-number below which every span is in a finished trace, from which a restart resumes. When
+goes to the writer (:mod:`.trace_writer`), which stores it in one transaction together with the
+low-water mark, the sequence number below which every span is in a finished trace, from which a
+restart resumes, while this thread goes on with the next requests. When
 nothing arrives for ``idle_s``, the stream's clock moves on by the wall time that passed since
 the last request (:meth:`tacit.reconstruct.online.OnlineTraceWeaver.advance`), so the last traces
 before a pause finish too. While the receivers hold senders back (too many spans pending), the
@@ -12,9 +14,7 @@ of the size refused fits (:meth:`~tacit.reconstruct.online.OnlineTraceWeaver.clo
 the held spans come after those pending, and the time the senders wait is not the stream's, so
 that moving the clock by it instead made the held spans late. Only where no window can close
 before its lookahead has come (a bound below a window's spans) does the clock move on by that
-time still, so that the senders get in. With a retention time, the thread
-also deletes what is older than that (:meth:`tacit.serve.store.Store.expire`), a bounded part
-at a time.
+time still, so that the senders get in.
 """
 
 from __future__ import annotations
@@ -24,39 +24,30 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.common import Traces
-from tacit.model.span_details import STATUS_ERROR
-from tacit.model.spans import SERVER
 from tacit.reconstruct.callgraph import CallGraph
-from tacit.reconstruct.online import Finished, OnlineParams, RoundSolver
-from tacit.reconstruct.traceweaver import NOT_IN_CALLGRAPH
+from tacit.reconstruct.online import OnlineParams, RoundSolver
 from tacit.serve.callgraph_learner import LEARN_EVERY_S, CallGraphLearner
-from tacit.serve.finished_rows import Rows, TakenIds
 from tacit.serve.ingest import Batch, Ingest
-from tacit.serve.metrics import ServeMetrics, reason_label
+from tacit.serve.metrics import ServeMetrics
 from tacit.serve.online_feed import Fed, OnlineFeed
-from tacit.serve.store import Store, cannot_write
-from tacit.serve.store_blocks import LATENCY_EXPORT_S, BlockWriter
-from tacit.serve.store_latency import LATENCY_TABLES
-from tacit.serve.trace_metrics import TraceMetrics
+from tacit.serve.store import Store
+from tacit.serve.store_blocks import BlockWriter
+from tacit.serve.trace_writer import Group, TraceWriter, WriterEnded
 
 log = logging.getLogger("tacit.serve")
 
 POLL_S = 0.25
 """How long the thread waits for a request before it looks at the quiet time."""
-RETRY_S = 0.5
-"""The first wait before a write the store could not make is tried again; it doubles up to
-:data:`MAX_RETRY_S`."""
-MAX_RETRY_S = 8.0
 GROUP_SPANS = 10_000
-"""Spans the thread goes on pushing, of requests already queued, before it stores what they
-made final in one write (a group commit): a write costs much the same whatever it holds (a
-DuckDB transaction, a block's files), so behind a backlog one write per request would cost more
-than reconstructing it. A request that finds the queue empty is stored at once. A count, not a
-time, so that the cost of a span does not grow where the process gets less CPU."""
+"""Spans the thread goes on pushing, of requests already queued, before it hands what they
+made final on to be stored in one write (a group commit): a write costs much the same whatever
+it holds (a DuckDB transaction, a block's files), so behind a backlog one write per request
+would cost more than reconstructing it. A request that finds the queue empty is handed on at
+once. A count, not a time, so that the cost of a span does not grow where the process gets less
+CPU."""
 STOP_S = 60.0
 """How long a stop waits for the queue to be reconstructed and stored (the default bound of
 pending spans is 20 s of a stream at the target rate, 20,000 spans/s); systemd waits 90 s before
@@ -65,12 +56,6 @@ STALL_S = 120.0
 """How long one turn of the thread may take before the service says it is not ready: a round
 of the online algorithm over a window of the target rate takes seconds, and one that takes
 minutes has stopped keeping up."""
-MAX_EXPIRY_PERIOD_S = 60.0
-"""Retention is applied every tenth of the retention time, and at least this often."""
-EXPIRY_SPANS = 50_000
-"""Spans one retention transaction deletes at most: a pass over more goes on between the
-writes of finished traces instead of holding them up, since a delete, and the checkpoint of the
-file its commit may set off, holds the writes back for a time that grows with its size."""
 
 
 class Reconstructor(threading.Thread):
@@ -96,15 +81,9 @@ class Reconstructor(threading.Thread):
         self.store = store
         self.ingest = ingest
         self.metrics = metrics
-        self.trace_metrics = TraceMetrics(metrics.registry)
-        self.forward = forward
         self.idle_s = idle_s
         self.max_future_ns = max_future_s * 1e9
-        self.retention_s = retention_s
-        self._next_expiry = time.monotonic()
         self.learner = learner
-        self.blocks = blocks
-        self._next_export = time.monotonic()
         self._replacement: CallGraph | None = None  # a call graph to map with from now on
         self._replacement_lock = threading.Lock()
         self.learn_every_s = LEARN_EVERY_S
@@ -113,24 +92,40 @@ class Reconstructor(threading.Thread):
             if learner is not None
             else None
         )
-        self.seed = store.state("seed", 0) or _new_seed(store)
         self.feed = OnlineFeed(callgraph, online, store.state("next_position", 0), services, solve)
         self.feed.context.remember(store.latest_ids(self.feed.context.horizon_ns))
         self._stop_event = threading.Event()
-        self.failure: BaseException | None = None
-        self.store_problem: str | None = None  # why the store cannot write now
+        self.writer = TraceWriter(
+            store, ingest, metrics, self._stop_event, forward, retention_s, learner, blocks
+        )
+        self._callgraph_changed = False  # since the last group handed to the writer
+        self._failure: BaseException | None = None
         self.turned = time.monotonic()  # when the thread last began a turn of its loop
         self.stall_s = STALL_S
         self.stop_s = STOP_S
         self._arrived_end = 0.0  # the latest span end when the last request came
         self.lag_s = 0.0
         self.duplicates = 0  # spans received again, counted and not stored
-        self.not_in_callgraph = 0  # calls since the call graph in use took effect that it lacks
-        self._trace_ids = TakenIds()
-        # per calling service, [links, the sum of their probabilities] over everything stored,
-        # kept up to date here rather than summed again from the store after every write
-        self.confidence: dict[str, list[float]] = {}
-        self._load_confidence()
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why reconstructing, or storing what it finished, stopped (None: it did not)."""
+        return self._failure or self.writer.failure
+
+    @property
+    def store_problem(self) -> str | None:
+        """Why the store cannot write now (None: it can)."""
+        return self.writer.store_problem
+
+    @property
+    def confidence(self) -> dict[str, list[float]]:
+        """Per calling service, [links, the sum of their probabilities] over what is stored."""
+        return self.writer.confidence
+
+    @property
+    def not_in_callgraph(self) -> int:
+        """Calls stored since the call graph in use took effect that it lacks."""
+        return self.writer.not_in_callgraph
 
     def stop(self) -> bool:
         """Finish what is queued, store it, and end; pending spans stay for the restart.
@@ -144,27 +139,23 @@ class Reconstructor(threading.Thread):
         return not self.is_alive()
 
     def run(self) -> None:
+        self.writer.start()
         if self._learning is not None:
             self._learning.start()
         try:
             self._loop()
-        except _Unstored:
-            log.error(
-                "stopped while the store cannot write; what it had not stored is read again "
-                "from the journal at the next start"
-            )
+        except WriterEnded:  # the writer said why
+            pass
         except BaseException as e:  # reported by readiness and the log, not lost in a thread
-            self.failure = e
+            self._failure = e
             log.exception("reconstruction stopped")
+        finally:
+            self.writer.end()
 
-    def _loop(self) -> None:  # noqa: C901
+    def _loop(self) -> None:
         q = self.ingest.queue
         while True:
             self.turned = time.monotonic()
-            if self.retention_s and time.monotonic() >= self._next_expiry:
-                self._expire()
-            if self.blocks is not None and time.monotonic() >= self._next_export:
-                self._export_latency()
             with self._replacement_lock:
                 graph, self._replacement = self._replacement, None
             if graph is not None:
@@ -211,114 +202,24 @@ class Reconstructor(threading.Thread):
             except queue.Empty:
                 return fed
 
-    def _write(self, tables: Any, state: dict[str, int]) -> None:
-        """Store ``tables`` and ``state``, trying again while the store cannot write (a full
-        disk: :func:`~.store.cannot_write`), which readiness reports meanwhile. Spans keep
-        coming until the journal cannot take them either (503) or too many wait (429), and
-        nothing acknowledged is lost; once there is room, the service goes on where it was."""
-        wait_s = RETRY_S
-        staged = False
-        while True:
-            try:
-                if self.blocks is not None and not staged:
-                    state = {**state, **self.blocks.stage(tables)}
-                    staged = True
-                self.store.write_finished(tables, state)
-            except Exception as e:
-                if not cannot_write(e):
-                    raise
-                if self._stop_event.is_set():
-                    raise _Unstored from e
-                if self.store_problem is None:
-                    log.error("the store cannot write; trying again until it can: %s", e)
-                self.store_problem = f"the store cannot write: {e}"
-                self.turned = time.monotonic()  # waiting for room is no stall
-                self._stop_event.wait(wait_s)
-                wait_s = min(2 * wait_s, MAX_RETRY_S)
-                continue
-            if self.store_problem is not None:
-                log.warning("the store writes again")
-                self.store_problem = None
-            self._publish()
-            return
-
-    def _publish(self) -> None:
-        """Move the block of the round just stored into place; one that cannot be is moved in
-        at the next start (:class:`.store_blocks.BlockWriter`)."""
-        if self.blocks is None:
-            return
-        try:
-            merge = self.blocks.publish()
-        except OSError as e:
-            log.error("a block of stored traces could not be moved into place: %s", e)
-            return
-        self.metrics.blocks_written.inc()
-        if merge is not None:
-            self.metrics.block_merges.labels(merge).inc()
-
-    def _export_latency(self) -> None:
-        """Copy the latency series to the blocks if they changed since the last copy
-        (:meth:`.store_blocks.BlockWriter.export_latency`); one that fails is logged and
-        tried again."""
-        assert self.blocks is not None
-        self._next_export = time.monotonic() + LATENCY_EXPORT_S
-        changed = self.store.latency_changed
-        if not changed.is_set():
-            return
-        changed.clear()
-        try:
-            self.blocks.export_latency(self.store)
-        except OSError as e:
-            changed.set()
-            log.error("the latency series could not be copied to the blocks: %s", e)
-
-    def _store(self, fed: Fed) -> None:  # noqa: C901
+    def _store(self, fed: Fed) -> None:
+        """Hand what ``fed`` made final to the writer (:mod:`.trace_writer`), with the state
+        that commits it; waits while the writer has a group waiting already."""
         if fed.duplicates:
             self.duplicates += fed.duplicates
             self.ingest.finished(fed.duplicates)
             self.metrics.duplicates.inc(fed.duplicates)
         if not fed.finished and not fed.alone:
             return
-        now = time.time_ns()
-        rows = Rows()
-        for f in fed.finished:
-            if self.learner is not None:
-                self.learner.explain(f.unmapped)
-            seq, given = self.feed.release(f)
-            stored = rows.add_finished(f, seq, given, self.seed, now, self._trace_ids)
-            self._red(f)
-            self.trace_metrics.observe(stored)
-        for a in fed.alone:
-            rows.add_alone(a)
+        finished = [(f, *self.feed.release(f)) for f in fed.finished]
         state = {
             "low_water": self.feed.low_water(self.ingest.next_seq),
             "next_position": self.feed.tw.pushed,
         }
-        self._write(rows.tables(now), state)
-        self.ingest.finished(rows.span_count - rows.drawn)
-        m = self.metrics
-        m.traces.inc(rows.trace_count)
-        m.mapped.inc(rows.mapped)
-        m.given.inc(rows.given)
-        m.drawn.inc(rows.drawn)
-        for why, n in rows.unmapped.items():
-            m.unmapped.labels(reason_label(why)).inc(n)
-        self.not_in_callgraph += rows.unmapped.get(NOT_IN_CALLGRAPH, 0)
-        for fate, n in rows.fates.items():
-            m.fates.labels(fate).inc(n)
-        m.checked.labels("agree").inc(rows.agree)
-        m.checked.labels("disagree").inc(rows.disagree)
-        for svc, (links, p) in rows.confidence.items():
-            total = self.confidence.setdefault(svc, [0, 0.0])
-            total[0] += links
-            total[1] += p
-            self._confidence_gauge(svc)
-        for svc, ps in rows.link_probability.items():
-            m.link_probability.observe((svc,), ps)
-        for svc, ps in rows.trace_probability.items():
-            m.trace_probability.observe((svc,), ps)
-        if self.forward is not None and rows.forward:
-            self.forward(rows.forward)
+        group = Group(finished, fed.alone, state, self._callgraph_changed)
+        self._callgraph_changed = False
+        while not self.writer.offer(group, POLL_S):
+            self.turned = time.monotonic()  # waiting for the writer is no stall of this thread
 
     def _learn_loop(self) -> None:
         """Learn the call graph from what is stored at once, then every
@@ -350,80 +251,15 @@ class Reconstructor(threading.Thread):
 
     def _use(self, graph: CallGraph) -> None:
         self.feed.tw.set_callgraph(graph)
-        self.not_in_callgraph = 0
+        self._callgraph_changed = True
         self.metrics.callgraph_endpoints.set(len(graph.endpoints))
         if self.learner is None:
             self.store.add_callgraph(time.time_ns(), graph.to_yaml())
 
-    def _expire(self) -> None:
-        """Delete what was taken in more than the retention time ago (between this thread's
-        writes of finished traces, at most :data:`EXPIRY_SPANS` spans at a time, the next part
-        after the next request), and count it. A pass that fails (a write of the Pirate or
-        RDA threads conflicting with its deletions) is logged and tried again next time."""
-        import duckdb
-
-        before_ns = time.time_ns() - round(self.retention_s * 1e9)
-        low_water = self.feed.low_water(self.ingest.next_seq)
-        done = True
-        try:
-            expired = self.store.expire(before_ns, low_water, EXPIRY_SPANS)
-        except duckdb.Error as e:
-            log.warning("retention pass failed, to be tried again: %s", e)
-        else:
-            done = expired.done
-            for table, n in expired.rows.items():
-                self.metrics.expired.labels(table).inc(n)
-            if any(expired.rows.get(table) for table in LATENCY_TABLES):
-                self.store.latency_changed.set()
-        if self.blocks is not None:
-            try:
-                self.metrics.expired.labels("blocks").inc(self.blocks.expire(before_ns))
-            except OSError as e:
-                log.warning("blocks could not be expired, to be tried again: %s", e)
-        self._load_confidence()
-        wait = 0.0 if not done else min(self.retention_s / 10, MAX_EXPIRY_PERIOD_S)
-        self._next_expiry = time.monotonic() + wait
-
-    def _load_confidence(self) -> None:
-        """Per-service confidence over what the store holds, and its gauges (a service with
-        nothing stored any more loses its gauge)."""
-        before = set(self.confidence)
-        self.confidence = {svc: list(v) for svc, v in self.store.confidence(0).items()}
-        for svc in self.confidence:
-            self._confidence_gauge(svc)
-        for svc in before - set(self.confidence):
-            self.metrics.confidence.remove(svc)
-
-    def _confidence_gauge(self, svc: str) -> None:
-        n, p = self.confidence[svc]
-        self.metrics.confidence.labels(svc).set(p / n)
-
-    def _red(self, f: Finished) -> None:
-        """Rate, errors and duration of the finished incoming requests, per service."""
-        spans = f.spans
-        s = spans.strings
-        server = spans.kind == SERVER
-        seconds = ((spans.end[server] - spans.start[server]) / 1e9).tolist()
-        by_service: dict[int, list[tuple[int, float]]] = {}
-        for r, code, sec in zip(
-            server.nonzero()[0].tolist(), spans.service[server].tolist(), seconds, strict=True
-        ):
-            by_service.setdefault(code, []).append((r, sec))
-        m = self.metrics  # one look-up of each labelled child per service, not per span
-        for code, mine in by_service.items():
-            svc = s.values[code]  # every span has a service
-            m.requests.labels(svc).inc(len(mine))
-            errors = sum(
-                (d := spans.detail(r)) is not None and d.status == STATUS_ERROR for r, _ in mine
-            )
-            if errors:
-                m.errors.labels(svc).inc(errors)
-            m.duration.observe((svc,), [sec for _, sec in mine])
-
     def stalled_s(self) -> float | None:
-        """How long the thread has been in its current turn, when longer than
-        :attr:`stall_s` (a turn that never ends: a hang); else None."""
-        busy = time.monotonic() - self.turned
+        """How long the thread has been in its current turn, or the writer on its current
+        group, when longer than :attr:`stall_s` (a turn that never ends: a hang); else None."""
+        busy = max(time.monotonic() - self.turned, self.writer.stalled_s())
         return busy if busy > self.stall_s else None
 
     def _lag(self) -> None:
@@ -435,17 +271,3 @@ class Reconstructor(threading.Thread):
         elif latest > 0:
             self.lag_s = max(0.0, (time.time_ns() - latest) / 1e9)
         self.metrics.lag.set(self.lag_s)
-
-
-def _new_seed(store: Store) -> int:
-    """The seed of this database's trace ids, drawn once and kept (ids never repeat across
-    restarts: positions continue, and the seed stays)."""
-    from tacit.reconstruct.assemble import new_seed
-
-    seed = new_seed() >> 1 or 1  # a positive BIGINT
-    store.set_state("seed", seed)
-    return seed
-
-
-class _Unstored(Exception):
-    """Asked to stop while the store cannot write: what was not stored stays in the journal."""
