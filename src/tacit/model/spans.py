@@ -113,6 +113,15 @@ class SpanTable(ColumnTable):
         details = None if self.details is None else self.details[rows]
         return SpanTable(self.strings, **cols, sources=self.sources, details=details)
 
+    def compacted(self) -> SpanTable:
+        """These spans with a pool of only the strings they use: a slice of a big table shares
+        its whole pool, which pickling it (to send it to another process) would carry along.
+        The codes keep their order, so what is sorted by code stays sorted alike."""
+        pool = StringPool()
+        table = _recoded(pool, self)
+        cols = {k: table[v] if k in _STRING_COLUMNS else v for k, v in self.columns().items()}
+        return SpanTable(pool, **cols, sources=self.sources, details=self.details)
+
     def describe(self, row: int) -> str:
         """A short human description of one span, for messages."""
         return (
@@ -138,11 +147,8 @@ def concat(tables: Sequence[SpanTable], *, into_first: bool = False) -> SpanTabl
     offset = 0
     sources: list[str] = []
     for i, t in enumerate(tables):
-        table = None  # the first table's codes, kept as they are
-        if not (into_first and i == 0):
-            # Only the strings the rows use: a slice of a big table shares its whole pool.
-            used = distinct(np.concatenate([getattr(t, k) for k in _STRING_COLUMNS]))
-            table = recode(pool, t.strings, used)
+        # the first table's codes, kept as they are
+        table = None if into_first and i == 0 else _recoded(pool, t)
         for k, v in t.columns().items():
             if k in _STRING_COLUMNS and table is not None:
                 v = table[v]
@@ -154,6 +160,14 @@ def concat(tables: Sequence[SpanTable], *, into_first: bool = False) -> SpanTabl
     details = concat_details([(len(t), t.details) for t in tables])
     cols = {k: np.concatenate(v) for k, v in parts.items()}
     return SpanTable(pool, **cols, sources=sources, details=details)
+
+
+def _recoded(pool: StringPool, table: SpanTable) -> np.ndarray:
+    """A lookup from the string codes of ``table`` to codes of ``pool``, into which only the
+    strings its rows use are interned (in the order of their codes): a slice of a big table
+    shares its whole pool."""
+    used = distinct(np.concatenate([getattr(table, k) for k in _STRING_COLUMNS]))
+    return recode(pool, table.strings, used)
 
 
 def _bad_times(start: int, end: int) -> str:

@@ -236,8 +236,9 @@ def solve_parts(
     ``below`` as it takes them), the instances of :func:`partition` (or ``parts``) solved on
     the cluster of ``client`` and merged: the same result.
 
-    The table goes to each worker once, and each task names its rows: a table of its own per
-    part would carry the whole string pool each time. A part's calls reach into other parts
+    The table goes to each worker once, with the strings it uses alone (a round's spans are a
+    slice of the pending spans, whose pool holds many more), and each task names its rows: a
+    table of its own per part would carry the pool each time. A part's calls reach into other parts
     for the values of their transaction fields (:mod:`.shared_values`: the spans below a call
     are the callee's), so those are found here, over the whole table, and sent with each part;
     the details of the spans go with the table only where they name such values.
@@ -247,9 +248,8 @@ def solve_parts(
     if parts is None:
         parts = partition(spans, callgraph, params)
     belows = _values_below(spans, parts, params, below)
-    table = client.scatter(
-        spans if belows else replace(spans, details=None), broadcast=True, hash=False
-    )
+    sent = spans if belows else replace(spans, details=None)
+    table = client.scatter(sent.compacted(), broadcast=True, hash=False)
     graph = scattered if scattered is not None else client.scatter(callgraph, broadcast=True)
     futures = client.map(
         _reconstruct_part,
