@@ -185,8 +185,8 @@ def reconstruct_dask(
 ) -> Reconstruction:
     """:func:`.traceweaver.reconstruct_traceweaver` of ``spans``, its :func:`partition` run on
     the Dask cluster of ``scheduler`` (an address, or a connected ``distributed.Client``) and
-    merged. The workers need tacit installed; the table and the call graph go to each of them
-    once.
+    merged. The workers need tacit installed; each part goes to one of them, and the call graph
+    to each once.
     ``progress`` gets the span count of each part as it comes back. Dask's own settings apply
     (the connection timeout is ``distributed.comm.timeouts.connect``)."""
     parts = partition(spans, callgraph, params, window_ns)
@@ -236,26 +236,26 @@ def solve_parts(
     ``below`` as it takes them), the instances of :func:`partition` (or ``parts``) solved on
     the cluster of ``client`` and merged: the same result.
 
-    The table goes to each worker once, with the strings it uses alone (a round's spans are a
-    slice of the pending spans, whose pool holds many more), and each task names its rows: a
-    table of its own per part would carry the pool each time. A part's calls reach into other parts
-    for the values of their transaction fields (:mod:`.shared_values`: the spans below a call
-    are the callee's), so those are found here, over the whole table, and sent with each part;
-    the details of the spans go with the table only where they name such values.
-    ``scattered``: the call graph, already on the cluster."""
+    Each part goes to one worker, as a table of its own with the strings it uses alone
+    (:meth:`~tacit.model.spans.SpanTable.compacted`; the strings keep their order, so the part
+    is solved as its rows of the whole table are): what is sent is the table once, however
+    many workers there are. A part's calls reach into other parts for the values of their
+    transaction fields (:mod:`.shared_values`: the spans below a call are the callee's), so
+    those are found here, over the whole table, and sent with each part; the details of the
+    spans go only where they name such values. ``scattered``: the call graph, already on the
+    cluster."""
     import distributed
 
     if parts is None:
         parts = partition(spans, callgraph, params)
     belows = _values_below(spans, parts, params, below)
     sent = spans if belows else replace(spans, details=None)
-    table = client.scatter(sent.compacted(), broadcast=True, hash=False)
+    tables = client.scatter([sent.take(rows).compacted() for rows in parts], hash=False)
     graph = scattered if scattered is not None else client.scatter(callgraph, broadcast=True)
     futures = client.map(
         _reconstruct_part,
-        parts,
+        tables,
         belows or [None] * len(parts),
-        spans=table,
         callgraph=graph,
         params=params,
         candidates=candidates,
@@ -322,14 +322,11 @@ def _values_below(
 
 
 def _reconstruct_part(
-    rows: np.ndarray,
-    below: dict[int, set[str]] | None,
     spans: SpanTable,
+    below: dict[int, set[str]] | None,
     callgraph: CallGraph,
     params: TraceWeaverParams | None,
     candidates: bool,
 ) -> Reconstruction:
     """One part of :func:`partition`, reconstructed on a worker."""
-    return reconstruct_traceweaver(
-        spans.take(rows), callgraph, params, candidates=candidates, below=below
-    )
+    return reconstruct_traceweaver(spans, callgraph, params, candidates=candidates, below=below)
