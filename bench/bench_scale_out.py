@@ -16,7 +16,7 @@ span. The projection is cores per role for 100,000 and 1,000,000 spans/s at that
 reconstruct role's cost falls under load, as it stores what several queued requests finished
 in one write: the stream, at the offered rate, has nothing queued, so its cost is also given
 as the one-core ceiling run's below. The role is one process per application today, so the
-rate one core of it takes is its ceiling (docs/scale-out.md).
+rate about one core of it takes is its ceiling (docs/scale-out.md).
 
 Last, the check of the model (``run_ceiling``): the stream put in the log first, then one
 reconstruct process (its rounds in its own process, writing blocks as the streaming runs'
@@ -119,7 +119,7 @@ def main() -> None:
         c["lost"]: c["cpu_us_per_span"] for c in ceilings if c["cores"] == "0" and not c["quota"]
     }
     for c in ceilings:
-        given = min(c["quota"] or 1.0, 1.0)  # one thread of Python: at most one core
+        given = min(c["quota"] or 1.0, 1.0)  # its Python holds one lock: one core of it
         c["predicted_spans_per_s"] = round(given * 1e6 / one_core[c["lost"]])
         c["own_cost_spans_per_s"] = round(given * 1e6 / c["cpu_us_per_span"])
     spans = simulate(load_app(None), args.rate, duration_s=args.seconds, seed=2,
@@ -213,8 +213,10 @@ def _markdown(result: dict, command: str) -> str:
         "(`taskset -c 0`), on a fraction of it (a cgroup CPU quota) and on both; and on both "
         "with its rounds on two Dask workers (their CPU not counted); the rate "
         "and cost are those of the spans the longer backlog held beyond the shorter's. "
-        "Predicted: the CPU given (at most one core: the process is one thread of Python) "
-        "over the run's own cost per span, and over the one-core run's of the same stream. "
+        "Predicted: the CPU given, at most one core (the process's Python holds one lock; "
+        "what its store does outside it, on the writer's thread, may take a part of a second "
+        "core), over the run's own cost per span, and over the one-core run's of the same "
+        "stream. "
         "The streams keep their senders' context, so that most traces are whole on arrival; "
         "the last runs take the same app's stream with every call's context lost (each round "
         "with every call to infer), "
