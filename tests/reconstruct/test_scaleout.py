@@ -185,8 +185,15 @@ def test_on_dask_a_call_sees_the_values_below_it_in_other_parts(passed_on, clust
 
 def test_online_rounds_on_dask_give_the_rounds_here(reviews, passed_on, cluster):
     """The service's rounds (online TraceWeaver, §5.3) with their offline step on the
-    cluster: the same parents, scores, probabilities and alternatives, round by round."""
+    cluster: the same parents, scores, probabilities and alternatives, round by round; the
+    caller's own work goes on while each round is solved (``meanwhile``)."""
     distributed = pytest.importorskip("distributed")
+    calls: list[int] = []
+
+    def meanwhile() -> bool:  # some work, then none left
+        calls.append(1)
+        return len(calls) % 3 != 0
+
     with distributed.Client(cluster, set_as_default=False) as client:
         for blind, graph in (reviews[:2], passed_on[1:]):
             length = int(blind.end.max() - blind.start.min())  # a few rounds over the stream
@@ -194,10 +201,13 @@ def test_online_rounds_on_dask_give_the_rounds_here(reviews, passed_on, cluster)
                 window_ns=length // 4, lookahead_ns=length // 8, lateness_ns=length // 16
             )
             here = reconstruct_streamed(blind, graph, FAST, online)
-            there = reconstruct_streamed(blind, graph, FAST, online, solve=DaskRounds(client))
+            there = reconstruct_streamed(
+                blind, graph, FAST, online, solve=DaskRounds(client, meanwhile)
+            )
             assert here.info["rounds"] >= 3
             assert_same(there, here)
             assert np.array_equal(there.probability, here.probability, equal_nan=True)
+    assert calls
 
 
 def test_a_scheduler_out_of_reach_is_a_config_error(shop):

@@ -21,10 +21,10 @@ def _until(condition, timeout_s: float = 60) -> bool:
 
 
 def test_the_next_requests_are_reconstructed_while_a_write_is_held(tmp_path):
-    """While the first write of finished traces is held, the reconstruction takes the next
-    requests and makes more traces final (it waits only once a second group waits to be
-    written); readiness says the write has not moved on; once it is let go, every span is
-    stored once and the store commits the last low-water mark."""
+    """While a write of finished traces is held, the reconstruction takes the next requests
+    (it waits only once a second group waits to be written); readiness says the write has not
+    moved on; once it is let go, every span is stored once and the store commits the last
+    low-water mark."""
     spans = shop_spans(6)
     requests = encoded_requests(spans)
     with running(tmp_path) as svc:
@@ -40,23 +40,24 @@ def test_the_next_requests_are_reconstructed_while_a_write_is_held(tmp_path):
 
         svc.store.write_finished = held
         url = f"http://127.0.0.1:{svc.http_port}/v1/traces"
-        half = len(requests) // 2
+        sent = 0
         try:
-            assert post_requests(requests[:half], url).failed == 0
-            assert writing.wait(60)
-            rounds = svc.reconstructor.feed.tw.rounds
+            # one request at a time, each taken before the next, so that the write held is
+            # the last group handed
+            while not writing.is_set() and sent < len(requests) - 2:
+                assert post_requests(requests[sent : sent + 1], url).failed == 0
+                sent += 1
+                assert _until(svc.ingest.queue.empty)
+                writing.wait(0.5)
+            assert writing.is_set()
             pushed = svc.reconstructor.feed.tw.pushed
-            assert post_requests(requests[half:], url).failed == 0
-            went_on = _until(
-                lambda: (
-                    svc.reconstructor.feed.tw.rounds > rounds
-                    and svc.reconstructor.feed.tw.pushed > pushed
-                )
-            )
+            assert post_requests(requests[sent : sent + 2], url).failed == 0
+            went_on = _until(lambda: svc.reconstructor.feed.tw.pushed > pushed)
             time.sleep(1.0)
             ready = get(svc, "/readyz")
         finally:
             release.set()
+        assert post_requests(requests[sent + 2 :], url).failed == 0
         assert svc.wait_idle(60)
         status = get_json(svc, "/api/tacit/status")
         next_seq = svc.ingest.next_seq

@@ -19,7 +19,7 @@ is split.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -231,6 +231,7 @@ def solve_parts(
     candidates: bool = True,
     below: Mapping[int, set[str]] | None = None,
     progress: Progress | None = None,
+    meanwhile: Callable[[], bool] | None = None,
 ) -> Reconstruction:
     """:func:`.traceweaver.reconstruct_traceweaver` of ``spans`` (with ``candidates`` and
     ``below`` as it takes them), the instances of :func:`partition` (or ``parts``) solved on
@@ -243,7 +244,9 @@ def solve_parts(
     transaction fields (:mod:`.shared_values`: the spans below a call are the callee's), so
     those are found here, over the whole table, and sent with each part; the details of the
     spans go only where they name such values. ``scattered``: the call graph, already on the
-    cluster."""
+    cluster. ``meanwhile`` is called while the parts are solved, until it says it has nothing
+    more to do (False) or they are all done: the caller's own work, which the round's result
+    does not change."""
     import distributed
 
     if parts is None:
@@ -261,6 +264,9 @@ def solve_parts(
         candidates=candidates,
         pure=False,
     )
+    if meanwhile is not None:
+        while not all(f.done() for f in futures) and meanwhile():
+            pass
     index = {f.key: i for i, f in enumerate(futures)}
     results: dict[int, Reconstruction] = {}
     for future, result in distributed.as_completed(futures, client.loop, with_results=True):
@@ -275,10 +281,14 @@ class DaskRounds:
     """The offline step of each round of online TraceWeaver (:data:`.online.RoundSolver`) on
     the Dask cluster of ``client``, by instance (:func:`solve_parts`): the rounds stay in
     order, one after another, and each round's instances run at once on the workers. The call
-    graph goes to the workers once, and again when it is replaced."""
+    graph goes to the workers once, and again when it is replaced. ``meanwhile``: as
+    :func:`solve_parts` takes it, for every round."""
 
-    def __init__(self, client: distributed.Client) -> None:
+    def __init__(
+        self, client: distributed.Client, meanwhile: Callable[[], bool] | None = None
+    ) -> None:
         self.client = client
+        self.meanwhile = meanwhile
         self._graph: tuple[CallGraph, distributed.Future] | None = None
 
     def __call__(
@@ -298,6 +308,7 @@ class DaskRounds:
             scattered=self._graph[1],
             candidates=False,
             below=below,
+            meanwhile=self.meanwhile,
         )
 
 

@@ -23,10 +23,14 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+
+import numpy as np
 
 from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.common import Traces
+from tacit.model.spans import SpanTable
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.online import OnlineParams, RoundSolver
 from tacit.serve.callgraph_learner import LEARN_EVERY_S, CallGraphLearner
@@ -36,6 +40,9 @@ from tacit.serve.online_feed import Fed, OnlineFeed
 from tacit.serve.store import Store
 from tacit.serve.store_blocks import BlockWriter
 from tacit.serve.trace_writer import Group, TraceWriter, WriterEnded
+
+Read = tuple[SpanTable, np.ndarray]
+"""A request's spans as read (:data:`~tacit.formats.otlp_request.RequestReader`)."""
 
 log = logging.getLogger("tacit.serve")
 
@@ -106,6 +113,8 @@ class Reconstructor(threading.Thread):
         self._arrived_end = 0.0  # the latest span end when the last request came
         self.lag_s = 0.0
         self.duplicates = 0  # spans received again, counted and not stored
+        self._ahead: deque[tuple[Batch, Read]] = deque()  # requests read ahead (read_ahead)
+        self._ahead_spans = 0
 
     @property
     def failure(self) -> BaseException | None:
@@ -153,19 +162,15 @@ class Reconstructor(threading.Thread):
             self.writer.end()
 
     def _loop(self) -> None:
-        q = self.ingest.queue
         while True:
             self.turned = time.monotonic()
             with self._replacement_lock:
                 graph, self._replacement = self._replacement, None
             if graph is not None:
                 self._use(graph)
-            try:
-                batch: Batch | None = q.get(timeout=POLL_S)
-            except queue.Empty:
-                batch = None
-            if batch is not None:
-                self._store(self._push_queued(batch))
+            taken = self._next(POLL_S)
+            if taken is not None:
+                self._store(self._push_queued(taken))
                 continue
             if self._stop_event.is_set():
                 return
@@ -185,22 +190,56 @@ class Reconstructor(threading.Thread):
                 self._store(Fed(self.feed.advance(self._arrived_end + quiet_s * 1e9)))
             self._lag()
 
-    def _push_queued(self, batch: Batch) -> Fed:
-        """Push ``batch``, and those queued behind it up to :data:`GROUP_SPANS` spans: what
-        they made final, to be stored in one write."""
+    def _push_queued(self, taken: tuple[Batch, Read]) -> Fed:
+        """Push the request ``taken`` (with its spans read), and those queued behind it up to
+        :data:`GROUP_SPANS` spans: what they made final, to be stored in one write."""
         fed = Fed()
         pushed = 0
         while True:
+            batch, read = taken
             ends_by = batch.received_ns + self.max_future_ns
-            fed.add(self.feed.push(*batch.read(), batch.seq, ends_by))
+            fed.add(self.feed.push(*read, batch.seq, ends_by))
             self._arrived_end = self.feed.tw.latest_end
             pushed += batch.count
             if pushed >= GROUP_SPANS:
                 return fed
-            try:
-                batch = self.ingest.queue.get_nowait()
-            except queue.Empty:
+            next_one = self._next(0.0)
+            if next_one is None:
                 return fed
+            taken = next_one
+
+    def read_ahead(self) -> bool:
+        """Take the next queued request and read its spans now; whether there was one to take
+        (at most :data:`GROUP_SPANS` spans are read ahead). For the time a round is solved
+        elsewhere (:class:`~tacit.reconstruct.scaleout.DaskRounds` calls it meanwhile, on this
+        thread): reading does not touch the algorithm's state, which the round's result
+        changes, and the requests read ahead are pushed first, in their order."""
+        if self._ahead_spans >= GROUP_SPANS:
+            return False
+        try:
+            batch = self.ingest.queue.get_nowait()
+        except queue.Empty:
+            return False
+        self._ahead.append((batch, batch.read()))
+        self._ahead_spans += batch.count
+        return True
+
+    def _next(self, timeout_s: float) -> tuple[Batch, Read] | None:
+        """The next request with its spans read: one read ahead, else the next queued
+        (waiting up to ``timeout_s``); None when none came."""
+        if self._ahead:
+            batch, read = self._ahead.popleft()
+            self._ahead_spans -= batch.count
+            return batch, read
+        try:
+            batch = (
+                self.ingest.queue.get(timeout=timeout_s)
+                if timeout_s
+                else self.ingest.queue.get_nowait()
+            )
+        except queue.Empty:
+            return None
+        return batch, batch.read()
 
     def _store(self, fed: Fed) -> None:
         """Hand what ``fed`` made final to the writer (:mod:`.trace_writer`), with the state

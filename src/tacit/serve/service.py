@@ -128,6 +128,7 @@ class Service:
         assert callgraph is not None
         self.metrics.callgraph_endpoints.set(len(callgraph.endpoints))
         self.dask = connect(config.dask) if config.dask else None
+        rounds = DaskRounds(self.dask) if self.dask is not None else None
         self.reconstructor = Reconstructor(
             self.store,
             self.ingest,
@@ -140,9 +141,11 @@ class Service:
             config.retention_s,
             names,
             self.learner,
-            DaskRounds(self.dask) if self.dask is not None else None,
+            rounds,
             BlockWriter(config.blocks, self.store) if config.blocks else None,
         )
+        if rounds is not None:  # the next requests are read while a round is solved
+            rounds.meanwhile = self.reconstructor.read_ahead
         sources = [config.pirate_pcap, config.pirate_interface]
         self.pirate = [
             PirateFeed(
