@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from email.message import Message
 from functools import cache
@@ -51,6 +52,16 @@ def running(tmp: Path, **changes: Any) -> Iterator[Service]:
         yield svc
     finally:
         svc.stop()
+
+
+def until(condition: Callable[[], object], timeout_s: float, poll_s: float = 0.1) -> bool:
+    """Whether ``condition`` held within ``timeout_s``, looked at every ``poll_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+    return True
 
 
 def url(svc: Service, path: str) -> str:

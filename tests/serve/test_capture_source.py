@@ -14,7 +14,7 @@ import yaml
 
 from app_captures import pong_server
 from capture_probe import needs_capture
-from serve_app import QUICK, config, get_json, running
+from serve_app import QUICK, config, get_json, running, until
 from tacit.evaluation.capture_accuracy import call_accuracy, label_capture, stored_parents
 from tacit.formats.capture_spans import NO_RESPONSE, ServiceMap, read_capture_spans
 from tacit.formats.exchanges import ExchangeParams
@@ -61,9 +61,7 @@ def _stored(svc: Service) -> list:
 
 
 def _wait(svc: Service) -> dict:
-    deadline = time.monotonic() + 60
-    while not svc.captures[0].finished.is_set() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until(svc.captures[0].finished.is_set, 60, 0.05)
     assert svc.wait_idle(60)
     return get_json(svc, "/api/tacit/status")
 
@@ -129,10 +127,10 @@ def test_a_live_capture_on_loopback_is_taken_in(tmp_path: Path) -> None:
                 client.request("GET", "/ping")
                 assert client.getresponse().read() == b"pong"
                 time.sleep(0.02)  # across several of the feed's reads
-            deadline = time.monotonic() + 30
-            while get_json(svc, "/api/tacit/status")["capture"][0]["spans"] < 2 * requests:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+            assert until(
+                lambda: get_json(svc, "/api/tacit/status")["capture"][0]["spans"] >= 2 * requests,
+                30,
+            )
             client.close()
             assert svc.wait_idle(30)
             (source,) = get_json(svc, "/api/tacit/status")["capture"]

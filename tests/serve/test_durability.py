@@ -17,7 +17,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
 from clirun import TACIT
-from serve_app import shop_callgraph, shop_spans
+from serve_app import shop_callgraph, shop_spans, until
 from tacit.experiment.memcached import free_port
 from tacit.experiment.otlp_load import BATCH, sdk_spans
 from tacit.serve.store import Store
@@ -215,15 +215,6 @@ def _post(server: Server, spans: list) -> int:
         return e.code
 
 
-def _until(condition, timeout_s: float = 120) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
-
-
 def test_a_full_disk_is_answered_503_and_the_service_goes_on_once_there_is_room(disk_server):
     """With its store on a full filesystem the service stays up: exports are answered 503
     (the exporter retries), readiness says why; once space is freed, it takes and stores again,
@@ -247,9 +238,9 @@ def test_a_full_disk_is_answered_503_and_the_service_goes_on_once_there_is_room(
         if answers[-1] == 200:
             acked.extend(waiting.pop(0).tolist())
     assert answers[-1] == 503, "the disk must have filled before the spans were all sent"
-    assert _until(lambda: _readiness(server) == 503)
+    assert until(lambda: _readiness(server) == 503, 120, 0.2)
     (small_disk / "filler").unlink()
-    assert _until(lambda: _readiness(server) == 200)
+    assert until(lambda: _readiness(server) == 200, 120, 0.2)
     exporter = OTLPSpanExporter(endpoint=server.url("/v1/traces"), timeout=30)
     for rows in waiting:
         assert exporter.export([readable[r] for r in rows]) == SpanExportResult.SUCCESS

@@ -3,11 +3,9 @@ that; the numbering of spans survives it and a restart."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from serve_app import get, get_json, running, shop_spans
+from serve_app import get, get_json, running, shop_spans, until
 from tacit.errors import ConfigError
 from tacit.experiment.otlp_load import send_spans
 from tacit.serve import ServeConfig
@@ -123,9 +121,7 @@ def test_the_service_expires_its_traces_and_the_numbering_survives(tmp_path):
         log = send_spans(spans, f"http://127.0.0.1:{svc.http_port}/v1/traces")
         assert log.acknowledged == len(spans)
         assert svc.wait_idle(60)
-        deadline = time.monotonic() + 30
-        while _count(svc.store, "traces") and time.monotonic() < deadline:
-            time.sleep(0.1)
+        until(lambda: not _count(svc.store, "traces"), 30)
         assert _count(svc.store, "traces") == 0 and _count(svc.store, "spans") == 0
         assert _count(svc.store, "ingest") == 1
         service = spans.strings[int(spans.service[0])]

@@ -7,17 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
-from serve_app import get, get_json, running, shop_spans
+from serve_app import get, get_json, running, shop_spans, until
 from tacit.experiment.otlp_load import encoded_requests, post_requests
-
-
-def _until(condition, timeout_s: float = 60) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def test_the_next_requests_are_reconstructed_while_a_write_is_held(tmp_path):
@@ -47,12 +38,12 @@ def test_the_next_requests_are_reconstructed_while_a_write_is_held(tmp_path):
             while not writing.is_set() and sent < len(requests) - 2:
                 assert post_requests(requests[sent : sent + 1], url).failed == 0
                 sent += 1
-                assert _until(svc.ingest.queue.empty)
+                assert until(svc.ingest.queue.empty, 60, 0.05)
                 writing.wait(0.5)
             assert writing.is_set()
             pushed = svc.reconstructor.feed.tw.pushed
             assert post_requests(requests[sent : sent + 2], url).failed == 0
-            went_on = _until(lambda: svc.reconstructor.feed.tw.pushed > pushed)
+            went_on = until(lambda: svc.reconstructor.feed.tw.pushed > pushed, 60, 0.05)
             time.sleep(1.0)
             ready = get(svc, "/readyz")
         finally:
