@@ -40,7 +40,9 @@ def read_export_request(
     return check_export_request(body, encoding, source, from_sender)[1]()
 
 
-RequestReader = Callable[[], tuple[SpanTable, np.ndarray]]
+RequestSpans = tuple[SpanTable, np.ndarray]
+"""A request's spans, and the parent span id each named (codes of the table's strings)."""
+RequestReader = Callable[[], RequestSpans]
 """Reads the spans of a checked request (:func:`check_export_request`); cannot fail."""
 
 MAX_REQUEST_SPANS = 100_000

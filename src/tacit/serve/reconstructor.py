@@ -26,11 +26,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-import numpy as np
-
 from tacit.formats.capture_spans import ServiceMap
 from tacit.formats.common import Traces
-from tacit.model.spans import SpanTable
+from tacit.formats.otlp_request import RequestSpans
 from tacit.reconstruct.callgraph import CallGraph
 from tacit.reconstruct.online import OnlineParams, RoundSolver
 from tacit.serve.callgraph_learner import LEARN_EVERY_S, CallGraphLearner
@@ -40,9 +38,6 @@ from tacit.serve.online_feed import Fed, OnlineFeed
 from tacit.serve.store import Store
 from tacit.serve.store_blocks import BlockWriter
 from tacit.serve.trace_writer import Group, TraceWriter, WriterEnded
-
-Read = tuple[SpanTable, np.ndarray]
-"""A request's spans as read (:data:`~tacit.formats.otlp_request.RequestReader`)."""
 
 log = logging.getLogger("tacit.serve")
 
@@ -113,7 +108,7 @@ class Reconstructor(threading.Thread):
         self._arrived_end = 0.0  # the latest span end when the last request came
         self.lag_s = 0.0
         self.duplicates = 0  # spans received again, counted and not stored
-        self._ahead: deque[tuple[Batch, Read]] = deque()  # requests read ahead (read_ahead)
+        self._ahead: deque[tuple[Batch, RequestSpans]] = deque()  # requests read ahead (read_ahead)
         self._ahead_spans = 0
 
     @property
@@ -190,7 +185,7 @@ class Reconstructor(threading.Thread):
                 self._store(Fed(self.feed.advance(self._arrived_end + quiet_s * 1e9)))
             self._lag()
 
-    def _push_queued(self, taken: tuple[Batch, Read]) -> Fed:
+    def _push_queued(self, taken: tuple[Batch, RequestSpans]) -> Fed:
         """Push the request ``taken`` (with its spans read), and those queued behind it up to
         :data:`GROUP_SPANS` spans: what they made final, to be stored in one write."""
         fed = Fed()
@@ -224,7 +219,7 @@ class Reconstructor(threading.Thread):
         self._ahead_spans += batch.count
         return True
 
-    def _next(self, timeout_s: float) -> tuple[Batch, Read] | None:
+    def _next(self, timeout_s: float) -> tuple[Batch, RequestSpans] | None:
         """The next request with its spans read: one read ahead, else the next queued
         (waiting up to ``timeout_s``); None when none came."""
         if self._ahead:
