@@ -561,7 +561,11 @@ class OnlineTraceWeaver:
         given = self.given[work]
         spans.parent[given] = find_sorted(self.position[work], self.parent[work[given]])
         self._call_names.name(spans)
-        rec = self.solve(spans, self.callgraph, self.params, self._values_below(work))
+        below = self._values_below(work)
+        params = self.params
+        if below is None:  # no span of the work names a value: the solver need not look again
+            params = replace(params or TraceWeaverParams(), shared_values=False)
+        rec = self.solve(spans, self.callgraph, params, below)
         kind = spans.kind
         final_in = (kind == SERVER) & (spans.end <= boundary)
         chosen = (kind == CLIENT) & (rec.parent != NONE) & ~given

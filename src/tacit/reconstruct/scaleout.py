@@ -320,16 +320,18 @@ def _values_below(
 ) -> list[dict[int, set[str]] | None] | None:
     """Per part, by its own row, the values below each of its calls (what
     :class:`.shared_values.SharedValues` finds over the whole table, ``below`` included);
-    None when no span names a value, or shared values are off."""
+    None when no span names a value, or shared values are off. A ``below`` that has every
+    call already (an online round's: :meth:`.online.OnlineTraceWeaver._values_below`) is
+    taken as it is, rather than the table's values read again."""
     if not (params or TraceWeaverParams()).shared_values or spans.details is None:
         return None
-    values = SharedValues(spans, np.arange(len(spans)), below)
-    if not values:
-        return None
     client = spans.kind == CLIENT
-    return [
-        {i: values.below(r) for i, r in enumerate(rows.tolist()) if client[r]} for rows in parts
-    ]
+    if below is None or not below.keys() >= set(np.flatnonzero(client).tolist()):
+        values = SharedValues(spans, np.arange(len(spans)), below)
+        if not values:
+            return None
+        below = {r: values.below(r) for r in np.flatnonzero(client).tolist()}
+    return [{i: below[r] for i, r in enumerate(rows.tolist()) if client[r]} for rows in parts]
 
 
 def _reconstruct_part(
