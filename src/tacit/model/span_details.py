@@ -64,6 +64,19 @@ class SpanDetail:
     status_message: str = ""
     events: tuple[SpanEvent, ...] = ()
 
+    def __reduce__(self) -> tuple[type[SpanDetail], tuple[Any, ...]]:
+        """Pickled as its fields in order: a table's details go to another process (a Dask
+        worker, the service's row builder) a span at a time, and the default for a class with
+        slots, a state dict per object, costs several times more."""
+        return SpanDetail, (
+            self.span_id,
+            self.attributes,
+            self.resource,
+            self.status,
+            self.status_message,
+            self.events,
+        )
+
 
 NO_DETAIL = SpanDetail()
 """What a writer takes for a row without a detail."""
