@@ -66,6 +66,15 @@ def test_without_a_call_graph_the_service_learns_one_and_reconstructs_with_it(tm
             )
             .fetchall()
         )
+        (learning,) = (
+            svc.store._cursor()
+            .execute(
+                "SELECT count(*) FROM spans WHERE kind = 'client' AND parent_span_id IS NULL "
+                "AND unmapped = ?",
+                [LEARNING],
+            )
+            .fetchone()
+        )
         metrics = urllib.request.urlopen(url(svc, "/metrics"), timeout=30).read().decode()
 
     finally:
@@ -79,7 +88,10 @@ def test_without_a_call_graph_the_service_learns_one_and_reconstructs_with_it(tm
     # so, and count. How many windows close before the first call graph takes effect depends
     # on the machine's pace; none of the calls lacking an entry reads "not in the call graph".
     assert reasons.get(LEARNING, 0) > 0 and NOT_IN_CALLGRAPH not in reasons, reasons
-    assert f'tacit_spans_unmapped_total{{reason="learning"}} {reasons[LEARNING]}.0' in metrics
+    # counted as stored: those of the second part too, where a call's endpoint had too little
+    # support yet when the second part was mapped (how much of the first was stored by then
+    # depends on the machine's pace)
+    assert f'tacit_spans_unmapped_total{{reason="learning"}} {learning}.0' in metrics
     assert stored.keys() == true_parent.keys()
     right = sum(stored[c] == p for c, p in true_parent.items())
     assert right >= 0.9 * len(true_parent)

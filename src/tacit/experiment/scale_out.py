@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,13 +132,18 @@ class _Processes:
         stop_process(self.procs.pop(name))
 
     def cpu_s(self) -> dict[str, float]:
-        """CPU seconds each process still running has taken, by name."""
+        """CPU seconds each process still running has taken, with the processes it started
+        that still run (a service's row builder), by name."""
         import psutil
 
         out = {}
         for name, proc in self.procs.items():
-            times = psutil.Process(proc.pid).cpu_times()
-            out[name] = times.user + times.system
+            p = psutil.Process(proc.pid)
+            out[name] = 0.0
+            for q in (p, *p.children(recursive=True)):
+                with suppress(psutil.NoSuchProcess):  # ended meanwhile
+                    times = q.cpu_times()
+                    out[name] += times.user + times.system
         return out
 
     def __enter__(self) -> _Processes:

@@ -20,6 +20,7 @@ bounded whatever the traffic.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter
@@ -41,7 +42,8 @@ _STATUS = {STATUS_OK: "STATUS_CODE_OK", STATUS_ERROR: "STATUS_CODE_ERROR"}
 
 
 class TraceMetrics:
-    """The connectors' series in ``registry``, fed the finished traces by :meth:`observe`."""
+    """The connectors' series in ``registry``, fed what :func:`observed` finds in the finished
+    traces by :meth:`add`."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
@@ -80,36 +82,57 @@ class TraceMetrics:
         )
         self._span_name = BoundedLabel(MAX_SPAN_NAMES)
 
-    def observe(self, spans: SpanTable) -> None:
-        """Count the finished ``spans`` (whole traces, each parent a row). Rows are grouped by
-        their labels' codes with numpy; only the groups are labelled in Python."""
-        s = spans.strings
-        seconds = (spans.end - spans.start) / 1e9
-        codes = status_codes(spans.details, len(spans))
-        keys = np.stack([spans.service, spans.endpoint, spans.kind, codes], axis=1)
-        for (svc, name, kind, code), rows in _groups(keys):
-            labels = (
-                s.values[svc],
-                self._span_name(s.values[name] or ""),
-                SPAN_KINDS.get(kind, "SPAN_KIND_UNSPECIFIED"),
-                _STATUS.get(code, "STATUS_CODE_UNSET"),
-            )
-            self.calls.labels(*labels).inc(len(rows))
-            self.duration.observe(labels, seconds[rows])
-        server = np.flatnonzero(spans.kind == SERVER)
-        client = spans.parent[server]
-        server, client = server[client != NONE], client[client != NONE]
-        call = (spans.kind[client] == CLIENT) & (spans.service[client] != spans.service[server])
-        server, client = server[call], client[call]
-        failed = (codes[server] == STATUS_ERROR) | (codes[client] == STATUS_ERROR)
-        pairs = np.stack([spans.service[client], spans.service[server]], axis=1)
-        for (caller, callee), at in _groups(pairs):
-            edge = (s.values[caller], s.values[callee], "")
-            self.requests.labels(*edge).inc(len(at))
-            if n_failed := int(failed[at].sum()):
-                self.failed.labels(*edge).inc(n_failed)
-            self.server_seconds.observe(edge, seconds[server[at]])
-            self.client_seconds.observe(edge, seconds[client[at]])
+    def add(self, seen: Observed) -> None:
+        """Count what :func:`observed` found in a batch of finished traces."""
+        for (svc, name, kind, status), seconds in seen.spans:
+            labels = (svc, self._span_name(name), kind, status)
+            self.calls.labels(*labels).inc(len(seconds))
+            self.duration.observe(labels, seconds)
+        for edge, failed, server_seconds, client_seconds in seen.edges:
+            self.requests.labels(*edge).inc(len(server_seconds))
+            if failed:
+                self.failed.labels(*edge).inc(failed)
+            self.server_seconds.observe(edge, server_seconds)
+            self.client_seconds.observe(edge, client_seconds)
+
+
+@dataclass
+class Observed:
+    """What a batch of finished traces adds to the series: per group of spans its labels
+    (the span name not yet bounded to :data:`MAX_SPAN_NAMES`) and durations; per edge its
+    labels, the calls failed and the durations at the server and at the client."""
+
+    spans: list[tuple[tuple[str, str, str, str], np.ndarray]]
+    edges: list[tuple[tuple[str, str, str], int, np.ndarray, np.ndarray]]
+
+
+def observed(spans: SpanTable) -> Observed:
+    """What the finished ``spans`` (whole traces, each parent a row) add to the series. Rows
+    are grouped by their labels' codes with numpy; only the groups are labelled in Python."""
+    s = spans.strings
+    seconds = (spans.end - spans.start) / 1e9
+    codes = status_codes(spans.details, len(spans))
+    keys = np.stack([spans.service, spans.endpoint, spans.kind, codes], axis=1)
+    out = Observed([], [])
+    for (svc, name, kind, code), rows in _groups(keys):
+        labels = (
+            s.values[svc],
+            s.values[name] or "",
+            SPAN_KINDS.get(kind, "SPAN_KIND_UNSPECIFIED"),
+            _STATUS.get(code, "STATUS_CODE_UNSET"),
+        )
+        out.spans.append((labels, seconds[rows]))
+    server = np.flatnonzero(spans.kind == SERVER)
+    client = spans.parent[server]
+    server, client = server[client != NONE], client[client != NONE]
+    call = (spans.kind[client] == CLIENT) & (spans.service[client] != spans.service[server])
+    server, client = server[call], client[call]
+    failed = (codes[server] == STATUS_ERROR) | (codes[client] == STATUS_ERROR)
+    pairs = np.stack([spans.service[client], spans.service[server]], axis=1)
+    for (caller, callee), at in _groups(pairs):
+        edge = (s.values[caller], s.values[callee], "")
+        out.edges.append((edge, int(failed[at].sum()), seconds[server[at]], seconds[client[at]]))
+    return out
 
 
 def _groups(keys: np.ndarray) -> Iterator[tuple[list[int], np.ndarray]]:

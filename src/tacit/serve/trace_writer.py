@@ -29,12 +29,11 @@ from typing import Any
 import numpy as np
 
 from tacit.formats.common import Traces
-from tacit.model.span_details import STATUS_ERROR
-from tacit.model.spans import SERVER
 from tacit.reconstruct.online import Finished
 from tacit.reconstruct.traceweaver import NOT_IN_CALLGRAPH
 from tacit.serve.callgraph_learner import CallGraphLearner
-from tacit.serve.finished_rows import Rows, TakenIds
+from tacit.serve.finished_rows import Rows
+from tacit.serve.group_rows import Request, RowBuilder, RowProcess, row_builder
 from tacit.serve.ingest import Ingest
 from tacit.serve.metrics import ServeMetrics, reason_label
 from tacit.serve.online_feed import Alone, Given
@@ -110,11 +109,12 @@ class TraceWriter(threading.Thread):
         self.store_problem: str | None = None  # why the store cannot write now
         self.busy_since: float | None = None  # when the group being written was taken
         self.not_in_callgraph = 0  # calls since the call graph in use took effect that it lacks
-        self._trace_ids = TakenIds()
         # per calling service, [links, the sum of their probabilities] over everything stored,
         # kept up to date here rather than summed again from the store after every write
         self.confidence: dict[str, list[float]] = {}
         self._load_confidence()
+        self.builder: RowBuilder | RowProcess | None = None
+        """What builds the rows of each group (:func:`.group_rows.row_builder`), once running."""
 
     def offer(self, group: Group | None, timeout_s: float) -> bool:
         """Queue ``group`` to be written after those before it (None: end once they are);
@@ -138,7 +138,9 @@ class TraceWriter(threading.Thread):
         self.join()
 
     def run(self) -> None:
+        builder = None
         try:
+            builder = self.builder = row_builder(self.seed, self.forward is not None)
             while True:
                 self._between_writes()
                 try:
@@ -148,7 +150,7 @@ class TraceWriter(threading.Thread):
                 if group is None:
                     return
                 self.busy_since = time.monotonic()
-                self._store(group)
+                self._store(group, builder)
                 self.busy_since = None
         except WriterEnded:
             log.error(
@@ -158,6 +160,9 @@ class TraceWriter(threading.Thread):
         except BaseException as e:  # reported by readiness and the log, not lost in a thread
             self.failure = e
             log.exception("storing finished traces stopped")
+        finally:
+            if builder is not None:
+                builder.close()
 
     def _between_writes(self) -> None:
         if self.retention_s and time.monotonic() >= self._next_expiry:
@@ -165,27 +170,26 @@ class TraceWriter(threading.Thread):
         if self.blocks is not None and time.monotonic() >= self._next_export:
             self._export_latency()
 
-    def _store(self, group: Group) -> None:
-        now = time.time_ns()
-        rows = Rows()
-        for f, seq, given in group.finished:
-            if self.learner is not None:
+    def _store(self, group: Group, builder: RowBuilder | RowProcess) -> None:
+        if self.learner is not None:
+            for f, _, _ in group.finished:
                 self.learner.explain(f.unmapped)
-            stored = rows.add_finished(f, seq, given, self.seed, now, self._trace_ids)
-            self._red(f)
-            self.trace_metrics.observe(stored)
-        for a in group.alone:
-            rows.add_alone(a)
-        self._write(rows.tables(now), group.state)
+        built = builder.build(group.finished, group.alone, time.time_ns())
+        for requests in built.requests:
+            self._red(requests)
+        for traces in built.traces:
+            self.trace_metrics.add(traces)
+        self._write(built.tables, group.state)
         self.low_water = group.state["low_water"]
-        self.ingest.finished(rows.span_count - rows.drawn)
-        self._count(rows, group.callgraph_changed)
+        rows = built.rows
+        self.ingest.finished(built.span_count - rows.drawn)
+        self._count(rows, built.trace_count, group.callgraph_changed)
         if self.forward is not None and rows.forward:
             self.forward(rows.forward)
 
-    def _count(self, rows: Rows, callgraph_changed: bool) -> None:
+    def _count(self, rows: Rows, traces: int, callgraph_changed: bool) -> None:
         m = self.metrics
-        m.traces.inc(rows.trace_count)
+        m.traces.inc(traces)
         m.mapped.inc(rows.mapped)
         m.given.inc(rows.given)
         m.drawn.inc(rows.drawn)
@@ -311,27 +315,15 @@ class TraceWriter(threading.Thread):
         n, p = self.confidence[svc]
         self.metrics.confidence.labels(svc).set(p / n)
 
-    def _red(self, f: Finished) -> None:
-        """Rate, errors and duration of the finished incoming requests, per service."""
-        spans = f.spans
-        s = spans.strings
-        server = spans.kind == SERVER
-        seconds = ((spans.end[server] - spans.start[server]) / 1e9).tolist()
-        by_service: dict[int, list[tuple[int, float]]] = {}
-        for r, code, sec in zip(
-            server.nonzero()[0].tolist(), spans.service[server].tolist(), seconds, strict=True
-        ):
-            by_service.setdefault(code, []).append((r, sec))
-        m = self.metrics  # one look-up of each labelled child per service, not per span
-        for code, mine in by_service.items():
-            svc = s.values[code]  # every span has a service
-            m.requests.labels(svc).inc(len(mine))
-            errors = sum(
-                (d := spans.detail(r)) is not None and d.status == STATUS_ERROR for r, _ in mine
-            )
+    def _red(self, requests: list[Request]) -> None:
+        """Rate, errors and duration of the finished incoming requests, per service (one
+        look-up of each labelled child per service, not per span)."""
+        m = self.metrics
+        for svc, seconds, errors in requests:
+            m.requests.labels(svc).inc(len(seconds))
             if errors:
                 m.errors.labels(svc).inc(errors)
-            m.duration.observe((svc,), [sec for _, sec in mine])
+            m.duration.observe((svc,), seconds)
 
     def stalled_s(self) -> float:
         """How long the group being written has taken so far (0 when none is)."""
