@@ -588,12 +588,12 @@ def query(callgraph, tmp: Path, target_spans: int = 1_000_000) -> dict:
 
 
 def _store(store, feed, fed, next_seq: int) -> None:
-    from tacit.serve.finished_rows import Rows
+    from tacit.serve.finished_rows import Rows, TakenIds, kept_ids
 
     rows = Rows()
     for f in fed.finished:
         seq, given = feed.release(f)
-        rows.add_finished(f, seq, given, 1, 0)
+        rows.add_finished(f, seq, given, 1, 0, kept_ids(f, given, TakenIds()))
     for a in fed.alone:
         rows.add_alone(a)
     store.write_finished(rows.tables(0), {"low_water": feed.low_water(next_seq)})

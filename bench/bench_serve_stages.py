@@ -40,7 +40,7 @@ from tacit.experiment.otlp_load import encoded_requests
 from tacit.formats.otlp import check_export_request
 from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.reconstruct.online import NS, OnlineParams
-from tacit.serve.finished_rows import Rows
+from tacit.serve.finished_rows import Rows, TakenIds, kept_ids
 from tacit.serve.online_feed import OnlineFeed
 from tacit.serve.service import GC_THRESHOLDS
 from tacit.serve.store import Store
@@ -68,13 +68,14 @@ def one_run(
 
     store = Store(tmp / "stages.duckdb")
     feed = OnlineFeed(callgraph, online, 0)
+    taken = TakenIds()
     seq = 0
 
     def store_finished(finished, alone, t: float) -> float:
         rows = Rows()
         for f in finished:
             numbers, given = feed.release(f)
-            rows.add_finished(f, numbers, given, 1, 0)
+            rows.add_finished(f, numbers, given, 1, 0, kept_ids(f, given, taken))
         for a in alone:
             rows.add_alone(a)
         t = timed("rows", t)

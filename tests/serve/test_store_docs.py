@@ -23,7 +23,7 @@ from tacit.reconstruct.assemble import evidence_tags
 from tacit.reconstruct.online import NS
 from tacit.reconstruct.pipeline import ONLINE
 from tacit.serve import store_traces
-from tacit.serve.finished_rows import _SCHEMAS, Rows, TakenIds, finished_traces
+from tacit.serve.finished_rows import _SCHEMAS, Rows, TakenIds, finished_traces, kept_ids
 from tacit.serve.online_feed import OnlineFeed
 from tacit.serve.store import Store, TraceQuery
 
@@ -49,14 +49,15 @@ def _stored_traces(store: Store, seconds: float) -> list[dict]:
     order = np.argsort(spans.end, kind="stable").tolist()
     feed = OnlineFeed(shop_callgraph(), QUICK)
     expected, next_seq = [], 0
-    taken, again = TakenIds(), TakenIds()  # the trace ids the store's rows and ours took
+    taken = TakenIds()  # the trace ids the store's rows took
 
     def store_(finished) -> None:
         rows = Rows()
         for f in finished:
             seq, given = feed.release(f)
-            rows.add_finished(f, seq, given, SEED, 0, taken)
-            expected.extend(jaeger_traces(*finished_traces(f, given, SEED, again)))
+            kept = kept_ids(f, given, taken)
+            rows.add_finished(f, seq, given, SEED, 0, kept)
+            expected.extend(jaeger_traces(*finished_traces(f, SEED, kept)))
         store.write_finished(rows.tables(0), {})
 
     for a in range(0, len(order), BATCH):

@@ -204,12 +204,20 @@ def reconstruct_stream(
         yield traces, tags
 
 
-def assemble_finished(f: Finished, seed: int) -> tuple[SpanTable, Evidence]:
-    """The traces of ``f`` with their tags, as :func:`.assemble.assemble` makes them with
-    ``seed``, numbered by stream position; the parents its senders gave are known calls."""
+def finished_parents(f: Finished) -> np.ndarray:
+    """The parent of each span of ``f`` as a row of ``f`` (NONE: a root), as
+    :func:`assemble_finished` links them."""
     has = f.parent != NONE
     parent = np.full(len(f.spans), NONE, dtype=np.int64)
     parent[has] = np.searchsorted(f.position, f.parent[has])
+    return parent
+
+
+def assemble_finished(f: Finished, seed: int) -> tuple[SpanTable, Evidence]:
+    """The traces of ``f`` with their tags, as :func:`.assemble.assemble` makes them with
+    ``seed``, numbered by stream position; the parents its senders gave are known calls."""
+    parent = finished_parents(f)
+    has = parent != NONE
     spans = f.spans.take(np.arange(len(f.spans)))
     spans.parent[f.given] = parent[f.given]
     rec = Reconstruction.start(ONLINE, spans)

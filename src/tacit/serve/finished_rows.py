@@ -24,7 +24,7 @@ from tacit.model.spans import CLIENT, KIND_NAMES, NONE, SERVER, SpanTable
 from tacit.model.traces import roots
 from tacit.reconstruct.assemble import Evidence
 from tacit.reconstruct.online import Finished
-from tacit.reconstruct.pipeline import assemble_finished
+from tacit.reconstruct.pipeline import assemble_finished, finished_parents
 from tacit.runs import run_starts
 from tacit.serve.online_feed import Alone, Given
 
@@ -96,13 +96,12 @@ class Rows:
         given: Given,
         seed: int,
         now_ns: int,
-        taken: TakenIds | None = None,
+        kept: dict[int, str],
     ) -> SpanTable:
         """The traces of ``f`` (spans numbered ``seq``, with what their senders gave). A trace
-        keeps the id its root's sender gave, unless another trace has it already (``taken``:
-        the ids given to recent traces); else it gets a fresh one. Returns the traces as they
-        are stored, each span's parent a row."""
-        spans, evidence = finished_traces(f, given, seed, taken or TakenIds())
+        keeps the id its root's sender gave where :func:`kept_ids` kept it (``kept``); else it
+        gets a fresh one. Returns the traces as they are stored, each span's parent a row."""
+        spans, evidence = finished_traces(f, seed, kept)
         s = spans.strings
         trace_ids, span_ids = hex_ids(spans)
         given_ids = s.names(spans.span_id)  # the ids before hex_ids pads them
@@ -420,20 +419,29 @@ class TakenIds:
         return True
 
 
-def finished_traces(
-    f: Finished, given: Given, seed: int, taken: TakenIds
-) -> tuple[SpanTable, Evidence]:
+def kept_ids(f: Finished, given: Given, taken: TakenIds) -> dict[int, str]:
+    """Per root of the traces of ``f`` (a row), the trace id its sender gave (``given``), where
+    it gave one and no other trace took it: taken now, so that those after know it. Apart from
+    the rest of the rows, which are made from ``f`` alone, wherever that is done."""
+    root = roots(finished_parents(f))
+    heads = np.flatnonzero(root == np.arange(len(root)))
+    return {
+        head: gid
+        for head, gid in zip(heads.tolist(), given.trace_id[heads].tolist(), strict=True)
+        if gid and taken.take(gid)
+    }
+
+
+def finished_traces(f: Finished, seed: int, kept: dict[int, str]) -> tuple[SpanTable, Evidence]:
     """The traces of ``f`` with their evidence (:func:`.assemble_finished`), each with the trace
-    id its root's sender gave (``given``), where it gave one and no other trace took it."""
+    id :func:`kept_ids` kept for its root, where it kept one."""
     spans, evidence = assemble_finished(f, seed)
     root = roots(spans.parent)
-    heads = np.flatnonzero(root == np.arange(len(spans)))
     code = spans.strings.code
-    kept = np.full(len(spans), NONE, dtype=np.int64)  # per head, the code of its trace id
-    for head, gid in zip(heads.tolist(), given.trace_id[heads].tolist(), strict=True):
-        if gid and taken.take(gid):
-            kept[head] = code(gid)
-    per_row = kept[root]
+    codes = np.full(len(spans), NONE, dtype=np.int64)  # per head, the code of its trace id
+    for head, gid in kept.items():
+        codes[head] = code(gid)
+    per_row = codes[root]
     spans.trace[per_row != NONE] = per_row[per_row != NONE]
     return spans, evidence
 

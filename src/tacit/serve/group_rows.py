@@ -1,19 +1,19 @@
 """The rows of each group of finished traces, and what the metrics count of them, built on the
-writer's thread or in a process of their own beside it.
+writer's thread or, while the service is behind, in a process of their own beside it.
 
 Building a group's rows (each trace assembled with its evidence and its Jaeger parts:
 :mod:`.finished_rows`) is most of what storing a span costs in Python, and a process runs one
 thread of Python at a time: on the writer's thread (:mod:`.trace_writer`), building takes turns
-with the reconstruction. Where the service has a second core (:func:`cores`), one child
-process builds them instead (:class:`RowProcess`): the group goes there pickled, which costs a
-fraction of building it, and the tables come back in Arrow's format, which costs little more
-than a copy. One child, so groups are built in the order they were handed and the trace ids
-already given (:class:`~.finished_rows.TakenIds`) stay in one place. Writing the tables, moving
-the block into place and counting stay with the writer.
+with the reconstruction. Where the service has a second core (:func:`cores`), a child process
+can build them instead (:class:`RowProcess`): the group goes there pickled and the tables come
+back in Arrow's format. That takes less of the service's own time than building, and more CPU
+in all (the pickling both ways, and the child's building), so the writer sends a group there
+only while the service is behind (requests or a group wait), and builds it itself otherwise.
+Building is the same either way: the trace ids a group keeps are chosen by the writer before
+(:func:`~.finished_rows.kept_ids`), and the rest is made from the group alone.
 
-A child that ends (killed, out of memory) ends the writer as any failure of it does
-(:class:`RowProcessEnded`): the service says so, and what was not stored is read again at the
-next start.
+A child that ends (killed, out of memory) is logged and the writer builds every group itself
+from then on, the one it was building included.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import logging
 import math
 import multiprocessing
 import os
+import pickle
 import traceback
 from contextlib import suppress
 from dataclasses import dataclass, replace
@@ -34,7 +35,7 @@ import pyarrow as pa
 from tacit.model.span_details import STATUS_ERROR
 from tacit.model.spans import SERVER
 from tacit.reconstruct.online import Finished
-from tacit.serve.finished_rows import Rows, TakenIds
+from tacit.serve.finished_rows import Rows
 from tacit.serve.online_feed import Alone, Given
 from tacit.serve.trace_metrics import Observed, observed
 
@@ -43,6 +44,9 @@ log = logging.getLogger("tacit.serve")
 CGROUP = Path("/sys/fs/cgroup")
 STOP_S = 5.0
 """How long a child is given to end once told to, before it is killed."""
+START_S = 60.0
+"""How long a child is given to start (the server of forks loads tacit first)."""
+READY = "ready"
 
 Request = tuple[str, list[float], int]
 """A service's finished incoming requests: the service, their durations (s) and how many
@@ -65,6 +69,11 @@ class Built:
     """Per batch, its finished incoming requests by service."""
 
 
+FinishedBatch = tuple[Finished, np.ndarray, Given, dict[int, str]]
+"""A batch of finished traces, its spans' sequence numbers, what their senders gave, and the
+trace ids its roots keep (:func:`~.finished_rows.kept_ids`)."""
+
+
 class RowBuilder:
     """Builds the rows of each group here, on the caller's thread. ``seed``: the store's seed
     of trace ids; ``forward``: whether the built traces are kept to be forwarded."""
@@ -72,17 +81,14 @@ class RowBuilder:
     def __init__(self, seed: int, forward: bool) -> None:
         self.seed = seed
         self.forward = forward
-        self._taken = TakenIds()
 
-    def build(
-        self, finished: list[tuple[Finished, np.ndarray, Given]], alone: list[Alone], now_ns: int
-    ) -> Built:
-        """The rows of the finished batches (each with its spans' sequence numbers and what
-        their senders gave) and of the spans finished alone, stored at ``now_ns``."""
+    def build(self, finished: list[FinishedBatch], alone: list[Alone], now_ns: int) -> Built:
+        """The rows of the finished batches and of the spans finished alone, stored at
+        ``now_ns``."""
         rows = Rows()
         traces, requests = [], []
-        for f, seq, given in finished:
-            stored = rows.add_finished(f, seq, given, self.seed, now_ns, self._taken)
+        for f, seq, given, kept in finished:
+            stored = rows.add_finished(f, seq, given, self.seed, now_ns, kept)
             traces.append(observed(stored))
             requests.append(_requests(f))
         for a in alone:
@@ -97,9 +103,6 @@ class RowBuilder:
             forward=rows.forward if self.forward else [],
         )
         return Built(tables, counts, rows.span_count, rows.trace_count, traces, requests)
-
-    def close(self) -> None:
-        """Nothing to end here."""
 
 
 class RowProcessEnded(Exception):
@@ -121,15 +124,22 @@ class RowProcess:
         )
         self._process.start()
         child.close()
+        try:
+            started = self._conn.poll(START_S) and pickle.loads(self._conn.recv_bytes()) == READY
+        except (EOFError, OSError):
+            started = False
+        if not started:
+            self.close()
+            raise RowProcessEnded(
+                f"the process building rows did not start (exit code {self._process.exitcode})"
+            )
 
-    def build(
-        self, finished: list[tuple[Finished, np.ndarray, Given]], alone: list[Alone], now_ns: int
-    ) -> Built:
+    def build(self, finished: list[FinishedBatch], alone: list[Alone], now_ns: int) -> Built:
         """As :meth:`RowBuilder.build`, in the child; raises :class:`RowProcessEnded` when it
         has ended, and a :class:`RuntimeError` with its traceback when building failed there."""
         try:
-            self._conn.send((finished, alone, now_ns))
-            ok, made = self._conn.recv()
+            self._conn.send_bytes(pickle.dumps((finished, alone, now_ns), pickle.HIGHEST_PROTOCOL))
+            ok, made = pickle.loads(self._conn.recv_bytes())
         except (EOFError, OSError) as e:
             self._process.join(STOP_S)
             raise RowProcessEnded(
@@ -142,7 +152,7 @@ class RowProcess:
     def close(self) -> None:
         """Tell the child to end, and wait for it (killed if it does not end)."""
         with suppress(OSError):  # ended already
-            self._conn.send(None)
+            self._conn.send_bytes(pickle.dumps(None))
         self._process.join(STOP_S)
         if self._process.is_alive():
             self._process.kill()
@@ -150,14 +160,21 @@ class RowProcess:
         self._conn.close()
 
 
-def row_builder(seed: int, forward: bool) -> RowBuilder | RowProcess:
-    """A :class:`RowProcess` where this process has two cores or more (:func:`cores`), else a
-    :class:`RowBuilder`: on one core a child would only add the cost of sending each group."""
+def row_process(seed: int, forward: bool) -> RowProcess | None:
+    """A :class:`RowProcess` where this process has two cores or more (:func:`cores`), else
+    None: on one core a child would only add the cost of sending each group. A child that
+    cannot be started (a temporary directory without room for the socket of the server of
+    forks, a main module that starts the service again when imported) is logged, and None."""
     n = cores()
-    if n >= 2:
-        log.info("rows of finished traces built in a process of their own (%g cores)", n)
-        return RowProcess(seed, forward)
-    return RowBuilder(seed, forward)
+    if n < 2:
+        return None
+    try:
+        process = RowProcess(seed, forward)
+    except (OSError, multiprocessing.ProcessError, RowProcessEnded) as e:
+        log.warning("rows of finished traces built on the writer's thread only: %s", e)
+        return None
+    log.info("rows of finished traces built in a process of their own while behind (%g cores)", n)
+    return process
 
 
 def cores() -> float:
@@ -212,9 +229,10 @@ def _serve(conn: Connection, seed: int, forward: bool) -> None:
     """The child's loop: build each group it is sent until told to end (None) or its parent
     has gone."""
     builder = RowBuilder(seed, forward)
+    conn.send_bytes(pickle.dumps(READY))
     while True:
         try:
-            work = conn.recv()
+            work = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):  # the service ended
             return
         if work is None:
@@ -224,4 +242,4 @@ def _serve(conn: Connection, seed: int, forward: bool) -> None:
             made = (True, builder.build(*work))
         except Exception:
             made = (False, traceback.format_exc())
-        conn.send(made)
+        conn.send_bytes(pickle.dumps(made, pickle.HIGHEST_PROTOCOL))

@@ -2,7 +2,8 @@
 
 The reconstruction (:mod:`.reconstructor`) hands each group of finished traces, with the state
 that commits them (the low-water mark, the next position), to this thread and goes on with the
-next requests while the group is written: its rows (:mod:`.finished_rows`), one transaction of
+next requests while the group is written: its rows (:mod:`.finished_rows`, built in a process
+of their own where the service has a second core: :mod:`.group_rows`), one transaction of
 the store, the block moved into place, the counts. Writing is a large part of what a span
 costs; behind the reconstruction, it no longer holds the stream back, and where the rounds are
 solved on a Dask cluster it is done while the reconstruction waits for a round. At most one
@@ -32,8 +33,16 @@ from tacit.formats.common import Traces
 from tacit.reconstruct.online import Finished
 from tacit.reconstruct.traceweaver import NOT_IN_CALLGRAPH
 from tacit.serve.callgraph_learner import CallGraphLearner
-from tacit.serve.finished_rows import Rows
-from tacit.serve.group_rows import Request, RowBuilder, RowProcess, row_builder
+from tacit.serve.finished_rows import Rows, TakenIds, kept_ids
+from tacit.serve.group_rows import (
+    Built,
+    FinishedBatch,
+    Request,
+    RowBuilder,
+    RowProcess,
+    RowProcessEnded,
+    row_process,
+)
 from tacit.serve.ingest import Ingest
 from tacit.serve.metrics import ServeMetrics, reason_label
 from tacit.serve.online_feed import Alone, Given
@@ -113,8 +122,11 @@ class TraceWriter(threading.Thread):
         # kept up to date here rather than summed again from the store after every write
         self.confidence: dict[str, list[float]] = {}
         self._load_confidence()
-        self.builder: RowBuilder | RowProcess | None = None
-        """What builds the rows of each group (:func:`.group_rows.row_builder`), once running."""
+        self._trace_ids = TakenIds()
+        self._here = RowBuilder(self.seed, forward is not None)
+        self.child: RowProcess | None = None
+        """The process that builds the rows of groups while the service is behind
+        (:func:`.group_rows.row_process`), once running where there is one."""
 
     def offer(self, group: Group | None, timeout_s: float) -> bool:
         """Queue ``group`` to be written after those before it (None: end once they are);
@@ -138,9 +150,8 @@ class TraceWriter(threading.Thread):
         self.join()
 
     def run(self) -> None:
-        builder = None
         try:
-            builder = self.builder = row_builder(self.seed, self.forward is not None)
+            self.child = row_process(self.seed, self.forward is not None)
             while True:
                 self._between_writes()
                 try:
@@ -150,7 +161,7 @@ class TraceWriter(threading.Thread):
                 if group is None:
                     return
                 self.busy_since = time.monotonic()
-                self._store(group, builder)
+                self._store(group)
                 self.busy_since = None
         except WriterEnded:
             log.error(
@@ -161,8 +172,8 @@ class TraceWriter(threading.Thread):
             self.failure = e
             log.exception("storing finished traces stopped")
         finally:
-            if builder is not None:
-                builder.close()
+            if self.child is not None:
+                self.child.close()
 
     def _between_writes(self) -> None:
         if self.retention_s and time.monotonic() >= self._next_expiry:
@@ -170,11 +181,13 @@ class TraceWriter(threading.Thread):
         if self.blocks is not None and time.monotonic() >= self._next_export:
             self._export_latency()
 
-    def _store(self, group: Group, builder: RowBuilder | RowProcess) -> None:
-        if self.learner is not None:
-            for f, _, _ in group.finished:
+    def _store(self, group: Group) -> None:
+        finished = []
+        for f, seq, given in group.finished:
+            if self.learner is not None:
                 self.learner.explain(f.unmapped)
-        built = builder.build(group.finished, group.alone, time.time_ns())
+            finished.append((f, seq, given, kept_ids(f, given, self._trace_ids)))
+        built = self._built(finished, group.alone, time.time_ns())
         for requests in built.requests:
             self._red(requests)
         for traces in built.traces:
@@ -186,6 +199,20 @@ class TraceWriter(threading.Thread):
         self._count(rows, built.trace_count, group.callgraph_changed)
         if self.forward is not None and rows.forward:
             self.forward(rows.forward)
+
+    def _built(self, finished: list[FinishedBatch], alone: list[Alone], now_ns: int) -> Built:
+        """The rows of a group: built in the child process while the service is behind (a
+        request waits to be reconstructed, or a group to be written), else here
+        (:mod:`.group_rows`). A child that has ended is logged, and the rows built here from
+        then on."""
+        if self.child is not None and (self._groups.qsize() or self.ingest.queue.qsize()):
+            try:
+                return self.child.build(finished, alone, now_ns)
+            except RowProcessEnded as e:
+                log.error("%s: rows are built on the writer's thread from now on", e)
+                self.child.close()
+                self.child = None
+        return self._here.build(finished, alone, now_ns)
 
     def _count(self, rows: Rows, traces: int, callgraph_changed: bool) -> None:
         m = self.metrics
