@@ -150,10 +150,7 @@ def _report(results: list[dict], skipped: str | None) -> str:
         "learned blind from every minute of its day (`tacit callgraph DAY/*_trace.csv.gz "
         "--blind`), as `tacit serve` learns from the spans it stored. Target: within 1 point on "
         "every real file, and on the simulator where the ground-truth call graph reaches 90%."
-        "\n\n"
-        + "\n".join(rows)
-        + "\n"
-        + (f"\n{skipped}\n" if skipped else "")
+        "\n\n" + "\n".join(rows) + "\n" + (f"\n{skipped}\n" if skipped else "")
     )
 
 
