@@ -31,6 +31,7 @@ demo: install
 
 lint: install
 	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
