@@ -47,6 +47,7 @@ STOP_S = 5.0
 START_S = 60.0
 """How long a child is given to start (the server of forks loads tacit first)."""
 READY = "ready"
+"""What a child sends once it is ready to build."""
 
 Request = tuple[str, list[float], int]
 """A service's finished incoming requests: the service, their durations (s) and how many
