@@ -150,8 +150,10 @@ class TraceWriter(threading.Thread):
         self.join()
 
     def run(self) -> None:
+        # started beside the writing, which builds the rows itself until the child is ready
+        starting = threading.Thread(target=self._start_child, name="tacit-rows-start")
+        starting.start()
         try:
-            self.child = row_process(self.seed, self.forward is not None)
             while True:
                 self._between_writes()
                 try:
@@ -172,8 +174,14 @@ class TraceWriter(threading.Thread):
             self.failure = e
             log.exception("storing finished traces stopped")
         finally:
+            starting.join()
             if self.child is not None:
                 self.child.close()
+
+    def _start_child(self) -> None:
+        """Start the process that builds rows while the service is behind, where there is a
+        second core (:func:`.group_rows.row_process`)."""
+        self.child = row_process(self.seed, self.forward is not None)
 
     def _between_writes(self) -> None:
         if self.retention_s and time.monotonic() >= self._next_expiry:
