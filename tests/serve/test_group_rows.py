@@ -18,7 +18,7 @@ from serve_app import get_json, running, shop_callgraph, shop_spans, until
 from tacit.experiment.otlp_load import encoded_requests, lost_context, post_requests
 from tacit.formats.common import Traces
 from tacit.formats.otlp_request import check_export_request
-from tacit.serve import group_rows, reconstructor
+from tacit.serve import group_rows, reconstructor, trace_writer
 from tacit.serve.config import SERVE_ONLINE
 from tacit.serve.finished_rows import TakenIds, kept_ids
 from tacit.serve.group_rows import RowBuilder, RowProcess, RowProcessEnded, cores, row_process
@@ -103,6 +103,7 @@ def test_behind_the_service_builds_rows_in_its_child_and_without_it_once_it_ends
     requests, so that many wait); killed, the child leaves the next groups to the writer's
     thread, and every span is stored once."""
     monkeypatch.setattr(reconstructor, "GROUP_SPANS", 1000)
+    monkeypatch.setattr(trace_writer, "BEHIND_S", 0.0)  # what waits while a write is held
     spans = lost_context(shop_spans(12))
     requests = encoded_requests(spans)
     with running(tmp_path) as svc:

@@ -8,7 +8,8 @@ with the reconstruction. Where the service has a second core (:func:`cores`), a 
 can build them instead (:class:`RowProcess`): the group goes there pickled and the tables come
 back in Arrow's format. That takes less of the service's own time than building, and more CPU
 in all (the pickling both ways, and the child's building), so the writer sends a group there
-only while the service is behind (requests or a group wait), and builds it itself otherwise.
+only while the service is behind (requests have waited to be reconstructed for a while:
+:meth:`.trace_writer.TraceWriter._behind`), and builds it itself otherwise.
 Building is the same either way: the trace ids a group keeps are chosen by the writer before
 (:func:`~.finished_rows.kept_ids`), and the rest is made from the group alone.
 

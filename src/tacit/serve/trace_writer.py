@@ -59,6 +59,9 @@ RETRY_S = 0.5
 """The first wait before a write the store could not make is tried again; it doubles up to
 :data:`MAX_RETRY_S`."""
 MAX_RETRY_S = 8.0
+BEHIND_S = 1.0
+"""How long the oldest request waiting to be reconstructed has waited when the rows of finished
+traces are built in the child process (:mod:`.group_rows`) rather than by the writer."""
 MAX_EXPIRY_PERIOD_S = 60.0
 """Retention is applied every tenth of the retention time, and at least this often."""
 EXPIRY_SPANS = 50_000
@@ -209,11 +212,10 @@ class TraceWriter(threading.Thread):
             self.forward(rows.forward)
 
     def _built(self, finished: list[FinishedBatch], alone: list[Alone], now_ns: int) -> Built:
-        """The rows of a group: built in the child process while the service is behind (a
-        request waits to be reconstructed, or a group to be written), else here
-        (:mod:`.group_rows`). A child that has ended is logged, and the rows built here from
-        then on."""
-        if self.child is not None and (self._groups.qsize() or self.ingest.queue.qsize()):
+        """The rows of a group: built in the child process while the service is behind
+        (:meth:`_behind`), else here (:mod:`.group_rows`). A child that has ended is logged,
+        and the rows built here from then on."""
+        if self.child is not None and self._behind():
             try:
                 return self.child.build(finished, alone, now_ns)
             except RowProcessEnded as e:
@@ -221,6 +223,16 @@ class TraceWriter(threading.Thread):
                 self.child.close()
                 self.child = None
         return self._here.build(finished, alone, now_ns)
+
+    def _behind(self) -> bool:
+        """Whether the oldest request waiting to be reconstructed came more than
+        :data:`BEHIND_S` ago: the service has fallen behind, not only taken a burst, which
+        it clears sooner than the child's cost in CPU would pay back."""
+        try:
+            oldest = self.ingest.queue.queue[0]  # a look, without taking it
+        except IndexError:
+            return False
+        return time.time_ns() - oldest.received_ns > BEHIND_S * 1e9
 
     def _count(self, rows: Rows, traces: int, callgraph_changed: bool) -> None:
         m = self.metrics
