@@ -326,11 +326,12 @@ def _values_below(
     if not (params or TraceWeaverParams()).shared_values or spans.details is None:
         return None
     client = spans.kind == CLIENT
-    if below is None or not below.keys() >= set(np.flatnonzero(client).tolist()):
+    calls = np.flatnonzero(client).tolist()
+    if below is None or not below.keys() >= set(calls):
         values = SharedValues(spans, np.arange(len(spans)), below)
         if not values:
             return None
-        below = {r: values.below(r) for r in np.flatnonzero(client).tolist()}
+        below = {r: values.below(r) for r in calls}
     return [{i: below[r] for i, r in enumerate(rows.tolist()) if client[r]} for rows in parts]
 
 
