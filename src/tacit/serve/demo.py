@@ -43,22 +43,31 @@ REQUESTS = RequestStreamParams(clients=8, duration_ns=10 * NS, seed=1)
 """The Pirate capture: 8 clients of one server for 10 s, one estimate per second."""
 ONEWAY = StreamParams(rate_pps=100_000, duration_ns=NS // 5, loss_rate=1e-3, reorder_rate=0.2)
 """The RDA stream: 20 intervals of 10 ms."""
+AGENTS_S = 60.0
+"""How long stopping the demo waits for the RDA agents (about a second's work when idle)."""
 
 
 class DemoLoad(threading.Thread):
-    """Sends the shop app's spans to ``endpoint`` until :meth:`stop`."""
+    """Sends the shop app's spans to ``endpoint`` until :meth:`stop`; ``agents`` is the thread
+    of the RDA agents, whose stream is finite."""
 
-    def __init__(self, endpoint: str, rate: float) -> None:
+    def __init__(self, endpoint: str, rate: float, agents: threading.Thread) -> None:
         super().__init__(name="tacit-demo-load", daemon=True)
         self.endpoint = endpoint
         self.rate = rate
+        self.agents = agents
         self.sent = 0
         self._stop_event = threading.Event()
 
     def stop(self) -> None:
-        """Stop sending (before the next batch)."""
+        """Stop sending (before the next batch), and wait up to ``AGENTS_S`` for the RDA agents
+        to publish their last record, so that a run of a few seconds on a busy machine still
+        stores all of them (the service reads the results file once more as it stops)."""
         self._stop_event.set()
         self.join()
+        self.agents.join(AGENTS_S)
+        if self.agents.is_alive():
+            log.warning("demo: the RDA agents had not finished after %g s more", AGENTS_S)
 
     def run(self) -> None:
         app = load_app()
@@ -114,9 +123,10 @@ def demo_service(out_dir: Path, config: ServeConfig, rate: float) -> tuple[Servi
         rda_results=(results,),
     )
     svc = Service(config, callgraph).start()
-    threading.Thread(
+    agents = threading.Thread(
         target=_rda_agents, args=(out_dir, results), name="tacit-demo-rda", daemon=True
-    ).start()
-    load = DemoLoad(f"http://127.0.0.1:{svc.http_port}/v1/traces", rate)
+    )
+    agents.start()
+    load = DemoLoad(f"http://127.0.0.1:{svc.http_port}/v1/traces", rate, agents)
     load.start()
     return svc, load
