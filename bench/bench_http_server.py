@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tacit.experiment.otlp_load import encoded_requests, post_requests
+from tacit.experiment.process_cpu import tree_cpu_s
 from tacit.model.roles import infer_roles
 from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.simulate import load_app, simulate
@@ -112,11 +113,6 @@ def serve(database: str, callgraph: str, ports_file: str) -> None:
     svc.stop()
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _gets(port: int, path: str, n: int) -> list[int]:
     """``n`` GETs of ``path`` over :data:`CONNECTIONS` keep-alive connections; the statuses."""
 
@@ -142,9 +138,9 @@ def _posts(bodies: list[tuple[int, bytes]], endpoint: str) -> list[int]:
 
 
 def _measure(pid: int, run: Any) -> dict[str, Any]:
-    cpu0, t0 = _cpu_seconds(pid), time.perf_counter()
+    cpu0, t0 = sum(tree_cpu_s(pid)), time.perf_counter()
     statuses = run()
-    seconds, cpu = time.perf_counter() - t0, _cpu_seconds(pid) - cpu0
+    seconds, cpu = time.perf_counter() - t0, sum(tree_cpu_s(pid)) - cpu0
     return {
         "requests": len(statuses),
         "ok": sum(s == 200 for s in statuses),

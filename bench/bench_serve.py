@@ -88,6 +88,7 @@ from tacit.experiment.otlp_load import (
     sdk_spans,
     send_spans,
 )
+from tacit.experiment.process_cpu import tree_cpu_s
 from tacit.formats.capture_spans import ServiceMap, read_capture_spans
 from tacit.formats.exchanges import ExchangeParams
 from tacit.formats.pcap_write import write_pcap
@@ -192,24 +193,20 @@ class Server:
         while self.status()["pending"]:
             time.sleep(0.1)
 
-    def _processes(self) -> list[int]:
-        """The service's process and those it started (where it has a second core, the
-        process that builds its rows)."""
+    def peak_rss_mib(self) -> float:
+        """The peak resident memory of the service's process and those it started (where it
+        has a second core, the process that builds its rows)."""
         import psutil
 
-        return [self.proc.pid, *(c.pid for c in psutil.Process(self.proc.pid).children(True))]
-
-    def peak_rss_mib(self) -> float:
-        return sum(proc_status(pid, "VmHWM") for pid in self._processes()) / 1024
+        started = psutil.Process(self.proc.pid).children(recursive=True)
+        pids = [self.proc.pid, *(c.pid for c in started)]
+        return sum(proc_status(pid, "VmHWM") for pid in pids) / 1024
 
     def cpu_seconds(self) -> float:
-        """User and system CPU the service has used so far: its work, whatever else the
-        machine runs (throughput on a shared machine varies by a quarter from run to run)."""
-        ticks = 0
-        for pid in self._processes():
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])
-        return ticks / os.sysconf("SC_CLK_TCK")
+        """User and system CPU the service and the processes it started have used so far: its
+        work, whatever else the machine runs (throughput on a shared machine varies by a
+        quarter from run to run)."""
+        return sum(tree_cpu_s(self.proc.pid))
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)

@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from contextlib import nullcontext, suppress
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from tacit.experiment.cpu_quota import cpu_quota
 from tacit.experiment.memcached import free_port
 from tacit.experiment.nats_server import start_nats
 from tacit.experiment.otlp_load import encoded_requests, lost_context
+from tacit.experiment.process_cpu import tree_cpu_s
 from tacit.model.roles import infer_roles
 from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.simulate import load_app, simulate
@@ -139,18 +140,7 @@ class _Processes:
     def cpu_split_s(self) -> dict[str, tuple[float, float]]:
         """CPU seconds each process still running has taken itself, and those the processes
         it started that still run have taken, by name."""
-        import psutil
-
-        out = {}
-        for name, proc in self.procs.items():
-            p = psutil.Process(proc.pid)
-            split = [0.0, 0.0]
-            for i, q in enumerate((p, *p.children(recursive=True))):
-                with suppress(psutil.NoSuchProcess):  # ended meanwhile
-                    times = q.cpu_times()
-                    split[min(i, 1)] += times.user + times.system
-            out[name] = (split[0], split[1])
-        return out
+        return {name: tree_cpu_s(proc.pid) for name, proc in self.procs.items()}
 
     def __enter__(self) -> _Processes:
         return self
