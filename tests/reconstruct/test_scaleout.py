@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
+import os
+import signal
 import sys
 
 import numpy as np
@@ -21,7 +24,7 @@ from tacit.reconstruct.callgraph import learn_callgraph
 from tacit.reconstruct.online import OnlineParams, reconstruct_streamed
 from tacit.reconstruct.pipeline import run_algorithm
 from tacit.reconstruct.result import Reconstruction
-from tacit.reconstruct.scaleout import DaskRounds, merge, partition, reconstruct_dask
+from tacit.reconstruct.scaleout import DaskRounds, merge, partition, reconstruct_dask, solve_parts
 from tacit.reconstruct.traceweaver import TraceWeaverParams, reconstruct_traceweaver
 from tacit.simulate import load_app, simulate
 
@@ -238,3 +241,30 @@ def test_only_the_offline_traceweaver_runs_on_dask(shop):
         run_algorithm("wap5", blind, graph, dask="tcp://127.0.0.1:8786")
     with pytest.raises(ConfigError, match="give its scheduler"):
         run_algorithm("traceweaver", blind, graph, window_ns=10**9)
+
+
+def test_a_worker_killed_mid_round_loses_nothing(reviews, caplog):
+    """A worker process killed (``kill -9``) while the parts are solved takes the tables it
+    was sent: the parts it held are sent again to the worker left, and the round's result is
+    the one-run result."""
+    distributed = pytest.importorskip("distributed")
+    blind, graph, whole = reviews
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster, set_as_default=False) as client,
+    ):
+        killed: list[str] = []
+
+        def kill_a_holder() -> bool:
+            if not killed:
+                holder = next(w for held in client.who_has().values() for w in held)
+                os.kill(client.run(os.getpid, workers=[holder])[holder], signal.SIGKILL)
+                killed.append(holder)
+            return False
+
+        with caplog.at_level(logging.WARNING, "tacit.reconstruct"):
+            there = solve_parts(client, blind, graph, FAST, meanwhile=kill_a_holder)
+    assert killed and "sending them again" in caplog.text
+    assert_same(there, whole)

@@ -19,7 +19,9 @@ is split.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
+from concurrent.futures import CancelledError
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -27,7 +29,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import breadth_first_order, connected_components
 
-from tacit.errors import ConfigError
+from tacit.errors import ConfigError, TacitError
 from tacit.extras import require_extra
 from tacit.model.roles import process_key
 from tacit.model.spans import CLIENT, NONE, SERVER, SpanTable
@@ -41,6 +43,14 @@ from tacit.runs import contained, split_at
 
 if TYPE_CHECKING:
     import distributed
+
+log = logging.getLogger("tacit.reconstruct")
+
+ATTEMPTS = 3
+"""How many times a round's parts go to the cluster. A worker that dies takes with it the
+tables it was sent (data sent to a cluster, not computed there, has nothing to be computed
+again from), and the tasks that needed them are cancelled: those parts are sent again, to the
+workers left; what they give is the same."""
 
 
 def partition(
@@ -251,30 +261,47 @@ def solve_parts(
 
     if parts is None:
         parts = partition(spans, callgraph, params)
-    belows = _values_below(spans, parts, params, below)
-    sent = spans if belows else replace(spans, details=None)
-    tables = client.scatter([sent.take(rows).compacted() for rows in parts], hash=False)
-    graph = scattered if scattered is not None else client.scatter(callgraph, broadcast=True)
-    futures = client.map(
-        _reconstruct_part,
-        tables,
-        belows or [None] * len(parts),
-        callgraph=graph,
-        params=params,
-        candidates=candidates,
-        pure=False,
-    )
-    if meanwhile is not None:
-        while not all(f.done() for f in futures) and meanwhile():
-            pass
-    index = {f.key: i for i, f in enumerate(futures)}
+    found = _values_below(spans, parts, params, below)
+    belows = found or [None] * len(parts)
+    sent = spans if found else replace(spans, details=None)
+    tables = [sent.take(rows).compacted() for rows in parts]
     results: dict[int, Reconstruction] = {}
-    for future, result in distributed.as_completed(futures, client.loop, with_results=True):
-        i = index[future.key]
-        results[i] = result
-        if progress is not None:
-            progress(len(parts[i]))
-    return merge(spans, parts, [results[i] for i in range(len(parts))])
+    todo = list(range(len(parts)))
+    graph = scattered
+    for _ in range(ATTEMPTS):
+        if graph is None or graph.status != "finished":  # lost with the workers holding it
+            graph = client.scatter(callgraph, broadcast=True)
+        futures = client.map(
+            _reconstruct_part,
+            client.scatter([tables[i] for i in todo], hash=False),
+            [belows[i] for i in todo],
+            callgraph=graph,
+            params=params,
+            candidates=candidates,
+            pure=False,
+        )
+        if meanwhile is not None:
+            while not all(f.done() for f in futures) and meanwhile():
+                pass
+        index = {f.key: i for i, f in zip(todo, futures, strict=True)}
+        lost: list[int] = []
+        why = None
+        for future, result in distributed.as_completed(futures, client.loop, with_results=True):
+            i = index[future.key]
+            if isinstance(result, CancelledError):  # its worker died with what it was sent
+                lost.append(i)
+                why = result
+                continue
+            results[i] = result
+            if progress is not None:
+                progress(len(parts[i]))
+        if not lost:
+            return merge(spans, parts, [results[i] for i in range(len(parts))])
+        log.warning(
+            "dask: %d of %d parts lost (%s); sending them again", len(lost), len(parts), why
+        )
+        todo = sorted(lost)
+    raise TacitError(f"dask: parts of a round lost with a worker {ATTEMPTS} times over")
 
 
 class DaskRounds:
@@ -298,7 +325,11 @@ class DaskRounds:
         params: TraceWeaverParams | None,
         below: Mapping[int, set[str]] | None,
     ) -> Reconstruction:
-        if self._graph is None or self._graph[0] is not callgraph:
+        if (
+            self._graph is None
+            or self._graph[0] is not callgraph
+            or self._graph[1].status != "finished"
+        ):
             self._graph = callgraph, self.client.scatter(callgraph, broadcast=True)
         return solve_parts(
             self.client,
