@@ -179,7 +179,9 @@ def test_a_real_grpc_channel_is_read_on_from_batch_to_batch() -> None:
     server.start()
     calls, reads, parts, peak = 60, [], [], 0
     stream = CaptureSpanStream()
-    with LiveCapture("lo", f"tcp port {port}", payloads=True) as cap:
+    # a trickle of packets takes a block of the ring each (formats.live.BUFFER_BYTES): room
+    # for seconds of it, in case this thread is held up on a busy machine
+    with LiveCapture("lo", f"tcp port {port}", payloads=True, buffer_bytes=128 << 20) as cap:
 
         def client() -> None:
             with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -195,10 +197,12 @@ def test_a_real_grpc_channel_is_read_on_from_batch_to_batch() -> None:
             reads.append(read)
             parts += rows(stream.feed(read).spans)
             peak = max(peak, stream.kept_packets)
+        stats = cap.stats()
     server.stop(None)
     parts += rows(stream.flush().spans)
     whole = join_reads(reads, "live:lo")
-    why = f"{len(whole.packets)} packets, {stream.accounting.unparsed or 'none'} unparsed"
+    why = f"{len(whole.packets)} packets, {stream.accounting.unparsed or 'none'} unparsed, {stats}"
+    assert stats.dropped == 0, why
     assert len(reads) > 5 and peak < len(whole.packets) / 4, why  # cut between the calls
     assert stream.accounting.exchanges.paired == calls and stream.accounting.unparsed == {}
     assert sorted(parts) == rows(spans_from_read(whole).spans)

@@ -97,8 +97,14 @@ def wrap_frames(data: bytes, meta: bytes, linktype: int, snaplen: int) -> bytes:
 
 
 BUFFER_BYTES = 32 << 20
-"""The kernel's capture buffer: libpcap gives each packet a ring slot as large as the snap
-length, so its 2 MiB default holds a few dozen packets and drops bursts between reads."""
+"""The kernel's capture buffer. With TPACKET_V3, libpcap cuts it into blocks of 256 KiB (its
+largest snap length), each handed over once full or when its timer (:data:`BLOCK_TIMEOUT_MS`)
+runs out: a burst packs its blocks, but a trickle takes a block per timeout, so the 128
+blocks here hold about 1.3 s of a trickle while the reader is held up (libpcap's 2 MiB
+default, 0.1 s). What does not fit is dropped, and counted (:meth:`LiveCapture.stats`)."""
+BLOCK_TIMEOUT_MS = 10
+"""How long a block waits for more packets: the delay a packet can add before it is read,
+which a one-way latency agent's ``grace_ns`` must cover."""
 
 
 _ACTIVATE_ERRORS = {
@@ -149,7 +155,7 @@ class LiveCapture:
             self._handle = pcapy.create(interface)
             self._handle.set_snaplen(snaplen)
             self._handle.set_promisc(int(promiscuous))
-            self._handle.set_timeout(10)
+            self._handle.set_timeout(BLOCK_TIMEOUT_MS)
             self._handle.set_buffer_size(buffer_bytes)
             status = self._handle.activate()
         except pcapy.PcapError as e:
