@@ -22,10 +22,12 @@ Last, the check of the model (``run_ceiling``): the stream put in the log first,
 reconstruct process (its rounds in its own process, writing blocks as the streaming runs'
 does) started to take it all, on one core
 (``taskset -c 0``), on half and a quarter of it (a cgroup CPU quota, as ``--cpus`` or a
-Kubernetes CPU limit sets) and on both cores; the marginal rate it reaches from the same two
-lengths, against the rate its own cost per span, and the one-core run's, predict for the CPU
-given. Once more on both cores with its rounds on two Dask workers: what sending the rounds
-costs the process, against solving them itself. The streams keep the senders' context, so that
+Kubernetes CPU limit sets) and on both cores; the marginal rate it reaches between two
+backlogs (:data:`CEILING_LONGER` times the streams' lengths), against the rate its own cost
+per span, and the one-core run's, predict for the CPU given; and the cores it used (the rate
+times the cost), which more than the CPU given would show a run timed wrong. Once more on
+both cores with its rounds on two Dask workers: what sending the rounds costs the process,
+against solving them itself. The streams keep the senders' context, so that
 most traces are whole on arrival; the last three ceiling runs take the same stream with every
 call's context lost (the stream tacit is for, each round with every call to infer): on one
 core, on both, and on both with the rounds on the Dask workers.
@@ -38,6 +40,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -68,10 +71,11 @@ ROLES = {
 RATES = (100_000, 1_000_000)
 LOADED = "reconstruct role, under load (the one-core ceiling run)"
 LOADED_LOST = "reconstruct role, under load, every call's context lost"
-_LOST_LONGER = 3
-"""How many times longer the ceiling runs' streams are with the context lost: their last
-windows close only after a quiet time, which a backlog of the default lengths does not
-outlast."""
+CEILING_LONGER = 3
+"""How many times longer the ceiling runs' backlogs are than the streaming runs' streams: the
+difference between the two backlogs must outweigh the seconds that start-up and a late answer
+to ``/readyz`` move a run by, and with every call's context lost the last windows close only
+after a quiet time, which a backlog of the streaming runs' lengths does not outlast."""
 
 
 CEILINGS = (
@@ -107,7 +111,7 @@ def main() -> None:
         for cores, quota, dask, lost in CEILINGS:
             if quota and quota_skipped:
                 continue
-            sizes = [_LOST_LONGER * s for s in lengths] if lost else lengths
+            sizes = [CEILING_LONGER * s for s in lengths]
             short, long = (
                 run_ceiling(Path(tmp) / f"ceiling-{cores}-{quota}-{dask}-{lost}-{s:g}",
                             replace(_params(args, s, ()), lost=lost), cores, quota, tell=_err,
@@ -124,6 +128,9 @@ def main() -> None:
         # with its rows built in a second process, the busier of the two at one core each
         busier = max(c["cpu_us_per_span"] - c["started_us_per_span"], c["started_us_per_span"])
         c["own_cost_spans_per_s"] = round(given * 1e6 / busier)
+        c["cores_used"] = round(c["spans_per_s"] * c["cpu_us_per_span"] / 1e6, 2)
+        if c["cores_used"] > 1.1 * _cores_given(c):  # a timing that left work out
+            _err(f"ceiling run {_given(c)}: {c['cores_used']} cores used, more than given")
     spans = simulate(load_app(None), args.rate, duration_s=args.seconds, seed=2,
                      record_threads=False)  # fmt: skip
     log_bytes = sum(len(body) for _, body in encoded_requests(spans)) / len(spans)
@@ -223,17 +230,18 @@ def _markdown(result: dict, command: str) -> str:
         "of the busier of the two at one core each. "
         "The streams keep their senders' context, so that most traces are whole on arrival; "
         "the last runs take the same app's stream with every call's context lost (each round "
-        "with every call to infer), "
-        f"{' and '.join(f'{n:,}' for n in lost['spans'])} spans long (their last windows "
-        "close only after a quiet time, which shorter backlogs do not outlast):",
+        "with every call to infer). The backlogs are "
+        f"{' and '.join(f'{n:,}' for n in lost['spans'])} spans, longer than the streams "
+        "above (bench docstring). The cores a run used, its rate times its CPU per span, "
+        "cannot exceed the CPU given: a run that did was timed wrong.",
         "",
         "| stream | CPU given | seconds (two backlogs) | spans/s reached | CPU µs per span | "
-        "spans/s predicted by its own cost | by the one-core run's |",
-        "|---|---|---|---|---|---|---|",
+        "cores used | spans/s predicted by its own cost | by the one-core run's |",
+        "|---|---|---|---|---|---|---|---|",
         *(
             f"| {'context lost' if c['lost'] else 'context kept'} | {_given(c)} | "
             f"{c['wall_s'][0]} / {c['wall_s'][1]} | {c['spans_per_s']:,} | "
-            f"{_cost(c)} | {c['own_cost_spans_per_s']:,} | "
+            f"{_cost(c)} | {c['cores_used']} | {c['own_cost_spans_per_s']:,} | "
             f"{c['predicted_spans_per_s']:,} |"
             for c in result["reconstruct_ceiling"]
         ),
@@ -263,6 +271,13 @@ def _cost(ceiling: dict) -> str:
         if started
         else f"{ceiling['cpu_us_per_span']}"
     )
+
+
+def _cores_given(ceiling: dict) -> float:
+    """The CPU a ceiling run's process and the one it starts may use, in cores."""
+    if ceiling["quota"]:
+        return ceiling["quota"]
+    return 1.0 if ceiling["cores"] == "0" else float(len(os.sched_getaffinity(0)))
 
 
 def _given(ceiling: dict) -> str:
