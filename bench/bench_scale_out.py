@@ -73,8 +73,8 @@ LOADED = "reconstruct role, under load (the one-core ceiling run)"
 LOADED_LOST = "reconstruct role, under load, every call's context lost"
 CEILING_LONGER = 3
 """How many times longer the ceiling runs' backlogs are than the streaming runs' streams: the
-difference between the two backlogs must outweigh the seconds that start-up and a late answer
-to ``/readyz`` move a run by, and with every call's context lost the last windows close only
+difference between the two backlogs must outweigh the second or so by which a run's start-up
+varies, and with every call's context lost the last windows close only
 after a quiet time, which a backlog of the streaming runs' lengths does not outlast."""
 
 
