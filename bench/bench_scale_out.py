@@ -27,10 +27,10 @@ backlogs (:data:`CEILING_LONGER` times the streams' lengths), against the rate i
 per span, and the one-core run's, predict for the CPU given; and the cores it used (the rate
 times the cost), which more than the CPU given would show a run timed wrong. Once more on
 both cores with its rounds on two Dask workers: what sending the rounds costs the process,
-against solving them itself. The streams keep the senders' context, so that
-most traces are whole on arrival; the last three ceiling runs take the same stream with every
-call's context lost (the stream tacit is for, each round with every call to infer): on one
-core, on both, and on both with the rounds on the Dask workers.
+against solving them itself. The streams keep the senders' context, so that most traces are
+whole on arrival; the last three ceiling runs take the same stream with every call's context
+lost (the stream tacit is for, each round with every call to infer): on one core, on both, and
+on both with the rounds on the Dask workers.
 
 Prints one JSON object; ``--markdown FILE`` also writes the tables with the date and command.
 """
@@ -74,8 +74,8 @@ LOADED_LOST = "reconstruct role, under load, every call's context lost"
 CEILING_LONGER = 3
 """How many times longer the ceiling runs' backlogs are than the streaming runs' streams: the
 difference between the two backlogs must outweigh the second or so by which a run's start-up
-varies, and with every call's context lost the last windows close only
-after a quiet time, which a backlog of the streaming runs' lengths does not outlast."""
+varies, and with every call's context lost the last windows close only after a quiet time,
+which a backlog of the streaming runs' lengths does not outlast."""
 
 
 CEILINGS = (
