@@ -244,9 +244,10 @@ def run_ceiling(
     :func:`.cpu_quota`; with ``dask``, its rounds' offline step on a scheduler and two
     workers, unpinned) to take it all: the rate one process reaches when nothing else holds
     it back, to check a rate the cost per span predicts. Timed from the process's start, not
-    from its first answer to ``/readyz``: it reads the log before that answer, which under a
-    backlog came seconds late at times. Its start-up is then timed too, the same for any
-    backlog but for noise: a backlog must be long enough to outweigh that."""
+    from its first answer to ``/readyz``: it reads the log before that answer, so that work
+    went untimed, and runs timed so were at times faster than the CPU given allows. Its
+    start-up is then timed too, the same for any backlog but for noise: a backlog must be
+    long enough to outweigh that."""
     params = params or ScaleOutParams()
     encoded = _prepare(out, params)
     bin_dir = Path(sys.executable).parent
