@@ -274,7 +274,6 @@ def run_ceiling(
                                     str(out / "blocks"), *rounds])  # fmt: skip
         limit = cpu_quota(procs.pid("reconstruct"), quota) if quota else nullcontext()
         with limit:
-            _wait_ready(port)
             _settle(port, len(encoded), poll_s=CEILING_POLL_S)
             own, started = procs.cpu_split_s()["reconstruct"]
         procs.stop("reconstruct")
